@@ -1,0 +1,92 @@
+"""Tiny seeded networks for tests, examples and training experiments.
+
+Each builder takes a ``seed`` so that two calls give identical initial weights (what distributed
+training strategies compare against), without disturbing the global torch RNG.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+
+import torch
+from torch import nn
+
+
+def _seeded(seed: int, make: Callable[[], nn.Module]) -> nn.Module:
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return make().eval()
+
+
+def mlp(in_features: int, hidden: int | Sequence[int], out_features: int, seed: int = 0) -> nn.Sequential:
+    """Multi-layer perceptron ``in -> hidden... -> out`` with ReLU, flattening its input first.
+
+    Parameters
+    ----------
+    in_features : int
+        Size of the (flattened) input, e.g. 64 for 8x8 digits.
+    hidden : int or sequence of int
+        Width of each hidden layer; an empty sequence gives a linear model.
+    out_features : int
+        Number of outputs (classes).
+    seed : int
+        Seed of the initial weights.
+
+    Examples
+    --------
+    >>> mlp(64, 128, 10)(torch.zeros(2, 64)).shape
+    torch.Size([2, 10])
+    """
+    widths = [hidden] if isinstance(hidden, int) else list(hidden)
+    dims = [in_features, *widths, out_features]
+    for d in dims:
+        if int(d) < 1:
+            raise ValueError(f"mlp layer sizes must be positive, found {dims}")
+
+    def make() -> nn.Sequential:
+        layers: list[nn.Module] = [nn.Flatten(1)]
+        for i, (a, b) in enumerate(zip(dims[:-1], dims[1:])):
+            layers.append(nn.Linear(a, b))
+            if i < len(dims) - 2:
+                layers.append(nn.ReLU())
+        return nn.Sequential(*layers)
+
+    return _seeded(seed, make)
+
+
+def lenet_digits(num_classes: int = 10, seed: int = 0) -> nn.Sequential:
+    """LeNet-style CNN for 1x8x8 images (scikit-learn digits): two conv+pool stages, two linear layers.
+
+    Module names: ``features`` (B, 32, 2, 2), ``flatten`` (B, 128), ``classifier`` (B, num_classes).
+    """
+
+    def make() -> nn.Sequential:
+        features = nn.Sequential(
+            nn.Conv2d(1, 16, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+            nn.Conv2d(16, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+        )
+        classifier = nn.Sequential(nn.Linear(128, 64), nn.ReLU(), nn.Linear(64, num_classes))
+        return nn.Sequential(OrderedDict(features=features, flatten=nn.Flatten(1), classifier=classifier))
+
+    return _seeded(seed, make)
+
+
+def small_cnn(num_classes: int = 10, width: int = 32, seed: int = 0) -> nn.Sequential:
+    """Small CNN for 3x32x32 images (CIFAR-sized): three conv-BN-ReLU-pool stages and a linear layer.
+
+    Module names: ``features`` (B, 4*width, 4, 4), ``pool`` (B, 4*width, 1, 1), ``flatten``
+    (B, 4*width), ``classifier`` (B, num_classes).
+    """
+
+    def stage(cin: int, cout: int) -> list[nn.Module]:
+        return [nn.Conv2d(cin, cout, 3, padding=1, bias=False), nn.BatchNorm2d(cout), nn.ReLU(),
+                nn.MaxPool2d(2)]
+
+    def make() -> nn.Sequential:
+        features = nn.Sequential(*stage(3, width), *stage(width, 2 * width), *stage(2 * width, 4 * width))
+        return nn.Sequential(OrderedDict(features=features, pool=nn.AdaptiveAvgPool2d(1), flatten=nn.Flatten(1),
+                                    classifier=nn.Linear(4 * width, num_classes)))
+
+    return _seeded(seed, make)
+

@@ -1,0 +1,1 @@
+"""irbis.train."""

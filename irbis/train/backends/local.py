@@ -1,0 +1,77 @@
+"""Local backends: ``N`` workers as threads (ThreadCommunicator) or processes (gloo).
+
+Both split the rows into ``N`` contiguous shards and run the same
+:func:`irbis.train.loop.train_worker` as the Spark backend.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import threading
+from typing import Any
+
+import numpy as np
+
+from irbis.train.comm import ThreadCommunicator, connect_store, init_torch_group, serve_store
+from irbis.train.data import Shard
+from irbis.train.loop import Report, TrainSpec, WorkerResult, train_worker
+from irbis.train.strategy import WorkerContext
+
+
+def shard_rows(x: np.ndarray, y: np.ndarray, num_workers: int) -> list[Shard]:
+    """Split rows into ``num_workers`` contiguous, nearly equal shards."""
+    if num_workers < 1 or num_workers > len(y):
+        raise ValueError(f"numWorkers must be in [1, {len(y)}] for {len(y)} rows, found {num_workers}")
+    return [Shard(xs, ys) for xs, ys in zip(np.array_split(x, num_workers), np.array_split(y, num_workers))]
+
+
+def run_threads(spec: TrainSpec, shards: list[Shard], report: Report | None = None,
+                timeout: float = 300.0) -> list[WorkerResult]:
+    """Train with one thread per shard; re-raises the first worker error."""
+    comms = ThreadCommunicator.group(len(shards), timeout=timeout)
+    results: list[Any] = [None] * len(shards)
+
+    def work(rank: int) -> None:
+        ctx = WorkerContext(comms[rank], rank, len(shards), spec.device)
+        try:
+            results[rank] = train_worker(spec, shards[rank], ctx, report)
+        except BaseException as err:
+            results[rank] = err
+            comms[rank]._shared.barrier.abort()
+
+    threads = [threading.Thread(target=work, args=(r,), daemon=True) for r in range(len(shards))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    errors = [r for r in results if isinstance(r, BaseException)]
+    if errors:
+        raise next((e for e in errors if not isinstance(e, threading.BrokenBarrierError)), errors[0])
+    return results
+
+
+def _process_main(spec: TrainSpec, shard: Shard, rank: int, world: int, port: int, out: Any) -> None:
+    store = connect_store("127.0.0.1", port, rank, world, 120.0)
+    comm = init_torch_group(store, rank, world, spec.device, 120.0)
+    try:
+        out.put((rank, train_worker(spec, shard, WorkerContext(comm, rank, world, spec.device))))
+    except BaseException as err:
+        out.put((rank, RuntimeError(f"worker {rank}: {type(err).__name__}: {err}")))
+
+
+def run_processes(spec: TrainSpec, shards: list[Shard]) -> list[WorkerResult]:
+    """Train with one spawned process per shard over gloo (factories must be importable)."""
+    store = serve_store("127.0.0.1", len(shards) + 1, 120.0)
+    ctx = mp.get_context("spawn")
+    out = ctx.Queue()
+    procs = [ctx.Process(target=_process_main, args=(spec, s, r, len(shards), store.port, out), daemon=True)
+             for r, s in enumerate(shards)]
+    for p in procs:
+        p.start()
+    results = dict(out.get() for _ in procs)
+    for p in procs:
+        p.join()
+    for r in sorted(results):
+        if isinstance(results[r], BaseException):
+            raise results[r]
+    return [results[r] for r in sorted(results)]

@@ -1,0 +1,238 @@
+"""Collective communication for the training strategies.
+
+A strategy talks to its peers only through a :class:`Communicator`: all-reduce
+(mean), all-gather of equal-sized tensors, broadcast, a barrier, and
+``gather_first`` (the first ``k`` tensors to arrive, for backup workers). Every
+communicator counts the payload bytes this worker hands to collectives, so
+bytes per step are measured rather than assumed.
+
+Two implementations share the protocol:
+
+* :class:`ThreadCommunicator` runs ``N`` workers as threads of one process
+  (millisecond unit tests of every strategy, and the local thread backend);
+* :class:`TorchCommunicator` wraps ``torch.distributed`` (gloo on CPU, NCCL on
+  GPU) and the rendezvous ``TCPStore`` (used for ``gather_first``).
+"""
+
+from __future__ import annotations
+
+import datetime
+import threading
+from typing import Protocol, runtime_checkable
+
+import torch
+
+
+@runtime_checkable
+class Communicator(Protocol):
+    """What a strategy may ask of its peers; all calls are collective."""
+
+    rank: int
+    world_size: int
+    bytes_sent: int
+
+    def all_reduce_mean(self, tensor: torch.Tensor) -> None:
+        """Replace ``tensor`` in place by the element-wise mean over workers."""
+
+    def all_reduce_sum(self, tensor: torch.Tensor) -> None:
+        """Replace ``tensor`` in place by the element-wise sum over workers."""
+
+    def all_gather(self, tensor: torch.Tensor) -> list[torch.Tensor]:
+        """Return every worker's ``tensor`` (same shape everywhere), in rank order."""
+
+    def broadcast(self, tensor: torch.Tensor, src: int = 0) -> None:
+        """Overwrite ``tensor`` in place with rank ``src``'s values."""
+
+    def gather_first(self, tensor: torch.Tensor, k: int, tag: str) -> list[torch.Tensor]:
+        """Return the first ``k`` tensors to arrive for ``tag`` (arrival order)."""
+
+    def barrier(self) -> None:
+        """Block until every worker has reached this call."""
+
+
+class _Shared:
+    """State shared by the threads of one :class:`ThreadCommunicator` group."""
+
+    def __init__(self, world_size: int, timeout: float) -> None:
+        self.world_size = world_size
+        self.timeout = timeout
+        self.barrier = threading.Barrier(world_size, timeout=timeout)
+        self.slots: list[torch.Tensor | None] = [None] * world_size
+        self.cond = threading.Condition()
+        self.arrivals: dict[str, list[torch.Tensor]] = {}
+        self.readers: dict[str, int] = {}
+
+
+class ThreadCommunicator:
+    """``N`` workers as threads of one process; build them with :meth:`group`.
+
+    Examples
+    --------
+    >>> comms = ThreadCommunicator.group(2)
+    >>> comms[1].rank, comms[1].world_size
+    (1, 2)
+    """
+
+    def __init__(self, shared: _Shared, rank: int) -> None:
+        self._shared = shared
+        self.rank = rank
+        self.world_size = shared.world_size
+        self.bytes_sent = 0
+
+    @classmethod
+    def group(cls, world_size: int, timeout: float = 60.0) -> list[ThreadCommunicator]:
+        """Create the ``world_size`` communicators of one group, one per thread."""
+        if world_size < 1:
+            raise ValueError(f"world_size must be >= 1, found {world_size}")
+        shared = _Shared(world_size, timeout)
+        return [cls(shared, r) for r in range(world_size)]
+
+    def _exchange(self, tensor: torch.Tensor) -> list[torch.Tensor]:
+        s = self._shared
+        s.slots[self.rank] = tensor.detach().clone()
+        s.barrier.wait()
+        out = list(s.slots)  # type: ignore[arg-type]
+        s.barrier.wait()
+        return out  # type: ignore[return-value]
+
+    def all_reduce_sum(self, tensor: torch.Tensor) -> None:
+        self.bytes_sent += tensor.numel() * tensor.element_size()
+        parts = self._exchange(tensor)
+        tensor.copy_(torch.stack(parts).sum(0))
+
+    def all_reduce_mean(self, tensor: torch.Tensor) -> None:
+        self.all_reduce_sum(tensor)
+        tensor.div_(self.world_size)
+
+    def all_gather(self, tensor: torch.Tensor) -> list[torch.Tensor]:
+        self.bytes_sent += tensor.numel() * tensor.element_size()
+        return self._exchange(tensor)
+
+    def broadcast(self, tensor: torch.Tensor, src: int = 0) -> None:
+        if self.rank == src:
+            self.bytes_sent += tensor.numel() * tensor.element_size()
+        tensor.copy_(self._exchange(tensor)[src])
+
+    def barrier(self) -> None:
+        self._shared.barrier.wait()
+
+    def gather_first(self, tensor: torch.Tensor, k: int, tag: str) -> list[torch.Tensor]:
+        s = self._shared
+        with s.cond:
+            got = s.arrivals.setdefault(tag, [])
+            if len(got) < k:
+                got.append(tensor.detach().clone())
+                self.bytes_sent += tensor.numel() * tensor.element_size()
+                s.cond.notify_all()
+            if not s.cond.wait_for(lambda: len(got) >= k, timeout=s.timeout):
+                raise TimeoutError(f"gather_first({tag!r}): fewer than {k} arrivals")
+            out = list(got[:k])
+            s.readers[tag] = s.readers.get(tag, 0) + 1
+            if s.readers[tag] == self.world_size:
+                del s.arrivals[tag], s.readers[tag]
+        return out
+
+
+def _tensor_bytes(tensor: torch.Tensor) -> bytes:
+    return tensor.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes()
+
+
+class TorchCommunicator:
+    """Collectives over an initialised ``torch.distributed`` process group.
+
+    Parameters
+    ----------
+    store : torch.distributed.Store, optional
+        The rendezvous store; needed only by :meth:`gather_first`.
+    """
+
+    def __init__(self, store: torch.distributed.Store | None = None) -> None:
+        import torch.distributed as dist
+
+        if not dist.is_initialized():
+            raise RuntimeError("TorchCommunicator needs torch.distributed.init_process_group first")
+        self._dist = dist
+        self._store = store
+        self.rank = dist.get_rank()
+        self.world_size = dist.get_world_size()
+        self.bytes_sent = 0
+
+    def all_reduce_sum(self, tensor: torch.Tensor) -> None:
+        self.bytes_sent += tensor.numel() * tensor.element_size()
+        if self.world_size > 1:
+            self._dist.all_reduce(tensor)
+
+    def all_reduce_mean(self, tensor: torch.Tensor) -> None:
+        self.all_reduce_sum(tensor)
+        if self.world_size > 1:
+            tensor.div_(self.world_size)
+
+    def all_gather(self, tensor: torch.Tensor) -> list[torch.Tensor]:
+        self.bytes_sent += tensor.numel() * tensor.element_size()
+        if self.world_size == 1:
+            return [tensor.clone()]
+        out = [torch.empty_like(tensor) for _ in range(self.world_size)]
+        self._dist.all_gather(out, tensor.contiguous())
+        return out
+
+    def broadcast(self, tensor: torch.Tensor, src: int = 0) -> None:
+        if self.rank == src:
+            self.bytes_sent += tensor.numel() * tensor.element_size()
+        if self.world_size > 1:
+            self._dist.broadcast(tensor, src)
+
+    def barrier(self) -> None:
+        if self.world_size > 1:
+            self._dist.barrier()
+
+    def gather_first(self, tensor: torch.Tensor, k: int, tag: str) -> list[torch.Tensor]:
+        """First ``k`` arrivals through the rendezvous store.
+
+        Arrival order comes from the store's atomic counter; only the first ``k``
+        workers upload their tensor, so a late worker never delays the others.
+        The last reader deletes the keys.
+        """
+        if self._store is None:
+            raise RuntimeError("gather_first needs the rendezvous store")
+        store = self._store
+        order = store.add(f"{tag}/n", 1)
+        if order <= k:
+            store.set(f"{tag}/{order}", _tensor_bytes(tensor))
+            self.bytes_sent += tensor.numel() * tensor.element_size()
+        out = []
+        for i in range(1, k + 1):
+            raw = bytearray(store.get(f"{tag}/{i}"))
+            out.append(torch.frombuffer(raw, dtype=tensor.dtype).view_as(tensor).to(tensor.device))
+        if store.add(f"{tag}/read", 1) == self.world_size:
+            for key in [f"{tag}/n", f"{tag}/read"] + [f"{tag}/{i}" for i in range(1, k + 1)]:
+                store.delete_key(key)
+        return out
+
+
+def connect_store(host: str, port: int, rank: int, world_size: int, timeout_s: float) -> torch.distributed.TCPStore:
+    """Join (``rank > 0``) the rendezvous ``TCPStore`` served by rank 0."""
+    import torch.distributed as dist
+
+    return dist.TCPStore(host, port, world_size, False, timeout=datetime.timedelta(seconds=timeout_s))
+
+
+def serve_store(host: str, world_size: int, timeout_s: float) -> torch.distributed.TCPStore:
+    """Start the rendezvous ``TCPStore`` on a free port of ``host`` (rank 0)."""
+    import torch.distributed as dist
+
+    return dist.TCPStore(host, 0, world_size, True, timeout=datetime.timedelta(seconds=timeout_s),
+                         wait_for_workers=False)
+
+
+def init_torch_group(store, rank: int, world_size: int, device: str, timeout_s: float) -> TorchCommunicator:
+    """``init_process_group`` on ``store`` (gloo on CPU, NCCL on CUDA) and wrap it."""
+    import torch.distributed as dist
+
+    backend = "nccl" if device.startswith("cuda") else "gloo"
+    dist.init_process_group(backend, store=store, rank=rank, world_size=world_size,
+                            timeout=datetime.timedelta(seconds=timeout_s))
+    return TorchCommunicator(store)
+
+
+__all__ = ["Communicator", "ThreadCommunicator", "TorchCommunicator", "connect_store", "serve_store",
+           "init_torch_group"]

@@ -1,0 +1,87 @@
+"""A worker's share of the data: validation split, per-epoch shuffling, batching, prefetch."""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+Augment = Callable[[np.ndarray, np.random.Generator], np.ndarray]
+
+
+@dataclass
+class Shard:
+    """Features ``x`` (n, d) float32 and labels ``y`` (n,) of one worker."""
+
+    x: np.ndarray
+    y: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.y)
+
+
+def split_validation(shard: Shard, fraction: float, seed: int) -> tuple[Shard, Shard]:
+    """Hold out ``fraction`` of the rows (seeded) for validation."""
+    n = len(shard)
+    n_val = int(round(n * fraction))
+    if fraction <= 0 or n_val == 0:
+        return shard, Shard(shard.x[:0], shard.y[:0])
+    perm = np.random.default_rng(seed).permutation(n)
+    va, tr = perm[:n_val], perm[n_val:]
+    return Shard(shard.x[tr], shard.y[tr]), Shard(shard.x[va], shard.y[va])
+
+
+def epoch_batches(n: int, batch_size: int, steps: int, seed: int, rank: int, epoch: int) -> list[np.ndarray]:
+    """Index arrays for one epoch: a seeded permutation, padded by resampling to ``steps`` batches.
+
+    Every worker takes the same number of steps (collectives need that); a
+    worker with fewer rows than the largest one draws its missing rows again.
+    """
+    rng = np.random.default_rng([seed, rank, epoch])
+    perm = rng.permutation(n)
+    short = (steps - 1) * batch_size + 1 - n
+    if short > 0:
+        perm = np.concatenate([perm, rng.integers(0, n, short)])
+    return [perm[i * batch_size:(i + 1) * batch_size] for i in range(steps)]
+
+
+def iterate(x: torch.Tensor, y: torch.Tensor, batches: list[np.ndarray], augment: Augment | None,
+            rng: np.random.Generator, prefetch: bool) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """Yield ``(xb, yb)``; with ``prefetch`` the next batch is built in a thread meanwhile."""
+    def make(idx: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+        t = torch.from_numpy(idx)
+        xb = x.index_select(0, t)
+        if augment is not None:
+            xb = torch.from_numpy(np.ascontiguousarray(augment(xb.numpy(), rng), dtype=np.float32))
+        return xb, y.index_select(0, t)
+
+    if not prefetch:
+        for idx in batches:
+            yield make(idx)
+        return
+    q: queue.Queue = queue.Queue(maxsize=2)
+    stop = threading.Event()
+
+    def produce() -> None:
+        try:
+            for idx in batches:
+                if stop.is_set():
+                    return
+                q.put(make(idx))
+            q.put(None)
+        except BaseException as err:  # re-raised in the consumer
+            q.put(err)
+
+    thread = threading.Thread(target=produce, daemon=True)
+    thread.start()
+    try:
+        while (item := q.get()) is not None:
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+    finally:
+        stop.set()

@@ -1,0 +1,203 @@
+"""The one training loop every backend runs on every worker.
+
+``train_worker(spec, shard, ctx)`` is a module-level function over plain
+values, so it pickles cleanly into Spark tasks and subprocesses alike. It owns
+data, forward, backward, metrics and checkpoints; what is communicated, and
+when, belongs to the strategy.
+"""
+
+from __future__ import annotations
+
+import io
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from irbis.train import checkpoint as ckpt
+from irbis.train.data import Augment, Shard, epoch_batches, iterate, split_validation
+from irbis.train.networks import build_network
+from irbis.train.optim import LossFn, lr_at, make_loss, make_optimizer, set_lr
+from irbis.train.strategies import make_strategy
+from irbis.train.strategy import DistributedOptimizer, FlatParams, WorkerContext
+
+Report = Callable[[dict[str, Any]], None]
+
+
+@dataclass
+class TrainSpec:
+    """Everything a worker needs, as plain picklable values."""
+
+    network: dict[str, Any]
+    epochs: int = 10
+    batch_size: int = 32
+    optimizer: str | Callable[..., torch.optim.Optimizer] = "adam"
+    learning_rate: float = 1e-3
+    momentum: float = 0.9
+    unit_gain: bool = False
+    lr_schedule: dict[str, Any] | None = None
+    loss: str | LossFn = "cross_entropy"
+    strategy: str = "sync"
+    strategy_options: dict[str, Any] = field(default_factory=dict)
+    validation_fraction: float = 0.0
+    seed: int = 0
+    device: str = "cpu"
+    input_shape: list[int] | None = None
+    checkpoint_dir: str | None = None
+    checkpoint_every: int = 0
+    augment: Augment | None = None
+    prefetch: bool = False
+    torch_threads: int | None = None
+
+
+@dataclass
+class WorkerResult:
+    """What a worker hands back: rank 0 carries the final weights."""
+
+    rank: int
+    history: list[dict[str, Any]]
+    state: bytes | None = None
+    loop_seconds: float = 0.0
+    resumed_from: int | None = None
+
+
+@dataclass
+class _Run:
+    spec: TrainSpec
+    ctx: WorkerContext
+    model: torch.nn.Module
+    dopt: DistributedOptimizer
+    loss_fn: LossFn
+    train: tuple[torch.Tensor, torch.Tensor]
+    val: tuple[torch.Tensor, torch.Tensor]
+    steps_per_epoch: int
+    history: list[dict[str, Any]] = field(default_factory=list)
+
+
+def _tensors(shard: Shard, spec: TrainSpec, loss: str | LossFn) -> tuple[torch.Tensor, torch.Tensor]:
+    x = torch.from_numpy(np.ascontiguousarray(shard.x, dtype=np.float32))
+    if spec.input_shape:
+        x = x.view(len(shard), *spec.input_shape)
+    ydtype = np.int64 if loss == "cross_entropy" else np.float32
+    return x.to(spec.device), torch.from_numpy(np.asarray(shard.y, dtype=ydtype)).to(spec.device)
+
+
+def _setup(spec: TrainSpec, shard: Shard, ctx: WorkerContext) -> tuple[_Run, dict[str, Any] | None]:
+    if spec.torch_threads:
+        torch.set_num_threads(spec.torch_threads)
+    torch.manual_seed(spec.seed)
+    model = build_network(spec.network).to(spec.device)
+    flat = FlatParams(list(model.parameters()))
+    opt = make_optimizer(spec.optimizer, model.parameters(), spec.learning_rate, spec.momentum, spec.unit_gain)
+    strategy = make_strategy(spec.strategy, **spec.strategy_options)
+    tr, va = split_validation(shard, spec.validation_fraction, spec.seed + 7919 * ctx.rank)
+    counts = ctx.comm.all_gather(torch.tensor([len(tr)], dtype=torch.int64))
+    steps = -(-max(int(c.item()) for c in counts) // spec.batch_size)
+    if min(int(c.item()) for c in counts) == 0:
+        raise ValueError(f"a worker has no training rows (rows per worker: {[int(c) for c in counts]}); "
+                         "use fewer workers or more data")
+    manifest = ckpt.latest(spec.checkpoint_dir)
+    resume = None
+    if manifest is not None:
+        if manifest["worldSize"] != ctx.world_size:
+            raise ValueError(f"checkpoint in {spec.checkpoint_dir} was written by {manifest['worldSize']} "
+                             f"workers, this job has {ctx.world_size}; use a new checkpointDir")
+        resume = ckpt.load_worker(spec.checkpoint_dir, manifest["step"], ctx.rank, spec.device)
+        flat.weights.copy_(resume["weights"])
+    dopt = DistributedOptimizer(opt, strategy, ctx, flat, broadcast=resume is None)
+    if resume is not None:
+        dopt.load_state_dict(resume["optimizer"])
+    run = _Run(spec, ctx, model, dopt, make_loss(spec.loss), _tensors(tr, spec, spec.loss),
+               _tensors(va, spec, spec.loss), steps, list(manifest["history"]) if manifest else [])
+    return run, resume
+
+
+def _checkpoint(run: _Run, epoch: int, step_in_epoch: int, sums: torch.Tensor) -> None:
+    spec, ctx = run.spec, run.ctx
+    payload = {"weights": run.dopt.flat.weights, "optimizer": run.dopt.state_dict(),
+               "epoch": epoch, "stepInEpoch": step_in_epoch, "sums": sums}
+    ckpt.save_worker(spec.checkpoint_dir, run.dopt.steps, ctx.rank, payload)
+    ctx.comm.barrier()
+    if ctx.rank == 0:
+        ckpt.commit(spec.checkpoint_dir, run.dopt.steps, {"worldSize": ctx.world_size, "history": run.history})
+
+
+def _evaluate(run: _Run) -> tuple[float, float, int]:
+    xv, yv = run.val
+    if len(yv) == 0:
+        return 0.0, 0.0, 0
+    run.model.eval()
+    with torch.no_grad():
+        out = run.model(xv)
+        loss = float(run.loss_fn(out, yv)) * len(yv)
+        correct = float((out.argmax(1) == yv).sum()) if out.dim() == 2 and yv.dtype == torch.int64 else 0.0
+    run.model.train()
+    return loss, correct, len(yv)
+
+
+def _run_epoch(run: _Run, epoch: int, start: int, sums: torch.Tensor) -> tuple[torch.Tensor, int]:
+    """Train one epoch from batch ``start``; ``sums`` = [loss·n, n] so far; also rows done now."""
+    spec, ctx, dopt = run.spec, run.ctx, run.dopt
+    x, y = run.train
+    batches = epoch_batches(len(y), spec.batch_size, run.steps_per_epoch, spec.seed, ctx.rank, epoch)
+    rng = np.random.default_rng([spec.seed, ctx.rank, epoch, 1])
+    loss_sum, done = torch.zeros((), device=spec.device), 0
+    for i, (xb, yb) in enumerate(iterate(x, y, batches[start:], spec.augment, rng, spec.prefetch), start + 1):
+        dopt.zero_grad()
+        loss = run.loss_fn(run.model(xb), yb)
+        loss.backward()
+        dopt.step()
+        loss_sum += loss.detach() * len(yb)
+        sums[1] += len(yb)
+        done += len(yb)
+        if spec.checkpoint_dir and spec.checkpoint_every and dopt.steps % spec.checkpoint_every == 0:
+            _checkpoint(run, epoch, i, sums + torch.stack([loss_sum.cpu(), torch.zeros(())]))
+    sums[0] += loss_sum.cpu()
+    return sums, done
+
+
+def _epoch_record(run: _Run, epoch: int, sums: torch.Tensor, done: int, seconds: float,
+                  nbytes: int) -> dict[str, Any]:
+    vloss, correct, nval = _evaluate(run)
+    stats = torch.tensor([float(sums[0]), float(sums[1]), vloss, correct, nval, done, seconds],
+                         dtype=torch.float64)
+    run.ctx.comm.all_reduce_sum(stats)
+    tl, tn, vl, vc, vn, dn, secs = stats.tolist()
+    rec = {"epoch": epoch + 1, "loss": tl / max(tn, 1), "samplesPerSecond": dn / max(secs / run.ctx.world_size, 1e-9),
+           "bytesPerStep": nbytes / max(run.steps_per_epoch, 1)}
+    rec["validationLoss"] = vl / vn if vn else None
+    rec["accuracy"] = vc / vn if vn else None
+    return rec
+
+
+def train_worker(spec: TrainSpec, shard: Shard, ctx: WorkerContext, report: Report | None = None) -> WorkerResult:
+    """Train on this worker's ``shard``; rank 0's result carries the final ``state_dict`` bytes."""
+    run, resume = _setup(spec, shard, ctx)
+    start_epoch, start_step = 0, 0
+    if resume is not None:
+        start_epoch, start_step = int(resume["epoch"]), int(resume["stepInEpoch"])
+    t_loop = time.perf_counter()
+    for epoch in range(start_epoch, spec.epochs):
+        set_lr(run.dopt.optimizer, lr_at(epoch, 1.0, spec.lr_schedule, spec.epochs))
+        first = resume is not None and epoch == start_epoch
+        sums = resume["sums"].clone() if first else torch.zeros(2, dtype=torch.float64)
+        t0, b0 = time.perf_counter(), ctx.comm.bytes_sent
+        sums, done = _run_epoch(run, epoch, start_step if first else 0, sums)
+        nbytes, secs = ctx.comm.bytes_sent - b0, time.perf_counter() - t0
+        run.history.append(_epoch_record(run, epoch, sums, done, secs, nbytes))
+        if report is not None and ctx.rank == 0:
+            report(run.history[-1])
+        if spec.checkpoint_dir and not spec.checkpoint_every:
+            _checkpoint(run, epoch + 1, 0, torch.zeros(2, dtype=torch.float64))
+    run.dopt.finalize()
+    loop_seconds = time.perf_counter() - t_loop
+    state = None
+    if ctx.rank == 0:
+        buf = io.BytesIO()
+        torch.save({k: v.detach().cpu().clone() for k, v in run.model.state_dict().items()}, buf)
+        state = buf.getvalue()
+    return WorkerResult(ctx.rank, run.history, state, loop_seconds,
+                        None if resume is None else int(resume["optimizer"]["steps"]))

@@ -1,0 +1,168 @@
+"""The strategy seam: what is communicated, and when.
+
+A :class:`Strategy` is a small object, like a DDP communication hook: it sees
+the model's parameters as ONE flat weight buffer and ONE flat gradient buffer
+(the parameters and their ``.grad`` are views into them, so a whole model
+travels in a single collective), and it owns nothing but communication and
+its own state. :class:`DistributedOptimizer` wraps any ``torch.optim``
+optimizer and drives the hooks around each step.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import torch
+
+from irbis.train.comm import Communicator
+
+
+@dataclass
+class WorkerContext:
+    """Where a worker runs: its communicator, rank, world size and device."""
+
+    comm: Communicator
+    rank: int
+    world_size: int
+    device: str = "cpu"
+
+
+class FlatParams:
+    """The parameters of a model re-homed as views of one flat buffer.
+
+    ``weights`` holds every parameter, ``grads`` every gradient; after
+    construction ``p.data`` and ``p.grad`` are views into them, so a strategy
+    communicates one contiguous tensor per collective.
+    """
+
+    def __init__(self, params: list[torch.nn.Parameter]) -> None:
+        self.params = [p for p in params if p.requires_grad]
+        if not self.params:
+            raise ValueError("the model has no trainable parameters")
+        total = sum(p.numel() for p in self.params)
+        dev, dtype = self.params[0].device, self.params[0].dtype
+        self.weights = torch.empty(total, device=dev, dtype=dtype)
+        self.grads = torch.zeros(total, device=dev, dtype=dtype)
+        self.offsets: list[tuple[int, int]] = []
+        off = 0
+        for p in self.params:
+            n = p.numel()
+            self.weights[off:off + n].copy_(p.data.reshape(-1))
+            p.data = self.weights[off:off + n].view_as(p)
+            p.grad = self.grads[off:off + n].view_as(p)
+            self.offsets.append((off, n))
+            off += n
+
+    def sync_grads_in(self) -> None:
+        """Make sure every ``p.grad`` lives in :attr:`grads` (copy if autograd replaced it)."""
+        for p, (off, n) in zip(self.params, self.offsets):
+            g = p.grad
+            view = self.grads[off:off + n]
+            if g is None:
+                view.zero_()
+                p.grad = view.view_as(p)
+            elif g.data_ptr() != view.data_ptr():
+                view.copy_(g.reshape(-1))
+                p.grad = view.view_as(p)
+
+    def shapes(self) -> list[torch.Size]:
+        """The parameter shapes, in buffer order."""
+        return [p.shape for p in self.params]
+
+
+class Strategy(ABC):
+    """Base of all training strategies; subclasses live in ``irbis.train.strategies``.
+
+    Hooks, in the order the loop calls them: :meth:`setup` once, then per step
+    :meth:`reduce_grads` (before ``optimizer.step``) and :meth:`after_step`,
+    then :meth:`finalize` once so that every replica ends with the same model.
+    """
+
+    name: ClassVar[str] = ""
+
+    @abstractmethod
+    def options(self) -> dict[str, Any]:
+        """The constructor arguments as JSON values (what gets persisted)."""
+
+    def setup(self, flat: FlatParams, ctx: WorkerContext) -> None:
+        """Create the strategy's state; replicas already hold the same starting weights."""
+
+    def reduce_grads(self, flat: FlatParams, ctx: WorkerContext, step: int) -> None:
+        """Turn the local gradient in ``flat.grads`` into the one to apply."""
+
+    def after_step(self, flat: FlatParams, ctx: WorkerContext, step: int) -> None:
+        """Run after ``optimizer.step()``; ``step`` counts from 1."""
+
+    def finalize(self, flat: FlatParams, ctx: WorkerContext) -> None:
+        """Make the replicas agree at the end of training."""
+
+    def state_dict(self) -> dict[str, Any]:
+        """Tensors and plain values only (saved with ``torch.save``)."""
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore what :meth:`state_dict` returned."""
+
+    def __repr__(self) -> str:
+        args = ", ".join(f"{k}={v!r}" for k, v in self.options().items())
+        return f"{type(self).__name__}({args})"
+
+
+class DistributedOptimizer:
+    """Any ``torch.optim`` optimizer, driven by a :class:`Strategy`.
+
+    Parameters
+    ----------
+    optimizer : torch.optim.Optimizer
+        Built over ``model.parameters()`` *after* :class:`FlatParams` re-homed them
+        (views keep their identity, so building before is fine too).
+    strategy : Strategy
+    ctx : WorkerContext
+    flat : FlatParams
+    broadcast : bool, default True
+        Start every replica from rank 0's weights (False when resuming, where
+        each worker restored its own weights from its checkpoint).
+
+    Examples
+    --------
+    >>> dopt = DistributedOptimizer(opt, SyncSGD(), ctx, flat)   # doctest: +SKIP
+    >>> loss.backward(); dopt.step()                             # doctest: +SKIP
+    """
+
+    def __init__(self, optimizer: torch.optim.Optimizer, strategy: Strategy, ctx: WorkerContext,
+                 flat: FlatParams, broadcast: bool = True) -> None:
+        self.optimizer = optimizer
+        self.strategy = strategy
+        self.ctx = ctx
+        self.flat = flat
+        self.steps = 0
+        if broadcast:
+            ctx.comm.broadcast(flat.weights, src=0)
+        strategy.setup(flat, ctx)
+
+    def zero_grad(self) -> None:
+        """Zero the flat gradient buffer in place (keeps the views)."""
+        self.flat.grads.zero_()
+
+    def step(self) -> None:
+        """Reduce the gradients as the strategy says, step, then the strategy's after-step."""
+        self.steps += 1
+        self.flat.sync_grads_in()
+        self.strategy.reduce_grads(self.flat, self.ctx, self.steps)
+        self.optimizer.step()
+        self.strategy.after_step(self.flat, self.ctx, self.steps)
+
+    def finalize(self) -> None:
+        """Let the strategy make every replica hold the same final model."""
+        self.strategy.finalize(self.flat, self.ctx)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"optimizer": self.optimizer.state_dict(), "strategy": self.strategy.state_dict(),
+                "steps": self.steps}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.strategy.load_state_dict(state["strategy"])
+        self.steps = int(state["steps"])

@@ -19,7 +19,15 @@ import torch
 from torch import nn
 
 from irbis.models.catalogue import CatalogueEntry, read_catalogue
-from irbis.models.fetch import atomic_path, cached_sha256, default_cache_dir, fetch_url, file_lock, resolve_uri, verify_file
+from irbis.models.fetch import (
+    atomic_path,
+    cached_sha256,
+    default_cache_dir,
+    fetch_url,
+    file_lock,
+    resolve_uri,
+    verify_file,
+)
 from irbis.models.registry import build_model
 from irbis.models.weights import is_mmappable, safe_load_state_dict
 

@@ -89,7 +89,7 @@ def _setup(spec: TrainSpec, shard: Shard, ctx: WorkerContext) -> tuple[_Run, dic
     if spec.torch_threads:
         torch.set_num_threads(spec.torch_threads)
     torch.manual_seed(spec.seed)
-    model = build_network(spec.network).to(spec.device)
+    model = build_network(spec.network).to(spec.device).train()
     flat = FlatParams(list(model.parameters()))
     opt = make_optimizer(spec.optimizer, model.parameters(), spec.learning_rate, spec.momentum, spec.unit_gain)
     strategy = make_strategy(spec.strategy, **spec.strategy_options)
@@ -173,6 +173,19 @@ def _epoch_record(run: _Run, epoch: int, sums: torch.Tensor, done: int, seconds:
     return rec
 
 
+def _average_buffers(model: torch.nn.Module, ctx: WorkerContext) -> None:
+    """Average floating-point buffers (BatchNorm statistics) so every replica returns the same model."""
+    bufs = [b for b in model.buffers() if b.is_floating_point()]
+    if not bufs or ctx.world_size == 1:
+        return
+    flat = torch.cat([b.reshape(-1) for b in bufs])
+    ctx.comm.all_reduce_mean(flat)
+    off = 0
+    for b in bufs:
+        b.copy_(flat[off:off + b.numel()].view_as(b))
+        off += b.numel()
+
+
 def train_worker(spec: TrainSpec, shard: Shard, ctx: WorkerContext, report: Report | None = None) -> WorkerResult:
     """Train on this worker's ``shard``; rank 0's result carries the final ``state_dict`` bytes."""
     run, resume = _setup(spec, shard, ctx)
@@ -193,6 +206,7 @@ def train_worker(spec: TrainSpec, shard: Shard, ctx: WorkerContext, report: Repo
         if spec.checkpoint_dir and not spec.checkpoint_every:
             _checkpoint(run, epoch + 1, 0, torch.zeros(2, dtype=torch.float64))
     run.dopt.finalize()
+    _average_buffers(run.model, ctx)
     loop_seconds = time.perf_counter() - t_loop
     state = None
     if ctx.rank == 0:

@@ -1,0 +1,255 @@
+"""Network inference as a pure batch function: numpy in, numpy out.
+
+``make_torch_predict_fn`` turns a JSON description of a network (a *source*) into a ``BatchFn``. It is
+called in every Python worker (Spark), server process or LIME loop; the loaded network is cached per
+process, keyed by the source, the identity of its files and the options, so a worker loads it once.
+
+Sources (plain dicts, so they cross the Params boundary as JSON):
+
+* ``{"kind": "repository", "name": "efficientnet_lite0"}``: a model of :class:`irbis.models.ModelRepository`;
+* ``{"kind": "bundle", "path": DIR}``: a folder with ``architecture.json`` (an
+  :data:`irbis.models.ARCHITECTURES` name and its options) and ``weights.pt`` (a state dict);
+* ``{"kind": "torchscript", "path": FILE}``: a TorchScript archive.
+
+Weights are shared between the processes of one machine: after a network is prepared for inference
+(channels-last layout, reduced precision), its weights are written once to a cache file and every
+process memory-maps that file, so N Python workers hold one copy of the weights, not N.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import torch
+from torch import nn
+
+from irbis.models import ModelRepository, build_model, default_cache_dir, safe_load_state_dict
+from irbis.models.fetch import atomic_path, file_lock
+
+BatchFn = Callable[[np.ndarray], np.ndarray]
+PRECISIONS = ("fp32", "bf16", "int8")
+DEVICES = ("cpu", "cuda", "auto")
+
+_CACHE: dict[str, BatchFn] = {}
+_CACHE_LOCK = threading.Lock()
+
+
+class _StopForward(Exception):
+    """Raised by a forward hook to stop the network once the requested layer has run."""
+
+
+def resolve_source(model_path: str, repository: ModelRepository | None = None) -> dict[str, Any]:
+    """Describe ``model_path`` (a file, a bundle folder or a repository name) as a source dict."""
+    path = Path(model_path)
+    if path.is_dir():
+        if not (path / "architecture.json").is_file():
+            raise FileNotFoundError(f"model folder {model_path} has no architecture.json")
+        return {"kind": "bundle", "path": str(path.resolve())}
+    if path.is_file():
+        if path.suffix == ".onnx":
+            raise ValueError(f"{model_path} is an ONNX graph; use irbis.ONNXModel for it")
+        return {"kind": "torchscript", "path": str(path.resolve())}
+    repo = repository or ModelRepository()
+    names = [e.name for e in repo.entries()]
+    if model_path in names:
+        return {"kind": "repository", "name": model_path}
+    raise FileNotFoundError(
+        f"model {model_path!r} not found: no such file or folder, and no repository model of that "
+        f"name (the repository has {names})"
+    )
+
+
+def source_identity(source: dict[str, Any]) -> str:
+    """A short key that changes when the source or the files it points to change."""
+    parts = [json.dumps(source, sort_keys=True)]
+    if "path" in source:
+        root = Path(source["path"])
+        files = sorted(root.rglob("*")) if root.is_dir() else [root]
+        for f in files:
+            if f.is_file():
+                st = f.stat()
+                parts.append(f"{f.name}:{st.st_size}:{st.st_mtime_ns}")
+    return hashlib.sha256("|".join(parts).encode()).hexdigest()[:24]
+
+
+def load_network(source: dict[str, Any], allow_pickle: bool = False) -> nn.Module:
+    """Load the network a source describes, in eval mode, on the CPU."""
+    kind = source["kind"]
+    if kind == "repository":
+        return ModelRepository().load_model(source["name"], allow_pickle=allow_pickle)
+    path = Path(source["path"])
+    if not path.exists():
+        raise FileNotFoundError(f"model file not found: {path}")
+    if kind == "torchscript":
+        try:
+            return torch.jit.load(str(path), map_location="cpu").eval()
+        except RuntimeError as e:
+            raise ValueError(
+                f"{path} is not a TorchScript archive ({e}). Give a TorchScript file, a model folder "
+                f"with architecture.json + weights.pt, or a repository name."
+            ) from e
+    if kind == "bundle":
+        arch = json.loads((path / "architecture.json").read_text())
+        module = build_model(arch["architecture"], **arch.get("options", {}))
+        weights = safe_load_state_dict(path / "weights.pt", allow_pickle=allow_pickle)
+        module.load_state_dict(weights, assign=True)
+        return module.eval()
+    raise ValueError(f"unknown model source kind {kind!r}; expected repository, bundle or torchscript")
+
+
+def resolve_device(device: str) -> torch.device:
+    """``auto`` picks CUDA when present; ``cuda`` without a GPU is an error, not a silent fallback."""
+    if device not in DEVICES:
+        raise ValueError(f"device must be one of {DEVICES}, got {device!r}")
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise ValueError("device='cuda' was asked for, but no CUDA device is visible to this worker")
+    return torch.device(device)
+
+
+def prepare_network(module: nn.Module, precision: str, device: torch.device) -> nn.Module:
+    """Make a network fast for inference: channels-last layout, and bf16 or int8 when asked for.
+
+    ``int8`` quantises Linear (and LSTM/GRU) layers dynamically, with int8 weights and activations
+    quantised per batch; convolutions stay in fp32, so it helps fully connected networks most.
+    """
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
+    if isinstance(module, torch.jit.ScriptModule):
+        return module.to(device)
+    if precision == "int8":
+        if device.type != "cpu":
+            raise ValueError("precision='int8' runs on the CPU only; use bf16 on a GPU")
+        return torch.ao.quantization.quantize_dynamic(module, {nn.Linear, nn.LSTM, nn.GRU}, dtype=torch.qint8)
+    module = module.to(device)
+    if precision == "bf16":
+        module = module.to(torch.bfloat16)
+    if any(p.dim() == 4 for p in module.parameters()):
+        module = module.to(memory_format=torch.channels_last)
+    return module
+
+
+def share_weights(module: nn.Module, key: str, cache_dir: Path | None = None) -> nn.Module:
+    """Back the module's tensors by one memory-mapped file shared by every process of this machine."""
+    if isinstance(module, torch.jit.ScriptModule):
+        return module
+    state = module.state_dict()
+    if not state or any(not isinstance(t, torch.Tensor) or t.is_quantized or t.device.type != "cpu"
+                        for t in state.values()):
+        return module
+    folder = (cache_dir or default_cache_dir()) / "prepared"
+    path = folder / f"{key}.pt"
+    with file_lock(folder / ".locks" / f"{key}.lock"):
+        if not path.exists():
+            with atomic_path(path) as tmp:
+                torch.save(state, tmp)
+    shared = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    module.load_state_dict(shared, assign=True)
+    return module
+
+
+def _layer_runner(module: nn.Module, layer: str | None) -> Callable[[torch.Tensor], torch.Tensor]:
+    if not layer:
+        return module
+    if isinstance(module, torch.jit.ScriptModule):
+        raise ValueError(
+            f"outputLayer {layer!r} needs an eager network (a repository name or a model folder with "
+            f"architecture.json); TorchScript networks cannot be cut at an inner layer"
+        )
+    modules = dict(module.named_modules())
+    if layer not in modules:
+        shown = [n for n in modules if n][:40]
+        raise ValueError(f"outputLayer {layer!r} is not a module of the network; some of its modules: {shown}")
+    captured: list[torch.Tensor] = []
+
+    def hook(_m: nn.Module, _inputs: Any, output: Any) -> None:
+        captured.append(output[0] if isinstance(output, (tuple, list)) else output)
+        raise _StopForward
+
+    modules[layer].register_forward_hook(hook)
+
+    def run(x: torch.Tensor) -> torch.Tensor:
+        captured.clear()
+        try:
+            module(x)
+        except _StopForward:
+            pass
+        return captured[0]
+
+    return run
+
+
+def make_torch_predict_fn(
+    source: dict[str, Any],
+    *,
+    output_layer: str | None = None,
+    batch_size: int = 64,
+    device: str = "cpu",
+    precision: str = "fp32",
+    allow_pickle: bool = False,
+) -> BatchFn:
+    """Return ``fn(x) -> y``: ``x`` of shape (N, *input) float32, ``y`` of shape (N, D) float32.
+
+    The network is loaded and prepared once per process and cached; ``y`` holds the final output, or
+    the output of the module named ``output_layer``, flattened per row.
+
+    Examples
+    --------
+    >>> fn = make_torch_predict_fn({"kind": "repository", "name": "efficientnet_lite0"})  # doctest: +SKIP
+    >>> fn(np.zeros((2, 3, 224, 224), np.float32)).shape                                  # doctest: +SKIP
+    (2, 1000)
+    """
+    key = hashlib.sha256(
+        json.dumps([source_identity(source), output_layer, device, precision, allow_pickle]).encode()
+    ).hexdigest()[:24]
+    with _CACHE_LOCK:
+        if key not in _CACHE:
+            _CACHE[key] = _build_predict_fn(source, key, output_layer, device, precision, allow_pickle)
+    fn = _CACHE[key]
+    return lambda x: fn(x, batch_size)
+
+
+def _build_predict_fn(source: dict[str, Any], key: str, output_layer: str | None, device: str,
+                      precision: str, allow_pickle: bool) -> Callable[[np.ndarray, int], np.ndarray]:
+    dev = resolve_device(device)
+    module = prepare_network(load_network(source, allow_pickle), precision, dev)
+    if dev.type == "cpu":
+        module = share_weights(module, key)
+    run = _layer_runner(module, output_layer)
+    dtype = torch.bfloat16 if precision == "bf16" and not isinstance(module, torch.jit.ScriptModule) else torch.float32
+    lock = threading.Lock()
+
+    def predict(x: np.ndarray, batch_size: int) -> np.ndarray:
+        outputs = []
+        with lock, torch.inference_mode():
+            for start in range(0, len(x), batch_size):
+                batch = torch.from_numpy(np.ascontiguousarray(x[start:start + batch_size], dtype=np.float32))
+                batch = batch.to(dev, dtype)
+                if batch.dim() == 4:
+                    batch = batch.contiguous(memory_format=torch.channels_last)
+                out = run(batch)
+                outputs.append(out.reshape(out.shape[0], -1).float().cpu().numpy())
+        if not outputs:
+            return np.zeros((0, 0), np.float32)
+        return np.concatenate(outputs)
+
+    return predict
+
+
+def set_threads(num_threads: int | None) -> None:
+    """Give torch the cores the task owns (Spark gives each task ``spark.task.cpus``)."""
+    if num_threads and num_threads > 0 and torch.get_num_threads() != num_threads:
+        torch.set_num_threads(num_threads)
+
+
+def clear_cache() -> None:
+    """Forget the networks loaded by this process (tests, or to free memory)."""
+    with _CACHE_LOCK:
+        _CACHE.clear()
+

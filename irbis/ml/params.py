@@ -1,0 +1,54 @@
+"""Params shared by several Irbis stages, declared once as a table (as PySpark's shared params are).
+
+Each entry becomes a ``Has<Name>`` mixin with a ``get<Name>`` accessor; setters live on the stages.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pyspark.ml.param import Param, Params, TypeConverters
+
+# name, doc, type converter, default (None: no default)
+_SHARED: list[tuple[str, str, Any, Any]] = [
+    ("modelPath", "the network: a TorchScript or ONNX file, a model folder (architecture.json + "
+     "weights.pt), or the name of a ModelRepository model", TypeConverters.toString, None),
+    ("miniBatchSize", "rows per forward pass of the network", TypeConverters.toInt, 64),
+    ("device", "where the network runs: cpu, cuda or auto (cuda when a GPU is visible)",
+     TypeConverters.toString, "cpu"),
+    ("precision", "numeric precision: fp32, bf16 (bfloat16 weights and activations) or int8 "
+     "(dynamic quantisation of Linear layers)", TypeConverters.toString, "fp32"),
+    ("inputShape", "shape of one input row without the batch axis, e.g. [3, 224, 224]; flat vectors "
+     "are reshaped to it", TypeConverters.toListInt, None),
+    ("outputLayer", "name of an inner module (torch) or graph node output (ONNX) whose activation is "
+     "returned instead of the final output; empty for the final output", TypeConverters.toString, ""),
+]
+
+
+def _make_mixin(name: str, doc: str, converter: Any, default: Any) -> type:
+    cap = name[0].upper() + name[1:]
+
+    def __init__(self: Params, *args: Any, **kwargs: Any) -> None:
+        super(mixin, self).__init__(*args, **kwargs)
+        if default is not None:
+            self._setDefault(**{name: default})
+
+    def getter(self: Params) -> Any:
+        return self.getOrDefault(getattr(self, name))
+
+    getter.__doc__ = f"Gets the value of {name}: {doc}."
+    getter.__name__ = f"get{cap}"
+    mixin = type(
+        f"Has{cap}",
+        (Params,),
+        {name: Param(Params._dummy(), name, doc, typeConverter=converter), "__init__": __init__,
+         f"get{cap}": getter, "__doc__": f"Mixin for the param {name}: {doc}."},
+    )
+    return mixin
+
+
+HasModelPath, HasMiniBatchSize, HasDevice, HasPrecision, HasInputShape, HasOutputLayer = (
+    _make_mixin(*row) for row in _SHARED
+)
+
+__all__ = ["HasModelPath", "HasMiniBatchSize", "HasDevice", "HasPrecision", "HasInputShape", "HasOutputLayer"]

@@ -1,0 +1,265 @@
+"""``TorchModel``: run a PyTorch network over a DataFrame column, as one stage of a Spark ML pipeline."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import torch
+from pyspark import keyword_only
+from pyspark.ml.linalg import VectorUDT
+from pyspark.ml.param import Param, Params, TypeConverters
+from pyspark.ml.param.shared import HasInputCol, HasOutputCol
+from pyspark.sql.types import ArrayType, DataType, FloatType, NumericType, StructType
+from torch import nn
+
+from irbis.kernels.batching import rows_to_batch, scatter_rows
+from irbis.kernels.inference import make_torch_predict_fn, resolve_source
+from irbis.ml.base import IrbisModel, TransformFn
+from irbis.ml.params import (
+    HasDevice,
+    HasInputShape,
+    HasMiniBatchSize,
+    HasModelPath,
+    HasOutputLayer,
+    HasPrecision,
+)
+from irbis.models import ModelRepository, default_cache_dir, sha256_file
+from irbis.spark.files import localize, ship_file
+
+IMAGE_FIELDS = ("height", "width", "nChannels", "data")
+
+
+class _NetworkStageParams(HasInputCol, HasOutputCol, HasModelPath, HasMiniBatchSize, HasDevice,
+                          HasInputShape, HasOutputLayer):
+    outputType = Param(Params._dummy(), "outputType", "vector (Spark ML vector) or array (array<float>)",
+                       typeConverter=TypeConverters.toString)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._setDefault(outputType="vector")
+
+    def getOutputType(self) -> str:
+        """Gets the value of outputType."""
+        return self.getOrDefault(self.outputType)
+
+    def _output_columns(self) -> list[tuple[str, DataType]]:
+        out = VectorUDT() if self.getOutputType() == "vector" else ArrayType(FloatType())
+        return [(self.getOutputCol(), out)]
+
+    def _validate_network_params(self) -> None:
+        if self.getOutputType() not in ("vector", "array"):
+            raise ValueError(f"outputType must be 'vector' or 'array', got {self.getOutputType()!r}")
+        if not self.isDefined(self.modelPath):
+            raise ValueError(f"{type(self).__name__}: set modelPath (or build the stage with from_module)")
+
+    def _validate_schema(self, schema: StructType) -> None:
+        self._validate_network_params()
+        col = self.getInputCol()
+        check_network_input(type(self).__name__, col, schema[col].dataType)
+
+
+def check_network_input(stage: str, column: str, dtype: DataType) -> None:
+    """Accept Spark ML vectors, (nested) numeric arrays and image structs; name the column otherwise."""
+    inner = dtype
+    while isinstance(inner, ArrayType):
+        inner = inner.elementType
+    ok = isinstance(dtype, VectorUDT) or (isinstance(dtype, ArrayType) and isinstance(inner, NumericType))
+    ok = ok or (isinstance(dtype, StructType) and all(f in dtype.names for f in IMAGE_FIELDS))
+    if not ok:
+        raise TypeError(
+            f"{stage}: column {column!r} has type {dtype.simpleString()}; expected a Spark ML vector, "
+            f"an array of numbers (nested arrays allowed) or an image struct"
+        )
+
+
+class TorchModel(_NetworkStageParams, HasPrecision, IrbisModel):
+    """Run a PyTorch network over a column: the network's output (or an inner layer's) per row.
+
+    The network runs in every Spark Python worker on Arrow batches of ``miniBatchSize`` rows, under
+    ``torch.inference_mode``, with as many threads as the task owns. It is loaded once per worker; its
+    prepared weights are memory-mapped from one file, so all workers of a machine share one copy.
+
+    Parameters
+    ----------
+    modelPath : str
+        A TorchScript file, a model folder (``architecture.json`` + ``weights.pt``) or a
+        :class:`irbis.models.ModelRepository` name such as ``"efficientnet_lite0"``.
+    inputCol, outputCol : str
+        Input column (vector, array<float>, nested arrays or image struct) and output column.
+    outputLayer : str
+        Return the activation of this inner module (``named_modules()`` name) instead of the output.
+    inputShape : list of int
+        Shape of one row without the batch axis; flat rows are reshaped to it.
+    miniBatchSize, device, precision : int, str, str
+        Rows per forward pass; ``cpu``/``cuda``/``auto``; ``fp32``/``bf16``/``int8``.
+    outputType : str
+        ``vector`` (Spark ML vector, the default) or ``array`` (array<float>).
+
+    Examples
+    --------
+    >>> import numpy as np, pandas as pd, torch
+    >>> stage = TorchModel.from_module(torch.nn.Linear(2, 1), inputCol="x", outputCol="y")
+    >>> out = stage.transform(pd.DataFrame({"x": [np.ones(2, np.float32), None]}))
+    >>> out["y"][0].shape, out["y"][1] is None
+    ((1,), True)
+
+    .. code-block:: python
+
+        scorer = TorchModel(modelPath="efficientnet_lite0", inputCol="pixels", outputCol="logits",
+                            inputShape=[3, 224, 224], precision="bf16")
+        Pipeline(stages=[scorer, LogisticRegression(featuresCol="logits")]).fit(df)
+    """
+
+    _vector_dtype = "float32"
+    allowPickle = Param(Params._dummy(), "allowPickle", "allow model files that need full unpickling "
+                        "(only for files you trust)", typeConverter=TypeConverters.toBoolean)
+
+    @keyword_only
+    def __init__(self, *, modelPath: str | None = None, inputCol: str | None = None,
+                 outputCol: str | None = None, outputLayer: str = "", miniBatchSize: int = 64,
+                 inputShape: list[int] | None = None, device: str = "cpu", precision: str = "fp32",
+                 outputType: str = "vector", allowPickle: bool = False) -> None:
+        super().__init__()
+        self._setDefault(allowPickle=False)
+        self.training_summary: list[dict[str, Any]] | None = None
+        self._set(**self._input_kwargs)
+
+    @keyword_only
+    def setParams(self, **kwargs: Any) -> "TorchModel":
+        """Set any of the constructor's params."""
+        return self._set(**kwargs)
+
+    def setModelPath(self, value: str) -> "TorchModel":
+        return self._set(modelPath=value)
+
+    def setInputCol(self, value: str) -> "TorchModel":
+        return self._set(inputCol=value)
+
+    def setOutputCol(self, value: str) -> "TorchModel":
+        return self._set(outputCol=value)
+
+    def setOutputLayer(self, value: str) -> "TorchModel":
+        return self._set(outputLayer=value)
+
+    def setMiniBatchSize(self, value: int) -> "TorchModel":
+        return self._set(miniBatchSize=value)
+
+    def setInputShape(self, value: list[int]) -> "TorchModel":
+        return self._set(inputShape=value)
+
+    def setDevice(self, value: str) -> "TorchModel":
+        return self._set(device=value)
+
+    def setPrecision(self, value: str) -> "TorchModel":
+        return self._set(precision=value)
+
+    def setOutputType(self, value: str) -> "TorchModel":
+        return self._set(outputType=value)
+
+    # -- building from an in-memory network ------------------------------------------------------
+    @classmethod
+    def from_module(cls, module: nn.Module, *, architecture: str | None = None,
+                    options: dict[str, Any] | None = None, **params: Any) -> "TorchModel":
+        """Wrap an in-memory network.
+
+        With ``architecture`` (an :data:`irbis.models.ARCHITECTURES` name and its ``options``) the
+        weights are saved as a state dict beside ``architecture.json``, which loads memory-mapped and
+        safely. Otherwise the network is compiled to TorchScript (scripted, or traced on zeros of
+        ``inputShape`` when scripting fails). The files go to a content-addressed folder of the Irbis
+        cache, and ``save`` copies them beside the stage.
+        """
+        folder = Path(tempfile.mkdtemp(prefix="irbis-module-"))
+        if architecture is not None:
+            (folder / "architecture.json").write_text(json.dumps({"architecture": architecture,
+                                                                  "options": options or {}}))
+            torch.save(module.state_dict(), folder / "weights.pt")
+        else:
+            _script(module.eval(), params.get("inputShape"), folder / "network.pt")
+        digest = sha256_file(next(folder.glob("*.pt")))[:24]
+        dest = default_cache_dir() / "modules" / digest
+        if not dest.exists():
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            shutil.move(str(folder), str(dest))
+        else:
+            shutil.rmtree(folder)
+        path = dest if architecture is not None else dest / "network.pt"
+        return cls(modelPath=str(path), **params)
+
+    # -- execution -------------------------------------------------------------------------------
+    def _input_columns(self) -> list[str]:
+        return [self.getInputCol()]
+
+    def _make_transform_fn(self) -> TransformFn:
+        self._validate_network_params()
+        source = resolve_source(self.getModelPath())
+        shipped = ship_file(source["path"]) if "path" in source else None
+        shape = self.getOrDefault(self.inputShape) if self.isDefined(self.inputShape) else None
+        if shape is None and source["kind"] == "repository":
+            shape = list(ModelRepository().entry(source["name"]).input_shape or []) or None
+        col, out_col = self.getInputCol(), self.getOutputCol()
+        options = dict(output_layer=self.getOutputLayer() or None, batch_size=self.getMiniBatchSize(),
+                       device=self.getDevice(), precision=self.getPrecision(),
+                       allow_pickle=self.getOrDefault(self.allowPickle))
+
+        def transform(frame: pd.DataFrame) -> pd.DataFrame:
+            src = dict(source, path=localize(source["path"], shipped)) if shipped else source
+            predict = make_torch_predict_fn(src, **options)
+            batch, valid = rows_to_batch(frame[col].tolist(), col, shape)
+            outputs = predict(batch) if len(batch) else batch
+            return pd.DataFrame({out_col: pd.Series(scatter_rows(outputs, valid), dtype=object)})
+
+        return with_task_threads(transform)
+
+    # -- persistence -----------------------------------------------------------------------------
+    def _save_extra(self, path: str) -> None:
+        source = resolve_source(self.getModelPath())
+        if "path" in source:
+            src = Path(source["path"])
+            if src.is_dir():
+                shutil.copytree(src, Path(path) / "network")
+            else:
+                shutil.copy2(src, Path(path) / f"network{src.suffix}")
+        if self.training_summary is not None:
+            (Path(path) / "summary.json").write_text(json.dumps(self.training_summary))
+
+    def _load_extra(self, path: str) -> None:
+        saved = sorted(Path(path).glob("network*"))
+        if saved:
+            self._set(modelPath=str(saved[0]))
+        summary = Path(path) / "summary.json"
+        self.training_summary = json.loads(summary.read_text()) if summary.exists() else None
+
+
+def _script(module: nn.Module, input_shape: list[int] | None, dest: Path) -> None:
+    try:
+        compiled = torch.jit.script(module)
+    except Exception as err:  # noqa: BLE001 - scripting fails in many ways; tracing is the fallback
+        if not input_shape:
+            raise TypeError(
+                f"cannot compile {type(module).__name__} to TorchScript ({err}); pass inputShape so it "
+                f"can be traced, or pass architecture= with an irbis.models.ARCHITECTURES name"
+            ) from err
+        with torch.no_grad():
+            compiled = torch.jit.trace(module, torch.zeros(1, *input_shape))
+    torch.jit.save(compiled, str(dest))
+
+
+def with_task_threads(fn: TransformFn) -> TransformFn:
+    """Run ``fn`` with torch using the cores the Spark task owns (``spark.task.cpus``)."""
+
+    def run(frame: pd.DataFrame) -> pd.DataFrame:
+        from pyspark import TaskContext
+
+        from irbis.kernels.inference import set_threads
+
+        context = TaskContext.get()
+        if context is not None:
+            set_threads(context.cpus())
+        return fn(frame)
+
+    return run

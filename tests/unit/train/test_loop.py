@@ -1,0 +1,98 @@
+"""The training loop on the thread backend: learning, checkpoints and exact resume."""
+
+import io
+import threading
+
+import numpy as np
+import pytest
+import torch
+from sklearn.datasets import load_digits
+
+from irbis.train.backends.local import run_threads, shard_rows
+from irbis.train.data import Shard, epoch_batches, split_validation
+from irbis.train.loop import TrainSpec
+from irbis.train.networks import network_spec
+
+
+@pytest.fixture(scope="module")
+def digits():
+    x, y = load_digits(return_X_y=True)
+    return (x[:400] / 16).astype(np.float32), y[:400]
+
+
+def spec(**kw):
+    base = dict(network=network_spec("mlp", {"in_features": 64, "hidden": 32, "out_features": 10}),
+                epochs=4, batch_size=16, optimizer="momentum", learning_rate=0.05)
+    return TrainSpec(**{**base, **kw})
+
+
+def final_weights(results):
+    return torch.load(io.BytesIO(results[0].state), weights_only=True)
+
+
+def same(a, b):
+    return all(torch.allclose(a[k], b[k], atol=1e-6) for k in a)
+
+
+def test_epoch_batches_equal_steps_for_unequal_shards():
+    a = epoch_batches(50, 16, steps=4, seed=0, rank=0, epoch=0)
+    b = epoch_batches(40, 16, steps=4, seed=0, rank=1, epoch=0)
+    assert len(a) == len(b) == 4
+    assert sorted(np.concatenate(a).tolist()) == list(range(50))
+    assert set(np.concatenate(b).tolist()) == set(range(40))
+    assert not np.array_equal(np.concatenate(a), np.concatenate(epoch_batches(50, 16, 4, 0, 0, 1)))
+
+
+def test_split_validation_is_seeded_and_disjoint():
+    s = Shard(np.arange(20, dtype=np.float32)[:, None], np.arange(20))
+    tr, va = split_validation(s, 0.25, seed=3)
+    tr2, _ = split_validation(s, 0.25, seed=3)
+    assert len(va) == 5 and set(tr.y) | set(va.y) == set(range(20)) and np.array_equal(tr.y, tr2.y)
+
+
+def test_two_workers_learn_and_report_summary(digits):
+    x, y = digits
+    res = run_threads(spec(validation_fraction=0.2, epochs=6), shard_rows(x, y, 2))
+    hist = res[0].history
+    assert [h["epoch"] for h in hist] == list(range(1, 7))
+    assert hist[-1]["loss"] < hist[0]["loss"] and hist[-1]["accuracy"] > 0.8
+    assert hist[-1]["bytesPerStep"] == sum(p.numel() for p in final_weights(res).values()) * 4
+
+
+def test_resume_from_epoch_checkpoint_equals_uninterrupted(digits, tmp_path):
+    x, y = digits
+    ref = final_weights(run_threads(spec(), shard_rows(x, y, 2)))
+    run_threads(spec(epochs=2, checkpoint_dir=str(tmp_path)), shard_rows(x, y, 2))
+    res = run_threads(spec(checkpoint_dir=str(tmp_path)), shard_rows(x, y, 2))
+    assert res[0].resumed_from is not None and len(res[0].history) == 4
+    assert same(final_weights(res), ref)
+
+
+@pytest.mark.parametrize("strategy", ["sync", "one_bit", "block_momentum"])
+def test_crash_mid_epoch_resumes_exactly(digits, tmp_path, strategy):
+    x, y = digits
+    calls, armed, lock = [0], [False], threading.Lock()
+
+    def crash_once(batch, rng):
+        with lock:
+            calls[0] += 1
+            if armed[0] and calls[0] == 25:
+                armed[0] = False
+                raise RuntimeError("injected failure")
+        return batch
+
+    kw = dict(strategy=strategy, augment=crash_once, prefetch=True, epochs=3)
+    ref = final_weights(run_threads(spec(**kw), shard_rows(x, y, 2)))
+    calls[0], armed[0] = 0, True
+    with pytest.raises(RuntimeError, match="injected"):
+        run_threads(spec(checkpoint_dir=str(tmp_path), checkpoint_every=5, **kw), shard_rows(x, y, 2))
+    res = run_threads(spec(checkpoint_dir=str(tmp_path), checkpoint_every=5, **kw), shard_rows(x, y, 2))
+    assert res[0].resumed_from == 10
+    assert same(final_weights(res), ref)
+
+
+def test_checkpoint_from_other_world_size_is_refused(digits, tmp_path):
+    x, y = digits
+    run_threads(spec(epochs=1, checkpoint_dir=str(tmp_path)), shard_rows(x, y, 2))
+    with pytest.raises(ValueError, match="written by 2 workers"):
+        run_threads(spec(epochs=2, checkpoint_dir=str(tmp_path)), shard_rows(x, y, 1))

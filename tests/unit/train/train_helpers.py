@@ -1,0 +1,75 @@
+"""Shared helpers: run N strategy workers as threads on a tiny regression problem."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+
+import torch
+
+from irbis.train.comm import ThreadCommunicator
+from irbis.train.strategy import DistributedOptimizer, FlatParams, Strategy, WorkerContext
+
+
+def tiny_net(seed: int = 0) -> torch.nn.Module:
+    torch.manual_seed(seed)
+    return torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.Tanh(), torch.nn.Linear(8, 3))
+
+
+def tiny_data(n: int = 64, seed: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, 6, generator=g)
+    return x, torch.randn(n, 3, generator=g)
+
+
+def run_workers(world: int, make_strategy: Callable[[], Strategy], steps: int, batch: int = 8,
+                opt: Callable = lambda p: torch.optim.SGD(p, lr=0.1)) -> list[tuple[torch.nn.Module, DistributedOptimizer]]:
+    """Each worker r trains on rows r::world of a fixed dataset; returns (model, dopt) per worker."""
+    comms = ThreadCommunicator.group(world, timeout=30)
+    x, y = tiny_data()
+    out: list = [None] * world
+    errors: list = []
+
+    def work(rank: int) -> None:
+        try:
+            model = tiny_net(seed=rank)  # different starts: setup must broadcast rank 0's
+            flat = FlatParams(list(model.parameters()))
+            dopt = DistributedOptimizer(opt(model.parameters()), make_strategy(),
+                                        WorkerContext(comms[rank], rank, world), flat)
+            xs, ys = x[rank::world], y[rank::world]
+            for s in range(steps):
+                i = (s * batch) % len(xs)
+                dopt.zero_grad()
+                torch.nn.functional.mse_loss(model(xs[i:i + batch]), ys[i:i + batch]).backward()
+                dopt.step()
+            dopt.finalize()
+            out[rank] = (model, dopt)
+        except BaseException as err:  # surfaced below
+            errors.append(err)
+            comms[rank]._shared.barrier.abort()
+
+    threads = [threading.Thread(target=work, args=(r,)) for r in range(world)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+    return out
+
+
+def plain_sgd(steps: int, batch: int = 8, opt: Callable = lambda p: torch.optim.SGD(p, lr=0.1)) -> torch.nn.Module:
+    """Single-process reference on the full data in the same order as world=1 workers."""
+    model = tiny_net(seed=0)
+    o = opt(model.parameters())
+    x, y = tiny_data()
+    for s in range(steps):
+        i = (s * batch) % len(x)
+        o.zero_grad()
+        torch.nn.functional.mse_loss(model(x[i:i + batch]), y[i:i + batch]).backward()
+        o.step()
+    return model
+
+
+def weights(model: torch.nn.Module) -> torch.Tensor:
+    return torch.cat([p.detach().reshape(-1) for p in model.parameters()])

@@ -1,0 +1,349 @@
+"""Spark stages for images: decoding, OpenCV transform chains, unrolling and flip augmentation.
+
+The stages are thin adapters over :mod:`irbis.kernels.image_batch`; every stage works on a Spark
+DataFrame (through Arrow) and on a pandas DataFrame (for tests and small data), and saves and loads
+with its Params, alone or inside a Pipeline.
+
+Examples
+--------
+>>> tr = (ImageTransformer(inputCol="image", outputCol="x", outputFormat="vector")
+...       .resize(256, 256, keepAspectRatio=True).centerCrop(224, 224)
+...       .colorFormat("RGB").normalize(127.0, 128.0))
+>>> [op["op"] for op in tr.getOps()]
+['resize', 'center_crop', 'color_format', 'normalize']
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+from pyspark import keyword_only
+from pyspark.ml.linalg import VectorUDT
+from pyspark.ml.param import Param, Params, TypeConverters
+from pyspark.ml.param.shared import HasInputCol, HasOutputCol
+from pyspark.sql import functions as F
+from pyspark.sql.types import (
+    ArrayType, BinaryType, DataType, FloatType, StringType, StructField, StructType,
+)
+
+from irbis.kernels.image import DEFAULT_MAX_PIXELS, IMAGE_FIELDS, decode_batch
+from irbis.kernels.image_batch import (
+    AUGMENTATIONS, OUTPUT_FORMATS, augment_images, transform_images, unroll_images,
+)
+from irbis.kernels.image_chain import ImageChain
+from irbis.ml.base import IrbisTransformer
+from irbis.spark.images import IMAGE_STRUCT
+
+__all__ = ["ImageDecoder", "ImageSetAugmenter", "ImageTransformer", "UnrollImage"]
+
+_NULL_IMAGE = dict.fromkeys(IMAGE_FIELDS)
+# Stage outputs use all-nullable fields: a null image crosses Arrow as a struct of nulls.
+_OUT_IMAGE = StructType([StructField(f.name, f.dataType, True) for f in IMAGE_STRUCT.fields])
+
+
+def _spark_nulls(images: list[Any]) -> list[Any]:
+    # A pandas UDF cannot emit a null struct; the base turns an all-null struct into null.
+    return [_NULL_IMAGE if img is None else img for img in images]
+
+
+def _to_ops(value: Any) -> list[dict[str, Any]]:
+    """Param converter: a list of op dicts, an ImageChain or its JSON text, validated."""
+    if isinstance(value, ImageChain):
+        return value.ops
+    if isinstance(value, str):
+        return ImageChain.from_json(value).ops
+    return ImageChain(value).ops
+
+
+def _check_image_column(stage: Any, schema: StructType, col: str) -> None:
+    found = schema[col].dataType
+    if not isinstance(found, StructType) or set(IMAGE_FIELDS) - set(found.names):
+        raise TypeError(f"{type(stage).__name__}: input column {col!r} must be an image struct "
+                        f"{IMAGE_STRUCT.simpleString()}, found {found.simpleString()}; "
+                        f"read images with irbis.read_images or decode bytes with ImageDecoder")
+
+
+class _ImageStage(IrbisTransformer):
+    """Shared by the image stages: null image structs read back as ``None`` in pandas."""
+
+    def _transform_pandas(self, pdf: pd.DataFrame) -> pd.DataFrame:
+        out = super()._transform_pandas(pdf)
+        for name, dtype in self._output_columns():
+            if isinstance(dtype, StructType):
+                out[name] = [None if isinstance(v, dict) and all(x is None for x in v.values())
+                             else v for v in out[name]]
+        return out
+
+
+class HasErrorCol(Params):
+    """Mixin for ``errorCol``: where per-row failures go (empty: fail the job instead)."""
+
+    errorCol = Param(Params._dummy(), "errorCol", "column for per-row error messages; empty to "
+                     "raise on the first bad row", typeConverter=TypeConverters.toString)
+
+    def getErrorCol(self) -> str:
+        return self.getOrDefault(self.errorCol)
+
+    def setErrorCol(self, value: str) -> "HasErrorCol":
+        return self._set(errorCol=value)
+
+
+class ImageDecoder(_ImageStage, HasInputCol, HasOutputCol, HasErrorCol):
+    """Decode a column of encoded image bytes (JPEG, PNG, ...) into Spark image structs.
+
+    Bad bytes give a null image and a message in ``errorCol`` (they never fail the job).
+
+    Examples
+    --------
+    >>> ImageDecoder(inputCol="content", outputCol="image").getMaxPixels()
+    100000000
+    """
+
+    originCol = Param(Params._dummy(), "originCol", "optional column copied into the image's "
+                      "origin field (e.g. the file path)", typeConverter=TypeConverters.toString)
+    maxPixels = Param(Params._dummy(), "maxPixels", "refuse images with more pixels than this "
+                      "(0: no limit)", typeConverter=TypeConverters.toInt)
+
+    @keyword_only
+    def __init__(self, *, inputCol: str = "content", outputCol: str = "image",
+                 errorCol: str = "error", originCol: str = "", maxPixels: int = DEFAULT_MAX_PIXELS) -> None:
+        super().__init__()
+        self._setDefault(inputCol="content", outputCol="image", errorCol="error", originCol="",
+                         maxPixels=DEFAULT_MAX_PIXELS)
+        self._set(**self._input_kwargs)
+
+    def getOriginCol(self) -> str:
+        return self.getOrDefault(self.originCol)
+
+    def getMaxPixels(self) -> int:
+        return self.getOrDefault(self.maxPixels)
+
+    def _input_columns(self) -> list[str]:
+        origin = self.getOriginCol()
+        return [self.getInputCol()] + ([origin] if origin else [])
+
+    def _output_columns(self) -> list[tuple[str, DataType]]:
+        err = self.getErrorCol()
+        return [(self.getOutputCol(), _OUT_IMAGE)] + ([(err, StringType())] if err else [])
+
+    def _validate_schema(self, schema: StructType) -> None:
+        found = schema[self.getInputCol()].dataType
+        if not isinstance(found, BinaryType):
+            raise TypeError(f"ImageDecoder: input column {self.getInputCol()!r} must be binary "
+                            f"(encoded image bytes), found {found.simpleString()}")
+
+    def _make_transform_fn(self):
+        in_col, origin_col, out_col = self.getInputCol(), self.getOriginCol(), self.getOutputCol()
+        err_col, limit = self.getErrorCol(), self.getMaxPixels() or None
+
+        def decode(frame: pd.DataFrame) -> pd.DataFrame:
+            origins = frame[origin_col].tolist() if origin_col else None
+            images, errors = decode_batch(frame[in_col].tolist(), origins, limit)
+            out = {out_col: _spark_nulls(images)}
+            return pd.DataFrame({**out, err_col: errors} if err_col else out)
+
+        return decode
+
+
+class ImageTransformer(_ImageStage, HasInputCol, HasOutputCol, HasErrorCol):
+    """Apply a chain of OpenCV operations to an image column in one pass per image.
+
+    Build the chain with the methods ``resize``, ``crop``, ``centerCrop``, ``flip``, ``blur``,
+    ``threshold``, ``colorFormat`` and ``normalize`` (each returns the stage), or pass ``ops``, a
+    JSON list of :data:`irbis.kernels.image_chain.OPS` steps. ``outputFormat`` is ``"image"`` (an
+    image struct), ``"array"`` (array<float>, CHW) or ``"vector"`` (a Spark ML vector, CHW).
+
+    Examples
+    --------
+    >>> tr = ImageTransformer(outputCol="small").resize(32, 32).flip(1)
+    >>> tr.getOps()[1]
+    {'op': 'flip', 'flip_code': 1}
+    """
+
+    ops = Param(Params._dummy(), "ops", "the operations, a JSON list of {'op': name, args...}",
+                typeConverter=_to_ops)
+    outputFormat = Param(Params._dummy(), "outputFormat", f"one of {OUTPUT_FORMATS}",
+                         typeConverter=TypeConverters.toString)
+
+    @keyword_only
+    def __init__(self, *, inputCol: str = "image", outputCol: str = "transformed",
+                 ops: Any = None, outputFormat: str = "image", errorCol: str = "") -> None:
+        super().__init__()
+        self._setDefault(inputCol="image", outputCol="transformed", ops=[], outputFormat="image",
+                         errorCol="")
+        kwargs = {k: v for k, v in self._input_kwargs.items() if v is not None}
+        if kwargs.get("outputFormat", "image") not in OUTPUT_FORMATS:
+            raise ValueError(f"outputFormat must be one of {OUTPUT_FORMATS}, found {kwargs['outputFormat']!r}")
+        self._set(**kwargs)
+
+    def getOps(self) -> list[dict[str, Any]]:
+        return list(self.getOrDefault(self.ops))
+
+    def setOps(self, value: Any) -> "ImageTransformer":
+        return self._set(ops=value)
+
+    def getOutputFormat(self) -> str:
+        return self.getOrDefault(self.outputFormat)
+
+    def _add(self, op: str, **args: Any) -> "ImageTransformer":
+        return self._set(ops=ImageChain(self.getOps()).then(op, **args).ops)
+
+    def resize(self, height: int, width: int, keepAspectRatio: bool = False,
+               interpolation: str = "linear") -> "ImageTransformer":
+        """Resize; with ``keepAspectRatio`` the image covers ``height`` x ``width`` (shorter side fits)."""
+        return self._add("resize", height=height, width=width, keep_aspect_ratio=keepAspectRatio,
+                         interpolation=interpolation)
+
+    def crop(self, x: int, y: int, height: int, width: int) -> "ImageTransformer":
+        """Cut the window with top-left corner column ``x``, row ``y``."""
+        return self._add("crop", x=x, y=y, height=height, width=width)
+
+    def centerCrop(self, height: int, width: int) -> "ImageTransformer":  # noqa: N802
+        """Cut the central ``height`` x ``width`` window."""
+        return self._add("center_crop", height=height, width=width)
+
+    def flip(self, flipCode: int = 1) -> "ImageTransformer":
+        """Mirror: 1 left-right, 0 up-down, -1 both."""
+        return self._add("flip", flip_code=flipCode)
+
+    def blur(self, height: int, width: int, sigma: float = 0.0) -> "ImageTransformer":
+        """Gaussian blur with an odd ``height`` x ``width`` kernel."""
+        return self._add("blur", height=height, width=width, sigma=sigma)
+
+    def threshold(self, threshold: float, maxVal: float, type: str = "binary") -> "ImageTransformer":
+        """OpenCV threshold; ``type`` one of binary, binary_inv, trunc, tozero, tozero_inv."""
+        return self._add("threshold", threshold=threshold, max_val=maxVal, type=type)
+
+    def colorFormat(self, format: str) -> "ImageTransformer":  # noqa: N802
+        """Convert to BGR, RGB, GRAY, BGRA or RGBA."""
+        return self._add("color_format", format=format)
+
+    def normalize(self, mean: Any, std: Any, colorScaleFactor: float = 1.0) -> "ImageTransformer":
+        """``(x * colorScaleFactor - mean) / std`` per channel, as float32."""
+        return self._add("normalize", mean=mean, std=std, color_scale_factor=colorScaleFactor)
+
+    def _input_columns(self) -> list[str]:
+        return [self.getInputCol()]
+
+    def _output_columns(self) -> list[tuple[str, DataType]]:
+        fmt = self.getOutputFormat()
+        dtype = {"image": _OUT_IMAGE, "array": ArrayType(FloatType()), "vector": VectorUDT()}[fmt]
+        err = self.getErrorCol()
+        return [(self.getOutputCol(), dtype)] + ([(err, StringType())] if err else [])
+
+    def _validate_schema(self, schema: StructType) -> None:
+        _check_image_column(self, schema, self.getInputCol())
+
+    def _make_transform_fn(self):
+        in_col, out_col, err_col = self.getInputCol(), self.getOutputCol(), self.getErrorCol()
+        chain, fmt = ImageChain(self.getOps()), self.getOutputFormat()
+
+        def transform(frame: pd.DataFrame) -> pd.DataFrame:
+            values, errors = transform_images(frame[in_col].tolist(), chain, fmt, not err_col)
+            out = {out_col: _spark_nulls(values) if fmt == "image" else values}
+            return pd.DataFrame({**out, err_col: errors} if err_col else out)
+
+        return transform
+
+
+class UnrollImage(_ImageStage, HasInputCol, HasOutputCol):
+    """Flatten an image struct into a Spark ML vector (CHW order, pixel values as doubles).
+
+    Examples
+    --------
+    >>> UnrollImage(inputCol="image", outputCol="pixels").getOutputCol()
+    'pixels'
+    """
+
+    @keyword_only
+    def __init__(self, *, inputCol: str = "image", outputCol: str = "unrolled") -> None:
+        super().__init__()
+        self._setDefault(inputCol="image", outputCol="unrolled")
+        self._set(**self._input_kwargs)
+
+    def _input_columns(self) -> list[str]:
+        return [self.getInputCol()]
+
+    def _output_columns(self) -> list[tuple[str, DataType]]:
+        return [(self.getOutputCol(), VectorUDT())]
+
+    def _validate_schema(self, schema: StructType) -> None:
+        _check_image_column(self, schema, self.getInputCol())
+
+    def _make_transform_fn(self):
+        in_col, out_col = self.getInputCol(), self.getOutputCol()
+        return lambda frame: pd.DataFrame({out_col: unroll_images(frame[in_col].tolist())})
+
+
+class ImageSetAugmenter(_ImageStage, HasInputCol, HasOutputCol):
+    """Emit each image and its flipped copies as separate rows, keeping every other column.
+
+    Rows keep their other columns (an id, a label), so scores of the copies can be averaged back
+    per original image; ``variantCol`` names the copy (``original``, ``flipLeftRight``,
+    ``flipUpDown``). ``outputCol`` may equal ``inputCol`` to replace the image.
+
+    Examples
+    --------
+    >>> ImageSetAugmenter(flipUpDown=True)._augmentations()
+    ['flipLeftRight', 'flipUpDown']
+    """
+
+    flipLeftRight = Param(Params._dummy(), "flipLeftRight", "add a left-right mirrored copy",
+                          typeConverter=TypeConverters.toBoolean)
+    flipUpDown = Param(Params._dummy(), "flipUpDown", "add an up-down mirrored copy",
+                       typeConverter=TypeConverters.toBoolean)
+    variantCol = Param(Params._dummy(), "variantCol", "column naming each copy (empty: none)",
+                       typeConverter=TypeConverters.toString)
+
+    @keyword_only
+    def __init__(self, *, inputCol: str = "image", outputCol: str = "image",
+                 flipLeftRight: bool = True, flipUpDown: bool = False,
+                 variantCol: str = "augmentation") -> None:
+        super().__init__()
+        self._setDefault(inputCol="image", outputCol="image", flipLeftRight=True, flipUpDown=False,
+                         variantCol="augmentation")
+        self._set(**self._input_kwargs)
+
+    def _augmentations(self) -> list[str]:
+        return [name for name in AUGMENTATIONS if self.getOrDefault(getattr(self, name))]
+
+    def _tmp(self) -> str:
+        return f"__irbis_aug_{self.uid}"
+
+    def _input_columns(self) -> list[str]:
+        return [self.getInputCol()]
+
+    def _output_columns(self) -> list[tuple[str, DataType]]:
+        variant = StructType().add("variant", StringType()).add("image", _OUT_IMAGE)
+        return [(self._tmp(), ArrayType(variant))]
+
+    def _validate_schema(self, schema: StructType) -> None:
+        _check_image_column(self, schema, self.getInputCol())
+
+    def _make_transform_fn(self):
+        in_col, tmp, augs = self.getInputCol(), self._tmp(), self._augmentations()
+
+        def augment(frame: pd.DataFrame) -> pd.DataFrame:
+            rows = augment_images(frame[in_col].tolist(), augs)
+            return pd.DataFrame({tmp: [[{"variant": v, "image": img} for v, img in row]
+                                       for row in rows]})
+
+        return augment
+
+    def _transform(self, dataset: Any) -> Any:
+        in_col, out_col, tmp = self.getInputCol(), self.getOutputCol(), self._tmp()
+        variant_col = self.getOrDefault(self.variantCol)
+        if isinstance(dataset, pd.DataFrame):
+            out = self._transform_pandas(dataset).explode(tmp, ignore_index=True)
+            pick = [(k, [d[k] for d in out[tmp]]) for k in ("variant", "image")]
+        else:
+            out = self._transform_spark(dataset).withColumn(tmp, F.explode(tmp))
+            pick = [(k, F.col(f"{tmp}.{k}")) for k in ("variant", "image")]
+        columns = dict(zip(("variant", "image"), (v for _, v in pick)))
+        if isinstance(dataset, pd.DataFrame):
+            out = out.assign(**{out_col: columns["image"]})
+            out = out.assign(**{variant_col: columns["variant"]}) if variant_col else out
+            return out.drop(columns=[tmp])
+        out = out.withColumn(out_col, columns["image"])
+        out = out.withColumn(variant_col, columns["variant"]) if variant_col else out
+        return out.drop(tmp)

@@ -1,0 +1,73 @@
+"""Batch kernels behind the image stages and the featurizer's preprocessing (no JVM)."""
+from __future__ import annotations
+
+import cv2
+import numpy as np
+import pytest
+from skimage import data as skdata
+
+from irbis.kernels.image import ImageChain, ImageOpError, array_to_struct, struct_to_array
+from irbis.kernels.image_batch import augment_images, transform_images, unroll_images
+from irbis.kernels.image_features import preprocess_images, to_rgb8
+from irbis.models import get_spec, preprocess_rgb
+
+CAT_BGR = np.ascontiguousarray(skdata.chelsea()[:, :, ::-1])
+CAT = array_to_struct(CAT_BGR, origin="cat.png")
+
+
+def test_transform_images_outputs_struct_or_flat_chw():
+    chain = ImageChain([{"op": "resize", "height": 8, "width": 6}, {"op": "color_format", "format": "RGB"}])
+    expected = cv2.resize(CAT_BGR, (6, 8), interpolation=cv2.INTER_LINEAR)[:, :, ::-1]
+    (struct, none), errors = transform_images([CAT, None], chain, "image")
+    assert none is None and errors == [None, None] and struct["origin"] == "cat.png"
+    np.testing.assert_array_equal(struct_to_array(struct), expected)
+    (flat,), _ = transform_images([CAT], chain, "array")
+    assert flat.dtype == np.float32 and flat.shape == (3 * 8 * 6,)
+    np.testing.assert_array_equal(flat.reshape(3, 8, 6), expected.transpose(2, 0, 1))
+
+
+def test_transform_images_errors_name_the_image_or_become_null():
+    chain = ImageChain([{"op": "crop", "x": 400, "y": 0, "height": 10, "width": 100}])
+    with pytest.raises(ImageOpError, match=r"image 'cat.png': crop\(x=400.*300x451x3 uint8"):
+        transform_images([CAT], chain)
+    outputs, errors = transform_images([CAT, None], chain, raise_errors=False)
+    assert outputs == [None, None] and "falls outside the image" in errors[0] and errors[1] is None
+
+
+def test_unroll_is_chw_order():
+    img = np.arange(24, dtype=np.uint8).reshape(2, 4, 3)
+    (vec, none) = unroll_images([array_to_struct(img), None])
+    assert none is None and vec.dtype == np.float64
+    np.testing.assert_array_equal(vec, img.transpose(2, 0, 1).reshape(-1))
+
+
+def test_augment_emits_original_and_flips():
+    rows = augment_images([CAT, None], ["flipLeftRight", "flipUpDown"])
+    assert [v for v, _ in rows[0]] == ["original", "flipLeftRight", "flipUpDown"]
+    np.testing.assert_array_equal(struct_to_array(rows[0][1][1]), CAT_BGR[:, ::-1])
+    np.testing.assert_array_equal(struct_to_array(rows[0][2][1]), CAT_BGR[::-1])
+    assert rows[1] == [("original", None)]
+    with pytest.raises(ValueError, match="unknown augmentations"):
+        augment_images([CAT], ["rotate"])
+
+
+def test_to_rgb8_handles_depth_alpha_and_grey():
+    np.testing.assert_array_equal(to_rgb8(CAT_BGR), CAT_BGR[:, :, ::-1])
+    np.testing.assert_array_equal(to_rgb8((CAT_BGR.astype(np.uint16) * 257)), CAT_BGR[:, :, ::-1])
+    bgra = np.dstack([CAT_BGR, np.zeros(CAT_BGR.shape[:2], np.uint8)])
+    np.testing.assert_array_equal(to_rgb8(bgra), CAT_BGR[:, :, ::-1])
+    assert to_rgb8(CAT_BGR[:, :, :1]).shape == (300, 451, 1)
+
+
+def test_preprocess_images_structs_and_bytes_agree_with_the_spec():
+    spec = get_spec("efficientnet_lite0")
+    png = cv2.imencode(".png", CAT_BGR)[1].tobytes()
+    from_struct, valid, errors = preprocess_images([None, CAT], spec)
+    from_bytes, valid_b, errors_b = preprocess_images([png, b"junk", None], spec, encoded=True)
+    reference = preprocess_rgb(CAT_BGR[:, :, ::-1], spec)
+    assert valid.tolist() == [False, True] and errors == [None, None]
+    assert valid_b.tolist() == [True, False, False] and "not an image" in errors_b[1]
+    np.testing.assert_array_equal(from_struct[0], reference)
+    np.testing.assert_array_equal(from_bytes[0], reference)
+    with pytest.raises(ValueError, match="not an image"):
+        preprocess_images([b"junk"], spec, encoded=True, raise_errors=True)

@@ -1,0 +1,312 @@
+"""Small reshaping stages: Repartition, Cache, SelectColumns, DropColumns, RenameColumn, Lambda.
+
+Each works on a Spark DataFrame and on a pandas DataFrame (where partitioning and caching are
+no-ops), persists inside a ``Pipeline``, and names the column when one is missing.
+"""
+from __future__ import annotations
+
+import importlib
+from typing import Any, Callable
+
+import pandas as pd
+from pyspark import StorageLevel, keyword_only
+from pyspark.ml.param import Param, Params, TypeConverters
+from pyspark.ml.param.shared import HasInputCol, HasOutputCol
+from pyspark.sql import DataFrame
+from pyspark.sql.types import DataType, StructType
+
+from irbis.ml.base import IrbisTransformer
+
+
+def _columns_of(dataset: Any) -> list[str]:
+    return list(dataset.columns)
+
+
+def require_columns(stage: str, dataset: Any, cols: list[str]) -> None:
+    """Raise ``ValueError`` naming the first of ``cols`` that ``dataset`` lacks."""
+    names = _columns_of(dataset)
+    for col in cols:
+        if col not in names:
+            raise ValueError(f"{stage}: input column {col!r} not found; the DataFrame has columns {names}.")
+
+
+class _ReshapeStage(IrbisTransformer):
+    """A stage that rewrites the whole DataFrame instead of appending computed columns."""
+
+    def _input_columns(self) -> list[str]:
+        return []
+
+    def _output_columns(self) -> list[tuple[str, DataType]]:
+        return []
+
+    def setParams(self, **kwargs: Any) -> "_ReshapeStage":
+        """Set any of the Params by keyword."""
+        return self._set(**kwargs)
+
+    def _transform(self, dataset: Any) -> Any:
+        require_columns(type(self).__name__, dataset, self._input_columns())
+        if isinstance(dataset, pd.DataFrame):
+            return self._reshape_pandas(dataset)
+        return self._reshape_spark(dataset)
+
+    def _reshape_pandas(self, pdf: pd.DataFrame) -> pd.DataFrame:
+        return pdf.copy()
+
+    def _reshape_spark(self, df: DataFrame) -> DataFrame:
+        raise NotImplementedError
+
+
+class Repartition(_ReshapeStage):
+    """Repartition a DataFrame into ``numPartitions`` (optionally hashing ``partitionCols``).
+
+    Useful before a heavy stage (a network) so every core gets work. ``numPartitions=0`` with
+    ``partitionCols`` keeps Spark's default number of shuffle partitions.
+    """
+
+    numPartitions = Param(Params._dummy(), "numPartitions", "number of partitions (>= 0)", TypeConverters.toInt)
+    partitionCols = Param(
+        Params._dummy(), "partitionCols", "columns to hash rows by; empty: round robin", TypeConverters.toListString
+    )
+
+    @keyword_only
+    def __init__(self, *, numPartitions: int = 2, partitionCols: list[str] | None = None) -> None:
+        super().__init__()
+        self._setDefault(numPartitions=2, partitionCols=[])
+        self._set(**self._input_kwargs)
+        n = self.getOrDefault("numPartitions")
+        if n < 0 or (n == 0 and not self.getOrDefault("partitionCols")):
+            raise ValueError(f"Repartition: numPartitions must be >= 1 (or 0 with partitionCols), found {n}")
+
+    def _input_columns(self) -> list[str]:
+        return list(self.getOrDefault("partitionCols"))
+
+    def _reshape_spark(self, df: DataFrame) -> DataFrame:
+        n, cols = self.getOrDefault("numPartitions"), self.getOrDefault("partitionCols")
+        if cols:
+            return df.repartition(n, *cols) if n else df.repartition(*cols)
+        return df.repartition(n)
+
+
+class Cache(_ReshapeStage):
+    """Persist the DataFrame at ``storageLevel`` (for stages that read their input twice).
+
+    The input DataFrame itself is left as it was; the returned one is persisted.
+    """
+
+    storageLevel = Param(
+        Params._dummy(), "storageLevel", "a pyspark.StorageLevel name, e.g. MEMORY_AND_DISK", TypeConverters.toString
+    )
+
+    @keyword_only
+    def __init__(self, *, storageLevel: str = "MEMORY_AND_DISK") -> None:
+        super().__init__()
+        self._setDefault(storageLevel="MEMORY_AND_DISK")
+        self._set(**self._input_kwargs)
+        self._level()
+
+    def _level(self) -> StorageLevel:
+        name = self.getOrDefault("storageLevel")
+        level = getattr(StorageLevel, name, None)
+        if not isinstance(level, StorageLevel):
+            known = sorted(k for k, v in vars(StorageLevel).items() if isinstance(v, StorageLevel))
+            raise ValueError(f"Cache: storageLevel must be one of {known}, found {name!r}")
+        return level
+
+    def _reshape_spark(self, df: DataFrame) -> DataFrame:
+        return df.select("*").persist(self._level())
+
+
+class SelectColumns(_ReshapeStage):
+    """Keep only ``cols``, in that order."""
+
+    cols = Param(Params._dummy(), "cols", "columns to keep, in order", TypeConverters.toListString)
+
+    @keyword_only
+    def __init__(self, *, cols: list[str] | None = None) -> None:
+        super().__init__()
+        self._setDefault(cols=[])
+        self._set(**self._input_kwargs)
+
+    def _input_columns(self) -> list[str]:
+        return list(self.getOrDefault("cols"))
+
+    def transform_schema(self, schema: StructType) -> StructType:
+        """Schema of the output for an input of ``schema``."""
+        require_columns("SelectColumns", _Names(schema), self._input_columns())
+        return StructType([schema[c] for c in self._input_columns()])
+
+    def _reshape_pandas(self, pdf: pd.DataFrame) -> pd.DataFrame:
+        return pdf[self._input_columns()].copy()
+
+    def _reshape_spark(self, df: DataFrame) -> DataFrame:
+        return df.select(*self._input_columns())
+
+
+class DropColumns(_ReshapeStage):
+    """Drop ``cols`` (every one of them must exist)."""
+
+    cols = Param(Params._dummy(), "cols", "columns to drop", TypeConverters.toListString)
+
+    @keyword_only
+    def __init__(self, *, cols: list[str] | None = None) -> None:
+        super().__init__()
+        self._setDefault(cols=[])
+        self._set(**self._input_kwargs)
+
+    def _input_columns(self) -> list[str]:
+        return list(self.getOrDefault("cols"))
+
+    def transform_schema(self, schema: StructType) -> StructType:
+        """Schema of the output for an input of ``schema``."""
+        require_columns("DropColumns", _Names(schema), self._input_columns())
+        return StructType([f for f in schema.fields if f.name not in self._input_columns()])
+
+    def _reshape_pandas(self, pdf: pd.DataFrame) -> pd.DataFrame:
+        return pdf.drop(columns=self._input_columns())
+
+    def _reshape_spark(self, df: DataFrame) -> DataFrame:
+        return df.drop(*self._input_columns())
+
+
+class RenameColumn(_ReshapeStage, HasInputCol, HasOutputCol):
+    """Rename ``inputCol`` to ``outputCol`` (which must not exist yet)."""
+
+    @keyword_only
+    def __init__(self, *, inputCol: str | None = None, outputCol: str | None = None) -> None:
+        super().__init__()
+        self._set(**self._input_kwargs)
+
+    def _input_columns(self) -> list[str]:
+        return [self.getInputCol()] if self.isDefined("inputCol") else []
+
+    def _check_output(self, dataset: Any) -> None:
+        if not self.isDefined("inputCol") or not self.isSet("outputCol"):
+            raise ValueError("RenameColumn: set both inputCol and outputCol")
+        if self.getOutputCol() in _columns_of(dataset):
+            raise ValueError(f"RenameColumn: output column {self.getOutputCol()!r} already exists; choose another name")
+
+    def transform_schema(self, schema: StructType) -> StructType:
+        """Schema of the output for an input of ``schema``."""
+        require_columns("RenameColumn", _Names(schema), self._input_columns())
+        self._check_output(_Names(schema))
+        src, dst = self.getInputCol(), self.getOutputCol()
+        return StructType([f if f.name != src else type(f)(dst, f.dataType, f.nullable, f.metadata) for f in schema.fields])
+
+    def _reshape_pandas(self, pdf: pd.DataFrame) -> pd.DataFrame:
+        self._check_output(pdf)
+        return pdf.rename(columns={self.getInputCol(): self.getOutputCol()})
+
+    def _reshape_spark(self, df: DataFrame) -> DataFrame:
+        self._check_output(df)
+        return df.withColumnRenamed(self.getInputCol(), self.getOutputCol())
+
+
+class _Names:
+    """Adapter giving a schema the ``columns`` attribute of a DataFrame."""
+
+    def __init__(self, schema: StructType) -> None:
+        self.columns = schema.fieldNames()
+
+
+def function_reference(fn: Callable[..., Any]) -> tuple[str | None, str]:
+    """Return ``("module:qualname", "")`` for an importable function, else ``(None, reason)``."""
+    module, qualname = getattr(fn, "__module__", None), getattr(fn, "__qualname__", None)
+    if not module or not qualname:
+        return None, f"{fn!r} has no __module__/__qualname__"
+    if "<lambda>" in qualname or "<locals>" in qualname:
+        return None, f"{qualname!r} is a lambda or a closure (defined inside another function)"
+    if module == "__main__":
+        return None, f"{qualname!r} is defined in __main__ (a script or notebook)"
+    try:
+        found = resolve_function(f"{module}:{qualname}")
+    except (ImportError, AttributeError):
+        return None, f"{module}:{qualname} cannot be imported back"
+    if found is not fn:
+        return None, f"{module}:{qualname} imports back as a different object"
+    return f"{module}:{qualname}", ""
+
+
+def resolve_function(reference: str) -> Callable[..., Any]:
+    """Import the function named ``"module:qualname"``."""
+    module_name, _, qualname = reference.partition(":")
+    if not module_name or not qualname:
+        raise ValueError(f"Lambda: function reference must look like 'package.module:function', found {reference!r}")
+    obj: Any = importlib.import_module(module_name)
+    for part in qualname.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+class Lambda(_ReshapeStage):
+    """Apply a user function ``f(DataFrame) -> DataFrame`` as a pipeline stage.
+
+    The function is persisted *by reference* (``"module:qualname"``), so saving needs a function
+    defined at the top level of an importable module. Lambdas, closures and functions of
+    ``__main__`` work for ``transform`` but saving raises a ``ValueError`` saying why.
+
+    Examples
+    --------
+    >>> Lambda(function=mypackage.cleaning.drop_blurry).transform(df)  # doctest: +SKIP
+    >>> Lambda(function="mypackage.cleaning:drop_blurry")              # doctest: +SKIP
+    """
+
+    function = Param(
+        Params._dummy(), "function", "the function as 'package.module:qualname'", TypeConverters.toString
+    )
+
+    @keyword_only
+    def __init__(self, *, function: Callable[..., Any] | str | None = None) -> None:
+        super().__init__()
+        self._fn: Callable[..., Any] | None = None
+        self._not_saveable = "no function was set"
+        if function is not None:
+            self.setFunction(function)
+
+    def setFunction(self, value: Callable[..., Any] | str) -> "Lambda":
+        """Set the function: a callable or a ``"module:qualname"`` reference."""
+        if isinstance(value, str):
+            self._fn = resolve_function(value)
+            return self._set(function=value)
+        if not callable(value):
+            raise TypeError(f"Lambda: function must be callable or a 'module:qualname' string, found {type(value).__name__}")
+        self._fn = value
+        reference, self._not_saveable = function_reference(value)
+        if reference is not None:
+            self._set(function=reference)
+        else:
+            self.clear(self.function)
+        return self
+
+    def setParams(self, **kwargs: Any) -> "Lambda":
+        """Set the function by keyword."""
+        if "function" in kwargs:
+            self.setFunction(kwargs.pop("function"))
+        return self._set(**kwargs)
+
+    def write(self) -> Any:
+        """Return a writer; raises ``ValueError`` when the function cannot be saved by reference."""
+        if not self.isSet("function"):
+            raise ValueError(
+                f"Lambda: cannot save the function: {self._not_saveable}. Define it at the top level of "
+                "an importable module (not in __main__) and pass it again, or its 'module:qualname'."
+            )
+        return super().write()
+
+    def copy(self, extra: dict | None = None) -> "Lambda":
+        """Copy the stage, keeping the function."""
+        that = super().copy(extra)
+        that._fn, that._not_saveable = self._fn, self._not_saveable
+        return that
+
+    def _call(self, dataset: Any) -> Any:
+        if self._fn is None and self.isSet("function"):
+            self._fn = resolve_function(self.getOrDefault("function"))
+        if self._fn is None:
+            raise ValueError("Lambda: no function set; pass function=... first")
+        return self._fn(dataset)
+
+    def _reshape_pandas(self, pdf: pd.DataFrame) -> pd.DataFrame:
+        return self._call(pdf.copy())
+
+    def _reshape_spark(self, df: DataFrame) -> DataFrame:
+        return self._call(df)

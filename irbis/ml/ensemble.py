@@ -1,0 +1,159 @@
+"""EnsembleByKey: combine numbers and vectors over rows that share keys."""
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+from pyspark import keyword_only
+from pyspark.ml.functions import array_to_vector
+from pyspark.ml.linalg import VectorUDT
+from pyspark.ml.param import Param, Params, TypeConverters
+from pyspark.ml.stat import Summarizer
+from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import functions as F
+from pyspark.sql.types import DataType, DoubleType, NumericType, StructField, StructType
+
+from irbis.kernels.ensemble import ENSEMBLE_STRATEGIES, check_strategy, default_output_names, ensemble_frame
+from irbis.ml.base import IrbisTransformer
+
+# A null vector enters the JVM summarizer as a filler with a vanishing weight: it keeps the
+# summarizer non-empty for all-null groups without changing any mean, sum, max or min.
+_TINY_WEIGHT = 1e-300
+_FILLERS = {"mean": 0.0, "sum": 0.0, "max": float("-inf"), "min": float("inf")}
+
+
+class EnsembleByKey(IrbisTransformer):
+    """Combine columns over the rows that share ``keys`` (camera bursts, augmented copies).
+
+    Numbers are combined with ``strategy`` (``mean``, ``sum``, ``max``, ``min``) ignoring
+    missing values (null and NaN); vectors are combined element-wise in the JVM, ignoring
+    null vectors. A group with no value gives null. Null keys form a group of their own.
+    With ``collapseGroup=True`` (default) the output holds one row per group: the keys and the
+    results; with ``False`` every input row is kept and its group's results are appended.
+
+    Bad input: unknown keys or columns raise ``ValueError`` naming them; a column that is not
+    numeric or a vector raises ``TypeError``; vectors of different lengths within a group fail
+    the job with Spark's "Dimensions mismatch" error (on pandas, a ``ValueError`` naming the
+    column).
+
+    Examples
+    --------
+    >>> EnsembleByKey(keys=["burst"], cols=["probability"]).transform(df)  # doctest: +SKIP
+    """
+
+    keys = Param(Params._dummy(), "keys", "columns whose values define the groups", TypeConverters.toListString)
+    cols = Param(Params._dummy(), "cols", "numeric or vector columns to combine", TypeConverters.toListString)
+    colNames = Param(
+        Params._dummy(), "colNames", "output names, one per column of cols; empty: '<strategy>(<col>)'",
+        TypeConverters.toListString,
+    )
+    strategy = Param(
+        Params._dummy(), "strategy", f"how to combine: one of {sorted(ENSEMBLE_STRATEGIES)}", TypeConverters.toString
+    )
+    collapseGroup = Param(
+        Params._dummy(), "collapseGroup", "one row per group (true) or keep every row (false)", TypeConverters.toBoolean
+    )
+
+    @keyword_only
+    def __init__(
+        self,
+        *,
+        keys: list[str] | None = None,
+        cols: list[str] | None = None,
+        colNames: list[str] | None = None,
+        strategy: str = "mean",
+        collapseGroup: bool = True,
+    ) -> None:
+        super().__init__()
+        self._setDefault(keys=[], cols=[], colNames=[], strategy="mean", collapseGroup=True)
+        self._set(**self._input_kwargs)
+        check_strategy(self.getOrDefault("strategy"))
+
+    def setParams(self, **kwargs: Any) -> "EnsembleByKey":
+        """Set any of the Params by keyword."""
+        return self._set(**kwargs)
+
+    def _output_names(self) -> list[str]:
+        cols, names = self.getOrDefault("cols"), self.getOrDefault("colNames")
+        if names and len(names) != len(cols):
+            raise ValueError(f"EnsembleByKey: colNames has {len(names)} names for {len(cols)} cols; give one per column")
+        return list(names) or default_output_names(cols, self.getOrDefault("strategy"))
+
+    def _input_columns(self) -> list[str]:
+        return [*self.getOrDefault("keys"), *self.getOrDefault("cols")]
+
+    def _output_columns(self) -> list[tuple[str, DataType]]:
+        return [(n, DoubleType()) for n in self._output_names()]
+
+    def _validate_schema(self, schema: StructType) -> None:
+        if not self.getOrDefault("keys"):
+            raise ValueError("EnsembleByKey: keys is empty; give the columns that define the groups")
+        check_strategy(self.getOrDefault("strategy"))
+        for col in self.getOrDefault("cols"):
+            dtype = schema[col].dataType
+            if not isinstance(dtype, NumericType | VectorUDT):
+                raise TypeError(
+                    f"EnsembleByKey: column {col!r} must be numeric or a vector, found {dtype.simpleString()}"
+                )
+
+    def transform_schema(self, schema: StructType) -> StructType:
+        """Schema of the output for an input of ``schema``."""
+        self._check_schema(schema)
+        outs = [
+            StructField(n, schema[c].dataType if isinstance(schema[c].dataType, VectorUDT) else DoubleType(), True)
+            for c, n in zip(self.getOrDefault("cols"), self._output_names())
+        ]
+        if self.getOrDefault("collapseGroup"):
+            return StructType([schema[k] for k in self.getOrDefault("keys")] + outs)
+        return StructType(schema.fields + outs)
+
+    def _transform(self, dataset: Any) -> Any:
+        if isinstance(dataset, pd.DataFrame):
+            return ensemble_frame(
+                dataset, self.getOrDefault("keys"), self.getOrDefault("cols"), self._output_names(),
+                self.getOrDefault("strategy"), self.getOrDefault("collapseGroup"),
+            )
+        return self._transform_spark(dataset)
+
+    def _transform_spark(self, df: DataFrame) -> DataFrame:
+        self._check_schema(df.schema)
+        keys, strategy = self.getOrDefault("keys"), self.getOrDefault("strategy")
+        specs = [_aggregate(df, c, strategy) for c in self.getOrDefault("cols")]
+        names = self._output_names()
+        if self.getOrDefault("collapseGroup"):
+            return df.groupBy(*keys).agg(*[make(None).alias(n) for make, n in zip(specs, names)])
+        window = Window.partitionBy(*keys)
+        return df.select("*", *[make(window).alias(n) for make, n in zip(specs, names)])
+
+
+def vector_size(df: DataFrame, col: str) -> int:
+    """Size of the vectors of ``col``: from its ``ml_attr`` metadata, else from its first non-null row."""
+    attrs = df.schema[col].metadata.get("ml_attr", {})
+    if "num_attrs" in attrs:
+        return int(attrs["num_attrs"])
+    if "size" in attrs:
+        return int(attrs["size"])
+    first = df.where(F.col(col).isNotNull()).select(col).first()
+    return 0 if first is None else int(first[0].size)
+
+
+def _aggregate(df: DataFrame, col: str, strategy: str):
+    """Return ``make(window_or_None) -> Column`` combining ``col`` with ``strategy``."""
+    c = F.col(col)
+    if not isinstance(df.schema[col].dataType, VectorUDT):
+        value = F.nanvl(c.cast("double"), F.lit(None).cast("double"))
+        func = {"mean": F.avg, "sum": F.sum, "max": F.max, "min": F.min}[strategy]
+        return lambda w: func(value) if w is None else func(value).over(w)
+    size = vector_size(df, col)
+    if size == 0:  # no vector at all: every group is empty
+        return lambda w: F.lit(None).cast(VectorUDT())
+    filler = array_to_vector(F.array_repeat(F.lit(_FILLERS[strategy]), size))
+    weight = F.when(c.isNull(), F.lit(_TINY_WEIGHT)).otherwise(F.lit(1.0))
+    summary = Summarizer.metrics(strategy).summary(F.coalesce(c, filler), weight)
+
+    def make(w: Window | None) -> Column:
+        count = F.count(c) if w is None else F.count(c).over(w)
+        value = summary if w is None else summary.over(w)
+        return F.when(count > 0, value[strategy])
+
+    return make

@@ -38,8 +38,17 @@ TIME_PARTS = DATE_PARTS + ("hour", "minute", "second")
 OTHER_LEVEL = "__other__"
 
 
+def is_missing(value: Any) -> bool:
+    """Whether one cell is missing: ``None``, NaN, ``NaT`` or ``pd.NA`` (never an array)."""
+    if value is None:
+        return True
+    if isinstance(value, list | tuple | np.ndarray | dict):
+        return False
+    return bool(pd.isna(value))
+
+
 def _missing_mask(series: pd.Series) -> np.ndarray:
-    return np.asarray([v is None or (np.isscalar(v) and bool(pd.isna(v))) for v in series], dtype=bool)
+    return np.asarray([is_missing(v) for v in series], dtype=bool)
 
 
 def _epoch_seconds(series: pd.Series) -> np.ndarray:
@@ -179,7 +188,7 @@ def infer_kind(series: pd.Series) -> str:
         return "numeric"
     if pd.api.types.is_datetime64_any_dtype(dtype):
         return "timestamp"
-    present = [v for v in series if not (v is None or (np.isscalar(v) and bool(pd.isna(v))))]
+    present = [v for v in series if not is_missing(v)]
     if not present:
         return "numeric"
     first = present[0]

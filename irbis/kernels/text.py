@@ -193,22 +193,30 @@ class TextSteps:
     binary: bool = False
 
 
-def documents_terms(texts: Iterable[str | None], steps: TextSteps) -> list[list[str]]:
-    """Run tokenisation, stop-word removal and n-grams over texts, as configured."""
+def process_tokens(tokens: Sequence[str] | None, steps: TextSteps) -> list[str]:
+    """Stop-word removal and n-grams over one token list, as configured (``None``: no tokens)."""
+    tokens = list(tokens) if tokens is not None else []
+    if steps.stop_words is not None:
+        tokens = remove_stop_words(tokens, steps.stop_words, steps.case_sensitive_stop_words)
+    if steps.ngram_length and steps.ngram_length > 1:
+        tokens = ngrams(tokens, steps.ngram_length)
+    return tokens
+
+
+def documents_terms(
+    texts: Iterable[str | None], steps: TextSteps, tokenized: bool = False
+) -> list[list[str]]:
+    """Run tokenisation (unless ``tokenized``: texts are token lists), stop words and n-grams."""
     docs = []
     for text in texts:
-        tokens = tokenize(text, steps.pattern, steps.gaps, steps.min_token_length, steps.to_lowercase)
-        if steps.stop_words is not None:
-            tokens = remove_stop_words(tokens, steps.stop_words, steps.case_sensitive_stop_words)
-        if steps.ngram_length and steps.ngram_length > 1:
-            tokens = ngrams(tokens, steps.ngram_length)
-        docs.append(tokens)
+        tokens = text if tokenized else tokenize(text, steps.pattern, steps.gaps, steps.min_token_length, steps.to_lowercase)
+        docs.append(process_tokens(tokens, steps))
     return docs
 
 
 def text_vectors(
-    texts: Iterable[str | None], steps: TextSteps, idf: IdfState | None = None
+    texts: Iterable[str | None], steps: TextSteps, idf: IdfState | None = None, tokenized: bool = False
 ) -> sp.csr_matrix:
-    """Texts to (optionally IDF-weighted) hashed term-frequency rows."""
-    tf = hashing_tf(documents_terms(texts, steps), steps.num_features, steps.binary)
+    """Texts (or token lists when ``tokenized``) to (optionally IDF-weighted) hashed term frequencies."""
+    tf = hashing_tf(documents_terms(texts, steps, tokenized), steps.num_features, steps.binary)
     return apply_idf(tf, idf) if idf is not None else tf

@@ -68,3 +68,11 @@ def test_wrong_vector_size_is_named():
     bad.at[0, "vec"] = np.ones(3)
     with pytest.raises(ValueError, match="'vec'.*size 2.*size 3"):
         transform_frame(bad, plans)
+
+
+def test_missing_timestamps_are_flagged():
+    f = pd.DataFrame({"ts": pd.to_datetime(["2024-01-01 10:00", None, "2024-01-01 12:00"])})
+    plans = _plans(f)
+    assert plans[0]["kind"] == "timestamp" and plans[0]["flag"]
+    out = transform_frame(f, plans)
+    assert out[1, 4] == 11.0 and out[1, -1] == 1.0 and out[0, -1] == 0.0

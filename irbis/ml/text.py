@@ -1,0 +1,221 @@
+"""TextFeaturizer: text to a term-frequency (or TF-IDF) vector in one estimator."""
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from pyspark import keyword_only
+from pyspark.ml.feature import IDF, ElementwiseProduct, HashingTF, NGram, RegexTokenizer, StopWordsRemover
+from pyspark.ml.linalg import DenseVector, VectorUDT
+from pyspark.ml.param import Param, Params, TypeConverters
+from pyspark.ml.param.shared import HasInputCol, HasOutputCol
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql.types import ArrayType, DataType, StringType, StructType
+
+from irbis.kernels.text import IdfState, TextSteps, apply_idf, fit_idf, text_vectors
+from irbis.ml.base import IrbisEstimator, IrbisModel
+
+_P = Params._dummy()
+
+
+class _TextFeaturizerParams(HasInputCol, HasOutputCol):
+    """Params shared by :class:`TextFeaturizer` and :class:`TextFeaturizerModel`."""
+
+    useTokenizer = Param(_P, "useTokenizer", "split text with a regex (false: the input holds token arrays)", TypeConverters.toBoolean)
+    tokenizerPattern = Param(_P, "tokenizerPattern", "regex of separators (gaps) or tokens", TypeConverters.toString)
+    tokenizerGaps = Param(_P, "tokenizerGaps", "the pattern matches separators (true) or tokens (false)", TypeConverters.toBoolean)
+    minTokenLength = Param(_P, "minTokenLength", "shorter tokens are dropped", TypeConverters.toInt)
+    toLowercase = Param(_P, "toLowercase", "lower-case text before tokenising", TypeConverters.toBoolean)
+    useStopWordsRemover = Param(_P, "useStopWordsRemover", "remove stop words", TypeConverters.toBoolean)
+    stopWords = Param(_P, "stopWords", "stop words; empty: the default list of stopWordsLanguage", TypeConverters.toListString)
+    stopWordsLanguage = Param(_P, "stopWordsLanguage", "language of the default stop words (e.g. english)", TypeConverters.toString)
+    caseSensitiveStopWords = Param(_P, "caseSensitiveStopWords", "compare stop words case-sensitively", TypeConverters.toBoolean)
+    useNGram = Param(_P, "useNGram", "replace tokens by their n-grams", TypeConverters.toBoolean)
+    nGramLength = Param(_P, "nGramLength", "n of the n-grams (>= 1)", TypeConverters.toInt)
+    numFeatures = Param(_P, "numFeatures", "size of the hashed term-frequency vector", TypeConverters.toInt)
+    binary = Param(_P, "binary", "term presence (1.0) instead of counts", TypeConverters.toBoolean)
+    useIDF = Param(_P, "useIDF", "weight term frequencies by inverse document frequency", TypeConverters.toBoolean)
+    minDocFreq = Param(_P, "minDocFreq", "terms in fewer documents get IDF weight 0", TypeConverters.toInt)
+
+    _DEFAULTS: dict[str, Any] = dict(
+        useTokenizer=True, tokenizerPattern=r"\s+", tokenizerGaps=True, minTokenLength=1, toLowercase=True,
+        useStopWordsRemover=False, stopWords=[], stopWordsLanguage="english", caseSensitiveStopWords=False,
+        useNGram=False, nGramLength=2, numFeatures=1 << 18, binary=False, useIDF=True, minDocFreq=1,
+    )
+
+    def _check_params(self) -> None:
+        for name, low in (("numFeatures", 1), ("nGramLength", 1), ("minTokenLength", 0), ("minDocFreq", 0)):
+            if self.getOrDefault(name) < low:
+                raise ValueError(f"{type(self).__name__}: {name} must be >= {low}, found {self.getOrDefault(name)}")
+
+    def _check_input(self, schema: StructType) -> None:
+        col = self.getInputCol()
+        if col not in schema.fieldNames():
+            raise ValueError(f"{type(self).__name__}: input column {col!r} not found; the DataFrame has columns {schema.fieldNames()}.")
+        dtype = schema[col].dataType
+        wanted = StringType() if self.getOrDefault("useTokenizer") else ArrayType(StringType())
+        if dtype.simpleString() != wanted.simpleString():
+            raise TypeError(
+                f"{type(self).__name__}: column {col!r} must be {wanted.simpleString()} "
+                f"(useTokenizer={self.getOrDefault('useTokenizer')}), found {dtype.simpleString()}"
+            )
+        if self.getOutputCol() in schema.fieldNames():
+            raise ValueError(f"{type(self).__name__}: output column {self.getOutputCol()!r} already exists; choose another name")
+
+    def _stop_words(self) -> list[str] | None:
+        if not self.getOrDefault("useStopWordsRemover"):
+            return None
+        return list(self.getOrDefault("stopWords")) or StopWordsRemover.loadDefaultStopWords(
+            self.getOrDefault("stopWordsLanguage")
+        )
+
+    def _steps(self) -> TextSteps:
+        g = self.getOrDefault
+        return TextSteps(
+            pattern=g("tokenizerPattern"), gaps=g("tokenizerGaps"), min_token_length=g("minTokenLength"),
+            to_lowercase=g("toLowercase"), stop_words=tuple(self._stop_words() or ()) if g("useStopWordsRemover") else None,
+            case_sensitive_stop_words=g("caseSensitiveStopWords"),
+            ngram_length=g("nGramLength") if g("useNGram") else None, num_features=g("numFeatures"), binary=g("binary"),
+        )
+
+    def _tf_pandas(self, cells: list[Any]) -> Any:
+        """Hashed term frequencies of pandas cells (texts, or token lists without the tokenizer)."""
+        return text_vectors(cells, self._steps(), tokenized=not self.getOrDefault("useTokenizer"))
+
+    def _term_frequencies(self, df: DataFrame, tf_col: str) -> tuple[DataFrame, list[str]]:
+        """Append hashed term frequencies to ``df`` with SparkML stages; return it and the temporary columns."""
+        g, prefix = self.getOrDefault, f"__{self.uid}_"
+        text = prefix + "text"
+        empty = F.lit("") if g("useTokenizer") else F.array().cast("array<string>")
+        df = df.withColumn(text, F.coalesce(F.col(self.getInputCol()), empty))
+        temps, current = [text], text
+        stages = []
+        if g("useTokenizer"):
+            stages.append(RegexTokenizer(pattern=g("tokenizerPattern"), gaps=g("tokenizerGaps"),
+                                         minTokenLength=g("minTokenLength"), toLowercase=g("toLowercase")))
+        if g("useStopWordsRemover"):
+            stages.append(StopWordsRemover(stopWords=self._stop_words(), caseSensitive=g("caseSensitiveStopWords")))
+        if g("useNGram"):
+            stages.append(NGram(n=g("nGramLength")))
+        for i, stage in enumerate(stages):
+            out = f"{prefix}{i}"
+            df = stage.setInputCol(current).setOutputCol(out).transform(df)
+            temps.append(out)
+            current = out
+        df = HashingTF(inputCol=current, outputCol=tf_col, numFeatures=g("numFeatures"), binary=g("binary")).transform(df)
+        return df, temps
+
+
+class TextFeaturizer(IrbisEstimator, _TextFeaturizerParams):
+    """Text to a hashed term-frequency vector, IDF-weighted by default, in one estimator.
+
+    Steps, each switchable: regex tokenisation (with lower-casing and a minimum token length),
+    stop-word removal, n-grams, hashing term frequencies (``numFeatures`` slots), IDF. Spark
+    runs SparkML's own JVM stages; the fitted model runs the same steps on a pandas frame.
+    A null text is an empty document (an all-zero vector).
+
+    Bad input: a missing input column raises ``ValueError``; a column that is not a string
+    (or, with ``useTokenizer=False``, an array of strings) raises ``TypeError``. Patterns are
+    Java regexes in Spark and Python regexes on pandas: keep to their common syntax.
+
+    Examples
+    --------
+    >>> model = TextFeaturizer(inputCol="review", outputCol="features", useNGram=True).fit(train)  # doctest: +SKIP
+    """
+
+    @keyword_only
+    def __init__(self, *, inputCol: str | None = None, outputCol: str | None = None, **kwargs: Any) -> None:
+        super().__init__()
+        self._setDefault(**self._DEFAULTS)
+        self._set(**self._input_kwargs)
+        self._check_params()
+
+    def setParams(self, **kwargs: Any) -> "TextFeaturizer":
+        """Set any of the Params by keyword."""
+        return self._set(**kwargs)
+
+    def _fit(self, dataset: Any) -> "TextFeaturizerModel":
+        self._check_params()
+        model = TextFeaturizerModel()
+        self._copyValues(model)
+        if isinstance(dataset, pd.DataFrame):
+            if self.getInputCol() not in dataset.columns:
+                raise ValueError(f"TextFeaturizer: input column {self.getInputCol()!r} not found; the DataFrame has columns {list(dataset.columns)}.")
+            if self.getOrDefault("useIDF"):
+                tf = self._tf_pandas(dataset[self.getInputCol()].tolist())
+                model._idf = fit_idf(tf, self.getOrDefault("minDocFreq"))
+        else:
+            self._check_input(dataset.schema)
+            if self.getOrDefault("useIDF"):
+                tf_col = f"__{self.uid}_tf"
+                df, _ = self._term_frequencies(dataset, tf_col)
+                fitted = IDF(inputCol=tf_col, minDocFreq=self.getOrDefault("minDocFreq")).fit(df)
+                model._idf = IdfState(fitted.idf.toArray(), np.asarray(fitted.docFreq, dtype=np.int64), int(fitted.numDocs))
+        if self.getOrDefault("useStopWordsRemover") and not self.getOrDefault("stopWords"):
+            model._set(stopWords=self._stop_words())
+        return model
+
+
+class TextFeaturizerModel(IrbisModel, _TextFeaturizerParams):
+    """A fitted :class:`TextFeaturizer`: its Params plus the IDF weights (saved beside them)."""
+
+    @keyword_only
+    def __init__(self, *, inputCol: str | None = None, outputCol: str | None = None, **kwargs: Any) -> None:
+        super().__init__()
+        self._setDefault(**self._DEFAULTS)
+        self._set(**self._input_kwargs)
+        self._idf: IdfState | None = None
+
+    @property
+    def idf(self) -> np.ndarray | None:
+        """The IDF weight of each slot (``None`` when ``useIDF`` is false)."""
+        return None if self._idf is None else self._idf.idf
+
+    def _input_columns(self) -> list[str]:
+        return [self.getInputCol()]
+
+    def _output_columns(self) -> list[tuple[str, DataType]]:
+        return [(self.getOutputCol(), VectorUDT())]
+
+    def transform_schema(self, schema: StructType) -> StructType:
+        """Schema of the output for an input of ``schema``."""
+        self._check_input(schema)
+        return super().transform_schema(schema)
+
+    def _transform(self, dataset: Any) -> Any:
+        if isinstance(dataset, pd.DataFrame):
+            return self._transform_pandas_text(dataset)
+        self._check_input(dataset.schema)
+        out = self.getOutputCol()
+        if self._idf is None:
+            df, temps = self._term_frequencies(dataset, out)
+        else:
+            tf_col = f"__{self.uid}_tf"
+            df, temps = self._term_frequencies(dataset, tf_col)
+            scale = ElementwiseProduct(scalingVec=DenseVector(self._idf.idf), inputCol=tf_col, outputCol=out)
+            df = scale.transform(df)
+            temps.append(tf_col)
+        return df.drop(*temps)
+
+    def _transform_pandas_text(self, pdf: pd.DataFrame) -> pd.DataFrame:
+        if self.getInputCol() not in pdf.columns:
+            raise ValueError(f"TextFeaturizerModel: input column {self.getInputCol()!r} not found; the DataFrame has columns {list(pdf.columns)}.")
+        tf = self._tf_pandas(pdf[self.getInputCol()].tolist())
+        if self._idf is not None:
+            tf = apply_idf(tf, self._idf)
+        out = pdf.copy()
+        out[self.getOutputCol()] = [np.asarray(row.toarray()).ravel() for row in tf] if tf.shape[0] else []
+        return out
+
+    def _save_extra(self, path: str) -> None:
+        if self._idf is not None:
+            np.savez(os.path.join(path, "idf.npz"), idf=self._idf.idf, doc_freq=self._idf.doc_freq, num_docs=self._idf.num_docs)
+
+    def _load_extra(self, path: str) -> None:
+        file = os.path.join(path, "idf.npz")
+        if os.path.exists(file):
+            with np.load(file) as data:
+                self._idf = IdfState(data["idf"], data["doc_freq"], int(data["num_docs"]))

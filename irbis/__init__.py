@@ -1,2 +1,46 @@
-"""Irbis: deep networks as first-class stages of Apache Spark ML pipelines."""
+"""Irbis: deep networks as first-class stages of Apache Spark ML pipelines, with PyTorch as the engine.
+
+The names below are imported on first use, so ``import irbis`` stays light (no JVM, no torch).
+
+Examples
+--------
+>>> import irbis
+>>> spark = irbis.get_spark()                                                  # doctest: +SKIP
+>>> scorer = irbis.TorchModel(modelPath="efficientnet_lite0", inputCol="pixels",
+...                           outputCol="logits", inputShape=[3, 224, 224])    # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
 __version__ = "0.1.0"
+
+#: public name -> module that defines it
+_EXPORTS: dict[str, str] = {
+    "get_spark": "irbis.spark.session",
+    "TorchModel": "irbis.ml.torch_model",
+    "ONNXModel": "irbis.ml.onnx_model",
+    "ModelRepository": "irbis.models",
+    "ModelSpec": "irbis.models",
+    "MODELS": "irbis.models",
+    "ARCHITECTURES": "irbis.models",
+    "build_model": "irbis.models",
+    "get_spec": "irbis.models",
+    "preprocess_rgb": "irbis.models",
+}
+
+__all__ = sorted(_EXPORTS) + ["__version__"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        value = getattr(importlib.import_module(_EXPORTS[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'irbis' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return __all__

@@ -74,6 +74,9 @@ def get_spark(master: str | None = None, app_name: str = "irbis", **conf: Any) -
         # Executors of local-cluster[n,cores,mem] must fit into mem megabytes each.
         mem_mb = int(master.rstrip("]").split(",")[-1])
         settings["spark.executor.memory"] = f"{max(mem_mb // 2, 512)}m"
+        # Let the first job wait until every executor has registered, so work spreads over all of them.
+        settings["spark.scheduler.minRegisteredResourcesRatio"] = "1.0"
+        settings["spark.scheduler.maxRegisteredResourcesWaitingTime"] = "120s"
     settings.update({k: str(v) for k, v in conf.items()})
     builder = SparkSession.builder.master(master).appName(app_name)
     for key, value in settings.items():

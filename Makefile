@@ -1,0 +1,30 @@
+# The two commands of the README: `make demo` (set up + main job) and `make test`.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: setup demo test bench clean
+
+setup: $(STAMP)
+
+# CPU PyTorch first and pinned (a plain `torch` requirement would pull a multi-GB CUDA build),
+# then Irbis and its pinned dependencies.
+$(STAMP): pyproject.toml constraints.txt
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet torch==2.13.0
+	$(PY) -m pip install --quiet -c constraints.txt -e '.[dev]'
+	touch $(STAMP)
+
+demo: setup
+	$(VENV)/bin/irbis demo
+
+test: setup
+	$(PY) -m pytest
+
+bench: setup
+	$(PY) benchmarks/inference.py
+
+clean:
+	rm -rf $(VENV) irbis-demo-output .pytest_cache

@@ -1,0 +1,80 @@
+"""The ``irbis`` command line: ``irbis demo | classify | models``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+
+def _cmd_models(args: argparse.Namespace) -> int:
+    from irbis.models import ModelRepository
+
+    repo = ModelRepository(catalogue=args.catalogue)
+    for entry in repo.entries():
+        weights = "weights shipped" if entry.uri else "architecture only"
+        print(f"{entry.name:24s} {entry.architecture:20s} input {list(entry.input_shape)}  {weights}")
+    return 0
+
+
+def _cmd_classify(args: argparse.Namespace) -> int:
+    from irbis.demo.photos import classify_photos
+
+    table = classify_photos(args.images, model=args.model, precision=args.precision, master=args.master,
+                            top=args.top)
+    for path, labels in table:
+        print(path)
+        for name, prob in labels:
+            print(f"    {prob:6.3f}  {name}")
+    return 0
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    from irbis.demo.photos import classify_photos, write_sample_photos
+
+    folder = write_sample_photos(args.output)
+    print(f"Scoring the sample photographs in {folder} with EfficientNet-Lite0 on Spark {args.master}")
+    for path, labels in classify_photos(str(folder), precision=args.precision, master=args.master, top=3):
+        print(f"{path.split('/')[-1]:16s} " + ", ".join(f"{n} ({p:.2f})" for n, p in labels))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of the ``irbis`` command."""
+    parser = argparse.ArgumentParser(prog="irbis", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    demo = sub.add_parser("demo", help="run the main job on the embedded Spark")
+    demo.add_argument("--output", default="irbis-demo-output", help="folder for the demo's files")
+    demo.add_argument("--master", default="local[2]", help="Spark master URL")
+    demo.add_argument("--precision", default="bf16", choices=["fp32", "bf16", "int8"])
+    demo.set_defaults(func=_cmd_demo)
+
+    classify = sub.add_parser("classify", help="top ImageNet classes of every image in a folder")
+    classify.add_argument("images", help="folder of JPEG/PNG/BMP images (searched recursively)")
+    classify.add_argument("--model", default="efficientnet_lite0")
+    classify.add_argument("--precision", default="fp32", choices=["fp32", "bf16", "int8"])
+    classify.add_argument("--master", default="local[*]")
+    classify.add_argument("--top", type=int, default=5)
+    classify.set_defaults(func=_cmd_classify)
+
+    models = sub.add_parser("models", help="list the models of the repository")
+    models.add_argument("--catalogue", default=None, help="extra catalogue: folder, JSON file or URL")
+    models.set_defaults(func=_cmd_models)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``irbis`` command."""
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except (ValueError, FileNotFoundError, TypeError) as err:
+        print(f"irbis {args.command}: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
+
+__all__ = ["main", "build_parser"]

@@ -1,0 +1,1 @@
+"""Demo jobs behind `irbis demo` and friends."""

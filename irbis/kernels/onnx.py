@@ -1,0 +1,106 @@
+"""ONNX graphs as pure batch functions through ONNX Runtime: dict of arrays in, dict of arrays out.
+
+Sessions are cached per process, keyed by the file's identity and the requested outputs, so a Spark
+Python worker builds one session per graph. Any node output of the graph can be fetched (for transfer
+learning): it is added to the graph's outputs before the session is built.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from irbis.kernels.inference import source_identity
+
+DictBatchFn = Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]]
+
+_SESSIONS: dict[tuple, object] = {}
+_LOCK = threading.Lock()
+
+_ONNX_TO_NUMPY = {
+    "tensor(float)": np.float32, "tensor(double)": np.float64, "tensor(float16)": np.float16,
+    "tensor(int64)": np.int64, "tensor(int32)": np.int32, "tensor(int8)": np.int8,
+    "tensor(uint8)": np.uint8, "tensor(bool)": np.bool_,
+}
+
+
+def graph_signature(path: str) -> tuple[dict[str, tuple], dict[str, tuple]]:
+    """Input and output names of a graph with their shapes (``None`` for dynamic axes)."""
+    session = _session(path, (), "cpu", 1)
+    shape = lambda a: tuple(d if isinstance(d, int) else None for d in a.shape)  # noqa: E731
+    return ({a.name: shape(a) for a in session.get_inputs()},
+            {a.name: shape(a) for a in session.get_outputs()})
+
+
+def input_dtypes(path: str) -> dict[str, type]:
+    """numpy dtype expected by each graph input."""
+    session = _session(path, (), "cpu", 1)
+    return {a.name: _ONNX_TO_NUMPY.get(a.type, np.float32) for a in session.get_inputs()}
+
+
+def make_onnx_predict_fn(path: str, fetches: Sequence[str], *, batch_size: int = 64,
+                         device: str = "cpu", num_threads: int = 1) -> DictBatchFn:
+    """Return ``fn(feeds) -> outputs`` running the graph at ``path`` in mini-batches.
+
+    ``fetches`` may name graph outputs or any inner node output. Outputs are concatenated over the
+    mini-batches along the first axis.
+    """
+    known_outputs = set(graph_signature(path)[1])
+    extra = tuple(sorted(set(fetches) - known_outputs))
+    session = _session(path, extra, device, num_threads)
+    fetch_list = list(fetches)
+
+    def run(feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        n = len(next(iter(feeds.values())))
+        parts: list[list[np.ndarray]] = [[] for _ in fetch_list]
+        for start in range(0, n, batch_size):
+            chunk = {k: v[start:start + batch_size] for k, v in feeds.items()}
+            for i, out in enumerate(session.run(fetch_list, chunk)):
+                parts[i].append(out)
+        return {name: np.concatenate(p) if p else np.zeros((0,)) for name, p in zip(fetch_list, parts)}
+
+    return run
+
+
+def _session(path: str, extra_outputs: tuple[str, ...], device: str, num_threads: int):
+    import onnxruntime as ort
+
+    key = (source_identity({"kind": "onnx", "path": path}), extra_outputs, device, num_threads)
+    with _LOCK:
+        if key in _SESSIONS:
+            return _SESSIONS[key]
+        if not Path(path).is_file():
+            raise FileNotFoundError(f"ONNX model file not found: {path}")
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = max(1, num_threads)
+        options.inter_op_num_threads = 1
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        providers = ["CUDAExecutionProvider", "CPUExecutionProvider"] if device in ("cuda", "auto") \
+            else ["CPUExecutionProvider"]
+        providers = [p for p in providers if p in ort.get_available_providers()]
+        if device == "cuda" and "CUDAExecutionProvider" not in providers:
+            raise ValueError("device='cuda' was asked for, but ONNX Runtime has no CUDA provider here")
+        model: bytes | str = _with_outputs(path, extra_outputs) if extra_outputs else path
+        session = ort.InferenceSession(model, options, providers=providers)
+        _SESSIONS[key] = session
+        return session
+
+
+def _with_outputs(path: str, names: tuple[str, ...]) -> bytes:
+    """The graph with inner node outputs ``names`` exposed as graph outputs."""
+    import onnx
+
+    model = onnx.load(path)
+    produced = {o for node in model.graph.node for o in node.output}
+    missing = [n for n in names if n not in produced]
+    if missing:
+        some = sorted(produced)[:30]
+        raise ValueError(f"outputLayer {missing[0]!r} is not a node output of {path}; some node outputs: {some}")
+    typed = {v.name: v for v in model.graph.value_info}
+    for name in names:
+        model.graph.output.append(typed.get(name) or onnx.helper.make_empty_tensor_value_info(name))
+    return model.SerializeToString()

@@ -1,0 +1,155 @@
+"""``ONNXModel``: run an ONNX graph over DataFrame columns through ONNX Runtime."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from pyspark import keyword_only
+from pyspark.ml.linalg import VectorUDT
+from pyspark.ml.param import Param, Params, TypeConverters
+from pyspark.sql.types import ArrayType, DataType, FloatType, StructType
+
+from irbis.kernels.batching import rows_to_batch, scatter_rows
+from irbis.kernels.onnx import graph_signature, input_dtypes, make_onnx_predict_fn
+from irbis.ml.base import IrbisModel, TransformFn
+from irbis.ml.torch_model import _NetworkStageParams, check_network_input
+from irbis.spark.files import localize, ship_file
+
+
+class ONNXModel(_NetworkStageParams, IrbisModel):
+    """Run an ONNX graph over one or more columns with ONNX Runtime.
+
+    Either ``inputCol``/``outputCol`` for a graph with one input (the first graph output, or
+    ``outputLayer``, is returned), or SynapseML's ``feedDict`` (graph input -> column) and
+    ``fetchDict`` (output column -> graph output or inner node output) for several.
+
+    Examples
+    --------
+    .. code-block:: python
+
+        onnx = ONNXModel(modelPath="resnet50.onnx", feedDict={"input": "pixels"},
+                         fetchDict={"probability": "output"}, miniBatchSize=32)
+        scored = onnx.transform(df)
+    """
+
+    _vector_dtype = "float32"
+    feedDict = Param(Params._dummy(), "feedDict", "graph input name -> input column",
+                     typeConverter=TypeConverters.identity)
+    fetchDict = Param(Params._dummy(), "fetchDict", "output column -> graph output (or inner node output) name",
+                      typeConverter=TypeConverters.identity)
+
+    @keyword_only
+    def __init__(self, *, modelPath: str | None = None, inputCol: str | None = None,
+                 outputCol: str | None = None, feedDict: dict[str, str] | None = None,
+                 fetchDict: dict[str, str] | None = None, outputLayer: str = "", miniBatchSize: int = 64,
+                 inputShape: list[int] | None = None, device: str = "cpu", outputType: str = "vector") -> None:
+        super().__init__()
+        self._set(**self._input_kwargs)
+
+    @keyword_only
+    def setParams(self, **kwargs: Any) -> "ONNXModel":
+        """Set any of the constructor's params."""
+        return self._set(**kwargs)
+
+    def setModelPath(self, value: str) -> "ONNXModel":
+        return self._set(modelPath=value)
+
+    def setFeedDict(self, value: dict[str, str]) -> "ONNXModel":
+        return self._set(feedDict=dict(value))
+
+    def setFetchDict(self, value: dict[str, str]) -> "ONNXModel":
+        return self._set(fetchDict=dict(value))
+
+    def setInputCol(self, value: str) -> "ONNXModel":
+        return self._set(inputCol=value)
+
+    def setOutputCol(self, value: str) -> "ONNXModel":
+        return self._set(outputCol=value)
+
+    def setMiniBatchSize(self, value: int) -> "ONNXModel":
+        return self._set(miniBatchSize=value)
+
+    def setDevice(self, value: str) -> "ONNXModel":
+        return self._set(device=value)
+
+    # -- feeds and fetches -----------------------------------------------------------------------
+    def _feeds(self) -> dict[str, str]:
+        if self.isDefined(self.feedDict):
+            return dict(self.getOrDefault(self.feedDict))
+        inputs = list(graph_signature(self.getModelPath())[0])
+        if len(inputs) != 1:
+            raise ValueError(f"ONNXModel: the graph has inputs {inputs}; map each to a column with feedDict")
+        return {inputs[0]: self.getInputCol()}
+
+    def _fetches(self) -> dict[str, str]:
+        if self.isDefined(self.fetchDict):
+            return dict(self.getOrDefault(self.fetchDict))
+        outputs = list(graph_signature(self.getModelPath())[1])
+        return {self.getOutputCol(): self.getOutputLayer() or outputs[0]}
+
+    def _input_columns(self) -> list[str]:
+        return list(dict.fromkeys(self._feeds().values()))
+
+    def _output_columns(self) -> list[tuple[str, DataType]]:
+        out = VectorUDT() if self.getOutputType() == "vector" else ArrayType(FloatType())
+        return [(name, out) for name in self._fetches()]
+
+    def _validate_schema(self, schema: StructType) -> None:
+        self._validate_network_params()
+        inputs = graph_signature(self.getModelPath())[0]
+        for graph_input, col in self._feeds().items():
+            if graph_input not in inputs:
+                raise ValueError(f"ONNXModel: feedDict names graph input {graph_input!r}; the graph's "
+                                 f"inputs are {list(inputs)}")
+            check_network_input("ONNXModel", col, schema[col].dataType)
+
+    def _make_transform_fn(self) -> TransformFn:
+        path = self.getModelPath()
+        if not Path(path).is_file():
+            raise FileNotFoundError(f"ONNX model file not found: {path}")
+        shipped = ship_file(path)
+        feeds, fetches = self._feeds(), self._fetches()
+        user_shape = self.getOrDefault(self.inputShape) if self.isDefined(self.inputShape) else None
+        shapes = {k: list(user_shape) if user_shape and len(feeds) == 1 else _static(v[1:])
+                  for k, v in graph_signature(path)[0].items()}
+        dtypes = input_dtypes(path)
+        batch_size, device = self.getMiniBatchSize(), self.getDevice()
+
+        def transform(frame: pd.DataFrame) -> pd.DataFrame:
+            from pyspark import TaskContext
+
+            context = TaskContext.get()
+            predict = make_onnx_predict_fn(localize(path, shipped), list(fetches.values()),
+                                           batch_size=batch_size, device=device,
+                                           num_threads=context.cpus() if context else 1)
+            batches, valid = {}, np.ones(len(frame), bool)
+            for graph_input, col in feeds.items():
+                batch, ok = rows_to_batch(frame[col].tolist(), col, shapes[graph_input])
+                batches[graph_input], valid = batch, valid & ok
+                if not ok.all() and len(feeds) > 1:
+                    raise ValueError(f"ONNXModel: column {col!r} has nulls; with several feeds, drop them first")
+            feed = {k: v.astype(dtypes[k], copy=False) for k, v in batches.items()}
+            results = predict(feed) if valid.any() else {}
+            return pd.DataFrame({
+                out: pd.Series(scatter_rows(results[name].reshape(len(results[name]), -1).astype(np.float32), valid)
+                               if results else [None] * len(frame), dtype=object)
+                for out, name in fetches.items()
+            })
+
+        return transform
+
+    def _save_extra(self, path: str) -> None:
+        shutil.copy2(self.getModelPath(), Path(path) / "model.onnx")
+
+    def _load_extra(self, path: str) -> None:
+        saved = Path(path) / "model.onnx"
+        if saved.exists():
+            self._set(modelPath=str(saved))
+
+
+def _static(dims: tuple) -> list[int] | None:
+    return [int(d) for d in dims] if dims and all(isinstance(d, int) for d in dims) else None

@@ -1,0 +1,112 @@
+"""The inference kernel without Spark: equality with plain PyTorch, inner layers, precision, safety."""
+
+from __future__ import annotations
+
+import json
+import pickle
+
+import numpy as np
+import pytest
+import torch
+
+from irbis.kernels.batching import rows_to_batch, scatter_rows
+from irbis.kernels.inference import clear_cache, make_torch_predict_fn, resolve_source
+from irbis.models import build_model
+
+
+@pytest.fixture(scope="module")
+def mlp_bundle(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("bundle")
+    options = {"in_features": 64, "hidden": 32, "out_features": 10}
+    net = build_model("mlp", **options)
+    (folder / "architecture.json").write_text(json.dumps({"architecture": "mlp", "options": options}))
+    torch.save(net.state_dict(), folder / "weights.pt")
+    return folder, net
+
+
+def _digits(n=20):
+    from sklearn.datasets import load_digits
+
+    return (load_digits().data[:n] / 16.0).astype(np.float32)
+
+
+def test_predict_fn_equals_plain_torch(mlp_bundle):
+    folder, net = mlp_bundle
+    x = _digits()
+    fn = make_torch_predict_fn(resolve_source(str(folder)), batch_size=7)
+    with torch.no_grad():
+        expected = net(torch.from_numpy(x)).numpy()
+    np.testing.assert_allclose(fn(x), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_output_layer_equals_forward_hook(mlp_bundle):
+    folder, net = mlp_bundle
+    layer = [name for name, _ in net.named_modules() if name][1]
+    seen = []
+    handle = dict(net.named_modules())[layer].register_forward_hook(lambda m, i, o: seen.append(o))
+    x = _digits()
+    with torch.no_grad():
+        net(torch.from_numpy(x))
+    handle.remove()
+    fn = make_torch_predict_fn(resolve_source(str(folder)), output_layer=layer)
+    np.testing.assert_allclose(fn(x), seen[0].reshape(len(x), -1).numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_unknown_output_layer_lists_modules(mlp_bundle):
+    folder, _ = mlp_bundle
+    with pytest.raises(ValueError, match="outputLayer 'nope'"):
+        make_torch_predict_fn(resolve_source(str(folder)), output_layer="nope")
+
+
+@pytest.mark.parametrize("precision,tol", [("bf16", 0.05), ("int8", 0.05)])
+def test_reduced_precision_stays_close(mlp_bundle, precision, tol):
+    folder, net = mlp_bundle
+    x = _digits(50)
+    with torch.no_grad():
+        expected = net(torch.from_numpy(x)).numpy()
+    got = make_torch_predict_fn(resolve_source(str(folder)), precision=precision)(x)
+    assert np.abs(got - expected).max() < tol * np.abs(expected).max() + tol
+    assert (got.argmax(1) == expected.argmax(1)).mean() >= 0.9
+
+
+def test_weights_are_memory_mapped_from_one_shared_file(mlp_bundle, tmp_path, monkeypatch):
+    monkeypatch.setenv("IRBIS_HOME", str(tmp_path))
+    clear_cache()
+    folder, _ = mlp_bundle
+    make_torch_predict_fn(resolve_source(str(folder)), precision="fp32")(_digits(2))
+    prepared = list((tmp_path / "models" / "prepared").glob("*.pt"))
+    assert len(prepared) == 1
+    with open("/proc/self/maps") as maps:
+        assert str(prepared[0]) in maps.read()
+
+
+def test_pickled_module_is_refused_unless_allowed(tmp_path):
+    folder = tmp_path / "net"
+    folder.mkdir()
+    (folder / "architecture.json").write_text(json.dumps({"architecture": "mlp", "options": {
+        "in_features": 4, "hidden": 3, "out_features": 2}}))
+    net = build_model("mlp", in_features=4, hidden=3, out_features=2)
+    torch.save(net, folder / "weights.pt", pickle_protocol=pickle.HIGHEST_PROTOCOL)  # a whole pickled module
+    with pytest.raises(ValueError, match="(?i)pickl"):
+        make_torch_predict_fn(resolve_source(str(folder)))(np.zeros((1, 4), np.float32))
+    out = make_torch_predict_fn(resolve_source(str(folder)), allow_pickle=True)(np.zeros((1, 4), np.float32))
+    assert out.shape == (1, 2)
+
+
+def test_missing_model_names_the_path():
+    with pytest.raises(FileNotFoundError, match="no-such-model.pt"):
+        resolve_source("/tmp/irbis-tests/no-such-model.pt")
+
+
+def test_rows_to_batch_nulls_shapes_and_images():
+    rows = [np.arange(4, dtype=np.float32), None, np.ones(4)]
+    batch, valid = rows_to_batch(rows, "x", [1, 2, 2])
+    assert batch.shape == (2, 1, 2, 2) and valid.tolist() == [True, False, True]
+    assert [r is None for r in scatter_rows(batch.reshape(2, -1), valid)] == [False, True, False]
+    with pytest.raises(ValueError, match=r"column 'x'.*shape \[3\].*expects shape \[1, 2, 2\]"):
+        rows_to_batch([np.ones(3)], "x", [1, 2, 2])
+    nested = np.array([np.array([1.0, 2.0]), np.array([3.0, 4.0])], dtype=object)
+    assert rows_to_batch([nested], "n")[0].shape == (1, 2, 2)
+    image = {"height": 2, "width": 3, "nChannels": 3, "data": bytes(range(18)), "mode": 16, "origin": ""}
+    chw = rows_to_batch([image], "image")[0]
+    assert chw.shape == (1, 3, 2, 3) and chw[0, 1, 0, 0] == 1.0

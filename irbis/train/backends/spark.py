@@ -6,7 +6,8 @@ Arrow record batches (no per-row Python objects). Rank 0 starts a
 ``BarrierTaskContext.allGather``; every worker then joins the gloo (CPU) or
 NCCL (CUDA) process group on that store: handshakes, no sleeps. A failed task
 fails the stage; Spark re-runs it and the workers resume from the last
-checkpoint in the job's checkpoint directory.
+checkpoint in the job's checkpoint directory (on ``local[N]`` masters a failed
+task fails the job: Spark retries tasks only on cluster masters).
 """
 
 from __future__ import annotations
@@ -141,6 +142,8 @@ def run_spark(df: DataFrame, spec: TrainSpec, num_workers: int,
     if df.rdd.getNumPartitions() != num_workers:
         df = df.repartition(num_workers)
     fn = partial(barrier_worker, spec, num_workers, progress, timeout_s)
-    rows = df.mapInArrow(fn, RESULT_SCHEMA, barrier=True).collect()
+    # The shuffle after the barrier stage makes it a ShuffleMapStage, which Spark re-runs when a task
+    # fails; a failed barrier ResultStage is never retried.
+    rows = df.mapInArrow(fn, RESULT_SCHEMA, barrier=True).repartition(1).collect()
     return [WorkerResult(r["rank"], json.loads(r["history"]), r["state"], r["loopSeconds"], r["resumedFrom"])
             for r in sorted(rows, key=lambda r: r["rank"])]

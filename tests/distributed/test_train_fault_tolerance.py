@@ -1,0 +1,48 @@
+"""A worker process is killed mid-training on local-cluster; Spark retries the barrier stage and
+training resumes from the last checkpoint with every epoch run exactly once."""
+
+import json
+
+import numpy as np
+import pytest
+from pyspark.ml.linalg import Vectors
+from sklearn.datasets import load_digits
+
+from irbis.train import TorchEstimator
+
+pytestmark = [pytest.mark.slow, pytest.mark.spark]
+
+
+def test_killed_worker_resumes_from_checkpoint(cluster_spark, tmp_path):
+    x, y = load_digits(return_X_y=True)
+    df = cluster_spark.createDataFrame([(Vectors.dense(a), int(b)) for a, b in zip(x / 16, y)],
+                                       ["features", "label"]).repartition(2)
+    ckpt_root, marker = str(tmp_path / "ckpt"), str(tmp_path / "killed")
+
+    def kill_once_after_first_checkpoint(batch, rng):
+        import glob
+        import os
+        import signal
+
+        if glob.glob(os.path.join(ckpt_root, "*", "latest.json")):
+            try:
+                os.close(os.open(marker, os.O_CREAT | os.O_EXCL))
+            except FileExistsError:
+                return batch
+            os.kill(os.getpid(), signal.SIGKILL)  # the whole Python worker dies, as on a lost executor
+        return batch
+
+    est = TorchEstimator(network="mlp", networkOptions=json.dumps({"in_features": 64, "hidden": 32,
+                                                                    "out_features": 10}),
+                         epochs=6, batchSize=32, numWorkers=2, learningRate=3e-3, validationFraction=0.1,
+                         checkpointDir=ckpt_root, checkpointInterval=20, showProgress=False,
+                         augment=kill_once_after_first_checkpoint)
+    model = est.fit(df)
+    import os
+
+    assert os.path.exists(marker), "the fault was never injected"
+    assert est.last_results[0].resumed_from is not None and est.last_results[0].resumed_from % 20 == 0
+    epochs = [r["epoch"] for r in model.training_summary]
+    assert epochs == list(range(1, 7))
+    assert model.training_summary[-1]["accuracy"] > 0.85
+    assert np.isfinite(model.training_summary[-1]["loss"])

@@ -331,19 +331,16 @@ class ImageSetAugmenter(_ImageStage, HasInputCol, HasOutputCol):
         return augment
 
     def _transform(self, dataset: Any) -> Any:
-        in_col, out_col, tmp = self.getInputCol(), self.getOutputCol(), self._tmp()
+        out_col, tmp = self.getOutputCol(), self._tmp()
         variant_col = self.getOrDefault(self.variantCol)
         if isinstance(dataset, pd.DataFrame):
             out = self._transform_pandas(dataset).explode(tmp, ignore_index=True)
-            pick = [(k, [d[k] for d in out[tmp]]) for k in ("variant", "image")]
-        else:
-            out = self._transform_spark(dataset).withColumn(tmp, F.explode(tmp))
-            pick = [(k, F.col(f"{tmp}.{k}")) for k in ("variant", "image")]
-        columns = dict(zip(("variant", "image"), (v for _, v in pick)))
-        if isinstance(dataset, pd.DataFrame):
-            out = out.assign(**{out_col: columns["image"]})
-            out = out.assign(**{variant_col: columns["variant"]}) if variant_col else out
+            out[out_col] = [d["image"] for d in out[tmp]]
+            if variant_col:
+                out[variant_col] = [d["variant"] for d in out[tmp]]
             return out.drop(columns=[tmp])
-        out = out.withColumn(out_col, columns["image"])
-        out = out.withColumn(variant_col, columns["variant"]) if variant_col else out
+        out = self._transform_spark(dataset).withColumn(tmp, F.explode(tmp))
+        out = out.withColumn(out_col, F.col(f"{tmp}.image"))
+        if variant_col:
+            out = out.withColumn(variant_col, F.col(f"{tmp}.variant"))
         return out.drop(tmp)

@@ -1,0 +1,165 @@
+"""``ImageFeaturizer``: images to pretrained-network features (transfer learning) in one pass.
+
+Decoding (for a bytes column), preprocessing as the model's spec prescribes and the network run in
+the same Arrow batch of the same Python worker: pixels never go back to the JVM between the steps.
+The network runs through the kernel behind :class:`irbis.ml.TorchModel`
+(:func:`irbis.kernels.inference.make_torch_predict_fn`), so it is loaded once per worker and its
+weights are shared between the workers of a machine.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from pyspark import keyword_only
+from pyspark.ml.linalg import VectorUDT
+from pyspark.ml.param import Param, Params, TypeConverters
+from pyspark.ml.param.shared import HasInputCol, HasOutputCol
+from pyspark.sql.types import BinaryType, DataType, StringType, StructType
+
+from irbis.kernels.image import DEFAULT_MAX_PIXELS, IMAGE_FIELDS
+from irbis.kernels.image_features import preprocess_images
+from irbis.ml.base import IrbisTransformer, TransformFn
+from irbis.ml.image import HasErrorCol
+from irbis.ml.params import HasDevice, HasMiniBatchSize, HasPrecision
+from irbis.models import MODELS, get_spec
+
+__all__ = ["ImageFeaturizer"]
+
+
+class ImageFeaturizer(IrbisTransformer, HasInputCol, HasOutputCol, HasMiniBatchSize, HasDevice,
+                      HasPrecision, HasErrorCol):
+    """Featurize images with a pretrained network, cutting its last ``cutOutputLayers`` layers.
+
+    Parameters
+    ----------
+    inputCol : str
+        An image struct column (from :func:`irbis.read_images` or :class:`ImageDecoder`) or a binary
+        column of encoded files (e.g. ``content`` of Spark's ``binaryFile`` source), decoded in the
+        same pass.
+    outputCol : str
+        A Spark ML vector column: class scores for ``cutOutputLayers=0``, the pooled features for 1,
+        earlier (flattened) activations for larger values (see the model's ``cut_layers``).
+    model : str
+        A name of :data:`irbis.models.MODELS`, e.g. ``"efficientnet_lite0"`` or ``"resnet50"``; it
+        fixes the preprocessing and the layer names.
+    modelPath : str
+        Where the weights come from: a :class:`irbis.models.ModelRepository` name or a model folder
+        (architecture.json + weights.pt); empty means the repository entry named ``model``.
+    miniBatchSize, device, precision : int, str, str
+        As in :class:`irbis.ml.TorchModel`.
+    errorCol : str
+        Optional column for the reason an image gave null features (undecodable bytes, a bad struct).
+    maxPixels : int
+        Pixel limit when decoding bytes.
+
+    Examples
+    --------
+    >>> feat = ImageFeaturizer(inputCol="image", outputCol="features", cutOutputLayers=1)
+    >>> feat.getModel(), feat.outputLayer()
+    ('efficientnet_lite0', '_flatten')
+
+    .. code-block:: python
+
+        images = irbis.read_images("photos/", dropInvalid=True)
+        features = ImageFeaturizer(inputCol="image", outputCol="features").transform(images)
+        LogisticRegression(featuresCol="features").fit(features.join(labels, "path"))
+    """
+
+    _vector_dtype = "float32"
+
+    model = Param(Params._dummy(), "model", f"the network's spec, one of {sorted(MODELS)}",
+                  typeConverter=TypeConverters.toString)
+    modelPath = Param(Params._dummy(), "modelPath", "weights: a repository name or model folder; "
+                      "empty for the repository entry named like model",
+                      typeConverter=TypeConverters.toString)
+    cutOutputLayers = Param(Params._dummy(), "cutOutputLayers", "how many final layers to remove: "
+                            "0 class scores, 1 pooled features, 2+ earlier activations",
+                            typeConverter=TypeConverters.toInt)
+    maxPixels = Param(Params._dummy(), "maxPixels", "pixel limit when decoding bytes (0: none)",
+                      typeConverter=TypeConverters.toInt)
+
+    @keyword_only
+    def __init__(self, *, inputCol: str = "image", outputCol: str = "features",
+                 model: str = "efficientnet_lite0", modelPath: str = "", cutOutputLayers: int = 1,
+                 miniBatchSize: int = 64, device: str = "cpu", precision: str = "fp32",
+                 errorCol: str = "", maxPixels: int = DEFAULT_MAX_PIXELS) -> None:
+        super().__init__()
+        self._setDefault(inputCol="image", outputCol="features", model="efficientnet_lite0",
+                         modelPath="", cutOutputLayers=1, errorCol="", maxPixels=DEFAULT_MAX_PIXELS)
+        self._set(**self._input_kwargs)
+        self.outputLayer()  # validates model and cutOutputLayers eagerly
+
+    def getModel(self) -> str:
+        return self.getOrDefault(self.model)
+
+    def getCutOutputLayers(self) -> int:
+        return self.getOrDefault(self.cutOutputLayers)
+
+    def outputLayer(self) -> str:
+        """The module whose output is returned (empty string: the network's output)."""
+        cut = self.getCutOutputLayers()
+        if cut < 0:
+            raise ValueError(f"cutOutputLayers must be >= 0, found {cut}")
+        return get_spec(self.getModel()).cut_layer(cut) if cut else ""
+
+    def _input_columns(self) -> list[str]:
+        return [self.getInputCol()]
+
+    def _output_columns(self) -> list[tuple[str, DataType]]:
+        err = self.getErrorCol()
+        return [(self.getOutputCol(), VectorUDT())] + ([(err, StringType())] if err else [])
+
+    def _validate_schema(self, schema: StructType) -> None:
+        found = schema[self.getInputCol()].dataType
+        is_image = isinstance(found, StructType) and not set(IMAGE_FIELDS) - set(found.names)
+        if not (is_image or isinstance(found, BinaryType)):
+            raise TypeError(f"ImageFeaturizer: input column {self.getInputCol()!r} must be an image "
+                            f"struct or binary (encoded files), found {found.simpleString()}")
+
+    def _make_transform_fn(self) -> TransformFn:
+        from irbis.kernels.inference import make_torch_predict_fn, resolve_source
+        from irbis.ml.torch_model import with_task_threads
+
+        model = self.getModel()
+        source = resolve_source(self.getOrDefault(self.modelPath) or self.getModel())
+        options = dict(output_layer=self.outputLayer() or None, batch_size=self.getMiniBatchSize(),
+                       device=self.getDevice(), precision=self.getPrecision())
+        col, out_col, err_col = self.getInputCol(), self.getOutputCol(), self.getErrorCol()
+        limit = self.getOrDefault(self.maxPixels) or None
+
+        def transform(frame: pd.DataFrame) -> pd.DataFrame:
+            values = frame[col].tolist()
+            batch, valid, errors = preprocess_images(values, get_spec(model),
+                                                     encoded=_looks_encoded(values),
+                                                     max_pixels=limit, raise_errors=not err_col)
+            predict = make_torch_predict_fn(source, **options)
+            outputs = predict(batch) if len(batch) else batch
+            rows: list[Any] = [None] * len(values)
+            for i, out in zip(np.flatnonzero(valid), outputs):
+                rows[i] = out
+            out = {out_col: pd.Series(rows, dtype=object)}
+            return pd.DataFrame({**out, err_col: errors} if err_col else out)
+
+        return with_task_threads(_with_opencv_threads(transform))
+
+
+def _looks_encoded(values: list[Any]) -> bool:
+    # Binary cells arrive as bytes, image structs as dicts.
+    return any(isinstance(v, (bytes, bytearray, memoryview)) for v in values)
+
+
+def _with_opencv_threads(fn: TransformFn) -> TransformFn:
+    """Keep OpenCV to the task's cores too (it would otherwise start a thread per core)."""
+
+    def run(frame: pd.DataFrame) -> pd.DataFrame:
+        import cv2
+        from pyspark import TaskContext
+
+        context = TaskContext.get()
+        if context is not None:
+            cv2.setNumThreads(context.cpus())
+        return fn(frame)
+
+    return run

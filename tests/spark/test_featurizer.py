@@ -1,0 +1,89 @@
+"""ImageFeaturizer on real photographs: ImageNet classes end to end, and transfer learning."""
+from __future__ import annotations
+
+import cv2
+import numpy as np
+import pandas as pd
+import pytest
+from skimage import data as skdata
+
+from irbis.ml.featurizer import ImageFeaturizer
+from irbis.spark.images import read_images
+
+# ImageNet-1k indices accepted in the top 5 (see the research baselines: same weights, same photos).
+EXPECTED = {"chelsea": {281, 282, 285}, "coffee": {967}, "rocket": {657, 744, 812}}
+
+
+def test_params_pick_the_spec_layers_and_validate():
+    assert ImageFeaturizer(cutOutputLayers=0).outputLayer() == ""
+    assert ImageFeaturizer(cutOutputLayers=2).outputLayer() == "_head_act"
+    assert ImageFeaturizer(model="resnet50").outputLayer() == "flatten"
+    with pytest.raises(ValueError, match="supports cutting 1..5 layers"):
+        ImageFeaturizer(cutOutputLayers=9)
+    with pytest.raises(ValueError, match="unknown model 'vgg'"):
+        ImageFeaturizer(model="vgg")
+
+
+def test_pandas_path_bad_bytes_give_null_and_error():
+    good = cv2.imencode(".jpg", skdata.coffee()[:, :, ::-1])[1].tobytes()
+    frame = pd.DataFrame({"b": [good, b"\xff\xd8 truncated", None]})
+    out = ImageFeaturizer(inputCol="b", outputCol="f", errorCol="why").transform(frame)
+    assert out["f"][0].shape == (1280,) and out["why"][0] is None
+    assert out["f"][1] is None and "corrupt or truncated jpeg" in out["why"][1]
+    assert out["f"][2] is None and out["why"][2] is None
+
+
+@pytest.mark.spark
+def test_pretrained_top5_on_real_photos(spark, tiny_images):
+    folder = str(next(iter(tiny_images.values())).parent)
+    scores = ImageFeaturizer(inputCol="image", outputCol="scores", cutOutputLayers=0, miniBatchSize=2)
+    rows = scores.transform(read_images(folder)).select("path", "scores").collect()
+    assert len(rows) == 3
+    for row in rows:
+        name = row.path.rsplit("/", 1)[-1].split(".")[0]
+        logits = row.scores.toArray()
+        assert logits.shape == (1000,)
+        top5 = set(np.argsort(-logits)[:5].tolist())
+        assert top5 & EXPECTED[name], (name, sorted(top5))
+
+
+def _texture_crops(image, count, rng, size=64):
+    """Random crops with the same mean and contrast: raw pixels carry no easy signal."""
+    crops = []
+    for _ in range(count):
+        y, x = rng.integers(0, image.shape[0] - size), rng.integers(0, image.shape[1] - size)
+        c = image[y:y + size, x:x + size].astype(np.float32)
+        crops.append(np.clip((c - c.mean()) / (c.std() + 1e-6) * 40 + 128, 0, 255).astype(np.uint8))
+    return crops
+
+
+@pytest.mark.spark
+def test_transfer_learning_beats_raw_pixels(spark):
+    from pyspark.ml.classification import LogisticRegression
+    from pyspark.ml.evaluation import MulticlassClassificationEvaluator
+    from pyspark.ml.linalg import Vectors, VectorUDT
+    from pyspark.sql.types import BinaryType, DoubleType, StringType, StructType
+
+    rng = np.random.default_rng(0)
+    grass, gravel = skdata.grass(), skdata.gravel()
+    rows = []
+    for split, cols in (("train", slice(0, 256)), ("test", slice(256, 512))):  # disjoint halves
+        for label, texture in ((0.0, grass), (1.0, gravel)):
+            for crop in _texture_crops(texture[:, cols], 20, rng):
+                png = cv2.imencode(".png", crop)[1].tobytes()
+                rows.append((split, label, png, Vectors.dense(crop.reshape(-1) / 255.0)))
+    schema = (StructType().add("split", StringType()).add("label", DoubleType())
+              .add("content", BinaryType()).add("pixels", VectorUDT()))
+    df = spark.createDataFrame(rows, schema)
+    feats = ImageFeaturizer(inputCol="content", outputCol="features", miniBatchSize=16).transform(df)
+    feats = feats.cache()
+    accuracy = MulticlassClassificationEvaluator(metricName="accuracy")
+    results = {}
+    for column in ("features", "pixels"):
+        lr = LogisticRegression(featuresCol=column, maxIter=50, regParam=0.01)
+        model = lr.fit(feats.filter("split = 'train'"))
+        results[column] = accuracy.evaluate(model.transform(feats.filter("split = 'test'")))
+    feats.unpersist()
+    print("test accuracy", results)
+    assert results["features"] >= 0.9, results
+    assert results["features"] - results["pixels"] >= 0.2, results

@@ -17,7 +17,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from irbis.kernels.image import array_to_struct, struct_to_array
+from irbis.kernels.image import DEFAULT_MAX_PIXELS, array_to_struct, decode_image, struct_to_array
 from irbis.kernels.image_chain import ImageChain
 from irbis.kernels.image_ops import ImageOpError, flip, to_chw
 
@@ -37,13 +37,14 @@ def _origin(struct: Any) -> str:
 
 
 def transform_images(images: Sequence[Any], chain: ImageChain, output: str = "image",
-                     raise_errors: bool = True) -> tuple[list[Any], list[str | None]]:
-    """Apply ``chain`` to each image struct.
+                     raise_errors: bool = True, max_pixels: int | None = DEFAULT_MAX_PIXELS
+                     ) -> tuple[list[Any], list[str | None]]:
+    """Apply ``chain`` to each image struct (or encoded file, decoded in the same pass).
 
     Parameters
     ----------
-    images : sequence of dict or None
-        Spark image structs (BGR data); ``None`` gives ``None``.
+    images : sequence of dict, bytes or None
+        Spark image structs (BGR data) or encoded files; ``None`` gives ``None``.
     chain : ImageChain
         The operations, applied in one pass per image.
     output : {"image", "array", "vector"}
@@ -52,6 +53,8 @@ def transform_images(images: Sequence[Any], chain: ImageChain, output: str = "im
     raise_errors : bool
         Raise :class:`ImageOpError` (naming the image's origin) on the first failing image; with
         ``False`` the image gives ``None`` and its error message.
+    max_pixels : int or None
+        Pixel limit when decoding encoded files.
 
     Returns
     -------
@@ -67,9 +70,11 @@ def transform_images(images: Sequence[Any], chain: ImageChain, output: str = "im
             errors.append(None)
             continue
         try:
-            img = chain(struct_to_array(struct))
+            encoded = isinstance(struct, (bytes, bytearray, memoryview))
+            img = chain(decode_image(struct, max_pixels) if encoded else struct_to_array(struct))
         except (ImageOpError, ValueError) as exc:
-            message = f"image {_origin(struct)!r}: {exc}"
+            origin = _origin(struct)
+            message = f"image {origin!r}: {exc}" if origin else str(exc)
             if raise_errors:
                 raise ImageOpError(message) from None
             outputs.append(None)

@@ -15,21 +15,20 @@ import pandas as pd
 from pyspark import keyword_only
 from pyspark.ml.linalg import VectorUDT
 from pyspark.ml.param import Param, Params, TypeConverters
-from pyspark.ml.param.shared import HasInputCol, HasOutputCol
 from pyspark.sql.types import BinaryType, DataType, StringType, StructType
 
 from irbis.kernels.image import DEFAULT_MAX_PIXELS, IMAGE_FIELDS
 from irbis.kernels.image_features import preprocess_images
 from irbis.ml.base import IrbisTransformer, TransformFn
-from irbis.ml.image import HasErrorCol
+from irbis.ml.image import HasErrorCol, _ColumnSetters
 from irbis.ml.params import HasDevice, HasMiniBatchSize, HasPrecision
 from irbis.models import MODELS, get_spec
 
 __all__ = ["ImageFeaturizer"]
 
 
-class ImageFeaturizer(IrbisTransformer, HasInputCol, HasOutputCol, HasMiniBatchSize, HasDevice,
-                      HasPrecision, HasErrorCol):
+class ImageFeaturizer(IrbisTransformer, _ColumnSetters, HasMiniBatchSize, HasDevice, HasPrecision,
+                      HasErrorCol):
     """Featurize images with a pretrained network, cutting its last ``cutOutputLayers`` layers.
 
     Parameters
@@ -90,6 +89,28 @@ class ImageFeaturizer(IrbisTransformer, HasInputCol, HasOutputCol, HasMiniBatchS
                          modelPath="", cutOutputLayers=1, errorCol="", maxPixels=DEFAULT_MAX_PIXELS)
         self._set(**self._input_kwargs)
         self.outputLayer()  # validates model and cutOutputLayers eagerly
+
+    def setModel(self, value: str) -> "ImageFeaturizer":  # noqa: N802
+        self._set(model=value)
+        self.outputLayer()
+        return self
+
+    def setModelPath(self, value: str) -> "ImageFeaturizer":  # noqa: N802
+        return self._set(modelPath=value)
+
+    def setCutOutputLayers(self, value: int) -> "ImageFeaturizer":  # noqa: N802
+        self._set(cutOutputLayers=value)
+        self.outputLayer()
+        return self
+
+    def setMiniBatchSize(self, value: int) -> "ImageFeaturizer":  # noqa: N802
+        return self._set(miniBatchSize=value)
+
+    def setDevice(self, value: str) -> "ImageFeaturizer":  # noqa: N802
+        return self._set(device=value)
+
+    def setPrecision(self, value: str) -> "ImageFeaturizer":  # noqa: N802
+        return self._set(precision=value)
 
     def getModel(self) -> str:
         return self.getOrDefault(self.model)

@@ -63,7 +63,17 @@ def _check_image_column(stage: Any, schema: StructType, col: str) -> None:
                         f"read images with irbis.read_images or decode bytes with ImageDecoder")
 
 
-class _ImageStage(IrbisTransformer):
+class _ColumnSetters(HasInputCol, HasOutputCol):
+    """``setInputCol`` / ``setOutputCol``, as PySpark's stages have them."""
+
+    def setInputCol(self, value: str) -> Any:  # noqa: N802
+        return self._set(inputCol=value)
+
+    def setOutputCol(self, value: str) -> Any:  # noqa: N802
+        return self._set(outputCol=value)
+
+
+class _ImageStage(IrbisTransformer, _ColumnSetters):
     """Shared by the image stages: null image structs read back as ``None`` in pandas."""
 
     def _transform_pandas(self, pdf: pd.DataFrame) -> pd.DataFrame:
@@ -88,7 +98,7 @@ class HasErrorCol(Params):
         return self._set(errorCol=value)
 
 
-class ImageDecoder(_ImageStage, HasInputCol, HasOutputCol, HasErrorCol):
+class ImageDecoder(_ImageStage, HasErrorCol):
     """Decode a column of encoded image bytes (JPEG, PNG, ...) into Spark image structs.
 
     Bad bytes give a null image and a message in ``errorCol`` (they never fail the job).
@@ -111,6 +121,12 @@ class ImageDecoder(_ImageStage, HasInputCol, HasOutputCol, HasErrorCol):
         self._setDefault(inputCol="content", outputCol="image", errorCol="error", originCol="",
                          maxPixels=DEFAULT_MAX_PIXELS)
         self._set(**self._input_kwargs)
+
+    def setOriginCol(self, value: str) -> "ImageDecoder":  # noqa: N802
+        return self._set(originCol=value)
+
+    def setMaxPixels(self, value: int) -> "ImageDecoder":  # noqa: N802
+        return self._set(maxPixels=value)
 
     def getOriginCol(self) -> str:
         return self.getOrDefault(self.originCol)
@@ -145,8 +161,11 @@ class ImageDecoder(_ImageStage, HasInputCol, HasOutputCol, HasErrorCol):
         return decode
 
 
-class ImageTransformer(_ImageStage, HasInputCol, HasOutputCol, HasErrorCol):
+class ImageTransformer(_ImageStage, HasErrorCol):
     """Apply a chain of OpenCV operations to an image column in one pass per image.
+
+    The input is an image struct column, or a binary column of encoded files (decoded in the
+    same pass, e.g. ``content`` of Spark's ``binaryFile`` source).
 
     Build the chain with the methods ``resize``, ``crop``, ``centerCrop``, ``flip``, ``blur``,
     ``threshold``, ``colorFormat`` and ``normalize`` (each returns the stage), or pass ``ops``, a
@@ -181,6 +200,11 @@ class ImageTransformer(_ImageStage, HasInputCol, HasOutputCol, HasErrorCol):
 
     def setOps(self, value: Any) -> "ImageTransformer":
         return self._set(ops=value)
+
+    def setOutputFormat(self, value: str) -> "ImageTransformer":  # noqa: N802
+        if value not in OUTPUT_FORMATS:
+            raise ValueError(f"outputFormat must be one of {OUTPUT_FORMATS}, found {value!r}")
+        return self._set(outputFormat=value)
 
     def getOutputFormat(self) -> str:
         return self.getOrDefault(self.outputFormat)
@@ -232,7 +256,8 @@ class ImageTransformer(_ImageStage, HasInputCol, HasOutputCol, HasErrorCol):
         return [(self.getOutputCol(), dtype)] + ([(err, StringType())] if err else [])
 
     def _validate_schema(self, schema: StructType) -> None:
-        _check_image_column(self, schema, self.getInputCol())
+        if not isinstance(schema[self.getInputCol()].dataType, BinaryType):
+            _check_image_column(self, schema, self.getInputCol())
 
     def _make_transform_fn(self):
         in_col, out_col, err_col = self.getInputCol(), self.getOutputCol(), self.getErrorCol()
@@ -246,7 +271,7 @@ class ImageTransformer(_ImageStage, HasInputCol, HasOutputCol, HasErrorCol):
         return transform
 
 
-class UnrollImage(_ImageStage, HasInputCol, HasOutputCol):
+class UnrollImage(_ImageStage):
     """Flatten an image struct into a Spark ML vector (CHW order, pixel values as doubles).
 
     Examples
@@ -275,7 +300,7 @@ class UnrollImage(_ImageStage, HasInputCol, HasOutputCol):
         return lambda frame: pd.DataFrame({out_col: unroll_images(frame[in_col].tolist())})
 
 
-class ImageSetAugmenter(_ImageStage, HasInputCol, HasOutputCol):
+class ImageSetAugmenter(_ImageStage):
     """Emit each image and its flipped copies as separate rows, keeping every other column.
 
     Rows keep their other columns (an id, a label), so scores of the copies can be averaged back

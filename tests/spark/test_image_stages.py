@@ -55,6 +55,9 @@ def test_pandas_path_matches_the_kernel_chain():
     np.testing.assert_array_equal(struct_to_array(aug["image"][1]), CAT_BGR[:, ::-1])
     unrolled = UnrollImage(outputCol="v").transform(_frame())
     np.testing.assert_array_equal(unrolled["v"][1], COFFEE_BGR.transpose(2, 0, 1).reshape(-1))
+    png = cv2.imencode(".png", CAT_BGR)[1].tobytes()
+    flipped = ImageTransformer(inputCol="b", outputCol="f").flip(0).transform(pd.DataFrame({"b": [png]}))
+    np.testing.assert_array_equal(struct_to_array(flipped["f"][0]), CAT_BGR[::-1])
     decoded = ImageDecoder(inputCol="b").transform(pd.DataFrame({"b": [cv2.imencode(".png", CAT_BGR)[1].tobytes(), b"x"]}))
     np.testing.assert_array_equal(struct_to_array(decoded["image"][0]), CAT_BGR)
     assert decoded["image"][1] is None and "not an image" in decoded["error"][1]

@@ -71,3 +71,13 @@ def test_preprocess_images_structs_and_bytes_agree_with_the_spec():
     np.testing.assert_array_equal(from_bytes[0], reference)
     with pytest.raises(ValueError, match="not an image"):
         preprocess_images([b"junk"], spec, encoded=True, raise_errors=True)
+
+
+def test_transform_images_decodes_encoded_files_in_the_same_pass():
+    chain = ImageChain([{"op": "flip", "flip_code": 1}])
+    png = cv2.imencode(".png", CAT_BGR)[1].tobytes()
+    (struct, bad), errors = transform_images([png, b"junk"], chain, raise_errors=False)
+    np.testing.assert_array_equal(struct_to_array(struct), CAT_BGR[:, ::-1])
+    assert bad is None and errors[1].endswith("unknown format, not an image")
+    _, errors = transform_images([png], chain, raise_errors=False, max_pixels=100)
+    assert "over the limit of 100" in errors[0]

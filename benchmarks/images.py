@@ -1,0 +1,257 @@
+"""Images on disk to features: irbis on Spark vs plain OpenCV + PyTorch loops, in the same run.
+
+The files are JPEGs of mixed sizes (longer side 400-800 px), cut at random from the photographs
+that ship with scikit-image and scikit-learn. Methods:
+
+  Features (pretrained EfficientNet-Lite0, pooled 1280-d, preprocessing of its spec):
+  (a) plain loop, 1 process x 2 threads: read, cv2.imdecode, preprocess_rgb, forward_features, fp32
+  (a2) the same loop in 2 processes x 1 thread (the layout Spark local[2] uses)
+  (b) Spark local[2]: binaryFile -> ImageFeaturizer(inputCol="content"), decode + preprocess +
+      network in one pandas UDF pass, fp32 (and bf16)
+  (c) Spark local[2]: read_images -> ImageFeaturizer(inputCol="image"), two Python passes, fp32
+  Transform chains (resize shorter side 256, centre crop 224, RGB, normalize, to float CHW):
+  (t) plain OpenCV loop, 1 process, 2 OpenCV threads (on ``--chain-images`` files)
+  (u) Spark local[2]: read_images -> ImageTransformer(outputFormat="array"), two Python passes
+  (u1) Spark local[2]: binaryFile -> ImageTransformer(inputCol="content"), one pass
+  Scaling: (b) on local-cluster[1,1,2048] vs local-cluster[2,1,2048].
+
+Every method runs in its own process; a Spark method runs a cold job (Python workers start, the
+network loads), then timed jobs that write to the ``noop`` sink.
+
+Usage: ``python benchmarks/images.py [--images 192] [--repeats 2]``; the results are printed and
+written to ``benchmarks/results/images.txt`` and ``images.json``.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
+SPARK_CONF = {"spark.ui.enabled": "false", "spark.sql.files.maxPartitionBytes": str(32 << 20)}
+
+
+def write_jpegs(folder: Path, n: int) -> None:
+    """``n`` JPEG files, longer side 400-800 px, quality 90, from the shipped photographs."""
+    import cv2
+    from skimage import data
+    from sklearn.datasets import load_sample_images
+
+    photos = [data.chelsea(), data.coffee(), data.rocket(), data.astronaut(),
+              data.stereo_motorcycle()[0], *load_sample_images().images]
+    rng = np.random.default_rng(0)
+    folder.mkdir(parents=True, exist_ok=True)
+    for i in range(n):
+        rgb = photos[i % len(photos)]
+        h, w = rgb.shape[:2]
+        ch, cw = int(h * rng.uniform(0.6, 1.0)), int(w * rng.uniform(0.6, 1.0))
+        y, x = rng.integers(0, h - ch + 1), rng.integers(0, w - cw + 1)
+        scale = rng.uniform(400, 800) / max(ch, cw)
+        crop = cv2.resize(rgb[y:y + ch, x:x + cw], (round(cw * scale), round(ch * scale)),
+                          interpolation=cv2.INTER_AREA)
+        cv2.imwrite(str(folder / f"img{i:05d}.jpg"), crop[:, :, ::-1], [cv2.IMWRITE_JPEG_QUALITY, 90])
+
+
+# -- plain loops ---------------------------------------------------------------------------------
+def plain_features(files: list[Path], threads: int, batch: int = 32) -> None:
+    import cv2
+    import torch
+
+    from irbis.models import ModelRepository, get_spec, preprocess_rgb
+
+    torch.set_num_threads(threads)
+    cv2.setNumThreads(threads)
+    spec, net = get_spec("efficientnet_lite0"), ModelRepository().load_model("efficientnet_lite0")
+    with torch.inference_mode():
+        for start in range(0, len(files), batch):
+            x = []
+            for f in files[start:start + batch]:
+                bgr = cv2.imdecode(np.frombuffer(f.read_bytes(), np.uint8), cv2.IMREAD_COLOR)
+                x.append(preprocess_rgb(cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB), spec))
+            net.forward_features(torch.from_numpy(np.stack(x))).numpy()
+
+
+def plain_chain(files: list[Path]) -> None:
+    import cv2
+
+    cv2.setNumThreads(2)
+    for f in files:
+        bgr = cv2.imdecode(np.frombuffer(f.read_bytes(), np.uint8), cv2.IMREAD_UNCHANGED)
+        h, w = bgr.shape[:2]
+        s = 256 / min(h, w)
+        bgr = cv2.resize(bgr, (round(w * s), round(h * s)), interpolation=cv2.INTER_LINEAR)
+        top, left = (bgr.shape[0] - 224) // 2, (bgr.shape[1] - 224) // 2
+        rgb = cv2.cvtColor(bgr[top:top + 224, left:left + 224], cv2.COLOR_BGR2RGB)
+        ((rgb.astype(np.float32) - 127.0) / 128.0).transpose(2, 0, 1).copy().reshape(-1)
+
+
+def _plain_worker(args: tuple[list[str], int]) -> None:
+    plain_features([Path(p) for p in args[0]], args[1])
+
+
+def run_plain(kind: str, folder: Path, repeats: int) -> dict:
+    files = sorted(folder.glob("*.jpg"))
+    if kind == "plain2":
+        from multiprocessing import get_context
+
+        pool = get_context("spawn").Pool(2)
+        run = lambda: pool.map(_plain_worker, [([str(f) for f in files[i::2]], 1) for i in (0, 1)])  # noqa: E731
+    elif kind == "plain_chain":
+        run = lambda: plain_chain(files)  # noqa: E731
+    else:
+        run = lambda: plain_features(files, 2)  # noqa: E731
+    start = time.perf_counter()
+    run()  # warm-up (loads the network, fills the page cache), timed as "cold"
+    cold = time.perf_counter() - start
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        run()
+        times.append(time.perf_counter() - start)
+    return {"times": times, "cold": cold}
+
+
+# -- Spark ---------------------------------------------------------------------------------------
+def spark_job(kind: str, spark, folder: str, precision: str):
+    from irbis.ml.featurizer import ImageFeaturizer
+    from irbis.ml.image import ImageTransformer
+    from irbis.spark.images import read_images
+
+    if kind == "one_pass":
+        files = spark.read.format("binaryFile").load(folder).select("path", "content")
+        stage = ImageFeaturizer(inputCol="content", miniBatchSize=32, precision=precision)
+        return lambda: stage.transform(files).drop("content")
+    if kind == "two_pass":
+        stage = ImageFeaturizer(inputCol="image", miniBatchSize=32, precision=precision)
+        images = read_images(folder, spark=spark)  # runs its listing job once, here
+        return lambda: stage.transform(images).drop("image")
+    stage = (ImageTransformer(outputCol="x", outputFormat="array").resize(256, 256, keepAspectRatio=True)
+             .centerCrop(224, 224).colorFormat("RGB").normalize(127.0, 128.0))
+    if kind == "chain_one_pass":
+        files = spark.read.format("binaryFile").load(folder).select("path", "content")
+        stage.setInputCol("content")
+        return lambda: stage.transform(files).drop("content")
+    images = read_images(folder, spark=spark)
+    return lambda: stage.transform(images).drop("image")
+
+
+def run_spark(kind: str, master: str, folder: Path, repeats: int, precision: str) -> dict:
+    from irbis.spark.session import get_spark
+
+    spark = get_spark(master, **SPARK_CONF)
+    spark.sparkContext.setLogLevel("ERROR")
+    job = spark_job(kind, spark, str(folder), precision)
+    times = []
+    for i in range(repeats + 1):
+        start = time.perf_counter()
+        job().write.format("noop").mode("overwrite").save()
+        times.append(time.perf_counter() - start)
+    spark.stop()
+    return {"times": times[1:], "cold": times[0]}
+
+
+# -- driver --------------------------------------------------------------------------------------
+METHODS = [  # label, kind, master, precision, section
+    ("(a) plain loop, 1 proc x 2 threads, fp32", "plain", "", "fp32", "features"),
+    ("(a2) plain loop, 2 procs x 1 thread, fp32", "plain2", "", "fp32", "features"),
+    ("(b) binaryFile -> ImageFeaturizer (one pass), local[2], fp32", "one_pass", "local[2]", "fp32", "features"),
+    ("(b) binaryFile -> ImageFeaturizer (one pass), local[2], bf16", "one_pass", "local[2]", "bf16", "features"),
+    ("(c) read_images -> ImageFeaturizer (two passes), local[2], fp32", "two_pass", "local[2]", "fp32", "features"),
+    ("(t) plain OpenCV loop, 1 proc, 2 OpenCV threads", "plain_chain", "", "fp32", "chain"),
+    ("(u) read_images -> ImageTransformer(array), local[2]", "chain", "local[2]", "fp32", "chain"),
+    ("(u1) binaryFile -> ImageTransformer(array) (one pass), local[2]", "chain_one_pass", "local[2]",
+     "fp32", "chain"),
+    ("(s1) (b) on local-cluster[1,1,2048], fp32", "one_pass", "local-cluster[1,1,2048]", "fp32", "scaling"),
+    ("(s2) (b) on local-cluster[2,1,2048], fp32", "one_pass", "local-cluster[2,1,2048]", "fp32", "scaling"),
+]
+
+
+def spawn(kind: str, master: str, folder: Path, repeats: int, precision: str) -> dict:
+    cmd = [sys.executable, __file__, "--child", kind, "--master", master, "--folder", str(folder),
+           "--repeats", str(repeats), "--precision", precision]
+    out = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, SPARK_LOCAL_IP="127.0.0.1"))
+    lines = [line for line in out.stdout.splitlines() if line.startswith("RESULT ")]
+    if not lines:
+        raise RuntimeError(f"{kind} on {master or 'plain'} failed:\n{out.stderr[-3000:]}")
+    return json.loads(lines[-1][7:])
+
+
+def table(rows: dict, n: int) -> list[str]:
+    out = []
+    for section, ref_label in (("features", METHODS[0][0]), ("chain", METHODS[5][0]),
+                               ("scaling", METHODS[8][0])):
+        ref = rows[ref_label]["images_per_s"]
+        out += [f"## {section}", "", f"| method | images/s (median) | vs {ref_label.split(')')[0]}) | "
+                "timed runs s | cold s |", "|---|---|---|---|---|"]
+        for label, r in rows.items():
+            if r["section"] == section:
+                runs = " / ".join(f"{t:.1f}" for t in r["times"])
+                out.append(f"| {label} | {r['images_per_s']:.1f} | {r['images_per_s'] / ref:.2f}x | "
+                           f"{runs} | {r['cold']:.1f} |")
+        out.append("")
+    return out
+
+
+def versions() -> str:
+    import importlib.metadata as md
+
+    return ", ".join(f"{p} {md.version(p)}" for p in
+                     ("torch", "pyspark", "opencv-python-headless", "numpy", "pyarrow"))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--images", type=int, default=192)
+    parser.add_argument("--chain-images", type=int, default=1000)
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--child", default=None)
+    parser.add_argument("--master", default="")
+    parser.add_argument("--folder", default=None)
+    parser.add_argument("--precision", default="fp32")
+    args = parser.parse_args()
+    if args.child:
+        folder = Path(args.folder)
+        result = (run_spark(args.child, args.master, folder, args.repeats, args.precision) if args.master
+                  else run_plain(args.child, folder, args.repeats))
+        print("RESULT " + json.dumps(result))
+        return
+    root = Path(tempfile.mkdtemp(prefix="irbis-bench-images-"))
+    folder, chain_folder = root / "jpegs", root / "chain-jpegs"
+    write_jpegs(folder, args.images)
+    write_jpegs(chain_folder, args.chain_images)
+    mb = sum(f.stat().st_size for f in folder.iterdir()) / 2**20
+    load_before = os.getloadavg()
+    rows = {}
+    for label, kind, master, precision, section in METHODS:
+        n, where = (args.chain_images, chain_folder) if section == "chain" else (args.images, folder)
+        rows[label] = spawn(kind, master, where, args.repeats, precision)
+        rows[label].update(section=section, images_per_s=n / float(np.median(rows[label]["times"])))
+        print(label, f"{rows[label]['images_per_s']:.1f} img/s", flush=True)
+    load_after = os.getloadavg()
+    lines = [f"# benchmarks/images.py  {time.strftime('%Y-%m-%d %H:%M')}",
+             f"# machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores; python "
+             f"{platform.python_version()}; {versions()}",
+             f"# {args.images} JPEG files ({mb:.1f} MiB, longer side 400-800 px) for features and scaling, "
+             f"{args.chain_images} for the chains; timed runs: {args.repeats}; "
+             f"Spark conf {SPARK_CONF}",
+             f"# NOTE: the machine is shared with other developers' jobs; load average (1/5/15 min) "
+             f"before {tuple(round(v, 1) for v in load_before)}, after {tuple(round(v, 1) for v in load_after)}."
+             " Compare methods within this run only.", ""]
+    text = "\n".join(lines + table(rows, args.images))
+    print(text)
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / "images.txt").write_text(text + "\n")
+    (RESULTS / "images.json").write_text(json.dumps(rows, indent=1))
+
+
+if __name__ == "__main__":
+    main()

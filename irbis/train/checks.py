@@ -1,44 +1,53 @@
 """Driver-side checks of the training data, run before any worker starts.
 
-A bad row found inside the barrier stage would fail every task and make Spark
-retry the stage for nothing, so one aggregate job checks nulls, feature
-lengths and labels first, and a forward pass on a zero batch checks the
-network against the features and the label range.
+Each worker profiles its partition as it reads it (rows, nulls, feature
+lengths, label range); the workers all-gather the profiles and run the same
+checks, plus a forward pass of the network on a zero batch, before the first
+step. On a problem every worker returns the message instead of raising (a
+raised error would make Spark retry the stage for nothing) and the driver
+raises it: bad input costs no extra Spark job, and nothing trains.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import torch
-from pyspark.sql import DataFrame
-from pyspark.sql import functions as F
 
-from irbis.train.backends.spark import FEATURES, LABEL
 from irbis.train.loop import TrainSpec
 
 
-def data_profile(frame: DataFrame) -> dict[str, Any]:
-    """Rows, null counts, feature length range and label range in one Spark job."""
-    size = F.size(FEATURES)
-    row = frame.agg(
-        F.count(F.lit(1)).alias("rows"),
-        F.sum(F.col(LABEL).isNull().cast("int")).alias("null_labels"),
-        F.sum(F.isnan(LABEL).cast("int")).alias("nan_labels"),
-        F.sum(F.col(FEATURES).isNull().cast("int")).alias("null_features"),
-        F.min(size).alias("min_len"), F.max(size).alias("max_len"),
-        F.min(LABEL).alias("min_label"), F.max(LABEL).alias("max_label"),
-        F.sum((F.col(LABEL) != F.floor(LABEL)).cast("int")).alias("fractional_labels"),
-    ).first()
-    return row.asDict()
+PROFILE_KEYS = ("rows", "null_labels", "null_features", "min_len", "max_len", "min_label", "max_label",
+                "fractional_labels")
+
+
+def shard_profile(x_lengths: np.ndarray, labels: np.ndarray, null_features: int) -> np.ndarray:
+    """One worker's profile (see :data:`PROFILE_KEYS`) as a float64 vector for an all-gather."""
+    ok = labels[np.isfinite(labels)]
+    lens = x_lengths if len(x_lengths) else np.array([np.inf])
+    return np.array([len(labels), len(labels) - len(ok), null_features, lens.min(),
+                     x_lengths.max() if len(x_lengths) else -np.inf,
+                     ok.min() if len(ok) else np.inf, ok.max() if len(ok) else -np.inf,
+                     int((ok != np.floor(ok)).sum())], dtype=np.float64)
+
+
+def merge_profiles(profiles: list[np.ndarray]) -> dict[str, Any]:
+    """Combine the workers' profiles into one dict for :func:`check_profile`."""
+    p = np.stack(profiles)
+    merged = {"rows": p[:, 0].sum(), "null_labels": p[:, 1].sum(), "null_features": p[:, 2].sum(),
+              "min_len": p[:, 3].min(), "max_len": p[:, 4].max(), "min_label": p[:, 5].min(),
+              "max_label": p[:, 6].max(), "fractional_labels": p[:, 7].sum(), "min_rows": p[:, 0].min()}
+    return {k: (int(v) if np.isfinite(v) and float(v).is_integer() else float(v)) for k, v in merged.items()}
 
 
 def check_profile(p: dict[str, Any], spec: TrainSpec, features_col: str, label_col: str, num_workers: int) -> int:
     """Raise a ValueError naming the column for bad data; return the feature length."""
-    if p["rows"] < num_workers:
-        raise ValueError(f"the training data has {p['rows']} rows, fewer than numWorkers={num_workers}")
-    if p["null_labels"] or p["nan_labels"]:
-        raise ValueError(f"labelCol {label_col!r} has {p['null_labels'] or p['nan_labels']} null/NaN values; "
+    if p["min_rows"] == 0:
+        raise ValueError(f"a training task received no rows ({p['rows']} rows for numWorkers={num_workers}); "
+                         "use fewer workers or more data")
+    if p["null_labels"]:
+        raise ValueError(f"labelCol {label_col!r} has {p['null_labels']} null/NaN values; "
                          "drop or impute them before fitting")
     if p["null_features"]:
         raise ValueError(f"featuresCol {features_col!r} has {p['null_features']} null rows; drop them first")
@@ -61,7 +70,9 @@ def check_network(module: torch.nn.Module, spec: TrainSpec, n_features: int, max
                          f"featuresCol {features_col!r} has {n_features}")
     try:
         with torch.no_grad():
+            was_training = module.training
             out = module.eval()(torch.zeros(2, *shape))
+            module.train(was_training)
     except RuntimeError as err:
         raise ValueError(f"the network does not accept inputs of shape {shape} from featuresCol "
                          f"{features_col!r} (set inputShape?): {err}") from None
@@ -73,10 +84,12 @@ def check_network(module: torch.nn.Module, spec: TrainSpec, n_features: int, max
                              f"{int(max_label) + 1} outputs")
 
 
-def check_training_data(frame: DataFrame, module: torch.nn.Module, spec: TrainSpec, features_col: str,
-                        label_col: str, num_workers: int) -> int:
-    """All the checks; return the feature length."""
-    profile = data_profile(frame)
-    n_features = check_profile(profile, spec, features_col, label_col, num_workers)
-    check_network(module, spec, n_features, profile["max_label"], features_col, label_col)
-    return n_features
+def validation_error(profile: dict[str, Any], module: torch.nn.Module, spec: TrainSpec, features_col: str,
+                     label_col: str, num_workers: int) -> str | None:
+    """Every check on the merged profile and the network; the error message, or None."""
+    try:
+        n_features = check_profile(profile, spec, features_col, label_col, num_workers)
+        check_network(module, spec, n_features, profile["max_label"], features_col, label_col)
+    except (ValueError, TypeError) as err:
+        return f"{type(err).__name__}: {err}"
+    return None

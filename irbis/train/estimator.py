@@ -19,7 +19,6 @@ from typing import Any
 from pyspark import keyword_only
 
 from irbis.ml.base import IrbisEstimator
-from irbis.train.checks import check_training_data
 from irbis.train.loop import TrainSpec
 from irbis.train.networks import build_network, network_spec
 from irbis.train.optim import OPTIMIZERS, make_loss, validate_schedule
@@ -134,8 +133,6 @@ class TorchEstimator(IrbisEstimator, HasTrainParams):
         spec = self._spec()
         frame = training_frame(dataset, self.getFeaturesCol(), self.getLabelCol())
         module = build_network(spec.network)
-        n_features = check_training_data(frame, module, spec, self.getFeaturesCol(), self.getLabelCol(),
-                                         self.getNumWorkers())
         if self.isDefined(self.checkpointDir):
             spec.checkpoint_dir = os.path.join(self.getCheckpointDir(), f"{self.uid}-{uuid.uuid4().hex[:8]}")
             os.makedirs(spec.checkpoint_dir, exist_ok=True)
@@ -144,11 +141,12 @@ class TorchEstimator(IrbisEstimator, HasTrainParams):
         host = sc.getConf().get("spark.driver.host", "127.0.0.1")
         server = ProgressServer(spec.epochs, host=host, show=self.getShowProgress(), desc=f"{spec.strategy}")
         try:
-            results = run_spark(frame, spec, self.getNumWorkers(), server.endpoint())
+            results = run_spark(frame, spec, self.getNumWorkers(), (self.getFeaturesCol(), self.getLabelCol()),
+                                server.endpoint())
         finally:
             server.close()
         self.last_results = results
-        return self._fitted(module, spec.network, results, list(spec.input_shape or [n_features]))
+        return self._fitted(module, spec.network, results, spec.input_shape or [results[0].info["features"]])
 
     def _fitted(self, module: Any, network: dict[str, Any], results: list[Any], shape: list[int]) -> Any:
         import torch

@@ -62,6 +62,7 @@ class WorkerResult:
     state: bytes | None = None
     loop_seconds: float = 0.0
     resumed_from: int | None = None
+    info: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -85,11 +86,12 @@ def _tensors(shard: Shard, spec: TrainSpec, loss: str | LossFn) -> tuple[torch.T
     return x.to(spec.device), torch.from_numpy(np.asarray(shard.y, dtype=ydtype)).to(spec.device)
 
 
-def _setup(spec: TrainSpec, shard: Shard, ctx: WorkerContext) -> tuple[_Run, dict[str, Any] | None]:
+def _setup(spec: TrainSpec, shard: Shard, ctx: WorkerContext,
+           model: torch.nn.Module | None) -> tuple[_Run, dict[str, Any] | None]:
     if spec.torch_threads:
         torch.set_num_threads(spec.torch_threads)
     torch.manual_seed(spec.seed)
-    model = build_network(spec.network).to(spec.device).train()
+    model = (model if model is not None else build_network(spec.network)).to(spec.device).train()
     flat = FlatParams(list(model.parameters()))
     opt = make_optimizer(spec.optimizer, model.parameters(), spec.learning_rate, spec.momentum, spec.unit_gain)
     strategy = make_strategy(spec.strategy, **spec.strategy_options)
@@ -186,9 +188,13 @@ def _average_buffers(model: torch.nn.Module, ctx: WorkerContext) -> None:
         off += b.numel()
 
 
-def train_worker(spec: TrainSpec, shard: Shard, ctx: WorkerContext, report: Report | None = None) -> WorkerResult:
-    """Train on this worker's ``shard``; rank 0's result carries the final ``state_dict`` bytes."""
-    run, resume = _setup(spec, shard, ctx)
+def train_worker(spec: TrainSpec, shard: Shard, ctx: WorkerContext, report: Report | None = None,
+                 model: torch.nn.Module | None = None) -> WorkerResult:
+    """Train on this worker's ``shard``; rank 0's result carries the final ``state_dict`` bytes.
+
+    ``model`` is the network already built from ``spec.network`` (built here when None).
+    """
+    run, resume = _setup(spec, shard, ctx, model)
     start_epoch, start_step = 0, 0
     if resume is not None:
         start_epoch, start_step = int(resume["epoch"]), int(resume["stepInEpoch"])

@@ -20,7 +20,7 @@ from pyspark.sql.types import BinaryType, DataType, StringType, StructType
 from irbis.kernels.image import DEFAULT_MAX_PIXELS, IMAGE_FIELDS
 from irbis.kernels.image_features import preprocess_images
 from irbis.ml.base import IrbisTransformer, TransformFn
-from irbis.ml.image import HasErrorCol, _ColumnSetters
+from irbis.ml.image import HasErrorCol, _ColumnSetters, with_opencv_threads
 from irbis.ml.params import HasDevice, HasMiniBatchSize, HasPrecision
 from irbis.models import MODELS, get_spec
 
@@ -163,24 +163,9 @@ class ImageFeaturizer(IrbisTransformer, _ColumnSetters, HasMiniBatchSize, HasDev
             out = {out_col: pd.Series(rows, dtype=object)}
             return pd.DataFrame({**out, err_col: errors} if err_col else out)
 
-        return with_task_threads(_with_opencv_threads(transform))
+        return with_task_threads(with_opencv_threads(transform))
 
 
 def _looks_encoded(values: list[Any]) -> bool:
     # Binary cells arrive as bytes, image structs as dicts.
     return any(isinstance(v, (bytes, bytearray, memoryview)) for v in values)
-
-
-def _with_opencv_threads(fn: TransformFn) -> TransformFn:
-    """Keep OpenCV to the task's cores too (it would otherwise start a thread per core)."""
-
-    def run(frame: pd.DataFrame) -> pd.DataFrame:
-        import cv2
-        from pyspark import TaskContext
-
-        context = TaskContext.get()
-        if context is not None:
-            cv2.setNumThreads(context.cpus())
-        return fn(frame)
-
-    return run

@@ -14,7 +14,7 @@ Examples
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import pandas as pd
 from pyspark import keyword_only
@@ -61,6 +61,21 @@ def _check_image_column(stage: Any, schema: StructType, col: str) -> None:
         raise TypeError(f"{type(stage).__name__}: input column {col!r} must be an image struct "
                         f"{IMAGE_STRUCT.simpleString()}, found {found.simpleString()}; "
                         f"read images with irbis.read_images or decode bytes with ImageDecoder")
+
+
+def with_opencv_threads(fn: Callable[[pd.DataFrame], pd.DataFrame]) -> Callable[[pd.DataFrame], pd.DataFrame]:
+    """Keep OpenCV to the cores of the Spark task (by default it starts a thread per core)."""
+
+    def run(frame: pd.DataFrame) -> pd.DataFrame:
+        import cv2
+        from pyspark import TaskContext
+
+        context = TaskContext.get()
+        if context is not None:
+            cv2.setNumThreads(context.cpus())
+        return fn(frame)
+
+    return run
 
 
 class _ColumnSetters(HasInputCol, HasOutputCol):
@@ -268,7 +283,7 @@ class ImageTransformer(_ImageStage, HasErrorCol):
             out = {out_col: _spark_nulls(values) if fmt == "image" else values}
             return pd.DataFrame({**out, err_col: errors} if err_col else out)
 
-        return transform
+        return with_opencv_threads(transform)
 
 
 class UnrollImage(_ImageStage):

@@ -148,7 +148,8 @@ def read_images(path: str | list[str], recursive: bool = True, sampleRatio: floa
     Notes
     -----
     Spark's file scan silently skips zero-byte files, so ``read_images`` runs one small job that
-    lists the scanned paths (no file content is read) to report them as bad files.
+    lists the scanned paths (no file content is read) to report them as bad files; with
+    ``dropInvalid=True`` and no ``stats`` it skips that job.
     """
     if not 0.0 < sampleRatio <= 1.0:
         raise ValueError(f"sampleRatio must be in (0, 1], found {sampleRatio}")
@@ -162,9 +163,7 @@ def read_images(path: str | list[str], recursive: bool = True, sampleRatio: floa
         if not files:
             return spark.createDataFrame([], _READ_SCHEMA)
         listing = _binary_reader(spark, False, None).load(files)
-    # Spark's file scan skips zero-byte files; find them (a job that reads no content) to report them.
-    scanned = {r.path for r in listing.select("path").collect()}
-    empty = [p for p in files if p not in scanned]
+    empty = _zero_byte_files(listing, files) if not dropInvalid or stats is not None else []
     counters = (stats._files, stats._bad) if stats is not None else None
     out = listing.select("path", "content").mapInPandas(decode_frames(maxPixels, counters), _READ_SCHEMA)
     if stats is not None:
@@ -173,10 +172,18 @@ def read_images(path: str | list[str], recursive: bool = True, sampleRatio: floa
     if dropInvalid:
         return out.filter(out.error.isNull())
     if empty:
-        _log.warning("read_images: %d empty files (0 bytes), e.g. %s", len(empty), empty[0])
         rows = [(p, None, "empty file (0 bytes): not an image") for p in empty]
         out = out.unionByName(spark.createDataFrame(rows, _READ_SCHEMA))
     return out
+
+
+def _zero_byte_files(listing: DataFrame, files: list[str]) -> list[str]:
+    """The listed files that Spark's file scan skips for being empty (a job that reads no content)."""
+    scanned = {r.path for r in listing.select("path").collect()}
+    empty = [p for p in files if p not in scanned]
+    if empty:
+        _log.warning("read_images: %d empty files (0 bytes), e.g. %s", len(empty), empty[0])
+    return empty
 
 
 def _norm(path: str) -> str:

@@ -95,8 +95,12 @@ class ThreadCommunicator:
         s.barrier.wait()
         return out  # type: ignore[return-value]
 
+    def _count(self, tensor: torch.Tensor) -> None:
+        if self.world_size > 1:
+            self.bytes_sent += tensor.numel() * tensor.element_size()
+
     def all_reduce_sum(self, tensor: torch.Tensor) -> None:
-        self.bytes_sent += tensor.numel() * tensor.element_size()
+        self._count(tensor)
         parts = self._exchange(tensor)
         tensor.copy_(torch.stack(parts).sum(0))
 
@@ -105,12 +109,12 @@ class ThreadCommunicator:
         tensor.div_(self.world_size)
 
     def all_gather(self, tensor: torch.Tensor) -> list[torch.Tensor]:
-        self.bytes_sent += tensor.numel() * tensor.element_size()
+        self._count(tensor)
         return self._exchange(tensor)
 
     def broadcast(self, tensor: torch.Tensor, src: int = 0) -> None:
         if self.rank == src:
-            self.bytes_sent += tensor.numel() * tensor.element_size()
+            self._count(tensor)
         tensor.copy_(self._exchange(tensor)[src])
 
     def barrier(self) -> None:
@@ -158,8 +162,8 @@ class TorchCommunicator:
         self.bytes_sent = 0
 
     def all_reduce_sum(self, tensor: torch.Tensor) -> None:
-        self.bytes_sent += tensor.numel() * tensor.element_size()
         if self.world_size > 1:
+            self.bytes_sent += tensor.numel() * tensor.element_size()
             self._dist.all_reduce(tensor)
 
     def all_reduce_mean(self, tensor: torch.Tensor) -> None:
@@ -168,17 +172,17 @@ class TorchCommunicator:
             tensor.div_(self.world_size)
 
     def all_gather(self, tensor: torch.Tensor) -> list[torch.Tensor]:
-        self.bytes_sent += tensor.numel() * tensor.element_size()
         if self.world_size == 1:
             return [tensor.clone()]
+        self.bytes_sent += tensor.numel() * tensor.element_size()
         out = [torch.empty_like(tensor) for _ in range(self.world_size)]
         self._dist.all_gather(out, tensor.contiguous())
         return out
 
     def broadcast(self, tensor: torch.Tensor, src: int = 0) -> None:
-        if self.rank == src:
-            self.bytes_sent += tensor.numel() * tensor.element_size()
         if self.world_size > 1:
+            if self.rank == src:
+                self.bytes_sent += tensor.numel() * tensor.element_size()
             self._dist.broadcast(tensor, src)
 
     def barrier(self) -> None:

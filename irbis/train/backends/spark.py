@@ -157,6 +157,13 @@ def barrier_worker(spec: TrainSpec, world: int, columns: tuple[str, str], rendez
     yield pa.RecordBatch.from_pylist([row], schema=_ARROW_RESULT)
 
 
+def _collect(df: DataFrame, fn: Any, retriable: bool) -> list[Any]:
+    out = df.mapInArrow(fn, RESULT_SCHEMA, barrier=True)
+    # A shuffle after the barrier stage makes it a ShuffleMapStage, which Spark re-runs when a task
+    # fails (a failed barrier ResultStage is never retried); local[N] never retries tasks anyway.
+    return sorted((out.repartition(1) if retriable else out).collect(), key=lambda r: r["rank"])
+
+
 def run_spark(df: DataFrame, spec: TrainSpec, num_workers: int, columns: tuple[str, str] = ("features", "label"),
               progress: tuple[str, int, str] | None = None, timeout_s: float = 600.0) -> list[WorkerResult]:
     """Train on ``df`` (columns ``__features`` array<float>, ``__label`` double) with ``num_workers`` tasks.
@@ -182,10 +189,13 @@ def run_spark(df: DataFrame, spec: TrainSpec, num_workers: int, columns: tuple[s
     store = serve_store(host, num_workers, timeout_s)
     fn = partial(barrier_worker, spec, num_workers, columns, (host, store.port, uuid.uuid4().hex), progress,
                  timeout_s)
-    out = df.mapInArrow(fn, RESULT_SCHEMA, barrier=True)
-    # A shuffle after the barrier stage makes it a ShuffleMapStage, which Spark re-runs when a task
-    # fails (a failed barrier ResultStage is never retried); local[N] never retries tasks anyway.
-    rows = sorted((out.repartition(1) if retriable else out).collect(), key=lambda r: r["rank"])
+    try:
+        rows = _collect(df, fn, retriable)
+    except Exception as err:  # noqa: BLE001 - py4j wraps the JVM exception
+        if "BarrierJobUnsupportedRDDChainException" not in str(err):
+            raise
+        # e.g. a coalesce() in the same stage: give the barrier stage its own shuffled input
+        rows = _collect(df.repartition(num_workers), fn, retriable)
     del store
     if rows[0]["error"]:
         kind, _, msg = rows[0]["error"].partition(": ")

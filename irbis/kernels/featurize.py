@@ -14,7 +14,8 @@ categorical   strings with at most ``max_categories`` distinct training values: 
               over the levels (most frequent first) plus one slot for unseen values
 hashed        strings with more distinct values: one-hot over ``num_hash_buckets`` slots
               chosen by MurmurHash3 of the string
-vector        the elements; a missing vector is imputed with the training mean vector
+vector        the elements; a missing vector (or NaN element) is imputed with the training
+              mean vector (0 where that mean is not finite)
 date          year, month, day of month, day of week (Monday=0); missing: training mean date
 timestamp     the date parts plus hour, minute, second
 ============  ===========================================================================
@@ -92,17 +93,23 @@ def build_column_plan(
     name: str, kind: str, stats: Mapping[str, Any], max_categories: int, num_hash_buckets: int
 ) -> dict[str, Any]:
     """Turn one column's statistics into its JSON plan entry."""
-    plan: dict[str, Any] = {"name": name, "flag": stats.get("n_missing", 0) > 0}
+    plan: dict[str, Any] = {"name": name, "flag": bool(stats.get("n_missing", 0) > 0)}
     if kind == "string":
         if stats["distinct"] <= max_categories:
             plan.update(kind="categorical", levels=list(stats["top"]))
         else:
             plan.update(kind="hashed", buckets=int(num_hash_buckets))
     elif kind == "vector":
-        plan.update(kind="vector", size=int(stats["size"]), fill=list(stats["mean"]))
+        plan.update(kind="vector", size=int(stats["size"]), fill=[_finite(v) for v in stats["mean"]])
     else:
-        plan.update(kind=kind, fill=float(stats["mean"]))
+        plan.update(kind=kind, fill=_finite(stats["mean"]))
     return plan
+
+
+def _finite(value: float) -> float:
+    """Imputation values must be finite numbers (NaN cannot cross Arrow inside a vector)."""
+    value = float(value)
+    return value if np.isfinite(value) else 0.0
 
 
 def slot_names(plan: Mapping[str, Any]) -> list[str]:
@@ -162,7 +169,7 @@ def transform_column(series: pd.Series, plan: Mapping[str, Any]) -> np.ndarray:
                     f"column {plan['name']!r}: expected vectors of size {plan['size']} (as in "
                     f"training), found size {vec.shape[0]}"
                 )
-            block[row] = vec
+            block[row] = np.where(np.isnan(vec), block[row], vec)
     else:
         seconds = np.where(missing, plan["fill"], _epoch_seconds(series))
         block = _date_parts(np.nan_to_num(seconds, nan=plan["fill"]), kind)

@@ -90,7 +90,8 @@ class Repartition(_ReshapeStage):
 class Cache(_ReshapeStage):
     """Persist the DataFrame at ``storageLevel`` (for stages that read their input twice).
 
-    The input DataFrame itself is left as it was; the returned one is persisted.
+    As with ``DataFrame.persist``, Spark's cache is keyed by the query plan: the input
+    DataFrame reports the same storage level afterwards. Its rows and schema are unchanged.
     """
 
     storageLevel = Param(
@@ -113,7 +114,7 @@ class Cache(_ReshapeStage):
         return level
 
     def _reshape_spark(self, df: DataFrame) -> DataFrame:
-        return df.select("*").persist(self._level())
+        return df.persist(self._level())
 
 
 class SelectColumns(_ReshapeStage):

@@ -132,10 +132,10 @@ def spark_stats(df: DataFrame, kinds: dict[str, str], max_categories: int) -> di
         if kind in ("numeric", "boolean"):
             aggs.append(F.avg(F.nanvl(c.cast("double"), F.lit(None).cast("double"))).alias(f"{col}\u0000mean"))
         elif kind == "date":
-            aggs.append((F.avg(F.unix_date(c)) * 86400.0).alias(f"{col}\u0000mean"))
+            aggs.append((F.avg(F.unix_date(c).cast("double")) * 86400.0).alias(f"{col}\u0000mean"))
         elif kind == "timestamp":
             # epoch seconds of the wall-clock time, as the pandas side sees a timestamp
-            wall = F.unix_date(F.to_date(c)) * 86400 + F.hour(c) * 3600 + F.minute(c) * 60 + F.second(c)
+            wall = F.unix_date(F.to_date(c)).cast("double") * 86400.0 + F.hour(c) * 3600 + F.minute(c) * 60 + F.second(c)
             aggs.append(F.avg(wall).alias(f"{col}\u0000mean"))
     row = df.agg(*aggs).first().asDict()
     stats = {}

@@ -6,6 +6,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import scipy.sparse as sp
 from pyspark import keyword_only
 from pyspark.ml.feature import IDF, ElementwiseProduct, HashingTF, NGram, RegexTokenizer, StopWordsRemover
 from pyspark.ml.linalg import DenseVector, VectorUDT
@@ -152,11 +153,20 @@ class TextFeaturizer(IrbisEstimator, _TextFeaturizerParams):
             if self.getOrDefault("useIDF"):
                 tf_col = f"__{self.uid}_tf"
                 df, _ = self._term_frequencies(dataset, tf_col)
-                fitted = IDF(inputCol=tf_col, minDocFreq=self.getOrDefault("minDocFreq")).fit(df)
-                model._idf = IdfState(fitted.idf.toArray(), np.asarray(fitted.docFreq, dtype=np.int64), int(fitted.numDocs))
+                model._idf = self._fit_idf_spark(df, tf_col)
         if self.getOrDefault("useStopWordsRemover") and not self.getOrDefault("stopWords"):
             model._set(stopWords=self._stop_words())
         return model
+
+
+    def _fit_idf_spark(self, df: DataFrame, tf_col: str) -> IdfState:
+        try:
+            fitted = IDF(inputCol=tf_col, minDocFreq=self.getOrDefault("minDocFreq")).fit(df)
+        except Exception as err:  # noqa: BLE001 - Spark's IDF refuses an empty corpus
+            if "Haven't seen any document" not in str(err):
+                raise
+            return fit_idf(sp.csr_matrix((0, self.getOrDefault("numFeatures"))), self.getOrDefault("minDocFreq"))
+        return IdfState(fitted.idf.toArray(), np.asarray(fitted.docFreq, dtype=np.int64), int(fitted.numDocs))
 
 
 class TextFeaturizerModel(IrbisModel, _TextFeaturizerParams):

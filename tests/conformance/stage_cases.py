@@ -1,0 +1,166 @@
+"""The table of stage cases that the stage harness (test_stages.py) runs for every public stage.
+
+Adding a stage to the harness is one entry in ``STAGE_CASES``::
+
+    "MyStage": StageCase(
+        make_stage=lambda: MyStage(inputCol="x", outputCol="y"),
+        make_frame=lambda spark: spark.createDataFrame([(1.0,), (2.0,)], "x double"),
+        input_col="x", wrong_type="string",
+    ),
+
+``make_stage`` builds the stage (an estimator is fitted on the frame; name the class it fits
+in ``fitted``); ``make_frame`` builds a small input DataFrame whose schema the harness also
+uses to generate random inputs with hypothesis (nulls, NaN, unicode, long strings, empty
+frames and partitions, single rows). ``input_col`` is a column the stage reads: the harness
+drops it and retypes it to ``wrong_type`` (a Spark SQL type name) and expects an error that
+names it. Use module-level functions (not lambdas) where a stage persists a function.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from pyspark.ml.linalg import Vectors, VectorUDT
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import (
+    ArrayType, BooleanType, DateType, DoubleType, IntegerType, StringType, StructField, StructType, TimestampType,
+)
+
+from irbis.ml.assembler import FastVectorAssembler
+from irbis.ml.basic import Cache, DropColumns, Lambda, RenameColumn, Repartition, SelectColumns
+from irbis.ml.ensemble import EnsembleByKey
+from irbis.ml.featurize import Featurize
+from irbis.ml.text import TextFeaturizer
+
+
+@dataclass(frozen=True)
+class StageCase:
+    """One stage under test: how to build it and a small input for it."""
+
+    make_stage: Callable[[], Any]
+    make_frame: Callable[[SparkSession], DataFrame]
+    input_col: str | None = None
+    wrong_type: str | None = None
+    fitted: str | None = None
+    keeps_rows: bool = True
+    generated: bool = True
+    pandas: bool = True
+
+
+def mixed_frame(spark: SparkSession) -> DataFrame:
+    """Numbers, a boolean, text, a short vector, a date and a timestamp; with missing values."""
+    import datetime as dt
+
+    schema = StructType([
+        StructField("key", StringType()), StructField("x", DoubleType()), StructField("n", IntegerType()),
+        StructField("flag", BooleanType()), StructField("text", StringType()), StructField("vec", VectorUDT()),
+        StructField("day", DateType()), StructField("ts", TimestampType()),
+    ])
+    rows = [
+        ("a", 1.0, 1, True, "The quick brown fox", Vectors.dense([1.0, 2.0]), dt.date(2024, 1, 1), dt.datetime(2024, 1, 1, 8)),
+        ("a", 3.0, None, False, "jumps over the lazy dog", Vectors.sparse(2, [1], [4.0]), dt.date(2024, 2, 29), None),
+        ("b", float("nan"), 5, None, None, None, None, dt.datetime(2024, 3, 1, 23, 59, 59)),
+        ("c", -2.5, 7, True, "Ünïcode façade 東京", Vectors.dense([0.5, -1.0]), dt.date(1999, 12, 31), dt.datetime(2000, 1, 1)),
+    ]
+    return spark.createDataFrame(rows, schema)
+
+
+def tokens_frame(spark: SparkSession) -> DataFrame:
+    """Pre-tokenised text (array<string>)."""
+    return spark.createDataFrame([(["a", "b", "a"],), ([],), (None,)], StructType([StructField("tokens", ArrayType(StringType()))]))
+
+
+def add_x_squared(df: Any) -> Any:
+    """A user function for ``Lambda``: append ``x * x`` (Spark or pandas)."""
+    if hasattr(df, "withColumn"):
+        return df.withColumn("x2", F.col("x") * F.col("x"))
+    out = df.copy()
+    out["x2"] = out["x"] * out["x"]
+    return out
+
+
+STAGE_CASES: dict[str, StageCase] = {
+    "EnsembleByKey": StageCase(
+        lambda: EnsembleByKey(keys=["key"], cols=["x", "vec"]), mixed_frame, "x", "string", keeps_rows=False,
+    ),
+    "EnsembleByKeyKeepRows": StageCase(
+        lambda: EnsembleByKey(keys=["key"], cols=["x", "vec"], strategy="max", collapseGroup=False),
+        mixed_frame, "vec", "string",
+    ),
+    "TextFeaturizer": StageCase(
+        lambda: TextFeaturizer(inputCol="text", outputCol="tf", numFeatures=64, useStopWordsRemover=True, useNGram=True),
+        mixed_frame, "text", "int", fitted="TextFeaturizerModel",
+    ),
+    "TextFeaturizerTokens": StageCase(
+        lambda: TextFeaturizer(inputCol="tokens", outputCol="tf", numFeatures=32, useTokenizer=False, binary=True),
+        tokens_frame, "tokens", "string", fitted="TextFeaturizerModel",
+    ),
+    "Featurize": StageCase(
+        lambda: Featurize(inputCols=["x", "n", "flag", "text", "vec", "day", "ts"], outputCol="features", maxCategories=2),
+        mixed_frame, "day", "array<int>", fitted="FeaturizeModel",
+    ),
+    "FastVectorAssembler": StageCase(
+        lambda: FastVectorAssembler(inputCols=["x", "n", "flag", "vec"], outputCol="features", handleInvalid="keep"),
+        mixed_frame, "n", "string",
+    ),
+    "Repartition": StageCase(lambda: Repartition(numPartitions=3, partitionCols=["key"]), mixed_frame, "key"),
+    "Cache": StageCase(lambda: Cache(storageLevel="MEMORY_ONLY"), mixed_frame),
+    "SelectColumns": StageCase(lambda: SelectColumns(cols=["ts", "x"]), mixed_frame, "ts"),
+    "DropColumns": StageCase(lambda: DropColumns(cols=["text", "vec"]), mixed_frame, "text"),
+    "RenameColumn": StageCase(lambda: RenameColumn(inputCol="x", outputCol="renamed"), mixed_frame, "x"),
+    "Lambda": StageCase(lambda: Lambda(function=add_x_squared), mixed_frame, "x"),
+}
+
+
+def tiny_torch_model() -> Any:
+    """A seeded 2 -> 3 linear network over the 2-element ``vec`` column."""
+    import torch
+
+    from irbis.ml.torch_model import TorchModel
+
+    torch.manual_seed(0)
+    return TorchModel.from_module(torch.nn.Linear(2, 3), inputCol="vec", outputCol="scores", inputShape=[2])
+
+
+_ONNX_FILES: dict[str, str] = {}
+
+
+def tiny_onnx_model() -> Any:
+    """A 2 -> 3 MatMul graph written once per test run, over the 2-element ``vec`` column."""
+    import os
+    import tempfile
+
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    from irbis.ml.onnx_model import ONNXModel
+
+    if "path" not in _ONNX_FILES:
+        weight = numpy_helper.from_array(np.arange(6, dtype=np.float32).reshape(2, 3) / 6, name="w")
+        graph = helper.make_graph(
+            [helper.make_node("MatMul", ["x", "w"], ["y"])], "tiny",
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, 2])],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None, 3])], initializer=[weight],
+        )
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+        model.ir_version = 8  # readable by older ONNX Runtime builds too
+        path = os.path.join(tempfile.mkdtemp(prefix="irbis-onnx-"), "tiny.onnx")
+        onnx.save(model, path)
+        _ONNX_FILES["path"] = path
+    return ONNXModel(modelPath=_ONNX_FILES["path"], inputCol="vec", outputCol="scores")
+
+
+STAGE_CASES.update({
+    "TorchModel": StageCase(tiny_torch_model, mixed_frame, "vec", "string", pandas=False),
+    "ONNXModel": StageCase(tiny_onnx_model, mixed_frame, "vec", "string", pandas=False),
+})
+
+
+def registered_names() -> set[str]:
+    """Class names the table covers: the stages built by the cases and the models they fit."""
+    names = {type(case.make_stage()).__name__ for case in STAGE_CASES.values()}
+    return names | {case.fitted for case in STAGE_CASES.values() if case.fitted}
+

@@ -1,0 +1,185 @@
+"""The stage harness: every public Irbis stage meets the same contract.
+
+For each entry of ``stage_cases.STAGE_CASES``: persistence round trip alone and inside a
+Pipeline (same outputs after load), random inputs from hypothesis (nulls, NaN, unicode, long
+strings, empty frames and partitions, single rows), errors naming a missing or wrongly typed
+column, and input DataFrames (Spark and pandas) left with the same schema and rows. A public
+stage without an entry fails the suite.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import math
+
+import pandas as pd
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from pyspark.errors import AnalysisException
+from pyspark.ml import Estimator, Pipeline, PipelineModel, Transformer
+from pyspark.ml.linalg import Vector, Vectors, VectorUDT
+from pyspark.sql import functions as F
+from pyspark.sql.types import ArrayType, BooleanType, DateType, DoubleType, IntegerType, StringType, TimestampType
+
+from stage_cases import STAGE_CASES, StageCase, registered_names
+
+pytestmark = pytest.mark.spark
+NAMES = sorted(STAGE_CASES)
+SCHEMA_ERRORS = (ValueError, TypeError, AnalysisException)
+
+
+def _is_stage(obj: object) -> bool:
+    return isinstance(obj, type) and issubclass(obj, Transformer | Estimator)
+
+
+def test_every_public_stage_has_a_case():
+    import irbis.ml
+
+    public = {name for name in irbis.ml.__all__ if _is_stage(getattr(irbis.ml, name))}
+    missing = sorted(public - registered_names())
+    assert not missing, f"public stages without an entry in tests/conformance/stage_cases.py: {missing}"
+
+
+# -- helpers -------------------------------------------------------------------------------------
+def _norm(value: object) -> object:
+    if isinstance(value, Vector):
+        return tuple(_norm(float(x)) for x in value.toArray())
+    if isinstance(value, float):
+        return "nan" if math.isnan(value) else round(value, 9)
+    if isinstance(value, list | tuple):
+        return tuple(_norm(v) for v in value)
+    if hasattr(value, "tolist"):
+        return _norm(value.tolist())
+    return value
+
+
+def rows_of(df) -> list[tuple]:
+    """Collected rows, normalised (vectors as tuples, NaN as a string) and sorted."""
+    return sorted((tuple(_norm(v) for v in row) for row in df.collect()), key=repr)
+
+
+def to_pandas(df) -> pd.DataFrame:
+    """``toPandas`` with vectors as numpy arrays, as Irbis kernels see them."""
+    pdf = df.toPandas()
+    for field in df.schema.fields:
+        if isinstance(field.dataType, VectorUDT):
+            pdf[field.name] = [None if v is None else v.toArray() for v in pdf[field.name]]
+    return pdf
+
+
+def fit_stage(case: StageCase, df):
+    """Build the case's stage and fit it when it is an estimator; return (stage, transformer)."""
+    stage = case.make_stage()
+    if isinstance(stage, Estimator):
+        model = stage.fit(df)
+        assert type(model).__name__ == case.fitted
+        return stage, model
+    return stage, stage
+
+
+# -- persistence and unchanged inputs -------------------------------------------------------------
+@pytest.mark.parametrize("name", NAMES)
+def test_round_trips_and_unchanged_input(spark, tmp_path, name):
+    """Same outputs after save/load alone and inside a Pipeline; the input is left as it was."""
+    case = STAGE_CASES[name]
+    df = case.make_frame(spark)
+    schema, before = df.schema, rows_of(df)
+    stage, model = fit_stage(case, df)
+    expected = rows_of(model.transform(df))
+    model.save(str(tmp_path / "model"))
+    assert rows_of(type(model).load(str(tmp_path / "model")).transform(df)) == expected
+    PipelineModel(stages=[model]).save(str(tmp_path / "pipeline_model"))
+    assert rows_of(PipelineModel.load(str(tmp_path / "pipeline_model")).transform(df)) == expected
+    Pipeline(stages=[stage]).save(str(tmp_path / "pipeline"))
+    again = Pipeline.load(str(tmp_path / "pipeline"))
+    assert type(again.getStages()[0]) is type(stage)
+    assert rows_of(again.fit(df).transform(df)) == expected
+    assert df.schema == schema and rows_of(df) == before
+    if case.pandas:
+        pdf = to_pandas(df)
+        snapshot = [tuple(_norm(v) for v in r) for r in pdf.itertuples(index=False)]
+        fit_stage(case, pdf)[1].transform(pdf)
+        assert [tuple(_norm(v) for v in r) for r in pdf.itertuples(index=False)] == snapshot
+
+
+# -- generated inputs ----------------------------------------------------------------------------
+LONG = "ab " * 4000
+TEXT = st.one_of(st.none(), st.text(max_size=12), st.sampled_from(["", "東京 Ünï", LONG, "a b a"]))
+
+
+def _vector(size: int):
+    values = st.lists(st.floats(-1e3, 1e3) | st.just(float("nan")), min_size=size, max_size=size)
+    return st.one_of(st.none(), values.map(Vectors.dense), values.map(lambda v: Vectors.dense(v).toArray()).map(
+        lambda a: Vectors.sparse(len(a), {i: x for i, x in enumerate(a) if x != 0 and i % 2 == 0})))
+
+
+def _value(dtype, size: int):
+    if isinstance(dtype, StringType):
+        return TEXT
+    if isinstance(dtype, DoubleType):
+        return st.one_of(st.none(), st.just(float("nan")), st.floats(-1e6, 1e6))
+    if isinstance(dtype, IntegerType):
+        return st.one_of(st.none(), st.integers(-1000, 1000))
+    if isinstance(dtype, BooleanType):
+        return st.one_of(st.none(), st.booleans())
+    if isinstance(dtype, VectorUDT):
+        return _vector(size)
+    if isinstance(dtype, DateType):
+        return st.one_of(st.none(), st.dates(dt.date(1900, 1, 1), dt.date(2100, 1, 1)))
+    if isinstance(dtype, TimestampType):
+        return st.one_of(st.none(), st.datetimes(dt.datetime(1971, 1, 1), dt.datetime(2100, 1, 1)))
+    if isinstance(dtype, ArrayType):
+        return st.one_of(st.none(), st.lists(TEXT.filter(lambda t: t is not None), max_size=4))
+    raise NotImplementedError(f"no generator for {dtype.simpleString()}; extend _value in test_stages.py")
+
+
+def _sizes(df) -> dict[str, int]:
+    sizes = {}
+    for field in df.schema.fields:
+        if isinstance(field.dataType, VectorUDT):
+            first = df.where(F.col(field.name).isNotNull()).select(field.name).first()
+            sizes[field.name] = first[0].size if first else 2
+    return sizes
+
+
+@pytest.mark.parametrize("name", [n for n in NAMES if STAGE_CASES[n].generated])
+def test_generated_inputs(spark, name):
+    case = STAGE_CASES[name]
+    template = case.make_frame(spark)
+    schema, sizes = template.schema, _sizes(template)
+    row = st.tuples(*[_value(f.dataType, sizes.get(f.name, 0)) for f in schema.fields])
+
+    @settings(max_examples=5, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(rows=st.lists(row, min_size=0, max_size=5))
+    def check(rows):
+        df = spark.createDataFrame(spark.sparkContext.parallelize(rows, 3), schema)
+        _, model = fit_stage(case, df)
+        out = model.transform(df).collect()
+        if case.keeps_rows:
+            assert len(out) == len(rows)
+        if case.pandas:
+            result = model.transform(to_pandas(df))
+            assert not case.keeps_rows or len(result) == len(rows)
+
+    check()
+
+
+# -- schema errors -------------------------------------------------------------------------------
+def _expect_error_naming(case: StageCase, df, column: str) -> None:
+    with pytest.raises(SCHEMA_ERRORS) as info:
+        _, model = fit_stage(case, df)
+        model.transform(df)
+    assert column in str(info.value), f"the error does not name {column!r}: {info.value}"
+
+
+@pytest.mark.parametrize("name", [n for n in NAMES if STAGE_CASES[n].input_col])
+def test_missing_column_is_named(spark, name):
+    case = STAGE_CASES[name]
+    _expect_error_naming(case, case.make_frame(spark).drop(case.input_col), case.input_col)
+
+
+@pytest.mark.parametrize("name", [n for n in NAMES if STAGE_CASES[n].wrong_type])
+def test_wrong_type_is_named(spark, name):
+    case = STAGE_CASES[name]
+    df = case.make_frame(spark).withColumn(case.input_col, F.lit(None).cast(case.wrong_type))
+    _expect_error_naming(case, df, case.input_col)

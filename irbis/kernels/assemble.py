@@ -102,7 +102,7 @@ def assembled_attributes(specs: Sequence[InputSpec]) -> dict[str, Any]:
 def _as_vector(value: Any, spec: InputSpec) -> np.ndarray | None:
     if value is None or (np.isscalar(value) and pd.isna(value)):
         return None
-    arr = np.asarray(value, dtype=np.float64).reshape(-1)
+    arr = np.asarray(value.toArray() if hasattr(value, "toArray") else value, dtype=np.float64).reshape(-1)
     if arr.shape[0] != spec.size:
         raise ValueError(
             f"column {spec.name!r}: expected vectors of size {spec.size}, found size "

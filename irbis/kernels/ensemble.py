@@ -70,7 +70,7 @@ def combine_values(values: Sequence[Any], strategy: str, column: str, is_vector:
         return None
     if not is_vector:
         return float(reduce(np.asarray(present, dtype=np.float64)))
-    arrays = [np.asarray(v, dtype=np.float64).reshape(-1) for v in present]
+    arrays = [np.asarray(v.toArray() if hasattr(v, "toArray") else v, dtype=np.float64).reshape(-1) for v in present]
     sizes = {a.shape[0] for a in arrays}
     if len(sizes) > 1:
         raise ValueError(

@@ -43,9 +43,16 @@ def is_missing(value: Any) -> bool:
     """Whether one cell is missing: ``None``, NaN, ``NaT`` or ``pd.NA`` (never an array)."""
     if value is None:
         return True
-    if isinstance(value, list | tuple | np.ndarray | dict):
+    if isinstance(value, str) or (not np.isscalar(value) and hasattr(value, "__len__")):
         return False
     return bool(pd.isna(value))
+
+
+def as_vector(value: Any) -> np.ndarray:
+    """A vector cell as a flat float array (numpy arrays, lists, or Spark ML vectors)."""
+    if hasattr(value, "toArray"):
+        value = value.toArray()
+    return np.asarray(value, dtype=np.float64).reshape(-1)
 
 
 def _missing_mask(series: pd.Series) -> np.ndarray:
@@ -78,7 +85,7 @@ def column_stats(series: pd.Series, kind: str) -> dict[str, Any]:
         stats["distinct"] = len(ordered)
         stats["top"] = [k for k, _ in ordered]
     elif kind == "vector":
-        arrays = [np.asarray(v, dtype=np.float64).reshape(-1) for v in present]
+        arrays = [as_vector(v) for v in present]
         stats["size"] = arrays[0].shape[0] if arrays else 0
         stats["mean"] = np.mean(np.stack(arrays), axis=0).tolist() if arrays else []
     elif kind in ("date", "timestamp"):
@@ -163,7 +170,7 @@ def transform_column(series: pd.Series, plan: Mapping[str, Any]) -> np.ndarray:
     elif kind == "vector":
         block = np.tile(np.asarray(plan["fill"], dtype=np.float64), (len(series), 1))
         for row in np.flatnonzero(~missing):
-            vec = np.asarray(series.iloc[row], dtype=np.float64).reshape(-1)
+            vec = as_vector(series.iloc[row])
             if vec.shape[0] != plan["size"]:
                 raise ValueError(
                     f"column {plan['name']!r}: expected vectors of size {plan['size']} (as in "

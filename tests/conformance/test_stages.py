@@ -4,7 +4,7 @@ For each entry of ``stage_cases.STAGE_CASES``: persistence round trip alone and 
 Pipeline (same outputs after load), random inputs from hypothesis (nulls, NaN, unicode, long
 strings, empty frames and partitions, single rows), errors naming a missing or wrongly typed
 column, and input DataFrames (Spark and pandas) left with the same schema and rows. A public
-stage without an entry fails the suite.
+stage without an entry fails the suite, and so does a stale docs/api.md.
 """
 from __future__ import annotations
 
@@ -23,7 +23,6 @@ from pyspark.sql.types import ArrayType, BooleanType, DateType, DoubleType, Inte
 
 from stage_cases import STAGE_CASES, StageCase, registered_names
 
-pytestmark = pytest.mark.spark
 NAMES = sorted(STAGE_CASES)
 SCHEMA_ERRORS = (ValueError, TypeError, AnalysisException)
 
@@ -38,6 +37,13 @@ def test_every_public_stage_has_a_case():
     public = {name for name in irbis.ml.__all__ if _is_stage(getattr(irbis.ml, name))}
     missing = sorted(public - registered_names())
     assert not missing, f"public stages without an entry in tests/conformance/stage_cases.py: {missing}"
+
+
+def test_api_reference_is_current():
+    from irbis.ml import _docgen
+
+    current = _docgen.DOC_PATH.read_text(encoding="utf-8") if _docgen.DOC_PATH.exists() else ""
+    assert current == _docgen.render(), "docs/api.md is stale: run `python -m irbis.ml._docgen`"
 
 
 # -- helpers -------------------------------------------------------------------------------------
@@ -78,6 +84,7 @@ def fit_stage(case: StageCase, df):
 
 
 # -- persistence and unchanged inputs -------------------------------------------------------------
+@pytest.mark.spark
 @pytest.mark.parametrize("name", NAMES)
 def test_round_trips_and_unchanged_input(spark, tmp_path, name):
     """Same outputs after save/load alone and inside a Pipeline; the input is left as it was."""
@@ -142,6 +149,7 @@ def _sizes(df) -> dict[str, int]:
     return sizes
 
 
+@pytest.mark.spark
 @pytest.mark.parametrize("name", [n for n in NAMES if STAGE_CASES[n].generated])
 def test_generated_inputs(spark, name):
     case = STAGE_CASES[name]
@@ -172,12 +180,14 @@ def _expect_error_naming(case: StageCase, df, column: str) -> None:
     assert column in str(info.value), f"the error does not name {column!r}: {info.value}"
 
 
+@pytest.mark.spark
 @pytest.mark.parametrize("name", [n for n in NAMES if STAGE_CASES[n].input_col])
 def test_missing_column_is_named(spark, name):
     case = STAGE_CASES[name]
     _expect_error_naming(case, case.make_frame(spark).drop(case.input_col), case.input_col)
 
 
+@pytest.mark.spark
 @pytest.mark.parametrize("name", [n for n in NAMES if STAGE_CASES[n].wrong_type])
 def test_wrong_type_is_named(spark, name):
     case = STAGE_CASES[name]

@@ -1,0 +1,111 @@
+"""Generate the API reference (docs/api.md) from the stages' Params.
+
+The Params declared on each stage are the one source of truth: name, type (from the type
+converter), default and doc. Run ``python -m irbis.ml._docgen`` after changing a stage; a
+conformance test fails while docs/api.md differs from what this module generates.
+"""
+from __future__ import annotations
+
+import importlib
+import inspect
+import pkgutil
+import sys
+from pathlib import Path
+from typing import Any
+
+from pyspark.ml import Estimator, Model, Transformer
+
+DOC_PATH = Path(__file__).resolve().parents[2] / "docs" / "api.md"
+
+TYPE_NAMES: dict[str, str] = {
+    "toInt": "int", "toFloat": "float", "toString": "str", "toBoolean": "bool",
+    "toListString": "list[str]", "toListInt": "list[int]", "toListFloat": "list[float]",
+    "toListListFloat": "list[list[float]]", "toList": "list", "toVector": "vector",
+    "toMatrix": "matrix", "identity": "any (JSON)",
+}
+
+
+def stage_classes() -> list[type]:
+    """Every public stage class defined in ``irbis.ml`` and its modules, sorted by name."""
+    import irbis.ml as package
+
+    found: dict[str, type] = {}
+    modules = [package] + [
+        importlib.import_module(f"irbis.ml.{info.name}")
+        for info in pkgutil.iter_modules(package.__path__)
+        if not info.name.startswith("_")
+    ]
+    for module in modules:
+        for name, obj in vars(module).items():
+            if (
+                inspect.isclass(obj) and not name.startswith("_")
+                and issubclass(obj, Transformer | Estimator)
+                and obj.__module__.startswith("irbis.") and obj.__module__ != "irbis.ml.base"
+                and not inspect.isabstract(obj)
+            ):
+                found[name] = obj
+    return [found[n] for n in sorted(found)]
+
+
+def _summary(cls: type) -> str:
+    doc = inspect.getdoc(cls) or ""
+    return doc.split("\n\n")[0].replace("\n", " ").strip()
+
+
+def _default(stage: Any, param: Any) -> str:
+    if not stage.hasDefault(param):
+        return "(no default)"
+    value = stage.getOrDefault(param)
+    text = repr(value).replace(stage.uid, "<uid>")
+    if len(text) > 60:
+        text = text[:57] + "..."
+    return f"`{text}`".replace("|", "\\|")
+
+
+def _kind(cls: type) -> str:
+    if issubclass(cls, Estimator):
+        return "estimator"
+    return "fitted model" if issubclass(cls, Model) else "transformer"
+
+
+def render() -> str:
+    """The full text of docs/api.md."""
+    lines = [
+        "# Irbis API reference: Spark ML stages",
+        "",
+        "Generated from the stages' Params by `python -m irbis.ml._docgen`; do not edit by hand.",
+        "Every stage works inside a `Pipeline`, saves with `stage.save(path)` and loads with "
+        "`Class.load(path)`.",
+        "",
+    ]
+    classes = stage_classes()
+    lines += [f"- [{c.__name__}](#{c.__name__.lower()})" for c in classes] + [""]
+    for cls in classes:
+        stage = cls()
+        lines += [f"## {cls.__name__}", "", f"`{cls.__module__}.{cls.__name__}` ({_kind(cls)})", ""]
+        summary = _summary(cls)
+        if summary:
+            lines += [summary, ""]
+        lines += ["| Param | type | default | doc |", "|---|---|---|---|"]
+        for param in sorted(stage.params, key=lambda p: p.name):
+            converter = getattr(param.typeConverter, "__name__", "identity")
+            doc = param.doc.replace("|", "\\|").replace("\n", " ")
+            lines.append(f"| `{param.name}` | {TYPE_NAMES.get(converter, converter)} | {_default(stage, param)} | {doc} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Write docs/api.md (or, with ``--check``, exit 1 when it is stale)."""
+    argv = sys.argv[1:] if argv is None else argv
+    text = render()
+    if "--check" in argv:
+        current = DOC_PATH.read_text(encoding="utf-8") if DOC_PATH.exists() else ""
+        return 0 if current == text else 1
+    DOC_PATH.parent.mkdir(parents=True, exist_ok=True)
+    DOC_PATH.write_text(text, encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -206,8 +206,7 @@ class ImageTransformer(_ImageStage, HasErrorCol):
         self._setDefault(inputCol="image", outputCol="transformed", ops=[], outputFormat="image",
                          errorCol="")
         kwargs = {k: v for k, v in self._input_kwargs.items() if v is not None}
-        if kwargs.get("outputFormat", "image") not in OUTPUT_FORMATS:
-            raise ValueError(f"outputFormat must be one of {OUTPUT_FORMATS}, found {kwargs['outputFormat']!r}")
+        self.setOutputFormat(kwargs.pop("outputFormat", "image"))
         self._set(**kwargs)
 
     def getOps(self) -> list[dict[str, Any]]:

@@ -17,6 +17,7 @@ import logging
 import random
 import re
 from typing import Any, Callable, Iterator
+from urllib.parse import unquote
 
 import pandas as pd
 from pyspark.sql import DataFrame, SparkSession
@@ -187,8 +188,8 @@ def _zero_byte_files(listing: DataFrame, files: list[str]) -> list[str]:
 
 
 def _norm(path: str) -> str:
-    # inputFiles() spells local files "file:///x", the scan "file:/x".
-    return re.sub(r"^([A-Za-z][\w+.-]*):///", r"\1:/", path)
+    # inputFiles() gives URIs ("file:///a%20b.jpg"); the scan's path column says "file:/a b.jpg".
+    return unquote(re.sub(r"^([A-Za-z][\w+.-]*):///", r"\1:/", path))
 
 
 def read_images_stream(path: str, recursive: bool = True, dropInvalid: bool = False,

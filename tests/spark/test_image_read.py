@@ -1,6 +1,8 @@
 """read_images, the streaming folder source and ImageDecoder on real files (few Spark jobs)."""
 from __future__ import annotations
 
+from urllib.parse import unquote
+
 import cv2
 import numpy as np
 import pytest
@@ -13,7 +15,7 @@ from irbis.spark.images import ImageReadStats, read_images, read_images_stream
 pytestmark = pytest.mark.spark
 
 CAT_BGR = np.ascontiguousarray(skdata.chelsea()[:, :, ::-1])
-GOOD = {"cat.jpg", "coffee.png", "grey.png", "deep.png", "alpha.png"}
+GOOD = {"cat.jpg", "coffee.png", "grey image.png", "deep.png", "alpha.png"}
 BAD = {"truncated.jpg": "corrupt or truncated jpeg", "notes.txt": "unknown format, not an image",
        "empty.jpg": "0 bytes", "bomb.png": "over the limit"}
 
@@ -24,7 +26,7 @@ def folder(tmp_path_factory):
     (root / "sub").mkdir()
     cv2.imwrite(str(root / "cat.jpg"), CAT_BGR)
     cv2.imwrite(str(root / "sub" / "coffee.png"), skdata.coffee()[::4, ::4, ::-1])
-    cv2.imwrite(str(root / "grey.png"), skdata.camera()[::8, ::8])
+    (root / "grey image.png").write_bytes(cv2.imencode(".png", skdata.camera()[::8, ::8])[1].tobytes())
     cv2.imwrite(str(root / "deep.png"), CAT_BGR[::4, ::4].astype(np.uint16) * 257)
     cv2.imwrite(str(root / "alpha.png"), np.dstack([CAT_BGR[::4, ::4], np.full((75, 113), 9, np.uint8)]))
     jpeg = (root / "cat.jpg").read_bytes()
@@ -38,7 +40,7 @@ def folder(tmp_path_factory):
 
 
 def _name(path: str) -> str:
-    return path.rsplit("/", 1)[-1]
+    return unquote(path.rsplit("/", 1)[-1])  # inputFiles() gives URIs ("grey%20image.png")
 
 
 def test_read_images_decodes_every_kind_and_reports_bad_files(spark, folder):
@@ -52,7 +54,7 @@ def test_read_images_decodes_every_kind_and_reports_bad_files(spark, folder):
         expected = cv2.imread(str(next(folder.rglob(name))), cv2.IMREAD_UNCHANGED)
         np.testing.assert_array_equal(struct_to_array(img.asDict()).squeeze(), expected)
     modes = {n: (rows[n].image.nChannels, rows[n].image.mode) for n in GOOD}
-    assert modes == {"cat.jpg": (3, 16), "coffee.png": (3, 16), "grey.png": (1, 0),
+    assert modes == {"cat.jpg": (3, 16), "coffee.png": (3, 16), "grey image.png": (1, 0),
                      "deep.png": (3, 18), "alpha.png": (4, 24)}
     for name, message in BAD.items():
         assert rows[name].image is None and message in rows[name].error, name
@@ -87,7 +89,8 @@ def test_image_decoder_on_binary_column(spark, folder):
     decoded = ImageDecoder(inputCol="content", originCol="path", maxPixels=10_000).transform(files)
     rows = {_name(r.path): r for r in decoded.select("path", "image", "error").collect()}
     assert rows["cat.jpg"].image is None and "over the limit of 10000" in rows["cat.jpg"].error
-    assert rows["grey.png"].error is None and rows["grey.png"].image.origin.endswith("grey.png")
-    np.testing.assert_array_equal(struct_to_array(rows["grey.png"].image.asDict())[:, :, 0],
+    grey = rows["grey image.png"]
+    assert grey.error is None and grey.image.origin.endswith("grey image.png")
+    np.testing.assert_array_equal(struct_to_array(grey.image.asDict())[:, :, 0],
                                   skdata.camera()[::8, ::8])
     assert rows["notes.txt"].image is None and "not an image" in rows["notes.txt"].error

@@ -8,7 +8,7 @@ from skimage import data as skdata
 
 from irbis.kernels.image import ImageChain, ImageOpError, array_to_struct, struct_to_array
 from irbis.kernels.image_batch import augment_images, transform_images, unroll_images
-from irbis.kernels.image_features import preprocess_images, to_rgb8
+from irbis.kernels.image_features import decode_flags, preprocess_images, to_rgb8
 from irbis.models import get_spec, preprocess_rgb
 
 CAT_BGR = np.ascontiguousarray(skdata.chelsea()[:, :, ::-1])
@@ -81,3 +81,19 @@ def test_transform_images_decodes_encoded_files_in_the_same_pass():
     assert bad is None and errors[1].endswith("unknown format, not an image")
     _, errors = transform_images([png], chain, raise_errors=False, max_pixels=100)
     assert "over the limit of 100" in errors[0]
+
+
+def test_fast_decode_picks_the_dct_scale_and_stays_close():
+    spec = get_spec("efficientnet_lite0")  # shorter side to 256
+    big = cv2.resize(CAT_BGR, None, fx=4, fy=4, interpolation=cv2.INTER_CUBIC)  # 1200x1804
+    jpeg = cv2.imencode(".jpg", big, [cv2.IMWRITE_JPEG_QUALITY, 95])[1].tobytes()
+    assert decode_flags(jpeg, spec, grey=False, fast=True) == cv2.IMREAD_REDUCED_COLOR_4
+    assert decode_flags(jpeg, spec, grey=False, fast=False) == cv2.IMREAD_COLOR
+    small = cv2.imencode(".jpg", CAT_BGR)[1].tobytes()  # shorter side 300: no room to reduce
+    assert decode_flags(small, spec, grey=True, fast=True) == cv2.IMREAD_GRAYSCALE
+    png = cv2.imencode(".png", big)[1].tobytes()
+    assert decode_flags(png, spec, grey=False, fast=True) == cv2.IMREAD_COLOR
+    full, _, _ = preprocess_images([jpeg], spec, encoded=True)
+    fast, _, _ = preprocess_images([jpeg], spec, encoded=True, fast_decode=True)
+    assert full.shape == fast.shape == (1, 3, 224, 224)
+    assert float(np.abs(full - fast).mean()) < 0.03  # in (x - 127) / 128 units: under 4 grey levels

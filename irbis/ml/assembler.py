@@ -11,11 +11,14 @@ from pyspark.ml.param import Param, Params, TypeConverters
 from pyspark.ml.param.shared import HasInputCols, HasOutputCol
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
-from pyspark.sql.types import BooleanType, DataType, NumericType, StructField, StructType
+from pyspark.sql.types import BooleanType, DataType, FractionalType, NumericType, StructField, StructType
 
 from irbis.kernels.assemble import HANDLE_INVALID, InputSpec, assemble_frame, assembled_attributes, check_handle_invalid
 from irbis.ml.base import IrbisTransformer
 from irbis.ml.ensemble import vector_size
+
+
+_ERROR_HINT = "; set handleInvalid to 'skip' to drop such rows or 'keep' to output NaN"
 
 
 class FastVectorAssembler(IrbisTransformer, HasInputCols, HasOutputCol):
@@ -111,14 +114,21 @@ class FastVectorAssembler(IrbisTransformer, HasInputCols, HasOutputCol):
         self._check_schema(df.schema)
         specs = self._specs(df.schema, df)
         mode = self.getOrDefault("handleInvalid")
-        invalid = [(s.name, _invalid(df.schema[s.name], s)) for s in specs]
+        # SQL text instead of Column objects: one py4j call per expression, not ~10 per column.
+        invalid = [(s.name, _invalid_sql(df.schema[s.name], s)) for s in specs]
+        any_invalid = " OR ".join(cond for _, cond in invalid)
         if mode == "skip":
-            df = df.where(~_any([cond for _, cond in invalid])) if invalid else df
-        values = F.concat(*[_as_array(df.schema[s.name], s, mode == "keep") for s in specs])
+            df = df.where(f"NOT ({any_invalid})")
+        values = _concat([_as_array(df.schema[s.name], s, mode == "keep") for s in specs])
         if mode == "error":
-            for name, cond in reversed(invalid):
-                msg = f"FastVectorAssembler: column {name!r} holds a null or NaN value; set handleInvalid to 'skip' or 'keep'"
-                values = F.when(cond, F.raise_error(F.lit(msg)).cast("array<double>")).otherwise(values)
+            # One branch (not one per column) keeps the generated code small for wide inputs.
+            culprits = ", ".join(f"CASE WHEN {cond} THEN {_sql_string(repr(name))} END" for name, cond in invalid)
+            message = (
+                f"concat('FastVectorAssembler: null or NaN value in column ', concat_ws(', ', {culprits}), "
+                f"{_sql_string(_ERROR_HINT)})"
+            )
+            check = F.expr(f"CASE WHEN {any_invalid} THEN CAST(raise_error({message}) AS ARRAY<DOUBLE>) END")
+            values = F.coalesce(check, values)
         meta = assembled_attributes(specs)
         out = self.getOutputCol()
         fast = _retyped(df, values, out, meta)
@@ -144,28 +154,46 @@ def _first_vector(series: pd.Series) -> Any:
     return None
 
 
-def _invalid(field: StructField, spec: InputSpec) -> Column:
-    col = F.col(field.name)
-    if spec.is_vector or isinstance(field.dataType, BooleanType):
-        return col.isNull()
-    return col.isNull() | F.isnan(col.cast("double"))
+def _quoted(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
 
 
-def _any(conds: list[Column]) -> Column:
-    out = conds[0]
-    for cond in conds[1:]:
-        out = out | cond
-    return out
+def _sql_string(text: str) -> str:
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
-def _as_array(field: StructField, spec: InputSpec, keep: bool) -> Column:
-    col = F.col(field.name)
-    nan = F.lit(float("nan"))
+def _invalid_sql(field: StructField, spec: InputSpec) -> str:
+    """SQL condition: this column's value is invalid (null; or NaN for floating-point columns)."""
+    col = _quoted(field.name)
+    if spec.is_vector or not isinstance(field.dataType, FractionalType):
+        return f"({col} IS NULL)"
+    return f"({col} IS NULL OR isnan({col}))"
+
+
+def _as_array(field: StructField, spec: InputSpec, keep: bool) -> Column | str:
+    """A vector column as an array Column; a numeric column as SQL text for ``array(...)``."""
     if spec.is_vector:
+        col = F.col(field.name)
         arr = F.when(col.isNotNull(), vector_to_array(col))
-        return F.coalesce(arr, F.array_repeat(nan, spec.size)) if keep else arr
-    value = col.cast("double")
-    return F.array(F.coalesce(value, nan) if keep else value)
+        return F.coalesce(arr, F.array_repeat(F.lit(float("nan")), spec.size)) if keep else arr
+    value = f"CAST({_quoted(field.name)} AS DOUBLE)"
+    return f"coalesce({value}, double('NaN'))" if keep else value
+
+
+def _concat(parts: list[Column | str]) -> Column:
+    """Concatenate array parts; each run of numeric columns (SQL text) becomes one ``array(...)``."""
+    pieces: list[Column] = []
+    run: list[str] = []
+    for part in [*parts, None]:
+        if isinstance(part, str):
+            run.append(part)
+            continue
+        if run:
+            pieces.append(F.expr(f"array({', '.join(run)})"))
+            run = []
+        if part is not None:
+            pieces.append(part)
+    return pieces[0] if len(pieces) == 1 else F.concat(*pieces)
 
 
 def _retyped(df: DataFrame, values: Column, out: str, meta: dict) -> DataFrame | None:
@@ -185,7 +213,8 @@ def _retyped(df: DataFrame, values: Column, out: str, meta: dict) -> DataFrame |
     inner = df.select("*", F.when(values.isNotNull(), struct).alias(out))
     try:
         execution = inner._jdf.queryExecution()
-        if "Exchange" in execution.executedPlan().toString() or "AdaptiveSparkPlan" in execution.executedPlan().toString():
+        plan = execution.executedPlan().toString()
+        if "Exchange" in plan or "AdaptiveSparkPlan" in plan:
             return None
         session = df.sparkSession
         schema = StructType(df.schema.fields + [StructField(out, VectorUDT(), True, meta)])

@@ -39,7 +39,7 @@ def test_same_values_and_metadata_as_vector_assembler(frame, mode, shuffled):
 
 def test_error_mode_names_the_column(frame):
     out = FastVectorAssembler(inputCols=["a", "v"], outputCol="f").transform(frame)
-    with pytest.raises(Exception, match="column 'a' holds a null or NaN"):
+    with pytest.raises(Exception, match="null or NaN value in column 'a'"):
         out.collect()
 
 

@@ -25,6 +25,7 @@ _EXPORTS: dict[str, str] = {
     "TorchEstimator": "irbis.train.estimator",
     "read_images": "irbis.spark.images",
     "read_images_stream": "irbis.spark.images",
+    "ImageReadStats": "irbis.spark.images",
     "ImageFeaturizer": "irbis.ml.featurizer",
     "ImageTransformer": "irbis.ml.image",
     "ImageDecoder": "irbis.ml.image",

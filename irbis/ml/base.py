@@ -126,6 +126,9 @@ class _StageMixin(IrbisPersistable):
     def _wire_type(self, dtype: DataType) -> DataType:
         if isinstance(dtype, VectorUDT):
             return ArrayType(FloatType() if self._vector_dtype == "float32" else DoubleType())
+        if isinstance(dtype, StructType):
+            # A null row crosses Arrow as a struct of nulls, so every field must accept null.
+            return StructType([StructField(f.name, f.dataType, True, f.metadata) for f in dtype.fields])
         return dtype
 
 

@@ -20,7 +20,6 @@ import pandas as pd
 from pyspark import keyword_only
 from pyspark.ml.linalg import VectorUDT
 from pyspark.ml.param import Param, Params, TypeConverters
-from pyspark.ml.param.shared import HasInputCol, HasOutputCol
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
     ArrayType, BinaryType, DataType, FloatType, StringType, StructField, StructType,
@@ -32,6 +31,7 @@ from irbis.kernels.image_batch import (
 )
 from irbis.kernels.image_chain import ImageChain
 from irbis.ml.base import IrbisTransformer
+from irbis.ml.params import ColumnSetters
 from irbis.spark.images import IMAGE_STRUCT
 
 __all__ = ["ImageDecoder", "ImageSetAugmenter", "ImageTransformer", "UnrollImage"]
@@ -78,14 +78,7 @@ def with_opencv_threads(fn: Callable[[pd.DataFrame], pd.DataFrame]) -> Callable[
     return run
 
 
-class _ColumnSetters(HasInputCol, HasOutputCol):
-    """``setInputCol`` / ``setOutputCol``, as PySpark's stages have them."""
-
-    def setInputCol(self, value: str) -> Any:  # noqa: N802
-        return self._set(inputCol=value)
-
-    def setOutputCol(self, value: str) -> Any:  # noqa: N802
-        return self._set(outputCol=value)
+_ColumnSetters = ColumnSetters
 
 
 class _ImageStage(IrbisTransformer, _ColumnSetters):

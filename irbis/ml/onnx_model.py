@@ -55,26 +55,13 @@ class ONNXModel(_NetworkStageParams, IrbisModel):
         """Set any of the constructor's params."""
         return self._set(**kwargs)
 
-    def setModelPath(self, value: str) -> "ONNXModel":
-        return self._set(modelPath=value)
-
     def setFeedDict(self, value: dict[str, str]) -> "ONNXModel":
+        """Sets feedDict: graph input name -> input column."""
         return self._set(feedDict=dict(value))
 
     def setFetchDict(self, value: dict[str, str]) -> "ONNXModel":
+        """Sets fetchDict: output column -> graph output (or inner node output) name."""
         return self._set(fetchDict=dict(value))
-
-    def setInputCol(self, value: str) -> "ONNXModel":
-        return self._set(inputCol=value)
-
-    def setOutputCol(self, value: str) -> "ONNXModel":
-        return self._set(outputCol=value)
-
-    def setMiniBatchSize(self, value: int) -> "ONNXModel":
-        return self._set(miniBatchSize=value)
-
-    def setDevice(self, value: str) -> "ONNXModel":
-        return self._set(device=value)
 
     # -- feeds and fetches -----------------------------------------------------------------------
     def _feeds(self) -> dict[str, str]:

@@ -1,6 +1,6 @@
 """Params shared by several Irbis stages, declared once as a table (as PySpark's shared params are).
 
-Each entry becomes a ``Has<Name>`` mixin with a ``get<Name>`` accessor; setters live on the stages.
+Each entry becomes a ``Has<Name>`` mixin with ``get<Name>`` and ``set<Name>`` accessors.
 """
 
 from __future__ import annotations
@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from pyspark.ml.param import Param, Params, TypeConverters
+from pyspark.ml.param.shared import HasInputCol, HasOutputCol
 
 # name, doc, type converter, default (None: no default)
 _SHARED: list[tuple[str, str, Any, Any]] = [
@@ -36,13 +37,18 @@ def _make_mixin(name: str, doc: str, converter: Any, default: Any) -> type:
     def getter(self: Params) -> Any:
         return self.getOrDefault(getattr(self, name))
 
+    def setter(self: Params, value: Any) -> Params:
+        return self._set(**{name: value})
+
     getter.__doc__ = f"Gets the value of {name}: {doc}."
     getter.__name__ = f"get{cap}"
+    setter.__doc__ = f"Sets the value of {name}: {doc}."
+    setter.__name__ = f"set{cap}"
     mixin = type(
         f"Has{cap}",
         (Params,),
         {name: Param(Params._dummy(), name, doc, typeConverter=converter), "__init__": __init__,
-         f"get{cap}": getter, "__doc__": f"Mixin for the param {name}: {doc}."},
+         f"get{cap}": getter, f"set{cap}": setter, "__doc__": f"Mixin for the param {name}: {doc}."},
     )
     return mixin
 
@@ -51,4 +57,18 @@ HasModelPath, HasMiniBatchSize, HasDevice, HasPrecision, HasInputShape, HasOutpu
     _make_mixin(*row) for row in _SHARED
 )
 
-__all__ = ["HasModelPath", "HasMiniBatchSize", "HasDevice", "HasPrecision", "HasInputShape", "HasOutputLayer"]
+
+
+class ColumnSetters(HasInputCol, HasOutputCol):
+    """``inputCol``/``outputCol`` with ``setInputCol``/``setOutputCol``, as PySpark's own stages have."""
+
+    def setInputCol(self, value: str) -> Any:  # noqa: N802
+        """Sets the value of inputCol."""
+        return self._set(inputCol=value)
+
+    def setOutputCol(self, value: str) -> Any:  # noqa: N802
+        """Sets the value of outputCol."""
+        return self._set(outputCol=value)
+
+
+__all__ = ["ColumnSetters", "HasModelPath", "HasMiniBatchSize", "HasDevice", "HasPrecision", "HasInputShape", "HasOutputLayer"]

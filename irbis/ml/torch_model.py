@@ -13,7 +13,6 @@ import torch
 from pyspark import keyword_only
 from pyspark.ml.linalg import VectorUDT
 from pyspark.ml.param import Param, Params, TypeConverters
-from pyspark.ml.param.shared import HasInputCol, HasOutputCol
 from pyspark.sql.types import ArrayType, DataType, FloatType, NumericType, StructType
 from torch import nn
 
@@ -21,6 +20,7 @@ from irbis.kernels.batching import rows_to_batch, scatter_rows
 from irbis.kernels.inference import make_torch_predict_fn, resolve_source
 from irbis.ml.base import IrbisModel, TransformFn
 from irbis.ml.params import (
+    ColumnSetters,
     HasDevice,
     HasInputShape,
     HasMiniBatchSize,
@@ -34,7 +34,7 @@ from irbis.spark.files import localize, ship_file
 IMAGE_FIELDS = ("height", "width", "nChannels", "data")
 
 
-class _NetworkStageParams(HasInputCol, HasOutputCol, HasModelPath, HasMiniBatchSize, HasDevice,
+class _NetworkStageParams(ColumnSetters, HasModelPath, HasMiniBatchSize, HasDevice,
                           HasInputShape, HasOutputLayer):
     outputType = Param(Params._dummy(), "outputType", "vector (Spark ML vector) or array (array<float>)",
                        typeConverter=TypeConverters.toString)
@@ -46,6 +46,10 @@ class _NetworkStageParams(HasInputCol, HasOutputCol, HasModelPath, HasMiniBatchS
     def getOutputType(self) -> str:
         """Gets the value of outputType."""
         return self.getOrDefault(self.outputType)
+
+    def setOutputType(self, value: str) -> Any:
+        """Sets the value of outputType: vector or array."""
+        return self._set(outputType=value)
 
     def _output_columns(self) -> list[tuple[str, DataType]]:
         out = VectorUDT() if self.getOutputType() == "vector" else ArrayType(FloatType())
@@ -133,33 +137,6 @@ class TorchModel(_NetworkStageParams, HasPrecision, IrbisModel):
     def setParams(self, **kwargs: Any) -> "TorchModel":
         """Set any of the constructor's params."""
         return self._set(**kwargs)
-
-    def setModelPath(self, value: str) -> "TorchModel":
-        return self._set(modelPath=value)
-
-    def setInputCol(self, value: str) -> "TorchModel":
-        return self._set(inputCol=value)
-
-    def setOutputCol(self, value: str) -> "TorchModel":
-        return self._set(outputCol=value)
-
-    def setOutputLayer(self, value: str) -> "TorchModel":
-        return self._set(outputLayer=value)
-
-    def setMiniBatchSize(self, value: int) -> "TorchModel":
-        return self._set(miniBatchSize=value)
-
-    def setInputShape(self, value: list[int]) -> "TorchModel":
-        return self._set(inputShape=value)
-
-    def setDevice(self, value: str) -> "TorchModel":
-        return self._set(device=value)
-
-    def setPrecision(self, value: str) -> "TorchModel":
-        return self._set(precision=value)
-
-    def setOutputType(self, value: str) -> "TorchModel":
-        return self._set(outputType=value)
 
     # -- building from an in-memory network ------------------------------------------------------
     @classmethod

@@ -120,6 +120,7 @@ def main() -> None:
     parser.add_argument("--docs", type=int, default=200_000)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results", "stages.txt"))
+    parser.add_argument("--only", choices=["assembler", "text", "ensemble"], help="run one benchmark only")
     args = parser.parse_args()
     spark = get_spark("local[2]", **{"spark.ui.enabled": "false", "spark.driver.memory": "6g",
                                      "spark.sql.shuffle.partitions": "4"})
@@ -132,9 +133,12 @@ def main() -> None:
         f"python {sys.version.split()[0]}, pyspark {pyspark.__version__}, java {spark.sparkContext._jvm.System.getProperty('java.version')}",
         f"median of {args.repeats} runs after one warm-up; outputs computed with the noop writer",
     ]
-    bench_assembler(spark, log, args.rows, args.repeats)
-    bench_text(spark, log, args.docs, args.repeats)
-    bench_ensemble(spark, log, args.rows, args.repeats)
+    if args.only in (None, "assembler"):
+        bench_assembler(spark, log, args.rows, args.repeats)
+    if args.only in (None, "text"):
+        bench_text(spark, log, args.docs, args.repeats)
+    if args.only in (None, "ensemble"):
+        bench_ensemble(spark, log, args.rows, args.repeats)
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     with open(args.out, "w", encoding="utf-8") as f:
         f.write("\n".join(log) + "\n")

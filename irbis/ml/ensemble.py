@@ -1,7 +1,7 @@
 """EnsembleByKey: combine numbers and vectors over rows that share keys."""
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import pandas as pd
 from pyspark import keyword_only
@@ -118,12 +118,17 @@ class EnsembleByKey(IrbisTransformer):
     def _transform_spark(self, df: DataFrame) -> DataFrame:
         self._check_schema(df.schema)
         keys, strategy = self.getOrDefault("keys"), self.getOrDefault("strategy")
-        specs = [_aggregate(df, c, strategy) for c in self.getOrDefault("cols")]
+        prefix = f"__{self.uid}_"
+        specs = [_aggregate(df, c, strategy, f"{prefix}{i}") for i, c in enumerate(self.getOrDefault("cols"))]
+        prepared = [column for columns, _ in specs for column in columns]
         names = self._output_names()
         if self.getOrDefault("collapseGroup"):
-            return df.groupBy(*keys).agg(*[make(None).alias(n) for make, n in zip(specs, names)])
+            grouped = df.select(*keys, *prepared).groupBy(*keys)
+            return grouped.agg(*[make(None).alias(n) for (_, make), n in zip(specs, names)])
         window = Window.partitionBy(*keys)
-        return df.select("*", *[make(window).alias(n) for make, n in zip(specs, names)])
+        out = df.select("*", *prepared)
+        temps = [name for name in out.columns if name.startswith(prefix)]
+        return out.select("*", *[make(window).alias(n) for (_, make), n in zip(specs, names)]).drop(*temps)
 
 
 def vector_size(df: DataFrame, col: str) -> int:
@@ -137,23 +142,31 @@ def vector_size(df: DataFrame, col: str) -> int:
     return 0 if first is None else int(first[0].size)
 
 
-def _aggregate(df: DataFrame, col: str, strategy: str):
-    """Return ``make(window_or_None) -> Column`` combining ``col`` with ``strategy``."""
+def _aggregate(df: DataFrame, col: str, strategy: str, tmp: str) -> tuple[list[Column], Callable]:
+    """Prepare ``col`` for combining with ``strategy``.
+
+    Returns the columns to add under the ``tmp`` prefix before aggregating (computed by generated
+    code, so the aggregate itself only reads columns) and ``make(window_or_None) -> Column``.
+    """
     c = F.col(col)
     if not isinstance(df.schema[col].dataType, VectorUDT):
-        value = F.nanvl(c.cast("double"), F.lit(None).cast("double"))
+        prepared = [F.nanvl(c.cast("double"), F.lit(None).cast("double")).alias(tmp)]
         func = {"mean": F.avg, "sum": F.sum, "max": F.max, "min": F.min}[strategy]
-        return lambda w: func(value) if w is None else func(value).over(w)
+        return prepared, lambda w: func(tmp) if w is None else func(tmp).over(w)
     size = vector_size(df, col)
     if size == 0:  # no vector at all: every group is empty
-        return lambda w: F.lit(None).cast(VectorUDT())
+        return [], lambda w: F.lit(None).cast(VectorUDT())
     filler = array_to_vector(F.array_repeat(F.lit(_FILLERS[strategy]), size))
-    weight = F.when(c.isNull(), F.lit(_TINY_WEIGHT)).otherwise(F.lit(1.0))
-    summary = Summarizer.metrics(strategy).summary(F.coalesce(c, filler), weight)
+    prepared = [
+        F.coalesce(c, filler).alias(tmp),
+        F.when(c.isNull(), F.lit(_TINY_WEIGHT)).otherwise(F.lit(1.0)).alias(tmp + "_w"),
+        c.isNotNull().cast("int").alias(tmp + "_n"),
+    ]
+    summary = Summarizer.metrics(strategy).summary(F.col(tmp), F.col(tmp + "_w"))
 
     def make(w: Window | None) -> Column:
-        count = F.count(c) if w is None else F.count(c).over(w)
+        present = F.sum(tmp + "_n") if w is None else F.sum(tmp + "_n").over(w)
         value = summary if w is None else summary.over(w)
-        return F.when(count > 0, value[strategy])
+        return F.when(present > 0, value[strategy])
 
-    return make
+    return prepared, make

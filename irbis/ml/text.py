@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import scipy.sparse as sp
 from pyspark import keyword_only
-from pyspark.ml.feature import IDF, ElementwiseProduct, HashingTF, NGram, RegexTokenizer, StopWordsRemover
+from pyspark.ml.feature import IDF, ElementwiseProduct, IDFModel, HashingTF, NGram, RegexTokenizer, StopWordsRemover
 from pyspark.ml.linalg import DenseVector, VectorUDT
 from pyspark.ml.param import Param, Params, TypeConverters
 from pyspark.ml.param.shared import HasInputCol, HasOutputCol
@@ -153,20 +153,24 @@ class TextFeaturizer(IrbisEstimator, _TextFeaturizerParams):
             if self.getOrDefault("useIDF"):
                 tf_col = f"__{self.uid}_tf"
                 df, _ = self._term_frequencies(dataset, tf_col)
-                model._idf = self._fit_idf_spark(df, tf_col)
+                fitted = self._fit_idf_spark(df, tf_col)
+                if isinstance(fitted, IdfState):
+                    model._idf = fitted
+                else:  # keep the JVM model: its weights reach Python only when needed (save, pandas)
+                    model._jvm_idf = fitted
         if self.getOrDefault("useStopWordsRemover") and not self.getOrDefault("stopWords"):
             model._set(stopWords=self._stop_words())
         return model
 
 
-    def _fit_idf_spark(self, df: DataFrame, tf_col: str) -> IdfState:
+    def _fit_idf_spark(self, df: DataFrame, tf_col: str) -> IdfState | IDFModel:
         try:
             fitted = IDF(inputCol=tf_col, minDocFreq=self.getOrDefault("minDocFreq")).fit(df)
         except Exception as err:  # noqa: BLE001 - Spark's IDF refuses an empty corpus
             if "Haven't seen any document" not in str(err):
                 raise
             return fit_idf(sp.csr_matrix((0, self.getOrDefault("numFeatures"))), self.getOrDefault("minDocFreq"))
-        return IdfState(fitted.idf.toArray(), np.asarray(fitted.docFreq, dtype=np.int64), int(fitted.numDocs))
+        return fitted
 
 
 class TextFeaturizerModel(IrbisModel, _TextFeaturizerParams):
@@ -178,11 +182,19 @@ class TextFeaturizerModel(IrbisModel, _TextFeaturizerParams):
         self._setDefault(**self._DEFAULTS)
         self._set(**self._input_kwargs)
         self._idf: IdfState | None = None
+        self._jvm_idf: IDFModel | None = None
+
+    def _idf_state(self) -> IdfState | None:
+        if self._idf is None and self._jvm_idf is not None:
+            fitted = self._jvm_idf
+            self._idf = IdfState(fitted.idf.toArray(), np.asarray(fitted.docFreq, dtype=np.int64), int(fitted.numDocs))
+        return self._idf
 
     @property
     def idf(self) -> np.ndarray | None:
         """The IDF weight of each slot (``None`` when ``useIDF`` is false)."""
-        return None if self._idf is None else self._idf.idf
+        state = self._idf_state()
+        return None if state is None else state.idf
 
     def _input_columns(self) -> list[str]:
         return [self.getInputCol()]
@@ -200,12 +212,15 @@ class TextFeaturizerModel(IrbisModel, _TextFeaturizerParams):
             return self._transform_pandas_text(dataset)
         self._check_input(dataset.schema)
         out = self.getOutputCol()
-        if self._idf is None:
+        if self._idf is None and self._jvm_idf is None:
             df, temps = self._term_frequencies(dataset, out)
         else:
             tf_col = f"__{self.uid}_tf"
             df, temps = self._term_frequencies(dataset, tf_col)
-            scale = ElementwiseProduct(scalingVec=DenseVector(self._idf.idf), inputCol=tf_col, outputCol=out)
+            if self._jvm_idf is not None:
+                scale = self._jvm_idf.copy().setInputCol(tf_col).setOutputCol(out)
+            else:
+                scale = ElementwiseProduct(scalingVec=DenseVector(self._idf.idf), inputCol=tf_col, outputCol=out)
             df = scale.transform(df)
             temps.append(tf_col)
         return df.drop(*temps)
@@ -214,14 +229,14 @@ class TextFeaturizerModel(IrbisModel, _TextFeaturizerParams):
         if self.getInputCol() not in pdf.columns:
             raise ValueError(f"TextFeaturizerModel: input column {self.getInputCol()!r} not found; the DataFrame has columns {list(pdf.columns)}.")
         tf = self._tf_pandas(pdf[self.getInputCol()].tolist())
-        if self._idf is not None:
+        if self._idf_state() is not None:
             tf = apply_idf(tf, self._idf)
         out = pdf.copy()
         out[self.getOutputCol()] = [np.asarray(row.toarray()).ravel() for row in tf] if tf.shape[0] else []
         return out
 
     def _save_extra(self, path: str) -> None:
-        if self._idf is not None:
+        if self._idf_state() is not None:
             np.savez(os.path.join(path, "idf.npz"), idf=self._idf.idf, doc_freq=self._idf.doc_freq, num_docs=self._idf.num_docs)
 
     def _load_extra(self, path: str) -> None:

@@ -173,6 +173,35 @@ def workload(spark, name: str, arch: str, options: dict, shape: list[int], epoch
     return rows
 
 
+def accuracy_over_seeds(epochs: int, seeds: int = 5) -> list[str]:
+    """Test accuracy of every strategy over several seeds (2 workers as threads, same loop as on Spark).
+
+    One run's accuracy on 360 test digits moves by a few samples from seed to seed (one sample is
+    0.28 points), so the strategies are compared on the mean over seeds.
+    """
+    import io
+
+    from irbis.models import build_model
+    from irbis.train.backends.local import run_threads, shard_rows
+    from irbis.train.loop import TrainSpec
+
+    xtr, xte, ytr, yte = load_digits_split(images=False)
+    torch.set_num_threads(1)
+    out = [f"test accuracy over {seeds} seeds (digits MLP, {epochs} epochs, 2 workers x batch 32, thread backend):"]
+    for strategy, options in STRATEGIES.items():
+        accs = []
+        for seed in range(seeds):
+            spec = TrainSpec(network={"kind": "architecture", "name": "mlp", "options": MLP}, epochs=epochs,
+                             batch_size=32, strategy=strategy, strategy_options=json.loads(options), seed=seed)
+            result = run_threads(spec, shard_rows(xtr, ytr, 2))[0]
+            module = build_model("mlp", **MLP)
+            module.load_state_dict(torch.load(io.BytesIO(result.state), weights_only=True))
+            accs.append(accuracy(module, xte, yte, [64]))
+        out.append(f"  {strategy:16s} mean {np.mean(accs):.4f}  std {np.std(accs):.4f}  "
+                   f"min {min(accs):.4f}  max {max(accs):.4f}")
+    return out
+
+
 def efficiency(rows: list[dict]) -> list[str]:
     out = []
     for mode in dict.fromkeys(r["mode"] for r in rows if r["mode"].startswith("irbis")):
@@ -203,14 +232,15 @@ def main() -> None:
         print(f"TorchDistributor failed: {type(err).__name__}: {err}")
     cnn = workload(spark, "cnn", "small_cnn", CNN, [3, 32, 32], cnn_epochs, list(STRATEGIES), curves)
     spark.stop()
+    seeds = accuracy_over_seeds(digits_epochs, seeds=2 if args.quick else 5)
     report = [
         "# benchmarks/train_sync.py",
         f"python {platform.python_version()}, torch {torch.__version__}, {platform.machine()}, "
         f"{os.cpu_count()} cores; Spark local[2], one torch thread per task",
-        f"load average before {load_before[0]:.1f}, after {os.getloadavg()[0]:.1f} "
-        "(the machine is shared: other developers' jobs ran at the same time, so absolute figures are noisy)",
+        f"load average (1 min) before {load_before[0]:.1f}, after {os.getloadavg()[0]:.1f}",
         "", table(f"digits: MLP 64-128-10, {digits_epochs} epochs, global batch 64", digits),
         "scaling efficiency, 2 workers vs 1:", *efficiency(digits),
+        "", *seeds,
         "", table(f"cnn: small_cnn on 3x32x32 digits, {cnn_epochs} epochs, global batch 64", cnn),
         "scaling efficiency, 2 workers vs 1:", *efficiency(cnn),
         "", "quoted from research/baselines.md section 4 (same digits setup, measured earlier on this machine):",

@@ -1,4 +1,4 @@
-"""The ``irbis`` command line: ``irbis demo | classify | models``."""
+"""The ``irbis`` command line: ``irbis demo | photos | classify | models``."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ def _cmd_classify(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_demo(args: argparse.Namespace) -> int:
+def _cmd_photos(args: argparse.Namespace) -> int:
     from irbis.demo.photos import classify_photos, write_sample_photos
 
     folder = write_sample_photos(args.output)
@@ -39,16 +39,50 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_demo(args: argparse.Namespace) -> int:
+    import time
+
+    from irbis.demo.camera_trap import run_demo
+    from irbis.demo.dataset import check_labels, load_metadata
+    from irbis.spark.session import get_spark
+
+    if args.images:  # check the set before starting Spark: bad input fails in a second
+        check_labels(load_metadata(args.images), args.positive)
+    start = time.perf_counter()
+    spark = get_spark(args.master, app_name="irbis-demo", **{"spark.ui.showConsoleProgress": "false"})
+    spark.sparkContext.setLogLevel("ERROR")
+    result = run_demo(spark, args.output, args.images, positive=args.positive, precision=args.precision,
+                      seed=args.seed, progress=not args.no_progress)
+    print(result.table)
+    print(f"best: {result.best}; report {result.output / 'report.html'}, pipeline {result.output / 'model'}")
+    print(f"wall time {time.perf_counter() - start:.0f} s")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``irbis`` command."""
     parser = argparse.ArgumentParser(prog="irbis", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
 
-    demo = sub.add_parser("demo", help="run the main job on the embedded Spark")
-    demo.add_argument("--output", default="irbis-demo-output", help="folder for the demo's files")
+    demo = sub.add_parser("demo", help="the main job: a camera-trap classifier (Snow Leopard ladder) on Spark",
+                          description="Fit and compare raw-pixel logistic regression, EfficientNet-Lite0 features "
+                          "cut at 1 and 2 layers, flip augmentation and burst averaging on camera-trap images, "
+                          "split by camera; write a report and the best pipeline to --output.")
+    demo.add_argument("--images", default=None, help="camera-trap set: DIR/metadata.csv (path,label,camera,burst) "
+                      "or DIR/<label>/<camera>/<burst>/<image>; default: build one from shipped photographs")
+    demo.add_argument("--positive", default="animal", help="label of the class to detect (others are negative)")
+    demo.add_argument("--output", default="irbis-demo-output", help="folder for the report, figures and model")
     demo.add_argument("--master", default="local[2]", help="Spark master URL")
     demo.add_argument("--precision", default="bf16", choices=["fp32", "bf16", "int8"])
+    demo.add_argument("--seed", type=int, default=0, help="seed of the built set and of the camera split")
+    demo.add_argument("--no-progress", action="store_true", help="no progress bars")
     demo.set_defaults(func=_cmd_demo)
+
+    photos = sub.add_parser("photos", help="score the sample photographs with EfficientNet-Lite0 on Spark")
+    photos.add_argument("--output", default="irbis-demo-output", help="folder for the photographs")
+    photos.add_argument("--master", default="local[2]", help="Spark master URL")
+    photos.add_argument("--precision", default="bf16", choices=["fp32", "bf16", "int8"])
+    photos.set_defaults(func=_cmd_photos)
 
     classify = sub.add_parser("classify", help="top ImageNet classes of every image in a folder")
     classify.add_argument("images", help="folder of JPEG/PNG/BMP images (searched recursively)")

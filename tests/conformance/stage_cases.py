@@ -164,3 +164,63 @@ def registered_names() -> set[str]:
     names = {type(case.make_stage()).__name__ for case in STAGE_CASES.values()}
     return names | {case.fitted for case in STAGE_CASES.values() if case.fitted}
 
+
+
+def image_frame(spark: SparkSession) -> DataFrame:
+    """Two real photographs as image structs and PNG bytes, and one row of bytes that is no image."""
+    import cv2
+    from pyspark.sql.types import BinaryType
+    from skimage import data
+
+    from irbis.kernels.image import array_to_struct
+    from irbis.spark.images import IMAGE_STRUCT
+
+    photos = [data.chelsea()[::4, ::4, ::-1], data.coffee()[::8, ::8, ::-1]]
+    rows = [(i, array_to_struct(p, f"photo{i}"), cv2.imencode(".png", p)[1].tobytes()) for i, p in enumerate(photos)]
+    rows.append((2, None, b"not an image"))
+    schema = StructType([StructField("id", IntegerType()), StructField("image", IMAGE_STRUCT, True),
+                         StructField("content", BinaryType(), True)])
+    return spark.createDataFrame(rows, schema)
+
+
+def tiny_image_transformer() -> Any:
+    from irbis.ml.image import ImageTransformer
+
+    return (ImageTransformer(inputCol="image", outputCol="t", outputFormat="vector")
+            .resize(20, 20, keepAspectRatio=True).centerCrop(16, 16).colorFormat("RGB").normalize(127.0, 128.0))
+
+
+def labelled_frame(spark: SparkSession) -> DataFrame:
+    """Eight 2-d points in two classes, for training."""
+    rows = [(Vectors.dense([float(i), float(i % 2)]), i % 2) for i in range(8)]
+    return spark.createDataFrame(rows, StructType([StructField("vec", VectorUDT()), StructField("label", IntegerType())]))
+
+
+def tiny_estimator() -> Any:
+    from irbis.train.estimator import TorchEstimator
+
+    return TorchEstimator(network="mlp", networkOptions='{"in_features": 2, "hidden": 4, "out_features": 2}',
+                          featuresCol="vec", labelCol="label", epochs=1, batchSize=4, numWorkers=1,
+                          showProgress=False)
+
+
+def _image_stages() -> dict[str, StageCase]:
+    from irbis.ml.featurizer import ImageFeaturizer
+    from irbis.ml.image import ImageDecoder, ImageSetAugmenter, UnrollImage
+
+    no_gen = dict(wrong_type="string", generated=False)
+    return {
+        "ImageDecoder": StageCase(lambda: ImageDecoder(inputCol="content", outputCol="decoded"), image_frame,
+                                  "content", **no_gen),
+        "ImageTransformer": StageCase(tiny_image_transformer, image_frame, "image", **no_gen),
+        "UnrollImage": StageCase(lambda: UnrollImage(inputCol="image", outputCol="u"), image_frame, "image", **no_gen),
+        "ImageSetAugmenter": StageCase(lambda: ImageSetAugmenter(inputCol="image", outputCol="image", flipUpDown=True),
+                                       image_frame, "image", keeps_rows=False, **no_gen),
+        "ImageFeaturizer": StageCase(lambda: ImageFeaturizer(inputCol="content", outputCol="f", errorCol="why"),
+                                     image_frame, "content", **no_gen),
+    }
+
+
+STAGE_CASES.update(_image_stages())
+STAGE_CASES["TorchEstimator"] = StageCase(tiny_estimator, labelled_frame, "vec", "string", fitted="TorchModel",
+                                          generated=False, pandas=False)

@@ -57,6 +57,9 @@ def available_slots(spark_context: Any, wait_s: float = 30.0, wanted: int = 0) -
 
 def training_frame(df: DataFrame, features_col: str, label_col: str) -> DataFrame:
     """Select features as ``array<float>`` and the label as double, under fixed names."""
+    for role, col in (("featuresCol", features_col), ("labelCol", label_col)):
+        if col not in df.columns:
+            raise ValueError(f"TorchEstimator: {role} {col!r} not found; the DataFrame has columns {df.columns}")
     ftype = df.schema[features_col].dataType
     if isinstance(ftype, VectorUDT):
         feats = vector_to_array(F.col(features_col), "float32")

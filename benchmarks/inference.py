@@ -17,7 +17,8 @@ The precision check scores real photographs (the scikit-image / scikit-learn pho
 random crops and flips) at fp32 and at each reduced precision and reports top-1 agreement.
 
 Usage: ``python benchmarks/inference.py [--images 256] [--repeats 2] [--models effnet,resnet50]``
-Results are printed and written to ``benchmarks/results/inference.txt`` and ``inference.json``.
+Results are printed and written to ``benchmarks/results/inference.txt``, ``inference.json`` and
+``inference.png`` (a bar chart).
 """
 
 from __future__ import annotations
@@ -294,6 +295,25 @@ def main() -> None:
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "inference.txt").write_text(text + "\n")
     (RESULTS / "inference.json").write_text(json.dumps(report, indent=1))
+    plot(report, RESULTS / "inference.png")
+
+
+def plot(report: dict, path: Path) -> None:
+    """Bar chart of images/s per method, one panel per network."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(report), figsize=(6 * len(report), 4), squeeze=False)
+    for ax, (key, r) in zip(axes[0], report.items()):
+        labels = [label.split(") ", 1)[1].replace(", local[2]", "") for label in r["rows"]]
+        values = [row["images_per_s"] for row in r["rows"].values()]
+        ax.barh(labels[::-1], values[::-1], color=["#888"] * (len(values) - 1) + ["#c44"])
+        ax.set_title(f"{MODELS[key]}: images/s on 2 cores")
+        ax.set_xlabel("images per second (higher is better)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
 
 
 def table(model: str, n: int, rows: dict, agreement: dict | None) -> list[str]:

@@ -12,7 +12,6 @@ from irbis.ml.image import ImageDecoder, ImageSetAugmenter, ImageTransformer, Un
 from irbis.ml.onnx_model import ONNXModel
 from irbis.ml.text import TextFeaturizer, TextFeaturizerModel
 from irbis.ml.torch_model import TorchModel
-from irbis.train.estimator import TorchEstimator
 
 __all__ = [
     "Cache",
@@ -36,3 +35,13 @@ __all__ = [
     "TorchModel",
     "UnrollImage",
 ]
+
+
+def __getattr__(name: str):
+    # TorchEstimator lives in irbis.train, which imports this package's base class: importing it
+    # here eagerly would be circular, so it is resolved on first use.
+    if name == "TorchEstimator":
+        from irbis.train.estimator import TorchEstimator
+
+        return TorchEstimator
+    raise AttributeError(f"module 'irbis.ml' has no attribute {name!r}")

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
 import pandas as pd
 from pyspark import keyword_only
 from pyspark.ml.linalg import VectorUDT
 from pyspark.ml.param import Param, Params, TypeConverters
 from pyspark.sql.types import BinaryType, DataType, StringType, StructType
 
+from irbis.kernels.batching import scatter_rows
 from irbis.kernels.image import DEFAULT_MAX_PIXELS, IMAGE_FIELDS
 from irbis.kernels.image_features import preprocess_images
 from irbis.ml.base import IrbisTransformer, TransformFn
@@ -168,10 +168,7 @@ class ImageFeaturizer(IrbisTransformer, _ColumnSetters, HasMiniBatchSize, HasDev
                 raise_errors=not err_col, fast_decode=fast)
             predict = make_torch_predict_fn(source, **options)
             outputs = predict(batch) if len(batch) else batch
-            rows: list[Any] = [None] * len(values)
-            for i, out in zip(np.flatnonzero(valid), outputs):
-                rows[i] = out
-            out = {out_col: pd.Series(rows, dtype=object)}
+            out = {out_col: pd.Series(scatter_rows(outputs, valid), dtype=object)}
             return pd.DataFrame({**out, err_col: errors} if err_col else out)
 
         return with_task_threads(with_opencv_threads(transform))

@@ -34,3 +34,14 @@ def test_pure_modules_import_no_spark_or_web_framework():
     code = f"FORBIDDEN = {FORBIDDEN!r}\nMODULES = {sorted(set(PURE))!r}\n" + SCRIPT
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert json.loads(out.stdout) == {}, f"a pure module pulls in Spark or a web framework: {out.stdout}"
+
+
+def test_public_entry_points_import_first_in_a_fresh_interpreter():
+    # Each statement runs first in its own interpreter, so an import cycle between packages shows up
+    # whatever the import order of the rest of the suite.
+    statements = ["from irbis.train import TorchEstimator", "from irbis.ml import TorchEstimator, TorchModel",
+                  "import irbis; irbis.TorchEstimator; irbis.read_images; irbis.ImageFeaturizer",
+                  "from irbis.spark.images import read_images", "from irbis.demo.camera_trap import run_demo"]
+    for statement in statements:
+        out = subprocess.run([sys.executable, "-c", statement], capture_output=True, text=True)
+        assert out.returncode == 0, f"{statement!r} fails in a fresh interpreter:\n{out.stderr[-2000:]}"

@@ -120,7 +120,8 @@ def prepare_network(module: nn.Module, precision: str, device: torch.device) -> 
     ``bf16`` is applied at run time by autocast (see :func:`make_torch_predict_fn`): matrix products
     and convolutions run in bfloat16 while weights stay fp32 (so they stay shared between processes)
     and numerically sensitive ops (reductions, softmax, batch norm) stay in fp32, which keeps top-1
-    agreement with fp32 higher than casting the whole network. ``int8`` quantises Linear (and
+    agreement with fp32 higher than casting the whole network; the first and last layers stay in fp32
+    (:func:`keep_ends_in_fp32`). ``int8`` quantises Linear (and
     LSTM/GRU) layers dynamically; convolutions stay in fp32, so it helps fully connected networks most.
     """
     if precision not in PRECISIONS:
@@ -135,11 +136,37 @@ def prepare_network(module: nn.Module, precision: str, device: torch.device) -> 
     module = module.to(device)
     if any(p.dim() == 4 for p in module.parameters()):
         module = module.to(memory_format=torch.channels_last)
+    if precision == "bf16":
+        keep_ends_in_fp32(module)
     return module
 
 
+def keep_ends_in_fp32(module: nn.Module) -> None:
+    """Run the first and the last layer with weights outside autocast, in fp32.
+
+    The usual mixed-precision practice: rounding the raw input to bfloat16 (8 bits of mantissa) in the
+    first layer and the logits in the last one is where bf16 flips near-tied top-1 classes; both layers
+    are a small part of the compute.
+    """
+    layers = [m for m in module.modules() if next(m.parameters(recurse=False), None) is not None]
+    for layer in {id(m): m for m in (layers[:1] + layers[-1:])}.values():
+        forward = layer.forward
+
+        def fp32_forward(*args: Any, _forward: Callable[..., Any] = forward, **kwargs: Any) -> Any:
+            with torch.autocast(args[0].device.type if args and torch.is_tensor(args[0]) else "cpu", enabled=False):
+                return _forward(*[a.float() if torch.is_tensor(a) and a.is_floating_point() else a for a in args],
+                                **kwargs)
+
+        layer.forward = fp32_forward
+
+
 def share_weights(module: nn.Module, key: str, cache_dir: Path | None = None) -> nn.Module:
-    """Back the module's tensors by one memory-mapped file shared by every process of this machine."""
+    """Back the module's tensors by one memory-mapped file shared by every process of this machine.
+
+    The file is written once (under a lock, atomically) and reused while it matches the prepared
+    module tensor for tensor (names, dtypes, shapes, strides); a file that does not match (written by
+    another preparation) is replaced.
+    """
     if isinstance(module, torch.jit.ScriptModule):
         return module
     state = module.state_dict()
@@ -149,12 +176,19 @@ def share_weights(module: nn.Module, key: str, cache_dir: Path | None = None) ->
     folder = (cache_dir or default_cache_dir()) / "prepared"
     path = folder / f"{key}.pt"
     with file_lock(folder / ".locks" / f"{key}.lock"):
-        if not path.exists():
+        shared = torch.load(path, map_location="cpu", weights_only=True, mmap=True) if path.exists() else None
+        if shared is None or not _same_layout(shared, state):
             with atomic_path(path) as tmp:
                 torch.save(state, tmp)
-    shared = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+            shared = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
     module.load_state_dict(shared, assign=True)
     return module
+
+
+def _same_layout(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> bool:
+    return a.keys() == b.keys() and all(
+        a[k].dtype == b[k].dtype and a[k].shape == b[k].shape and a[k].stride() == b[k].stride() for k in a
+    )
 
 
 def _layer_runner(module: nn.Module, layer: str | None) -> Callable[[torch.Tensor], torch.Tensor]:

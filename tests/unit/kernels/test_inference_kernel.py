@@ -110,3 +110,26 @@ def test_rows_to_batch_nulls_shapes_and_images():
     image = {"height": 2, "width": 3, "nChannels": 3, "data": bytes(range(18)), "mode": 16, "origin": ""}
     chw = rows_to_batch([image], "image")[0]
     assert chw.shape == (1, 3, 2, 3) and chw[0, 1, 0, 0] == 1.0
+
+
+def test_stale_prepared_weights_are_replaced(tmp_path):
+    from irbis.kernels.inference import share_weights
+
+    net = build_model("mlp", in_features=4, hidden=3, out_features=2)
+    stale = {k: v.to(torch.bfloat16) for k, v in net.state_dict().items()}
+    (tmp_path / "prepared").mkdir()
+    torch.save(stale, tmp_path / "prepared" / "k.pt")
+    shared = share_weights(net, "k", cache_dir=tmp_path)
+    assert all(t.dtype == torch.float32 for t in shared.state_dict().values())
+    assert torch.load(tmp_path / "prepared" / "k.pt", weights_only=True)["1.weight"].dtype == torch.float32
+
+
+def test_bf16_keeps_first_and_last_layer_in_fp32(mlp_bundle):
+    folder, net = mlp_bundle
+    x = _digits(30)
+    with torch.no_grad():
+        expected = net(torch.from_numpy(x)).numpy()
+    got = make_torch_predict_fn(resolve_source(str(folder)), precision="bf16")(x)
+    # With only the middle layers in bf16 the logits stay within bf16 rounding of fp32.
+    assert np.abs(got - expected).max() < 0.05 * np.abs(expected).max()
+    assert (got.argmax(1) == expected.argmax(1)).all()

@@ -58,5 +58,5 @@ def test_bad_input(frame, spark):
         EnsembleByKey(keys=["k"], cols=["x"], strategy="mode")
     schema = StructType([StructField("k", StringType()), StructField("v", VectorUDT())])
     bad = spark.createDataFrame([("a", Vectors.dense([1.0])), ("a", Vectors.dense([1.0, 2.0]))], schema)
-    with pytest.raises(Exception, match="Dimensions mismatch"):
+    with pytest.raises(Exception, match="column 'v' holds vectors of different lengths"):
         EnsembleByKey(keys=["k"], cols=["v"]).transform(bad).collect()

@@ -1,4 +1,4 @@
-"""The ``irbis`` command line: ``irbis demo | photos | classify | models``."""
+"""The ``irbis`` command line: ``irbis demo | featurize | train | classify | photos | models``."""
 
 from __future__ import annotations
 
@@ -26,6 +26,44 @@ def _cmd_classify(args: argparse.Namespace) -> int:
         print(path)
         for name, prob in labels:
             print(f"    {prob:6.3f}  {name}")
+    return 0
+
+
+def _cmd_featurize(args: argparse.Namespace) -> int:
+    from irbis.ml.featurizer import ImageFeaturizer
+    from irbis.spark.images import ImageReadStats, read_images
+    from irbis.spark.session import get_spark
+
+    spark = get_spark(args.master, app_name="irbis-featurize")
+    stats = ImageReadStats(spark)
+    images = read_images(args.images, dropInvalid=True, spark=spark, stats=stats,
+                         pathGlobFilter=args.glob)
+    featurizer = ImageFeaturizer(inputCol="image", outputCol="features", model=args.model,
+                                 cutOutputLayers=args.cut, precision=args.precision)
+    featurizer.transform(images).select("path", "features").write.mode(args.mode).parquet(args.output)
+    print(f"features of {stats.files - stats.bad_files} images written to {args.output}; "
+          f"{stats.bad_files} files could not be decoded and were skipped")
+    return 0
+
+
+def _cmd_train(args: argparse.Namespace) -> int:
+    from irbis.spark.session import get_spark
+    from irbis.train import TorchEstimator
+
+    spark = get_spark(args.master, app_name="irbis-train")
+    data = spark.read.parquet(args.data)
+    estimator = TorchEstimator(network=args.network, networkOptions=args.network_options,
+                               featuresCol=args.features_col, labelCol=args.label_col, epochs=args.epochs,
+                               batchSize=args.batch_size, numWorkers=args.workers, strategy=args.strategy,
+                               strategyOptions=args.strategy_options, learningRate=args.learning_rate,
+                               optimizer=args.optimizer, validationFraction=args.validation_fraction)
+    if args.checkpoint_dir:
+        estimator.setParams(checkpointDir=args.checkpoint_dir)
+    model = estimator.fit(data)
+    model.write().overwrite().save(args.output)
+    for record in model.training_summary or []:
+        print("  ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in record.items()))
+    print(f"fitted TorchModel saved to {args.output}")
     return 0
 
 
@@ -77,6 +115,37 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--seed", type=int, default=0, help="seed of the built set and of the camera split")
     demo.add_argument("--no-progress", action="store_true", help="no progress bars")
     demo.set_defaults(func=_cmd_demo)
+
+    feat = sub.add_parser("featurize", help="images to pretrained-network features, written as parquet")
+    feat.add_argument("images", help="folder (or glob) of images; any filesystem Spark reads")
+    feat.add_argument("output", help="parquet output path (columns path, features)")
+    feat.add_argument("--model", default="efficientnet_lite0")
+    feat.add_argument("--cut", type=int, default=1, help="final layers to cut (0: class scores, 1: pooled features)")
+    feat.add_argument("--precision", default="bf16", choices=["fp32", "bf16", "int8"])
+    feat.add_argument("--glob", default="*.{jpg,jpeg,png,bmp,JPG,JPEG,PNG}", help="file name filter")
+    feat.add_argument("--mode", default="errorifexists", choices=["errorifexists", "overwrite"])
+    feat.add_argument("--master", default="local[*]")
+    feat.set_defaults(func=_cmd_featurize)
+
+    train = sub.add_parser("train", help="train a network data-parallel on Spark executors (TorchEstimator)")
+    train.add_argument("data", help="parquet with a features column (vector or array) and a numeric label")
+    train.add_argument("output", help="where the fitted TorchModel is saved")
+    train.add_argument("--network", default="mlp", help="architecture name or TorchScript file")
+    train.add_argument("--network-options", default="{}", help='JSON, e.g. \'{"in_features": 64, '
+                       '"hidden": 128, "out_features": 10}\'')
+    train.add_argument("--features-col", default="features")
+    train.add_argument("--label-col", default="label")
+    train.add_argument("--epochs", type=int, default=10)
+    train.add_argument("--batch-size", type=int, default=32, help="per worker")
+    train.add_argument("--workers", type=int, default=2)
+    train.add_argument("--strategy", default="sync", help="sync, model_averaging, block_momentum, one_bit")
+    train.add_argument("--strategy-options", default="{}", help="JSON options of the strategy")
+    train.add_argument("--optimizer", default="adam")
+    train.add_argument("--learning-rate", type=float, default=1e-3)
+    train.add_argument("--validation-fraction", type=float, default=0.0)
+    train.add_argument("--checkpoint-dir", default=None, help="shared folder: resume after a failed task")
+    train.add_argument("--master", default="local[*]")
+    train.set_defaults(func=_cmd_train)
 
     photos = sub.add_parser("photos", help="score the sample photographs with EfficientNet-Lite0 on Spark")
     photos.add_argument("--output", default="irbis-demo-output", help="folder for the photographs")

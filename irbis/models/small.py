@@ -7,14 +7,21 @@ training strategies compare against), without disturbing the global torch RNG.
 from __future__ import annotations
 
 from collections import OrderedDict
+import threading
 from collections.abc import Callable, Sequence
 
 import torch
 from torch import nn
 
 
+#: torch's global RNG is shared by the threads of a process: workers that build their networks at the
+#: same time (the thread backend) must take turns, or one reseeds the RNG in the middle of the other's
+#: initialisation and the "seeded" weights depend on timing.
+_RNG_LOCK = threading.Lock()
+
+
 def _seeded(seed: int, make: Callable[[], nn.Module]) -> nn.Module:
-    with torch.random.fork_rng(devices=[]):
+    with _RNG_LOCK, torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         return make().eval()
 

@@ -247,7 +247,7 @@ def main() -> None:
              f"# {args.images} JPEG files ({mb:.1f} MiB, longer side 400-800 px) for features and scaling, "
              f"{args.chain_images} for the chains; timed runs: {args.repeats}; "
              f"Spark conf {SPARK_CONF}",
-             f"# NOTE: the machine is shared with other developers' jobs; load average (1/5/15 min) "
+             f"# load average (1/5/15 min) "
              f"before {tuple(round(v, 1) for v in load_before)}, after {tuple(round(v, 1) for v in load_after)}."
              " Compare methods within this run only.", ""]
     text = "\n".join(lines + table(rows, args.images))

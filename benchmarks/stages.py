@@ -129,7 +129,7 @@ def main() -> None:
         "# benchmarks/stages.py",
         f"date: {datetime.now(timezone.utc).isoformat(timespec='seconds')}",
         f"machine: {platform.machine()}, {os.cpu_count()} cores, {platform.system()} {platform.release()}; "
-        "master local[2]; a shared machine (other jobs may have run at the same time)",
+        f"master local[2]; load average (1/5/15 min) at start {tuple(round(v, 1) for v in os.getloadavg())}",
         f"python {sys.version.split()[0]}, pyspark {pyspark.__version__}, java {spark.sparkContext._jvm.System.getProperty('java.version')}",
         f"median of {args.repeats} runs after one warm-up; outputs computed with the noop writer",
     ]

@@ -226,7 +226,7 @@ def main() -> None:
     spark = get_spark("local[2]", app_name="irbis-train-bench", **{"spark.ui.enabled": "false",
                                                                     "spark.sql.shuffle.partitions": "2"})
     curves: dict = {}
-    digits_epochs, cnn_epochs = (5, 1) if args.quick else (30, 3)
+    digits_epochs, cnn_epochs = (5, 1) if args.quick else (30, 8)
     digits = workload(spark, "digits", "mlp", MLP, [64], digits_epochs, list(STRATEGIES), curves)
     try:
         digits.append(torch_distributor(load_digits_split(False), digits_epochs))

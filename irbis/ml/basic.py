@@ -117,10 +117,8 @@ class Cache(_ReshapeStage):
         return df.persist(self._level())
 
 
-class SelectColumns(_ReshapeStage):
-    """Keep only ``cols``, in that order."""
-
-    cols = Param(Params._dummy(), "cols", "columns to keep, in order", TypeConverters.toListString)
+class _ColumnListStage(_ReshapeStage):
+    """A stage over a list of existing columns, ``cols`` (each subclass documents its own use of it)."""
 
     @keyword_only
     def __init__(self, *, cols: list[str] | None = None) -> None:
@@ -130,6 +128,12 @@ class SelectColumns(_ReshapeStage):
 
     def _input_columns(self) -> list[str]:
         return list(self.getOrDefault("cols"))
+
+
+class SelectColumns(_ColumnListStage):
+    """Keep only ``cols``, in that order."""
+
+    cols = Param(Params._dummy(), "cols", "columns to keep, in order", TypeConverters.toListString)
 
     def transform_schema(self, schema: StructType) -> StructType:
         """Schema of the output for an input of ``schema``."""
@@ -143,19 +147,10 @@ class SelectColumns(_ReshapeStage):
         return df.select(*self._input_columns())
 
 
-class DropColumns(_ReshapeStage):
+class DropColumns(_ColumnListStage):
     """Drop ``cols`` (every one of them must exist)."""
 
     cols = Param(Params._dummy(), "cols", "columns to drop", TypeConverters.toListString)
-
-    @keyword_only
-    def __init__(self, *, cols: list[str] | None = None) -> None:
-        super().__init__()
-        self._setDefault(cols=[])
-        self._set(**self._input_kwargs)
-
-    def _input_columns(self) -> list[str]:
-        return list(self.getOrDefault("cols"))
 
     def transform_schema(self, schema: StructType) -> StructType:
         """Schema of the output for an input of ``schema``."""

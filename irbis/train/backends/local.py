@@ -11,6 +11,7 @@ import threading
 from typing import Any
 
 import numpy as np
+import torch
 
 from irbis.train.comm import ThreadCommunicator, connect_store, init_torch_group, serve_store
 from irbis.train.data import Shard
@@ -32,6 +33,10 @@ def run_threads(spec: TrainSpec, shards: list[Shard], report: Report | None = No
     results: list[Any] = [None] * len(shards)
 
     def work(rank: int) -> None:
+        # One intra-op thread per worker, as Spark gives each task: with a pool shared between the
+        # worker threads, kernels split their sums differently from run to run, and a strategy that
+        # quantises (one_bit) turns those last-bit differences into different training runs.
+        torch.set_num_threads(1)
         ctx = WorkerContext(comms[rank], rank, len(shards), spec.device)
         try:
             results[rank] = train_worker(spec, shards[rank], ctx, report)
@@ -40,10 +45,14 @@ def run_threads(spec: TrainSpec, shards: list[Shard], report: Report | None = No
             comms[rank]._shared.barrier.abort()
 
     threads = [threading.Thread(target=work, args=(r,), daemon=True) for r in range(len(shards))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    saved = torch.get_num_threads()
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        torch.set_num_threads(saved)
     errors = [r for r in results if isinstance(r, BaseException)]
     if errors:
         raise next((e for e in errors if not isinstance(e, threading.BrokenBarrierError)), errors[0])

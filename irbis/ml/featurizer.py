@@ -114,15 +114,6 @@ class ImageFeaturizer(IrbisTransformer, _ColumnSetters, HasMiniBatchSize, HasDev
     def setFastDecode(self, value: bool) -> "ImageFeaturizer":  # noqa: N802
         return self._set(fastDecode=value)
 
-    def setMiniBatchSize(self, value: int) -> "ImageFeaturizer":  # noqa: N802
-        return self._set(miniBatchSize=value)
-
-    def setDevice(self, value: str) -> "ImageFeaturizer":  # noqa: N802
-        return self._set(device=value)
-
-    def setPrecision(self, value: str) -> "ImageFeaturizer":  # noqa: N802
-        return self._set(precision=value)
-
     def getModel(self) -> str:
         return self.getOrDefault(self.model)
 

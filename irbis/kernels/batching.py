@@ -1,6 +1,14 @@
-"""Turning a column of rows (vectors, arrays, nested arrays, image structs) into one tensor batch, and back.
+"""A column block (vectors, arrays, nested arrays, image structs) as one float32 network batch.
 
-Pure numpy: the same code serves Spark (rows of an Arrow batch), pandas and the HTTP server.
+Pure numpy: the same code serves Spark (Arrow batches), pandas and the HTTP server.
+
+Examples
+--------
+>>> import numpy as np
+>>> from irbis.kernels.blocks import Tensor
+>>> block = Tensor(np.ones((2, 12)), np.array([True, False, True]))
+>>> network_batch(block, "x", [3, 2, 2]).values.shape
+(2, 3, 2, 2)
 """
 
 from __future__ import annotations
@@ -10,35 +18,18 @@ from typing import Any
 
 import numpy as np
 
+from irbis.kernels.blocks import Images, Tensor
 
-def row_to_array(value: Any) -> np.ndarray:
-    """One row as a float32 array: a flat vector, a (nested) array, or an image struct (as CHW)."""
-    if isinstance(value, dict):
-        return image_struct_to_chw(value)
-    arr = np.asarray(value)
-    if arr.dtype == object:
-        arr = np.stack([row_to_array(v) for v in arr])
-    return arr.astype(np.float32, copy=False)
+__all__ = ["network_batch"]
 
 
-def image_struct_to_chw(image: dict[str, Any]) -> np.ndarray:
-    """Spark image struct (``height``, ``width``, ``nChannels``, ``data``) to float32 CHW, channel order kept."""
-    h, w, c = int(image["height"]), int(image["width"]), int(image["nChannels"])
-    pixels = np.frombuffer(image["data"], dtype=np.uint8)
-    if pixels.size != h * w * c:
-        raise ValueError(f"image struct holds {pixels.size} bytes, expected {h}x{w}x{c} = {h * w * c}")
-    return pixels.reshape(h, w, c).transpose(2, 0, 1).astype(np.float32)
-
-
-def rows_to_batch(
-    values: Sequence[Any], column: str, input_shape: Sequence[int] | None = None
-) -> tuple[np.ndarray, np.ndarray]:
-    """Stack the non-null rows of ``column`` into one float32 batch.
+def network_batch(block: Any, column: str, input_shape: Sequence[int] | None = None) -> Tensor:
+    """The non-null rows of ``column`` as one float32 batch of the network's input shape.
 
     Parameters
     ----------
-    values : sequence
-        The column's rows; ``None`` rows are skipped.
+    block : Tensor or Images
+        The column's block; images become CHW arrays in their own channel order.
     column : str
         The column's name, for error messages.
     input_shape : sequence of int, optional
@@ -47,43 +38,38 @@ def rows_to_batch(
 
     Returns
     -------
-    batch : ndarray of shape (M, *input_shape), float32
-        The M non-null rows.
-    valid : ndarray of shape (len(values),), bool
-        Which rows were non-null.
+    Tensor
+        ``values`` of shape (M, *input_shape), float32, and the validity mask of the N rows.
     """
-    valid = np.array([v is not None and not _is_nan_scalar(v) for v in values], dtype=bool)
-    arrays = [row_to_array(v) for v, ok in zip(values, valid) if ok]
-    if not arrays:
-        shape = tuple(input_shape) if input_shape else (0,)
-        return np.zeros((0, *shape), np.float32), valid
+    if isinstance(block, Images):
+        block = _images_chw(block, column)
+    elif not isinstance(block, Tensor):
+        raise TypeError(f"column {column!r} does not hold numbers or images (found "
+                        f"{type(block).__name__}); a network needs vectors, arrays or image structs")
+    values = block.values.astype(np.float32, copy=False)
     if input_shape:
         shape = tuple(int(d) for d in input_shape)
         expected = int(np.prod(shape))
-        for a in arrays:
-            if a.size != expected:
-                raise ValueError(
-                    f"column {column!r}: a row has shape {list(a.shape)} ({a.size} values), but the "
-                    f"network expects shape {list(shape)} ({expected} values); fix the data or inputShape"
-                )
-        return np.stack([a.reshape(shape) for a in arrays]), valid
-    first = arrays[0].shape
-    for a in arrays:
-        if a.shape != first:
+        found = int(np.prod(values.shape[1:])) if values.ndim > 1 else 1
+        if len(values) and found != expected:
             raise ValueError(
-                f"column {column!r}: rows have different shapes ({list(first)} and {list(a.shape)}); "
-                f"set inputShape to reshape flat rows, or fix the data"
-            )
-    return np.stack(arrays), valid
+                f"column {column!r}: a row has shape {list(values.shape[1:])} ({found} values), but "
+                f"the network expects shape {list(shape)} ({expected} values); fix the data or "
+                f"inputShape")
+        values = values.reshape(len(values), *shape)
+    return Tensor(values, block.valid)
 
 
-def scatter_rows(outputs: np.ndarray, valid: np.ndarray) -> list[np.ndarray | None]:
-    """Give each input row its output row, ``None`` where the input was null."""
-    rows: list[np.ndarray | None] = [None] * len(valid)
-    for i, out in zip(np.flatnonzero(valid), outputs):
-        rows[i] = out
-    return rows
-
-
-def _is_nan_scalar(value: Any) -> bool:
-    return isinstance(value, float) and value != value
+def _images_chw(images: Images, column: str) -> Tensor:
+    views = [img for img in images if img is not None]
+    shapes = {v.shape for v in views}
+    if len(shapes) > 1:
+        a, b = sorted(shapes)[:2]
+        raise ValueError(f"column {column!r}: images have different sizes ({'x'.join(map(str, a))} "
+                         f"and {'x'.join(map(str, b))}); resize them first (ImageTransformer)")
+    if not views:
+        return Tensor(np.zeros((0, 0, 0, 0), np.float32), images.valid)
+    batch = np.empty((len(views), views[0].shape[2], *views[0].shape[:2]), np.float32)
+    for i, view in enumerate(views):
+        batch[i] = view.transpose(2, 0, 1)
+    return Tensor(batch, images.valid)

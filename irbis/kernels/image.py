@@ -38,7 +38,7 @@ from irbis.kernels.image_ops import (  # noqa: F401  (re-exported)
 __all__ = [
     "DEFAULT_MAX_PIXELS", "IMAGE_FIELDS", "ImageDecodeError", "ImageChain", "ImageOpError", "OPS",
     "array_to_struct", "blur", "center_crop", "color_format", "crop", "decode_batch",
-    "decode_image", "flip", "normalize", "ocv_mode", "resize", "struct_to_array",
+    "decode_image", "flip", "image_view", "normalize", "ocv_mode", "resize", "struct_to_array",
     "threshold", "to_chw",
 ]
 
@@ -101,15 +101,24 @@ def struct_to_array(image: Any) -> np.ndarray:
     """
     get = image.__getitem__
     height, width, channels, mode = (int(get(k)) for k in ("height", "width", "nChannels", "mode"))
+    return image_view(get("data"), height, width, channels, mode, get("origin"))
+
+
+def image_view(data: Any, height: int, width: int, channels: int, mode: int,
+               origin: str | None = "") -> np.ndarray:
+    """The pixels of one image struct as an ``(H, W, C)`` view on ``data`` (bytes or a buffer slice).
+
+    Raises ``ValueError`` naming the image when the fields disagree with each other or with the
+    number of bytes.
+    """
     depth = mode & 7
     if depth not in _DTYPES or (mode >> 3) + 1 != channels:
-        raise ValueError(f"image {get('origin')!r}: mode {mode} does not match nChannels "
+        raise ValueError(f"image {origin!r}: mode {mode} does not match nChannels "
                          f"{channels}; expected mode = depth + 8 * (nChannels - 1)")
     dtype = _DTYPES[depth]
-    data = get("data")
     expected = height * width * channels * dtype.itemsize
     if len(data) != expected:
-        raise ValueError(f"image {get('origin')!r}: data has {len(data)} bytes, expected "
+        raise ValueError(f"image {origin!r}: data has {len(data)} bytes, expected "
                          f"{expected} for {height}x{width}x{channels} {dtype}")
     return np.frombuffer(data, dtype=dtype).reshape(height, width, channels)
 
@@ -165,26 +174,25 @@ def _check_pixels(size: Sequence[int], max_pixels: int | None, what: str) -> Non
         raise ImageDecodeError(f"{what} an empty size {height}x{width}")
 
 
-def decode_batch(contents: Sequence[bytes | None], origins: Sequence[str] | None = None,
-                 max_pixels: int | None = DEFAULT_MAX_PIXELS
-                 ) -> tuple[list[dict[str, Any] | None], list[str | None]]:
-    """Decode many encoded images into Spark image structs, never raising.
+def decode_batch(contents: Sequence[Any], max_pixels: int | None = DEFAULT_MAX_PIXELS
+                 ) -> tuple[list[np.ndarray | None], list[str | None]]:
+    """Decode many encoded images (bytes, buffer slices or ``None``) into arrays, never raising.
 
     Returns
     -------
-    images : list of dict or None
-        One struct per input, ``None`` where decoding failed.
+    images : list of ndarray or None
+        One ``(H, W, C)`` array per input, ``None`` where decoding failed or the input was null.
     errors : list of str or None
-        ``None`` where decoding worked, otherwise a readable reason.
+        ``None`` where decoding worked (or the input was null), otherwise a readable reason.
     """
-    origins = origins if origins is not None else [""] * len(contents)
-    images: list[dict[str, Any] | None] = []
-    errors: list[str | None] = []
-    for data, origin in zip(contents, origins):
+    images: list[np.ndarray | None] = [None] * len(contents)
+    errors: list[str | None] = [None] * len(contents)
+    for i in range(len(contents)):
+        data = contents[i]
+        if data is None:
+            continue
         try:
-            images.append(array_to_struct(decode_image(data, max_pixels), origin or ""))
-            errors.append(None)
+            images[i] = decode_image(data, max_pixels)
         except ImageDecodeError as exc:
-            images.append(None)
-            errors.append(str(exc))
+            errors[i] = str(exc)
     return images, errors

@@ -78,7 +78,7 @@ def _load(value: Any, spec: HasPreprocessing, encoded: bool, max_pixels: int | N
     if encoded:
         flags = decode_flags(value, spec, spec.color_order == "L", fast)
         return to_rgb8(decode_image(value, max_pixels, flags))
-    return to_rgb8(struct_to_array(value))
+    return to_rgb8(value if isinstance(value, np.ndarray) else struct_to_array(value))
 
 
 def preprocess_images(values: Sequence[Any], spec: HasPreprocessing, *, encoded: bool = False,
@@ -88,8 +88,10 @@ def preprocess_images(values: Sequence[Any], spec: HasPreprocessing, *, encoded:
 
     Parameters
     ----------
-    values : sequence of dict, bytes or None
-        Spark image structs (``encoded=False``) or encoded files (``encoded=True``).
+    values : sequence (indexable) of images, dicts, bytes or None
+        An :class:`irbis.kernels.blocks.Images` block or ``(H, W, C)`` arrays or Spark image structs
+        (``encoded=False``); a :class:`irbis.kernels.blocks.Binary` block or bytes of encoded files
+        (``encoded=True``). A row that cannot be read is reported alone.
     spec : ModelSpec or Preprocessing
         Input size, resize, interpolation, colour order, mean and std.
     encoded : bool
@@ -115,10 +117,11 @@ def preprocess_images(values: Sequence[Any], spec: HasPreprocessing, *, encoded:
     valid = np.zeros(len(values), bool)
     errors: list[str | None] = [None] * len(values)
     count = 0
-    for i, value in enumerate(values):
-        if value is None:
-            continue
+    for i in range(len(values)):
         try:
+            value = values[i]
+            if value is None:
+                continue
             batch[count] = preprocess_rgb(_load(value, spec, encoded, max_pixels, fast_decode), spec)
         except (ImageDecodeError, ValueError, TypeError, cv2.error) as exc:
             if raise_errors:

@@ -4,14 +4,18 @@ A stage is three hooks over a pure function (the kernel/adapter split of the des
 
 * ``_input_columns()``: the columns the function reads;
 * ``_output_columns()``: ``(name, DataType)`` of the columns it appends;
-* ``_make_transform_fn()``: a picklable function from a pandas DataFrame holding exactly the input
-  columns to a pandas DataFrame holding exactly the output columns, row for row.
+* ``_make_batch_fn()``: a picklable :data:`irbis.kernels.blocks.BatchFn` from a dict of column
+  blocks (numpy arrays: :class:`~irbis.kernels.blocks.Tensor`, :class:`~irbis.kernels.blocks.Images`,
+  ...) to a dict of output blocks, row for row. Stages whose work is per-row Python (text, tables)
+  implement ``_make_transform_fn()`` instead: a function over a pandas DataFrame.
 
-The base runs that function on a pandas DataFrame directly, or on a Spark DataFrame through an
-iterator pandas UDF over Arrow batches, so that only the input columns cross to Python and every
-other column stays in the JVM. Spark ML vectors are turned into arrays on the JVM side before the
-UDF and back into vectors after it (``vector_to_array`` / ``array_to_vector``), so the function
-sees numpy arrays and never builds a ``DenseVector`` per row.
+The base runs the function on a pandas DataFrame directly, or on a Spark DataFrame through an
+iterator Arrow UDF (a pandas UDF for ``_make_transform_fn`` stages), so that only the input columns
+cross to Python and every other column stays in the JVM. Arrow buffers become numpy blocks without a
+Python object per value, and output blocks become Arrow buffers; each output batch is kept under
+``spark.sql.execution.arrow.maxBytesPerBatch`` by running the function on slices of the input batch.
+Spark ML vectors are turned into arrays on the JVM side before the UDF and back into vectors after it
+(``vector_to_array`` / ``array_to_vector``), so the function never sees a ``DenseVector``.
 """
 
 from __future__ import annotations
@@ -30,9 +34,15 @@ from pyspark.sql import functions as F
 from pyspark.sql.pandas.functions import pandas_udf
 from pyspark.sql.types import ArrayType, DataType, DoubleType, FloatType, StructField, StructType
 
+from irbis.kernels.blocks import (
+    BatchFn, block_to_rows, bounded_slices, from_arrow, rows_in, to_arrow,
+)
 from irbis.ml.persistence import IrbisPersistable
 
 TransformFn = Callable[[pd.DataFrame], pd.DataFrame]
+
+#: Output bytes per Arrow batch when the session does not set ``maxBytesPerBatch``.
+DEFAULT_MAX_BATCH_BYTES = 64 * 1024 * 1024
 
 
 class _StageMixin(IrbisPersistable):
@@ -49,6 +59,12 @@ class _StageMixin(IrbisPersistable):
 
     def _make_transform_fn(self) -> TransformFn:
         raise NotImplementedError
+
+    def _make_batch_fn(self) -> BatchFn:
+        raise NotImplementedError
+
+    def _has_batch_fn(self) -> bool:
+        return type(self)._make_batch_fn is not _StageMixin._make_batch_fn
 
     def _validate_schema(self, schema: StructType) -> None:
         """Stage-specific checks of input types; raise ``ValueError``/``TypeError`` naming the column."""
@@ -87,8 +103,14 @@ class _StageMixin(IrbisPersistable):
                 f"{type(self).__name__}: input column {missing[0]!r} not found; "
                 f"the DataFrame has columns {list(pdf.columns)}."
             )
-        out = self._make_transform_fn()(pdf[self._input_columns()].reset_index(drop=True))
         result = pdf.copy()
+        if self._has_batch_fn():
+            blocks = {c: rows_in(pdf[c].tolist(), c) for c in self._input_columns()}
+            out = self._make_batch_fn()(blocks)
+            for name, _ in self._output_columns():
+                result[name] = pd.Series(block_to_rows(out[name]), index=pdf.index, dtype=object)
+            return result
+        out = self._make_transform_fn()(pdf[self._input_columns()].reset_index(drop=True))
         for name, _ in self._output_columns():
             result[name] = list(out[name]) if len(out) else pd.Series(dtype=object)
         return result
@@ -98,6 +120,16 @@ class _StageMixin(IrbisPersistable):
         outputs = self._output_columns()
         args = [self._udf_input(df.schema[c]) for c in self._input_columns()]
         wire = [(n, self._wire_type(t)) for n, t in outputs]
+        if self._has_batch_fn():
+            cap = _max_batch_bytes(df)
+            udf = _make_arrow_udf(self._make_batch_fn(), self._input_columns(), wire, cap)
+            if len(wire) == 1:
+                result = df.withColumn(outputs[0][0], udf(*args))
+            else:
+                tmp = f"__irbis_{self.uid}"
+                result = df.withColumn(tmp, udf(*args))
+                result = result.select("*", *[F.col(f"{tmp}.{n}").alias(n) for n, _ in outputs]).drop(tmp)
+            return _vectors_out(result, outputs)
         if len(wire) == 1:
             udf = _make_udf(self._make_transform_fn(), self._input_columns(), wire, single=True)
             result = df.withColumn(outputs[0][0], udf(*args))
@@ -106,11 +138,9 @@ class _StageMixin(IrbisPersistable):
             udf = _make_udf(self._make_transform_fn(), self._input_columns(), wire, single=False)
             result = df.withColumn(tmp, udf(*args))
             result = result.select("*", *[F.col(f"{tmp}.{n}").alias(n) for n, _ in outputs]).drop(tmp)
+        result = _vectors_out(result, outputs)
         for name, dtype in outputs:
-            if isinstance(dtype, VectorUDT):
-                col = F.col(name)
-                result = result.withColumn(name, F.when(col.isNotNull(), array_to_vector(col)))
-            elif isinstance(dtype, StructType):
+            if isinstance(dtype, StructType):
                 # pandas UDFs cannot emit a null struct: a row whose fields are all null becomes null.
                 all_null = reduce(lambda a, b: a & b, [F.col(name)[f].isNull() for f in dtype.names])
                 result = result.withColumn(name, F.when(~all_null, F.col(name)))
@@ -130,6 +160,55 @@ class _StageMixin(IrbisPersistable):
             # A null row crosses Arrow as a struct of nulls, so every field must accept null.
             return StructType([StructField(f.name, f.dataType, True, f.metadata) for f in dtype.fields])
         return dtype
+
+
+def _vectors_out(result: DataFrame, outputs: list[tuple[str, DataType]]) -> DataFrame:
+    """Turn the array columns that stand for Spark ML vectors back into vectors, on the JVM side."""
+    for name, dtype in outputs:
+        if isinstance(dtype, VectorUDT):
+            col = F.col(name)
+            result = result.withColumn(name, F.when(col.isNotNull(), array_to_vector(col)))
+    return result
+
+
+def _max_batch_bytes(df: DataFrame) -> int:
+    value = df.sparkSession.conf.get("spark.sql.execution.arrow.maxBytesPerBatch", None)
+    try:
+        return int(value) if value else DEFAULT_MAX_BATCH_BYTES
+    except ValueError:  # a size with a unit ("64m")
+        return DEFAULT_MAX_BATCH_BYTES
+
+
+def _make_arrow_udf(fn: BatchFn, in_cols: list[str], wire: list[tuple[str, DataType]],
+                    max_bytes: int):
+    """An iterator Arrow UDF running ``fn`` on blocks, its output batches kept under ``max_bytes``."""
+    from pyspark.sql.pandas.types import to_arrow_type
+
+    types = [(n, to_arrow_type(t)) for n, t in wire]
+    return_type = wire[0][1] if len(wire) == 1 else StructType([StructField(n, t, True) for n, t in wire])
+
+    def pack(out: dict[str, Any]) -> Any:
+        import pyarrow as pa
+
+        arrays = [to_arrow(out[n], t) for n, t in types]
+        return arrays[0] if len(arrays) == 1 else pa.StructArray.from_arrays(arrays, [n for n, _ in types])
+
+    def run(batches: Iterator[Any]) -> Iterator[Any]:
+        for batch in batches:
+            arrays = batch if isinstance(batch, tuple) else (batch,)
+
+            def run_slice(start: int, stop: int) -> Any:
+                return pack(fn({c: from_arrow(a.slice(start, stop - start), c)
+                                for c, a in zip(in_cols, arrays)}))
+
+            yield from bounded_slices(len(arrays[0]), run_slice, max_bytes)
+
+    from pyspark.sql.functions import arrow_udf
+
+    with warnings.catch_warnings():
+        # The eval type is given explicitly because the number of input columns varies per stage.
+        warnings.simplefilter("ignore", UserWarning)
+        return arrow_udf(run, return_type, PythonEvalType.SQL_SCALAR_ARROW_ITER_UDF)
 
 
 def _struct_to_records(frame: pd.DataFrame) -> pd.Series:

@@ -10,16 +10,15 @@ from __future__ import annotations
 
 from typing import Any
 
-import pandas as pd
 from pyspark import keyword_only
 from pyspark.ml.linalg import VectorUDT
 from pyspark.ml.param import Param, Params, TypeConverters
 from pyspark.sql.types import BinaryType, DataType, StringType, StructType
 
-from irbis.kernels.batching import scatter_rows
+from irbis.kernels.blocks import BatchFn, Binary, Tensor, flat_rows
 from irbis.kernels.image import DEFAULT_MAX_PIXELS, IMAGE_FIELDS
 from irbis.kernels.image_features import preprocess_images
-from irbis.ml.base import IrbisTransformer, TransformFn
+from irbis.ml.base import IrbisTransformer
 from irbis.ml.image import HasErrorCol, _ColumnSetters, with_opencv_threads
 from irbis.ml.params import HasDevice, HasMiniBatchSize, HasPrecision
 from irbis.models import MODELS, get_spec
@@ -141,7 +140,7 @@ class ImageFeaturizer(IrbisTransformer, _ColumnSetters, HasMiniBatchSize, HasDev
             raise TypeError(f"ImageFeaturizer: input column {self.getInputCol()!r} must be an image "
                             f"struct or binary (encoded files), found {found.simpleString()}")
 
-    def _make_transform_fn(self) -> TransformFn:
+    def _make_batch_fn(self) -> BatchFn:
         from irbis.kernels.inference import make_torch_predict_fn, resolve_source
         from irbis.ml.torch_model import with_task_threads
 
@@ -152,19 +151,13 @@ class ImageFeaturizer(IrbisTransformer, _ColumnSetters, HasMiniBatchSize, HasDev
         col, out_col, err_col = self.getInputCol(), self.getOutputCol(), self.getErrorCol()
         limit, fast = self.getOrDefault(self.maxPixels) or None, self.getOrDefault(self.fastDecode)
 
-        def transform(frame: pd.DataFrame) -> pd.DataFrame:
-            values = frame[col].tolist()
+        def run(blocks: dict[str, Any]) -> dict[str, Any]:
+            values = blocks[col]
             batch, valid, errors = preprocess_images(
-                values, get_spec(model), encoded=_looks_encoded(values), max_pixels=limit,
+                values, get_spec(model), encoded=isinstance(values, Binary), max_pixels=limit,
                 raise_errors=not err_col, fast_decode=fast)
             predict = make_torch_predict_fn(source, **options)
-            outputs = predict(batch) if len(batch) else batch
-            out = {out_col: pd.Series(scatter_rows(outputs, valid), dtype=object)}
-            return pd.DataFrame({**out, err_col: errors} if err_col else out)
+            out = {out_col: Tensor(flat_rows(predict(batch) if len(batch) else None), valid)}
+            return {**out, err_col: errors} if err_col else out
 
-        return with_task_threads(with_opencv_threads(transform))
-
-
-def _looks_encoded(values: list[Any]) -> bool:
-    # Binary cells arrive as bytes, image structs as dicts.
-    return any(isinstance(v, (bytes, bytearray, memoryview)) for v in values)
+        return with_task_threads(with_opencv_threads(run))

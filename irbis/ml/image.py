@@ -25,7 +25,8 @@ from pyspark.sql.types import (
     ArrayType, BinaryType, DataType, FloatType, StringType, StructField, StructType,
 )
 
-from irbis.kernels.image import DEFAULT_MAX_PIXELS, IMAGE_FIELDS, decode_batch
+from irbis.kernels.blocks import BatchFn, Images, stack_rows
+from irbis.kernels.image import DEFAULT_MAX_PIXELS, IMAGE_FIELDS, array_to_struct, decode_batch
 from irbis.kernels.image_batch import (
     AUGMENTATIONS, OUTPUT_FORMATS, augment_images, transform_images, unroll_images,
 )
@@ -41,9 +42,9 @@ _NULL_IMAGE = dict.fromkeys(IMAGE_FIELDS)
 _OUT_IMAGE = StructType([StructField(f.name, f.dataType, True) for f in IMAGE_STRUCT.fields])
 
 
-def _spark_nulls(images: list[Any]) -> list[Any]:
+def _struct(img: Any, origin: str) -> dict[str, Any]:
     # A pandas UDF cannot emit a null struct; the base turns an all-null struct into null.
-    return [_NULL_IMAGE if img is None else img for img in images]
+    return _NULL_IMAGE if img is None else array_to_struct(img, origin or "")
 
 
 def _to_ops(value: Any) -> list[dict[str, Any]]:
@@ -63,10 +64,10 @@ def _check_image_column(stage: Any, schema: StructType, col: str) -> None:
                         f"read images with irbis.read_images or decode bytes with ImageDecoder")
 
 
-def with_opencv_threads(fn: Callable[[pd.DataFrame], pd.DataFrame]) -> Callable[[pd.DataFrame], pd.DataFrame]:
+def with_opencv_threads(fn: Callable[[Any], Any]) -> Callable[[Any], Any]:
     """Keep OpenCV to the cores of the Spark task (by default it starts a thread per core)."""
 
-    def run(frame: pd.DataFrame) -> pd.DataFrame:
+    def run(frame: Any) -> Any:
         import cv2
         from pyspark import TaskContext
 
@@ -156,15 +157,15 @@ class ImageDecoder(_ImageStage, HasErrorCol):
             raise TypeError(f"ImageDecoder: input column {self.getInputCol()!r} must be binary "
                             f"(encoded image bytes), found {found.simpleString()}")
 
-    def _make_transform_fn(self):
+    def _make_batch_fn(self) -> BatchFn:
         in_col, origin_col, out_col = self.getInputCol(), self.getOriginCol(), self.getOutputCol()
         err_col, limit = self.getErrorCol(), self.getMaxPixels() or None
 
-        def decode(frame: pd.DataFrame) -> pd.DataFrame:
-            origins = frame[origin_col].tolist() if origin_col else None
-            images, errors = decode_batch(frame[in_col].tolist(), origins, limit)
-            out = {out_col: _spark_nulls(images)}
-            return pd.DataFrame({**out, err_col: errors} if err_col else out)
+        def decode(blocks: dict[str, Any]) -> dict[str, Any]:
+            images, errors = decode_batch(blocks[in_col], limit)
+            origins = blocks[origin_col] if origin_col else None
+            out = {out_col: Images.from_arrays(images, origins)}
+            return {**out, err_col: errors} if err_col else out
 
         return decode
 
@@ -266,14 +267,17 @@ class ImageTransformer(_ImageStage, HasErrorCol):
         if not isinstance(schema[self.getInputCol()].dataType, BinaryType):
             _check_image_column(self, schema, self.getInputCol())
 
-    def _make_transform_fn(self):
+    def _make_batch_fn(self) -> BatchFn:
         in_col, out_col, err_col = self.getInputCol(), self.getOutputCol(), self.getErrorCol()
         chain, fmt = ImageChain(self.getOps()), self.getOutputFormat()
 
-        def transform(frame: pd.DataFrame) -> pd.DataFrame:
-            values, errors = transform_images(frame[in_col].tolist(), chain, fmt, not err_col)
-            out = {out_col: _spark_nulls(values) if fmt == "image" else values}
-            return pd.DataFrame({**out, err_col: errors} if err_col else out)
+        def transform(blocks: dict[str, Any]) -> dict[str, Any]:
+            images = blocks[in_col]
+            origins = images.origin if isinstance(images, Images) else None
+            values, errors = transform_images(images, chain, fmt, not err_col, origins=origins)
+            out = {out_col: Images.from_arrays(values, origins) if fmt == "image"
+                   else stack_rows(values)}
+            return {**out, err_col: errors} if err_col else out
 
         return with_opencv_threads(transform)
 
@@ -302,9 +306,9 @@ class UnrollImage(_ImageStage):
     def _validate_schema(self, schema: StructType) -> None:
         _check_image_column(self, schema, self.getInputCol())
 
-    def _make_transform_fn(self):
+    def _make_batch_fn(self) -> BatchFn:
         in_col, out_col = self.getInputCol(), self.getOutputCol()
-        return lambda frame: pd.DataFrame({out_col: unroll_images(frame[in_col].tolist())})
+        return lambda blocks: {out_col: stack_rows(unroll_images(blocks[in_col]))}
 
 
 class ImageSetAugmenter(_ImageStage):
@@ -356,9 +360,11 @@ class ImageSetAugmenter(_ImageStage):
         in_col, tmp, augs = self.getInputCol(), self._tmp(), self._augmentations()
 
         def augment(frame: pd.DataFrame) -> pd.DataFrame:
-            rows = augment_images(frame[in_col].tolist(), augs)
-            return pd.DataFrame({tmp: [[{"variant": v, "image": img} for v, img in row]
-                                       for row in rows]})
+            values = frame[in_col].tolist()
+            rows = augment_images(values, augs)
+            origins = [v["origin"] if v is not None else "" for v in values]
+            return pd.DataFrame({tmp: [[{"variant": v, "image": _struct(img, origin)}
+                                        for v, img in row] for row, origin in zip(rows, origins)]})
 
         return augment
 

@@ -7,15 +7,15 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pandas as pd
 from pyspark import keyword_only
 from pyspark.ml.linalg import VectorUDT
 from pyspark.ml.param import Param, Params, TypeConverters
 from pyspark.sql.types import ArrayType, DataType, FloatType, StructType
 
-from irbis.kernels.batching import rows_to_batch, scatter_rows
+from irbis.kernels.batching import network_batch
+from irbis.kernels.blocks import BatchFn, Tensor, flat_rows
 from irbis.kernels.onnx import graph_signature, input_dtypes, make_onnx_predict_fn
-from irbis.ml.base import IrbisModel, TransformFn
+from irbis.ml.base import IrbisModel
 from irbis.ml.torch_model import _NetworkStageParams, check_network_input
 from irbis.spark.files import localize, ship_file
 
@@ -94,7 +94,7 @@ class ONNXModel(_NetworkStageParams, IrbisModel):
                                  f"inputs are {list(inputs)}")
             check_network_input("ONNXModel", col, schema[col].dataType)
 
-    def _make_transform_fn(self) -> TransformFn:
+    def _make_batch_fn(self) -> BatchFn:
         path = self.getModelPath()
         if not Path(path).is_file():
             raise FileNotFoundError(f"ONNX model file not found: {path}")
@@ -106,28 +106,26 @@ class ONNXModel(_NetworkStageParams, IrbisModel):
         dtypes = input_dtypes(path)
         batch_size, device = self.getMiniBatchSize(), self.getDevice()
 
-        def transform(frame: pd.DataFrame) -> pd.DataFrame:
+        def run(blocks: dict[str, Any]) -> dict[str, Any]:
             from pyspark import TaskContext
 
             context = TaskContext.get()
             predict = make_onnx_predict_fn(localize(path, shipped), list(fetches.values()),
                                            batch_size=batch_size, device=device,
                                            num_threads=context.cpus() if context else 1)
-            batches, valid = {}, np.ones(len(frame), bool)
-            for graph_input, col in feeds.items():
-                batch, ok = rows_to_batch(frame[col].tolist(), col, shapes[graph_input])
-                batches[graph_input], valid = batch, valid & ok
-                if not ok.all() and len(feeds) > 1:
-                    raise ValueError(f"ONNXModel: column {col!r} has nulls; with several feeds, drop them first")
-            feed = {k: v.astype(dtypes[k], copy=False) for k, v in batches.items()}
+            batches = {k: network_batch(blocks[col], col, shapes[k]) for k, col in feeds.items()}
+            masks = [b.valid for b in batches.values()]
+            valid = np.logical_and.reduce(masks)
+            if len(feeds) > 1 and any(not m.all() for m in masks):
+                bad = next(c for c, m in zip(feeds.values(), masks) if not m.all())
+                raise ValueError(f"ONNXModel: column {bad!r} has nulls; with several feeds, drop them first")
+            feed = {k: b.values.astype(dtypes[k], copy=False) for k, b in batches.items()}
             results = predict(feed) if valid.any() else {}
-            return pd.DataFrame({
-                out: pd.Series(scatter_rows(results[name].reshape(len(results[name]), -1).astype(np.float32), valid)
-                               if results else [None] * len(frame), dtype=object)
-                for out, name in fetches.items()
-            })
+            return {out: Tensor(flat_rows(results[name].astype(np.float32, copy=False)
+                                          if results else None), valid)
+                    for out, name in fetches.items()}
 
-        return transform
+        return run
 
     def _save_extra(self, path: str) -> None:
         shutil.copy2(self.getModelPath(), Path(path) / "model.onnx")

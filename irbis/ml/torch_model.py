@@ -6,9 +6,8 @@ import json
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
-import pandas as pd
 import torch
 from pyspark import keyword_only
 from pyspark.ml.linalg import VectorUDT
@@ -16,9 +15,10 @@ from pyspark.ml.param import Param, Params, TypeConverters
 from pyspark.sql.types import ArrayType, DataType, FloatType, NumericType, StructType
 from torch import nn
 
-from irbis.kernels.batching import rows_to_batch, scatter_rows
+from irbis.kernels.batching import network_batch
+from irbis.kernels.blocks import BatchFn, Tensor, flat_rows
 from irbis.kernels.inference import make_torch_predict_fn, resolve_source
-from irbis.ml.base import IrbisModel, TransformFn
+from irbis.ml.base import IrbisModel
 from irbis.ml.params import (
     ColumnSetters,
     HasDevice,
@@ -171,7 +171,7 @@ class TorchModel(_NetworkStageParams, HasPrecision, IrbisModel):
     def _input_columns(self) -> list[str]:
         return [self.getInputCol()]
 
-    def _make_transform_fn(self) -> TransformFn:
+    def _make_batch_fn(self) -> BatchFn:
         self._validate_network_params()
         source = resolve_source(self.getModelPath())
         shipped = ship_file(source["path"]) if "path" in source else None
@@ -183,14 +183,14 @@ class TorchModel(_NetworkStageParams, HasPrecision, IrbisModel):
                        device=self.getDevice(), precision=self.getPrecision(),
                        allow_pickle=self.getOrDefault(self.allowPickle))
 
-        def transform(frame: pd.DataFrame) -> pd.DataFrame:
+        def run(blocks: dict[str, Any]) -> dict[str, Any]:
             src = dict(source, path=localize(source["path"], shipped)) if shipped else source
             predict = make_torch_predict_fn(src, **options)
-            batch, valid = rows_to_batch(frame[col].tolist(), col, shape)
-            outputs = predict(batch) if len(batch) else batch
-            return pd.DataFrame({out_col: pd.Series(scatter_rows(outputs, valid), dtype=object)})
+            batch = network_batch(blocks[col], col, shape)
+            return {out_col: Tensor(flat_rows(predict(batch.values) if len(batch.values) else None),
+                                    batch.valid)}
 
-        return with_task_threads(transform)
+        return with_task_threads(run)
 
     # -- persistence -----------------------------------------------------------------------------
     def _save_extra(self, path: str) -> None:
@@ -226,10 +226,10 @@ def _script(module: nn.Module, input_shape: list[int] | None, dest: Path) -> Non
     torch.jit.save(compiled, str(dest))
 
 
-def with_task_threads(fn: TransformFn) -> TransformFn:
+def with_task_threads(fn: Callable[[Any], Any]) -> Callable[[Any], Any]:
     """Run ``fn`` with torch using the cores the Spark task owns (``spark.task.cpus``)."""
 
-    def run(frame: pd.DataFrame) -> pd.DataFrame:
+    def run(frame: Any) -> Any:
         from pyspark import TaskContext
 
         from irbis.kernels.inference import set_threads

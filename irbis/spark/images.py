@@ -1,4 +1,4 @@
-"""Read image files into a DataFrame: Spark's ``binaryFile`` source + OpenCV decoding in ``mapInPandas``.
+"""Read image files into a DataFrame: Spark's ``binaryFile`` source + OpenCV decoding in ``mapInArrow``.
 
 The result has three columns: ``path``, ``image`` (Spark's image struct: origin, height, width,
 nChannels, mode, data in BGR byte order, as Spark's own image source) and ``error`` (``None``, or why
@@ -19,12 +19,12 @@ import re
 from typing import Any, Callable, Iterator
 from urllib.parse import unquote
 
-import pandas as pd
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import (
     BinaryType, IntegerType, LongType, StringType, StructField, StructType, TimestampType,
 )
 
+from irbis.kernels.blocks import Images, bounded_slices, from_arrow, to_arrow
 from irbis.kernels.image import DEFAULT_MAX_PIXELS, decode_batch
 
 __all__ = ["IMAGE_STRUCT", "ImageReadStats", "decode_frames", "read_images", "read_images_stream"]
@@ -87,25 +87,45 @@ def _quiet_opencv() -> None:
     cv2.setNumThreads(1)  # Spark already runs one task per core
 
 
-def decode_frames(max_pixels: int | None, counters: tuple[Any, Any] | None = None
-                  ) -> Callable[[Iterator[pd.DataFrame]], Iterator[pd.DataFrame]]:
-    """Return a ``mapInPandas`` function: frames of (path, content) to frames of (path, image, error)."""
+def decode_frames(max_pixels: int | None, counters: tuple[Any, Any] | None = None,
+                  max_bytes: int = 64 * 1024 * 1024) -> Callable[[Iterator[Any]], Iterator[Any]]:
+    """Return a ``mapInArrow`` function: batches of (path, content) to batches of (path, image, error).
 
-    def run(frames: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
+    The encoded bytes are read in place from the Arrow buffer and the decoded pixels are written
+    once, into the output batch's buffer; output batches stay under ``max_bytes``.
+    """
+    import pyarrow as pa
+    from pyspark.sql.pandas.types import to_arrow_type
+
+    schema = pa.schema(list(to_arrow_type(_READ_SCHEMA)))
+
+    def run(batches: Iterator[Any]) -> Iterator[Any]:
         _quiet_opencv()
-        for frame in frames:
-            paths = frame["path"].tolist()
-            images, errors = decode_batch(frame["content"].tolist(), paths, max_pixels)
-            bad = [(p, e) for p, e in zip(paths, errors) if e is not None]
-            if bad:
-                _log.warning("read_images: %d of %d files could not be decoded, e.g. %s: %s",
-                             len(bad), len(paths), bad[0][0], bad[0][1])
-            if counters is not None:
-                counters[0].add(len(paths))
-                counters[1].add(len(bad))
-            yield pd.DataFrame({"path": paths, "image": images, "error": errors})
+        for batch in batches:
+            paths, contents = batch.column("path"), batch.column("content")
+
+            def decode_slice(start: int, stop: int) -> Any:
+                names = paths.slice(start, stop - start)
+                images, errors = decode_batch(from_arrow(contents.slice(start, stop - start)), max_pixels)
+                _count_bad(names.to_pylist(), errors, counters)
+                block = Images.from_arrays(images, names.to_numpy(zero_copy_only=False))
+                return pa.RecordBatch.from_arrays(
+                    [names, to_arrow(block, schema.field("image").type), pa.array(errors, pa.string())],
+                    schema=schema)
+
+            yield from bounded_slices(batch.num_rows, decode_slice, max_bytes)
 
     return run
+
+
+def _count_bad(paths: list[str], errors: list[str | None], counters: tuple[Any, Any] | None) -> None:
+    bad = [(p, e) for p, e in zip(paths, errors) if e is not None]
+    if bad:
+        _log.warning("read_images: %d of %d files could not be decoded, e.g. %s: %s",
+                     len(bad), len(paths), bad[0][0], bad[0][1])
+    if counters is not None:
+        counters[0].add(len(paths))
+        counters[1].add(len(bad))
 
 
 def _binary_reader(spark: SparkSession, recursive: bool, path_glob_filter: str | None):
@@ -166,7 +186,7 @@ def read_images(path: str | list[str], recursive: bool = True, sampleRatio: floa
         listing = _binary_reader(spark, False, None).load(files)
     empty = _zero_byte_files(listing, files) if not dropInvalid or stats is not None else []
     counters = (stats._files, stats._bad) if stats is not None else None
-    out = listing.select("path", "content").mapInPandas(decode_frames(maxPixels, counters), _READ_SCHEMA)
+    out = listing.select("path", "content").mapInArrow(decode_frames(maxPixels, counters), _READ_SCHEMA)
     if stats is not None:
         stats._files.add(len(empty))
         stats._bad.add(len(empty))
@@ -209,5 +229,5 @@ def read_images_stream(path: str, recursive: bool = True, dropInvalid: bool = Fa
     if maxFilesPerTrigger:
         reader = reader.option("maxFilesPerTrigger", int(maxFilesPerTrigger))
     files = reader.load(path).select("path", "content")
-    out = files.mapInPandas(decode_frames(maxPixels), _READ_SCHEMA)
+    out = files.mapInArrow(decode_frames(maxPixels), _READ_SCHEMA)
     return out.filter(out.error.isNull()) if dropInvalid else out

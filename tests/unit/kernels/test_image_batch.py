@@ -18,9 +18,9 @@ CAT = array_to_struct(CAT_BGR, origin="cat.png")
 def test_transform_images_outputs_struct_or_flat_chw():
     chain = ImageChain([{"op": "resize", "height": 8, "width": 6}, {"op": "color_format", "format": "RGB"}])
     expected = cv2.resize(CAT_BGR, (6, 8), interpolation=cv2.INTER_LINEAR)[:, :, ::-1]
-    (struct, none), errors = transform_images([CAT, None], chain, "image")
-    assert none is None and errors == [None, None] and struct["origin"] == "cat.png"
-    np.testing.assert_array_equal(struct_to_array(struct), expected)
+    (img, none), errors = transform_images([CAT, None], chain, "image")
+    assert none is None and errors == [None, None]
+    np.testing.assert_array_equal(img, expected)
     (flat,), _ = transform_images([CAT], chain, "array")
     assert flat.dtype == np.float32 and flat.shape == (3 * 8 * 6,)
     np.testing.assert_array_equal(flat.reshape(3, 8, 6), expected.transpose(2, 0, 1))
@@ -37,6 +37,7 @@ def test_transform_images_errors_name_the_image_or_become_null():
 def test_unroll_is_chw_order():
     img = np.arange(24, dtype=np.uint8).reshape(2, 4, 3)
     (vec, none) = unroll_images([array_to_struct(img), None])
+    np.testing.assert_array_equal(unroll_images([img])[0], vec)
     assert none is None and vec.dtype == np.float64
     np.testing.assert_array_equal(vec, img.transpose(2, 0, 1).reshape(-1))
 
@@ -44,8 +45,8 @@ def test_unroll_is_chw_order():
 def test_augment_emits_original_and_flips():
     rows = augment_images([CAT, None], ["flipLeftRight", "flipUpDown"])
     assert [v for v, _ in rows[0]] == ["original", "flipLeftRight", "flipUpDown"]
-    np.testing.assert_array_equal(struct_to_array(rows[0][1][1]), CAT_BGR[:, ::-1])
-    np.testing.assert_array_equal(struct_to_array(rows[0][2][1]), CAT_BGR[::-1])
+    np.testing.assert_array_equal(rows[0][1][1], CAT_BGR[:, ::-1])
+    np.testing.assert_array_equal(rows[0][2][1], CAT_BGR[::-1])
     assert rows[1] == [("original", None)]
     with pytest.raises(ValueError, match="unknown augmentations"):
         augment_images([CAT], ["rotate"])
@@ -76,8 +77,8 @@ def test_preprocess_images_structs_and_bytes_agree_with_the_spec():
 def test_transform_images_decodes_encoded_files_in_the_same_pass():
     chain = ImageChain([{"op": "flip", "flip_code": 1}])
     png = cv2.imencode(".png", CAT_BGR)[1].tobytes()
-    (struct, bad), errors = transform_images([png, b"junk"], chain, raise_errors=False)
-    np.testing.assert_array_equal(struct_to_array(struct), CAT_BGR[:, ::-1])
+    (img, bad), errors = transform_images([png, b"junk"], chain, raise_errors=False)
+    np.testing.assert_array_equal(img, CAT_BGR[:, ::-1])
     assert bad is None and errors[1].endswith("unknown format, not an image")
     _, errors = transform_images([png], chain, raise_errors=False, max_pixels=100)
     assert "over the limit of 100" in errors[0]

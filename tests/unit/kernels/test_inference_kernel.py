@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from irbis.kernels.batching import rows_to_batch, scatter_rows
+from irbis.kernels.batching import network_batch
+from irbis.kernels.blocks import from_rows, rows_in
 from irbis.kernels.inference import clear_cache, make_torch_predict_fn, resolve_source
 from irbis.models import build_model
 
@@ -98,17 +99,18 @@ def test_missing_model_names_the_path():
         resolve_source("/tmp/irbis-tests/no-such-model.pt")
 
 
-def test_rows_to_batch_nulls_shapes_and_images():
+def test_network_batch_nulls_shapes_and_images():
     rows = [np.arange(4, dtype=np.float32), None, np.ones(4)]
-    batch, valid = rows_to_batch(rows, "x", [1, 2, 2])
-    assert batch.shape == (2, 1, 2, 2) and valid.tolist() == [True, False, True]
-    assert [r is None for r in scatter_rows(batch.reshape(2, -1), valid)] == [False, True, False]
+    batch = network_batch(rows_in(rows, "x"), "x", [1, 2, 2])
+    assert batch.values.shape == (2, 1, 2, 2) and batch.valid.tolist() == [True, False, True]
+    assert batch.values.dtype == np.float32
+    assert [r is None for r in from_rows(batch.values.reshape(2, -1), batch.valid)] == [False, True, False]
     with pytest.raises(ValueError, match=r"column 'x'.*shape \[3\].*expects shape \[1, 2, 2\]"):
-        rows_to_batch([np.ones(3)], "x", [1, 2, 2])
+        network_batch(rows_in([np.ones(3)], "x"), "x", [1, 2, 2])
     nested = np.array([np.array([1.0, 2.0]), np.array([3.0, 4.0])], dtype=object)
-    assert rows_to_batch([nested], "n")[0].shape == (1, 2, 2)
+    assert network_batch(rows_in([nested], "n"), "n").values.shape == (1, 2, 2)
     image = {"height": 2, "width": 3, "nChannels": 3, "data": bytes(range(18)), "mode": 16, "origin": ""}
-    chw = rows_to_batch([image], "image")[0]
+    chw = network_batch(rows_in([image], "image"), "image").values
     assert chw.shape == (1, 3, 2, 3) and chw[0, 1, 0, 0] == 1.0
 
 

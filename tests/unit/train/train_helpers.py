@@ -29,10 +29,13 @@ def run_workers(world: int, make_strategy: Callable[[], Strategy], steps: int, b
     x, y = tiny_data()
     out: list = [None] * world
     errors: list = []
+    # Different starts (setup must broadcast rank 0's), built before the threads: seeding torch's
+    # global RNG from several threads at once would give timing-dependent weights.
+    models = [tiny_net(seed=rank) for rank in range(world)]
 
     def work(rank: int) -> None:
         try:
-            model = tiny_net(seed=rank)  # different starts: setup must broadcast rank 0's
+            model = models[rank]
             flat = FlatParams(list(model.parameters()))
             dopt = DistributedOptimizer(opt(model.parameters()), make_strategy(),
                                         WorkerContext(comms[rank], rank, world), flat)

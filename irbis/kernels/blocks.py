@@ -1,0 +1,356 @@
+"""Column blocks: a batch of rows as a kernel sees it, with no Python object per value.
+
+A stage's kernel (a :data:`BatchFn`) takes a dict of blocks, one per input column, and returns a dict
+of blocks, one per output column. The same function runs in Spark (on Arrow batches), on pandas frames
+and in the HTTP server.
+
+* :class:`Tensor`: a numeric column (vectors, arrays, nested arrays) as one ``(M, *shape)`` array of
+  its M non-null rows, plus the validity mask of all N rows.
+* :class:`Images`: image structs. The pixels stay in the batch's one Arrow buffer; each non-null row
+  is a zero-copy ``(H, W, C)`` view, and a batch of equally sized images is one ``(M, H, W, C)`` view.
+* :class:`Binary`: a binary column (encoded files) as zero-copy ``memoryview`` slices of one buffer.
+* any other column: a numpy array (``object`` dtype with ``None`` for nulls of strings and structs).
+
+:func:`from_arrow` and :func:`to_arrow` convert between blocks and Arrow arrays. The Arrow buffers that
+Spark sends become numpy views, and output blocks become Arrow buffers: one copy per output column at
+most, never one per row.
+
+Examples
+--------
+>>> import pyarrow as pa
+>>> block = from_arrow(pa.array([[1.0, 2.0], None, [3.0, 4.0]], pa.list_(pa.float32())))
+>>> block.values.tolist(), block.valid.tolist()
+([[1.0, 2.0], [3.0, 4.0]], [True, False, True])
+>>> to_arrow(Tensor(block.values * 2, block.valid), pa.list_(pa.float32())).to_pylist()
+[[2.0, 4.0], None, [6.0, 8.0]]
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator, Sequence
+
+import numpy as np
+import pyarrow as pa
+
+from irbis.kernels.image import IMAGE_FIELDS, image_view, ocv_mode
+
+__all__ = ["BatchFn", "Binary", "Images", "Tensor", "block_to_rows", "bounded_slices", "stack_rows", "flat_rows", "from_arrow", "from_rows",
+           "rows_in", "to_arrow"]
+
+#: A stage's kernel: a dict of input blocks (one per column) to a dict of output blocks.
+BatchFn = Callable[[dict[str, Any]], dict[str, Any]]
+
+
+@dataclass
+class Tensor:
+    """The non-null rows of a numeric column as one array.
+
+    Attributes
+    ----------
+    values : ndarray, shape (M, *shape)
+        The M rows where ``valid`` is true, in order.
+    valid : ndarray of bool, shape (N,)
+        Which of the batch's N rows are non-null.
+    """
+
+    values: np.ndarray
+    valid: np.ndarray
+
+    def __post_init__(self) -> None:
+        if len(self.values) != int(self.valid.sum()):
+            raise ValueError(f"a Tensor block holds {len(self.values)} rows but its mask marks "
+                             f"{int(self.valid.sum())} valid rows")
+
+    def __len__(self) -> int:
+        return len(self.valid)
+
+
+@dataclass
+class Images:
+    """Image structs whose pixels stay in one buffer (see :func:`irbis.kernels.image.image_view`).
+
+    ``images[i]`` (and iterating) gives an ``(H, W, C)`` read-only view or ``None`` for a null
+    image; a struct whose fields do not agree raises ``ValueError`` when its row is reached, so a
+    kernel can report that row alone.
+    """
+
+    data: Any
+    offsets: np.ndarray
+    height: np.ndarray
+    width: np.ndarray
+    channels: np.ndarray
+    mode: np.ndarray
+    origin: np.ndarray
+    valid: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.valid)
+
+    def image(self, i: int) -> np.ndarray | None:
+        """Row ``i`` as an ``(H, W, C)`` view, ``None`` when null."""
+        if not self.valid[i]:
+            return None
+        start, stop = int(self.offsets[i]), int(self.offsets[i + 1])
+        return image_view(self.data[start:stop], int(self.height[i]), int(self.width[i]),
+                          int(self.channels[i]), int(self.mode[i]), self.origin[i])
+
+    def __getitem__(self, i: int) -> np.ndarray | None:
+        return self.image(i)
+
+    def __iter__(self) -> Iterator[np.ndarray | None]:
+        return (self.image(i) for i in range(len(self.valid)))
+
+    @classmethod
+    def from_arrays(cls, images: Sequence[np.ndarray | None],
+                    origins: Sequence[str | None] | None = None) -> "Images":
+        """Pack ``(H, W[, C])`` arrays (``None`` for nulls) into one buffer: the only pixel copy."""
+        n = len(images)
+        valid = np.array([img is not None for img in images], bool)
+        shapes = np.zeros((n, 3), np.int32)
+        modes = np.zeros(n, np.int32)
+        sizes = np.zeros(n + 1, np.int64)
+        for i, img in enumerate(images):
+            if img is not None:
+                img = img[:, :, None] if img.ndim == 2 else img
+                shapes[i] = img.shape
+                modes[i] = ocv_mode(img.dtype, img.shape[2])
+                sizes[i + 1] = img.nbytes
+        offsets = np.cumsum(sizes)
+        data = np.empty(int(offsets[-1]), np.uint8)
+        for i, img in enumerate(images):
+            if img is not None:
+                data[offsets[i]:offsets[i + 1]] = np.ascontiguousarray(img).reshape(-1).view(np.uint8)
+        origin = np.array(list(origins) if origins is not None else [""] * n, dtype=object)
+        return cls(data, offsets, shapes[:, 0], shapes[:, 1], shapes[:, 2], modes, origin, valid)
+
+
+@dataclass
+class Binary:
+    """A binary column: row ``i`` is a zero-copy ``memoryview`` (``None`` when null)."""
+
+    data: Any
+    offsets: np.ndarray
+    valid: np.ndarray
+    _view: memoryview = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self._view = memoryview(self.data) if self.data is not None else memoryview(b"")
+
+    def __len__(self) -> int:
+        return len(self.valid)
+
+    def __getitem__(self, i: int) -> memoryview | None:
+        return self._view[int(self.offsets[i]):int(self.offsets[i + 1])] if self.valid[i] else None
+
+    def __iter__(self) -> Iterator[memoryview | None]:
+        return (self[i] for i in range(len(self.valid)))
+
+
+# -- Arrow to blocks --------------------------------------------------------------------------------
+def _valid(arr: pa.Array) -> np.ndarray:
+    if arr.null_count == 0:
+        return np.ones(len(arr), bool)
+    return arr.is_valid().to_numpy(zero_copy_only=False)
+
+
+def _is_image_struct(dtype: pa.DataType) -> bool:
+    return pa.types.is_struct(dtype) and all(dtype.get_field_index(f) >= 0 for f in IMAGE_FIELDS)
+
+
+def _is_tensor(dtype: pa.DataType) -> bool:
+    while pa.types.is_list(dtype) or pa.types.is_large_list(dtype) or pa.types.is_fixed_size_list(dtype):
+        dtype = dtype.value_type
+    return pa.types.is_integer(dtype) or pa.types.is_floating(dtype)
+
+
+def _offsets(arr: pa.Array) -> np.ndarray:
+    """The offsets of a (large) list or binary array, relative to its (sliced) values."""
+    width = 8 if pa.types.is_large_list(arr.type) or pa.types.is_large_binary(arr.type) else 4
+    raw = np.frombuffer(arr.buffers()[1], np.int32 if width == 4 else np.int64)
+    return raw[arr.offset:arr.offset + len(arr) + 1].astype(np.int64)
+
+
+def _tensor(arr: pa.Array, column: str) -> Tensor:
+    valid = _valid(arr)
+    shape: list[int] = []
+    level = arr
+    while isinstance(level, (pa.ListArray, pa.LargeListArray, pa.FixedSizeListArray)):
+        if isinstance(level, pa.FixedSizeListArray):
+            width = level.type.list_size
+            keep = _valid(level) if level is not arr else valid
+            level = level.flatten() if level.null_count == 0 else level.filter(pa.array(keep)).flatten()
+        else:
+            lengths = np.diff(_offsets(level))
+            keep = _valid(level) if level is not arr else valid
+            present = lengths[keep]
+            width = int(present[0]) if len(present) else 0
+            if len(present) and (present != width).any():
+                other = int(present[present != width][0])
+                raise ValueError(f"column {column!r}: rows have different lengths ({width} and "
+                                 f"{other} values); a tensor column needs one shape per row")
+            level = level.flatten()
+        shape.append(width)
+    rows = int(valid.sum())
+    values = level.to_numpy(zero_copy_only=False) if level.null_count else level.to_numpy()
+    return Tensor(values.reshape(rows, *shape), valid)
+
+
+def _images(arr: pa.StructArray) -> Images:
+    data = arr.field("data")
+    valid = _valid(arr) & _valid(data)
+    body = data.buffers()[2]
+    ints = [arr.field(f).to_numpy(zero_copy_only=False) for f in ("height", "width", "nChannels", "mode")]
+    ints = [np.nan_to_num(x.astype(np.float64), nan=0).astype(np.int64) if x.dtype.kind == "f" else x
+            for x in ints]
+    origin = arr.field("origin").to_numpy(zero_copy_only=False)
+    buffer = np.frombuffer(body, np.uint8) if body is not None else np.zeros(0, np.uint8)
+    return Images(buffer, _offsets(data), *ints, origin, valid)
+
+
+def from_arrow(arr: pa.Array | pa.ChunkedArray, column: str = "column") -> Any:
+    """Turn one Arrow column into its block (see the module docstring), without per-row copies."""
+    if isinstance(arr, pa.ChunkedArray):
+        arr = arr.combine_chunks()
+    if _is_image_struct(arr.type):
+        return _images(arr)
+    if _is_tensor(arr.type) and not pa.types.is_integer(arr.type) and not pa.types.is_floating(arr.type):
+        return _tensor(arr, column)
+    if pa.types.is_binary(arr.type) or pa.types.is_large_binary(arr.type):
+        return Binary(arr.buffers()[2], _offsets(arr), _valid(arr))
+    return arr.to_numpy(zero_copy_only=False)
+
+
+# -- blocks to Arrow --------------------------------------------------------------------------------
+def _list_array(values: np.ndarray, valid: np.ndarray, dtype: pa.DataType) -> pa.Array:
+    width = int(np.prod(values.shape[1:])) if values.ndim > 1 else 1
+    counts = np.where(valid, width, 0)
+    offsets = np.zeros(len(valid) + 1, np.int32)
+    np.cumsum(counts, out=offsets[1:])
+    flat = pa.array(np.ascontiguousarray(values).reshape(-1).astype(
+        dtype.value_type.to_pandas_dtype(), copy=False))
+    mask = None if valid.all() else pa.array(~valid)
+    return pa.ListArray.from_arrays(pa.array(offsets), flat, type=dtype, mask=mask)
+
+
+def _image_array(block: Images, dtype: pa.StructType) -> pa.Array:
+    offsets = pa.array(block.offsets.astype(np.int32))
+    data = pa.BinaryArray.from_buffers(pa.binary(), len(block), [None, offsets.buffers()[1],
+                                                                   pa.py_buffer(block.data)])
+    children = {"origin": pa.array(block.origin.tolist(), pa.string()), "data": data}
+    for name, values in (("height", block.height), ("width", block.width),
+                         ("nChannels", block.channels), ("mode", block.mode)):
+        children[name] = pa.array(np.asarray(values, np.int32))
+    arrays = [children[f.name].cast(f.type) for f in dtype]
+    return pa.StructArray.from_arrays(arrays, fields=list(dtype),
+                                      mask=None if block.valid.all() else pa.array(~block.valid))
+
+
+def to_arrow(block: Any, dtype: pa.DataType) -> pa.Array:
+    """Turn a block (or a sequence of Python values) into an Arrow array of type ``dtype``."""
+    if isinstance(block, Tensor):
+        if not pa.types.is_list(dtype):
+            raise TypeError(f"a Tensor block becomes a list column, not {dtype}")
+        return _list_array(block.values, block.valid, dtype)
+    if isinstance(block, Images):
+        return _image_array(block, dtype)
+    if isinstance(block, np.ndarray) and block.dtype != object:
+        return pa.array(block, type=dtype)
+    return pa.array(list(block), type=dtype)
+
+
+def bounded_slices(rows: int, run: Callable[[int, int], Any], max_bytes: int,
+                   first: int = 64) -> Iterator[Any]:
+    """Run ``run(start, stop)`` over ``rows`` rows in slices whose results stay under ``max_bytes``.
+
+    The first slice has ``first`` rows; later slices are sized from the bytes per row measured so
+    far (``result.nbytes``), so a batch of small rows stays whole and a batch of large images is
+    cut into several. Every result is yielded as it is made.
+    """
+    start, step = 0, max(1, first)
+    while start < rows:
+        stop = min(rows, start + step)
+        result = run(start, stop)
+        yield result
+        step = max(1, int(max_bytes // max(result.nbytes / (stop - start), 1.0)))
+        start = stop
+
+
+# -- Python rows (pandas, JSON) --------------------------------------------------------------------
+def _plain(value: Any) -> Any:
+    """A pandas cell as Arrow takes it: Spark ML vectors and numpy arrays become lists or arrays."""
+    if value is None or (isinstance(value, float) and value != value):
+        return None
+    if hasattr(value, "toArray"):
+        return value.toArray()
+    if isinstance(value, np.ndarray) and value.dtype == object:
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: (bytes(v) if isinstance(v, (bytearray, memoryview)) else v) for k, v in value.items()}
+    if hasattr(value, "asDict"):
+        return value.asDict()
+    return value
+
+
+def rows_in(values: Sequence[Any], column: str = "column") -> Any:
+    """Turn a column of Python values (a pandas column, JSON rows) into its block."""
+    plain = [_plain(v) for v in values]
+    sample = next((v for v in plain if v is not None), None)
+    if isinstance(sample, np.ndarray) and sample.dtype != object:
+        valid = np.array([v is not None for v in plain], bool)
+        rows = [v for v in plain if v is not None]
+        shapes = {r.shape for r in rows}
+        if len(shapes) > 1:
+            a, b = sorted(shapes)[:2]
+            raise ValueError(f"column {column!r}: rows have different shapes ({list(a)} and "
+                             f"{list(b)}); a tensor column needs one shape per row")
+        return Tensor(np.stack(rows) if rows else np.zeros((0,), np.float32), valid)
+    return from_arrow(pa.array(plain), column)
+
+
+def block_to_rows(block: Any) -> list[Any]:
+    """A block as Python rows, the pandas representation of each Irbis column kind.
+
+    Tensors give one numpy array per row, images one Spark image struct (a dict), and ``None`` for
+    nulls.
+    """
+    if isinstance(block, Tensor):
+        return from_rows(block.values, block.valid)
+    if isinstance(block, Images):
+        return [None if not ok else {"origin": o, "height": int(h), "width": int(w),
+                                     "nChannels": int(c), "mode": int(m),
+                                     "data": bytes(block.data[s:e])}
+                for ok, o, h, w, c, m, s, e in zip(block.valid, block.origin, block.height,
+                                                   block.width, block.channels, block.mode,
+                                                   block.offsets[:-1], block.offsets[1:])]
+    if isinstance(block, Binary):
+        return [None if v is None else bytes(v) for v in block]
+    return list(block)
+
+
+def flat_rows(values: np.ndarray | None) -> np.ndarray:
+    """``(M, ...)`` outputs as ``(M, D)`` rows (``(0, 1)`` for none), the layout of a vector column."""
+    if values is None or len(values) == 0:
+        return np.zeros((0, 1), np.float32)
+    return values.reshape(len(values), -1)
+
+
+def stack_rows(rows: Sequence[np.ndarray | None]) -> Any:
+    """Per-row arrays (``None`` for nulls) as a :class:`Tensor` when they share a shape.
+
+    Rows of different shapes stay a list (an Arrow list column takes ragged rows).
+    """
+    valid = np.array([r is not None for r in rows], bool)
+    present = [r for r in rows if r is not None]
+    if len({r.shape for r in present}) > 1:
+        return list(rows)
+    if not present:
+        return Tensor(np.zeros((0, 1), np.float32), valid)
+    return Tensor(np.stack(present), valid)
+
+
+def from_rows(values: np.ndarray, valid: np.ndarray) -> list[np.ndarray | None]:
+    """Give each of N rows its output row from the M valid ones, ``None`` where the input was null."""
+    rows: list[np.ndarray | None] = [None] * len(valid)
+    for i, out in zip(np.flatnonzero(valid), values):
+        rows[i] = out
+    return rows

@@ -8,6 +8,7 @@ from irbis.ml.basic import Cache, DropColumns, Lambda, RenameColumn, Repartition
 from irbis.ml.ensemble import EnsembleByKey
 from irbis.ml.featurize import Featurize, FeaturizeModel
 from irbis.ml.featurizer import ImageFeaturizer
+from irbis.ml.fuse import FusedStages, fuse
 from irbis.ml.image import ImageDecoder, ImageSetAugmenter, ImageTransformer, UnrollImage
 from irbis.ml.onnx_model import ONNXModel
 from irbis.ml.text import TextFeaturizer, TextFeaturizerModel
@@ -20,6 +21,7 @@ __all__ = [
     "FastVectorAssembler",
     "Featurize",
     "FeaturizeModel",
+    "FusedStages",
     "ImageDecoder",
     "ImageFeaturizer",
     "ImageSetAugmenter",
@@ -34,6 +36,7 @@ __all__ = [
     "TorchEstimator",
     "TorchModel",
     "UnrollImage",
+    "fuse",
 ]
 
 

@@ -221,6 +221,23 @@ def _image_stages() -> dict[str, StageCase]:
     }
 
 
+def tiny_fused_stages() -> Any:
+    """ImageTransformer (8x8 RGB pixels) fused with a seeded network over them."""
+    import torch
+
+    from irbis.ml.fuse import fuse
+    from irbis.ml.image import ImageTransformer
+    from irbis.ml.torch_model import TorchModel
+
+    torch.manual_seed(0)
+    small = ImageTransformer(inputCol="image", outputCol="small").resize(8, 8).colorFormat("RGB")
+    net = TorchModel.from_module(torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(192, 2)),
+                                 inputCol="small", outputCol="scores", inputShape=[3, 8, 8])
+    return fuse([small, net]).stages[0]
+
+
 STAGE_CASES.update(_image_stages())
+STAGE_CASES["FusedStages"] = StageCase(tiny_fused_stages, image_frame, "image", wrong_type="string",
+                                       generated=False)
 STAGE_CASES["TorchEstimator"] = StageCase(tiny_estimator, labelled_frame, "vec", "string", fitted="TorchModel",
                                           generated=False, pandas=False)

@@ -1,0 +1,166 @@
+"""Fusing consecutive Irbis stages of a pipeline into one pass over each Arrow batch.
+
+In a ``PipelineModel`` every Irbis stage is one Python UDF: an ``ImageTransformer`` followed by a
+``TorchModel`` sends the images to Python, the transformed pixels back to the JVM, and the same pixels
+to Python again. :func:`fuse` replaces each run of consecutive block-kernel stages with one
+:class:`FusedStages`, whose kernel runs the stages' kernels one after another on the same numpy blocks.
+Columns that only feed a later stage of the run are not sent back to the JVM at all (list them in
+``keep`` to have them anyway).
+
+Examples
+--------
+>>> fast = fuse(pipeline_model)                           # doctest: +SKIP
+>>> fast.transform(images).select("path", "logits")       # doctest: +SKIP
+"""
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+from pyspark import keyword_only
+from pyspark.ml import PipelineModel, Transformer
+from pyspark.ml.param import Param, Params, TypeConverters
+from pyspark.ml.util import DefaultParamsReader
+from pyspark.sql.types import DataType, StructType
+
+from irbis.kernels.blocks import BatchFn, Images, Tensor, rows_in
+from irbis.ml.base import IrbisTransformer, _StageMixin
+
+__all__ = ["FusedStages", "fuse"]
+
+
+def fusable(stage: Any) -> bool:
+    """Whether ``stage`` is an Irbis stage whose whole work is one block kernel."""
+    return (isinstance(stage, _StageMixin) and stage._has_batch_fn()
+            and type(stage)._transform is _StageMixin._transform)
+
+
+class FusedStages(IrbisTransformer):
+    """Several Irbis stages run as one Python pass per Arrow batch (see :func:`fuse`).
+
+    Parameters
+    ----------
+    keep : list of str
+        Intermediate columns to return although only the fused stages read them.
+    """
+
+    keep = Param(Params._dummy(), "keep", "intermediate columns to return anyway",
+                 typeConverter=TypeConverters.toListString)
+
+    @keyword_only
+    def __init__(self, *, keep: list[str] | None = None) -> None:
+        super().__init__()
+        self._setDefault(keep=[])
+        self._set(**self._input_kwargs)
+        self.stages: list[Any] = []
+
+    def setStages(self, stages: Iterable[Any]) -> "FusedStages":  # noqa: N802
+        """Set the stages to fuse; each must be a block-kernel Irbis stage (see :func:`fusable`)."""
+        stages = list(stages)
+        bad = [type(s).__name__ for s in stages if not fusable(s)]
+        if bad:
+            raise TypeError(f"FusedStages: {bad} cannot be fused; only Irbis stages with a block "
+                            f"kernel can (e.g. ImageTransformer, TorchModel, ImageFeaturizer)")
+        self.stages = stages
+        return self
+
+    def _produced(self) -> list[tuple[str, DataType]]:
+        return [out for s in self.stages for out in s._output_columns()]
+
+    def _input_columns(self) -> list[str]:
+        produced: set[str] = set()
+        needed: list[str] = []
+        for stage in self.stages:
+            needed += [c for c in stage._input_columns() if c not in produced and c not in needed]
+            produced |= {n for n, _ in stage._output_columns()}
+        return needed
+
+    def _internal(self) -> set[str]:
+        read = {c for s in self.stages[1:] for c in s._input_columns()}
+        return {n for n, _ in self._produced() if n in read} - set(self.getOrDefault(self.keep))
+
+    def _output_columns(self) -> list[tuple[str, DataType]]:
+        internal = self._internal()
+        return [(n, t) for n, t in self._produced() if n not in internal]
+
+    def _validate_schema(self, schema: StructType) -> None:
+        for stage in self.stages:
+            schema = stage.transform_schema(schema)
+
+    def _make_batch_fn(self) -> BatchFn:
+        steps = [(s._input_columns(), s._make_batch_fn()) for s in self.stages]
+        outputs = [n for n, _ in self._output_columns()]
+
+        def run(blocks: dict[str, Any]) -> dict[str, Any]:
+            blocks = dict(blocks)
+            for columns, fn in steps:
+                out = fn({c: blocks[c] for c in columns})
+                blocks.update({c: _as_input(v, c) for c, v in out.items()})
+            return {c: blocks[c] for c in outputs}
+
+        return run
+
+    def _save_extra(self, path: str) -> None:
+        for i, stage in enumerate(self.stages):
+            stage.save(f"{path}/stage_{i:03d}")
+
+    def _load_extra(self, path: str) -> None:
+        import os
+
+        from pyspark.sql import SparkSession
+
+        sc = SparkSession.builder.getOrCreate().sparkContext
+        folders = sorted(d for d in os.listdir(path) if d.startswith("stage_"))
+        self.stages = [DefaultParamsReader.loadParamsInstance(os.path.join(path, d), sc) for d in folders]
+
+
+def _as_input(value: Any, column: str) -> Any:
+    """An output block as the next stage would receive it from Arrow (lists of rows become blocks)."""
+    if isinstance(value, (Tensor, Images)) or hasattr(value, "dtype"):
+        return value
+    return rows_in(value, column)
+
+
+def _columns_read(stage: Any) -> set[str]:
+    """Every string (or list of strings) Param value of a stage: the columns it may read."""
+    names: set[str] = set()
+    for param, value in stage.extractParamMap().items():
+        if isinstance(value, str):
+            names.add(value)
+        elif isinstance(value, (list, tuple)):
+            names |= {v for v in value if isinstance(v, str)}
+    return names
+
+
+def fuse(model: PipelineModel | list[Transformer], keep: Iterable[str] = ()) -> PipelineModel:
+    """Return a ``PipelineModel`` whose consecutive block-kernel Irbis stages run as one pass.
+
+    Parameters
+    ----------
+    model : PipelineModel or list of stages
+        A fitted pipeline. Stages that cannot be fused (SparkML's, Irbis stages working in SQL) stay
+        as they are, in order.
+    keep : iterable of str
+        Intermediate columns to return although only fused stages read them. Intermediate columns
+        that a later, unfused stage reads (by any Param) are always kept.
+
+    Returns
+    -------
+    PipelineModel
+        The same transformation; intermediate columns that nothing else reads are left out.
+    """
+    stages = list(model.stages if isinstance(model, PipelineModel) else model)
+    keep = set(keep)
+    result: list[Transformer] = []
+    i = 0
+    while i < len(stages):
+        j = i
+        while j < len(stages) and fusable(stages[j]):
+            j += 1
+        if j - i >= 2:
+            later = set().union(*(_columns_read(s) for s in stages[j:])) if j < len(stages) else set()
+            result.append(FusedStages(keep=sorted(keep | later)).setStages(stages[i:j]))
+            i = j
+        else:
+            result.append(stages[i])
+            i += 1
+    return PipelineModel(result)

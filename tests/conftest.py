@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 import pytest
@@ -11,9 +12,24 @@ os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 os.environ.setdefault("OMP_NUM_THREADS", "2")
 
 
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+CONNECT_PORT = _free_port()
+
+
 @pytest.fixture(scope="session")
 def spark():
-    """The test run's Spark session: local[2], UI off, few shuffle partitions."""
+    """The test run's Spark session: local[2], UI off, few shuffle partitions.
+
+    Its context also serves Spark Connect on a free loopback port (the ``connect`` fixture), so
+    classic and Connect tests share one JVM.
+    """
     from irbis.spark.session import get_spark
 
     session = get_spark(
@@ -24,10 +40,40 @@ def spark():
             "spark.sql.shuffle.partitions": "2",
             "spark.default.parallelism": "2",
             "spark.driver.memory": "3g",
+            "spark.plugins": "org.apache.spark.sql.connect.SparkConnectPlugin",
+            "spark.connect.grpc.binding.address": "127.0.0.1",
+            "spark.connect.grpc.binding.port": str(CONNECT_PORT),
         },
     )
     yield session
     session.stop()
+
+
+@contextlib.contextmanager
+def connect_mode():
+    """Run a block as a Spark Connect client process would (PySpark's functions build Connect columns).
+
+    PySpark decides between classic and Connect columns by one process-wide flag; the tests hold a
+    classic and a Connect session in one process, so Connect code runs inside this block only.
+    """
+    os.environ["SPARK_CONNECT_MODE_ENABLED"] = "1"
+    try:
+        yield
+    finally:
+        os.environ.pop("SPARK_CONNECT_MODE_ENABLED", None)
+
+
+@pytest.fixture(scope="session")
+def connect(spark):
+    """A Spark Connect session (``sc://``) served by the test run's Spark context; use it inside
+    ``connect_mode()``."""
+    from irbis.spark.session import get_spark
+
+    with connect_mode():
+        session = get_spark(f"sc://127.0.0.1:{CONNECT_PORT}")
+    yield session
+    with connect_mode():
+        session.stop()
 
 
 @pytest.fixture(scope="session")

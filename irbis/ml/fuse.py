@@ -108,9 +108,9 @@ class FusedStages(IrbisTransformer):
 
         from pyspark.sql import SparkSession
 
-        sc = SparkSession.builder.getOrCreate().sparkContext
+        spark = SparkSession.builder.getOrCreate()
         folders = sorted(d for d in os.listdir(path) if d.startswith("stage_"))
-        self.stages = [DefaultParamsReader.loadParamsInstance(os.path.join(path, d), sc) for d in folders]
+        self.stages = [DefaultParamsReader.loadParamsInstance(os.path.join(path, d), spark) for d in folders]
 
 
 def _as_input(value: Any, column: str) -> Any:

@@ -60,7 +60,11 @@ class ImageReadStats:
     """
 
     def __init__(self, spark: SparkSession | None = None) -> None:
-        sc = (spark or SparkSession.builder.getOrCreate()).sparkContext
+        from irbis.spark.session import require_classic
+
+        spark = spark or SparkSession.builder.getOrCreate()
+        require_classic(spark, "ImageReadStats", "accumulators")
+        sc = spark.sparkContext
         self._files = sc.accumulator(0)
         self._bad = sc.accumulator(0)
 

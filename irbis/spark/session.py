@@ -36,7 +36,9 @@ def get_spark(master: str | None = None, app_name: str = "irbis", **conf: Any) -
     ----------
     master : str, optional
         Any Spark master URL. ``None`` gives an embedded ``local[*]`` session;
-        ``"local-cluster[2,1,2048]"`` starts two real executor JVMs on this machine.
+        ``"local-cluster[2,1,2048]"`` starts two real executor JVMs on this machine;
+        ``"sc://host:port"`` connects to a Spark Connect server (``conf`` is then sent to the
+        server as session settings).
     app_name : str
         The application name shown in the Spark UI.
     **conf
@@ -59,6 +61,8 @@ def get_spark(master: str | None = None, app_name: str = "irbis", **conf: Any) -
     >>> spark = get_spark("local-cluster[2,1,2048]")          # doctest: +SKIP
     """
     master = master or "local[*]"
+    if master.startswith("sc://"):
+        return _connect(master, app_name, conf)
     active = SparkSession.getActiveSession()
     if active is not None:
         running = active.sparkContext.master
@@ -82,3 +86,43 @@ def get_spark(master: str | None = None, app_name: str = "irbis", **conf: Any) -
     for key, value in settings.items():
         builder = builder.config(key, value)
     return builder.getOrCreate()
+
+
+#: Session settings sent to a Spark Connect server (the rest of DEFAULT_CONF is the server's own).
+CONNECT_CONF = ("spark.sql.execution.arrow.maxRecordsPerBatch", "spark.sql.execution.arrow.maxBytesPerBatch")
+
+
+def _connect(url: str, app_name: str, conf: dict[str, Any]) -> SparkSession:
+    """A Spark Connect session; Irbis's Arrow settings are set in it unless ``conf`` says otherwise."""
+    try:
+        builder = SparkSession.builder.remote(url)
+    except ImportError as err:  # the client's gRPC packages are missing
+        raise ImportError(f"connecting to {url} needs the Spark Connect client: pip install "
+                          f"'pyspark[connect]' ({err})") from err
+    session = builder.appName(app_name).create()
+    settings = {k: DEFAULT_CONF[k] for k in CONNECT_CONF}
+    settings.update({k: str(v) for k, v in conf.items()})
+    for key, value in settings.items():
+        session.conf.set(key, value)
+    return session
+
+
+class ClassicOnlyError(NotImplementedError):
+    """A feature that needs the classic PySpark API, used on a Spark Connect session."""
+
+
+def is_connect(session: Any) -> bool:
+    """Whether ``session`` (a SparkSession or a DataFrame's) is a Spark Connect session."""
+    session = getattr(session, "sparkSession", session)
+    return type(session).__module__.startswith("pyspark.sql.connect")
+
+
+def require_classic(session: Any, feature: str, what: str) -> None:
+    """Raise :class:`ClassicOnlyError` naming ``feature`` when ``session`` is a Connect session.
+
+    ``what`` names the classic API the feature needs, e.g. ``"barrier RDD stages"``.
+    """
+    if is_connect(session):
+        raise ClassicOnlyError(
+            f"{feature} needs {what}, which Spark Connect does not offer; run it on a classic "
+            f"session (irbis.get_spark() or a cluster master URL), or use its output from there")

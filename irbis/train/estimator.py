@@ -130,6 +130,9 @@ class TorchEstimator(IrbisEstimator, HasTrainParams):
         from irbis.train.backends.spark import run_spark, training_frame
         from irbis.train.progress import ProgressServer
 
+        from irbis.spark.session import require_classic
+
+        require_classic(dataset, "TorchEstimator.fit", "barrier RDD stages (rdd.barrier)")
         spec = self._spec()
         frame = training_frame(dataset, self.getFeaturesCol(), self.getLabelCol())
         module = build_network(spec.network)

@@ -8,7 +8,8 @@ Adding a stage to the harness is one entry in ``STAGE_CASES``::
         input_col="x", wrong_type="string",
     ),
 
-``make_stage`` builds the stage (an estimator is fitted on the frame; name the class it fits
+``connect=False`` marks a stage that needs the classic API: on Spark Connect it must refuse with
+an error naming itself. ``make_stage`` builds the stage (an estimator is fitted on the frame; name the class it fits
 in ``fitted``); ``make_frame`` builds a small input DataFrame whose schema the harness also
 uses to generate random inputs with hypothesis (nulls, NaN, unicode, long strings, empty
 frames and partitions, single rows). ``input_col`` is a column the stage reads: the harness
@@ -47,6 +48,7 @@ class StageCase:
     keeps_rows: bool = True
     generated: bool = True
     pandas: bool = True
+    connect: bool = True
 
 
 def mixed_frame(spark: SparkSession) -> DataFrame:
@@ -240,4 +242,4 @@ STAGE_CASES.update(_image_stages())
 STAGE_CASES["FusedStages"] = StageCase(tiny_fused_stages, image_frame, "image", wrong_type="string",
                                        generated=False)
 STAGE_CASES["TorchEstimator"] = StageCase(tiny_estimator, labelled_frame, "vec", "string", fitted="TorchModel",
-                                          generated=False, pandas=False)
+                                          generated=False, pandas=False, connect=False)

@@ -193,3 +193,23 @@ def test_wrong_type_is_named(spark, name):
     case = STAGE_CASES[name]
     df = case.make_frame(spark).withColumn(case.input_col, F.lit(None).cast(case.wrong_type))
     _expect_error_naming(case, df, case.input_col)
+
+
+# -- Spark Connect -------------------------------------------------------------------------------
+@pytest.mark.spark
+@pytest.mark.parametrize("name", NAMES)
+def test_connect_gives_the_classic_results(spark, connect, name):
+    """The same stage on a Spark Connect session gives the same rows as on classic Spark."""
+    from conftest import connect_mode
+
+    from irbis.spark.session import ClassicOnlyError
+
+    case = STAGE_CASES[name]
+    if not case.connect:
+        with connect_mode(), pytest.raises(ClassicOnlyError, match=type(case.make_stage()).__name__):
+            fit_stage(case, case.make_frame(connect))
+        return
+    expected = rows_of(fit_stage(case, case.make_frame(spark))[1].transform(case.make_frame(spark)))
+    with connect_mode():
+        remote = case.make_frame(connect)
+        assert rows_of(fit_stage(case, remote)[1].transform(remote)) == expected

@@ -3,13 +3,24 @@
 Every stage saves the way PySpark's own Python stages do (``<path>/metadata`` holds the class, uid and
 the JSON Params), so a ``Pipeline`` or ``PipelineModel`` that mixes Irbis stages with SparkML's JVM
 stages saves and loads as one. State that is not a Param (network weights, fitted vocabularies) goes
-into sidecar files that the stage itself writes into ``<path>/data`` through ``_save_extra`` and
-reads back through ``_load_extra``. No Python object is ever pickled into a saved stage.
+into sidecar files that the stage itself writes into a local folder through ``_save_extra`` and reads
+back through ``_load_extra``. No Python object is ever pickled into a saved stage.
+
+Where the sidecar files live depends on the path:
+
+* a plain local path (``/models/m``): the files are written as they are into ``<path>/data``;
+* a URI (``file:``, ``hdfs://``, ``s3a://``, ``abfss://``, ...): the files travel through Spark's
+  own data source writer, which uses Hadoop's FileSystem API, as a Parquet table of
+  ``(file, part, bytes)`` rows in ``<path>/data``. Any storage Spark can write works, on a classic
+  or a Spark Connect session, and on a cluster the executors write it. Loading brings the files
+  into a local folder first.
 """
 
 from __future__ import annotations
 
 import os
+import tempfile
+from pathlib import Path
 from typing import Any, Generic, TypeVar
 from urllib.parse import urlparse
 
@@ -25,34 +36,66 @@ from pyspark.ml.util import (
 S = TypeVar("S", bound="IrbisPersistable")
 
 
-def local_dir(path: str) -> str:
-    """Map a save path to a local directory for sidecar files.
+#: Bytes per row of a sidecar file written through Spark (large weight files span several rows).
+PART_BYTES = 8 * 1024 * 1024
+#: Metadata key telling a loader that the sidecar files went through Spark.
+_THROUGH_SPARK = "irbisSidecarTable"
 
-    Sidecar files are written with plain file I/O, so the path must be on a local (or mounted)
-    filesystem; ``file:`` URIs are accepted.
-    """
-    parsed = urlparse(path)
-    if parsed.scheme in ("", "file"):
-        return parsed.path if parsed.scheme == "file" else path
-    raise ValueError(
-        f"Irbis stages with sidecar files save to local or mounted paths; got {path!r} "
-        f"(scheme {parsed.scheme!r}). Save to a local path and copy it with your storage tools."
-    )
+
+def is_local_path(path: str) -> bool:
+    """Whether ``path`` is a plain local path (no URI scheme) written with plain file I/O."""
+    return urlparse(path).scheme == "" or (len(path) > 1 and path[1] == ":")  # C:\ on Windows
+
+
+def write_files(spark: Any, folder: str, uri: str) -> None:
+    """Write every file under the local ``folder`` to ``uri`` through Spark (a Parquet table)."""
+    rows = []
+    for file in sorted(Path(folder).rglob("*")):
+        if file.is_file():
+            data, name = file.read_bytes(), file.relative_to(folder).as_posix()
+            parts = range(0, max(len(data), 1), PART_BYTES)
+            rows += [(name, i, data[start:start + PART_BYTES]) for i, start in enumerate(parts)]
+    schema = "file string, part int, bytes binary"
+    spark.createDataFrame(rows, schema).coalesce(1).write.mode("overwrite").parquet(uri)
+
+
+def read_files(spark: Any, uri: str) -> str:
+    """Bring the files that :func:`write_files` wrote to ``uri`` into a new local folder."""
+    folder = Path(tempfile.mkdtemp(prefix="irbis-load-"))
+    parts: dict[str, list[tuple[int, bytes]]] = {}
+    for row in spark.read.parquet(uri).collect():
+        parts.setdefault(row.file, []).append((row.part, bytes(row.bytes)))
+    for name, chunks in parts.items():
+        target = folder / name
+        if not target.resolve().is_relative_to(folder.resolve()):
+            raise ValueError(f"{uri} names a file outside its folder: {name!r}")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(b"".join(data for _, data in sorted(chunks)))
+    return str(folder)
 
 
 class IrbisWriter(MLWriter):
-    """Writes the JSON metadata, then lets the stage write its sidecar files into ``<path>/data``."""
+    """Writes the JSON metadata, then lets the stage write its sidecar files (see the module doc)."""
 
     def __init__(self, instance: "IrbisPersistable") -> None:
         super().__init__()
         self.instance = instance
 
     def saveImpl(self, path: str) -> None:  # noqa: N802 (PySpark's name)
-        DefaultParamsWriter.saveMetadata(self.instance, path, self.sparkSession)
-        data_dir = os.path.join(local_dir(path), "data")
-        if self.instance._has_extra():
+        extra = self.instance._has_extra()
+        through_spark = extra and not is_local_path(path)
+        DefaultParamsWriter.saveMetadata(self.instance, path, self.sparkSession,
+                                         extraMetadata={_THROUGH_SPARK: through_spark})
+        if not extra:
+            return
+        if not through_spark:
+            data_dir = os.path.join(path, "data")
             os.makedirs(data_dir, exist_ok=True)
             self.instance._save_extra(data_dir)
+            return
+        with tempfile.TemporaryDirectory(prefix="irbis-save-") as folder:
+            self.instance._save_extra(folder)
+            write_files(self.sparkSession, folder, path.rstrip("/") + "/data")
 
 
 class IrbisReader(MLReader[S], Generic[S]):
@@ -75,9 +118,12 @@ class IrbisReader(MLReader[S], Generic[S]):
         instance = py_type()
         instance._resetUid(metadata["uid"])
         DefaultParamsReader.getAndSetParams(instance, metadata)
-        data_dir = os.path.join(local_dir(path), "data")
-        if os.path.isdir(data_dir):
-            instance._load_extra(data_dir)
+        if metadata.get(_THROUGH_SPARK):
+            instance._load_extra(read_files(self.sparkSession, path.rstrip("/") + "/data"))
+        else:
+            local = urlparse(path).path if urlparse(path).scheme == "file" else path
+            if (is_local_path(path) or local != path) and os.path.isdir(os.path.join(local, "data")):
+                instance._load_extra(os.path.join(local, "data"))
         return instance
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import tempfile
@@ -9,7 +10,18 @@ from pathlib import Path
 
 from irbis.models.fetch import cached_sha256
 
-_SHIPPED: dict[str, str] = {}
+#: Names already added to the running SparkContext (content-derived, so equal content ships once).
+_SHIPPED: set[str] = set()
+
+
+def _content_name(src: Path) -> str:
+    """A name derived from the content: a file's sha256, or a folder's files' sha256s and names."""
+    if not src.is_dir():
+        return f"{cached_sha256(src)[:24]}{src.suffix}"
+    digest = hashlib.sha256()
+    for file in sorted(p for p in src.rglob("*") if p.is_file()):
+        digest.update(f"{file.relative_to(src).as_posix()}:{cached_sha256(file)}|".encode())
+    return f"{src.name}-{digest.hexdigest()[:24]}"
 
 
 def ship_file(path: str) -> str | None:
@@ -17,29 +29,30 @@ def ship_file(path: str) -> str | None:
 
     On ``local[...]`` masters the executors share the driver's filesystem and nothing is shipped
     (``None``). Elsewhere (``local-cluster``, real clusters) the file goes through
-    ``SparkContext.addFile`` under a content-derived name, so two different files called
-    ``network.pt`` never collide.
+    ``SparkContext.addFile`` under a name derived from its content: two different files called
+    ``network.pt`` never collide, a file rewritten at the same path ships anew, and the same content
+    at another path (a stage saved and loaded again) is not added twice.
     """
     from pyspark import SparkContext
 
     sc = SparkContext._active_spark_context
     if sc is None or sc.master.startswith("local["):
         return None
-    if path in _SHIPPED:
-        return _SHIPPED[path]
     src = Path(path)
+    name = _content_name(src)
+    if name in _SHIPPED:
+        return name
+    staged = Path(tempfile.mkdtemp(prefix="irbis-ship-")) / name
     if src.is_dir():
-        name = src.name
-        sc.addFile(str(src), recursive=True)
+        shutil.copytree(src, staged)
+        sc.addFile(str(staged), recursive=True)
     else:
-        name = f"{cached_sha256(src)[:24]}{src.suffix}"
-        staged = Path(tempfile.mkdtemp(prefix="irbis-ship-")) / name
         try:
             os.link(src, staged)
         except OSError:
             shutil.copy2(src, staged)
         sc.addFile(str(staged))
-    _SHIPPED[path] = name
+    _SHIPPED.add(name)
     return name
 
 

@@ -77,16 +77,20 @@ def resize(img: np.ndarray, height: int, width: int, keep_aspect_ratio: bool = F
 
     With ``keep_aspect_ratio=True`` the image is scaled by one factor so that
     it covers the ``height`` x ``width`` box: ``resize(img, 256, 256, True)``
-    makes the shorter side 256 (follow it with :func:`center_crop`).
+    makes the shorter side 256 (follow it with :func:`center_crop`). The side
+    that sets the factor gets its size exactly; the other is truncated, as
+    torchvision's ``Resize`` does and as the model cards' preprocessing uses.
     """
     args = {"height": height, "width": width, "keep_aspect_ratio": keep_aspect_ratio,
             "interpolation": interpolation}
     _positive("resize", img, args, "height", "width")
     _choice("resize", img, args, "interpolation", INTERPOLATIONS)
     if keep_aspect_ratio:
-        scale = max(height / img.shape[0], width / img.shape[1])
-        height = max(1, round(img.shape[0] * scale))
-        width = max(1, round(img.shape[1] * scale))
+        h, w = img.shape[:2]
+        if height / h >= width / w:
+            width = max(width, int(height * w / h))
+        else:
+            height = max(height, int(width * h / w))
     if (height, width) == img.shape[:2]:
         return img
     return _hwc(cv2.resize(img, (width, height), interpolation=INTERPOLATIONS[interpolation]))

@@ -3,6 +3,10 @@
 The reference preprocessing for ImageNet models: resize the shorter side to ``resize_to`` (keeping the
 aspect ratio, the longer side truncated as torchvision does), crop the centre ``input_size``, convert to
 the model's colour order, subtract ``mean`` and divide by ``std`` (0..255 units), and lay out as CHW.
+
+The geometry and arithmetic are those of :mod:`irbis.kernels.image_ops`, the one image module that
+``ImageTransformer`` uses too, so a chain ``resize(resize_to, resize_to, keepAspectRatio=True)``,
+``centerCrop``, ``colorFormat``, ``normalize`` gives exactly the same tensor as a model card.
 """
 
 from __future__ import annotations
@@ -12,13 +16,7 @@ from typing import Protocol
 import cv2
 import numpy as np
 
-_CV2_INTERPOLATION = {
-    "nearest": cv2.INTER_NEAREST,
-    "bilinear": cv2.INTER_LINEAR,
-    "bicubic": cv2.INTER_CUBIC,
-    "area": cv2.INTER_AREA,
-}
-
+from irbis.kernels.image_ops import center_crop, normalize, resize, to_chw
 
 class HasPreprocessing(Protocol):
     """Anything with the fields of ``irbis.models.registry.Preprocessing`` (a ``ModelSpec`` too)."""
@@ -29,27 +27,6 @@ class HasPreprocessing(Protocol):
     resize_to: int | None
     interpolation: str
     color_order: str
-
-
-def resize_shorter_side(image: np.ndarray, size: int, interpolation: str = "bilinear") -> np.ndarray:
-    """Resize so that the shorter side is ``size`` pixels, keeping the aspect ratio."""
-    h, w = image.shape[:2]
-    if h <= w:
-        new_h, new_w = size, int(size * w / h)
-    else:
-        new_h, new_w = int(size * h / w), size
-    if (new_h, new_w) == (h, w):
-        return image
-    return _resize(image, new_h, new_w, interpolation)
-
-
-def center_crop(image: np.ndarray, height: int, width: int) -> np.ndarray:
-    """The centre ``height`` x ``width`` window of an HWC or HW image."""
-    h, w = image.shape[:2]
-    if h < height or w < width:
-        raise ValueError(f"cannot crop {height}x{width} from an image of {h}x{w}; resize it first")
-    top, left = int(round((h - height) / 2.0)), int(round((w - width) / 2.0))
-    return image[top:top + height, left:left + width]
 
 
 def preprocess_rgb(image: np.ndarray, spec: HasPreprocessing) -> np.ndarray:
@@ -76,14 +53,15 @@ def preprocess_rgb(image: np.ndarray, spec: HasPreprocessing) -> np.ndarray:
     image = _check_image(image)
     height, width = spec.input_size
     if spec.resize_to is None:
-        image = _resize(image, height, width, spec.interpolation)
+        image = resize(image, height, width, interpolation=spec.interpolation)
     else:
-        image = center_crop(resize_shorter_side(image, spec.resize_to, spec.interpolation), height, width)
-    image = _to_color_order(image, spec.color_order)
-    mean = np.asarray(spec.mean, np.float32)
-    inv_std = 1.0 / np.asarray(spec.std, np.float32)
-    chw = image.astype(np.float32).transpose(2, 0, 1)
-    return np.ascontiguousarray((chw - mean[:, None, None]) * inv_std[:, None, None])
+        image = resize(image, spec.resize_to, spec.resize_to, keep_aspect_ratio=True,
+                       interpolation=spec.interpolation)
+        if image.shape[0] < height or image.shape[1] < width:
+            raise ValueError(f"cannot crop {height}x{width} from an image of {image.shape[0]}x"
+                             f"{image.shape[1]}; the spec's resize_to must be at least its input size")
+        image = center_crop(image, height, width)
+    return to_chw(normalize(_to_color_order(image, spec.color_order), spec.mean, spec.std))
 
 
 def _check_image(image: np.ndarray) -> np.ndarray:
@@ -95,13 +73,6 @@ def _check_image(image: np.ndarray) -> np.ndarray:
     if image.ndim != 3 or image.shape[2] not in (1, 3):
         raise ValueError(f"image must have shape (H, W, 3), (H, W, 1) or (H, W), found {image.shape}")
     return image
-
-
-def _resize(image: np.ndarray, height: int, width: int, interpolation: str) -> np.ndarray:
-    if interpolation not in _CV2_INTERPOLATION:
-        raise ValueError(f"interpolation must be one of {sorted(_CV2_INTERPOLATION)}, found {interpolation!r}")
-    out = cv2.resize(image, (width, height), interpolation=_CV2_INTERPOLATION[interpolation])
-    return out[:, :, None] if out.ndim == 2 else out
 
 
 def _to_color_order(image: np.ndarray, color_order: str) -> np.ndarray:

@@ -16,6 +16,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from irbis.kernels.image_ops import INTERPOLATIONS as _OPENCV_INTERPOLATIONS
 from irbis.models.efficientnet_lite import efficientnet_lite0
 from irbis.models.resnet import resnet18, resnet50
 from irbis.models.small import lenet_digits, mlp, small_cnn
@@ -28,7 +29,7 @@ ARCHITECTURES: dict[str, Callable[..., nn.Module]] = {
     "lenet_digits": lenet_digits,
     "small_cnn": small_cnn,
 }
-INTERPOLATIONS = ("nearest", "bilinear", "bicubic", "area")
+INTERPOLATIONS = tuple(_OPENCV_INTERPOLATIONS)  # the names image_ops knows, one table for both
 COLOR_ORDERS = ("RGB", "BGR", "L")
 
 

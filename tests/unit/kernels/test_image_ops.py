@@ -131,3 +131,27 @@ def test_every_op_keeps_channel_axis_on_grey_16_bit():
                        ("crop", {"x": 0, "y": 0, "height": 5, "width": 5})]:
         out = ImageChain([{"op": name, **args}])(grey16)
         assert out.ndim == 3 and out.shape[2] == 1 and out.dtype == np.uint16, name
+
+
+@pytest.mark.parametrize("name", sorted(__import__("irbis.models", fromlist=["MODELS"]).MODELS))
+def test_image_chains_give_every_model_cards_tensor_exactly(name):
+    """The chain a user would write from a card equals the card's own preprocessing, bit for bit."""
+    from irbis.models import get_spec, preprocess_rgb
+
+    spec = get_spec(name)
+    chain = ImageChain()
+    if spec.resize_to:
+        chain = chain.then("resize", height=spec.resize_to, width=spec.resize_to, keep_aspect_ratio=True,
+                           interpolation=spec.interpolation)
+        chain = chain.then("center_crop", height=spec.input_size[0], width=spec.input_size[1])
+    else:
+        chain = chain.then("resize", height=spec.input_size[0], width=spec.input_size[1],
+                           interpolation=spec.interpolation)
+    fmt = {"L": "GRAY"}.get(spec.color_order, spec.color_order)
+    chain = chain.then("color_format", format=fmt).then("normalize", mean=list(spec.mean), std=list(spec.std))
+    for photo in (COFFEE, COFFEE[:, 100:397]):  # landscape, and portrait with an odd width
+        rgb = np.ascontiguousarray(photo[:, :, ::-1])
+        expected = preprocess_rgb(rgb, spec)
+        found = chain(photo).transpose(2, 0, 1)
+        assert found.shape == expected.shape
+        assert np.array_equal(found, expected), f"{name}: max diff {np.abs(found - expected).max()}"

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from irbis.models import MODELS, ModelSpec, build_model, get_spec, layer_output_shapes, preprocess_rgb, register
-from irbis.models.preprocess import center_crop, resize_shorter_side
+from irbis.kernels.image_ops import ImageOpError, center_crop, resize
 
 
 def test_get_spec_unknown_name_lists_known_models():
@@ -52,13 +52,14 @@ def test_preprocess_resizes_shorter_side_crops_centre_and_normalises():
     out = preprocess_rgb(image, spec)
     assert out.shape == (3, 224, 224) and out.dtype == np.float32 and out.flags.c_contiguous
     np.testing.assert_allclose(out[:, 0, 0], [(255 - 127) / 128, 0.0, (255 - 127) / 128], atol=1e-6)
-    assert resize_shorter_side(np.zeros((600, 300, 3), np.uint8), 256).shape == (512, 256, 3)
+    assert resize(np.zeros((600, 300, 3), np.uint8), 256, 256, keep_aspect_ratio=True).shape == (512, 256, 3)
+    assert resize(np.zeros((301, 600, 3), np.uint8), 256, 256, keep_aspect_ratio=True).shape == (256, 510, 3)
 
 
 def test_center_crop_takes_the_middle():
-    image = np.arange(36, dtype=np.uint8).reshape(6, 6)
-    np.testing.assert_array_equal(center_crop(image, 2, 2), [[14, 15], [20, 21]])
-    with pytest.raises(ValueError, match="cannot crop 8x8"):
+    image = np.arange(36, dtype=np.uint8).reshape(6, 6, 1)
+    np.testing.assert_array_equal(center_crop(image, 2, 2)[:, :, 0], [[14, 15], [20, 21]])
+    with pytest.raises(ImageOpError, match="the window is larger than the image"):
         center_crop(image, 8, 8)
 
 

@@ -67,3 +67,17 @@ def test_only_block_kernel_stages_fuse():
 
     with pytest.raises(TypeError, match=r"\['SelectColumns'\] cannot be fused"):
         FusedStages().setStages([SelectColumns(cols=["a"])])
+
+
+def test_output_batches_split_under_a_small_byte_cap(spark, photos):
+    """With a cap below one batch's output, the stage slices the batch and loses no row."""
+    stage = ImageTransformer(inputCol="image", outputCol="x", outputFormat="array").resize(64, 64)
+    expected = {r.path: r.x for r in stage.transform(photos).collect()}
+    key = "spark.sql.execution.arrow.maxBytesPerBatch"
+    before = spark.conf.get(key)
+    spark.conf.set(key, str(64 * 64 * 3 * 4 + 1))  # one row's output per slice
+    try:
+        found = {r.path: r.x for r in stage.transform(photos.repartition(1)).collect()}
+    finally:
+        spark.conf.set(key, before)
+    assert found == expected and len(found) == 3

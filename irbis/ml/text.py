@@ -9,7 +9,7 @@ import pandas as pd
 import scipy.sparse as sp
 from pyspark import keyword_only
 from pyspark.ml.feature import IDF, ElementwiseProduct, IDFModel, HashingTF, NGram, RegexTokenizer, StopWordsRemover
-from pyspark.ml.linalg import DenseVector, VectorUDT
+from pyspark.ml.linalg import DenseVector, SparseVector, VectorUDT
 from pyspark.ml.param import Param, Params, TypeConverters
 from pyspark.ml.param.shared import HasInputCol, HasOutputCol
 from pyspark.sql import DataFrame
@@ -232,7 +232,11 @@ class TextFeaturizerModel(IrbisModel, _TextFeaturizerParams):
         if self._idf_state() is not None:
             tf = apply_idf(tf, self._idf)
         out = pdf.copy()
-        out[self.getOutputCol()] = [np.asarray(row.toarray()).ravel() for row in tf] if tf.shape[0] else []
+        tf = tf.tocsr()
+        size = tf.shape[1]
+        # Sparse rows, as SparkML gives them: a dense row of 2^18 doubles would cost 2 MB per text.
+        out[self.getOutputCol()] = [SparseVector(size, tf.indices[a:b], tf.data[a:b])
+                                    for a, b in zip(tf.indptr[:-1], tf.indptr[1:])]
         return out
 
     def _save_extra(self, path: str) -> None:

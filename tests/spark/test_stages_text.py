@@ -1,5 +1,6 @@
 """TextFeaturizer against the chain of SparkML stages it replaces."""
 import numpy as np
+from pyspark.ml.linalg import SparseVector
 import pytest
 from pyspark.ml import Pipeline
 from pyspark.ml.feature import IDF, HashingTF, NGram, RegexTokenizer, StopWordsRemover
@@ -37,7 +38,8 @@ def test_pandas_path_gives_the_spark_vectors_and_nulls_are_empty(spark, texts):
     spark_rows = [r.f.toArray() for r in model.transform(df).orderBy("id").collect()]
     local = model.transform(df.toPandas().sort_values("id"))
     for ours, theirs in zip(local["f"], spark_rows):
-        np.testing.assert_allclose(ours, theirs)
+        assert isinstance(ours, SparseVector) and ours.size == 1 << 12
+        np.testing.assert_allclose(ours.toArray(), theirs)
     assert not spark_rows[-1].any()
 
 

@@ -52,6 +52,10 @@ def _norm(value: object) -> object:
         return tuple(_norm(float(x)) for x in value.toArray())
     if isinstance(value, float):
         return "nan" if math.isnan(value) else round(value, 9)
+    if isinstance(value, bytearray | memoryview):
+        return bytes(value)
+    if isinstance(value, dict):
+        return tuple(_norm(v) for v in value.values())
     if isinstance(value, list | tuple):
         return tuple(_norm(v) for v in value)
     if hasattr(value, "tolist"):
@@ -107,6 +111,38 @@ def test_round_trips_and_unchanged_input(spark, tmp_path, name):
         snapshot = [tuple(_norm(v) for v in r) for r in pdf.itertuples(index=False)]
         fit_stage(case, pdf)[1].transform(pdf)
         assert [tuple(_norm(v) for v in r) for r in pdf.itertuples(index=False)] == snapshot
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("name", [n for n in NAMES if STAGE_CASES[n].pandas and STAGE_CASES[n].keeps_rows])
+def test_pandas_gives_the_spark_results(spark, name):
+    """The stage's pandas path (the kernel alone, as serving and LIME call it) gives Spark's rows."""
+    case = STAGE_CASES[name]
+    df = case.make_frame(spark)
+    out = fit_stage(case, df)[1].transform(df)
+    pdf = to_pandas(df)
+    result = fit_stage(case, pdf)[1].transform(pdf)[out.columns]
+    # pandas holds a missing value of any scalar column as NaN/NaT (the kernels' own convention):
+    # compare scalars with null and NaN as one "missing"; arrays keep their NaN elements.
+    def cells(row):
+        return tuple(None if not isinstance(v, tuple) and v in ("nan", pd.NaT) else v for v in map(_norm, row))
+
+    got = sorted((cells(r) for r in result.itertuples(index=False)), key=repr)
+    want = sorted((cells(r) for r in out.collect()), key=repr)
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        assert _same(g, w), f"pandas row {g!r:.300}\n != Spark row {w!r:.300}"
+
+
+def _same(a: object, b: object) -> bool:
+    """Equal, floats within float32 round-off (networks run on other batch sizes in each path)."""
+    if isinstance(a, tuple) and isinstance(b, tuple):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    if isinstance(a, float) and isinstance(b, float):
+        return math.isclose(a, b, rel_tol=1e-4, abs_tol=1e-5)
+    if hasattr(a, "to_pydatetime"):
+        a = a.to_pydatetime()
+    return a == b
 
 
 # -- generated inputs ----------------------------------------------------------------------------

@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test bench clean
+.PHONY: setup demo test test-connect bench clean
 
 setup: $(STAMP)
 
@@ -22,6 +22,10 @@ demo: setup
 
 test: setup
 	$(PY) -m pytest
+
+# The whole suite again with every Spark test on a Spark Connect session (sc://).
+test-connect: setup
+	$(PY) -m pytest --connect
 
 bench: setup
 	$(PY) benchmarks/inference.py

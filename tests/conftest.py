@@ -23,16 +23,27 @@ def _free_port() -> int:
 CONNECT_PORT = _free_port()
 
 
+def pytest_addoption(parser):
+    parser.addoption("--connect", action="store_true",
+                     help="run every Spark test on a Spark Connect session (sc://) instead of classic Spark")
+
+
+def on_connect(config) -> bool:
+    """Whether this run puts every Spark test on Spark Connect (``pytest --connect``)."""
+    return bool(config.getoption("--connect"))
+
+
 @pytest.fixture(scope="session")
-def spark():
+def spark(request):
     """The test run's Spark session: local[2], UI off, few shuffle partitions.
 
     Its context also serves Spark Connect on a free loopback port (the ``connect`` fixture), so
-    classic and Connect tests share one JVM.
+    classic and Connect tests share one JVM. With ``pytest --connect`` the fixture gives the Connect
+    session instead, and the whole run is a Connect client: every Spark test runs on Connect.
     """
     from irbis.spark.session import get_spark
 
-    session = get_spark(
+    classic = get_spark(
         "local[2]",
         app_name="irbis-tests",
         **{
@@ -45,8 +56,16 @@ def spark():
             "spark.connect.grpc.binding.port": str(CONNECT_PORT),
         },
     )
-    yield session
-    session.stop()
+    if not on_connect(request.config):
+        yield classic
+        classic.stop()
+        return
+    os.environ["SPARK_CONNECT_MODE_ENABLED"] = "1"
+    remote = get_spark(f"sc://127.0.0.1:{CONNECT_PORT}")
+    yield remote
+    remote.stop()
+    os.environ.pop("SPARK_CONNECT_MODE_ENABLED", None)
+    classic.stop()
 
 
 @contextlib.contextmanager
@@ -54,13 +73,16 @@ def connect_mode():
     """Run a block as a Spark Connect client process would (PySpark's functions build Connect columns).
 
     PySpark decides between classic and Connect columns by one process-wide flag; the tests hold a
-    classic and a Connect session in one process, so Connect code runs inside this block only.
+    classic and a Connect session in one process, so Connect code runs inside this block only
+    (under ``pytest --connect`` the flag is on for the whole run).
     """
+    before = os.environ.get("SPARK_CONNECT_MODE_ENABLED")
     os.environ["SPARK_CONNECT_MODE_ENABLED"] = "1"
     try:
         yield
     finally:
-        os.environ.pop("SPARK_CONNECT_MODE_ENABLED", None)
+        if before is None:
+            os.environ.pop("SPARK_CONNECT_MODE_ENABLED", None)
 
 
 @pytest.fixture(scope="session")
@@ -69,6 +91,9 @@ def connect(spark):
     ``connect_mode()``."""
     from irbis.spark.session import get_spark
 
+    if spark.__class__.__module__.startswith("pyspark.sql.connect"):
+        yield spark  # pytest --connect: the run's session is already the Connect one
+        return
     with connect_mode():
         session = get_spark(f"sc://127.0.0.1:{CONNECT_PORT}")
     yield session
@@ -93,8 +118,16 @@ def tiny_images(tmp_path_factory):
 
 
 def pytest_collection_modifyitems(config, items):
-    """Run the slow multi-executor tests last: they replace the local session with a cluster."""
+    """Run the slow multi-executor tests last: they replace the local session with a cluster.
+
+    Under ``--connect`` the multi-executor tests are skipped: they start classic clusters of their own.
+    """
     items.sort(key=lambda item: item.get_closest_marker("slow") is not None)
+    if on_connect(config):
+        skip = pytest.mark.skip(reason="starts a classic local-cluster of its own")
+        for item in items:
+            if "cluster_spark" in getattr(item, "fixturenames", ()):
+                item.add_marker(skip)
 
 
 @pytest.fixture(scope="session")

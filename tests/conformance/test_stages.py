@@ -196,7 +196,7 @@ def test_generated_inputs(spark, name):
     @settings(max_examples=5, deadline=None, suppress_health_check=list(HealthCheck))
     @given(rows=st.lists(row, min_size=0, max_size=5))
     def check(rows):
-        df = spark.createDataFrame(spark.sparkContext.parallelize(rows, 3), schema)
+        df = spark.createDataFrame(rows, schema).repartition(3)
         _, model = fit_stage(case, df)
         out = model.transform(df).collect()
         if case.keeps_rows:

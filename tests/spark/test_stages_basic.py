@@ -1,5 +1,6 @@
 """Small reshaping stages and Lambda's persistence by reference."""
 import pytest
+from pyspark.sql import functions as F
 
 from irbis.ml.basic import Cache, DropColumns, Lambda, RenameColumn, Repartition, SelectColumns
 from irbis.kernels.assemble import check_handle_invalid
@@ -9,7 +10,8 @@ pytestmark = pytest.mark.spark
 
 def test_reshaping_stages(spark):
     df = spark.createDataFrame([(1, "a", 2.0)], "i int, s string, x double")
-    assert Repartition(numPartitions=3).transform(df).rdd.getNumPartitions() == 3
+    spread = Repartition(numPartitions=3).transform(spark.range(30)).select(F.spark_partition_id().alias("p"))
+    assert spread.distinct().count() == 3
     assert SelectColumns(cols=["x", "i"]).transform(df).columns == ["x", "i"]
     assert DropColumns(cols=["s"]).transform(df).columns == ["i", "x"]
     assert RenameColumn(inputCol="s", outputCol="t").transform(df).columns == ["i", "t", "x"]

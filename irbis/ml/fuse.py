@@ -19,7 +19,7 @@ from typing import Any, Iterable
 from pyspark import keyword_only
 from pyspark.ml import PipelineModel, Transformer
 from pyspark.ml.param import Param, Params, TypeConverters
-from pyspark.ml.util import DefaultParamsReader
+from pyspark.ml.util import DefaultParamsReader, DefaultParamsWriter, MLReader, MLWriter
 from pyspark.sql.types import DataType, StructType
 
 from irbis.kernels.blocks import BatchFn, Images, Tensor, rows_in
@@ -99,18 +99,47 @@ class FusedStages(IrbisTransformer):
 
         return run
 
-    def _save_extra(self, path: str) -> None:
-        for i, stage in enumerate(self.stages):
-            stage.save(f"{path}/stage_{i:03d}")
+    def write(self) -> MLWriter:
+        """A writer that saves the Params and each fused stage under ``<path>/stages``, as a
+        ``PipelineModel`` does: through Spark, so any storage Spark can write works."""
+        return _FusedWriter(self)
 
-    def _load_extra(self, path: str) -> None:
-        import os
+    @classmethod
+    def read(cls) -> MLReader[Any]:
+        """A reader for what :meth:`write` saved."""
+        return _FusedReader(cls)
 
-        from pyspark.sql import SparkSession
 
-        spark = SparkSession.builder.getOrCreate()
-        folders = sorted(d for d in os.listdir(path) if d.startswith("stage_"))
-        self.stages = [DefaultParamsReader.loadParamsInstance(os.path.join(path, d), spark) for d in folders]
+def _stage_path(path: str, index: int, uid: str) -> str:
+    return f"{path.rstrip('/')}/stages/{index:03d}_{uid}"
+
+
+class _FusedWriter(MLWriter):
+    def __init__(self, instance: FusedStages) -> None:
+        super().__init__()
+        self.instance = instance
+
+    def saveImpl(self, path: str) -> None:  # noqa: N802 (PySpark's name)
+        uids = [s.uid for s in self.instance.stages]
+        DefaultParamsWriter.saveMetadata(self.instance, path, self.sparkSession,
+                                         extraMetadata={"stageUids": uids})
+        for i, stage in enumerate(self.instance.stages):
+            stage.write().session(self.sparkSession).save(_stage_path(path, i, stage.uid))
+
+
+class _FusedReader(MLReader[Any]):
+    def __init__(self, cls: type) -> None:
+        super().__init__()
+        self.cls = cls
+
+    def load(self, path: str) -> FusedStages:
+        metadata = DefaultParamsReader.loadMetadata(path, self.sparkSession)
+        fused = FusedStages()
+        fused._resetUid(metadata["uid"])
+        DefaultParamsReader.getAndSetParams(fused, metadata)
+        fused.stages = [DefaultParamsReader.loadParamsInstance(_stage_path(path, i, uid), self.sparkSession)
+                        for i, uid in enumerate(metadata["stageUids"])]
+        return fused
 
 
 def _as_input(value: Any, column: str) -> Any:

@@ -199,7 +199,7 @@ def labelled_frame(spark: SparkSession) -> DataFrame:
 
 
 def tiny_estimator() -> Any:
-    from irbis.train.estimator import TorchEstimator
+    from irbis.ml.estimator import TorchEstimator
 
     return TorchEstimator(network="mlp", networkOptions='{"in_features": 2, "hidden": 4, "out_features": 2}',
                           featuresCol="vec", labelCol="label", epochs=1, batchSize=4, numWorkers=1,

@@ -242,4 +242,4 @@ STAGE_CASES.update(_image_stages())
 STAGE_CASES["FusedStages"] = StageCase(tiny_fused_stages, image_frame, "image", wrong_type="string",
                                        generated=False)
 STAGE_CASES["TorchEstimator"] = StageCase(tiny_estimator, labelled_frame, "vec", "string", fitted="TorchModel",
-                                          generated=False, pandas=False, connect=False)
+                                          generated=False, pandas=False)

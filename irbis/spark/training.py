@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import replace
-from typing import Any, Iterator
+from typing import Iterator
 
 import numpy as np
 import pyarrow as pa

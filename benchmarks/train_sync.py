@@ -76,7 +76,7 @@ def plain_pytorch(arch: str, options: dict, data: tuple, shape: list[int], epoch
 
 def spark_fit(train_df, arch: str, options: dict, data: tuple, shape: list[int], epochs: int, strategy: str,
               workers: int) -> tuple[dict, list]:
-    from irbis.train import TorchEstimator
+    from irbis.ml import TorchEstimator
 
     _, xte, _, yte = data
     est = TorchEstimator(network=arch, networkOptions=json.dumps(options), epochs=epochs,

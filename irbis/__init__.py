@@ -22,7 +22,7 @@ _EXPORTS: dict[str, str] = {
     "get_spark": "irbis.spark.session",
     "TorchModel": "irbis.ml.torch_model",
     "ONNXModel": "irbis.ml.onnx_model",
-    "TorchEstimator": "irbis.train.estimator",
+    "TorchEstimator": "irbis.ml.estimator",
     "read_images": "irbis.spark.images",
     "read_images_stream": "irbis.spark.images",
     "ImageReadStats": "irbis.spark.images",

@@ -48,7 +48,7 @@ def _cmd_featurize(args: argparse.Namespace) -> int:
 
 def _cmd_train(args: argparse.Namespace) -> int:
     from irbis.spark.session import get_spark
-    from irbis.train import TorchEstimator
+    from irbis.ml import TorchEstimator
 
     spark = get_spark(args.master, app_name="irbis-train")
     data = spark.read.parquet(args.data)

@@ -6,6 +6,7 @@
 from irbis.ml.assembler import FastVectorAssembler
 from irbis.ml.basic import Cache, DropColumns, Lambda, RenameColumn, Repartition, SelectColumns
 from irbis.ml.ensemble import EnsembleByKey
+from irbis.ml.estimator import TorchEstimator
 from irbis.ml.featurize import Featurize, FeaturizeModel
 from irbis.ml.featurizer import ImageFeaturizer
 from irbis.ml.fuse import FusedStages, fuse
@@ -39,12 +40,3 @@ __all__ = [
     "fuse",
 ]
 
-
-def __getattr__(name: str):
-    # TorchEstimator lives in irbis.train, which imports this package's base class: importing it
-    # here eagerly would be circular, so it is resolved on first use.
-    if name == "TorchEstimator":
-        from irbis.train.estimator import TorchEstimator
-
-        return TorchEstimator
-    raise AttributeError(f"module 'irbis.ml' has no attribute {name!r}")

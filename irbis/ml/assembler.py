@@ -13,6 +13,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import BooleanType, DataType, FractionalType, NumericType, StructField, StructType
 
+from irbis.errors import require_columns
 from irbis.kernels.assemble import HANDLE_INVALID, InputSpec, assemble_frame, assembled_attributes, check_handle_invalid
 from irbis.ml.base import IrbisTransformer
 from irbis.ml.ensemble import vector_size
@@ -54,10 +55,6 @@ class FastVectorAssembler(IrbisTransformer, HasInputCols, HasOutputCol):
         self._setDefault(handleInvalid="error")
         self._set(**self._input_kwargs)
         check_handle_invalid(self.getOrDefault("handleInvalid"))
-
-    def setParams(self, **kwargs: Any) -> "FastVectorAssembler":
-        """Set any of the Params by keyword."""
-        return self._set(**kwargs)
 
     def _input_columns(self) -> list[str]:
         return list(self.getInputCols()) if self.isDefined("inputCols") else []
@@ -106,9 +103,7 @@ class FastVectorAssembler(IrbisTransformer, HasInputCols, HasOutputCol):
         return out
 
     def _check_columns_pandas(self, pdf: pd.DataFrame) -> None:
-        for col in self._input_columns():
-            if col not in pdf.columns:
-                raise ValueError(f"FastVectorAssembler: input column {col!r} not found; the DataFrame has columns {list(pdf.columns)}.")
+        require_columns("FastVectorAssembler", pdf.columns, self._input_columns())
 
     def _assemble_spark(self, df: DataFrame) -> DataFrame:
         self._check_schema(df.schema)

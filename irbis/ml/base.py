@@ -22,9 +22,10 @@ from __future__ import annotations
 
 import warnings
 from functools import reduce
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, TypeVar
 
 import pandas as pd
+from pyspark import keyword_only
 from pyspark.ml import Estimator, Model, Transformer
 from pyspark.util import PythonEvalType
 from pyspark.ml.functions import array_to_vector, vector_to_array
@@ -37,15 +38,26 @@ from pyspark.sql.types import ArrayType, DataType, DoubleType, FloatType, Struct
 from irbis.kernels.blocks import (
     BatchFn, block_to_rows, bounded_slices, from_arrow, rows_in, to_arrow,
 )
+from irbis.errors import require_columns
 from irbis.ml.persistence import IrbisPersistable
 
 TransformFn = Callable[[pd.DataFrame], pd.DataFrame]
+P = TypeVar("P")
 
 #: Output bytes per Arrow batch when the session does not set ``maxBytesPerBatch``.
 DEFAULT_MAX_BATCH_BYTES = 64 * 1024 * 1024
 
 
-class _StageMixin(IrbisPersistable):
+class _KeywordParams:
+    """``setParams(**kwargs)``, as PySpark's stages have it (keywords only, each a Param name)."""
+
+    @keyword_only
+    def setParams(self: P, **kwargs: Any) -> P:  # noqa: N802
+        """Set any of the Params by keyword."""
+        return self._set(**self._input_kwargs)
+
+
+class _StageMixin(_KeywordParams, IrbisPersistable):
     """Shared machinery of transformers and fitted models."""
 
     #: dtype used for Spark ML vectors crossing to Python ("float32" halves the bytes for networks).
@@ -73,11 +85,7 @@ class _StageMixin(IrbisPersistable):
     def _check_schema(self, schema: StructType) -> None:
         stage = type(self).__name__
         names = schema.fieldNames()
-        for col in self._input_columns():
-            if col not in names:
-                raise ValueError(
-                    f"{stage}: input column {col!r} not found; the DataFrame has columns {names}."
-                )
+        require_columns(stage, names, self._input_columns())
         for col, _ in self._output_columns():
             if col in names:
                 raise ValueError(
@@ -97,12 +105,7 @@ class _StageMixin(IrbisPersistable):
         return self._transform_spark(dataset)
 
     def _transform_pandas(self, pdf: pd.DataFrame) -> pd.DataFrame:
-        missing = [c for c in self._input_columns() if c not in pdf.columns]
-        if missing:
-            raise ValueError(
-                f"{type(self).__name__}: input column {missing[0]!r} not found; "
-                f"the DataFrame has columns {list(pdf.columns)}."
-            )
+        require_columns(type(self).__name__, pdf.columns, self._input_columns())
         result = pdf.copy()
         if self._has_batch_fn():
             blocks = {c: rows_in(pdf[c].tolist(), c) for c in self._input_columns()}
@@ -255,5 +258,5 @@ class IrbisModel(_StageMixin, Model):
     """Base of fitted Irbis models (the output of an :class:`IrbisEstimator`)."""
 
 
-class IrbisEstimator(IrbisPersistable, Estimator):
+class IrbisEstimator(_KeywordParams, IrbisPersistable, Estimator):
     """Base of Irbis estimators: implement ``_fit(dataset)`` returning an :class:`IrbisModel`."""

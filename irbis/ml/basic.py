@@ -15,19 +15,12 @@ from pyspark.ml.param.shared import HasInputCol, HasOutputCol
 from pyspark.sql import DataFrame
 from pyspark.sql.types import DataType, StructType
 
+from irbis.errors import require_columns
 from irbis.ml.base import IrbisTransformer
 
 
 def _columns_of(dataset: Any) -> list[str]:
     return list(dataset.columns)
-
-
-def require_columns(stage: str, dataset: Any, cols: list[str]) -> None:
-    """Raise ``ValueError`` naming the first of ``cols`` that ``dataset`` lacks."""
-    names = _columns_of(dataset)
-    for col in cols:
-        if col not in names:
-            raise ValueError(f"{stage}: input column {col!r} not found; the DataFrame has columns {names}.")
 
 
 class _ReshapeStage(IrbisTransformer):
@@ -39,12 +32,8 @@ class _ReshapeStage(IrbisTransformer):
     def _output_columns(self) -> list[tuple[str, DataType]]:
         return []
 
-    def setParams(self, **kwargs: Any) -> "_ReshapeStage":
-        """Set any of the Params by keyword."""
-        return self._set(**kwargs)
-
     def _transform(self, dataset: Any) -> Any:
-        require_columns(type(self).__name__, dataset, self._input_columns())
+        require_columns(type(self).__name__, _columns_of(dataset), self._input_columns())
         if isinstance(dataset, pd.DataFrame):
             return self._reshape_pandas(dataset)
         return self._reshape_spark(dataset)
@@ -137,7 +126,7 @@ class SelectColumns(_ColumnListStage):
 
     def transform_schema(self, schema: StructType) -> StructType:
         """Schema of the output for an input of ``schema``."""
-        require_columns("SelectColumns", _Names(schema), self._input_columns())
+        require_columns("SelectColumns", schema.fieldNames(), self._input_columns())
         return StructType([schema[c] for c in self._input_columns()])
 
     def _reshape_pandas(self, pdf: pd.DataFrame) -> pd.DataFrame:
@@ -154,7 +143,7 @@ class DropColumns(_ColumnListStage):
 
     def transform_schema(self, schema: StructType) -> StructType:
         """Schema of the output for an input of ``schema``."""
-        require_columns("DropColumns", _Names(schema), self._input_columns())
+        require_columns("DropColumns", schema.fieldNames(), self._input_columns())
         return StructType([f for f in schema.fields if f.name not in self._input_columns()])
 
     def _reshape_pandas(self, pdf: pd.DataFrame) -> pd.DataFrame:
@@ -183,7 +172,7 @@ class RenameColumn(_ReshapeStage, HasInputCol, HasOutputCol):
 
     def transform_schema(self, schema: StructType) -> StructType:
         """Schema of the output for an input of ``schema``."""
-        require_columns("RenameColumn", _Names(schema), self._input_columns())
+        require_columns("RenameColumn", schema.fieldNames(), self._input_columns())
         self._check_output(_Names(schema))
         src, dst = self.getInputCol(), self.getOutputCol()
         return StructType([f if f.name != src else type(f)(dst, f.dataType, f.nullable, f.metadata) for f in schema.fields])

@@ -69,10 +69,6 @@ class EnsembleByKey(IrbisTransformer):
         self._set(**self._input_kwargs)
         check_strategy(self.getOrDefault("strategy"))
 
-    def setParams(self, **kwargs: Any) -> "EnsembleByKey":
-        """Set any of the Params by keyword."""
-        return self._set(**kwargs)
-
     def _output_names(self) -> list[str]:
         cols, names = self.getOrDefault("cols"), self.getOrDefault("colNames")
         if names and len(names) != len(cols):

@@ -17,6 +17,7 @@ from pyspark.sql.types import (
     BooleanType, DataType, DateType, NumericType, StringType, StructType, TimestampNTZType, TimestampType,
 )
 
+from irbis.errors import require_columns
 from irbis.kernels.featurize import build_column_plan, column_stats, infer_kind, slot_names, transform_frame
 from irbis.ml.base import IrbisEstimator, IrbisModel
 from irbis.ml.ensemble import vector_size
@@ -54,8 +55,7 @@ class _FeaturizeParams(HasInputCols, HasOutputCol):
             raise ValueError(f"{stage}: inputCols is empty; give the columns to featurize")
         kinds = {}
         for col in self._cols():
-            if col not in names:
-                raise ValueError(f"{stage}: input column {col!r} not found; the DataFrame has columns {names}.")
+            require_columns(stage, names, [col])
             kind = spark_kind(schema[col].dataType)
             if kind is None:
                 raise TypeError(
@@ -98,15 +98,9 @@ class Featurize(IrbisEstimator, _FeaturizeParams):
             if self.getOrDefault(name) < 1:
                 raise ValueError(f"Featurize: {name} must be >= 1, found {self.getOrDefault(name)}")
 
-    def setParams(self, **kwargs: Any) -> "Featurize":
-        """Set any of the Params by keyword."""
-        return self._set(**kwargs)
-
     def _fit(self, dataset: Any) -> "FeaturizeModel":
         if isinstance(dataset, pd.DataFrame):
-            missing = [c for c in self._cols() if c not in dataset.columns]
-            if missing:
-                raise ValueError(f"Featurize: input column {missing[0]!r} not found; the DataFrame has columns {list(dataset.columns)}.")
+            require_columns("Featurize", dataset.columns, self._cols())
             kinds = {c: infer_kind(dataset[c]) for c in self._cols()}
             stats = {c: column_stats(dataset[c], k) for c, k in kinds.items()}
         else:

@@ -1,6 +1,9 @@
-"""Params shared by several Irbis stages, declared once as a table (as PySpark's shared params are).
+"""The one Param mechanism of Irbis: Params declared as table rows (as PySpark's shared params are).
 
-Each entry becomes a ``Has<Name>`` mixin with ``get<Name>`` and ``set<Name>`` accessors.
+A row ``(name, doc, type converter, default)`` becomes a ``Has<Name>`` mixin with ``get<Name>`` and
+``set<Name>`` accessors (:func:`param_mixin`); :func:`table_mixin` joins the rows of one stage into one
+mixin. The rows below are the Params that several stages share, each declared once here; a stage's
+own Params are rows in its module, turned into a mixin by the same functions.
 """
 
 from __future__ import annotations
@@ -10,8 +13,10 @@ from typing import Any
 from pyspark.ml.param import Param, Params, TypeConverters
 from pyspark.ml.param.shared import HasInputCol, HasOutputCol
 
-# name, doc, type converter, default (None: no default)
-_SHARED: list[tuple[str, str, Any, Any]] = [
+#: A Param as a table row: name, doc, type converter, default (None: no default).
+Row = tuple[str, str, Any, Any]
+
+SHARED_PARAMS: list[Row] = [
     ("modelPath", "the network: a TorchScript or ONNX file, a model folder (architecture.json + "
      "weights.pt), or the name of a ModelRepository model", TypeConverters.toString, None),
     ("miniBatchSize", "rows per forward pass of the network", TypeConverters.toInt, 64),
@@ -26,7 +31,8 @@ _SHARED: list[tuple[str, str, Any, Any]] = [
 ]
 
 
-def _make_mixin(name: str, doc: str, converter: Any, default: Any) -> type:
+def param_mixin(name: str, doc: str, converter: Any, default: Any) -> type:
+    """The ``Has<Name>`` mixin of one table row: the Param, its default, ``get<Name>``, ``set<Name>``."""
     cap = name[0].upper() + name[1:]
 
     def __init__(self: Params, *args: Any, **kwargs: Any) -> None:
@@ -54,8 +60,22 @@ def _make_mixin(name: str, doc: str, converter: Any, default: Any) -> type:
 
 
 HasModelPath, HasMiniBatchSize, HasDevice, HasPrecision, HasInputShape, HasOutputLayer = (
-    _make_mixin(*row) for row in _SHARED
+    param_mixin(*row) for row in SHARED_PARAMS
 )
+
+
+def table_mixin(class_name: str, rows: list[Row], shared: tuple[type, ...] = ()) -> type:
+    """One mixin holding the Params of ``rows`` plus the ``shared`` ``Has*`` mixins.
+
+    Examples
+    --------
+    >>> from pyspark.ml.param import TypeConverters
+    >>> Mixin = table_mixin("HasEpochs", [("epochs", "passes over the data", TypeConverters.toInt, 10)])
+    >>> Mixin().getEpochs()
+    10
+    """
+    bases = tuple(param_mixin(*row) for row in rows) + shared
+    return type(class_name, bases, {"__doc__": f"Params: {', '.join(r[0] for r in rows)}."})
 
 
 
@@ -71,4 +91,4 @@ class ColumnSetters(HasInputCol, HasOutputCol):
         return self._set(outputCol=value)
 
 
-__all__ = ["ColumnSetters", "HasModelPath", "HasMiniBatchSize", "HasDevice", "HasPrecision", "HasInputShape", "HasOutputLayer"]
+__all__ = ["SHARED_PARAMS", "ColumnSetters", "param_mixin", "table_mixin", "HasModelPath", "HasMiniBatchSize", "HasDevice", "HasPrecision", "HasInputShape", "HasOutputLayer"]

@@ -16,6 +16,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, DataType, StringType, StructType
 
+from irbis.errors import require_columns
 from irbis.kernels.text import IdfState, TextSteps, apply_idf, fit_idf, text_vectors
 from irbis.ml.base import IrbisEstimator, IrbisModel
 
@@ -54,8 +55,7 @@ class _TextFeaturizerParams(HasInputCol, HasOutputCol):
 
     def _check_input(self, schema: StructType) -> None:
         col = self.getInputCol()
-        if col not in schema.fieldNames():
-            raise ValueError(f"{type(self).__name__}: input column {col!r} not found; the DataFrame has columns {schema.fieldNames()}.")
+        require_columns(type(self).__name__, schema.fieldNames(), [col])
         dtype = schema[col].dataType
         wanted = StringType() if self.getOrDefault("useTokenizer") else ArrayType(StringType())
         if dtype.simpleString() != wanted.simpleString():
@@ -134,17 +134,12 @@ class TextFeaturizer(IrbisEstimator, _TextFeaturizerParams):
         self._set(**self._input_kwargs)
         self._check_params()
 
-    def setParams(self, **kwargs: Any) -> "TextFeaturizer":
-        """Set any of the Params by keyword."""
-        return self._set(**kwargs)
-
     def _fit(self, dataset: Any) -> "TextFeaturizerModel":
         self._check_params()
         model = TextFeaturizerModel()
         self._copyValues(model)
         if isinstance(dataset, pd.DataFrame):
-            if self.getInputCol() not in dataset.columns:
-                raise ValueError(f"TextFeaturizer: input column {self.getInputCol()!r} not found; the DataFrame has columns {list(dataset.columns)}.")
+            require_columns("TextFeaturizer", dataset.columns, [self.getInputCol()])
             if self.getOrDefault("useIDF"):
                 tf = self._tf_pandas(dataset[self.getInputCol()].tolist())
                 model._idf = fit_idf(tf, self.getOrDefault("minDocFreq"))
@@ -226,8 +221,7 @@ class TextFeaturizerModel(IrbisModel, _TextFeaturizerParams):
         return df.drop(*temps)
 
     def _transform_pandas_text(self, pdf: pd.DataFrame) -> pd.DataFrame:
-        if self.getInputCol() not in pdf.columns:
-            raise ValueError(f"TextFeaturizerModel: input column {self.getInputCol()!r} not found; the DataFrame has columns {list(pdf.columns)}.")
+        require_columns("TextFeaturizerModel", pdf.columns, [self.getInputCol()])
         tf = self._tf_pandas(pdf[self.getInputCol()].tolist())
         if self._idf_state() is not None:
             tf = apply_idf(tf, self._idf)

@@ -120,7 +120,7 @@ def is_connect(session: Any) -> bool:
 def require_classic(session: Any, feature: str, what: str) -> None:
     """Raise :class:`ClassicOnlyError` naming ``feature`` when ``session`` is a Connect session.
 
-    ``what`` names the classic API the feature needs, e.g. ``"barrier RDD stages"``.
+    ``what`` names the classic API the feature needs, e.g. ``"accumulators"``.
     """
     if is_connect(session):
         raise ClassicOnlyError(

@@ -1,11 +1,11 @@
-"""Distributed training on Spark executors.
+"""Distributed training, pure: strategies, communicators, the one training loop, backends.
 
-``TorchEstimator`` (a Spark ML Estimator) is imported lazily so that the pure
-parts of this package (strategies, communicators, the loop) load without pyspark.
+Nothing here imports pyspark or the Spark stages: the Spark ML estimator is
+:class:`irbis.ml.TorchEstimator`, and the Spark barrier backend is
+:mod:`irbis.spark.barrier`; both drive this package.
 
 Examples
 --------
->>> from irbis.train import TorchEstimator                 # doctest: +SKIP
 >>> from irbis.train.strategies import STRATEGIES, make_strategy
 >>> sorted(STRATEGIES)
 ['block_momentum', 'model_averaging', 'one_bit', 'sync']
@@ -15,14 +15,10 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["TorchEstimator", "plot_loss_curves"]
+__all__ = ["plot_loss_curves"]
 
 
 def __getattr__(name: str) -> Any:
-    if name == "TorchEstimator":
-        from irbis.train.estimator import TorchEstimator
-
-        return TorchEstimator
     if name == "plot_loss_curves":
         from irbis.train.progress import plot_loss_curves
 

@@ -3,9 +3,12 @@
 Each worker profiles its partition as it reads it (rows, nulls, feature
 lengths, label range); the workers all-gather the profiles and run the same
 checks, plus a forward pass of the network on a zero batch, before the first
-step. On a problem every worker returns the message instead of raising (a
-raised error would make Spark retry the stage for nothing) and the driver
-raises it: bad input costs no extra Spark job, and nothing trains.
+step. On a problem every worker returns the error instead of raising (a
+raised error would make Spark retry the stage for nothing); it crosses to the
+driver as a structured record (:mod:`irbis.errors`: type, message, and the
+column, expected and found values) and the driver raises the same exception
+class with the same message: bad input costs no extra Spark job, and nothing
+trains.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from irbis.errors import with_fields
 from irbis.train.loop import TrainSpec
 
 
@@ -44,20 +48,26 @@ def merge_profiles(profiles: list[np.ndarray]) -> dict[str, Any]:
 def check_profile(p: dict[str, Any], spec: TrainSpec, features_col: str, label_col: str, num_workers: int) -> int:
     """Raise a ValueError naming the column for bad data; return the feature length."""
     if p["min_rows"] == 0:
-        raise ValueError(f"a training task received no rows ({p['rows']} rows for numWorkers={num_workers}); "
-                         "use fewer workers or more data")
+        raise with_fields(ValueError(f"a training task received no rows ({p['rows']} rows for "
+                                     f"numWorkers={num_workers}); use fewer workers or more data"),
+                          expected="rows on every task", found=p["rows"])
     if p["null_labels"]:
-        raise ValueError(f"labelCol {label_col!r} has {p['null_labels']} null/NaN values; "
-                         "drop or impute them before fitting")
+        raise with_fields(ValueError(f"labelCol {label_col!r} has {p['null_labels']} null/NaN values; "
+                                     "drop or impute them before fitting"), column=label_col,
+                          expected="no nulls", found=p["null_labels"])
     if p["null_features"]:
-        raise ValueError(f"featuresCol {features_col!r} has {p['null_features']} null rows; drop them first")
+        raise with_fields(ValueError(f"featuresCol {features_col!r} has {p['null_features']} null rows; "
+                                     "drop them first"), column=features_col, expected="no nulls",
+                          found=p["null_features"])
     if p["min_len"] != p["max_len"]:
-        raise ValueError(f"featuresCol {features_col!r} rows must all have the same length, found lengths "
-                         f"from {p['min_len']} to {p['max_len']}")
+        raise with_fields(ValueError(f"featuresCol {features_col!r} rows must all have the same length, found "
+                                     f"lengths from {p['min_len']} to {p['max_len']}"), column=features_col,
+                          expected="one length", found=[p["min_len"], p["max_len"]])
     if spec.loss == "cross_entropy" and (p["fractional_labels"] or p["min_label"] < 0):
-        raise ValueError(f"labelCol {label_col!r} must hold class indices 0..K-1 for loss='cross_entropy', "
-                         f"found values from {p['min_label']} to {p['max_label']}"
-                         + (" with fractions" if p["fractional_labels"] else ""))
+        raise with_fields(ValueError(f"labelCol {label_col!r} must hold class indices 0..K-1 for "
+                                     f"loss='cross_entropy', found values from {p['min_label']} to "
+                                     f"{p['max_label']}" + (" with fractions" if p["fractional_labels"] else "")),
+                          column=label_col, expected="class indices 0..K-1", found=[p["min_label"], p["max_label"]])
     return int(p["max_len"])
 
 
@@ -66,30 +76,33 @@ def check_network(module: torch.nn.Module, spec: TrainSpec, n_features: int, max
     """Run the network on a zero batch: input shape, and output width against the labels."""
     shape = list(spec.input_shape or [n_features])
     if int(torch.tensor(shape).prod()) != n_features:
-        raise ValueError(f"inputShape {shape} holds {int(torch.tensor(shape).prod())} values but "
-                         f"featuresCol {features_col!r} has {n_features}")
+        raise with_fields(ValueError(f"inputShape {shape} holds {int(torch.tensor(shape).prod())} values but "
+                                     f"featuresCol {features_col!r} has {n_features}"), column=features_col,
+                          expected=shape, found=n_features)
     try:
         with torch.no_grad():
             was_training = module.training
             out = module.eval()(torch.zeros(2, *shape))
             module.train(was_training)
     except RuntimeError as err:
-        raise ValueError(f"the network does not accept inputs of shape {shape} from featuresCol "
-                         f"{features_col!r} (set inputShape?): {err}") from None
+        raise with_fields(ValueError(f"the network does not accept inputs of shape {shape} from featuresCol "
+                                     f"{features_col!r} (set inputShape?): {err}"), column=features_col,
+                          expected="an input the network accepts", found=shape) from None
     if spec.loss == "cross_entropy":
         classes = out.shape[1] if out.dim() == 2 else None
         if classes is None or max_label >= classes:
-            raise ValueError(f"the network outputs {tuple(out.shape[1:])} values per row but labelCol "
-                             f"{label_col!r} has class indices up to {int(max_label)}; it needs at least "
-                             f"{int(max_label) + 1} outputs")
+            raise with_fields(ValueError(f"the network outputs {tuple(out.shape[1:])} values per row but "
+                                         f"labelCol {label_col!r} has class indices up to {int(max_label)}; it "
+                                         f"needs at least {int(max_label) + 1} outputs"), column=label_col,
+                              expected=int(max_label) + 1, found=list(out.shape[1:]))
 
 
 def validation_error(profile: dict[str, Any], module: torch.nn.Module, spec: TrainSpec, features_col: str,
-                     label_col: str, num_workers: int) -> str | None:
-    """Every check on the merged profile and the network; the error message, or None."""
+                     label_col: str, num_workers: int) -> Exception | None:
+    """Every check on the merged profile and the network; the error (with its fields), or None."""
     try:
         n_features = check_profile(profile, spec, features_col, label_col, num_workers)
         check_network(module, spec, n_features, profile["max_label"], features_col, label_col)
     except (ValueError, TypeError) as err:
-        return f"{type(err).__name__}: {err}"
+        return err
     return None

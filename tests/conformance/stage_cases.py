@@ -199,7 +199,7 @@ def labelled_frame(spark: SparkSession) -> DataFrame:
 
 
 def tiny_estimator() -> Any:
-    from irbis.train.estimator import TorchEstimator
+    from irbis.ml.estimator import TorchEstimator
 
     return TorchEstimator(network="mlp", networkOptions='{"in_features": 2, "hidden": 4, "out_features": 2}',
                           featuresCol="vec", labelCol="label", epochs=1, batchSize=4, numWorkers=1,
@@ -242,4 +242,4 @@ STAGE_CASES.update(_image_stages())
 STAGE_CASES["FusedStages"] = StageCase(tiny_fused_stages, image_frame, "image", wrong_type="string",
                                        generated=False)
 STAGE_CASES["TorchEstimator"] = StageCase(tiny_estimator, labelled_frame, "vec", "string", fitted="TorchModel",
-                                          generated=False, pandas=False, connect=False)
+                                          generated=False, pandas=False)

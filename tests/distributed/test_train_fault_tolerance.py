@@ -8,7 +8,7 @@ import pytest
 from pyspark.ml.linalg import Vectors
 from sklearn.datasets import load_digits
 
-from irbis.train import TorchEstimator
+from irbis.ml import TorchEstimator
 
 pytestmark = [pytest.mark.slow, pytest.mark.spark]
 

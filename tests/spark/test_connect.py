@@ -1,4 +1,4 @@
-"""Spark Connect: images, fused stages and the classic-only features' errors on an sc:// session."""
+"""Spark Connect: images, fused stages, TorchEstimator, and the classic-only features' errors on an sc:// session."""
 from __future__ import annotations
 
 import pytest
@@ -54,3 +54,63 @@ def test_classic_only_features_say_so(connect):
         assert is_connect(connect) and is_connect(connect.range(1))
         with pytest.raises(ClassicOnlyError, match="ImageReadStats needs accumulators"):
             ImageReadStats(connect)
+
+
+# -- TorchEstimator ------------------------------------------------------------------------------
+def _digits_frames(spark, connect):
+    from sklearn.datasets import load_digits
+    from sklearn.model_selection import train_test_split
+
+    x, y = load_digits(return_X_y=True)
+    xtr, xte, ytr, yte = train_test_split(x / 16, y, test_size=0.2, stratify=y, random_state=0)
+    rows = [(a.tolist(), int(b)) for a, b in zip(xtr, ytr)]
+    schema = "features array<double>, label int"
+    classic = spark.createDataFrame(rows, schema)
+    with connect_mode():
+        remote = connect.createDataFrame(rows, schema)
+    return classic, remote, xte, yte
+
+
+def _digits_estimator(**kw):
+    from irbis.ml import TorchEstimator
+
+    base = dict(network="mlp", networkOptions='{"in_features": 64, "hidden": 64, "out_features": 10}',
+                epochs=6, batchSize=32, numWorkers=2, learningRate=3e-3, showProgress=False)
+    return TorchEstimator(**{**base, **kw})
+
+
+def _accuracy(model, xte, yte):
+    import numpy as np
+    import pandas as pd
+
+    out = model.transform(pd.DataFrame({"features": list(xte.astype(np.float32))}))
+    return float((np.stack(out["prediction"].map(np.asarray)).argmax(1) == yte).mean())
+
+
+def test_torch_estimator_fits_on_connect_as_on_classic(spark, connect):
+    classic, remote, xte, yte = _digits_frames(spark, connect)
+    expected = _accuracy(_digits_estimator().fit(classic), xte, yte)
+    with connect_mode():
+        model = _digits_estimator(showProgress=True).fit(remote)  # no progress bar there: logged, not failed
+    found = _accuracy(model, xte, yte)
+    assert expected >= 0.88 and found >= 0.88 and abs(found - expected) <= 0.04, (expected, found)
+    assert [r["epoch"] for r in model.training_summary] == list(range(1, 7))
+
+
+def test_torch_estimator_bad_data_raises_the_same_error_on_connect(spark, connect):
+    from irbis.errors import ColumnNotFoundError
+
+    classic, remote, _, _ = _digits_frames(spark, connect)
+    few_outputs = dict(networkOptions='{"in_features": 64, "hidden": 8, "out_features": 5}', epochs=1)
+    with pytest.raises(ValueError) as on_classic:
+        _digits_estimator(**few_outputs).fit(classic)
+    with connect_mode(), pytest.raises(ValueError) as on_connect:
+        _digits_estimator(**few_outputs).fit(remote)
+    assert type(on_connect.value) is type(on_classic.value) is ValueError
+    assert str(on_connect.value) == str(on_classic.value)
+    assert "labelCol 'label' has class indices up to 9; it needs at least 10 outputs" in str(on_connect.value)
+    assert on_connect.value.column == "label" and on_connect.value.expected == 10
+    with connect_mode(), pytest.raises(ColumnNotFoundError, match="featuresCol 'pixels' not found"):
+        _digits_estimator(featuresCol="pixels").fit(remote)
+    with connect_mode(), pytest.raises(ValueError, match="only 2 tasks"):
+        _digits_estimator(numWorkers=3).fit(remote)

@@ -10,7 +10,7 @@ from pyspark.ml.linalg import Vectors
 from sklearn.datasets import load_digits
 from sklearn.model_selection import train_test_split
 
-from irbis.train import TorchEstimator
+from irbis.ml import TorchEstimator
 
 pytestmark = pytest.mark.spark
 

@@ -1,18 +1,21 @@
 """Local backends: ``N`` workers as threads (ThreadCommunicator) or processes (gloo).
 
-Both split the rows into ``N`` contiguous shards and run the same
-:func:`irbis.train.loop.train_worker` as the Spark backend.
+:class:`ThreadBackend` implements :class:`~irbis.train.backends.base.Backend`;
+:func:`run_threads` and :func:`run_processes` split the rows into ``N`` contiguous
+shards and run the same :func:`irbis.train.loop.train_worker` as the Spark backend.
 """
 
 from __future__ import annotations
 
 import multiprocessing as mp
 import threading
+from functools import partial
 from typing import Any
 
 import numpy as np
 import torch
 
+from irbis.train.backends.base import Backend, Rank, RankFn, raise_returned
 from irbis.train.comm import ThreadCommunicator, connect_store, init_torch_group, serve_store
 from irbis.train.data import Shard
 from irbis.train.loop import Report, TrainSpec, WorkerResult, train_worker
@@ -26,37 +29,58 @@ def shard_rows(x: np.ndarray, y: np.ndarray, num_workers: int) -> list[Shard]:
     return [Shard(xs, ys) for xs, ys in zip(np.array_split(x, num_workers), np.array_split(y, num_workers))]
 
 
+class ThreadBackend(Backend[Any]):
+    """Ranks as threads of this process, joined by a :class:`~irbis.train.comm.ThreadCommunicator`.
+
+    ``data`` is a list with one item per rank. A raised error aborts the other ranks' collectives
+    and is re-raised here.
+    """
+
+    def __init__(self, num_workers: int, timeout: float = 300.0) -> None:
+        super().__init__(num_workers)
+        self.timeout = timeout
+
+    def run(self, fn: RankFn, data: Any) -> list[Any]:
+        if len(data) != self.num_workers:
+            raise ValueError(f"ThreadBackend has {self.num_workers} workers but got {len(data)} shares of data")
+        comms = ThreadCommunicator.group(self.num_workers, timeout=self.timeout)
+        results: list[Any] = [None] * self.num_workers
+        raised: list[BaseException] = []
+
+        def work(rank: int) -> None:
+            # One intra-op thread per worker, as Spark gives each task: with a pool shared between the
+            # worker threads, kernels split their sums differently from run to run, and a strategy that
+            # quantises (one_bit) turns those last-bit differences into different training runs.
+            torch.set_num_threads(1)
+            try:
+                results[rank] = fn(Rank(rank, self.num_workers, comms[rank], data[rank]))
+            except BaseException as err:
+                raised.append(err)
+                comms[rank]._shared.barrier.abort()
+
+        threads = [threading.Thread(target=work, args=(r,), daemon=True) for r in range(self.num_workers)]
+        saved = torch.get_num_threads()
+        try:
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+        finally:
+            torch.set_num_threads(saved)
+        if raised:
+            raise next((e for e in raised if not isinstance(e, threading.BrokenBarrierError)), raised[0])
+        return raise_returned(results)
+
+
+def _train_rank(spec: TrainSpec, report: Report | None, rank: Rank) -> WorkerResult:
+    return train_worker(spec, rank.data, WorkerContext(rank.comm, rank.rank, rank.world_size, spec.device), report)
+
+
 def run_threads(spec: TrainSpec, shards: list[Shard], report: Report | None = None,
                 timeout: float = 300.0) -> list[WorkerResult]:
     """Train with one thread per shard; re-raises the first worker error."""
-    comms = ThreadCommunicator.group(len(shards), timeout=timeout)
-    results: list[Any] = [None] * len(shards)
-
-    def work(rank: int) -> None:
-        # One intra-op thread per worker, as Spark gives each task: with a pool shared between the
-        # worker threads, kernels split their sums differently from run to run, and a strategy that
-        # quantises (one_bit) turns those last-bit differences into different training runs.
-        torch.set_num_threads(1)
-        ctx = WorkerContext(comms[rank], rank, len(shards), spec.device)
-        try:
-            results[rank] = train_worker(spec, shards[rank], ctx, report)
-        except BaseException as err:
-            results[rank] = err
-            comms[rank]._shared.barrier.abort()
-
-    threads = [threading.Thread(target=work, args=(r,), daemon=True) for r in range(len(shards))]
-    saved = torch.get_num_threads()
-    try:
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-    finally:
-        torch.set_num_threads(saved)
-    errors = [r for r in results if isinstance(r, BaseException)]
-    if errors:
-        raise next((e for e in errors if not isinstance(e, threading.BrokenBarrierError)), errors[0])
-    return results
+    with ThreadBackend(len(shards), timeout) as backend:
+        return backend.run(partial(_train_rank, spec, report), shards)
 
 
 def _process_main(spec: TrainSpec, shard: Shard, rank: int, world: int, port: int, out: Any) -> None:

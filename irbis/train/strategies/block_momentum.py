@@ -21,7 +21,7 @@ default here. The final model is :math:`W` after a last (possibly partial) block
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -37,7 +37,6 @@ class State:
     delta: torch.Tensor | None = None
     init_weights: torch.Tensor | None = None
     since_sync: int = 0
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 def bmuf_update(avg: torch.Tensor, state: State, eta: float, zeta: float, nesterov: bool) -> torch.Tensor:

@@ -11,22 +11,16 @@ replicas are replaced by their mean:
           \\quad \\text{every } k \\text{ steps.}
 
 Optimizer state (momentum, Adam moments) stays local. Communication is one
-all-reduce of the flat weight buffer per ``k`` steps.
+all-reduce of the flat weight buffer per ``k`` steps. The strategy keeps no
+state of its own: the optimizer's step count (checkpointed by the loop) says
+when to average.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from irbis.train.strategy import FlatParams, Strategy, WorkerContext
-
-
-@dataclass
-class State:
-    """Local steps taken since the last average."""
-
-    since_sync: int = 0
 
 
 def is_sync_step(step: int, period: int) -> bool:
@@ -54,13 +48,11 @@ class ModelAveraging(Strategy):
         if not isinstance(period, int) or isinstance(period, bool) or period < 1:
             raise ValueError(f"period must be an int >= 1, found {period!r}")
         self.period = period
-        self.state = State()
 
     def options(self) -> dict[str, Any]:
         return {"period": self.period}
 
     def after_step(self, flat: FlatParams, ctx: WorkerContext, step: int) -> None:
-        self.state.since_sync += 1
         if is_sync_step(step, self.period):
             self._average(flat, ctx)
 
@@ -69,10 +61,3 @@ class ModelAveraging(Strategy):
 
     def _average(self, flat: FlatParams, ctx: WorkerContext) -> None:
         ctx.comm.all_reduce_mean(flat.weights)
-        self.state.since_sync = 0
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"since_sync": self.state.since_sync}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.state.since_sync = int(state["since_sync"])

@@ -2,32 +2,76 @@
 
 The estimator is a thin adapter: it checks the input on the driver, turns its
 Params into a :class:`~irbis.train.loop.TrainSpec` of plain values, runs the
-one training loop in a barrier stage (:mod:`irbis.train.backends.spark`) and
-wraps rank 0's final weights in a fitted ``TorchModel`` with the per-epoch
-training summary.
+one training loop on every rank of a :class:`~irbis.spark.barrier.SparkBarrierBackend`
+(one barrier stage, on a classic or a Spark Connect session) and wraps rank 0's
+final weights in a fitted ``TorchModel`` with the per-epoch training summary.
+Its Params are table rows (:data:`TRAIN_PARAMS`) turned into a mixin by the one
+Param mechanism of :mod:`irbis.ml.params`, which also declares the Params it
+shares with the inference stages (``inputShape``, ``device``).
 """
 
 from __future__ import annotations
 
 import io
 import json
+import logging
 import os
 import uuid
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from pyspark import keyword_only
+from pyspark.ml.param import TypeConverters as T
 
+from irbis.kernels.inference import DEVICES
 from irbis.ml.base import IrbisEstimator
+from irbis.ml.params import HasDevice, HasInputShape, Row, table_mixin
+from irbis.ml.torch_model import TorchModel
 from irbis.train.loop import TrainSpec
 from irbis.train.networks import build_network, network_spec
 from irbis.train.optim import OPTIMIZERS, make_loss, validate_schedule
-from irbis.train.params import HasTrainParams, defaults
 from irbis.train.refs import callable_ref, is_ref, resolve_ref
 from irbis.train.strategies import STRATEGIES, make_strategy
 from irbis.train.strategy import Strategy
 
+_log = logging.getLogger(__name__)
 _CALLABLE_PARAMS = ("network", "loss", "optimizer")
+
+#: TorchEstimator's own Params (name, doc, converter, default; None: unset); inputShape and device are
+#: the shared rows of :mod:`irbis.ml.params`.
+TRAIN_PARAMS: list[Row] = [
+    ("network", "architecture name (irbis.models.ARCHITECTURES), TorchScript file path, or "
+                "'python:module:function' naming a module factory", T.toString, None),
+    ("networkOptions", "JSON object of keyword arguments for the architecture", T.toString, "{}"),
+    ("loss", "'cross_entropy', 'mse', or 'python:module:function'", T.toString, "cross_entropy"),
+    ("optimizer", "'sgd', 'momentum', 'nesterov', 'adagrad', 'rmsprop', 'adam', or "
+                  "'python:module:function' (params -> torch.optim.Optimizer)", T.toString, "adam"),
+    ("learningRate", "learning rate", T.toFloat, 1e-3),
+    ("momentum", "momentum of 'momentum' and 'nesterov'", T.toFloat, 0.9),
+    ("unitGain", "CNTK unit-gain momentum: v = m*v + (1-m)*g", T.toBoolean, False),
+    ("learningRateSchedule", "JSON, e.g. {\"type\": \"step\", \"stepSize\": 10, \"gamma\": 0.5}; "
+                             "types: constant, step, exponential, cosine (per epoch)", T.toString,
+     '{"type": "constant"}'),
+    ("batchSize", "minibatch size per worker", T.toInt, 32),
+    ("epochs", "passes over the data", T.toInt, 10),
+    ("numWorkers", "training tasks (one barrier stage, all run at once)", T.toInt, 2),
+    ("strategy", "name in irbis.train.strategies.STRATEGIES", T.toString, "sync"),
+    ("strategyOptions", "JSON object of the strategy's options", T.toString, "{}"),
+    ("featuresCol", "features column (vector or array of numbers)", T.toString, "features"),
+    ("labelCol", "label column (numeric)", T.toString, "label"),
+    ("predictionCol", "output column of the fitted model", T.toString, "prediction"),
+    ("validationFraction", "fraction of each worker's rows held out for per-epoch validation",
+     T.toFloat, 0.0),
+    ("checkpointDir", "shared directory for checkpoints (enables resume after a failed task)",
+     T.toString, None),
+    ("checkpointInterval", "steps between checkpoints; 0 checkpoints at the end of every epoch",
+     T.toInt, 0),
+    ("seed", "random seed (initial weights, shuffling, validation split)", T.toInt, 0),
+    ("showProgress", "draw a progress bar on the driver (classic sessions)", T.toBoolean, True),
+]
+
+HasTrainParams = table_mixin("HasTrainParams", TRAIN_PARAMS, (HasInputShape, HasDevice))
 
 
 class TorchEstimator(IrbisEstimator, HasTrainParams):
@@ -54,7 +98,6 @@ class TorchEstimator(IrbisEstimator, HasTrainParams):
         self._callables: dict[str, Callable[..., Any]] = {}
         self.augment: Callable[..., Any] | None = None
         self.last_results: list[Any] | None = None
-        self._setDefault(**defaults())
         self.setParams(**self._input_kwargs)
 
     @keyword_only
@@ -113,6 +156,8 @@ class TorchEstimator(IrbisEstimator, HasTrainParams):
         for name, low in (("batchSize", 1), ("epochs", 1), ("numWorkers", 1), ("checkpointInterval", 0)):
             if self.getOrDefault(name) < low:
                 raise ValueError(f"{name} must be >= {low}, found {self.getOrDefault(name)}")
+        if self.getDevice() not in DEVICES:
+            raise ValueError(f"device must be one of {list(DEVICES)}, found {self.getDevice()!r}")
         if not 0 <= self.getValidationFraction() < 1:
             raise ValueError(f"validationFraction must be in [0, 1), found {self.getValidationFraction()}")
         return TrainSpec(
@@ -127,29 +172,41 @@ class TorchEstimator(IrbisEstimator, HasTrainParams):
 
     # -- fit -------------------------------------------------------------------------------------
     def _fit(self, dataset: Any) -> Any:
-        from irbis.train.backends.spark import run_spark, training_frame
-        from irbis.train.progress import ProgressServer
+        from irbis.spark.barrier import SparkBarrierBackend
+        from irbis.spark.training import train_partition, training_frame
 
-        from irbis.spark.session import require_classic
-
-        require_classic(dataset, "TorchEstimator.fit", "barrier RDD stages (rdd.barrier)")
         spec = self._spec()
         frame = training_frame(dataset, self.getFeaturesCol(), self.getLabelCol())
         module = build_network(spec.network)
         if self.isDefined(self.checkpointDir):
             spec.checkpoint_dir = os.path.join(self.getCheckpointDir(), f"{self.uid}-{uuid.uuid4().hex[:8]}")
             os.makedirs(spec.checkpoint_dir, exist_ok=True)
-        sc = dataset.sparkSession.sparkContext
-        spec.torch_threads = int(sc.getConf().get("spark.task.cpus", "1"))
-        host = sc.getConf().get("spark.driver.host", "127.0.0.1")
-        server = ProgressServer(spec.epochs, host=host, show=self.getShowProgress(), desc=f"{spec.strategy}")
+        session = dataset.sparkSession
+        spec.torch_threads = int(session.conf.get("spark.task.cpus", "1") or 1)
+        columns = (self.getFeaturesCol(), self.getLabelCol())
+        server = self._progress_server(spec, session)
         try:
-            results = run_spark(frame, spec, self.getNumWorkers(), (self.getFeaturesCol(), self.getLabelCol()),
-                                server.endpoint())
+            with SparkBarrierBackend(session, self.getNumWorkers(), spec.device) as backend:
+                results = backend.run(partial(train_partition, spec, columns,
+                                              server.endpoint() if server else None), frame)
         finally:
-            server.close()
+            if server is not None:
+                server.close()
         self.last_results = results
         return self._fitted(module, spec.network, results, spec.input_shape or [results[0].info["features"]])
+
+    def _progress_server(self, spec: TrainSpec, session: Any) -> Any:
+        """The driver's progress bar; None through Spark Connect, whose executors may not reach this client."""
+        from irbis.spark.session import is_connect
+        from irbis.train.progress import ProgressServer
+
+        if is_connect(session):
+            if self.getShowProgress():
+                _log.info("TorchEstimator: no progress bar on a Spark Connect session (the executors may not "
+                          "reach the client); the per-epoch records are in the fitted model's training_summary")
+            return None
+        host = session.conf.get("spark.driver.host", "127.0.0.1") or "127.0.0.1"
+        return ProgressServer(spec.epochs, host=host, show=self.getShowProgress(), desc=f"{spec.strategy}")
 
     def _fitted(self, module: Any, network: dict[str, Any], results: list[Any], shape: list[int]) -> Any:
         import torch
@@ -158,16 +215,10 @@ class TorchEstimator(IrbisEstimator, HasTrainParams):
         module.eval()
         arch = {"architecture": network["name"], "options": network["options"]} \
             if network["kind"] == "architecture" else {}
-        model = _torch_model_class().from_module(module, inputCol=self.getFeaturesCol(),
+        model = TorchModel.from_module(module, inputCol=self.getFeaturesCol(),
                                                  outputCol=self.getPredictionCol(), inputShape=shape, **arch)
         model.training_summary = results[0].history
         return model
 
 
-def _torch_model_class() -> Any:
-    from irbis.ml.torch_model import TorchModel
-
-    return TorchModel
-
-
-__all__ = ["STRATEGIES", "TorchEstimator"]
+__all__ = ["STRATEGIES", "TRAIN_PARAMS", "TorchEstimator"]

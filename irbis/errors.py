@@ -1,0 +1,85 @@
+"""Errors shared by every layer: the missing-column error, and error records that cross processes.
+
+A worker of a Spark task cannot raise into the driver: what crosses is a string. An
+error crosses as a JSON record (its type name, its message and the fields it knows,
+such as ``column``, ``expected`` and ``found``), and the driver raises the same
+exception class with the worker's message intact. Pure: no pyspark, no torch.
+
+Examples
+--------
+>>> err = ColumnNotFoundError("Stage", "x", ["a", "b"])
+>>> str(err)
+"Stage: input column 'x' not found; the DataFrame has columns ['a', 'b']."
+>>> back = from_record(to_record(err))
+>>> type(back).__name__, str(back) == str(err), back.column
+('ColumnNotFoundError', True, 'x')
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from typing import Any
+
+
+class ColumnNotFoundError(ValueError):
+    """A stage's input column is missing from the DataFrame.
+
+    Parameters
+    ----------
+    stage : str
+        The stage (or estimator) that needs the column.
+    column : str
+        The missing column.
+    columns : iterable of str
+        The columns the DataFrame has (kept as ``found``).
+    role : str, default "input column"
+        What the column is to the stage, e.g. ``"featuresCol"``.
+    """
+
+    def __init__(self, stage: str, column: str, columns: Iterable[str], role: str = "input column") -> None:
+        self.stage, self.column, self.found, self.role = stage, column, list(columns), role
+        super().__init__(f"{stage}: {role} {column!r} not found; the DataFrame has columns {self.found}.")
+        self.fields = {"stage": stage, "column": column, "found": self.found, "role": role}
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return type(self), (self.stage, self.column, self.found, self.role)
+
+
+def require_columns(stage: str, columns: Iterable[str], wanted: Iterable[str], role: str = "input column") -> None:
+    """Raise :class:`ColumnNotFoundError` for the first of ``wanted`` that is not in ``columns``."""
+    names = list(columns)
+    for col in wanted:
+        if col not in names:
+            raise ColumnNotFoundError(stage, col, names, role)
+
+
+def with_fields(err: BaseException, **fields: Any) -> BaseException:
+    """Attach JSON-able fields (``column``, ``expected``, ``found``, ...) to ``err``; return it."""
+    err.fields = {**getattr(err, "fields", {}), **fields}  # type: ignore[attr-defined]
+    return err
+
+
+#: Exception classes a record may name; any other name is raised as a RuntimeError.
+ERROR_TYPES: dict[str, type[BaseException]] = {
+    cls.__name__: cls for cls in (ValueError, TypeError, ColumnNotFoundError, RuntimeError)
+}
+
+
+def to_record(err: BaseException) -> str:
+    """The JSON record of ``err``: ``{"type", "message", "fields"}``."""
+    return json.dumps({"type": type(err).__name__, "message": str(err),
+                       "fields": getattr(err, "fields", {})}, default=str)
+
+
+def from_record(record: str) -> BaseException:
+    """The exception that :func:`to_record` described, of the same class and with the same message."""
+    data = json.loads(record)
+    cls = ERROR_TYPES.get(data["type"])
+    if cls is None:
+        return RuntimeError(f"{data['type']}: {data['message']}")
+    err = cls.__new__(cls)
+    BaseException.__init__(err, data["message"])
+    for key, value in data.get("fields", {}).items():
+        setattr(err, key, value)
+    return with_fields(err, **data.get("fields", {}))

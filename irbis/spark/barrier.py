@@ -1,0 +1,221 @@
+"""Spark barrier backend: one barrier stage, one task per rank, torch.distributed inside.
+
+:class:`SparkBarrierBackend` implements :class:`irbis.train.backends.base.Backend`
+with public DataFrame APIs only, so it runs on classic and Spark Connect sessions:
+``df.mapInArrow(fn, schema, barrier=True)`` hands each task its partition as Arrow
+record batches (no per-row Python objects), and every task joins a gloo (CPU) or
+NCCL (CUDA) process group on a rendezvous ``TCPStore``, under a prefix unique to
+the job and the stage attempt: handshakes, no sleeps.
+
+Where the store lives:
+
+* **classic session**: the driver serves it on a free port (executors reach the
+  driver anyway). This is the faster way: a rendezvous through
+  ``BarrierTaskContext.allGather`` costs about a second, as the first task to
+  arrive polls for the answer once a second.
+* **Spark Connect**: the client may be unreachable from the executors, so rank 0
+  serves the store on its executor and shares its address with
+  ``BarrierTaskContext.allGather``; a last ``barrier()`` keeps rank 0 (and its
+  store) alive until every rank is done with it.
+
+A rank function's returned exception crosses as a JSON record
+(:mod:`irbis.errors`) and is raised on the driver with its class and message. A
+raised one fails the stage; Spark re-runs it and the workers resume from the last
+checkpoint (on ``local[N]`` masters a failed task fails the job: Spark retries
+tasks only on cluster masters).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+import uuid
+from functools import partial
+from typing import Any, Iterator
+
+import pyarrow as pa
+from pyspark.sql import DataFrame, SparkSession
+
+from irbis.errors import from_record, to_record
+from irbis.spark.session import is_connect
+from irbis.train.backends.base import Backend, Rank, RankFn
+from irbis.train.comm import connect_store, init_torch_group, serve_store
+from irbis.train.loop import WorkerResult
+
+RESULT_SCHEMA = ("rank int, error string, history string, state binary, info string, loopSeconds double, "
+                 "resumedFrom long")
+_ARROW_RESULT = pa.schema([("rank", pa.int32()), ("error", pa.string()), ("history", pa.string()),
+                           ("state", pa.binary()), ("info", pa.string()), ("loopSeconds", pa.float64()),
+                           ("resumedFrom", pa.int64())])
+_LOCAL_MASTER = re.compile(r"local(?:\[(\d+)(?:,\d+)?\])?")
+
+
+def _conf(session: SparkSession, key: str, default: str | None = None) -> str | None:
+    try:
+        return session.conf.get(key, default)
+    except Exception:  # noqa: BLE001 - a key the server does not expose
+        return default
+
+
+def available_slots(session: SparkSession, wanted: int = 0, wait_s: float = 30.0) -> int | None:
+    """Tasks the cluster can run at once, or None when that cannot be known from here.
+
+    On a classic session it waits up to ``wait_s`` for executors to register; through Spark Connect
+    it is known only for ``local[N]`` masters (from ``spark.master`` and ``spark.task.cpus``).
+    """
+    if is_connect(session):
+        match = _LOCAL_MASTER.fullmatch(_conf(session, "spark.master", "") or "")
+        cpus = int(_conf(session, "spark.task.cpus", "1") or 1)
+        return int(match.group(1) or 1) // cpus if match else None
+    jsc = session.sparkContext._jsc.sc()  # classic only: executors that registered so far
+
+    def slots() -> int:
+        try:
+            return int(jsc.maxNumConcurrentTasks(jsc.resourceProfileManager().defaultResourceProfile()))
+        except Exception:  # noqa: BLE001 - py4j surface differs across Spark versions
+            return int(session.sparkContext.defaultParallelism)
+
+    found, deadline, tick = slots(), time.monotonic() + wait_s, threading.Event()
+    while found < wanted and time.monotonic() < deadline:
+        tick.wait(0.25)
+        found = slots()
+    return found
+
+
+def _rendezvous_store(ctx: Any, rank: int, world: int, driver: tuple[str, int] | None, timeout_s: float) -> Any:
+    """The store: the driver's (classic), or rank 0's, announced by an all-gather (Connect)."""
+    if driver is not None:
+        return connect_store(driver[0], driver[1], rank, world, timeout_s)
+    if rank == 0:
+        host = ctx.getTaskInfos()[0].address.rsplit(":", 1)[0]
+        store = serve_store(host, world, timeout_s)
+        ctx.allGather(f"{host}:{store.port}")
+        return store
+    host, port = ctx.allGather("")[0].rsplit(":", 1)
+    return connect_store(host, int(port), rank, world, timeout_s)
+
+
+def _join(store: Any, job: str, rank: int) -> Any:
+    """Prefix ``store`` by job and stage attempt (every task starts once per attempt, so the number of
+    starts of this rank names the attempt the same way on every rank)."""
+    import torch.distributed as dist
+
+    attempt = store.add(f"{job}/starts/{rank}", 1)
+    return dist.PrefixStore(f"{job}/{attempt}", store)
+
+
+def _encode(rank: int, result: Any, info: dict[str, Any]) -> pa.RecordBatch:
+    row: dict[str, Any] = {"rank": rank, "info": json.dumps(info)}
+    if isinstance(result, BaseException):
+        row["error"] = to_record(result)
+    else:
+        row.update(history=json.dumps(result.history), state=result.state, loopSeconds=result.loop_seconds,
+                   resumedFrom=result.resumed_from, info=json.dumps({**result.info, **info}))
+    return pa.RecordBatch.from_pylist([row], schema=_ARROW_RESULT)
+
+
+def barrier_task(fn: RankFn, world: int, driver: tuple[str, int] | None, job: str, device: str,
+                 timeout_s: float, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """The body of each barrier task (module level, so it pickles by reference)."""
+    import torch.distributed as dist
+    from pyspark import BarrierTaskContext
+
+    from irbis.kernels.inference import resolve_device
+
+    t0 = time.perf_counter()
+    device = str(resolve_device(device))  # "auto" means this executor's GPU, if it has one
+    ctx = BarrierTaskContext.get()
+    rank = ctx.partitionId()
+    store = _rendezvous_store(ctx, rank, world, driver, timeout_s)
+    comm = init_torch_group(_join(store, job, rank), rank, world, device, timeout_s)
+    t1 = time.perf_counter()
+    try:
+        result = fn(Rank(rank, world, comm, batches, device))
+    finally:
+        dist.destroy_process_group()
+    if driver is None:
+        ctx.barrier()  # rank 0 serves the store: it stays until every rank is done with it
+    yield _encode(rank, result, {"rendezvousSeconds": t1 - t0, "taskSeconds": time.perf_counter() - t0})
+
+
+def _decode(rows: list[Any]) -> list[WorkerResult]:
+    for r in rows:
+        if r["error"]:
+            raise from_record(r["error"])
+    return [WorkerResult(r["rank"], json.loads(r["history"]), r["state"], r["loopSeconds"], r["resumedFrom"],
+                         json.loads(r["info"])) for r in rows]
+
+
+class SparkBarrierBackend(Backend[WorkerResult]):
+    """Ranks as the tasks of one Spark barrier stage over ``data`` (a DataFrame, one partition per rank).
+
+    Parameters
+    ----------
+    session : SparkSession
+        A classic or Spark Connect session.
+    num_workers : int
+        Ranks; the cluster must be able to run them all at once.
+    device : str, default "cpu"
+        Picks the process group's backend: gloo on CPU, NCCL on CUDA.
+    timeout_s : float, default 600
+        Rendezvous and collective timeout.
+    """
+
+    def __init__(self, session: SparkSession, num_workers: int, device: str = "cpu",
+                 timeout_s: float = 600.0) -> None:
+        super().__init__(num_workers)
+        self.session, self.device, self.timeout_s = session, device, timeout_s
+        self.connect = is_connect(session)
+        self._store: Any = None
+
+    def start(self) -> None:
+        """Check the slots, and on a classic session serve the rendezvous store on the driver."""
+        slots = available_slots(self.session, wanted=self.num_workers)
+        if slots is not None and self.num_workers > slots:
+            raise ValueError(f"numWorkers={self.num_workers} but the cluster can run only {slots} tasks at once "
+                             f"(a barrier stage needs all of them together); set numWorkers <= {slots}")
+        if not self.connect:
+            self._store = serve_store(self._driver_host(), self.num_workers, self.timeout_s)
+
+    def shutdown(self) -> None:
+        self._store = None
+
+    def _driver_host(self) -> str:
+        return _conf(self.session, "spark.driver.host", "127.0.0.1") or "127.0.0.1"
+
+    def _retriable(self) -> bool:
+        master = _conf(self.session, "spark.master", "") or ""
+        return not (master == "local" or (master.startswith("local[") and "," not in master))
+
+    def run(self, fn: RankFn, data: DataFrame) -> list[WorkerResult]:
+        if self._store is None and not self.connect:
+            raise RuntimeError("SparkBarrierBackend.run needs start() first (or a `with` block)")
+        driver = None if self.connect else (self._driver_host(), self._store.port)
+        task = partial(barrier_task, fn, self.num_workers, driver, uuid.uuid4().hex, self.device, self.timeout_s)
+        df = data.repartition(self.num_workers) if self.connect else data
+        if not self.connect and df.rdd.getNumPartitions() != self.num_workers:
+            df = df.repartition(self.num_workers)
+        try:
+            rows = self._collect(df, task)
+        except Exception as err:  # noqa: BLE001 - the JVM's error, wrapped by py4j or gRPC
+            if "BarrierJobUnsupportedRDDChainException" in str(err):
+                # e.g. a coalesce() in the same stage: give the barrier stage its own shuffled input
+                rows = self._collect(df.repartition(self.num_workers), task)
+            elif any(m in str(err) for m in ("BarrierJobSlotsNumberCheckFailed", "SPARK-24819")):
+                raise ValueError(f"numWorkers={self.num_workers}: Spark could not run {self.num_workers} "
+                                 "barrier tasks at once; set numWorkers to at most the cluster's task slots "
+                                 f"({str(err).splitlines()[0]})") from err
+            else:
+                raise
+        return _decode(rows)
+
+    def _collect(self, df: DataFrame, task: Any) -> list[Any]:
+        out = df.mapInArrow(task, RESULT_SCHEMA, barrier=True)
+        # A shuffle after the barrier stage makes it a ShuffleMapStage, which Spark re-runs when a task
+        # fails (a failed barrier ResultStage is never retried); local[N] never retries tasks anyway.
+        return sorted((out.repartition(1) if self._retriable() else out).collect(), key=lambda r: r["rank"])
+
+
+__all__ = ["RESULT_SCHEMA", "SparkBarrierBackend", "available_slots", "barrier_task"]

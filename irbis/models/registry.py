@@ -8,12 +8,13 @@ name does (``ImageFeaturizer(model=...)``, ``TorchModel(modelPath=...)``).
 
 Examples
 --------
->>> from irbis.models import register_model, get_entry
+>>> from irbis.models import get_entry, register_model, unregister_model
 >>> _ = register_model({"name": "digits_mlp_16", "architecture": "mlp",
 ...                     "options": {"in_features": 64, "hidden": 16, "out_features": 10},
-...                     "input_shape": [64], "num_classes": 10}, overwrite=True)
+...                     "input_shape": [64], "num_classes": 10})
 >>> get_entry("digits_mlp_16").architecture
 'mlp'
+>>> unregister_model("digits_mlp_16")
 """
 
 from __future__ import annotations

@@ -21,6 +21,7 @@ from irbis.models import (
     register_model,
     unregister_model,
 )
+from irbis.cli import main
 from irbis.kernels.image_ops import ImageOpError, center_crop, resize
 
 
@@ -51,12 +52,15 @@ def test_register_model_refuses_duplicates_unless_overwrite():
     assert "mlp_digits_copy" not in MODELS
 
 
-def test_register_catalogue_reads_a_user_folder(tmp_path):
+def test_register_catalogue_and_the_cli_read_a_user_folder(tmp_path, capsys):
     doc = {"format": "irbis-catalogue", "version": 1,
            "models": [{"name": "user_cnn", "architecture": "small_cnn", "options": {"num_classes": 3},
                        "preprocessing": {"input_size": [32, 32], "mean": [0, 0, 0], "std": [255, 255, 255]},
                        "layers": ["flatten"], "num_classes": 3}]}
     (tmp_path / "catalogue.json").write_text(json.dumps(doc))
+    assert main(["models", "--catalogue", str(tmp_path)]) == 0
+    listed = capsys.readouterr().out
+    assert "user_cnn" in listed and "input [3, 32, 32]" in listed and "efficientnet_lite0" in listed
     try:
         assert register_catalogue(tmp_path) == ["user_cnn"]
         entry = get_entry("user_cnn")

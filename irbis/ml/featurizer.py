@@ -162,8 +162,8 @@ class ImageFeaturizer(IrbisTransformer, _ColumnSetters, HasMiniBatchSize, HasDev
         if entry.preprocessing is None:
             raise ValueError(f"model {entry.name!r} has no preprocessing in its catalogue entry, so it "
                              f"cannot featurize images; give it one, or use TorchModel for other inputs")
-        if layer and not self.getOrDefault(self.modelPath) and layer not in module_names(entry.architecture,
-                                                                                            **entry.options):
+        known = module_names(entry.architecture, **entry.options) if layer else []
+        if layer and not self.getOrDefault(self.modelPath) and layer not in known:
             raise ValueError(f"outputLayer {layer!r} is not a module of model {entry.name!r} "
                              f"(architecture {entry.architecture!r}); its feature layers: {list(entry.layers)}")
 

@@ -236,9 +236,9 @@ def write_vectors(path: Path, n: int) -> None:
     import pyarrow.parquet as pq
     from skimage import data
 
-    from irbis.models import get_spec, preprocess_rgb
+    from irbis.models import get_entry, preprocess_rgb
 
-    spec, photos = get_spec(MODEL), [data.chelsea(), data.coffee(), data.astronaut(), data.rocket()]
+    spec, photos = get_entry(MODEL).preprocessing, [data.chelsea(), data.coffee(), data.astronaut(), data.rocket()]
     rows = np.stack([preprocess_rgb(photos[i % 4], spec).reshape(-1) for i in range(n)])
     values = pa.array(rows.reshape(-1))
     pq.write_table(pa.table({"x": pa.FixedSizeListArray.from_arrays(values, rows.shape[1]).cast(

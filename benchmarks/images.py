@@ -3,7 +3,7 @@
 The files are JPEGs of mixed sizes (longer side 400-800 px), cut at random from the photographs
 that ship with scikit-image and scikit-learn. Methods:
 
-  Features (pretrained EfficientNet-Lite0, pooled 1280-d, preprocessing of its spec):
+  Features (pretrained EfficientNet-Lite0, pooled 1280-d, preprocessing of its catalogue entry):
   (a) plain loop, 1 process x 2 threads: read, cv2.imdecode, preprocess_rgb, forward_features, fp32
   (a2) the same loop in 2 processes x 1 thread (the layout Spark local[2] uses)
   (b) Spark local[2]: binaryFile -> ImageFeaturizer(inputCol="content"), decode + preprocess +
@@ -67,11 +67,11 @@ def plain_features(files: list[Path], threads: int, batch: int = 32) -> None:
     import cv2
     import torch
 
-    from irbis.models import ModelRepository, get_spec, preprocess_rgb
+    from irbis.models import ModelRepository, get_entry, preprocess_rgb
 
     torch.set_num_threads(threads)
     cv2.setNumThreads(threads)
-    spec, net = get_spec("efficientnet_lite0"), ModelRepository().load_model("efficientnet_lite0")
+    spec, net = get_entry("efficientnet_lite0").preprocessing, ModelRepository().load_model("efficientnet_lite0")
     with torch.inference_mode():
         for start in range(0, len(files), batch):
             x = []

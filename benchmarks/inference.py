@@ -195,9 +195,9 @@ def photo_batch(crops_per_photo: int = 24) -> np.ndarray:
     from skimage import data
     from sklearn.datasets import load_sample_images
 
-    from irbis.models import get_spec, preprocess_rgb
+    from irbis.models import get_entry, preprocess_rgb
 
-    spec = get_spec("efficientnet_lite0")
+    spec = get_entry("efficientnet_lite0").preprocessing
     photos = [data.chelsea(), data.coffee(), data.rocket(), data.astronaut(), data.stereo_motorcycle()[0],
               *load_sample_images().images]
     rng = np.random.default_rng(0)

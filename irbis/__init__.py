@@ -36,11 +36,13 @@ _EXPORTS: dict[str, str] = {
     "TextFeaturizer": "irbis.ml.text",
     "Featurize": "irbis.ml.featurize",
     "ModelRepository": "irbis.models",
-    "ModelSpec": "irbis.models",
+    "CatalogueEntry": "irbis.models",
     "MODELS": "irbis.models",
     "ARCHITECTURES": "irbis.models",
     "build_model": "irbis.models",
-    "get_spec": "irbis.models",
+    "get_entry": "irbis.models",
+    "register_model": "irbis.models",
+    "register_catalogue": "irbis.models",
     "preprocess_rgb": "irbis.models",
 }
 

@@ -13,7 +13,8 @@ def _cmd_models(args: argparse.Namespace) -> int:
     repo = ModelRepository(catalogue=args.catalogue)
     for entry in repo.entries():
         weights = "weights shipped" if entry.uri else "architecture only"
-        print(f"{entry.name:24s} {entry.architecture:20s} input {list(entry.input_shape)}  {weights}")
+        print(f"{entry.name:24s} {entry.architecture:20s} input {list(entry.input_shape)}  {weights}  "
+              f"feature layers {list(entry.layers)}")
     return 0
 
 

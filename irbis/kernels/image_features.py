@@ -1,4 +1,4 @@
-"""Images (Spark image structs or encoded bytes) to a network's input batch, as a model spec says.
+"""Images (Spark image structs or encoded bytes) to a network's input batch, as a model's preprocessing says.
 
 The body of :class:`irbis.ml.ImageFeaturizer` before the network: decode (for bytes), convert the
 BGR(A)/grey pixels of any depth to RGB uint8, then :func:`irbis.models.preprocess_rgb` (resize the
@@ -7,10 +7,10 @@ shorter side, centre crop, colour order, mean/std, CHW), writing straight into o
 Examples
 --------
 >>> import numpy as np
->>> from irbis.models import get_spec
+>>> from irbis.models import get_entry
 >>> from irbis.kernels.image import array_to_struct
 >>> batch, valid, errors = preprocess_images(
-...     [array_to_struct(np.zeros((300, 400, 3), np.uint8)), None], get_spec("efficientnet_lite0"))
+...     [array_to_struct(np.zeros((300, 400, 3), np.uint8)), None], get_entry("efficientnet_lite0").preprocessing)
 >>> batch.shape, valid.tolist(), errors
 ((1, 3, 224, 224), [True, False], [None, None])
 """
@@ -23,7 +23,7 @@ import numpy as np
 
 from irbis.kernels.image import DEFAULT_MAX_PIXELS, ImageDecodeError, decode_image, struct_to_array
 from irbis.kernels.image_header import header_size, sniff_format
-from irbis.models.preprocess import HasPreprocessing, preprocess_rgb
+from irbis.models.preprocess import Preprocessing, preprocess_rgb
 
 __all__ = ["decode_flags", "preprocess_images", "to_rgb8"]
 
@@ -33,7 +33,7 @@ _REDUCED = {False: {2: cv2.IMREAD_REDUCED_COLOR_2, 4: cv2.IMREAD_REDUCED_COLOR_4
                    8: cv2.IMREAD_REDUCED_GRAYSCALE_8}}
 
 
-def decode_flags(data: bytes, spec: HasPreprocessing, grey: bool, fast: bool) -> int:
+def decode_flags(data: bytes, spec: Preprocessing, grey: bool, fast: bool) -> int:
     """OpenCV ``imdecode`` flags for a model input.
 
     With ``fast``, a JPEG at least 2, 4 or 8 times larger than the size the spec resizes to is
@@ -73,7 +73,7 @@ def to_rgb8(img: np.ndarray) -> np.ndarray:
     return cv2.cvtColor(img, code)
 
 
-def _load(value: Any, spec: HasPreprocessing, encoded: bool, max_pixels: int | None,
+def _load(value: Any, spec: Preprocessing, encoded: bool, max_pixels: int | None,
           fast: bool) -> np.ndarray:
     if encoded:
         flags = decode_flags(value, spec, spec.color_order == "L", fast)
@@ -81,7 +81,7 @@ def _load(value: Any, spec: HasPreprocessing, encoded: bool, max_pixels: int | N
     return to_rgb8(value if isinstance(value, np.ndarray) else struct_to_array(value))
 
 
-def preprocess_images(values: Sequence[Any], spec: HasPreprocessing, *, encoded: bool = False,
+def preprocess_images(values: Sequence[Any], spec: Preprocessing, *, encoded: bool = False,
                       max_pixels: int | None = DEFAULT_MAX_PIXELS, raise_errors: bool = False,
                       fast_decode: bool = False) -> tuple[np.ndarray, np.ndarray, list[str | None]]:
     """Preprocess a column of images into one float32 batch of the model's input shape.
@@ -92,7 +92,7 @@ def preprocess_images(values: Sequence[Any], spec: HasPreprocessing, *, encoded:
         An :class:`irbis.kernels.blocks.Images` block or ``(H, W, C)`` arrays or Spark image structs
         (``encoded=False``); a :class:`irbis.kernels.blocks.Binary` block or bytes of encoded files
         (``encoded=True``). A row that cannot be read is reported alone.
-    spec : ModelSpec or Preprocessing
+    spec : Preprocessing
         Input size, resize, interpolation, colour order, mean and std.
     encoded : bool
         Whether ``values`` hold encoded bytes to decode first (in the same pass).

@@ -2,13 +2,16 @@
 
 ``make_torch_predict_fn`` turns a JSON description of a network (a *source*) into a ``BatchFn``. It is
 called in every Python worker (Spark), server process or LIME loop; the loaded network is cached per
-process, keyed by the source, the identity of its files and the options, so a worker loads it once.
+process, keyed by the source, the identity of its files, the device and the precision, so a worker
+loads it once and stages that read different layers of it share it. Reading an inner layer leaves the
+cached network as it was: the hook that stops the forward pass lives for one call only.
 
 Sources (plain dicts, so they cross the Params boundary as JSON):
 
-* ``{"kind": "repository", "name": "efficientnet_lite0"}``: a model of :class:`irbis.models.ModelRepository`;
+* ``{"kind": "repository", "name": "efficientnet_lite0", "entry": {...}, "base": ...}``: a named model
+  of the catalogue; the driver puts the whole entry in the source, so a worker needs no registry;
 * ``{"kind": "bundle", "path": DIR}``: a folder with ``architecture.json`` (an
-  :data:`irbis.models.ARCHITECTURES` name and its options) and ``weights.pt`` (a state dict);
+  :data:`irbis.models.ARCHITECTURES` name and its ``options``) and ``weights.pt`` (a state dict);
 * ``{"kind": "torchscript", "path": FILE}``: a TorchScript archive.
 
 Weights are shared between the processes of one machine: after a network is prepared for inference
@@ -29,14 +32,15 @@ import numpy as np
 import torch
 from torch import nn
 
-from irbis.models import ModelRepository, build_model, default_cache_dir, safe_load_state_dict
+from irbis.models import CatalogueEntry, ModelRepository, build_model, default_cache_dir, safe_load_state_dict
+from irbis.models.catalogue import LEGACY_KEYS
 from irbis.models.fetch import atomic_path, file_lock
 
 BatchFn = Callable[[np.ndarray], np.ndarray]
 PRECISIONS = ("fp32", "bf16", "int8")
 DEVICES = ("cpu", "cuda", "auto")
 
-_CACHE: dict[str, BatchFn] = {}
+_CACHE: dict[str, _Network] = {}
 _CACHE_LOCK = threading.Lock()
 
 
@@ -58,7 +62,8 @@ def resolve_source(model_path: str, repository: ModelRepository | None = None) -
     repo = repository or ModelRepository()
     names = [e.name for e in repo.entries()]
     if model_path in names:
-        return {"kind": "repository", "name": model_path}
+        entry = repo.entry(model_path)
+        return {"kind": "repository", "name": model_path, "entry": entry.to_dict(), "base": entry.base}
     raise FileNotFoundError(
         f"model {model_path!r} not found: no such file or folder, and no repository model of that "
         f"name (the repository has {names})"
@@ -82,7 +87,11 @@ def load_network(source: dict[str, Any], allow_pickle: bool = False) -> nn.Modul
     """Load the network a source describes, in eval mode, on the CPU."""
     kind = source["kind"]
     if kind == "repository":
-        return ModelRepository().load_model(source["name"], allow_pickle=allow_pickle)
+        repo = ModelRepository()
+        if "entry" in source:
+            repo = ModelRepository(include_builtin=False)
+            repo.register(CatalogueEntry.from_dict(source["entry"], base=source.get("base")))
+        return repo.load_model(source["name"], allow_pickle=allow_pickle)
     path = Path(source["path"])
     if not path.exists():
         raise FileNotFoundError(f"model file not found: {path}")
@@ -95,7 +104,7 @@ def load_network(source: dict[str, Any], allow_pickle: bool = False) -> nn.Modul
                 f"with architecture.json + weights.pt, or a repository name."
             ) from e
     if kind == "bundle":
-        arch = json.loads((path / "architecture.json").read_text())
+        arch = {LEGACY_KEYS.get(k, k): v for k, v in json.loads((path / "architecture.json").read_text()).items()}
         module = build_model(arch["architecture"], **arch.get("options", {}))
         weights = safe_load_state_dict(path / "weights.pt", allow_pickle=allow_pickle)
         module.load_state_dict(weights, assign=True)
@@ -191,9 +200,10 @@ def _same_layout(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> bool
     )
 
 
-def _layer_runner(module: nn.Module, layer: str | None) -> Callable[[torch.Tensor], torch.Tensor]:
+def check_output_layer(module: nn.Module, layer: str | None) -> None:
+    """Raise a clear error unless ``layer`` (None or empty: the output) is a module of the network."""
     if not layer:
-        return module
+        return
     if isinstance(module, torch.jit.ScriptModule):
         raise ValueError(
             f"outputLayer {layer!r} needs an eager network (a repository name or a model folder with "
@@ -203,23 +213,31 @@ def _layer_runner(module: nn.Module, layer: str | None) -> Callable[[torch.Tenso
     if layer not in modules:
         shown = [n for n in modules if n][:40]
         raise ValueError(f"outputLayer {layer!r} is not a module of the network; some of its modules: {shown}")
+
+
+def run_to_layer(module: nn.Module, x: torch.Tensor, layer: str | None) -> torch.Tensor:
+    """The output of ``module`` (``layer`` None or empty) or of its inner module ``layer`` for ``x``.
+
+    The forward pass stops once ``layer`` has run. Its hook is registered for this call and removed in
+    ``finally``, so a cached network shared by several stages is left as it was; callers sharing one
+    module between threads hold a lock around the call (the hook would be seen by the other thread).
+    """
+    if not layer:
+        return module(x)
     captured: list[torch.Tensor] = []
 
     def hook(_m: nn.Module, _inputs: Any, output: Any) -> None:
         captured.append(output[0] if isinstance(output, (tuple, list)) else output)
         raise _StopForward
 
-    modules[layer].register_forward_hook(hook)
-
-    def run(x: torch.Tensor) -> torch.Tensor:
-        captured.clear()
-        try:
-            module(x)
-        except _StopForward:
-            pass
-        return captured[0]
-
-    return run
+    handle = module.get_submodule(layer).register_forward_hook(hook)
+    try:
+        module(x)
+    except _StopForward:
+        pass
+    finally:
+        handle.remove()
+    return captured[0]
 
 
 def make_torch_predict_fn(
@@ -233,8 +251,8 @@ def make_torch_predict_fn(
 ) -> BatchFn:
     """Return ``fn(x) -> y``: ``x`` of shape (N, *input) float32, ``y`` of shape (N, D) float32.
 
-    The network is loaded and prepared once per process and cached; ``y`` holds the final output, or
-    the output of the module named ``output_layer``, flattened per row.
+    The network is loaded and prepared once per process and cached (one copy for every output layer);
+    ``y`` holds the final output, or the output of the module named ``output_layer``, flattened per row.
 
     Examples
     --------
@@ -243,41 +261,47 @@ def make_torch_predict_fn(
     (2, 1000)
     """
     key = hashlib.sha256(
-        json.dumps([source_identity(source), output_layer, device, precision, allow_pickle]).encode()
+        json.dumps([source_identity(source), device, precision, allow_pickle]).encode()
     ).hexdigest()[:24]
     with _CACHE_LOCK:
         if key not in _CACHE:
-            _CACHE[key] = _build_predict_fn(source, key, output_layer, device, precision, allow_pickle)
-    fn = _CACHE[key]
-    return lambda x: fn(x, batch_size)
+            _CACHE[key] = _Network(source, key, device, precision, allow_pickle)
+    network = _CACHE[key]
+    check_output_layer(network.module, output_layer)
+    return lambda x: network.predict(x, batch_size, output_layer)
 
 
-def _build_predict_fn(source: dict[str, Any], key: str, output_layer: str | None, device: str,
-                      precision: str, allow_pickle: bool) -> Callable[[np.ndarray, int], np.ndarray]:
-    dev = resolve_device(device)
-    module = prepare_network(load_network(source, allow_pickle), precision, dev)
-    if dev.type == "cpu":
-        module = share_weights(module, key)
-    run = _layer_runner(module, output_layer)
-    autocast = precision == "bf16"
-    lock = threading.Lock()
+class _Network:
+    """A loaded, prepared network of the per-process cache, run by one thread at a time."""
 
-    def predict(x: np.ndarray, batch_size: int) -> np.ndarray:
+    def __init__(self, source: dict[str, Any], key: str, device: str, precision: str, allow_pickle: bool) -> None:
+        self.device = resolve_device(device)
+        self.module = prepare_network(load_network(source, allow_pickle), precision, self.device)
+        if self.device.type == "cpu":
+            self.module = share_weights(self.module, key)
+        self.autocast = precision == "bf16"
+        self.lock = threading.Lock()
+
+    def predict(self, x: np.ndarray, batch_size: int, layer: str | None) -> np.ndarray:
         outputs = []
-        with lock, torch.inference_mode():
+        with self.lock, torch.inference_mode():
             for start in range(0, len(x), batch_size):
                 batch = torch.from_numpy(np.ascontiguousarray(x[start:start + batch_size], dtype=np.float32))
-                batch = batch.to(dev)
+                batch = batch.to(self.device)
                 if batch.dim() == 4:
                     batch = batch.contiguous(memory_format=torch.channels_last)
-                with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=autocast):
-                    out = run(batch)
+                with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.autocast):
+                    out = run_to_layer(self.module, batch, layer)
                 outputs.append(out.reshape(out.shape[0], -1).float().cpu().numpy())
         result = np.concatenate(outputs) if outputs else np.zeros((0, 0), np.float32)
         release_memory()
         return result
 
-    return predict
+
+def cached_networks() -> list[nn.Module]:
+    """The networks this process holds in its cache (to inspect them)."""
+    with _CACHE_LOCK:
+        return [network.module for network in _CACHE.values()]
 
 
 def _load_malloc_trim() -> Callable[[int], int] | None:

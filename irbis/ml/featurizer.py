@@ -20,15 +20,19 @@ from irbis.kernels.image import DEFAULT_MAX_PIXELS, IMAGE_FIELDS
 from irbis.kernels.image_features import preprocess_images
 from irbis.ml.base import IrbisTransformer
 from irbis.ml.image import HasErrorCol, _ColumnSetters, with_opencv_threads
-from irbis.ml.params import HasDevice, HasMiniBatchSize, HasPrecision
-from irbis.models import MODELS, get_spec
+from irbis.ml.params import HasDevice, HasMiniBatchSize, HasOutputLayer, HasPrecision
+from irbis.models import MODELS, get_entry, module_names
 
 __all__ = ["ImageFeaturizer"]
 
 
 class ImageFeaturizer(IrbisTransformer, _ColumnSetters, HasMiniBatchSize, HasDevice, HasPrecision,
-                      HasErrorCol):
+                      HasErrorCol, HasOutputLayer):
     """Featurize images with a pretrained network, cutting its last ``cutOutputLayers`` layers.
+
+    The model is a catalogue entry (:data:`irbis.models.MODELS`, built-in or added with
+    :func:`irbis.models.register_model` / :func:`irbis.models.register_catalogue`): its preprocessing,
+    feature layers and weights all come from that one entry.
 
     Parameters
     ----------
@@ -38,13 +42,18 @@ class ImageFeaturizer(IrbisTransformer, _ColumnSetters, HasMiniBatchSize, HasDev
         same pass.
     outputCol : str
         A Spark ML vector column: class scores for ``cutOutputLayers=0``, the pooled features for 1,
-        earlier (flattened) activations for larger values (see the model's ``cut_layers``).
+        earlier (flattened) activations for larger values (see the entry's ``layers``).
     model : str
-        A name of :data:`irbis.models.MODELS`, e.g. ``"efficientnet_lite0"`` or ``"resnet50"``; it
-        fixes the preprocessing and the layer names.
+        A model name of the catalogue, e.g. ``"efficientnet_lite0"`` or ``"resnet50"``; it fixes the
+        preprocessing, the feature layers and (unless ``modelPath`` is set) the weights.
     modelPath : str
-        Where the weights come from: a :class:`irbis.models.ModelRepository` name or a model folder
-        (architecture.json + weights.pt); empty means the repository entry named ``model``.
+        Other weights for the same architecture: a catalogue name or a model folder
+        (architecture.json + weights.pt); empty means the weights of the entry named ``model``.
+    cutOutputLayers : int
+        How many final layers to remove: 0 class scores, 1 pooled features, 2+ earlier activations.
+    outputLayer : str
+        An inner module (a ``named_modules()`` name) whose activation is returned. When set it wins
+        over ``cutOutputLayers``; empty (the default) means the layer ``cutOutputLayers`` picks.
     miniBatchSize, device, precision : int, str, str
         As in :class:`irbis.ml.TorchModel`.
     errorCol : str
@@ -59,8 +68,10 @@ class ImageFeaturizer(IrbisTransformer, _ColumnSetters, HasMiniBatchSize, HasDev
     Examples
     --------
     >>> feat = ImageFeaturizer(inputCol="image", outputCol="features", cutOutputLayers=1)
-    >>> feat.getModel(), feat.outputLayer()
+    >>> feat.getModel(), feat.feature_layer()
     ('efficientnet_lite0', '_flatten')
+    >>> feat.setOutputLayer("_blocks.10").feature_layer()
+    '_blocks.10'
 
     .. code-block:: python
 
@@ -71,13 +82,15 @@ class ImageFeaturizer(IrbisTransformer, _ColumnSetters, HasMiniBatchSize, HasDev
 
     _vector_dtype = "float32"
 
-    model = Param(Params._dummy(), "model", f"the network's spec, one of {sorted(MODELS)}",
+    model = Param(Params._dummy(), "model", "a model of the catalogue, which gives its preprocessing, feature "
+                  f"layers and weights: built-in {sorted(MODELS)} or added with irbis.models.register_model",
                   typeConverter=TypeConverters.toString)
-    modelPath = Param(Params._dummy(), "modelPath", "weights: a repository name or model folder; "
-                      "empty for the repository entry named like model",
+    modelPath = Param(Params._dummy(), "modelPath", "other weights: a catalogue name or model folder; "
+                      "empty for the weights of the entry named like model",
                       typeConverter=TypeConverters.toString)
     cutOutputLayers = Param(Params._dummy(), "cutOutputLayers", "how many final layers to remove: "
-                            "0 class scores, 1 pooled features, 2+ earlier activations",
+                            "0 class scores, 1 pooled features, 2+ earlier activations; a non-empty "
+                            "outputLayer wins over it",
                             typeConverter=TypeConverters.toInt)
     maxPixels = Param(Params._dummy(), "maxPixels", "pixel limit when decoding bytes (0: none)",
                       typeConverter=TypeConverters.toInt)
@@ -88,27 +101,27 @@ class ImageFeaturizer(IrbisTransformer, _ColumnSetters, HasMiniBatchSize, HasDev
     @keyword_only
     def __init__(self, *, inputCol: str = "image", outputCol: str = "features",
                  model: str = "efficientnet_lite0", modelPath: str = "", cutOutputLayers: int = 1,
-                 miniBatchSize: int = 64, device: str = "cpu", precision: str = "fp32",
+                 outputLayer: str = "", miniBatchSize: int = 64, device: str = "cpu", precision: str = "fp32",
                  errorCol: str = "", maxPixels: int = DEFAULT_MAX_PIXELS, fastDecode: bool = False) -> None:
         super().__init__()
         self._setDefault(inputCol="image", outputCol="features", model="efficientnet_lite0",
                          modelPath="", cutOutputLayers=1, errorCol="", maxPixels=DEFAULT_MAX_PIXELS,
                          fastDecode=False)
         self._set(**self._input_kwargs)
-        self.outputLayer()  # validates model and cutOutputLayers eagerly
+        self._check_layers()
 
     def setModel(self, value: str) -> "ImageFeaturizer":  # noqa: N802
-        self._set(model=value)
-        self.outputLayer()
-        return self
+        return self._set_checked(model=value)
 
     def setModelPath(self, value: str) -> "ImageFeaturizer":  # noqa: N802
         return self._set(modelPath=value)
 
     def setCutOutputLayers(self, value: int) -> "ImageFeaturizer":  # noqa: N802
-        self._set(cutOutputLayers=value)
-        self.outputLayer()
-        return self
+        return self._set_checked(cutOutputLayers=value)
+
+    def setOutputLayer(self, value: str) -> "ImageFeaturizer":  # noqa: N802
+        """Sets outputLayer: an inner module whose activation is returned (wins over cutOutputLayers)."""
+        return self._set_checked(outputLayer=value)
 
     def setFastDecode(self, value: bool) -> "ImageFeaturizer":  # noqa: N802
         return self._set(fastDecode=value)
@@ -119,12 +132,40 @@ class ImageFeaturizer(IrbisTransformer, _ColumnSetters, HasMiniBatchSize, HasDev
     def getCutOutputLayers(self) -> int:
         return self.getOrDefault(self.cutOutputLayers)
 
-    def outputLayer(self) -> str:
-        """The module whose output is returned (empty string: the network's output)."""
+    def feature_layer(self) -> str:
+        """The module whose output is returned (empty string: the network's output): ``outputLayer``
+        when set, else the entry's layer for ``cutOutputLayers``."""
         cut = self.getCutOutputLayers()
         if cut < 0:
             raise ValueError(f"cutOutputLayers must be >= 0, found {cut}")
-        return get_spec(self.getModel()).cut_layer(cut) if cut else ""
+        layer = get_entry(self.getModel()).cut_layer(cut) if cut else ""
+        return self.getOutputLayer() or layer
+
+    def _set_checked(self, **values: Any) -> "ImageFeaturizer":
+        """Set params and validate them together; a refused value leaves the stage as it was."""
+        before = {n: self.getOrDefault(n) for n in values if self.isSet(getattr(self, n))}
+        self._set(**values)
+        try:
+            self._check_layers()
+        except ValueError:
+            for n in values:
+                self.clear(getattr(self, n))
+            self._set(**before)
+            raise
+        return self
+
+    def _check_layers(self) -> None:
+        """Validate model, cutOutputLayers and an explicit outputLayer (against the entry's
+        architecture, built without weights) eagerly."""
+        self.feature_layer()
+        layer, entry = self.getOutputLayer(), get_entry(self.getModel())
+        if entry.preprocessing is None:
+            raise ValueError(f"model {entry.name!r} has no preprocessing in its catalogue entry, so it "
+                             f"cannot featurize images; give it one, or use TorchModel for other inputs")
+        known = module_names(entry.architecture, **entry.options) if layer else []
+        if layer and not self.getOrDefault(self.modelPath) and layer not in known:
+            raise ValueError(f"outputLayer {layer!r} is not a module of model {entry.name!r} "
+                             f"(architecture {entry.architecture!r}); its feature layers: {list(entry.layers)}")
 
     def _input_columns(self) -> list[str]:
         return [self.getInputCol()]
@@ -144,9 +185,9 @@ class ImageFeaturizer(IrbisTransformer, _ColumnSetters, HasMiniBatchSize, HasDev
         from irbis.kernels.inference import make_torch_predict_fn, resolve_source
         from irbis.ml.torch_model import with_task_threads
 
-        model = self.getModel()
+        preprocessing = get_entry(self.getModel()).preprocessing
         source = resolve_source(self.getOrDefault(self.modelPath) or self.getModel())
-        options = dict(output_layer=self.outputLayer() or None, batch_size=self.getMiniBatchSize(),
+        options = dict(output_layer=self.feature_layer() or None, batch_size=self.getMiniBatchSize(),
                        device=self.getDevice(), precision=self.getPrecision())
         col, out_col, err_col = self.getInputCol(), self.getOutputCol(), self.getErrorCol()
         limit, fast = self.getOrDefault(self.maxPixels) or None, self.getOrDefault(self.fastDecode)
@@ -154,7 +195,7 @@ class ImageFeaturizer(IrbisTransformer, _ColumnSetters, HasMiniBatchSize, HasDev
         def run(blocks: dict[str, Any]) -> dict[str, Any]:
             values = blocks[col]
             batch, valid, errors = preprocess_images(
-                values, get_spec(model), encoded=isinstance(values, Binary), max_pixels=limit,
+                values, preprocessing, encoded=isinstance(values, Binary), max_pixels=limit,
                 raise_errors=not err_col, fast_decode=fast)
             predict = make_torch_predict_fn(source, **options)
             out = {out_col: Tensor(flat_rows(predict(batch) if len(batch) else None), valid)}

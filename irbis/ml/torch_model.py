@@ -28,7 +28,7 @@ from irbis.ml.params import (
     HasOutputLayer,
     HasPrecision,
 )
-from irbis.models import ModelRepository, default_cache_dir, sha256_file
+from irbis.models import CatalogueEntry, default_cache_dir, sha256_file
 from irbis.spark.files import localize, ship_file
 
 IMAGE_FIELDS = ("height", "width", "nChannels", "data")
@@ -92,7 +92,8 @@ class TorchModel(_NetworkStageParams, HasPrecision, IrbisModel):
     ----------
     modelPath : str
         A TorchScript file, a model folder (``architecture.json`` + ``weights.pt``) or a
-        :class:`irbis.models.ModelRepository` name such as ``"efficientnet_lite0"``.
+        model name of the catalogue (:data:`irbis.models.MODELS`: built-in, or added with
+        :func:`irbis.models.register_model`) such as ``"efficientnet_lite0"``.
     inputCol, outputCol : str
         Input column (vector, array<float>, nested arrays or image struct) and output column.
     outputLayer : str
@@ -177,7 +178,7 @@ class TorchModel(_NetworkStageParams, HasPrecision, IrbisModel):
         shipped = ship_file(source["path"]) if "path" in source else None
         shape = self.getOrDefault(self.inputShape) if self.isDefined(self.inputShape) else None
         if shape is None and source["kind"] == "repository":
-            shape = list(ModelRepository().entry(source["name"]).input_shape or []) or None
+            shape = list(CatalogueEntry.from_dict(source["entry"]).input_shape) or None
         col, out_col = self.getInputCol(), self.getOutputCol()
         options = dict(output_layer=self.getOutputLayer() or None, batch_size=self.getMiniBatchSize(),
                        device=self.getDevice(), precision=self.getPrecision(),

@@ -1,21 +1,18 @@
-"""Pure model layer: architectures, the model-spec registry, preprocessing and the model repository.
+"""Pure model layer: architectures, the model catalogue and registry, preprocessing and the repository.
 
 Imports torch (and cv2 for preprocessing), never pyspark.
 """
 
+from irbis.models.architectures import ARCHITECTURES, build_model, layer_output_shapes, module_names
 from irbis.models.catalogue import CatalogueEntry, read_catalogue
 from irbis.models.fetch import ChecksumMismatchError, default_cache_dir
-from irbis.models.preprocess import preprocess_rgb
+from irbis.models.preprocess import Preprocessing, preprocess_rgb
 from irbis.models.registry import (
-    ARCHITECTURES,
     MODELS,
-    ModelSpec,
-    Preprocessing,
-    WeightsRef,
-    build_model,
-    get_spec,
-    layer_output_shapes,
-    register,
+    get_entry,
+    register_catalogue,
+    register_model,
+    unregister_model,
 )
 from irbis.models.repository import ModelRepository
 from irbis.models.weights import UnsafeModelFileError, safe_load_state_dict, sha256_file
@@ -26,17 +23,18 @@ __all__ = [
     "CatalogueEntry",
     "ChecksumMismatchError",
     "ModelRepository",
-    "ModelSpec",
     "Preprocessing",
     "UnsafeModelFileError",
-    "WeightsRef",
     "build_model",
     "default_cache_dir",
-    "get_spec",
+    "get_entry",
     "layer_output_shapes",
+    "module_names",
     "preprocess_rgb",
     "read_catalogue",
-    "register",
+    "register_catalogue",
+    "register_model",
     "safe_load_state_dict",
     "sha256_file",
+    "unregister_model",
 ]

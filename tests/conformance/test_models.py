@@ -1,49 +1,59 @@
-"""Conformance suite for every entry of ``irbis.models.MODELS``: registering a spec enrols it here."""
+"""Conformance suite for every model of the catalogue (``irbis.models.MODELS``): an entry of the shipped
+``catalogue.json`` is enrolled here by being there."""
 
 from __future__ import annotations
 
 import json
-import pickle
 
 import numpy as np
 import pytest
 import torch
 
-from irbis.models import MODELS, CatalogueEntry, ModelSpec, preprocess_rgb
-
-SPECS = sorted(MODELS)
+from irbis.models import MODELS, CatalogueEntry, layer_output_shapes, preprocess_rgb, read_catalogue
 
 
-@pytest.fixture(params=SPECS)
-def spec(request) -> ModelSpec:
+@pytest.fixture(params=sorted(MODELS))
+def entry(request) -> CatalogueEntry:
     return MODELS[request.param]
 
 
-def test_output_and_cut_layer_shapes(spec):
-    model = spec.build()
+def test_the_registry_is_the_shipped_catalogue():
+    shipped = read_catalogue(None)
+    assert len({e.name for e in shipped}) == len(shipped)
+    assert {e.name for e in shipped} <= set(MODELS)
+
+
+def test_output_and_feature_layer_shapes(entry):
+    model = entry.build()
     assert not model.training
-    modules = dict(model.named_modules())
-    shapes: dict[str, tuple[int, ...]] = {}
-    for name in spec.cut_layers:
-        modules[name].register_forward_hook(
-            lambda _m, _i, out, name=name: shapes.__setitem__(name, tuple(out.shape[1:])))
     with torch.inference_mode():
-        assert model(torch.zeros(1, *spec.input_shape)).shape == (1, spec.num_classes)
-    assert [shapes[name] for name in spec.cut_layers] == list(spec.cut_shapes)
+        assert model(torch.zeros(1, *entry.input_shape)).shape == (1, entry.num_classes)
+    assert entry.layers or entry.preprocessing is None, f"{entry.name}: an image model names a feature layer"
+    shapes = layer_output_shapes(model, entry.layers, entry.input_shape)
+    if entry.layer_shapes:
+        assert [shapes[name] for name in entry.layers] == list(entry.layer_shapes)
 
 
-def test_preprocessing_is_deterministic_and_fits_the_input(spec):
+def test_preprocessing_is_deterministic_and_fits_the_input(entry):
+    pre = entry.preprocessing
+    if pre is None:
+        pytest.skip(f"{entry.name} takes no images")
     image = np.random.default_rng(0).integers(0, 256, size=(37, 53, 3), dtype=np.uint8)
-    assert spec.resize_to is None or spec.resize_to >= max(spec.input_size)
-    first, second = preprocess_rgb(image, spec), preprocess_rgb(image.copy(), spec)
-    assert first.shape == spec.input_shape and first.dtype == np.float32
+    first, second = preprocess_rgb(image, pre), preprocess_rgb(image.copy(), pre)
+    assert first.shape == entry.input_shape and first.dtype == np.float32
     assert np.isfinite(first).all()
     np.testing.assert_array_equal(first, second)
 
 
-def test_spec_is_picklable_and_cataloguable(spec):
-    assert callable(pickle.loads(pickle.dumps(spec.builder)))  # specs travel to Spark workers
-    entry = CatalogueEntry.from_spec(spec)
+def test_entry_round_trips_through_json(entry):
     text = json.dumps(entry.to_dict())
-    assert CatalogueEntry.from_dict(json.loads(text)).to_dict() == entry.to_dict()
-    assert entry.layers == spec.cut_layers and tuple(entry.input_shape) == spec.input_shape
+    again = CatalogueEntry.from_dict(json.loads(text), base=entry.base)
+    assert again.to_dict() == entry.to_dict() and again.input_shape == entry.input_shape
+    assert ("input_shape" in entry.to_dict()) == (entry.preprocessing is None)  # stored once
+
+
+def test_weights_are_complete_when_shipped(entry):
+    if entry.uri is None:
+        assert entry.sha256 is None and entry.size is None
+    else:
+        assert len(entry.sha256) == 64 and entry.size > 0

@@ -14,14 +14,29 @@ from irbis.spark.images import read_images
 EXPECTED = {"chelsea": {281, 282, 285}, "coffee": {967}, "rocket": {657, 744, 812}}
 
 
-def test_params_pick_the_spec_layers_and_validate():
-    assert ImageFeaturizer(cutOutputLayers=0).outputLayer() == ""
-    assert ImageFeaturizer(cutOutputLayers=2).outputLayer() == "_head_act"
-    assert ImageFeaturizer(model="resnet50").outputLayer() == "flatten"
+def test_params_pick_the_entry_layers_and_validate():
+    assert ImageFeaturizer(cutOutputLayers=0).feature_layer() == ""
+    assert ImageFeaturizer(cutOutputLayers=2).feature_layer() == "_head_act"
+    assert ImageFeaturizer(model="resnet50").feature_layer() == "flatten"
     with pytest.raises(ValueError, match="supports cutting 1..5 layers"):
         ImageFeaturizer(cutOutputLayers=9)
     with pytest.raises(ValueError, match="unknown model 'vgg'"):
         ImageFeaturizer(model="vgg")
+
+
+def test_explicit_output_layer_wins_over_cut_output_layers():
+    feat = ImageFeaturizer(cutOutputLayers=2, outputLayer="_blocks.10")
+    assert feat.getOutputLayer() == "_blocks.10" and feat.feature_layer() == "_blocks.10"
+    assert feat.setOutputLayer("").feature_layer() == "_head_act"
+    with pytest.raises(ValueError, match="outputLayer 'nope' is not a module of model 'efficientnet_lite0'"):
+        feat.setOutputLayer("nope")
+    assert feat.getOutputLayer() == ""  # a refused value leaves the stage as it was
+    photo = cv2.imencode(".jpg", skdata.coffee()[:, :, ::-1])[1].tobytes()
+    frame = pd.DataFrame({"b": [photo]})
+    by_name = feat.copy({feat.outputLayer: "_blocks.15", feat.inputCol: "b"}).transform(frame)["features"][0]
+    by_cut = ImageFeaturizer(inputCol="b", cutOutputLayers=3).transform(frame)["features"][0]
+    assert by_name.shape == (320 * 7 * 7,)
+    np.testing.assert_array_equal(by_name, by_cut)
 
 
 def test_pandas_path_bad_bytes_give_null_and_error():

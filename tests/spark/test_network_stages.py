@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import onnxruntime as ort
 import pytest
 import torch
@@ -145,3 +146,23 @@ def test_missing_model_file_names_the_path(spark):
     df = spark.createDataFrame([(1, [0.5])], "id int, x array<float>")
     with pytest.raises(FileNotFoundError, match="does-not-exist.pt"):
         TorchModel(modelPath="/nowhere/does-not-exist.pt", inputCol="x", outputCol="y").transform(df)
+
+
+@pytest.mark.parametrize("order", [(0, 1), (1, 0)])
+def test_stages_reading_different_layers_share_the_cached_network_and_leave_it_untouched(digits, order):
+    """Pandas path (same process), so the cache the stages use is this process's."""
+    from irbis.kernels.inference import cached_networks, clear_cache
+
+    clean = build_model("mlp", **OPTIONS, seed=5)
+    with torch.no_grad():
+        x = torch.from_numpy(digits)
+        expected = [clean[:2](x).numpy(), clean(x).numpy()]  # after the hidden ReLU, and the logits
+    clear_cache()
+    base = TorchModel.from_module(clean, architecture="mlp", options=OPTIONS, inputCol="x", outputCol="y")
+    stages = [base.copy({base.outputLayer: "1"}), base]
+    frame = pd.DataFrame({"x": list(digits)})
+    for _ in range(2):
+        for i in order:
+            np.testing.assert_allclose(np.stack(stages[i].transform(frame)["y"]), expected[i], rtol=1e-5, atol=1e-5)
+    (cached,) = cached_networks()
+    assert all(not m._forward_hooks and "forward" not in vars(m) for m in cached.modules())

@@ -9,7 +9,7 @@ from skimage import data as skdata
 from irbis.kernels.image import ImageChain, ImageOpError, array_to_struct, struct_to_array
 from irbis.kernels.image_batch import augment_images, transform_images, unroll_images
 from irbis.kernels.image_features import decode_flags, preprocess_images, to_rgb8
-from irbis.models import get_spec, preprocess_rgb
+from irbis.models import get_entry, preprocess_rgb
 
 CAT_BGR = np.ascontiguousarray(skdata.chelsea()[:, :, ::-1])
 CAT = array_to_struct(CAT_BGR, origin="cat.png")
@@ -61,7 +61,7 @@ def test_to_rgb8_handles_depth_alpha_and_grey():
 
 
 def test_preprocess_images_structs_and_bytes_agree_with_the_spec():
-    spec = get_spec("efficientnet_lite0")
+    spec = get_entry("efficientnet_lite0").preprocessing
     png = cv2.imencode(".png", CAT_BGR)[1].tobytes()
     from_struct, valid, errors = preprocess_images([None, CAT], spec)
     from_bytes, valid_b, errors_b = preprocess_images([png, b"junk", None], spec, encoded=True)
@@ -85,7 +85,7 @@ def test_transform_images_decodes_encoded_files_in_the_same_pass():
 
 
 def test_fast_decode_picks_the_dct_scale_and_stays_close():
-    spec = get_spec("efficientnet_lite0")  # shorter side to 256
+    spec = get_entry("efficientnet_lite0").preprocessing  # shorter side to 256
     big = cv2.resize(CAT_BGR, None, fx=4, fy=4, interpolation=cv2.INTER_CUBIC)  # 1200x1804
     jpeg = cv2.imencode(".jpg", big, [cv2.IMWRITE_JPEG_QUALITY, 95])[1].tobytes()
     assert decode_flags(jpeg, spec, grey=False, fast=True) == cv2.IMREAD_REDUCED_COLOR_4

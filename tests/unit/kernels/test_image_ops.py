@@ -134,11 +134,11 @@ def test_every_op_keeps_channel_axis_on_grey_16_bit():
 
 
 @pytest.mark.parametrize("name", sorted(__import__("irbis.models", fromlist=["MODELS"]).MODELS))
-def test_image_chains_give_every_model_cards_tensor_exactly(name):
-    """The chain a user would write from a card equals the card's own preprocessing, bit for bit."""
-    from irbis.models import get_spec, preprocess_rgb
+def test_image_chains_give_every_catalogue_entrys_tensor_exactly(name):
+    """The chain a user would write from an entry equals the entry's own preprocessing, bit for bit."""
+    from irbis.models import get_entry, preprocess_rgb
 
-    spec = get_spec(name)
+    spec = get_entry(name).preprocessing
     chain = ImageChain()
     if spec.resize_to:
         chain = chain.then("resize", height=spec.resize_to, width=spec.resize_to, keep_aspect_ratio=True,

@@ -11,7 +11,7 @@ import torch
 
 from irbis.kernels.batching import network_batch
 from irbis.kernels.blocks import from_rows, rows_in
-from irbis.kernels.inference import clear_cache, make_torch_predict_fn, resolve_source
+from irbis.kernels.inference import cached_networks, clear_cache, make_torch_predict_fn, resolve_source
 from irbis.models import build_model
 
 
@@ -51,6 +51,49 @@ def test_output_layer_equals_forward_hook(mlp_bundle):
     handle.remove()
     fn = make_torch_predict_fn(resolve_source(str(folder)), output_layer=layer)
     np.testing.assert_allclose(fn(x), seen[0].reshape(len(x), -1).numpy(), rtol=1e-5, atol=1e-5)
+
+
+def _layer_outputs(net, x):
+    """Every module's output for ``x``, recorded by hooks removed afterwards."""
+    seen, handles = {}, []
+    for name, module in net.named_modules():
+        if name:
+            handles.append(module.register_forward_hook(lambda m, i, o, name=name: seen.__setitem__(name, o)))
+    with torch.no_grad():
+        final = net(torch.from_numpy(x))
+    for h in handles:
+        h.remove()
+    return {name: out.reshape(len(x), -1).numpy() for name, out in seen.items()}, final.numpy()
+
+
+@pytest.mark.parametrize("order", [("0", "1", ""), ("", "1", "0")])
+def test_stages_cutting_one_cached_network_at_different_layers_leave_it_untouched(mlp_bundle, order):
+    """Cuts at different layers share one cached network, in either order, and leave no hook on it."""
+    folder, net = mlp_bundle
+    clear_cache()
+    x = _digits()
+    layers, final = _layer_outputs(net, x)
+    source = resolve_source(str(folder))
+    fns = {layer: make_torch_predict_fn(source, output_layer=layer or None) for layer in order}
+    for _ in range(2):
+        for layer in order:
+            expected = layers[layer] if layer else final
+            np.testing.assert_allclose(fns[layer](x), expected, rtol=1e-5, atol=1e-5)
+    (cached,) = cached_networks()  # one network for every layer
+    assert all(not m._forward_hooks and not m._forward_pre_hooks for m in cached.modules())
+    assert all("forward" not in vars(m) for m in cached.modules())
+
+
+@pytest.mark.parametrize("old_key", ["kwargs", "architecture_kwargs"])
+def test_model_folders_saved_with_an_older_options_key_still_load(mlp_bundle, tmp_path, old_key):
+    folder, net = mlp_bundle
+    arch = json.loads((folder / "architecture.json").read_text())
+    (tmp_path / "architecture.json").write_text(json.dumps({"architecture": "mlp", old_key: arch["options"]}))
+    (tmp_path / "weights.pt").write_bytes((folder / "weights.pt").read_bytes())
+    x = _digits()
+    with torch.no_grad():
+        expected = net(torch.from_numpy(x)).numpy()
+    np.testing.assert_allclose(make_torch_predict_fn(resolve_source(str(tmp_path)))(x), expected, rtol=1e-5)
 
 
 def test_unknown_output_layer_lists_modules(mlp_bundle):

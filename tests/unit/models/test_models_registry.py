@@ -1,43 +1,103 @@
-"""ModelSpec registry and the pure preprocessing helper."""
+"""The model registry (shipped catalogue + registered entries), catalogue entries and preprocessing."""
 
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import numpy as np
 import pytest
 
-from irbis.models import MODELS, ModelSpec, build_model, get_spec, layer_output_shapes, preprocess_rgb, register
+from irbis.models import (
+    MODELS,
+    CatalogueEntry,
+    ModelRepository,
+    Preprocessing,
+    build_model,
+    get_entry,
+    layer_output_shapes,
+    preprocess_rgb,
+    register_catalogue,
+    register_model,
+    unregister_model,
+)
+from irbis.cli import main
 from irbis.kernels.image_ops import ImageOpError, center_crop, resize
 
 
-def test_get_spec_unknown_name_lists_known_models():
+def test_get_entry_unknown_name_lists_known_models():
     with pytest.raises(ValueError, match="unknown model 'nope'.*efficientnet_lite0"):
-        get_spec("nope")
+        get_entry("nope")
 
 
-def test_register_refuses_duplicates_unless_overwrite():
-    spec = dataclasses.replace(get_spec("mlp_digits"), name="mlp_digits_copy")
+def test_models_is_a_read_only_view():
+    assert set(MODELS) >= {"efficientnet_lite0", "mlp_digits", "small_cnn_cifar"}
+    with pytest.raises(TypeError):
+        MODELS["x"] = get_entry("resnet18")  # type: ignore[index]
+    assert all(isinstance(e, CatalogueEntry) and e.name == n for n, e in MODELS.items())
+
+
+def test_register_model_refuses_duplicates_unless_overwrite():
+    entry = dataclasses.replace(get_entry("mlp_digits"), name="mlp_digits_copy")
     try:
-        register(spec)
+        assert register_model(entry) is get_entry("mlp_digits_copy")
+        assert "mlp_digits_copy" in MODELS and "mlp_digits_copy" in {e.name for e in ModelRepository().entries()}
         with pytest.raises(ValueError, match="already registered"):
-            register(spec)
-        assert register(spec, overwrite=True) is get_spec("mlp_digits_copy")
+            register_model(entry)
+        with pytest.raises(ValueError, match="already registered"):
+            register_model(dataclasses.replace(entry, name="resnet18"))
+        assert register_model(entry, overwrite=True) is get_entry("mlp_digits_copy")
     finally:
-        MODELS.pop("mlp_digits_copy", None)
+        unregister_model("mlp_digits_copy")
+    assert "mlp_digits_copy" not in MODELS
 
 
-def test_spec_validates_its_fields():
-    base = get_spec("resnet18")
+def test_register_catalogue_and_the_cli_read_a_user_folder(tmp_path, capsys):
+    doc = {"format": "irbis-catalogue", "version": 1,
+           "models": [{"name": "user_cnn", "architecture": "small_cnn", "options": {"num_classes": 3},
+                       "preprocessing": {"input_size": [32, 32], "mean": [0, 0, 0], "std": [255, 255, 255]},
+                       "layers": ["flatten"], "num_classes": 3}]}
+    (tmp_path / "catalogue.json").write_text(json.dumps(doc))
+    assert main(["models", "--catalogue", str(tmp_path)]) == 0
+    listed = capsys.readouterr().out
+    assert "user_cnn" in listed and "input [3, 32, 32]" in listed and "efficientnet_lite0" in listed
+    try:
+        assert register_catalogue(tmp_path) == ["user_cnn"]
+        entry = get_entry("user_cnn")
+        assert entry.input_shape == (3, 32, 32) and entry.base == str(tmp_path.resolve())
+        assert entry.build()[-1].out_features == 3
+    finally:
+        unregister_model("user_cnn")
+
+
+def test_entry_validates_its_fields():
+    base = get_entry("resnet18")
+    pre = base.preprocessing
     with pytest.raises(ValueError, match="mean and std need 3 values"):
-        dataclasses.replace(base, mean=(1.0, 2.0))
+        dataclasses.replace(pre, mean=(1.0, 2.0))
     with pytest.raises(ValueError, match="interpolation"):
-        dataclasses.replace(base, interpolation="lanczos9")
-    with pytest.raises(ValueError, match="cut_shapes"):
-        dataclasses.replace(base, cut_shapes=((512,),))
+        dataclasses.replace(pre, interpolation="lanczos9")
+    with pytest.raises(ValueError, match="resize_to must be at least"):
+        dataclasses.replace(pre, resize_to=100)
+    with pytest.raises(ValueError, match="layer_shapes"):
+        dataclasses.replace(base, layer_shapes=((512,),))
+    with pytest.raises(ValueError, match="differs from the preprocessing"):
+        dataclasses.replace(base, input_shape=(1, 224, 224))
+    with pytest.raises(ValueError, match="unknown architecture 'vgg'"):
+        dataclasses.replace(base, architecture="vgg")
     with pytest.raises(ValueError, match="1..4 layers, found 5"):
         base.cut_layer(5)
     assert base.cut_layer(2) == "layer4" and base.input_shape == (3, 224, 224)
+
+
+def test_entry_reads_the_old_architecture_kwargs_key():
+    old = {"name": "m", "architecture": "mlp", "architecture_kwargs": {"in_features": 4, "hidden": 3,
+                                                                      "out_features": 2}, "input_shape": [4]}
+    entry = CatalogueEntry.from_dict(old)
+    assert entry.options == {"in_features": 4, "hidden": 3, "out_features": 2}
+    assert "architecture_kwargs" not in entry.to_dict() and entry.to_dict()["options"] == entry.options
+    with pytest.raises(ValueError, match=r"unknown keys \['colour'\]"):
+        CatalogueEntry.from_dict({**old, "colour": "RGB"})
 
 
 def test_layer_output_shapes_names_missing_layers():
@@ -46,10 +106,10 @@ def test_layer_output_shapes_names_missing_layers():
 
 
 def test_preprocess_resizes_shorter_side_crops_centre_and_normalises():
-    spec = get_spec("efficientnet_lite0")
+    pre = get_entry("efficientnet_lite0").preprocessing
     image = np.full((300, 600, 3), 255, np.uint8)
     image[:, :, 1] = 127
-    out = preprocess_rgb(image, spec)
+    out = preprocess_rgb(image, pre)
     assert out.shape == (3, 224, 224) and out.dtype == np.float32 and out.flags.c_contiguous
     np.testing.assert_allclose(out[:, 0, 0], [(255 - 127) / 128, 0.0, (255 - 127) / 128], atol=1e-6)
     assert resize(np.zeros((600, 300, 3), np.uint8), 256, 256, keep_aspect_ratio=True).shape == (512, 256, 3)
@@ -66,17 +126,15 @@ def test_center_crop_takes_the_middle():
 def test_preprocess_colour_orders_and_bad_input():
     rgb = np.zeros((32, 32, 3), np.uint8)
     rgb[..., 0] = 200
-    bgr_spec = dataclasses.replace(get_spec("small_cnn_cifar"), color_order="BGR")
-    out = preprocess_rgb(rgb, bgr_spec)
-    np.testing.assert_allclose(out[2], (200 - bgr_spec.mean[2]) / bgr_spec.std[2], rtol=1e-6)
-    grey = preprocess_rgb(np.full((8, 8), 16, np.uint8), get_spec("lenet_digits"))
+    bgr = dataclasses.replace(get_entry("small_cnn_cifar").preprocessing, color_order="BGR")
+    out = preprocess_rgb(rgb, bgr)
+    np.testing.assert_allclose(out[2], (200 - bgr.mean[2]) / bgr.std[2], rtol=1e-6)
+    digits = get_entry("lenet_digits").preprocessing
+    grey = preprocess_rgb(np.full((8, 8), 16, np.uint8), digits)
     assert grey.shape == (1, 8, 8) and np.allclose(grey, 1.0)
-    assert preprocess_rgb(rgb, get_spec("lenet_digits")).shape == (1, 8, 8)
+    assert preprocess_rgb(rgb, digits).shape == (1, 8, 8)
     with pytest.raises(TypeError, match="uint8, found dtype float64"):
-        preprocess_rgb(np.zeros((8, 8, 3)), get_spec("lenet_digits"))
+        preprocess_rgb(np.zeros((8, 8, 3)), digits)
     with pytest.raises(ValueError, match=r"found \(8, 8, 4\)"):
-        preprocess_rgb(np.zeros((8, 8, 4), np.uint8), get_spec("lenet_digits"))
-
-
-def test_specs_are_model_specs():
-    assert all(isinstance(s, ModelSpec) and s.name == n for n, s in MODELS.items())
+        preprocess_rgb(np.zeros((8, 8, 4), np.uint8), digits)
+    assert isinstance(digits, Preprocessing) and digits.input_shape == (1, 8, 8)

@@ -15,13 +15,10 @@ import torch
 from safetensors.torch import save_file
 
 from irbis.models import (
-    MODELS,
-    CatalogueEntry,
     ChecksumMismatchError,
     ModelRepository,
     UnsafeModelFileError,
     build_model,
-    read_catalogue,
     safe_load_state_dict,
     sha256_file,
 )
@@ -30,7 +27,7 @@ MLP_KWARGS = {"in_features": 64, "hidden": 16, "out_features": 10}
 
 
 def _mlp_entry(name: str, uri: str, path: Path, **extra) -> dict:
-    return {"name": name, "architecture": "mlp", "architecture_kwargs": MLP_KWARGS, "uri": uri,
+    return {"name": name, "architecture": "mlp", "options": MLP_KWARGS, "uri": uri,
             "sha256": sha256_file(path), "size": path.stat().st_size, "input_shape": [64], **extra}
 
 
@@ -81,11 +78,6 @@ def server(weights_dir: Path):
 def _assert_same_weights(model: torch.nn.Module, seed: int = 7) -> None:
     expected = build_model("mlp", **MLP_KWARGS, seed=seed).state_dict()
     assert all(torch.equal(v, expected[k]) for k, v in model.state_dict().items())
-
-
-def test_builtin_catalogue_matches_the_registered_specs():
-    for entry in read_catalogue(None):
-        assert entry.to_dict() == CatalogueEntry.from_spec(MODELS[entry.name]).to_dict()
 
 
 def test_pkg_uri_resolves_inside_the_installed_package(tmp_path):

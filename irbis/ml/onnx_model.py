@@ -51,10 +51,6 @@ class ONNXModel(_NetworkStageParams, IrbisModel):
         self._set(**self._input_kwargs)
 
     @keyword_only
-    def setParams(self, **kwargs: Any) -> "ONNXModel":
-        """Set any of the constructor's params."""
-        return self._set(**kwargs)
-
     def setFeedDict(self, value: dict[str, str]) -> "ONNXModel":
         """Sets feedDict: graph input name -> input column."""
         return self._set(feedDict=dict(value))

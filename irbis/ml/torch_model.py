@@ -135,10 +135,6 @@ class TorchModel(_NetworkStageParams, HasPrecision, IrbisModel):
         self._set(**self._input_kwargs)
 
     @keyword_only
-    def setParams(self, **kwargs: Any) -> "TorchModel":
-        """Set any of the constructor's params."""
-        return self._set(**kwargs)
-
     # -- building from an in-memory network ------------------------------------------------------
     @classmethod
     def from_module(cls, module: nn.Module, *, architecture: str | None = None,

@@ -50,7 +50,6 @@ class ONNXModel(_NetworkStageParams, IrbisModel):
         super().__init__()
         self._set(**self._input_kwargs)
 
-    @keyword_only
     def setFeedDict(self, value: dict[str, str]) -> "ONNXModel":
         """Sets feedDict: graph input name -> input column."""
         return self._set(feedDict=dict(value))

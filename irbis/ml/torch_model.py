@@ -134,7 +134,6 @@ class TorchModel(_NetworkStageParams, HasPrecision, IrbisModel):
         self.training_summary: list[dict[str, Any]] | None = None
         self._set(**self._input_kwargs)
 
-    @keyword_only
     # -- building from an in-memory network ------------------------------------------------------
     @classmethod
     def from_module(cls, module: nn.Module, *, architecture: str | None = None,

@@ -7,11 +7,12 @@ import pkgutil
 import subprocess
 import sys
 
+import irbis.explain
 import irbis.kernels
 import irbis.models
 
-PURE = ["irbis", "irbis.models", "irbis.train.strategies", "irbis.train.comm", "irbis.train.loop"] + [
-    m.name for pkg in (irbis.kernels, irbis.models) for m in pkgutil.iter_modules(pkg.__path__, pkg.__name__ + ".")
+PURE = ["irbis", "irbis.models", "irbis.explain", "irbis.train.strategies", "irbis.train.comm", "irbis.train.loop"] + [
+    m.name for pkg in (irbis.kernels, irbis.models, irbis.explain) for m in pkgutil.iter_modules(pkg.__path__, pkg.__name__ + ".")
 ]
 FORBIDDEN = ["pyspark", "flask", "fastapi", "starlette", "py4j"]
 

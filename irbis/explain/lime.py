@@ -112,7 +112,8 @@ def explain_rows(rows: np.ndarray, score: ScoreFn, stats: FeatureStats, targets:
     the Euclidean distance to the row and a kernel width of ``0.75·sqrt(D)`` unless given: the
     ``lime`` package's continuous sampling. The samples of several rows share one model call.
     """
-    rows = np.asarray(rows, np.float64).reshape(len(rows), -1)
+    rows = np.asarray(rows, np.float64)
+    rows = rows.reshape(len(rows), -1) if len(rows) else rows.reshape(0, len(stats.mean))
     num_features = rows.shape[1]
     check_num_samples(num_samples, num_features)
     if not len(rows):

@@ -271,6 +271,8 @@ class ImageLIME(_LIMEParams, IrbisTransformer):
 
 def _explain_images(block: Any, score: Callable[[np.ndarray], np.ndarray], settings: dict[str, Any]) -> dict[str, Any]:
     """Explain each image of a block; a null or unusable image gets a reason (or raises without errorCol)."""
+    if not isinstance(block, Images) and all(v is None for v in block):  # a column of nulls only
+        block = Images.from_arrays([None] * len(block))
     if not isinstance(block, Images):
         raise TypeError(f"ImageLIME: column {settings['column']!r} must hold images")
     n, names, err_col = settings["num_samples"], settings["names"], settings["error"]

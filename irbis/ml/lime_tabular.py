@@ -54,9 +54,12 @@ def explain_tensor(block: Any, score: Callable[[np.ndarray], np.ndarray], settin
     ``settings`` holds the stage's Param values (see ``_LIMEParams._settings`` in :mod:`irbis.ml.lime`).
     """
     col, err_col = settings["column"], settings["error"]
+    if not isinstance(block, Tensor) and all(v is None for v in block):  # a column of nulls only
+        block = Tensor(np.zeros((0, len(stats.mean))), np.zeros(len(block), bool))
     if not isinstance(block, Tensor):
         raise TypeError(f"TabularLIMEModel: column {col!r} must hold vectors, found {type(block).__name__}")
-    values = block.values.reshape(len(block.values), -1).astype(np.float64)
+    values = (block.values.reshape(len(block.values), -1).astype(np.float64) if len(block.values)
+              else np.zeros((0, len(stats.mean))))
     if len(values) and values.shape[1] != len(stats.mean):
         raise ValueError(f"TabularLIMEModel: column {col!r} holds vectors of {values.shape[1]} values, but "
                          f"the background data had {len(stats.mean)}; fit on data like the rows to explain")

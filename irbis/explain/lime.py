@@ -120,7 +120,7 @@ def explain_rows(rows: np.ndarray, score: ScoreFn, stats: FeatureStats, targets:
         return np.zeros((0, len(targets), num_features)), np.zeros((0, len(targets)))
     width = kernel_width or 0.75 * np.sqrt(num_features)
     rng = np.random.default_rng(seed)
-    codes = rng.standard_normal((len(rows), num_samples, num_features))
+    codes = rng.standard_normal((len(rows), num_samples, num_features), dtype=np.float32).astype(np.float64)
     codes[:, 0] = (rows - stats.mean) / stats.std
     samples = (codes * stats.std + stats.mean).reshape(-1, num_features)
     samples[::num_samples] = rows

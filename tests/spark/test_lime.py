@@ -136,12 +136,19 @@ def test_bad_input_gets_errors_naming_the_value(spark, table, lr_model):
         ImageLIME(targetClasses=[-1])
     with pytest.raises(TypeError, match="model must be a fitted Transformer"):
         ImageLIME(model="not a model")
-    df, _ = _images(spark)
-    small = df.withColumn("image", df.image.withField("height", df.image.height))  # same images
+    tiny = np.zeros((8, 8, 3), np.uint8)
+    schema = StructType([StructField("id", IntegerType()), StructField("image", IMAGE_STRUCT, True)])
+    df = spark.createDataFrame([(0, array_to_struct(_images(spark)[1][0].copy())), (1, array_to_struct(tiny))],
+                               schema)
     lime = ImageLIME(model=TorchModel.from_module(Quadrant(), inputCol="image", outputCol="score"),
                      targetCol="score", numSamples=10, cellSize=12.0)
-    rows = {r.id: r.explainError for r in lime.transform(small).collect()}
-    assert "numSamples=10 is below the number of superpixels" in rows[0]
+    reasons = {r.id: r.explainError for r in lime.transform(df).collect()}
+    assert "numSamples=10 is below the number of superpixels" in reasons[0]
+    assert "8x8 pixels is smaller than one superpixel (cellSize=12)" in reasons[1]
+    with pytest.raises(Exception, match="'image': the image of 8x8 pixels is smaller"):
+        lime.setErrorCol("").transform(df.where("id = 1")).collect()
+    with pytest.raises(Exception, match="does not produce targetCol 'probability'"):
+        ImageLIME(model=lime.getModel(), numSamples=200).transform(df).collect()
 
 
 def test_both_stages_save_and_load_with_their_model(spark, tmp_path, table, lr_model):

@@ -35,6 +35,8 @@ _EXPORTS: dict[str, str] = {
     "FastVectorAssembler": "irbis.ml.assembler",
     "TextFeaturizer": "irbis.ml.text",
     "Featurize": "irbis.ml.featurize",
+    "ImageLIME": "irbis.ml.lime",
+    "TabularLIME": "irbis.ml.lime",
     "ModelRepository": "irbis.models",
     "CatalogueEntry": "irbis.models",
     "MODELS": "irbis.models",

@@ -1,4 +1,4 @@
-"""The ``irbis`` command line: ``irbis demo | featurize | train | classify | photos | models``."""
+"""The ``irbis`` command line: ``irbis demo | featurize | train | classify | photos | explain | models``."""
 
 from __future__ import annotations
 
@@ -98,6 +98,32 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_explain(args: argparse.Namespace) -> int:
+    import numpy as np
+    from pyspark.ml import PipelineModel
+
+    from irbis.explain.page import ExplainedImage, write_explanation_page
+    from irbis.kernels.image import struct_to_array
+    from irbis.ml.lime import ImageLIME
+    from irbis.spark.images import read_images
+    from irbis.spark.session import get_spark
+
+    spark = get_spark(args.master, app_name="irbis-explain")
+    images = read_images(args.images, spark=spark, pathGlobFilter=args.glob)
+    lime = ImageLIME(model=PipelineModel.load(args.pipeline), inputCol="image", targetCol=args.target_col,
+                     targetClasses=[args.target_class], numSamples=args.samples, cellSize=args.cell_size)
+    items = []
+    for row in lime.transform(images).orderBy("path").toLocalIterator():
+        ok = row.weights is not None
+        items.append(ExplainedImage(
+            row.path.split("/")[-1], struct_to_array(row.image) if ok else None,
+            np.array(row.superpixels) if ok else None, np.array(row.weights[0]) if ok else None,
+            row.r2[0] if ok else None, row.explainError or row.error))
+    page = write_explanation_page(args.output, items, top=args.top)
+    print(f"explained {sum(i.weights is not None for i in items)} of {len(items)} images; see {page}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``irbis`` command."""
     parser = argparse.ArgumentParser(prog="irbis", description=__doc__)
@@ -161,6 +187,22 @@ def build_parser() -> argparse.ArgumentParser:
     classify.add_argument("--master", default="local[*]")
     classify.add_argument("--top", type=int, default=5)
     classify.set_defaults(func=_cmd_classify)
+
+    explain = sub.add_parser("explain", help="LIME overlays of a saved pipeline's decisions on a folder of images",
+                             description="Explain a saved PipelineModel (image struct column 'image' in, "
+                             "targetCol out, e.g. the demo's model/) on every image of a folder: one overlay "
+                             "PNG per image and an index.html page in --output.")
+    explain.add_argument("pipeline", help="folder of a saved PipelineModel that reads an 'image' column")
+    explain.add_argument("images", help="folder of images (searched recursively)")
+    explain.add_argument("--output", default="irbis-explanations", help="folder for the overlays and index.html")
+    explain.add_argument("--target-col", default="probability", help="the pipeline's output column to explain")
+    explain.add_argument("--target-class", type=int, default=1, help="index into --target-col")
+    explain.add_argument("--samples", type=int, default=300, help="perturbed images per image")
+    explain.add_argument("--cell-size", type=float, default=32.0, help="superpixel size in pixels")
+    explain.add_argument("--top", type=int, default=5, help="superpixels shown per image")
+    explain.add_argument("--glob", default="*.{jpg,jpeg,png,bmp,JPG,JPEG,PNG}", help="file name filter")
+    explain.add_argument("--master", default="local[*]")
+    explain.set_defaults(func=_cmd_explain)
 
     models = sub.add_parser("models", help="list the models of the repository")
     models.add_argument("--catalogue", default=None, help="extra catalogue: folder, JSON file or URL")

@@ -11,6 +11,7 @@ from irbis.ml.featurize import Featurize, FeaturizeModel
 from irbis.ml.featurizer import ImageFeaturizer
 from irbis.ml.fuse import FusedStages, fuse
 from irbis.ml.image import ImageDecoder, ImageSetAugmenter, ImageTransformer, UnrollImage
+from irbis.ml.lime import ImageLIME, TabularLIME, TabularLIMEModel
 from irbis.ml.onnx_model import ONNXModel
 from irbis.ml.text import TextFeaturizer, TextFeaturizerModel
 from irbis.ml.torch_model import TorchModel
@@ -25,6 +26,7 @@ __all__ = [
     "FusedStages",
     "ImageDecoder",
     "ImageFeaturizer",
+    "ImageLIME",
     "ImageSetAugmenter",
     "ImageTransformer",
     "Lambda",
@@ -32,6 +34,8 @@ __all__ = [
     "RenameColumn",
     "Repartition",
     "SelectColumns",
+    "TabularLIME",
+    "TabularLIMEModel",
     "TextFeaturizer",
     "TextFeaturizerModel",
     "TorchEstimator",

@@ -243,3 +243,26 @@ STAGE_CASES["FusedStages"] = StageCase(tiny_fused_stages, image_frame, "image", 
                                        generated=False)
 STAGE_CASES["TorchEstimator"] = StageCase(tiny_estimator, labelled_frame, "vec", "string", fitted="TorchModel",
                                           generated=False, pandas=False)
+
+
+def tiny_image_lime() -> Any:
+    """ImageLIME over an 8x8-pixel network (the fused stages' pipeline), few samples."""
+    from pyspark.ml import PipelineModel
+
+    from irbis.ml.lime import ImageLIME
+
+    model = PipelineModel(tiny_fused_stages().stages)
+    return ImageLIME(model=model, inputCol="image", targetCol="scores", targetClasses=[0, 1], numSamples=40,
+                     cellSize=16.0, miniBatchSize=20)
+
+
+def tiny_tabular_lime() -> Any:
+    """TabularLIME over the seeded 2 -> 3 network on ``vec``."""
+    from irbis.ml.lime import TabularLIME
+
+    return TabularLIME(model=tiny_torch_model(), inputCol="vec", targetCol="scores", targetClasses=[0, 2],
+                       numSamples=20)
+
+
+STAGE_CASES["ImageLIME"] = StageCase(tiny_image_lime, image_frame, "image", wrong_type="string", generated=False)
+STAGE_CASES["TabularLIME"] = StageCase(tiny_tabular_lime, mixed_frame, "vec", "string", fitted="TabularLIMEModel")

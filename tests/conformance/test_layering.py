@@ -16,13 +16,14 @@ from pathlib import Path
 import pytest
 
 import irbis
+import irbis.explain
 import irbis.kernels
 import irbis.models
 import irbis.train
 
-PURE_PACKAGES = ["irbis.train", "irbis.kernels", "irbis.models"]
-PURE = ["irbis", "irbis.errors", "irbis.models", "irbis.train"] + [
-    m.name for pkg in (irbis.kernels, irbis.models, irbis.train)
+PURE_PACKAGES = ["irbis.train", "irbis.kernels", "irbis.models", "irbis.explain"]
+PURE = ["irbis", "irbis.errors", "irbis.models", "irbis.train", "irbis.explain"] + [
+    m.name for pkg in (irbis.kernels, irbis.models, irbis.train, irbis.explain)
     for m in pkgutil.walk_packages(pkg.__path__, pkg.__name__ + ".")
 ]
 FORBIDDEN = ["pyspark", "flask", "fastapi", "starlette", "py4j"]

@@ -1,0 +1,208 @@
+"""LIME explanations per second: Irbis on Spark local[2] against the ``lime`` package looping, same run.
+
+Sections:
+
+  images (``--images`` JPEGs, longer side 400-800 px; pretrained EfficientNet-Lite0 class scores)
+    (l) ``lime.lime_image.LimeImageExplainer`` looping over the images, ``--image-samples`` each, the
+        same SLIC superpixels and the same model (the ImageFeaturizer kernel as ``classifier_fn``),
+        its ``batch_size`` set to the fastest of ``--batch-sizes`` (measured on the first image)
+    (i) ``ImageLIME`` over the same images and model, the same samples, one Spark job, local[2]
+  table (``--rows`` rows of ``--features`` features; a SparkML LogisticRegressionModel)
+    (lt) ``lime.lime_tabular.LimeTabularExplainer`` (continuous sampling) looping over the rows,
+         ``--table-samples`` each, the model as the pure LogisticRegression kernel
+    (t) ``TabularLIME`` fitted on the rows, explaining them all in one Spark job, local[2]
+
+Each Spark job writes to the ``noop`` sink after a cold run on a few rows in both partitions.
+
+Usage: ``python benchmarks/explain.py [--quick]``; results are printed and written to
+``benchmarks/results/explain.txt`` (``--output`` to change).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from images import SPARK_CONF, versions, write_jpegs  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
+MODIFIER, TARGET = 130.0, 0
+
+
+# -- the lime package ------------------------------------------------------------------------------
+def _featurizer_fn():
+    from irbis.kernels.blocks import Images
+    from irbis.ml.featurizer import ImageFeaturizer
+
+    fn = ImageFeaturizer(inputCol="image", outputCol="logits", cutOutputLayers=0)._make_batch_fn()
+    return lambda batch: fn({"image": Images.from_arrays(list(np.asarray(batch, np.uint8)))})["logits"].values
+
+
+def check_superpixels(paths: list[str], samples: int, cell: int) -> int:
+    """The most superpixels of an image; every image needs fewer than ``samples`` to be explained."""
+    import cv2
+
+    from irbis.explain.segment import superpixels
+
+    most = max(int(superpixels(cv2.imread(p), cell, MODIFIER).max()) + 1 for p in paths)
+    if most > samples:
+        raise SystemExit(f"an image has {most} superpixels, more than {samples} samples; raise --cell-size")
+    return most
+
+
+def lime_images(paths: list[str], samples: int, batch_sizes: list[int], cell: int) -> tuple[float, int]:
+    """Seconds for the lime package over the images, and the batch size it ran with."""
+    import cv2
+    from lime.lime_image import LimeImageExplainer
+
+    from irbis.explain.segment import superpixels
+
+    score, explainer = _featurizer_fn(), LimeImageExplainer(random_state=0)
+    images = [cv2.imread(p) for p in paths]
+    segment = lambda img: superpixels(img, cell, MODIFIER)  # noqa: E731
+
+    def run(img: np.ndarray, batch: int) -> None:
+        explainer.explain_instance(img, score, labels=(TARGET,), top_labels=None, hide_color=0,
+                                   num_samples=samples, batch_size=batch, segmentation_fn=segment)
+
+    timings = {}
+    for batch in batch_sizes:
+        start = time.perf_counter()
+        run(images[0], batch)
+        timings[batch] = time.perf_counter() - start
+    best = min(timings, key=timings.get)
+    start = time.perf_counter()
+    for img in images:
+        run(img, best)
+    return time.perf_counter() - start, best
+
+
+def lime_table(x: np.ndarray, coef: np.ndarray, intercept: np.ndarray, samples: int) -> float:
+    from lime.lime_tabular import LimeTabularExplainer
+
+    from irbis.kernels.sparkml import logistic_regression
+
+    explainer = LimeTabularExplainer(x, discretize_continuous=False, random_state=0)
+    predict = lambda rows: logistic_regression(rows, coef, intercept)[1]  # noqa: E731
+    start = time.perf_counter()
+    for row in x:
+        explainer.explain_instance(row, predict, labels=(1,), num_features=x.shape[1], num_samples=samples)
+    return time.perf_counter() - start
+
+
+# -- Irbis on Spark ----------------------------------------------------------------------------------
+def _timed_job(stage, data) -> float:
+    # cold: a few rows in two partitions, so that both Python workers have loaded the model
+    stage.transform(data.limit(4).repartition(2)).write.format("noop").mode("overwrite").save()
+    start = time.perf_counter()
+    stage.transform(data).write.format("noop").mode("overwrite").save()
+    return time.perf_counter() - start
+
+
+def irbis_images(spark, folder: str, samples: int, batch: int, cell: int) -> float:
+    from irbis.ml.featurizer import ImageFeaturizer
+    from irbis.ml.lime import ImageLIME
+    from irbis.spark.images import read_images
+
+    images = read_images(folder, dropInvalid=True, spark=spark).repartition(2).cache()
+    images.count()
+    lime = ImageLIME(model=ImageFeaturizer(inputCol="image", outputCol="logits", cutOutputLayers=0),
+                     targetCol="logits", targetClasses=[TARGET], numSamples=samples, cellSize=float(cell),
+                     modifier=MODIFIER, miniBatchSize=batch)
+    return _timed_job(lime, images)
+
+
+def irbis_table(spark, x: np.ndarray, y: np.ndarray, samples: int):
+    from pyspark.ml.classification import LogisticRegression
+    from pyspark.ml.linalg import Vectors
+
+    from irbis.ml.lime import TabularLIME
+
+    df = spark.createDataFrame([(Vectors.dense(r), float(t)) for r, t in zip(x, y)], ["features", "label"])
+    df = df.repartition(2).cache()
+    model = LogisticRegression(maxIter=50).fit(df)
+    lime = TabularLIME(model=model, targetClasses=[1], numSamples=samples).fit(df)
+    return _timed_job(lime, df), model.coefficientMatrix.toArray(), model.interceptVector.toArray()
+
+
+def table_data(rows: int, features: int) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(rows, features))
+    y = (x @ rng.normal(size=features) + 0.5 * rng.normal(size=rows) > 0).astype(float)
+    return x, y
+
+
+def report(rows: list[tuple[str, str, float, int]], header: list[str]) -> str:
+    lines = list(header)
+    for section in dict.fromkeys(r[0] for r in rows):
+        part = [r for r in rows if r[0] == section]
+        base = part[0][3] / part[0][2]
+        lines += ["", f"## {section}", "", "| method | explanations/s | ratio to the lime package | seconds |",
+                  "|---|---|---|---|"]
+        lines += [f"| {label} | {n / s:.3g} | {(n / s) / base:.2f}x | {s:.1f} |" for _, label, s, n in part]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--images", type=int, default=16)
+    parser.add_argument("--image-samples", type=int, default=1000)
+    parser.add_argument("--cell-size", type=int, default=32, help="superpixel size in pixels")
+    parser.add_argument("--batch-sizes", default="10,50,100,200", help="the lime package's batch sizes to try")
+    parser.add_argument("--rows", type=int, default=1000)
+    parser.add_argument("--features", type=int, default=20)
+    parser.add_argument("--table-samples", type=int, default=1000)
+    parser.add_argument("--quick", action="store_true", help="tiny inputs: check that the script runs")
+    parser.add_argument("--output", default=str(RESULTS / "explain.txt"))
+    args = parser.parse_args()
+    if args.quick:
+        args.images, args.image_samples, args.batch_sizes, args.cell_size = 2, 60, "20,60", 120
+        args.rows, args.table_samples = 40, 200
+    folder = Path(tempfile.mkdtemp(prefix="irbis-bench-explain-")) / "images"
+    write_jpegs(folder, args.images)
+    paths = sorted(str(p) for p in folder.glob("*.jpg"))
+    most = check_superpixels(paths, args.image_samples, args.cell_size)
+    x, y = table_data(args.rows, args.features)
+    load_before = os.getloadavg()
+
+    from irbis.spark.session import get_spark
+
+    spark = get_spark("local[2]", app_name="irbis-bench-explain", **SPARK_CONF)
+    spark.sparkContext.setLogLevel("ERROR")
+    table_s, coef, intercept = irbis_table(spark, x, y, args.table_samples)
+    image_s = irbis_images(spark, str(folder), args.image_samples, 100, args.cell_size)
+    spark.stop()
+    sizes = [int(b) for b in args.batch_sizes.split(",")]
+    lime_image_s, batch = lime_images(paths, args.image_samples, sizes, args.cell_size)
+    lime_table_s = lime_table(x, coef, intercept, args.table_samples)
+    rows = [
+        (f"images ({args.images} JPEGs, EfficientNet-Lite0, {args.image_samples} samples each, up to {most} superpixels)",
+         f"(l) lime package, batch_size {batch}, 1 process", lime_image_s, args.images),
+        (f"images ({args.images} JPEGs, EfficientNet-Lite0, {args.image_samples} samples each, up to {most} superpixels)",
+         "(i) ImageLIME, Spark local[2]", image_s, args.images),
+        (f"table ({args.rows} rows x {args.features} features, LogisticRegression, {args.table_samples} samples each)",
+         "(lt) lime package, 1 process", lime_table_s, args.rows),
+        (f"table ({args.rows} rows x {args.features} features, LogisticRegression, {args.table_samples} samples each)",
+         "(t) TabularLIME, Spark local[2]", table_s, args.rows),
+    ]
+    header = [f"# benchmarks/explain.py{' --quick' if args.quick else ''}  {time.strftime('%Y-%m-%d %H:%M')}",
+              f"# machine: {platform.machine()}, {os.cpu_count()} cores; python {platform.python_version()}; "
+              f"{versions()}",
+              f"# load average before {tuple(round(v, 1) for v in load_before)}, after "
+              f"{tuple(round(v, 1) for v in os.getloadavg())}; compare rows within this run only"]
+    text = report(rows, header)
+    print(text)
+    Path(args.output).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.output).write_text(text + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,146 @@
+"""LIME stages: ``ImageLIME`` (a Transformer) and ``TabularLIME`` (an Estimator) over any fitted model.
+
+Each input row is explained inside the Spark task that holds it: its perturbations are scored in
+mini-batches through the model's own batch kernels (:mod:`irbis.ml.lime_scoring`), so one Spark job
+explains the whole DataFrame and the explanations run in parallel across tasks. The LIME math is pure
+(:mod:`irbis.explain`). The Param names are SynapseML's (``targetCol``, ``targetClasses``,
+``numSamples``, ``cellSize``, ``modifier``, ``samplingFraction``, ``regularization``, ``metricsCol``).
+
+The explained ``model`` is not a Param (only JSON crosses the Params boundary): set it with the
+constructor or ``setModel``; ``save`` writes it as a saved stage beside the metadata.
+"""
+from functools import partial
+from typing import Any, Callable
+
+import numpy as np
+from pyspark import keyword_only
+from pyspark.ml.param import TypeConverters
+from pyspark.sql.types import ArrayType, DataType, IntegerType, StructType
+
+from irbis.explain.lime import check_num_samples, explain_image
+from irbis.explain.segment import superpixels
+from irbis.kernels.blocks import Images
+from irbis.ml.base import IrbisTransformer
+from irbis.ml.lime_base import LIMEParams, _param
+from irbis.ml.lime_tabular import TabularLIME, TabularLIMEModel
+
+__all__ = ["ImageLIME", "TabularLIME", "TabularLIMEModel"]
+
+
+def _images_block(batch: np.ndarray) -> Images:
+    return Images.from_arrays(list(batch))
+
+class ImageLIME(LIMEParams, IrbisTransformer):
+    """Explain a model's predictions on images: a weight per superpixel and target class (LIME).
+
+    Each image is cut into superpixels (SLIC, about ``cellSize`` pixels a side); ``numSamples``
+    copies with random superpixels blacked out (each kept with probability ``samplingFraction``) are
+    scored through the model's batch kernels, ``miniBatchSize`` at a time, and a weighted ridge fit of
+    ``targetCol[targetClasses]`` on the on/off masks gives each superpixel's weight.
+
+    Parameters
+    ----------
+    model : Transformer or PipelineModel
+        The fitted model; it must read ``inputCol`` (an image struct column) and write ``targetCol``.
+        Irbis stages, ``LogisticRegressionModel`` and ``VectorAssembler`` run inside the task;
+        ``EnsembleByKey`` is skipped (the identity for a single image). Other stages are run as a
+        Spark job per batch of perturbations from the driver, with a warning.
+    outputCol, metricsCol, superpixelCol, errorCol : str
+        Weights (one list per target class), the fits' R², the superpixel labels (row-major, H·W
+        values; empty for none), and the reason a row has no explanation (a null or too small image;
+        empty to raise instead).
+
+    Examples
+    --------
+    >>> lime = ImageLIME(model=pipeline, inputCol="image", targetCol="probability",
+    ...                  targetClasses=[1], numSamples=500)            # doctest: +SKIP
+    >>> lime.transform(images).select("path", "weights", "superpixels")  # doctest: +SKIP
+    """
+
+    cellSize = _param("cellSize", "side of a superpixel in pixels", TypeConverters.toFloat)
+    modifier = _param("modifier", "SLIC compactness on the 0-255 colour scale (larger: squarer superpixels)",
+                      TypeConverters.toFloat)
+    samplingFraction = _param("samplingFraction", "probability that a superpixel is kept in a sample",
+                              TypeConverters.toFloat)
+    superpixelCol = _param("superpixelCol", "output column of superpixel labels (empty: none)",
+                           TypeConverters.toString)
+
+    @keyword_only
+    def __init__(self, *, model: Any = None, inputCol: str = "image", outputCol: str = "weights",
+                 targetCol: str = "probability", targetClasses: list[int] | None = None,
+                 numSamples: int = 900, cellSize: float = 16.0, modifier: float = 130.0,
+                 samplingFraction: float = 0.7, regularization: float = 0.0, metricsCol: str = "r2",
+                 superpixelCol: str = "superpixels", errorCol: str = "explainError",
+                 miniBatchSize: int = 64, seed: int = 0) -> None:
+        super().__init__()
+        self._setDefault(inputCol="image", outputCol="weights", numSamples=900, cellSize=16.0,
+                         modifier=130.0, samplingFraction=0.7, superpixelCol="superpixels")
+        self._init(dict(self._input_kwargs))
+
+    def _check_params(self) -> None:
+        super()._check_params()
+        fraction, cell = self.getOrDefault(self.samplingFraction), self.getOrDefault(self.cellSize)
+        if not 0 < fraction <= 1:
+            raise ValueError(f"samplingFraction must be in (0, 1], found {fraction}")
+        if cell < 1:
+            raise ValueError(f"cellSize must be >= 1 pixel, found {cell}")
+
+    def _input_columns(self) -> list[str]:
+        return [self.getInputCol()]
+
+    def _output_columns(self) -> list[tuple[str, DataType]]:
+        spx = self.getOrDefault(self.superpixelCol)
+        cols = self._result_columns()
+        return cols[:2] + ([(spx, ArrayType(IntegerType()))] if spx else []) + cols[2:]
+
+    def _validate_schema(self, schema: StructType) -> None:
+        from irbis.kernels.image import IMAGE_FIELDS
+
+        found = schema[self.getInputCol()].dataType
+        if not (isinstance(found, StructType) and not set(IMAGE_FIELDS) - set(found.names)):
+            raise TypeError(f"ImageLIME: input column {self.getInputCol()!r} must be an image struct, "
+                            f"found {found.simpleString()}")
+
+    _to_block = staticmethod(_images_block)
+
+    def _explainer(self) -> Callable[[Any, Callable[[np.ndarray], np.ndarray]], dict[str, Any]]:
+        settings = dict(self._settings(), cell=int(round(self.getOrDefault(self.cellSize))),
+                        modifier=self.getOrDefault(self.modifier),
+                        fraction=self.getOrDefault(self.samplingFraction),
+                        superpixels=self.getOrDefault(self.superpixelCol),
+                        names=[n for n, _ in self._output_columns()])
+        return partial(_explain_images, settings=settings)
+
+
+def _explain_images(block: Any, score: Callable[[np.ndarray], np.ndarray], settings: dict[str, Any]) -> dict[str, Any]:
+    """Explain each image of a block; a null or unusable image gets a reason (or raises without errorCol)."""
+    if not isinstance(block, Images) and all(v is None for v in block):  # a column of nulls only
+        block = Images.from_arrays([None] * len(block))
+    if not isinstance(block, Images):
+        raise TypeError(f"ImageLIME: column {settings['column']!r} must hold images")
+    n, names, err_col = settings["num_samples"], settings["names"], settings["error"]
+    out: dict[str, list[Any]] = {name: [] for name in names}
+    for i in range(len(block)):
+        try:
+            image = block.image(i)
+            if image is None:
+                raise ValueError("the image is null")
+            segments = superpixels(image, settings["cell"], settings["modifier"])
+            check_num_samples(n, int(segments.max()) + 1, "superpixels of this image")
+        except ValueError as err:
+            if not err_col and block.valid[i]:
+                raise ValueError(f"ImageLIME: column {settings['column']!r}: {err}") from err
+            _append(out, names, [None] * (len(names) - 1) + [str(err) if err_col else None])
+            continue
+        found = explain_image(image, score, settings["targets"], num_samples=n, segments=segments,
+                              fraction=settings["fraction"], alpha=settings["alpha"], seed=settings["seed"],
+                              batch_size=settings["batch_size"], target_name=settings["target_col"])
+        values = [found.weights.tolist(), found.r2.tolist()]
+        values += [segments.reshape(-1)] if settings["superpixels"] else []
+        _append(out, names, values + ([None] if err_col else []))
+    return out
+
+
+def _append(out: dict[str, list[Any]], names: list[str], values: list[Any]) -> None:
+    for name, value in zip(names, values):
+        out[name].append(value)

@@ -1,0 +1,167 @@
+"""What the LIME stages share: their Params, the explained model (a saved sub-stage), the Spark fallback.
+
+See :mod:`irbis.ml.lime` for the stages themselves.
+"""
+from __future__ import annotations
+
+import os
+from typing import Any, Callable
+
+import numpy as np
+from pyspark.ml.param import Param, Params, TypeConverters
+from pyspark.ml.param.shared import HasSeed
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql.types import ArrayType, DataType, DoubleType, LongType, StringType, StructField, StructType
+
+from irbis.kernels.blocks import BatchFn, rows_in
+from irbis.ml.image import HasErrorCol
+from irbis.ml.lime_scoring import local_kernels, local_score_fn, spark_score_fn
+from irbis.ml.params import ColumnSetters, HasMiniBatchSize
+
+__all__ = ["LIMEParams"]
+
+_WEIGHTS = ArrayType(ArrayType(DoubleType()))
+
+
+def _param(name: str, doc: str, converter: Any) -> Param:
+    return Param(Params._dummy(), name, doc, typeConverter=converter)
+
+
+class LIMEParams(ColumnSetters, HasErrorCol, HasMiniBatchSize, HasSeed):
+    """Params and the explained model shared by the LIME stages."""
+
+    targetCol = _param("targetCol", "the model's output column to explain (a vector or a number), "
+                       "e.g. probability", TypeConverters.toString)
+    targetClasses = _param("targetClasses", "indices into targetCol to explain; one weight list each",
+                           TypeConverters.toListInt)
+    numSamples = _param("numSamples", "perturbed samples per explained row", TypeConverters.toInt)
+    regularization = _param("regularization", "L2 penalty of the weighted ridge fit (0: least squares)",
+                            TypeConverters.toFloat)
+    metricsCol = _param("metricsCol", "output column of the local fit's R², one per target class",
+                        TypeConverters.toString)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._setDefault(targetCol="probability", targetClasses=[0], regularization=0.0,
+                         metricsCol="r2", errorCol="explainError", miniBatchSize=64, seed=0)
+        self._model: Any = None
+
+    def _init(self, kwargs: dict[str, Any]) -> None:
+        model = kwargs.pop("model", None)
+        self._set(**kwargs)
+        if model is not None:
+            self.setModel(model)
+        self._check_params()
+
+    def _check_params(self) -> None:
+        classes = self.getOrDefault(self.targetClasses)
+        if not classes or min(classes) < 0:
+            raise ValueError(f"targetClasses must be a non-empty list of class indices >= 0, found {classes}")
+        if self.getOrDefault(self.numSamples) < 2:
+            raise ValueError(f"numSamples must be >= 2, found {self.getOrDefault(self.numSamples)}")
+        if self.getOrDefault(self.regularization) < 0:
+            raise ValueError(f"regularization must be >= 0, found {self.getOrDefault(self.regularization)}")
+
+    def setParams(self, **kwargs: Any) -> Any:
+        """Set any of the Params (and ``model``) by keyword."""
+        self._init(kwargs)
+        return self
+
+    def setModel(self, value: Any) -> Any:  # noqa: N802
+        """Set the fitted Transformer or PipelineModel to explain."""
+        if not hasattr(value, "transform"):
+            raise TypeError(f"model must be a fitted Transformer or PipelineModel, found {type(value).__name__}")
+        self._model = value
+        return self
+
+    def getModel(self) -> Any:  # noqa: N802
+        """The explained model."""
+        if self._model is None:
+            raise ValueError(f"{type(self).__name__}: set the model to explain (setModel)")
+        return self._model
+
+    def getTargetCol(self) -> str:  # noqa: N802
+        return self.getOrDefault(self.targetCol)
+
+    def getTargetClasses(self) -> list[int]:  # noqa: N802
+        return self.getOrDefault(self.targetClasses)
+
+    def getNumSamples(self) -> int:  # noqa: N802
+        return self.getOrDefault(self.numSamples)
+
+    def _result_columns(self) -> list[tuple[str, DataType]]:
+        cols = [(self.getOutputCol(), _WEIGHTS), (self.getOrDefault(self.metricsCol), ArrayType(DoubleType()))]
+        return cols + ([(self.getErrorCol(), StringType())] if self.getErrorCol() else [])
+
+    # -- the model as a scoring function ---------------------------------------------------------
+    #: perturbed inputs (an array) -> the block that the model's first stage reads
+    _to_block: Callable[[np.ndarray], Any]
+
+    def _settings(self) -> dict[str, Any]:
+        """Plain values of the Params that the per-row work needs (what travels to the workers)."""
+        return dict(column=self.getInputCol(), output=self.getOutputCol(),
+                    metrics=self.getOrDefault(self.metricsCol), error=self.getErrorCol(),
+                    targets=self.getTargetClasses(), target_col=self.getTargetCol(),
+                    num_samples=self.getNumSamples(), alpha=self.getOrDefault(self.regularization),
+                    seed=self.getOrDefault(self.seed), batch_size=self.getMiniBatchSize())
+
+    def _explainer(self) -> Callable[[Any, Callable[[np.ndarray], np.ndarray]], dict[str, Any]]:
+        """A picklable ``(block, score) -> output blocks`` with the Params' values bound."""
+        raise NotImplementedError
+
+    def _local_score(self) -> Callable[[np.ndarray], np.ndarray]:
+        kernels, missing = local_kernels(self.getModel())
+        if missing:
+            raise ValueError(f"{type(self).__name__}: the model's stages {missing} have no pandas kernel; "
+                             f"explain a Spark DataFrame instead (a Spark job per batch of perturbations)")
+        score, to_block = local_score_fn(kernels, self.getInputCol(), self.getTargetCol()), type(self)._to_block
+        return lambda batch: score(to_block(batch))
+
+    def _make_batch_fn(self) -> BatchFn:
+        score, explain, col = self._local_score(), self._explainer(), self.getInputCol()
+        return lambda blocks: explain(blocks[col], score)
+
+    # -- Spark ------------------------------------------------------------------------------------
+    def _transform_spark(self, df: DataFrame) -> DataFrame:
+        if not local_kernels(self.getModel())[1]:
+            return super()._transform_spark(df)
+        self._check_schema(df.schema)
+        return _explain_on_driver(self, df)
+
+    # -- persistence ------------------------------------------------------------------------------
+    def _has_extra(self) -> bool:
+        return True
+
+    def _save_extra(self, path: str) -> None:
+        if self._model is not None:
+            self._model.write().save(os.path.join(path, "model"))
+
+    def _load_extra(self, path: str) -> None:
+        from pyspark.ml.util import DefaultParamsReader
+        from pyspark.sql import SparkSession
+
+        folder = os.path.join(path, "model")
+        if os.path.isdir(folder):
+            spark = SparkSession.builder.getOrCreate()
+            self._model = DefaultParamsReader.loadParamsInstance(folder, spark)
+
+
+def _explain_on_driver(stage: Any, df: DataFrame) -> DataFrame:
+    """The fallback for models without pandas kernels: collect the inputs, score with Spark jobs.
+
+    The rows are keyed and cached, so that the explanations join back to the rows they were made for.
+    """
+    col, key = stage.getInputCol(), f"__irbis_row_{stage.uid}"
+    score = spark_score_fn(stage.getModel(), df.sparkSession, col, df.schema[col], stage.getTargetCol())
+    keyed = df.withColumn(key, F.monotonically_increasing_id()).cache()
+    rows = keyed.select(key, stage._udf_input(df.schema[col])).collect()
+    out = stage._explainer()(rows_in([r[1] for r in rows], col), score) if rows else {}
+    names = [n for n, _ in stage._output_columns()]
+    results = [(r[0], *[_plain(out[n][i]) for n in names]) for i, r in enumerate(rows)]
+    schema = StructType([StructField(key, LongType())] + [StructField(n, t) for n, t in stage._output_columns()])
+    return keyed.join(df.sparkSession.createDataFrame(results, schema), key, "left").drop(key)
+
+
+def _plain(value: Any) -> Any:
+    return value.tolist() if isinstance(value, np.ndarray) else value

@@ -200,6 +200,9 @@ def run_spark(kind: str, data: str, repeats: int) -> dict:
         # per file, 60 KB JPEGs make partitions of a few files and the fixed cost of each Python task
         # dominates. This is the setting a user reading many small files chooses.
         conf.update({"spark.sql.files.openCostInBytes": "0", "spark.sql.files.maxPartitionBytes": str(8 << 20)})
+    if kind == "vectors":
+        # One partition per Parquet row group (32 rows): an even number of equal tasks for 2 cores.
+        conf["spark.sql.files.maxPartitionBytes"] = str(16 << 20)
     spark = get_spark("local[2]", **conf)
     spark.sparkContext.setLogLevel("ERROR")
     job = spark_job(kind, spark, data)

@@ -96,9 +96,21 @@ def connect(spark):
         return
     with connect_mode():
         session = get_spark(f"sc://127.0.0.1:{CONNECT_PORT}")
+    _CONNECT_CLIENTS.append(session)
     yield session
-    with connect_mode():
-        session.stop()
+    _stop_connect_clients()
+
+
+#: Connect client sessions of this run, stopped before the JVM that serves them goes away.
+_CONNECT_CLIENTS: list = []
+
+
+def _stop_connect_clients() -> None:
+    """Stop the Connect clients while their server still runs (a client of a stopped server would
+    retry its release for minutes)."""
+    while _CONNECT_CLIENTS:
+        with connect_mode():
+            _CONNECT_CLIENTS.pop().stop()
 
 
 @pytest.fixture(scope="session")
@@ -141,6 +153,7 @@ def cluster_spark():
 
     from irbis.spark.session import get_spark
 
+    _stop_connect_clients()
     active = SparkSession.getActiveSession()
     if active is not None:
         active.stop()

@@ -34,8 +34,8 @@ import pyarrow as pa
 
 from irbis.kernels.image import IMAGE_FIELDS, image_view, ocv_mode
 
-__all__ = ["BatchFn", "Binary", "Images", "Tensor", "block_to_rows", "bounded_slices", "stack_rows", "flat_rows", "from_arrow", "from_rows",
-           "rows_in", "to_arrow"]
+__all__ = ["BatchFn", "Binary", "Images", "Tensor", "as_block", "block_to_rows", "bounded_slices", "stack_rows", "flat_rows", "from_arrow", "from_rows",
+           "rows_in", "run_steps", "to_arrow"]
 
 #: A stage's kernel: a dict of input blocks (one per column) to a dict of output blocks.
 BatchFn = Callable[[dict[str, Any]], dict[str, Any]]
@@ -305,6 +305,23 @@ def rows_in(values: Sequence[Any], column: str = "column") -> Any:
                              f"{list(b)}); a tensor column needs one shape per row")
         return Tensor(np.stack(rows) if rows else np.zeros((0,), np.float32), valid)
     return from_arrow(pa.array(plain), column)
+
+
+def as_block(value: Any, column: str = "column") -> Any:
+    """An output block as the next kernel would receive it from Arrow (lists of rows become blocks)."""
+    if isinstance(value, (Tensor, Images)) or hasattr(value, "dtype"):
+        return value
+    return rows_in(value, column)
+
+
+def run_steps(steps: Sequence[tuple[Sequence[str], BatchFn]], blocks: dict[str, Any]) -> dict[str, Any]:
+    """Run kernels one after another on the same blocks: each ``(columns, fn)`` step reads its
+    columns from what the input and the earlier steps gave; return every block, inputs included."""
+    blocks = dict(blocks)
+    for columns, fn in steps:
+        out = fn({c: blocks[c] for c in columns})
+        blocks.update({c: as_block(v, c) for c, v in out.items()})
+    return blocks
 
 
 def block_to_rows(block: Any) -> list[Any]:

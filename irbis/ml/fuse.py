@@ -22,7 +22,7 @@ from pyspark.ml.param import Param, Params, TypeConverters
 from pyspark.ml.util import DefaultParamsReader, DefaultParamsWriter, MLReader, MLWriter
 from pyspark.sql.types import DataType, StructType
 
-from irbis.kernels.blocks import BatchFn, Images, Tensor, rows_in
+from irbis.kernels.blocks import BatchFn, run_steps
 from irbis.ml.base import IrbisTransformer, _StageMixin
 
 __all__ = ["FusedStages", "fuse"]
@@ -91,10 +91,7 @@ class FusedStages(IrbisTransformer):
         outputs = [n for n, _ in self._output_columns()]
 
         def run(blocks: dict[str, Any]) -> dict[str, Any]:
-            blocks = dict(blocks)
-            for columns, fn in steps:
-                out = fn({c: blocks[c] for c in columns})
-                blocks.update({c: _as_input(v, c) for c, v in out.items()})
+            blocks = run_steps(steps, blocks)
             return {c: blocks[c] for c in outputs}
 
         return run
@@ -140,13 +137,6 @@ class _FusedReader(MLReader[Any]):
         fused.stages = [DefaultParamsReader.loadParamsInstance(_stage_path(path, i, uid), self.sparkSession)
                         for i, uid in enumerate(metadata["stageUids"])]
         return fused
-
-
-def _as_input(value: Any, column: str) -> Any:
-    """An output block as the next stage would receive it from Arrow (lists of rows become blocks)."""
-    if isinstance(value, (Tensor, Images)) or hasattr(value, "dtype"):
-        return value
-    return rows_in(value, column)
 
 
 def _columns_read(stage: Any) -> set[str]:

@@ -15,10 +15,10 @@ from typing import Any, Callable
 import numpy as np
 from pyspark.ml import PipelineModel
 
-from irbis.kernels.blocks import Tensor
+from irbis.kernels.blocks import Tensor, run_steps
 from irbis.kernels.sparkml import StageKernel, sparkml_kernel
 from irbis.ml.ensemble import EnsembleByKey
-from irbis.ml.fuse import _as_input, fusable
+from irbis.ml.fuse import fusable
 
 __all__ = ["local_kernels", "local_score_fn", "spark_score_fn"]
 
@@ -71,14 +71,14 @@ def local_score_fn(kernels: list[StageKernel], input_col: str,
     check_target(kernels, target_col)
 
     def score(block: Any) -> np.ndarray:
-        blocks = {input_col: block}
+        available = {input_col}
         for kernel in kernels:
-            missing = [c for c in kernel.inputs if c not in blocks]
+            missing = [c for c in kernel.inputs if c not in available]
             if missing:
                 raise ValueError(f"the model reads column {missing[0]!r}, which LIME does not have: "
                                  f"it scores perturbed {input_col!r} values alone")
-            out = kernel.fn({c: blocks[c] for c in kernel.inputs})
-            blocks.update({c: _as_input(v, c) for c, v in out.items()})
+            available |= set(kernel.outputs)
+        blocks = run_steps([(k.inputs, k.fn) for k in kernels], {input_col: block})
         return target_values(blocks[target_col], target_col)
 
     return score

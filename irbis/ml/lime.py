@@ -21,7 +21,8 @@ from irbis.explain.lime import check_num_samples, explain_image
 from irbis.explain.segment import superpixels
 from irbis.kernels.blocks import Images
 from irbis.ml.base import IrbisTransformer
-from irbis.ml.lime_base import LIMEParams, _param
+from irbis.ml.lime_base import LIMEParams
+from irbis.ml.params import table_mixin
 from irbis.ml.lime_tabular import TabularLIME, TabularLIMEModel
 
 __all__ = ["ImageLIME", "TabularLIME", "TabularLIMEModel"]
@@ -30,7 +31,16 @@ __all__ = ["ImageLIME", "TabularLIME", "TabularLIMEModel"]
 def _images_block(batch: np.ndarray) -> Images:
     return Images.from_arrays(list(batch))
 
-class ImageLIME(LIMEParams, IrbisTransformer):
+_IMAGE_PARAMS = table_mixin("HasImageLIMEParams", [
+    ("cellSize", "side of a superpixel in pixels", TypeConverters.toFloat, None),
+    ("modifier", "SLIC compactness on the 0-255 colour scale (larger: squarer superpixels)",
+     TypeConverters.toFloat, None),
+    ("samplingFraction", "probability that a superpixel is kept in a sample", TypeConverters.toFloat, None),
+    ("superpixelCol", "output column of superpixel labels (empty: none)", TypeConverters.toString, None),
+])
+
+
+class ImageLIME(LIMEParams, _IMAGE_PARAMS, IrbisTransformer):
     """Explain a model's predictions on images: a weight per superpixel and target class (LIME).
 
     Each image is cut into superpixels (SLIC, about ``cellSize`` pixels a side); ``numSamples``
@@ -56,14 +66,6 @@ class ImageLIME(LIMEParams, IrbisTransformer):
     ...                  targetClasses=[1], numSamples=500)            # doctest: +SKIP
     >>> lime.transform(images).select("path", "weights", "superpixels")  # doctest: +SKIP
     """
-
-    cellSize = _param("cellSize", "side of a superpixel in pixels", TypeConverters.toFloat)
-    modifier = _param("modifier", "SLIC compactness on the 0-255 colour scale (larger: squarer superpixels)",
-                      TypeConverters.toFloat)
-    samplingFraction = _param("samplingFraction", "probability that a superpixel is kept in a sample",
-                              TypeConverters.toFloat)
-    superpixelCol = _param("superpixelCol", "output column of superpixel labels (empty: none)",
-                           TypeConverters.toString)
 
     @keyword_only
     def __init__(self, *, model: Any = None, inputCol: str = "image", outputCol: str = "weights",

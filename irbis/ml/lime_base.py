@@ -8,7 +8,7 @@ import os
 from typing import Any, Callable
 
 import numpy as np
-from pyspark.ml.param import Param, Params, TypeConverters
+from pyspark.ml.param import TypeConverters
 from pyspark.ml.param.shared import HasSeed
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
@@ -17,29 +17,27 @@ from pyspark.sql.types import ArrayType, DataType, DoubleType, LongType, StringT
 from irbis.kernels.blocks import BatchFn, rows_in
 from irbis.ml.image import HasErrorCol
 from irbis.ml.lime_scoring import local_kernels, local_score_fn, spark_score_fn
-from irbis.ml.params import ColumnSetters, HasMiniBatchSize
+from irbis.ml.params import ColumnSetters, HasMiniBatchSize, Row, table_mixin
 
 __all__ = ["LIMEParams"]
 
 _WEIGHTS = ArrayType(ArrayType(DoubleType()))
 
 
-def _param(name: str, doc: str, converter: Any) -> Param:
-    return Param(Params._dummy(), name, doc, typeConverter=converter)
+#: LIME's own Params (SynapseML's names), declared through the one Param table of ``irbis.ml.params``.
+LIME_PARAMS: list[Row] = [
+    ("targetCol", "the model's output column to explain (a vector or a number), e.g. probability",
+     TypeConverters.toString, None),
+    ("targetClasses", "indices into targetCol to explain; one weight list each", TypeConverters.toListInt, None),
+    ("numSamples", "perturbed samples per explained row", TypeConverters.toInt, None),
+    ("regularization", "L2 penalty of the weighted ridge fit (0: least squares)", TypeConverters.toFloat, None),
+    ("metricsCol", "output column of the local fit's R², one per target class", TypeConverters.toString, None),
+]
 
 
-class LIMEParams(ColumnSetters, HasErrorCol, HasMiniBatchSize, HasSeed):
+class LIMEParams(ColumnSetters, HasErrorCol, HasMiniBatchSize, HasSeed,
+                 table_mixin("HasLIMEParams", LIME_PARAMS)):
     """Params and the explained model shared by the LIME stages."""
-
-    targetCol = _param("targetCol", "the model's output column to explain (a vector or a number), "
-                       "e.g. probability", TypeConverters.toString)
-    targetClasses = _param("targetClasses", "indices into targetCol to explain; one weight list each",
-                           TypeConverters.toListInt)
-    numSamples = _param("numSamples", "perturbed samples per explained row", TypeConverters.toInt)
-    regularization = _param("regularization", "L2 penalty of the weighted ridge fit (0: least squares)",
-                            TypeConverters.toFloat)
-    metricsCol = _param("metricsCol", "output column of the local fit's R², one per target class",
-                        TypeConverters.toString)
 
     def __init__(self) -> None:
         super().__init__()
@@ -80,15 +78,6 @@ class LIMEParams(ColumnSetters, HasErrorCol, HasMiniBatchSize, HasSeed):
         if self._model is None:
             raise ValueError(f"{type(self).__name__}: set the model to explain (setModel)")
         return self._model
-
-    def getTargetCol(self) -> str:  # noqa: N802
-        return self.getOrDefault(self.targetCol)
-
-    def getTargetClasses(self) -> list[int]:  # noqa: N802
-        return self.getOrDefault(self.targetClasses)
-
-    def getNumSamples(self) -> int:  # noqa: N802
-        return self.getOrDefault(self.numSamples)
 
     def _result_columns(self) -> list[tuple[str, DataType]]:
         cols = [(self.getOutputCol(), _WEIGHTS), (self.getOrDefault(self.metricsCol), ArrayType(DoubleType()))]

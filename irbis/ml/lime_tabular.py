@@ -12,7 +12,8 @@ from pyspark.sql.types import DataType, StructType
 from irbis.explain.lime import FeatureStats, check_num_samples, explain_rows
 from irbis.kernels.blocks import BatchFn, Tensor, rows_in
 from irbis.ml.base import IrbisEstimator, IrbisModel
-from irbis.ml.lime_base import LIMEParams, _param
+from irbis.ml.lime_base import LIMEParams
+from irbis.ml.params import table_mixin
 from irbis.errors import require_columns
 
 __all__ = ["TabularLIME", "TabularLIMEModel", "explain_tensor", "feature_stats"]
@@ -122,12 +123,14 @@ class TabularLIME(LIMEParams, IrbisEstimator):
         return model
 
 
-class TabularLIMEModel(LIMEParams, IrbisModel):
-    """Explain table rows: a weight per feature (of the standardised values) and target class."""
+_STATS_PARAMS = table_mixin("HasFeatureStats", [
+    ("featureMeans", "per-feature means of the background data", TypeConverters.toListFloat, None),
+    ("featureStds", "per-feature standard deviations of the background data", TypeConverters.toListFloat, None),
+])
 
-    featureMeans = _param("featureMeans", "per-feature means of the background data", TypeConverters.toListFloat)
-    featureStds = _param("featureStds", "per-feature standard deviations of the background data",
-                         TypeConverters.toListFloat)
+
+class TabularLIMEModel(LIMEParams, _STATS_PARAMS, IrbisModel):
+    """Explain table rows: a weight per feature (of the standardised values) and target class."""
 
     @keyword_only
     def __init__(self, *, featureMeans: list[float] | None = None, featureStds: list[float] | None = None) -> None:

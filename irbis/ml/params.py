@@ -8,22 +8,79 @@ own Params are rows in its module, turned into a mixin by the same functions.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from pyspark.ml.param import Param, Params, TypeConverters
 from pyspark.ml.param.shared import HasInputCol, HasOutputCol
 
-#: A Param as a table row: name, doc, type converter, default (None: no default).
-Row = tuple[str, str, Any, Any]
+from irbis.kernels.inference import DEVICES, PRECISIONS
+
+#: A Param as a table row: name, doc, type converter, default (None: no default), and optionally a
+#: check (:func:`one_of`, :func:`at_least`, :func:`in_range`) run eagerly whenever the Param is set.
+Row = tuple[Any, ...]
+
+
+class ParamValueError(ValueError):
+    """A Param was set to a value outside its allowed set or range (raised at set time, on the driver)."""
+
+    def __init__(self, name: str, value: Any, allowed: str) -> None:
+        self.name, self.value, self.allowed = name, value, allowed
+        super().__init__(f"Param {name}={value!r} is not allowed; expected {allowed}.")
+
+
+Check = Callable[[str, Any], None]
+
+
+def one_of(*values: Any) -> Check:
+    """A check that the value is one of ``values``."""
+    def check(name: str, value: Any) -> None:
+        if value not in values:
+            raise ParamValueError(name, value, "one of " + ", ".join(repr(v) for v in values))
+    check.allowed = values  # type: ignore[attr-defined]
+    return check
+
+
+def in_range(low: float | None = None, high: float | None = None, *, low_open: bool = False,
+             high_open: bool = False) -> Check:
+    """A check that ``low <= value <= high`` (``<`` where open); None leaves that side unbounded."""
+    def check(name: str, value: Any) -> None:
+        too_low = low is not None and (value <= low if low_open else value < low)
+        too_high = high is not None and (value >= high if high_open else value > high)
+        if too_low or too_high or value != value:
+            left = "" if low is None else f"{'>' if low_open else '>='} {low}"
+            right = "" if high is None else f"{'<' if high_open else '<='} {high}"
+            raise ParamValueError(name, value, "a number " + " and ".join(x for x in (left, right) if x))
+    return check
+
+
+def at_least(low: float) -> Check:
+    """A check that ``value >= low``."""
+    return in_range(low)
+
+
+def checked(name: str, converter: Any, check: Check | None) -> Any:
+    """``converter`` followed by ``check`` (unset values, None, pass unchecked)."""
+    if check is None:
+        return converter
+
+    def convert(value: Any) -> Any:
+        value = converter(value)
+        if value is not None:
+            check(name, value)
+        return value
+    convert.__name__ = getattr(converter, "__name__", "convert")
+    return convert
 
 SHARED_PARAMS: list[Row] = [
     ("modelPath", "the network: a TorchScript or ONNX file, a model folder (architecture.json + "
      "weights.pt), or the name of a ModelRepository model", TypeConverters.toString, None),
-    ("miniBatchSize", "rows per forward pass of the network", TypeConverters.toInt, 64),
+    ("miniBatchSize", "rows per forward pass of the network", TypeConverters.toInt, 64, at_least(1)),
     ("device", "where the network runs: cpu, cuda or auto (cuda when a GPU is visible)",
-     TypeConverters.toString, "cpu"),
+     TypeConverters.toString, "cpu", one_of(*DEVICES)),
     ("precision", "numeric precision: fp32, bf16 (bfloat16 matrix products by autocast, fp32 weights, first "
-     "and last layer in fp32) or int8 (dynamic quantisation of Linear layers)", TypeConverters.toString, "fp32"),
+     "and last layer in fp32) or int8 (dynamic quantisation of Linear layers)", TypeConverters.toString, "fp32",
+     one_of(*PRECISIONS)),
     ("inputShape", "shape of one input row without the batch axis, e.g. [3, 224, 224]; flat vectors "
      "are reshaped to it", TypeConverters.toListInt, None),
     ("outputLayer", "name of an inner module (torch) or graph node output (ONNX) whose activation is "
@@ -31,8 +88,11 @@ SHARED_PARAMS: list[Row] = [
 ]
 
 
-def param_mixin(name: str, doc: str, converter: Any, default: Any) -> type:
-    """The ``Has<Name>`` mixin of one table row: the Param, its default, ``get<Name>``, ``set<Name>``."""
+def param_mixin(name: str, doc: str, converter: Any, default: Any, check: Check | None = None) -> type:
+    """The ``Has<Name>`` mixin of one table row: the Param, its default, ``get<Name>``, ``set<Name>``.
+
+    With a ``check``, a value outside the allowed set or range raises :class:`ParamValueError` when set.
+    """
     cap = name[0].upper() + name[1:]
 
     def __init__(self: Params, *args: Any, **kwargs: Any) -> None:
@@ -53,7 +113,7 @@ def param_mixin(name: str, doc: str, converter: Any, default: Any) -> type:
     mixin = type(
         f"Has{cap}",
         (Params,),
-        {name: Param(Params._dummy(), name, doc, typeConverter=converter), "__init__": __init__,
+        {name: Param(Params._dummy(), name, doc, typeConverter=checked(name, converter, check)), "__init__": __init__,
          f"get{cap}": getter, f"set{cap}": setter, "__doc__": f"Mixin for the param {name}: {doc}."},
     )
     return mixin
@@ -91,4 +151,4 @@ class ColumnSetters(HasInputCol, HasOutputCol):
         return self._set(outputCol=value)
 
 
-__all__ = ["SHARED_PARAMS", "ColumnSetters", "param_mixin", "table_mixin", "HasModelPath", "HasMiniBatchSize", "HasDevice", "HasPrecision", "HasInputShape", "HasOutputLayer"]
+__all__ = ["SHARED_PARAMS", "ParamValueError", "one_of", "in_range", "at_least", "checked", "ColumnSetters", "param_mixin", "table_mixin", "HasModelPath", "HasMiniBatchSize", "HasDevice", "HasPrecision", "HasInputShape", "HasOutputLayer"]

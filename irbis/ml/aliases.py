@@ -1,7 +1,9 @@
 """SynapseML's names for Irbis Params: aliases that read and set the one Irbis Param.
 
 An alias is not a second Param. ``set<Alias>`` converts the value to the Irbis Param's form and sets
-that Param (its check runs as usual); ``get<Alias>`` reads the Irbis Param and converts it back. Saving,
+that Param (its check runs as usual); ``get<Alias>`` reads the Irbis Param and converts it back.
+Methods that SynapseML has and Irbis spells differently (``gaussianKernel``) are plain methods of the
+stage that add the same Irbis operation. Saving,
 copying, ``explainParams`` and validation therefore see only the Irbis Param, and a value set under one
 name reads back under the other.
 
@@ -60,8 +62,13 @@ def alias_mixin(class_name: str, aliases: Sequence[Alias]) -> type:
 
 
 def _setter(alias: Alias, cap: str) -> Callable[..., Any]:
+    target_setter = f"set{alias.target[0].upper()}{alias.target[1:]}"
+
     def setter(self: Any, value: Any) -> Any:
-        return self._set(**{alias.target: alias.to_irbis(value)})
+        # The Irbis setter, where the stage has one, runs the stage's own checks of the value.
+        irbis_set = getattr(self, target_setter, None) if alias.name != alias.target else None
+        value = alias.to_irbis(value)
+        return irbis_set(value) if irbis_set else self._set(**{alias.target: value})
 
     setter.__name__ = f"set{cap}"
     setter.__doc__ = f"SynapseML's name: sets {alias.target}. {alias.note}".strip()

@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import hashlib
-import os
 import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -20,34 +17,19 @@ from irbis.kernels.blocks import BatchFn, Tensor, flat_rows, from_rows
 from irbis.kernels.onnx import (
     OPTIMIZATION_LEVELS, apply_heads, graph_signature, input_dtypes, make_onnx_predict_fn,
 )
-from irbis.ml.aliases import Alias, alias_mixin, one_of_any_case
 from irbis.ml.base import IrbisModel
-from irbis.ml.params import ParamValueError, one_of, table_mixin
+from irbis.ml.params import one_of, table_mixin
+from irbis.ml.synapseml import ONNX_ALIASES, ONNXModelNames
 from irbis.ml.torch_model import _NetworkStageParams, check_network_input
-from irbis.models import default_cache_dir
 from irbis.spark.files import localize, ship_file
 
 
-# -- SynapseML's ONNXModel Params and names ----------------------------------------------------------
+# -- SynapseML's ONNXModel Params (its names that alias Irbis Params are in irbis.ml.synapseml) ------
 def _string_map(value: Any) -> dict[str, str]:
     """Param converter: a dict of column name -> column name."""
     if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
         raise TypeError(f"expected a dict of column name -> column name, found {value!r}")
     return dict(value)
-
-
-def _payload_to_path(payload: Any) -> str:
-    """``modelPayload`` bytes kept as a content-addressed file, so that ``modelPath`` can name them."""
-    if not isinstance(payload, (bytes, bytearray, memoryview)) or not len(payload):
-        raise ParamValueError("modelPayload", type(payload).__name__, "the bytes of an ONNX graph")
-    data = bytes(payload)
-    dest = default_cache_dir() / "onnx" / f"{hashlib.sha256(data).hexdigest()[:24]}.onnx"
-    if not dest.exists():
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=dest.parent, suffix=".part", delete=False) as part:
-            part.write(data)
-        os.replace(part.name, dest)  # atomic: a concurrent reader never sees half a graph
-    return str(dest)
 
 
 _ONNX_ROWS = [
@@ -59,18 +41,8 @@ _ONNX_ROWS = [
      TypeConverters.toString, "ALL_OPT", one_of(*OPTIMIZATION_LEVELS)),
 ]
 
-ONNX_ALIASES = [
-    Alias("modelLocation", "modelPath", note="a local path (shipped to the executors by Irbis); SynapseML "
-          "reads any Hadoop URI into modelPayload"),
-    Alias("modelPayload", "modelPath", _payload_to_path, lambda path: Path(path).read_bytes(),
-          note="the bytes are kept in a content-addressed file under the model cache, which modelPath names"),
-    Alias("deviceType", "device", one_of_any_case("deviceType", "CPU", "CUDA"), lambda d: d.upper(),
-          note="unset means device's default, cpu (device='auto' picks CUDA when visible)"),
-]
 
-
-class ONNXModel(_NetworkStageParams, table_mixin("_ONNXParams", _ONNX_ROWS),
-                alias_mixin("_ONNXAliases", ONNX_ALIASES), IrbisModel):
+class ONNXModel(_NetworkStageParams, table_mixin("_ONNXParams", _ONNX_ROWS), ONNXModelNames, IrbisModel):
     """Run an ONNX graph over one or more columns with ONNX Runtime.
 
     Either ``inputCol``/``outputCol`` for a graph with one input (the first graph output, or

@@ -71,9 +71,15 @@ def make_onnx_predict_fn(path: str, fetches: Sequence[str], *, batch_size: int =
     return run
 
 
+def _rows(values: np.ndarray, dtype: type | None = None) -> np.ndarray:
+    """``(N, ...)`` as ``(N, D)``, also for N = 0."""
+    values = np.asarray(values, dtype)
+    return values.reshape(len(values), int(np.prod(values.shape[1:])))
+
+
 def softmax_rows(values: np.ndarray) -> np.ndarray:
     """Softmax of each row of ``(N, ...)`` scores over all its elements, in float64."""
-    rows = np.asarray(values, np.float64).reshape(len(values), -1)
+    rows = _rows(values, np.float64)
     if not rows.size:
         return rows
     exp = np.exp(rows - rows.max(axis=1, keepdims=True))
@@ -82,8 +88,8 @@ def softmax_rows(values: np.ndarray) -> np.ndarray:
 
 def argmax_rows(values: np.ndarray) -> np.ndarray:
     """Index of the largest element of each row of ``(N, ...)`` scores, as float64 (a label)."""
-    rows = np.asarray(values).reshape(len(values), -1)
-    return rows.argmax(axis=1).astype(np.float64) if rows.size else np.zeros(len(values))
+    rows = _rows(values)
+    return rows.argmax(axis=1).astype(np.float64) if rows.size else np.zeros(len(rows))
 
 
 def apply_heads(outputs: dict[str, np.ndarray], softmax: dict[str, str],

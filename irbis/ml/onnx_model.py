@@ -25,7 +25,7 @@ from irbis.spark.files import localize, ship_file
 
 
 # -- SynapseML's ONNXModel Params (its names that alias Irbis Params are in irbis.ml.synapseml) ------
-def _string_map(value: Any) -> dict[str, str]:
+def toColumnMap(value: Any) -> dict[str, str]:  # noqa: N802 (named like PySpark's converters)
     """Param converter: a dict of column name -> column name."""
     if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
         raise TypeError(f"expected a dict of column name -> column name, found {value!r}")
@@ -34,9 +34,9 @@ def _string_map(value: Any) -> dict[str, str]:
 
 _ONNX_ROWS = [
     ("softMaxDict", "SynapseML's softmax heads: output column -> new column holding the softmax of its "
-     "scores (a vector)", _string_map, {}),
+     "scores (a vector)", toColumnMap, {}),
     ("argMaxDict", "SynapseML's argmax heads: output column (or softMaxDict column) -> new column holding "
-     "the index of its largest score (a double, the predicted label)", _string_map, {}),
+     "the index of its largest score (a double, the predicted label)", toColumnMap, {}),
     ("optimizationLevel", "ONNX Runtime's graph optimisations: NO_OPT, BASIC_OPT, EXTENDED_OPT or ALL_OPT",
      TypeConverters.toString, "ALL_OPT", one_of(*OPTIMIZATION_LEVELS)),
 ]

@@ -29,7 +29,7 @@ def same_names(*names: str) -> list[Alias]:
     return [Alias(name, name) for name in names]
 
 
-def comma_list(value: Any) -> list[str]:
+def toListStringOrCommas(value: Any) -> list[str]:  # noqa: N802 (named like PySpark's converters)
     """Param converter: a list of strings, or SynapseML's comma-separated string ``"a, the, and"``."""
     if isinstance(value, str):
         return [w.strip() for w in value.split(",") if w.strip()]
@@ -37,6 +37,8 @@ def comma_list(value: Any) -> list[str]:
         raise TypeError(f"expected a list of strings or a comma-separated string, found {value!r}")
     return list(value)
 
+
+comma_list = toListStringOrCommas
 
 def int_map(name: str) -> Any:
     """Param converter for ``name``: a dict of column name -> positive int (SynapseML's vectorDims)."""
@@ -47,6 +49,7 @@ def int_map(name: str) -> Any:
             if isinstance(size, bool) or not isinstance(size, int) or size < 1:
                 raise ParamValueError(name, value, f"a positive int for each column (column {col!r} has {size!r})")
         return dict(value)
+    convert.__name__ = "toColumnIntMap"
     return convert
 
 

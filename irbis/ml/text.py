@@ -24,7 +24,7 @@ from irbis.ml.synapseml import TextFeaturizerNames, comma_list
 _P = Params._dummy()
 
 
-class _TextFeaturizerParams(TextFeaturizerNames, HasInputCol, HasOutputCol):
+class _TextFeaturizerParams(HasInputCol, HasOutputCol):
     """Params shared by :class:`TextFeaturizer` and :class:`TextFeaturizerModel`."""
 
     useTokenizer = Param(_P, "useTokenizer", "split text with a regex (false: the input holds token arrays)", TypeConverters.toBoolean)
@@ -111,7 +111,7 @@ class _TextFeaturizerParams(TextFeaturizerNames, HasInputCol, HasOutputCol):
         return df, temps
 
 
-class TextFeaturizer(IrbisEstimator, _TextFeaturizerParams):
+class TextFeaturizer(TextFeaturizerNames, IrbisEstimator, _TextFeaturizerParams):
     """Text to a hashed term-frequency vector, IDF-weighted by default, in one estimator.
 
     Steps, each switchable: regex tokenisation (with lower-casing and a minimum token length),

@@ -21,7 +21,8 @@ from irbis.ml.params import ParamValueError
 from irbis.models import default_cache_dir
 
 __all__ = ["ONNX_ALIASES", "IMAGE_TRANSFORMER_ALIASES", "IMAGE_FEATURIZER_ALIASES", "TEXT_FEATURIZER_ALIASES",
-           "ENSEMBLE_ALIASES", "ImageTransformerNames", "DECODING_ERROR_COL", "comma_list", "int_map"]
+           "ENSEMBLE_ALIASES", "ImageTransformerNames", "ImageFeaturizerNames", "TextFeaturizerNames",
+           "EnsembleByKeyNames", "ONNXModelNames", "DECODING_ERROR_COL", "comma_list", "int_map", "same_names"]
 
 
 def same_names(*names: str) -> list[Alias]:
@@ -86,11 +87,47 @@ _IGNORE_DECODING_ERRORS = Alias(
     "ignoreDecodingErrors", "errorCol", flag("ignoreDecodingErrors", DECODING_ERROR_COL, ""), bool,
     note=f"True sets errorCol={DECODING_ERROR_COL!r}: a bad image gives null and its reason there")
 
+def _synapse_stage(stage: dict[str, Any]) -> dict[str, Any]:
+    """One SynapseML stage map (``{"stageName": "resize", ...}``) as an Irbis op dict."""
+    if "stageName" not in stage:
+        return stage  # already an Irbis op
+    name, args = str(stage["stageName"]).lower(), {k: v for k, v in stage.items() if k != "stageName"}
+    if name == "resize" and "size" in args:
+        keep = bool(args.get("keepAspectRatio", True))
+        return {"op": "resize", "height": args["size"], "width": args["size"], "keep_aspect_ratio": keep}
+    simple = {"resize": ("resize", {}), "crop": ("crop", {}), "centercrop": ("center_crop", {}),
+              "flip": ("flip", {"flipCode": "flip_code"}),
+              "threshold": ("threshold", {"maxVal": "max_val", "type": "type"}),
+              "gaussiankernel": ("blur", {"apertureSize": "height", "sigma": "sigma"})}
+    if name not in simple:
+        raise ParamValueError("stages", stage, f"a stage named one of {sorted(simple)} (use the ImageTransformer "
+                              f"methods, e.g. colorFormat('RGB'), for the others)")
+    op, renames = simple[name]
+    out = {"op": op, **{renames.get(k, k): v for k, v in args.items()}}
+    if name == "gaussiankernel":
+        out["width"] = 1
+    if name == "threshold" and isinstance(out.get("type"), int):
+        from irbis.kernels.image_ops import THRESHOLD_TYPES
+
+        out["type"] = {code: key for key, code in THRESHOLD_TYPES.items()}[out["type"]]
+    return out
+
+
+def _stages_to_ops(stages: Any) -> Any:
+    """SynapseML's ``stages`` (a list of stage maps, or its JSON text) as Irbis ops."""
+    if isinstance(stages, str):
+        import json
+
+        stages = json.loads(stages)
+    return [_synapse_stage(dict(s)) for s in stages]
+
+
 IMAGE_TRANSFORMER_ALIASES = [
     Alias("toTensor", "outputFormat", flag("toTensor", "array", "image"), lambda fmt: fmt != "image",
           note="the tensor is one flat array<float> in CHW order (SynapseML: nested C, H, W arrays); "
                "outputFormat='vector' gives a Spark ML vector"),
-    Alias("stages", "ops", note="Irbis's op dicts ({'op': 'resize', 'height': ..}), not SynapseML's stage maps"),
+    Alias("stages", "ops", _stages_to_ops, note="SynapseML's stage maps ({'stageName': 'resize', ...}) become "
+          "Irbis's op dicts; getStages gives the op dicts"),
     _IGNORE_DECODING_ERRORS,
 ]
 

@@ -16,7 +16,7 @@ from pyspark.ml.feature import HashingTF, IDF, RegexTokenizer, VectorAssembler
 from pyspark.ml.linalg import Vectors
 from pyspark.sql.types import FloatType
 
-from irbis import ONNXModel, TorchModel
+from irbis import ONNXModel
 from irbis.ml.ensemble import EnsembleByKey
 from irbis.ml.featurizer import ImageFeaturizer
 from irbis.ml.image import ImageTransformer
@@ -181,6 +181,14 @@ def test_aliases_set_the_irbis_param_and_are_no_params():
         stage.setToTensor("yes")
     with pytest.raises(ParamValueError, match="tensorElementType"):
         stage.setTensorElementType("double")
+    maps = [{"stageName": "resize", "size": 16, "keepAspectRatio": True}, {"stageName": "centercrop", "height": 8,
+            "width": 8}, {"stageName": "threshold", "threshold": 5.0, "maxVal": 9.0, "type": 1},
+            {"stageName": "gaussiankernel", "apertureSize": 3, "sigma": 1.0}]
+    by_methods = ImageTransformer().resize(16, True).centerCrop(8, 8).threshold(5.0, 9.0, 1).gaussianKernel(3, 1.0)
+    without_defaults = [{k: v for k, v in op.items() if k != "interpolation"} for op in by_methods.getOps()]
+    assert ImageTransformer().setStages(maps).getOps() == without_defaults
+    with pytest.raises(ParamValueError, match="stages=.*'blur'"):
+        stage.setStages([{"stageName": "blur", "height": 3.0, "width": 3.0}])
     # gaussianKernel is the vertical Gaussian filter SynapseML applies (up to rounding of 8-bit pixels).
     img = np.zeros((9, 9, 3), np.uint8)
     img[4, 4] = 255

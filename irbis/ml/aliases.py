@@ -27,7 +27,7 @@ from typing import Any
 
 from irbis.ml.params import ParamValueError
 
-__all__ = ["Alias", "alias_mixin", "one_of_any_case", "flag"]
+__all__ = ["Alias", "alias_mixin", "resolve_aliases", "one_of_any_case", "flag"]
 
 
 def _same(value: Any) -> Any:
@@ -59,6 +59,15 @@ def alias_mixin(class_name: str, aliases: Sequence[Alias]) -> type:
         methods[f"set{cap}"] = _setter(alias, cap)
         methods[f"get{cap}"] = _getter(alias, cap)
     return type(class_name, (), methods)
+
+
+def resolve_aliases(aliases: Sequence[Alias], kwargs: dict[str, Any]) -> dict[str, Any]:
+    """Constructor keywords with each alias given (not None) replaced by its Irbis Param and value."""
+    out = {k: v for k, v in kwargs.items() if k not in {a.name for a in aliases}}
+    for alias in aliases:
+        if kwargs.get(alias.name) is not None:
+            out[alias.target] = alias.to_irbis(kwargs[alias.name])
+    return out
 
 
 def _setter(alias: Alias, cap: str) -> Callable[..., Any]:

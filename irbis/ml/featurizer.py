@@ -27,8 +27,8 @@ from irbis.models import MODELS, get_entry, module_names
 __all__ = ["ImageFeaturizer"]
 
 
-class ImageFeaturizer(ImageFeaturizerNames, IrbisTransformer, _ColumnSetters, HasMiniBatchSize, HasDevice, HasPrecision,
-                      HasErrorCol, HasOutputLayer):
+class ImageFeaturizer(ImageFeaturizerNames, IrbisTransformer, _ColumnSetters, HasMiniBatchSize, HasDevice,
+                      HasPrecision, HasErrorCol, HasOutputLayer):
     """Featurize images with a pretrained network, cutting its last ``cutOutputLayers`` layers.
 
     The model is a catalogue entry (:data:`irbis.models.MODELS`, built-in or added with

@@ -17,6 +17,7 @@ from irbis.kernels.blocks import BatchFn, Tensor, flat_rows, from_rows
 from irbis.kernels.onnx import (
     OPTIMIZATION_LEVELS, apply_heads, graph_signature, input_dtypes, make_onnx_predict_fn,
 )
+from irbis.ml.aliases import resolve_aliases
 from irbis.ml.base import IrbisModel
 from irbis.ml.params import one_of, table_mixin
 from irbis.ml.synapseml import ONNX_ALIASES, ONNXModelNames
@@ -83,12 +84,7 @@ class ONNXModel(_NetworkStageParams, table_mixin("_ONNXParams", _ONNX_ROWS), ONN
                  optimizationLevel: str = "ALL_OPT", modelLocation: str | None = None,
                  modelPayload: bytes | None = None, deviceType: str | None = None) -> None:
         super().__init__()
-        kwargs = dict(self._input_kwargs)
-        for alias in ONNX_ALIASES:
-            if kwargs.get(alias.name) is not None:
-                kwargs[alias.target] = alias.to_irbis(kwargs.pop(alias.name))
-            kwargs.pop(alias.name, None)
-        self._set(**kwargs)
+        self._set(**resolve_aliases(ONNX_ALIASES, self._input_kwargs))
 
     def setFeedDict(self, value: dict[str, str]) -> "ONNXModel":
         """Sets feedDict: graph input name -> input column."""

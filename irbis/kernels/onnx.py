@@ -21,6 +21,10 @@ DictBatchFn = Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]]
 _SESSIONS: dict[tuple, object] = {}
 _LOCK = threading.Lock()
 
+#: SynapseML's optimisation levels (the ``optimizationLevel`` Param) -> ONNX Runtime's enum names.
+OPTIMIZATION_LEVELS = {"NO_OPT": "ORT_DISABLE_ALL", "BASIC_OPT": "ORT_ENABLE_BASIC",
+                       "EXTENDED_OPT": "ORT_ENABLE_EXTENDED", "ALL_OPT": "ORT_ENABLE_ALL"}
+
 _ONNX_TO_NUMPY = {
     "tensor(float)": np.float32, "tensor(double)": np.float64, "tensor(float16)": np.float16,
     "tensor(int64)": np.int64, "tensor(int32)": np.int32, "tensor(int8)": np.int8,
@@ -43,15 +47,16 @@ def input_dtypes(path: str) -> dict[str, type]:
 
 
 def make_onnx_predict_fn(path: str, fetches: Sequence[str], *, batch_size: int = 64,
-                         device: str = "cpu", num_threads: int = 1) -> DictBatchFn:
+                         device: str = "cpu", num_threads: int = 1,
+                         optimization_level: str = "ALL_OPT") -> DictBatchFn:
     """Return ``fn(feeds) -> outputs`` running the graph at ``path`` in mini-batches.
 
     ``fetches`` may name graph outputs or any inner node output. Outputs are concatenated over the
-    mini-batches along the first axis.
+    mini-batches along the first axis. ``optimization_level`` is a key of :data:`OPTIMIZATION_LEVELS`.
     """
     known_outputs = set(graph_signature(path)[1])
     extra = tuple(sorted(set(fetches) - known_outputs))
-    session = _session(path, extra, device, num_threads)
+    session = _session(path, extra, device, num_threads, optimization_level)
     fetch_list = list(fetches)
 
     def run(feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -66,10 +71,50 @@ def make_onnx_predict_fn(path: str, fetches: Sequence[str], *, batch_size: int =
     return run
 
 
-def _session(path: str, extra_outputs: tuple[str, ...], device: str, num_threads: int):
+def _rows(values: np.ndarray, dtype: type | None = None) -> np.ndarray:
+    """``(N, ...)`` as ``(N, D)``, also for N = 0."""
+    values = np.asarray(values, dtype)
+    return values.reshape(len(values), int(np.prod(values.shape[1:])))
+
+
+def softmax_rows(values: np.ndarray) -> np.ndarray:
+    """Softmax of each row of ``(N, ...)`` scores over all its elements, in float64."""
+    rows = _rows(values, np.float64)
+    if not rows.size:
+        return rows
+    exp = np.exp(rows - rows.max(axis=1, keepdims=True))
+    return exp / exp.sum(axis=1, keepdims=True)
+
+
+def argmax_rows(values: np.ndarray) -> np.ndarray:
+    """Index of the largest element of each row of ``(N, ...)`` scores, as float64 (a label)."""
+    rows = _rows(values)
+    return rows.argmax(axis=1).astype(np.float64) if rows.size else np.zeros(len(rows))
+
+
+def apply_heads(outputs: dict[str, np.ndarray], softmax: dict[str, str],
+                argmax: dict[str, str]) -> dict[str, np.ndarray]:
+    """Add SynapseML's ``softMaxDict`` and ``argMaxDict`` columns to ``outputs`` (column -> rows).
+
+    Each dict maps an existing column to a new one; softmax columns are computed first, so an
+    ``argmax`` entry may read a softmax column.
+    """
+    out = dict(outputs)
+    for heads, fn in ((softmax, softmax_rows), (argmax, argmax_rows)):
+        for source, target in heads.items():
+            if source not in out:
+                raise ValueError(f"column {source!r} is not an output of the graph's fetches; "
+                                 f"known outputs: {sorted(out)}")
+            out[target] = fn(out[source])
+    return out
+
+
+def _session(path: str, extra_outputs: tuple[str, ...], device: str, num_threads: int,
+             optimization_level: str = "ALL_OPT"):
     import onnxruntime as ort
 
-    key = (source_identity({"kind": "onnx", "path": path}), extra_outputs, device, num_threads)
+    key = (source_identity({"kind": "onnx", "path": path}), extra_outputs, device, num_threads,
+           optimization_level)
     with _LOCK:
         if key in _SESSIONS:
             return _SESSIONS[key]
@@ -78,7 +123,10 @@ def _session(path: str, extra_outputs: tuple[str, ...], device: str, num_threads
         options = ort.SessionOptions()
         options.intra_op_num_threads = max(1, num_threads)
         options.inter_op_num_threads = 1
-        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        if optimization_level not in OPTIMIZATION_LEVELS:
+            raise ValueError(f"optimizationLevel {optimization_level!r} is not one of {list(OPTIMIZATION_LEVELS)}")
+        options.graph_optimization_level = getattr(ort.GraphOptimizationLevel,
+                                                   OPTIMIZATION_LEVELS[optimization_level])
         providers = ["CUDAExecutionProvider", "CPUExecutionProvider"] if device in ("cuda", "auto") \
             else ["CPUExecutionProvider"]
         providers = [p for p in providers if p in ort.get_available_providers()]

@@ -15,6 +15,8 @@ from pyspark.sql.types import DataType, DoubleType, NumericType, StructField, St
 
 from irbis.kernels.ensemble import ENSEMBLE_STRATEGIES, check_strategy, default_output_names, ensemble_frame
 from irbis.ml.base import IrbisTransformer
+from irbis.ml.params import table_mixin
+from irbis.ml.synapseml import EnsembleByKeyNames, int_map
 
 # A null vector enters the JVM summarizer as a filler with a vanishing weight: it keeps the
 # summarizer non-empty for all-null groups without changing any mean, sum, max or min.
@@ -22,7 +24,13 @@ _TINY_WEIGHT = 1e-300
 _FILLERS = {"mean": 0.0, "sum": 0.0, "max": float("-inf"), "min": float("inf")}
 
 
-class EnsembleByKey(IrbisTransformer):
+_ENSEMBLE_ROWS = [
+    ("vectorDims", "length of the vectors of each vector column, as SynapseML's vectorDims: given, it saves "
+     "the job that reads a first row to learn it", int_map("vectorDims"), {}),
+]
+
+
+class EnsembleByKey(EnsembleByKeyNames, table_mixin("_EnsembleParams", _ENSEMBLE_ROWS), IrbisTransformer):
     """Combine columns over the rows that share ``keys`` (camera bursts, augmented copies).
 
     Numbers are combined with ``strategy`` (``mean``, ``sum``, ``max``, ``min``) ignoring
@@ -63,6 +71,7 @@ class EnsembleByKey(IrbisTransformer):
         colNames: list[str] | None = None,
         strategy: str = "mean",
         collapseGroup: bool = True,
+        vectorDims: dict[str, int] | None = None,
     ) -> None:
         super().__init__()
         self._setDefault(keys=[], cols=[], colNames=[], strategy="mean", collapseGroup=True)
@@ -85,6 +94,10 @@ class EnsembleByKey(IrbisTransformer):
         if not self.getOrDefault("keys"):
             raise ValueError("EnsembleByKey: keys is empty; give the columns that define the groups")
         check_strategy(self.getOrDefault("strategy"))
+        for col in self.getOrDefault("vectorDims"):
+            if col not in self.getOrDefault("cols") or not isinstance(schema[col].dataType, VectorUDT):
+                raise ValueError(f"EnsembleByKey: vectorDims names {col!r}, which is not a vector column of cols "
+                                 f"{self.getOrDefault('cols')}")
         for col in self.getOrDefault("cols"):
             dtype = schema[col].dataType
             if not isinstance(dtype, NumericType | VectorUDT):
@@ -115,7 +128,9 @@ class EnsembleByKey(IrbisTransformer):
         self._check_schema(df.schema)
         keys, strategy = self.getOrDefault("keys"), self.getOrDefault("strategy")
         prefix = f"__{self.uid}_"
-        specs = [_aggregate(df, c, strategy, f"{prefix}{i}") for i, c in enumerate(self.getOrDefault("cols"))]
+        dims = self.getOrDefault("vectorDims")
+        specs = [_aggregate(df, c, strategy, f"{prefix}{i}", dims.get(c))
+                 for i, c in enumerate(self.getOrDefault("cols"))]
         prepared = [column for columns, _ in specs for column in columns]
         names = self._output_names()
         if self.getOrDefault("collapseGroup"):
@@ -161,18 +176,20 @@ def _aggregate_elementwise(col: str, strategy: str, tmp: str, size: int) -> tupl
     return prepared, make
 
 
-def _aggregate(df: DataFrame, col: str, strategy: str, tmp: str) -> tuple[list[Column], Callable]:
+def _aggregate(df: DataFrame, col: str, strategy: str, tmp: str,
+               size: int | None = None) -> tuple[list[Column], Callable]:
     """Prepare ``col`` for combining with ``strategy``.
 
     Returns the columns to add under the ``tmp`` prefix before aggregating (computed by generated
-    code, so the aggregate itself only reads columns) and ``make(window_or_None) -> Column``.
+    code, so the aggregate itself only reads columns) and ``make(window_or_None) -> Column``. ``size``
+    is the vectors' length when known (``vectorDims``); None reads it from the data.
     """
     c = F.col(col)
     if not isinstance(df.schema[col].dataType, VectorUDT):
         prepared = [F.nanvl(c.cast("double"), F.lit(None).cast("double")).alias(tmp)]
         func = {"mean": F.avg, "sum": F.sum, "max": F.max, "min": F.min}[strategy]
         return prepared, lambda w: func(tmp) if w is None else func(tmp).over(w)
-    size = vector_size(df, col)
+    size = vector_size(df, col) if size is None else size
     if size == 0:  # no vector at all: every group is empty
         return [], lambda w: F.lit(None).cast(VectorUDT())
     if size <= _ELEMENTWISE_MAX_SIZE:

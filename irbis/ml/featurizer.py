@@ -21,13 +21,14 @@ from irbis.kernels.image_features import preprocess_images
 from irbis.ml.base import IrbisTransformer
 from irbis.ml.image import HasErrorCol, _ColumnSetters, with_opencv_threads
 from irbis.ml.params import HasDevice, HasMiniBatchSize, HasOutputLayer, HasPrecision
+from irbis.ml.synapseml import ImageFeaturizerNames
 from irbis.models import MODELS, get_entry, module_names
 
 __all__ = ["ImageFeaturizer"]
 
 
-class ImageFeaturizer(IrbisTransformer, _ColumnSetters, HasMiniBatchSize, HasDevice, HasPrecision,
-                      HasErrorCol, HasOutputLayer):
+class ImageFeaturizer(ImageFeaturizerNames, IrbisTransformer, _ColumnSetters, HasMiniBatchSize, HasDevice,
+                      HasPrecision, HasErrorCol, HasOutputLayer):
     """Featurize images with a pretrained network, cutting its last ``cutOutputLayers`` layers.
 
     The model is a catalogue entry (:data:`irbis.models.MODELS`, built-in or added with

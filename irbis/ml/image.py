@@ -31,8 +31,10 @@ from irbis.kernels.image_batch import (
     AUGMENTATIONS, OUTPUT_FORMATS, augment_images, transform_images, unroll_images,
 )
 from irbis.kernels.image_chain import ImageChain
+from irbis.kernels.image_ops import THRESHOLD_TYPES
 from irbis.ml.base import IrbisTransformer
 from irbis.ml.params import ColumnSetters
+from irbis.ml.synapseml import ImageTransformerNames
 from irbis.spark.images import IMAGE_STRUCT
 
 __all__ = ["ImageDecoder", "ImageSetAugmenter", "ImageTransformer", "UnrollImage"]
@@ -170,7 +172,11 @@ class ImageDecoder(_ImageStage, HasErrorCol):
         return decode
 
 
-class ImageTransformer(_ImageStage, HasErrorCol):
+#: OpenCV's integer threshold codes (SynapseML's threshold types) -> Irbis's names.
+_THRESHOLD_CODES = {code: name for name, code in THRESHOLD_TYPES.items()}
+
+
+class ImageTransformer(ImageTransformerNames, _ImageStage, HasErrorCol):
     """Apply a chain of OpenCV operations to an image column in one pass per image.
 
     The input is an image struct column, or a binary column of encoded files (decoded in the
@@ -220,9 +226,20 @@ class ImageTransformer(_ImageStage, HasErrorCol):
     def _add(self, op: str, **args: Any) -> "ImageTransformer":
         return self._set(ops=ImageChain(self.getOps()).then(op, **args).ops)
 
-    def resize(self, height: int, width: int, keepAspectRatio: bool = False,
+    def resize(self, height: Any, width: Any = None, keepAspectRatio: bool = False,
                interpolation: str = "linear") -> "ImageTransformer":
-        """Resize; with ``keepAspectRatio`` the image covers ``height`` x ``width`` (shorter side fits)."""
+        """Resize; with ``keepAspectRatio`` the image covers ``height`` x ``width`` (shorter side fits).
+
+        SynapseML's forms work too: ``resize(size)`` or ``resize(size, True)`` fit the shorter side to
+        ``size`` keeping the aspect ratio, ``resize(size, False)`` gives ``size`` x ``size`` and
+        ``resize((width, height))`` that exact size.
+        """
+        if width is None or isinstance(width, bool):
+            keep = True if width is None else width
+            if isinstance(height, tuple):
+                height, width, keepAspectRatio = height[1], height[0], False
+            else:
+                width, keepAspectRatio = height, keep
         return self._add("resize", height=height, width=width, keep_aspect_ratio=keepAspectRatio,
                          interpolation=interpolation)
 
@@ -242,8 +259,10 @@ class ImageTransformer(_ImageStage, HasErrorCol):
         """Gaussian blur with an odd ``height`` x ``width`` kernel."""
         return self._add("blur", height=height, width=width, sigma=sigma)
 
-    def threshold(self, threshold: float, maxVal: float, type: str = "binary") -> "ImageTransformer":
-        """OpenCV threshold; ``type`` one of binary, binary_inv, trunc, tozero, tozero_inv."""
+    def threshold(self, threshold: float, maxVal: float, type: Any = "binary") -> "ImageTransformer":
+        """OpenCV threshold; ``type`` one of binary, binary_inv, trunc, tozero, tozero_inv (or, as in
+        SynapseML, OpenCV's integer code of one of them)."""
+        type = _THRESHOLD_CODES.get(type, type) if isinstance(type, int) else type
         return self._add("threshold", threshold=threshold, max_val=maxVal, type=type)
 
     def colorFormat(self, format: str) -> "ImageTransformer":  # noqa: N802

@@ -10,22 +10,50 @@ import numpy as np
 from pyspark import keyword_only
 from pyspark.ml.linalg import VectorUDT
 from pyspark.ml.param import Param, Params, TypeConverters
-from pyspark.sql.types import ArrayType, DataType, FloatType, StructType
+from pyspark.sql.types import ArrayType, DataType, DoubleType, FloatType, StructType
 
 from irbis.kernels.batching import network_batch
-from irbis.kernels.blocks import BatchFn, Tensor, flat_rows
-from irbis.kernels.onnx import graph_signature, input_dtypes, make_onnx_predict_fn
+from irbis.kernels.blocks import BatchFn, Tensor, flat_rows, from_rows
+from irbis.kernels.onnx import (
+    OPTIMIZATION_LEVELS, apply_heads, graph_signature, input_dtypes, make_onnx_predict_fn,
+)
+from irbis.ml.aliases import resolve_aliases
 from irbis.ml.base import IrbisModel
+from irbis.ml.params import one_of, table_mixin
+from irbis.ml.synapseml import ONNX_ALIASES, ONNXModelNames
 from irbis.ml.torch_model import _NetworkStageParams, check_network_input
 from irbis.spark.files import localize, ship_file
 
 
-class ONNXModel(_NetworkStageParams, IrbisModel):
+# -- SynapseML's ONNXModel Params (its names that alias Irbis Params are in irbis.ml.synapseml) ------
+def toColumnMap(value: Any) -> dict[str, str]:  # noqa: N802 (named like PySpark's converters)
+    """Param converter: a dict of column name -> column name."""
+    if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
+        raise TypeError(f"expected a dict of column name -> column name, found {value!r}")
+    return dict(value)
+
+
+_ONNX_ROWS = [
+    ("softMaxDict", "SynapseML's softmax heads: output column -> new column holding the softmax of its "
+     "scores (a vector)", toColumnMap, {}),
+    ("argMaxDict", "SynapseML's argmax heads: output column (or softMaxDict column) -> new column holding "
+     "the index of its largest score (a double, the predicted label)", toColumnMap, {}),
+    ("optimizationLevel", "ONNX Runtime's graph optimisations: NO_OPT, BASIC_OPT, EXTENDED_OPT or ALL_OPT",
+     TypeConverters.toString, "ALL_OPT", one_of(*OPTIMIZATION_LEVELS)),
+]
+
+
+class ONNXModel(_NetworkStageParams, table_mixin("_ONNXParams", _ONNX_ROWS), ONNXModelNames, IrbisModel):
     """Run an ONNX graph over one or more columns with ONNX Runtime.
 
     Either ``inputCol``/``outputCol`` for a graph with one input (the first graph output, or
     ``outputLayer``, is returned), or SynapseML's ``feedDict`` (graph input -> column) and
     ``fetchDict`` (output column -> graph output or inner node output) for several.
+
+    SynapseML's names work too: ``modelLocation`` and ``modelPayload`` (the graph's bytes) set
+    ``modelPath``, ``deviceType`` sets ``device``; ``softMaxDict`` and ``argMaxDict`` add the
+    softmax (a vector) and the argmax (a double label) of an output column as new columns, and
+    ``optimizationLevel`` picks ONNX Runtime's graph optimisations.
 
     Examples
     --------
@@ -34,6 +62,11 @@ class ONNXModel(_NetworkStageParams, IrbisModel):
         onnx = ONNXModel(modelPath="resnet50.onnx", feedDict={"input": "pixels"},
                          fetchDict={"probability": "output"}, miniBatchSize=32)
         scored = onnx.transform(df)
+
+        # SynapseML's spelling of the same stage:
+        onnx = (ONNXModel().setModelLocation("resnet50.onnx").setFeedDict({"input": "pixels"})
+                .setFetchDict({"rawPrediction": "output"}).setSoftMaxDict({"rawPrediction": "probability"})
+                .setArgMaxDict({"rawPrediction": "prediction"}))
     """
 
     _vector_dtype = "float32"
@@ -46,9 +79,12 @@ class ONNXModel(_NetworkStageParams, IrbisModel):
     def __init__(self, *, modelPath: str | None = None, inputCol: str | None = None,
                  outputCol: str | None = None, feedDict: dict[str, str] | None = None,
                  fetchDict: dict[str, str] | None = None, outputLayer: str = "", miniBatchSize: int = 64,
-                 inputShape: list[int] | None = None, device: str = "cpu", outputType: str = "vector") -> None:
+                 inputShape: list[int] | None = None, device: str = "cpu", outputType: str = "vector",
+                 softMaxDict: dict[str, str] | None = None, argMaxDict: dict[str, str] | None = None,
+                 optimizationLevel: str = "ALL_OPT", modelLocation: str | None = None,
+                 modelPayload: bytes | None = None, deviceType: str | None = None) -> None:
         super().__init__()
-        self._set(**self._input_kwargs)
+        self._set(**resolve_aliases(ONNX_ALIASES, self._input_kwargs))
 
     def setFeedDict(self, value: dict[str, str]) -> "ONNXModel":
         """Sets feedDict: graph input name -> input column."""
@@ -78,7 +114,21 @@ class ONNXModel(_NetworkStageParams, IrbisModel):
 
     def _output_columns(self) -> list[tuple[str, DataType]]:
         out = VectorUDT() if self.getOutputType() == "vector" else ArrayType(FloatType())
-        return [(name, out) for name in self._fetches()]
+        heads = [(n, VectorUDT()) for n in self.getSoftMaxDict().values()]
+        return [(name, out) for name in self._fetches()] + heads + [
+            (n, DoubleType()) for n in self.getArgMaxDict().values()]
+
+    def _check_heads(self) -> None:
+        """softMaxDict reads fetched columns, argMaxDict fetched or softmax columns; new names only."""
+        known = list(self._fetches())
+        for name, heads in (("softMaxDict", self.getSoftMaxDict()), ("argMaxDict", self.getArgMaxDict())):
+            for source, target in heads.items():
+                if source not in known:
+                    raise ValueError(f"ONNXModel: {name} reads column {source!r}, which is not an output "
+                                     f"of the stage; its outputs are {known}")
+                if target in known:
+                    raise ValueError(f"ONNXModel: {name} writes column {target!r}, already an output")
+                known.append(target)
 
     def _validate_schema(self, schema: StructType) -> None:
         self._validate_network_params()
@@ -88,6 +138,7 @@ class ONNXModel(_NetworkStageParams, IrbisModel):
                 raise ValueError(f"ONNXModel: feedDict names graph input {graph_input!r}; the graph's "
                                  f"inputs are {list(inputs)}")
             check_network_input("ONNXModel", col, schema[col].dataType)
+        self._check_heads()
 
     def _make_batch_fn(self) -> BatchFn:
         path = self.getModelPath()
@@ -100,6 +151,7 @@ class ONNXModel(_NetworkStageParams, IrbisModel):
                   for k, v in graph_signature(path)[0].items()}
         dtypes = input_dtypes(path)
         batch_size, device = self.getMiniBatchSize(), self.getDevice()
+        level, softmax, argmax = self.getOptimizationLevel(), self.getSoftMaxDict(), self.getArgMaxDict()
 
         def run(blocks: dict[str, Any]) -> dict[str, Any]:
             from pyspark import TaskContext
@@ -107,7 +159,8 @@ class ONNXModel(_NetworkStageParams, IrbisModel):
             context = TaskContext.get()
             predict = make_onnx_predict_fn(localize(path, shipped), list(fetches.values()),
                                            batch_size=batch_size, device=device,
-                                           num_threads=context.cpus() if context else 1)
+                                           num_threads=context.cpus() if context else 1,
+                                           optimization_level=level)
             batches = {k: network_batch(blocks[col], col, shapes[k]) for k, col in feeds.items()}
             masks = [b.valid for b in batches.values()]
             valid = np.logical_and.reduce(masks)
@@ -116,9 +169,7 @@ class ONNXModel(_NetworkStageParams, IrbisModel):
                 raise ValueError(f"ONNXModel: column {bad!r} has nulls; with several feeds, drop them first")
             feed = {k: b.values.astype(dtypes[k], copy=False) for k, b in batches.items()}
             results = predict(feed) if valid.any() else {}
-            return {out: Tensor(flat_rows(results[name].astype(np.float32, copy=False)
-                                          if results else None), valid)
-                    for out, name in fetches.items()}
+            return _columns(results, fetches, softmax, argmax, valid)
 
         return run
 
@@ -129,6 +180,18 @@ class ONNXModel(_NetworkStageParams, IrbisModel):
         saved = Path(path) / "model.onnx"
         if saved.exists():
             self._set(modelPath=str(saved))
+
+
+def _columns(results: dict[str, np.ndarray], fetches: dict[str, str], softmax: dict[str, str],
+             argmax: dict[str, str], valid: np.ndarray) -> dict[str, Any]:
+    """Output blocks: fetched tensors and softmax heads as vector rows, argmax heads as doubles."""
+    empty = np.zeros((0, 1), np.float32)
+    cols = {out: results[name] if results else empty for out, name in fetches.items()}
+    cols = apply_heads(cols, softmax, argmax)
+    blocks: dict[str, Any] = {n: from_rows(cols[n], valid) for n in argmax.values()}
+    for name in [*fetches, *softmax.values()]:
+        blocks[name] = Tensor(flat_rows(cols[name].astype(np.float32, copy=False) if results else None), valid)
+    return blocks
 
 
 def _static(dims: tuple) -> list[int] | None:

@@ -19,6 +19,7 @@ from pyspark.sql.types import ArrayType, DataType, StringType, StructType
 from irbis.errors import require_columns
 from irbis.kernels.text import IdfState, TextSteps, apply_idf, fit_idf, text_vectors
 from irbis.ml.base import IrbisEstimator, IrbisModel
+from irbis.ml.synapseml import TextFeaturizerNames, comma_list
 
 _P = Params._dummy()
 
@@ -32,7 +33,7 @@ class _TextFeaturizerParams(HasInputCol, HasOutputCol):
     minTokenLength = Param(_P, "minTokenLength", "shorter tokens are dropped", TypeConverters.toInt)
     toLowercase = Param(_P, "toLowercase", "lower-case text before tokenising", TypeConverters.toBoolean)
     useStopWordsRemover = Param(_P, "useStopWordsRemover", "remove stop words", TypeConverters.toBoolean)
-    stopWords = Param(_P, "stopWords", "stop words; empty: the default list of stopWordsLanguage", TypeConverters.toListString)
+    stopWords = Param(_P, "stopWords", "stop words (a list, or a comma-separated string); empty: the default list of stopWordsLanguage", comma_list)
     stopWordsLanguage = Param(_P, "stopWordsLanguage", "language of the default stop words (e.g. english)", TypeConverters.toString)
     caseSensitiveStopWords = Param(_P, "caseSensitiveStopWords", "compare stop words case-sensitively", TypeConverters.toBoolean)
     useNGram = Param(_P, "useNGram", "replace tokens by their n-grams", TypeConverters.toBoolean)
@@ -110,7 +111,7 @@ class _TextFeaturizerParams(HasInputCol, HasOutputCol):
         return df, temps
 
 
-class TextFeaturizer(IrbisEstimator, _TextFeaturizerParams):
+class TextFeaturizer(TextFeaturizerNames, IrbisEstimator, _TextFeaturizerParams):
     """Text to a hashed term-frequency vector, IDF-weighted by default, in one estimator.
 
     Steps, each switchable: regex tokenisation (with lower-casing and a minimum token length),

@@ -1,0 +1,37 @@
+"""SynapseML's softmax and argmax heads of ONNXModel, and its optimisation levels, as pure kernels."""
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper
+
+from irbis.kernels.onnx import OPTIMIZATION_LEVELS, apply_heads, argmax_rows, make_onnx_predict_fn, softmax_rows
+
+
+def test_softmax_rows_is_stable_and_sums_to_one():
+    scores = np.array([[1000.0, 1001.0, 999.0], [0.0, 0.0, 0.0]], np.float32)
+    probs = softmax_rows(scores)
+    np.testing.assert_allclose(probs.sum(axis=1), 1.0)
+    np.testing.assert_allclose(probs[1], [1 / 3] * 3)
+    assert probs[0].argmax() == 1 and np.isfinite(probs).all()
+    assert softmax_rows(np.zeros((0, 3))).shape == (0, 3)
+
+
+def test_heads_chain_softmax_then_argmax_and_name_unknown_columns():
+    out = apply_heads({"raw": np.array([[0.1, 2.0], [3.0, -1.0]])}, {"raw": "p"}, {"p": "label"})
+    np.testing.assert_array_equal(out["label"], [1.0, 0.0])
+    assert out["label"].dtype == np.float64 and argmax_rows(np.zeros((0, 2))).shape == (0,)
+    with pytest.raises(ValueError, match="column 'nope' is not an output.*\\['raw'\\]"):
+        apply_heads({"raw": np.zeros((1, 2))}, {}, {"nope": "label"})
+
+
+@pytest.mark.parametrize("level", list(OPTIMIZATION_LEVELS))
+def test_every_optimization_level_gives_the_same_result(tmp_path, level):
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, 2])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None, 2])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    path = tmp_path / "relu.onnx"
+    path.write_bytes(model.SerializeToString())
+    run = make_onnx_predict_fn(str(path), ["y"], optimization_level=level)
+    np.testing.assert_array_equal(run({"x": np.array([[-1.0, 2.0]], np.float32)})["y"], [[0.0, 2.0]])

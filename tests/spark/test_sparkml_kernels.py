@@ -12,6 +12,7 @@ from sklearn.datasets import load_digits
 
 from irbis.kernels.blocks import Tensor, run_steps
 from irbis.kernels.sparkml import NoKernelError, load_sparkml_kernel, sparkml_kernel
+from irbis.kernels.sparkml_state import read_stage
 
 pytestmark = pytest.mark.spark
 
@@ -20,11 +21,14 @@ RTOL, ATOL = 1e-9, 1e-12
 
 @pytest.fixture(scope="module")
 def digits(spark):
-    """300 digits: 64 pixel features (some constant), the digit, a binary label and a real target."""
+    """300 digits: 64 pixel features (some constant), the digit, a binary label and a real target;
+    ``mixed`` adds two features with 4 values that tell the labels and the target apart."""
     x, y = load_digits(return_X_y=True)
     x, y = x[:300], y[:300]
-    rows = [(Vectors.dense(a), float(b), float(b < 5), float(a[20:28].mean())) for a, b in zip(x, y)]
-    return spark.createDataFrame(rows, ["features", "label", "binary", "target"]).cache()
+    target = x[:, 20:28].mean(axis=1)
+    rows = [(Vectors.dense(a), float(b), float(b < 5), float(t), Vectors.dense(np.r_[a, b % 4, min(t // 4, 3)]))
+            for a, b, t in zip(x, y, target)]
+    return spark.createDataFrame(rows, ["features", "label", "binary", "target", "mixed"]).cache()
 
 
 @pytest.fixture(scope="module")
@@ -191,8 +195,8 @@ TREES = [
 
 @pytest.fixture(scope="module")
 def indexed(digits):
-    """VectorIndexer marks the pixels with few values categorical: the trees split on categories too."""
-    indexer = F.VectorIndexer(inputCol="features", outputCol="indexed", maxCategories=4).fit(digits)
+    """VectorIndexer marks the features with few values categorical: the trees split on categories too."""
+    indexer = F.VectorIndexer(inputCol="mixed", outputCol="indexed", maxCategories=4).fit(digits)
     return indexer.transform(digits).selectExpr("indexed AS features", "label", "binary", "target").cache()
 
 
@@ -203,6 +207,8 @@ def test_trees_with_categorical_and_continuous_splits(indexed, tmp_path, estimat
     classifier = "Classif" in type(model).__name__
     _check_predictor(model, df, tmp_path, ["rawPrediction", "probability", "prediction"] if classifier
                      else ["prediction"])
+    nodes = [r.get("nodeData", r) for r in read_stage(str(tmp_path / type(model).__name__)).tables["data"]]
+    assert any(n["split"]["numCategories"] >= 0 and n["leftChild"] >= 0 for n in nodes)
 
 
 # -- a chain, live stages, stages without kernels -------------------------------------------------
@@ -223,6 +229,11 @@ def test_saved_pipeline_stages_chain_equals_the_pipeline(categories, tmp_path):
     expected = pipeline.transform(df).collect()
     _check(out["probability"], [r.probability for r in expected])
     _check(out["prediction"], [r.prediction for r in expected], exact=True)
+    # The live stages give the same kernels (Imputer has none live: PySpark keeps its surrogates in Spark).
+    live = [sparkml_kernel(s) or k for s, k in zip(pipeline.stages, kernels)]
+    assert [s is None for s in map(sparkml_kernel, pipeline.stages)] == [False, False, True, False, False]
+    again = run_steps([(k.inputs, k.fn) for k in live], blocks)
+    np.testing.assert_array_equal(again["probability"].values, out["probability"].values)
 
 
 def test_live_stages_give_the_same_kernel(digits):

@@ -101,7 +101,8 @@ SPARKML_KERNELS: dict[str, Callable[[StageState], StageKernel]] = {
 LIVE_DATA: dict[str, Callable[[Any], dict[str, Any]]] = {
     "VectorAssembler": lambda s: {},
     "StandardScalerModel": lambda s: {"mean": s.mean.toArray(), "std": s.std.toArray()},
-    "MinMaxScalerModel": lambda s: {"originalMin": s.originalMin.toArray(), "originalMax": s.originalMax.toArray()},
+    "MinMaxScalerModel": lambda s: {"originalMin": s.originalMin.toArray(),
+                                    "originalMax": s.originalMax.toArray()},
     "StringIndexerModel": lambda s: {"labelsArray": s.labelsArray},
     "OneHotEncoderModel": lambda s: {"categorySizes": s.categorySizes},
     "LogisticRegressionModel": lambda s: {"coefficientMatrix": s.coefficientMatrix.toArray(),

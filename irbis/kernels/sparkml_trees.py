@@ -98,7 +98,8 @@ def tree_classifier(state: StageState) -> StageKernel:
             margin = sum(w * t.prediction[t.leaves(x)] for t, w in zip(trees, weights))
             p0 = 1.0 / (1.0 + np.exp(2.0 * margin))
             probability = np.stack([p0, 1.0 - p0], axis=1)
-            return np.stack([-margin, margin], axis=1), probability, threshold_prediction(probability, thresholds)
+            raw = np.stack([-margin, margin], axis=1)
+            return raw, probability, threshold_prediction(probability, thresholds)
         raw = np.zeros((len(x), classes))
         for tree in trees:
             counts = tree.stats[tree.leaves(x)][:, :classes]

@@ -252,5 +252,5 @@ def test_a_stage_without_a_kernel_is_named(digits, tmp_path):
 def test_a_vector_of_the_wrong_size_is_refused(digits, tmp_path):
     F.MinMaxScaler(inputCol="features", outputCol="scaled").fit(digits).save(str(tmp_path / "mm"))
     kernel = load_sparkml_kernel(str(tmp_path / "mm"))
-    with pytest.raises(ValueError, match="column 'features' holds vectors of size 3, the fitted stage expects size 64"):
+    with pytest.raises(ValueError, match="'features' holds vectors of size 3, the fitted stage expects size 64"):
         kernel.fn({"features": Tensor(np.zeros((2, 3)), np.ones(2, bool))})

@@ -1,68 +1,49 @@
 """Fitted SparkML stages as pure batch kernels, so that a pipeline runs without a Spark job.
 
-SparkML's fitted models compute in the JVM. Some are small enough to run from their public fitted
-state: :data:`SPARKML_KERNELS` maps a stage's class name to a builder that reads the stage's public
-Params and attributes (``coefficientMatrix``, ``interceptVector``, ``getFeaturesCol()``, ...) and
-returns a :class:`StageKernel`, a :data:`~irbis.kernels.blocks.BatchFn` over column blocks. Explanations
-(LIME) use it to score perturbed inputs inside a Spark task; any runtime that needs a fitted SparkML
-pipeline without a Spark job (e.g. serving) can use the same registry. The module imports no
-``pyspark``: builders only read attributes of the stage they are given.
+SparkML's fitted models compute in the JVM. :data:`SPARKML_KERNELS` maps a stage's class name to a
+builder that takes the stage's state (its Params and fitted data, a
+:class:`~irbis.kernels.sparkml_state.StageState`) and returns a :class:`StageKernel`, a
+:data:`~irbis.kernels.blocks.BatchFn` over column blocks with SparkML's numerics. The state comes
+from either side of the Spark boundary:
+
+* :func:`load_sparkml_kernel` reads a stage saved by SparkML (metadata JSON + Parquet) with pyarrow,
+  with no Spark at all: the HTTP server compiles a saved pipeline this way;
+* :func:`sparkml_kernel` reads a live fitted stage's public Params and attributes
+  (``coefficientMatrix``, ``labelsArray``, ...): explanations (LIME) score perturbed inputs inside a
+  Spark task this way. Stages whose fitted state PySpark does not expose (trees, Imputer) have no
+  live kernel.
+
+The module imports no ``pyspark``: it only reads attributes of the stage it is given.
 
 Examples
 --------
->>> kernel = sparkml_kernel(lr_model)                               # doctest: +SKIP
->>> kernel.fn({"features": Tensor(x, valid)})["probability"].values  # doctest: +SKIP
+>>> kernel = load_sparkml_kernel("model/stages/2_LogisticRegression_7c1d")  # doctest: +SKIP
+>>> kernel.fn({"features": Tensor(x, valid)})["probability"].values        # doctest: +SKIP
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Callable
 
 import numpy as np
 
-from irbis.kernels.blocks import BatchFn, Tensor
+from irbis.kernels.blocks import Tensor
+from irbis.kernels.sparkml_features import (imputer, min_max_scaler, one_hot_encoder, standard_scaler,
+                                            string_indexer)
+from irbis.kernels.sparkml_predictors import (linear_regression_kernel, logistic_regression,
+                                              logistic_regression_kernel, perceptron_kernel)
+from irbis.kernels.sparkml_state import NoKernelError, StageKernel, StageState, read_stage
+from irbis.kernels.sparkml_trees import tree_classifier, tree_regressor
 
-__all__ = ["SPARKML_KERNELS", "StageKernel", "assemble_vectors", "logistic_regression", "sparkml_kernel"]
-
-
-@dataclass
-class StageKernel:
-    """A stage as a kernel: the columns it reads, the columns it writes, and its batch function."""
-
-    inputs: list[str]
-    outputs: list[str]
-    fn: BatchFn
+__all__ = ["SPARKML_KERNELS", "NoKernelError", "StageKernel", "assemble_vectors", "kernel_from_state",
+           "load_sparkml_kernel", "logistic_regression", "sparkml_kernel"]
 
 
 # -- math -----------------------------------------------------------------------------------------
-def logistic_regression(x: np.ndarray, coefficients: np.ndarray, intercepts: np.ndarray,
-                        threshold: float = 0.5,
-                        thresholds: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """SparkML's ``LogisticRegressionModel`` on rows ``x`` (N, D): raw scores, probabilities, predictions.
+def assemble_vectors(blocks: list[Any], rows: int, keep: bool = False) -> Tensor:
+    """Concatenate numeric columns and tensor columns into one (M, D) float64 block, as VectorAssembler.
 
-    ``coefficients`` is SparkML's ``coefficientMatrix`` (1 × D for a binomial model, K × D for a
-    multinomial one) and ``intercepts`` its ``interceptVector``. A binomial model's raw score is
-    ``[-m, m]`` for the margin ``m`` and its prediction is 1 when ``m`` exceeds the threshold's logit;
-    a multinomial model's probabilities are the softmax of its margins and its prediction is the
-    largest ``probability / thresholds`` (the largest probability without thresholds).
+    A row with a null or NaN is null in the result, or (``keep``) kept with NaN in its place.
     """
-    x = np.asarray(x, np.float64).reshape(len(x), -1)
-    margins = x @ np.asarray(coefficients, np.float64).T + np.asarray(intercepts, np.float64)
-    if margins.shape[1] == 1:
-        m = margins[:, 0]
-        raw = np.stack([-m, m], axis=1)
-        p = 1.0 / (1.0 + np.exp(-m))
-        probability = np.stack([1.0 - p, p], axis=1)
-        cut = -np.inf if threshold == 0 else np.inf if threshold == 1 else np.log(threshold / (1 - threshold))
-        return raw, probability, (m > cut).astype(np.float64)
-    shifted = np.exp(margins - margins.max(axis=1, keepdims=True))
-    probability = shifted / shifted.sum(axis=1, keepdims=True)
-    scaled = probability if thresholds is None else probability / np.asarray(thresholds, np.float64)
-    return margins, probability, scaled.argmax(axis=1).astype(np.float64)
-
-
-def assemble_vectors(blocks: list[Any], rows: int) -> Tensor:
-    """Concatenate numeric columns and tensor columns into one (M, D) float64 block, as VectorAssembler."""
     parts, valid = [], np.ones(rows, bool)
     for block in blocks:
         if isinstance(block, Tensor):
@@ -75,57 +56,79 @@ def assemble_vectors(blocks: list[Any], rows: int) -> Tensor:
             parts.append(column[:, None])
             valid &= ~np.isnan(column)
     matrix = np.concatenate(parts, axis=1) if parts else np.zeros((rows, 0))
+    valid = valid | keep
     return Tensor(matrix[valid], valid)
 
 
-# -- adapters -------------------------------------------------------------------------------------
-def _param(stage: Any, name: str, default: Any = None) -> Any:
-    param = stage.getParam(name) if stage.hasParam(name) else None
-    return stage.getOrDefault(param) if param is not None and stage.isDefined(param) else default
 
 
-def _lr_kernel(stage: Any) -> StageKernel:
-    coefficients = stage.coefficientMatrix.toArray()
-    intercepts = stage.interceptVector.toArray()
-    threshold = float(_param(stage, "threshold", 0.5))
-    thresholds = _param(stage, "thresholds") if coefficients.shape[0] > 1 else None
-    features = stage.getFeaturesCol()
-    names = {key: _param(stage, col, "") for key, col in
-             (("raw", "rawPredictionCol"), ("probability", "probabilityCol"), ("prediction", "predictionCol"))}
+# -- builders ---------------------------------------------------------------------------------------
+def _assembler_kernel(state: StageState) -> StageKernel:
+    """``VectorAssembler``: handleInvalid "error" raises on a null or NaN, "skip" drops the row, "keep"
+    keeps NaN."""
+    inputs, output = list(state.param("inputCols")), state.param("outputCol")
+    policy = state.param("handleInvalid", "error")
 
     def run(blocks: dict[str, Any]) -> dict[str, Any]:
-        block = blocks[features]
-        if not isinstance(block, Tensor):
-            raise TypeError(f"LogisticRegressionModel: column {features!r} must hold vectors, "
-                            f"found {type(block).__name__}")
-        raw, probability, prediction = logistic_regression(block.values, coefficients, intercepts,
-                                                           threshold, thresholds)
-        full = np.full(len(block), np.nan)
-        full[block.valid] = prediction
-        out = {"raw": Tensor(raw, block.valid), "probability": Tensor(probability, block.valid),
-               "prediction": full}
-        return {names[k]: v for k, v in out.items() if names[k]}
+        rows = len(blocks[inputs[0]])
+        out = assemble_vectors([blocks[c] for c in inputs], rows, keep=policy == "keep")
+        if policy == "error" and not out.valid.all():
+            row = int(np.flatnonzero(~out.valid)[0])
+            column = next(c for c in inputs if not assemble_vectors([blocks[c]], rows).valid[row])
+            raise ValueError(f"VectorAssembler: column {column!r} has a null or NaN at row {row}; set "
+                             "handleInvalid to 'skip' or 'keep' to accept it.")
+        return {output: out}
 
-    return StageKernel([features], [n for n in names.values() if n], run)
+    return StageKernel(inputs, [output], run, drops_rows=policy == "skip")
 
 
-def _assembler_kernel(stage: Any) -> StageKernel:
-    inputs, output = list(stage.getInputCols()), stage.getOutputCol()
-
-    def run(blocks: dict[str, Any]) -> dict[str, Any]:
-        return {output: assemble_vectors([blocks[c] for c in inputs], len(blocks[inputs[0]]))}
-
-    return StageKernel(inputs, [output], run)
-
-
-#: SparkML class name -> builder of its kernel from the fitted stage.
-SPARKML_KERNELS: dict[str, Callable[[Any], StageKernel]] = {
-    "LogisticRegressionModel": _lr_kernel,
+#: SparkML class name -> builder of its kernel from the fitted stage's state.
+SPARKML_KERNELS: dict[str, Callable[[StageState], StageKernel]] = {
     "VectorAssembler": _assembler_kernel,
+    "StandardScalerModel": standard_scaler,
+    "MinMaxScalerModel": min_max_scaler,
+    "StringIndexerModel": string_indexer,
+    "OneHotEncoderModel": one_hot_encoder,
+    "ImputerModel": imputer,
+    "LogisticRegressionModel": logistic_regression_kernel,
+    "LinearRegressionModel": linear_regression_kernel,
+    "MultilayerPerceptronClassificationModel": perceptron_kernel,
+    **{f"{kind}ClassificationModel": tree_classifier for kind in ("DecisionTree", "RandomForest", "GBT")},
+    **{f"{kind}RegressionModel": tree_regressor for kind in ("DecisionTree", "RandomForest", "GBT")},
+}
+
+#: SparkML class name -> the fitted data a live stage exposes, under the names SparkML saves it with.
+LIVE_DATA: dict[str, Callable[[Any], dict[str, Any]]] = {
+    "VectorAssembler": lambda s: {},
+    "StandardScalerModel": lambda s: {"mean": s.mean.toArray(), "std": s.std.toArray()},
+    "MinMaxScalerModel": lambda s: {"originalMin": s.originalMin.toArray(),
+                                    "originalMax": s.originalMax.toArray()},
+    "StringIndexerModel": lambda s: {"labelsArray": s.labelsArray},
+    "OneHotEncoderModel": lambda s: {"categorySizes": s.categorySizes},
+    "LogisticRegressionModel": lambda s: {"coefficientMatrix": s.coefficientMatrix.toArray(),
+                                          "interceptVector": s.interceptVector.toArray()},
+    "LinearRegressionModel": lambda s: {"coefficients": s.coefficients.toArray(), "intercept": s.intercept},
+    "MultilayerPerceptronClassificationModel": lambda s: {"weights": s.weights.toArray()},
 }
 
 
+def kernel_from_state(state: StageState) -> StageKernel:
+    """The kernel of a stage's state; :class:`NoKernelError` naming the class where it has none."""
+    builder = SPARKML_KERNELS.get(state.cls)
+    if builder is None:
+        raise NoKernelError(state.cls, list(SPARKML_KERNELS))
+    return builder(state)
+
+
+def load_sparkml_kernel(path: str) -> StageKernel:
+    """The kernel of a SparkML stage saved at ``path`` (a local folder), read without Spark."""
+    return kernel_from_state(read_stage(path))
+
+
 def sparkml_kernel(stage: Any) -> StageKernel | None:
-    """The kernel of a fitted SparkML stage from :data:`SPARKML_KERNELS`, or ``None`` without one."""
-    builder = SPARKML_KERNELS.get(type(stage).__name__)
-    return builder(stage) if builder is not None and type(stage).__module__.startswith("pyspark.") else None
+    """The kernel of a live fitted SparkML stage, or ``None`` where it has none (see :data:`LIVE_DATA`)."""
+    name = type(stage).__name__
+    if name not in LIVE_DATA or not type(stage).__module__.startswith("pyspark."):
+        return None
+    params = {param.name: value for param, value in stage.extractParamMap().items()}
+    return kernel_from_state(StageState(name, params, LIVE_DATA[name](stage)))

@@ -8,7 +8,7 @@ import pytest
 import torch
 from pyspark.ml import PipelineModel
 from pyspark.ml.classification import LogisticRegression
-from pyspark.ml.feature import StandardScaler, VectorAssembler
+from pyspark.ml.feature import SQLTransformer, VectorAssembler
 from pyspark.ml.linalg import Vectors, VectorUDT
 from pyspark.sql.types import IntegerType, StructField, StructType
 
@@ -113,7 +113,7 @@ def test_tabular_lime_on_spark_ranks_the_two_features_of_the_model_first(spark, 
 
 
 def test_a_model_without_pandas_kernels_runs_as_spark_jobs_and_says_so(spark, table, caplog):
-    scaler = StandardScaler(inputCol="features", outputCol="scaled").fit(table)
+    scaler = SQLTransformer(statement="SELECT *, features AS scaled FROM __THIS__")  # a stage with no kernel
     lr = LogisticRegression(featuresCol="scaled", maxIter=30).fit(scaler.transform(table))
     lime = TabularLIME(model=PipelineModel([scaler, lr]), targetClasses=[1], numSamples=100).fit(table)
     with caplog.at_level(logging.WARNING, logger="irbis.explain"):

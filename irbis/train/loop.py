@@ -172,6 +172,7 @@ def _epoch_record(run: _Run, epoch: int, sums: torch.Tensor, done: int, seconds:
            "bytesPerStep": nbytes / max(run.steps_per_epoch, 1)}
     rec["validationLoss"] = vl / vn if vn else None
     rec["accuracy"] = vc / vn if vn else None
+    rec.update(run.dopt.strategy.summary(run.ctx))
     return rec
 
 

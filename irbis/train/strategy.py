@@ -21,12 +21,13 @@ from irbis.train.comm import Communicator
 
 @dataclass
 class WorkerContext:
-    """Where a worker runs: its communicator, rank, world size and device."""
+    """Where a worker runs: its communicator, rank, world size, device, and the host it may bind to."""
 
     comm: Communicator
     rank: int
     world_size: int
     device: str = "cpu"
+    host: str = "127.0.0.1"
 
 
 class FlatParams:
@@ -78,9 +79,14 @@ class Strategy(ABC):
     Hooks, in the order the loop calls them: :meth:`setup` once, then per step
     :meth:`reduce_grads` (before ``optimizer.step``) and :meth:`after_step`,
     then :meth:`finalize` once so that every replica ends with the same model.
+
+    A strategy that owns the update (``owns_update = True``, the parameter-server
+    family) implements :meth:`update` instead: it replaces the local optimizer
+    step, and the local optimizer only supplies the learning rate.
     """
 
     name: ClassVar[str] = ""
+    owns_update: ClassVar[bool] = False
 
     @abstractmethod
     def options(self) -> dict[str, Any]:
@@ -95,8 +101,16 @@ class Strategy(ABC):
     def after_step(self, flat: FlatParams, ctx: WorkerContext, step: int) -> None:
         """Run after ``optimizer.step()``; ``step`` counts from 1."""
 
+    def update(self, flat: FlatParams, ctx: WorkerContext, step: int, lr: float) -> None:
+        """Apply the gradient in ``flat.grads`` to ``flat.weights`` (only when :attr:`owns_update`)."""
+        raise NotImplementedError(f"{type(self).__name__} does not own the update")
+
     def finalize(self, flat: FlatParams, ctx: WorkerContext) -> None:
         """Make the replicas agree at the end of training."""
+
+    def summary(self, ctx: WorkerContext) -> dict[str, Any]:
+        """Collective, once per epoch on every worker: JSON metrics for the epoch's record."""
+        return {}
 
     def state_dict(self) -> dict[str, Any]:
         """Tensors and plain values only (saved with ``torch.save``)."""
@@ -147,9 +161,13 @@ class DistributedOptimizer:
         self.flat.grads.zero_()
 
     def step(self) -> None:
-        """Reduce the gradients as the strategy says, step, then the strategy's after-step."""
+        """Reduce the gradients as the strategy says, step, then the strategy's after-step
+        (or let a strategy that owns the update apply it)."""
         self.steps += 1
         self.flat.sync_grads_in()
+        if self.strategy.owns_update:
+            self.strategy.update(self.flat, self.ctx, self.steps, float(self.optimizer.param_groups[0]["lr"]))
+            return
         self.strategy.reduce_grads(self.flat, self.ctx, self.steps)
         self.optimizer.step()
         self.strategy.after_step(self.flat, self.ctx, self.steps)

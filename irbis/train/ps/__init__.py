@@ -31,7 +31,6 @@ import torch
 from irbis.train.ps.local import LocalClient, LocalHub
 from irbis.train.ps.rules import split_shards
 from irbis.train.ps.shard import STALENESS_BINS, ShardState
-from irbis.train.ps.transport import PSClient, ShardServer
 
 SECRET_BYTES = 32
 ADDRESS_BYTES = 128
@@ -60,7 +59,7 @@ class ParameterServer:
 
     client: Any
     hosted: list[int]
-    servers: list[ShardServer] = field(default_factory=list)
+    servers: list[Any] = field(default_factory=list)
     last_stats: np.ndarray | None = None
 
     def stats_delta(self, comm: Any) -> np.ndarray:
@@ -97,6 +96,8 @@ def start(weights: np.ndarray, sizes: list[int], ctx: Any, num_shards: int, **sh
                                             ranges, world))
         ps = ParameterServer(LocalClient(hub, rank), hosted)
     else:
+        from irbis.train.ps.transport import PSClient, ShardServer  # zmq only where workers are processes
+
         secret = _share_secret(comm)
         server = ShardServer({i: ShardState(weights[ranges[i][0]:ranges[i][1]], **shard_options) for i in hosted},
                              secret, getattr(ctx, "host", "127.0.0.1"))

@@ -51,10 +51,13 @@ class MixedSync(Downpour):
     def options(self) -> dict[str, Any]:
         return {**super().options(), "groupSize": self.groupSize}
 
-    def setup(self, flat: FlatParams, ctx: WorkerContext) -> None:
-        if ctx.world_size % self.groupSize:
-            raise ValueError(f"groupSize={self.groupSize} does not divide numWorkers={ctx.world_size}; "
+    def check_workers(self, num_workers: int) -> None:
+        if num_workers % self.groupSize:
+            raise ValueError(f"groupSize={self.groupSize} does not divide numWorkers={num_workers}; "
                              "use a divisor of the number of workers")
+
+    def setup(self, flat: FlatParams, ctx: WorkerContext) -> None:
+        self.check_workers(ctx.world_size)
         super().setup(flat, ctx)
 
     def shard_options(self, ctx: WorkerContext) -> dict[str, Any]:

@@ -116,6 +116,7 @@ class Downpour(Strategy):
         if step % self.pushEvery == 0:
             grads = flat.grads if self.state.pending is None else self.state.pending
             client.push(grads.numpy(), lr, flat.weights.numpy() if fetch else None)
+            ctx.comm.bytes_sent += grads.numel() * grads.element_size()  # bytes per step count the pushes
             if self.state.pending is not None:
                 self.state.pending.zero_()
                 self.state.pushes = 0

@@ -153,6 +153,17 @@ def test_one_worker_sees_no_staleness(digits):
     hist = run_threads(spec("downpour", {"numShards": 3}), shard_rows(x, y, 1))[0].history
     assert all(h["staleness"]["max"] == 0 and h["psUpdates"]["rejected"] == 0 for h in hist)
     assert hist[-1]["psUpdates"]["applied"] == 3 * -(-480 // 16)  # every step's push, on each of 3 shards
+    assert hist[-1]["bytesPerStep"] == 2410 * 4  # one float32 gradient pushed per step
+
+
+def test_the_straggler_hook_slows_a_worker_without_changing_the_math(digits):
+    x, y = digits
+    plain = run_threads(spec("sync", epochs=1), shard_rows(x, y, 2))
+    slowed = run_threads(spec("sync", epochs=1, slow_workers={1: 1.5}), shard_rows(x, y, 2))
+    a, b = final(plain), final(slowed)
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    with pytest.raises(ValueError, match="slowdown must be >= 1, found 0.5"):
+        run_threads(spec("sync", epochs=1, slow_workers={0: 0.5}), shard_rows(x, y, 2))
 
 
 def test_dcasgd_with_lambda_zero_is_downpour_on_the_same_schedule(digits):

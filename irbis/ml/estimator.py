@@ -97,6 +97,7 @@ class TorchEstimator(IrbisEstimator, HasTrainParams):
         super().__init__()
         self._callables: dict[str, Callable[..., Any]] = {}
         self.augment: Callable[..., Any] | None = None
+        self._slow_workers: dict[int, float] = {}  # tests and benchmarks only: rank -> slowdown factor
         self.last_results: list[Any] | None = None
         self.setParams(**self._input_kwargs)
 
@@ -152,7 +153,7 @@ class TorchEstimator(IrbisEstimator, HasTrainParams):
         if not callable(opt) and opt not in OPTIMIZERS:
             raise ValueError(f"optimizer must be one of {list(OPTIMIZERS)} or a callable, found {opt!r}")
         make_loss(self._resolved("loss"))
-        make_strategy(self.getStrategy(), **self._options("strategyOptions"))
+        make_strategy(self.getStrategy(), **self._options("strategyOptions")).check_workers(self.getNumWorkers())
         for name, low in (("batchSize", 1), ("epochs", 1), ("numWorkers", 1), ("checkpointInterval", 0)):
             if self.getOrDefault(name) < low:
                 raise ValueError(f"{name} must be >= {low}, found {self.getOrDefault(name)}")
@@ -168,7 +169,8 @@ class TorchEstimator(IrbisEstimator, HasTrainParams):
             strategy=self.getStrategy(), strategy_options=self._options("strategyOptions"),
             validation_fraction=self.getValidationFraction(), seed=self.getSeed(), device=self.getDevice(),
             input_shape=self.getOrDefault("inputShape") if self.isDefined(self.inputShape) else None,
-            checkpoint_every=self.getCheckpointInterval(), augment=self.augment, prefetch=self.augment is not None)
+            checkpoint_every=self.getCheckpointInterval(), augment=self.augment, prefetch=self.augment is not None,
+            slow_workers=dict(self._slow_workers))
 
     # -- fit -------------------------------------------------------------------------------------
     def _fit(self, dataset: Any) -> Any:

@@ -132,7 +132,8 @@ def barrier_task(fn: RankFn, world: int, driver: tuple[str, int] | None, job: st
     comm = init_torch_group(_join(store, job, rank), rank, world, device, timeout_s)
     t1 = time.perf_counter()
     try:
-        result = fn(Rank(rank, world, comm, batches, device))
+        host = ctx.getTaskInfos()[rank].address.rsplit(":", 1)[0]  # where Spark runs this task
+        result = fn(Rank(rank, world, comm, batches, device, host))
     finally:
         dist.destroy_process_group()
     if driver is None:

@@ -100,7 +100,7 @@ def train_partition(spec: TrainSpec, columns: tuple[str, str], progress: tuple[s
         return error
     report = ProgressClient(progress) if rank.rank == 0 else None
     try:
-        ctx = WorkerContext(rank.comm, rank.rank, rank.world_size, spec.device)
+        ctx = WorkerContext(rank.comm, rank.rank, rank.world_size, spec.device, rank.host)
         result = train_worker(spec, shard, ctx, report, module)
     finally:
         if report is not None:

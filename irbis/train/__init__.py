@@ -8,7 +8,7 @@ Examples
 --------
 >>> from irbis.train.strategies import STRATEGIES, make_strategy
 >>> sorted(STRATEGIES)
-['block_momentum', 'model_averaging', 'one_bit', 'sync']
+['block_momentum', 'dcasgd', 'downpour', 'mixed', 'model_averaging', 'one_bit', 'sync']
 """
 
 from __future__ import annotations

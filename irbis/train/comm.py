@@ -18,10 +18,12 @@ from __future__ import annotations
 
 import datetime
 import threading
-from typing import Protocol, runtime_checkable
+from collections.abc import Callable
+from typing import Protocol, TypeVar, runtime_checkable
 
 import torch
 
+T = TypeVar("T")
 
 @runtime_checkable
 class Communicator(Protocol):
@@ -61,6 +63,7 @@ class _Shared:
         self.cond = threading.Condition()
         self.arrivals: dict[str, list[torch.Tensor]] = {}
         self.readers: dict[str, int] = {}
+        self.objects: dict[str, object] = {}
 
 
 class ThreadCommunicator:
@@ -119,6 +122,19 @@ class ThreadCommunicator:
 
     def barrier(self) -> None:
         self._shared.barrier.wait()
+
+    def shared_object(self, key: str, factory: Callable[[], T]) -> T:
+        """Collective: the one object of this group for ``key``, built by the first worker to ask.
+
+        Threads only (e.g. the in-process parameter server); a barrier makes every worker see it.
+        """
+        s = self._shared
+        with s.cond:
+            if key not in s.objects:
+                s.objects[key] = factory()
+            obj = s.objects[key]
+        s.barrier.wait()
+        return obj  # type: ignore[return-value]
 
     def gather_first(self, tensor: torch.Tensor, k: int, tag: str) -> list[torch.Tensor]:
         s = self._shared

@@ -51,6 +51,7 @@ class TrainSpec:
     augment: Augment | None = None
     prefetch: bool = False
     torch_threads: int | None = None
+    slow_workers: dict[int, float] = field(default_factory=dict)  # tests/benchmarks: rank -> slowdown
 
 
 @dataclass
@@ -109,7 +110,8 @@ def _setup(spec: TrainSpec, shard: Shard, ctx: WorkerContext,
                              f"workers, this job has {ctx.world_size}; use a new checkpointDir")
         resume = ckpt.load_worker(spec.checkpoint_dir, manifest["step"], ctx.rank, spec.device)
         flat.weights.copy_(resume["weights"])
-    dopt = DistributedOptimizer(opt, strategy, ctx, flat, broadcast=resume is None)
+    dopt = DistributedOptimizer(opt, strategy, ctx, flat, broadcast=resume is None,
+                                slowdown=spec.slow_workers.get(ctx.rank, 1.0))
     if resume is not None:
         dopt.load_state_dict(resume["optimizer"])
     run = _Run(spec, ctx, model, dopt, make_loss(spec.loss), _tensors(tr, spec, spec.loss),
@@ -172,6 +174,7 @@ def _epoch_record(run: _Run, epoch: int, sums: torch.Tensor, done: int, seconds:
            "bytesPerStep": nbytes / max(run.steps_per_epoch, 1)}
     rec["validationLoss"] = vl / vn if vn else None
     rec["accuracy"] = vc / vn if vn else None
+    rec.update(run.dopt.strategy.summary(run.ctx))
     return rec
 
 

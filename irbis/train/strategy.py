@@ -10,6 +10,7 @@ optimizer and drives the hooks around each step.
 
 from __future__ import annotations
 
+import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -21,12 +22,13 @@ from irbis.train.comm import Communicator
 
 @dataclass
 class WorkerContext:
-    """Where a worker runs: its communicator, rank, world size and device."""
+    """Where a worker runs: its communicator, rank, world size, device, and the host it may bind to."""
 
     comm: Communicator
     rank: int
     world_size: int
     device: str = "cpu"
+    host: str = "127.0.0.1"
 
 
 class FlatParams:
@@ -78,13 +80,21 @@ class Strategy(ABC):
     Hooks, in the order the loop calls them: :meth:`setup` once, then per step
     :meth:`reduce_grads` (before ``optimizer.step``) and :meth:`after_step`,
     then :meth:`finalize` once so that every replica ends with the same model.
+
+    A strategy that owns the update (``owns_update = True``, the parameter-server
+    family) implements :meth:`update` instead: it replaces the local optimizer
+    step, and the local optimizer only supplies the learning rate.
     """
 
     name: ClassVar[str] = ""
+    owns_update: ClassVar[bool] = False
 
     @abstractmethod
     def options(self) -> dict[str, Any]:
         """The constructor arguments as JSON values (what gets persisted)."""
+
+    def check_workers(self, num_workers: int) -> None:
+        """Raise ValueError if the options cannot run on ``num_workers`` workers (called before training)."""
 
     def setup(self, flat: FlatParams, ctx: WorkerContext) -> None:
         """Create the strategy's state; replicas already hold the same starting weights."""
@@ -95,8 +105,16 @@ class Strategy(ABC):
     def after_step(self, flat: FlatParams, ctx: WorkerContext, step: int) -> None:
         """Run after ``optimizer.step()``; ``step`` counts from 1."""
 
+    def update(self, flat: FlatParams, ctx: WorkerContext, step: int, lr: float) -> None:
+        """Apply the gradient in ``flat.grads`` to ``flat.weights`` (only when :attr:`owns_update`)."""
+        raise NotImplementedError(f"{type(self).__name__} does not own the update")
+
     def finalize(self, flat: FlatParams, ctx: WorkerContext) -> None:
         """Make the replicas agree at the end of training."""
+
+    def summary(self, ctx: WorkerContext) -> dict[str, Any]:
+        """Collective, once per epoch on every worker: JSON metrics for the epoch's record."""
+        return {}
 
     def state_dict(self) -> dict[str, Any]:
         """Tensors and plain values only (saved with ``torch.save``)."""
@@ -124,6 +142,9 @@ class DistributedOptimizer:
     broadcast : bool, default True
         Start every replica from rank 0's weights (False when resuming, where
         each worker restored its own weights from its checkpoint).
+    slowdown : float, default 1.0
+        A straggler for tests and benchmarks: before communicating, sleep
+        ``slowdown - 1`` times the compute time since the last step.
 
     Examples
     --------
@@ -132,8 +153,12 @@ class DistributedOptimizer:
     """
 
     def __init__(self, optimizer: torch.optim.Optimizer, strategy: Strategy, ctx: WorkerContext,
-                 flat: FlatParams, broadcast: bool = True) -> None:
+                 flat: FlatParams, broadcast: bool = True, slowdown: float = 1.0) -> None:
+        if not slowdown >= 1.0:
+            raise ValueError(f"slowdown must be >= 1, found {slowdown!r}")
         self.optimizer = optimizer
+        self.slowdown = float(slowdown)
+        self._last_step: float | None = None
         self.strategy = strategy
         self.ctx = ctx
         self.flat = flat
@@ -147,12 +172,23 @@ class DistributedOptimizer:
         self.flat.grads.zero_()
 
     def step(self) -> None:
-        """Reduce the gradients as the strategy says, step, then the strategy's after-step."""
+        """Reduce the gradients as the strategy says, step, then the strategy's after-step
+        (or let a strategy that owns the update apply it)."""
         self.steps += 1
+        self._straggle()
         self.flat.sync_grads_in()
-        self.strategy.reduce_grads(self.flat, self.ctx, self.steps)
-        self.optimizer.step()
-        self.strategy.after_step(self.flat, self.ctx, self.steps)
+        if self.strategy.owns_update:
+            self.strategy.update(self.flat, self.ctx, self.steps, float(self.optimizer.param_groups[0]["lr"]))
+        else:
+            self.strategy.reduce_grads(self.flat, self.ctx, self.steps)
+            self.optimizer.step()
+            self.strategy.after_step(self.flat, self.ctx, self.steps)
+        if self.slowdown > 1.0:
+            self._last_step = time.perf_counter()
+
+    def _straggle(self) -> None:
+        if self.slowdown > 1.0 and self._last_step is not None:
+            time.sleep((self.slowdown - 1.0) * (time.perf_counter() - self._last_step))
 
     def finalize(self) -> None:
         """Let the strategy make every replica hold the same final model."""

@@ -28,13 +28,15 @@ T = TypeVar("T")
 
 @dataclass
 class Rank:
-    """What a rank function receives: its rank, the world size, its communicator, its data, its device."""
+    """What a rank function receives: its rank, the world size, its communicator, its data, its device,
+    and the host address it may bind servers to."""
 
     rank: int
     world_size: int
     comm: Communicator
     data: Any
     device: str = "cpu"
+    host: str = "127.0.0.1"
 
 
 RankFn = Callable[[Rank], Any]

@@ -14,6 +14,9 @@ from __future__ import annotations
 from typing import Any
 
 from irbis.train.strategies.block_momentum import BlockMomentum
+from irbis.train.strategies.dcasgd import DCASGD
+from irbis.train.strategies.downpour import Downpour
+from irbis.train.strategies.mixed import MixedSync
 from irbis.train.strategies.model_averaging import ModelAveraging
 from irbis.train.strategies.one_bit_sgd import OneBitSGD
 from irbis.train.strategies.sync_sgd import SyncSGD
@@ -24,6 +27,9 @@ STRATEGIES: dict[str, type[Strategy]] = {
     ModelAveraging.name: ModelAveraging,
     BlockMomentum.name: BlockMomentum,
     OneBitSGD.name: OneBitSGD,
+    Downpour.name: Downpour,
+    MixedSync.name: MixedSync,
+    DCASGD.name: DCASGD,
 }
 
 
@@ -43,5 +49,5 @@ def make_strategy(name: str, **options: Any) -> Strategy:
         raise ValueError(f"bad strategyOptions for {name!r}: {err}") from None
 
 
-__all__ = ["STRATEGIES", "BlockMomentum", "ModelAveraging", "OneBitSGD", "Strategy", "SyncSGD",
-           "make_strategy"]
+__all__ = ["STRATEGIES", "DCASGD", "BlockMomentum", "Downpour", "MixedSync", "ModelAveraging", "OneBitSGD",
+           "Strategy", "SyncSGD", "make_strategy"]

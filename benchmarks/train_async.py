@@ -1,0 +1,161 @@
+"""Benchmark: the parameter-server strategies (downpour, mixed, dcasgd) against synchronous SGD.
+
+Workers are spawned processes joined by gloo, the parameter-server shards co-located in them and
+reached over the ZeroMQ transport (:func:`irbis.train.backends.local.run_processes`), so staleness
+is real even where 4 or 8 workers share this machine's cores. Every run sees the same samples
+(equal epochs over the same rows) and reports:
+
+* test accuracy after those samples, and loop samples/s;
+* time to a target training loss (the first epoch whose mean loss is at or below it);
+* the staleness distribution of the server updates (mean, 90th percentile, max);
+* a straggler scenario: 4 workers, rank 0 slowed 3x (a sleep of twice its compute time each step,
+  the estimator's internal ``_slow_workers`` hook), for ``sync``, ``sync`` with ``backupWorkers=1``,
+  ``downpour`` and ``dcasgd``;
+* accuracy under staleness: 8 workers, ``sync`` / ``downpour`` / ``dcasgd``, over several seeds.
+
+Workloads: scikit-learn digits (1437 train / 360 test, stratified, random_state=0), inputs X/16, with
+the MLP 64-128-10 and with ``small_cnn`` on the digits upscaled to 3x32x32. Every strategy uses plain
+SGD, global batch 64 (64 / N per worker). Synchronous SGD applies one mean gradient per step at
+``LR``; an asynchronous worker's push is applied on its own, so N pushes move the weights about as
+far as one synchronous step at N times the rate: the asynchronous runs use ``LR / N`` (``mixed``,
+which averages groups of 2, ``2 LR / N``). ``downpour`` uses its default server rule, Adagrad, at
+``ADAGRAD_LR``.
+
+sparktorch's hogwild mode is not run here: its wheel pins its own torch and Flask stack, which this
+environment does not install; its figures are quoted from research/baselines.md.
+Run: ``python benchmarks/train_async.py [--quick]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from train_sync import CNN, MLP, accuracy, load_digits_split  # noqa: E402
+
+RESULTS = Path(__file__).parent / "results"
+LR, ADAGRAD_LR, TARGET_LOSS = 0.2, 0.02, 0.3
+ASYNC = {"downpour": {}, "mixed": {"groupSize": 2}, "dcasgd": {}}
+
+
+def learning_rate(strategy: str, options: dict, workers: int) -> float:
+    if strategy == "sync":
+        return LR
+    if strategy == "downpour" and options.get("serverOptimizer", "adagrad") == "adagrad":
+        return ADAGRAD_LR * 2 / workers
+    return LR * options.get("groupSize", 1) / workers
+
+
+def train(arch: str, options: dict, shape: list[int], data: tuple, epochs: int, strategy: str, sopts: dict,
+          workers: int, seed: int = 0, slow: dict | None = None) -> dict:
+    from irbis.models import build_model
+    from irbis.train.backends.local import run_processes, shard_rows
+    from irbis.train.loop import TrainSpec
+    from irbis.train.networks import network_spec
+
+    xtr, xte, ytr, yte = data
+    spec = TrainSpec(network=network_spec(arch, options), epochs=epochs, batch_size=64 // workers, optimizer="sgd",
+                     learning_rate=learning_rate(strategy, sopts, workers), strategy=strategy,
+                     strategy_options=sopts, seed=seed, input_shape=shape, torch_threads=1,
+                     slow_workers=dict(slow or {}))
+    t0 = time.perf_counter()
+    results = run_processes(spec, shard_rows(xtr, ytr, workers))
+    wall = time.perf_counter() - t0
+    module = build_model(arch, **options)
+    import io
+
+    module.load_state_dict(torch.load(io.BytesIO(results[0].state), weights_only=True))
+    hist = results[0].history
+    loop = max(r.loop_seconds for r in results)
+    elapsed = np.cumsum([len(ytr) / h["samplesPerSecond"] for h in hist])
+    reached = [t for h, t in zip(hist, elapsed) if h["loss"] <= TARGET_LOSS]
+    stale = np.sum([h["staleness"]["histogram"] for h in hist if h.get("staleness", {}).get("updates")], axis=0)
+    return {"strategy": strategy + ("" if not sopts else f" {sopts}"), "workers": workers,
+            "acc": accuracy(module, xte, yte, shape), "loop": epochs * len(ytr) / loop, "wall": wall,
+            "toTarget": reached[0] if reached else float("nan"), "loss": hist[-1]["loss"], "stale": stale}
+
+
+def stale_text(hist: object) -> str:
+    if not isinstance(hist, np.ndarray) or hist.size == 0 or hist.sum() == 0:
+        return "-"
+    from irbis.train.strategies.downpour import staleness_summary
+
+    s = staleness_summary(hist)
+    return f"mean {s['mean']:.2f} p90 {s['p90']} max {s['max']}"
+
+
+def table(title: str, rows: list[dict]) -> str:
+    lines = [title, f"{'strategy':34s} {'workers':>7s} {'loop samples/s':>15s} {'s to loss<=%.1f' % TARGET_LOSS:>15s} "
+                    f"{'final loss':>10s} {'test acc':>9s}  staleness"]
+    for r in rows:
+        lines.append(f"{r['strategy']:34s} {r['workers']:7d} {r['loop']:15,.0f} {r['toTarget']:15.2f} "
+                     f"{r['loss']:10.3f} {r['acc']:9.3f}  {stale_text(r['stale'])}")
+    return "\n".join(lines)
+
+
+def workload(arch: str, options: dict, shape: list[int], epochs: int, workers: list[int]) -> list[dict]:
+    data = load_digits_split(images=arch != "mlp")
+    rows = []
+    for n in workers:
+        rows.append(train(arch, options, shape, data, epochs, "sync", {}, n))
+        for name, sopts in ASYNC.items():
+            if n % sopts.get("groupSize", 1) == 0:
+                rows.append(train(arch, options, shape, data, epochs, name, sopts, n))
+    return rows
+
+
+def stragglers(epochs: int, workers: int = 4) -> list[dict]:
+    data, slow = load_digits_split(False), {0: 3.0}
+    runs = [("sync", {}), ("sync", {"backupWorkers": 1}), ("downpour", {}), ("dcasgd", {})]
+    return [train("mlp", MLP, [64], data, epochs, name, sopts, workers, slow=slow) for name, sopts in runs]
+
+
+def seeds_table(epochs: int, seeds: int, workers: int) -> list[str]:
+    data = load_digits_split(False)
+    out = [f"accuracy under staleness: MLP, {workers} workers, {epochs} epochs, {seeds} seeds (mean ± std)"]
+    for name in ("sync", "downpour", "dcasgd"):
+        accs = [train("mlp", MLP, [64], data, epochs, name, {}, workers, seed=s)["acc"] for s in range(seeds)]
+        out.append(f"  {name:10s} {np.mean(accs):.4f} ± {np.std(accs):.4f}  {[round(a, 4) for a in accs]}")
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--quick", action="store_true", help="2 workers, 1 epoch, MLP only (a smoke run)")
+    args = parser.parse_args()
+    load_before = os.getloadavg()
+    if args.quick:
+        mlp, cnn = workload("mlp", MLP, [64], 1, [2]), []
+        slow, seeds = stragglers(1, workers=2), seeds_table(1, 1, 2)
+    else:
+        mlp = workload("mlp", MLP, [64], 20, [2, 4, 8])
+        cnn = workload("small_cnn", CNN, [3, 32, 32], 3, [2, 4, 8])
+        slow, seeds = stragglers(20), seeds_table(20, 5, 8)
+    report = [
+        "# benchmarks/train_async.py",
+        f"python {platform.python_version()}, torch {torch.__version__}, {platform.machine()}, "
+        f"{os.cpu_count()} cores; workers are processes (gloo + ZeroMQ), one torch thread each",
+        f"load average (1 min) before {load_before[0]:.1f}, after {os.getloadavg()[0]:.1f}",
+        "", table("digits MLP 64-128-10, global batch 64, equal samples", mlp),
+        *(["", table("small_cnn on 3x32x32 digits, global batch 64, equal samples", cnn)] if cnn else []),
+        "", table("stragglers: rank 0 slowed 3x", slow),
+        "", *seeds,
+        "", "quoted from research/baselines.md section 4: sparktorch hogwild 2,107 samples/s end to end, "
+            "accuracy 0.91-0.93 (not run here).",
+    ]
+    text = "\n".join(report) + "\n"
+    print(text)
+    if not args.quick:
+        (RESULTS / "train_async.txt").write_text(text)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,99 @@
+"""The parameter server inside one process, for workers that are threads: deterministic lockstep.
+
+:class:`LocalHub` holds the shards; each worker thread talks to it through a
+:class:`LocalClient`, which has the same methods as
+:class:`~irbis.train.ps.transport.PSClient`. Requests are served in a fixed
+round-robin of the ranks (rank 0's k-th request, then rank 1's, ...), so the
+asynchronous strategies follow the same schedule, with the same staleness, on
+every run: the thread backend is where their update rules are compared exactly.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+
+from irbis.train.ps.shard import PENDING, REJECTED, ShardState
+
+
+class LocalHub:
+    """Shards shared by the worker threads of one job, and the turnstile that orders their requests."""
+
+    def __init__(self, shards: list[ShardState], ranges: list[tuple[int, int]], world_size: int,
+                 timeout_s: float = 300.0) -> None:
+        self.shards, self.ranges, self.world_size, self.timeout_s = shards, ranges, world_size, timeout_s
+        self.refused = 0
+        self._cond = threading.Condition()
+        self._turn = 0
+        self._done = [False] * world_size
+
+    def _take_turn(self, rank: int) -> None:
+        if not self._cond.wait_for(lambda: self._turn == rank, timeout=self.timeout_s):
+            raise TimeoutError(f"worker {rank} waited more than {self.timeout_s:g} s for its turn")
+
+    def _pass_turn(self) -> None:
+        nxt = (self._turn + 1) % self.world_size
+        while self._done[nxt] and not all(self._done):
+            nxt = (nxt + 1) % self.world_size
+        self._turn = nxt
+        self._cond.notify_all()
+
+    def request(self, rank: int, fn):
+        """Run ``fn()`` when it is ``rank``'s turn, then hand the turn on."""
+        with self._cond:
+            self._take_turn(rank)
+            try:
+                return fn()
+            finally:
+                self._pass_turn()
+
+    def leave(self, rank: int) -> None:
+        """``rank`` makes no more requests: skip it in the round-robin."""
+        with self._cond:
+            self._done[rank] = True
+            if self._turn == rank:
+                self._pass_turn()
+
+
+class LocalClient:
+    """One worker's view of a :class:`LocalHub`, with :class:`~irbis.train.ps.transport.PSClient`'s methods."""
+
+    def __init__(self, hub: LocalHub, worker: int) -> None:
+        self.hub, self.worker, self.ranges = hub, worker, hub.ranges
+        self.versions = [0] * len(hub.shards)
+        self.seq = 0
+        self.rejected = 0
+
+    def hello(self, timeout_s: float = 10.0) -> None:
+        """Nothing to reach in one process."""
+
+    def push(self, grads: np.ndarray, lr: float, pull_into: np.ndarray | None = None) -> None:
+        self.seq += 1
+        statuses = self.hub.request(self.worker, lambda: [
+            s.push(self.worker, self.seq, self.versions[i], grads[lo:hi], lr)
+            for i, (s, (lo, hi)) in enumerate(zip(self.hub.shards, self.ranges))])
+        self.rejected += sum(st == REJECTED for st in statuses)
+        if PENDING in statuses:  # a group waits for its last member's push
+            with self.hub._cond:
+                self.hub._cond.wait_for(lambda: all((self.worker // s.group_size, self.seq) not in s.pending
+                                                    for s in self.hub.shards), timeout=self.hub.timeout_s)
+        if pull_into is not None:
+            self.pull(pull_into)
+
+    def pull(self, into: np.ndarray) -> None:
+        def read() -> None:
+            for i, (s, (lo, hi)) in enumerate(zip(self.hub.shards, self.ranges)):
+                self.versions[i], into[lo:hi] = s.pull(self.worker)
+        self.hub.request(self.worker, read)
+
+    def stats(self, shard_ids: list[int]) -> np.ndarray:
+        with self.hub._cond:
+            parts = [self.hub.shards[i].stats() for i in shard_ids]
+        return np.sum(parts, axis=0) if parts else np.zeros(0, dtype=np.int64)
+
+    def close(self) -> None:
+        self.hub.leave(self.worker)
+
+
+__all__ = ["LocalClient", "LocalHub"]

@@ -1,0 +1,93 @@
+"""Server-side update rules of the parameter server, pure numpy.
+
+A shard of ``n`` weights applies each gradient it receives with one of the
+rules of :data:`SERVER_OPTIMIZERS` (``w`` the shard's weights, ``g`` the
+gradient, ``η`` the learning rate the worker sent with it):
+
+* ``sgd``: :math:`w \\leftarrow w - η g`;
+* ``momentum``: :math:`v \\leftarrow μ v + g,\\; w \\leftarrow w - η v` (μ = 0.9);
+* ``adagrad``: :math:`h \\leftarrow h + g \\odot g,\\; w \\leftarrow w - η\\, g / (\\sqrt{h} + ε)`,
+  Downpour's best setting in Dean et al. 2012.
+
+Delay compensation (Zheng et al., "Asynchronous Stochastic Gradient Descent
+with Delay Compensation", ICML 2017) corrects a gradient computed at the
+weights ``W_pulled`` a worker last fetched before the rule sees it:
+
+.. math:: \\tilde g = g + λ\\, g \\odot g \\odot (W_{now} - W_{pulled})
+
+and DC-ASGD-a scales λ element-wise by the running mean square of the
+gradients, :math:`M \\leftarrow m M + (1 - m) g \\odot g`,
+:math:`λ_t = λ_0 / \\sqrt{M + ε}` (m = 0.95).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+MOMENTUM = 0.9
+EPS = 1e-8
+MEAN_SQUARE_DECAY = 0.95
+
+State = dict[str, np.ndarray]
+Rule = Callable[[np.ndarray, np.ndarray, float, State], None]
+
+
+def sgd(w: np.ndarray, g: np.ndarray, lr: float, state: State) -> None:
+    """Plain SGD, in place."""
+    w -= np.float32(lr) * g
+
+
+def momentum(w: np.ndarray, g: np.ndarray, lr: float, state: State) -> None:
+    """Heavy-ball momentum (μ = 0.9), in place; keeps ``state["v"]``."""
+    v = state.setdefault("v", np.zeros_like(w))
+    v *= np.float32(MOMENTUM)
+    v += g
+    w -= np.float32(lr) * v
+
+
+def adagrad(w: np.ndarray, g: np.ndarray, lr: float, state: State) -> None:
+    """Adagrad, in place; keeps the sum of squared gradients in ``state["h"]``."""
+    h = state.setdefault("h", np.zeros_like(w))
+    h += g * g
+    w -= np.float32(lr) * g / (np.sqrt(h) + np.float32(EPS))
+
+
+SERVER_OPTIMIZERS: dict[str, Rule] = {"sgd": sgd, "momentum": momentum, "adagrad": adagrad}
+
+
+def delay_compensate(g: np.ndarray, w_now: np.ndarray, w_pulled: np.ndarray, lambda_: float,
+                     state: State | None = None) -> np.ndarray:
+    """The delay-compensated gradient; with ``state`` (a dict) DC-ASGD-a's adaptive λ.
+
+    Returns ``g`` itself (not a copy) when ``lambda_ == 0``, so that DC-ASGD with λ = 0
+    is the uncompensated rule bit for bit.
+    """
+    if lambda_ == 0:
+        return g
+    lam: np.ndarray | np.float32 = np.float32(lambda_)
+    if state is not None:
+        ms = state.setdefault("meanSquare", np.zeros_like(g))
+        ms *= np.float32(MEAN_SQUARE_DECAY)
+        ms += np.float32(1 - MEAN_SQUARE_DECAY) * g * g
+        lam = np.float32(lambda_) / np.sqrt(ms + np.float32(EPS))
+    return g + lam * g * g * (w_now - w_pulled)
+
+
+def split_shards(sizes: list[int], k: int) -> list[tuple[int, int]]:
+    """Split a flat buffer of parameters with ``sizes`` into ``k`` contiguous ranges balanced by size.
+
+    Ranges cut at element boundaries (a parameter may straddle two shards), so the shards differ by
+    at most one element. Raises ValueError when ``k`` exceeds the number of elements.
+    """
+    total = int(sum(sizes))
+    if not isinstance(k, int) or isinstance(k, bool) or k < 1:
+        raise ValueError(f"numShards must be an int >= 1, found {k!r}")
+    if k > total:
+        raise ValueError(f"numShards={k} is more than the model's {total} parameters; use at most {total}")
+    bounds = [round(i * total / k) for i in range(k + 1)]
+    return [(bounds[i], bounds[i + 1]) for i in range(k)]
+
+
+__all__ = ["SERVER_OPTIMIZERS", "delay_compensate", "split_shards", "sgd", "momentum", "adagrad"]

@@ -1,0 +1,114 @@
+"""One shard of the parameter server: weights, the server optimizer, versions, staleness, counters.
+
+Pure numpy and no I/O: the transports (:mod:`irbis.train.ps.transport` over ZeroMQ,
+:mod:`irbis.train.ps.local` in one process) only move bytes to and from
+:meth:`ShardState.pull` and :meth:`ShardState.push`.
+
+Every applied update bumps :attr:`ShardState.version`; its staleness is the number of
+versions between the worker's last pull and the update, recorded in a histogram
+(:data:`STALENESS_BINS` bins, the last one counting everything larger). A push whose
+gradient has the wrong length, or that claims a version the shard never handed out,
+is rejected; one whose sequence number was already applied (a resent message, or a
+retried task replaying its steps) is acknowledged and counted as replayed, not applied
+twice. Nothing is dropped without being counted.
+
+With ``group_size > 1`` (the mixed mode) the pushes of one group at one step are
+summed and applied once, as their mean, when the last member's arrives.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from irbis.train.ps.rules import SERVER_OPTIMIZERS, State, delay_compensate
+
+STALENESS_BINS = 32
+APPLIED, PENDING, REJECTED, REPLAYED = 0, 1, 2, 3
+
+
+@dataclass
+class ShardState:
+    """The server side of one contiguous range of the flat weight buffer.
+
+    Parameters
+    ----------
+    weights : numpy.ndarray
+        The shard's starting weights (float32, copied).
+    optimizer : str
+        A key of :data:`~irbis.train.ps.rules.SERVER_OPTIMIZERS`.
+    lambda_ : float
+        Delay-compensation strength (0: none).
+    adaptive : bool
+        DC-ASGD-a's adaptive λ.
+    group_size : int
+        Pushes averaged per update (mixed mode); 1 applies each push.
+    """
+
+    weights: np.ndarray
+    optimizer: str = "adagrad"
+    lambda_: float = 0.0
+    adaptive: bool = True
+    group_size: int = 1
+    version: int = 0
+    opt_state: State = field(default_factory=dict)
+    dc_state: State = field(default_factory=dict)
+    pulled: dict[int, tuple[int, np.ndarray]] = field(default_factory=dict)
+    staleness: np.ndarray = field(default_factory=lambda: np.zeros(STALENESS_BINS, dtype=np.int64))
+    counts: dict[str, int] = field(default_factory=lambda: {"applied": 0, "rejected": 0, "replayed": 0})
+    last_seq: dict[int, int] = field(default_factory=dict)
+    pending: dict[tuple[int, int], list] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.weights = np.array(self.weights, dtype=np.float32, copy=True)
+        if self.optimizer not in SERVER_OPTIMIZERS:
+            raise ValueError(f"serverOptimizer must be one of {sorted(SERVER_OPTIMIZERS)}, found {self.optimizer!r}")
+
+    def pull(self, worker: int) -> tuple[int, np.ndarray]:
+        """The current version and weights (a copy); remembers them as ``worker``'s last pull."""
+        snap = self.weights.copy()
+        self.pulled[worker] = (self.version, snap if self.lambda_ else snap[:0])
+        return self.version, snap
+
+    def push(self, worker: int, seq: int, version: int, grad: np.ndarray, lr: float) -> int:
+        """Apply (or hold, in a group) one gradient; returns APPLIED, PENDING, REJECTED or REPLAYED."""
+        if grad.shape != self.weights.shape or not 0 <= version <= self.version:
+            self.counts["rejected"] += 1
+            return REJECTED
+        if seq <= self.last_seq.get(worker, -1):
+            self.counts["replayed"] += 1
+            return REPLAYED
+        self.last_seq[worker] = seq
+        if self.group_size == 1:
+            self._apply(grad, lr, [(worker, version)])
+            return APPLIED
+        key = (worker // self.group_size, seq)
+        held = self.pending.setdefault(key, [np.zeros_like(self.weights), []])
+        held[0] += grad
+        held[1].append((worker, version))
+        if len(held[1]) < self.group_size:
+            return PENDING
+        del self.pending[key]
+        self._apply(held[0] / np.float32(self.group_size), lr, held[1])
+        return APPLIED
+
+    def _apply(self, grad: np.ndarray, lr: float, members: list[tuple[int, int]]) -> None:
+        oldest = min(v for _, v in members)
+        if self.lambda_:
+            worker = members[0][0]
+            base = self.pulled.get(worker, (0, self.weights))[1]
+            grad = delay_compensate(grad, self.weights, base, self.lambda_,
+                                    self.dc_state if self.adaptive else None)
+        SERVER_OPTIMIZERS[self.optimizer](self.weights, grad, lr, self.opt_state)
+        self.staleness[min(self.version - oldest, STALENESS_BINS - 1)] += 1
+        self.version += 1
+        self.counts["applied"] += 1
+
+    def stats(self) -> np.ndarray:
+        """``[applied, rejected, replayed, *staleness histogram]`` as int64 (summed across shards)."""
+        c = self.counts
+        return np.concatenate([[c["applied"], c["rejected"], c["replayed"]], self.staleness]).astype(np.int64)
+
+
+__all__ = ["APPLIED", "PENDING", "REJECTED", "REPLAYED", "STALENESS_BINS", "ShardState"]

@@ -1,0 +1,144 @@
+"""Downpour SGD: asynchronous pushes of gradients to sharded parameter servers.
+
+Dean, Corrado, Monga, Chen, Devin, Le, Mao, Ranzato, Senior, Tucker, Yang, Ng,
+"Large Scale Distributed Deep Networks", NIPS 2012 (DistBelief).
+
+Each worker ``i`` computes gradients on its last fetched copy of the weights,
+accumulates them, pushes the sum every ``n_push`` steps and fetches fresh
+weights every ``n_fetch`` steps; it never waits for its peers. Each shard ``s``
+applies every push as it arrives with its own optimizer (Adagrad, the paper's
+best setting, by default):
+
+.. math:: W^{(s)} \\leftarrow W^{(s)} - η\\, \\mathrm{rule}\\big(\\textstyle\\sum_{t \\in push} g_i^{(s)}(W_{pulled})\\big)
+
+where the gradient was computed at weights :math:`τ` versions old (its
+staleness, recorded per update). ``η`` is the local optimizer's current
+learning rate (the estimator's ``learningRate`` and schedule); the local
+optimizer itself is never stepped. The worker side here is shared by
+:mod:`~irbis.train.strategies.mixed` (groups reduced synchronously) and
+:mod:`~irbis.train.strategies.dcasgd` (delay-compensated server rule).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from irbis.train import ps as param_server
+from irbis.train.ps.rules import SERVER_OPTIMIZERS
+from irbis.train.strategy import FlatParams, Strategy, WorkerContext
+
+
+@dataclass
+class State:
+    """Gradients accumulated since the last push, and the parameter-server handle."""
+
+    pending: torch.Tensor | None = None
+    pushes: int = 0
+    server: Any = field(default=None, repr=False)
+
+
+def _positive_int(name: str, value: Any, low: int = 1) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < low:
+        raise ValueError(f"{name} must be an int >= {low}, found {value!r}")
+    return value
+
+
+def staleness_summary(hist: np.ndarray) -> dict[str, Any]:
+    """Mean, median, 90th percentile and max staleness from a histogram (last bin: that many or more)."""
+    n = int(hist.sum())
+    if n == 0:
+        return {"updates": 0}
+    bins = np.arange(len(hist))
+    cdf = np.cumsum(hist) / n
+    return {"updates": n, "mean": float((hist * bins).sum() / n), "p50": int(np.searchsorted(cdf, 0.5)),
+            "p90": int(np.searchsorted(cdf, 0.9)), "max": int(bins[hist > 0].max()),
+            "histogram": [int(h) for h in hist]}
+
+
+class Downpour(Strategy):
+    """Asynchronous SGD on sharded parameter servers (Downpour).
+
+    Parameters
+    ----------
+    fetchEvery : int, default 1
+        Steps between fetches of the weights.
+    pushEvery : int, default 1
+        Steps between pushes of the accumulated gradient.
+    serverOptimizer : str, default "adagrad"
+        The shards' rule: "sgd", "momentum" or "adagrad".
+    numShards : int, default 0
+        Shards of the weight buffer (0: one per worker); shard k lives on worker k mod N.
+
+    Examples
+    --------
+    >>> Downpour(fetchEvery=2)
+    Downpour(fetchEvery=2, pushEvery=1, serverOptimizer='adagrad', numShards=0)
+    """
+
+    name = "downpour"
+    owns_update = True
+
+    def __init__(self, fetchEvery: int = 1, pushEvery: int = 1, serverOptimizer: str = "adagrad",
+                 numShards: int = 0) -> None:
+        self.fetchEvery = _positive_int("fetchEvery", fetchEvery)
+        self.pushEvery = _positive_int("pushEvery", pushEvery)
+        if serverOptimizer not in SERVER_OPTIMIZERS:
+            raise ValueError(f"serverOptimizer must be one of {sorted(SERVER_OPTIMIZERS)}, found {serverOptimizer!r}")
+        self.serverOptimizer = serverOptimizer
+        self.numShards = _positive_int("numShards", numShards, low=0)
+        self.state = State()
+
+    def options(self) -> dict[str, Any]:
+        return {"fetchEvery": self.fetchEvery, "pushEvery": self.pushEvery,
+                "serverOptimizer": self.serverOptimizer, "numShards": self.numShards}
+
+    def shard_options(self, ctx: WorkerContext) -> dict[str, Any]:
+        """What every shard is built with (the subclasses add grouping or delay compensation)."""
+        return {"optimizer": self.serverOptimizer}
+
+    def setup(self, flat: FlatParams, ctx: WorkerContext) -> None:
+        if flat.weights.device.type != "cpu":
+            raise ValueError(f"{self.name} runs on CPU tensors; found the model on {flat.weights.device}")
+        sizes = [p.numel() for p in flat.params]
+        self.state.server = param_server.start(flat.weights.numpy(), sizes, ctx, self.numShards,
+                                               **self.shard_options(ctx))
+        self.state.pending = torch.zeros_like(flat.grads) if self.pushEvery > 1 else None
+
+    def update(self, flat: FlatParams, ctx: WorkerContext, step: int, lr: float) -> None:
+        client, fetch = self.state.server.client, step % self.fetchEvery == 0
+        if self.state.pending is not None:
+            self.state.pending.add_(flat.grads)
+            self.state.pushes += 1
+        if step % self.pushEvery == 0:
+            grads = flat.grads if self.state.pending is None else self.state.pending
+            client.push(grads.numpy(), lr, flat.weights.numpy() if fetch else None)
+            ctx.comm.bytes_sent += grads.numel() * grads.element_size()  # bytes per step count the pushes
+            if self.state.pending is not None:
+                self.state.pending.zero_()
+                self.state.pushes = 0
+        elif fetch:
+            client.pull(flat.weights.numpy())
+        self._lr = lr
+
+    def summary(self, ctx: WorkerContext) -> dict[str, Any]:
+        if self.state.server is None:
+            return {}
+        delta = self.state.server.stats_delta(ctx.comm)
+        return {"psUpdates": {"applied": int(delta[0]), "rejected": int(delta[1]), "replayed": int(delta[2])},
+                "staleness": staleness_summary(delta[3:])}
+
+    def finalize(self, flat: FlatParams, ctx: WorkerContext) -> None:
+        server = self.state.server
+        if server is None:
+            return
+        if self.state.pushes:  # the last partial accumulation is pushed, not lost
+            server.client.push(self.state.pending.numpy(), getattr(self, "_lr", 0.0))
+        ctx.comm.barrier()
+        server.client.pull(flat.weights.numpy())
+        ctx.comm.barrier()
+        server.close()
+        self.state.server = None

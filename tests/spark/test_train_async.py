@@ -1,0 +1,66 @@
+"""The parameter-server strategies on real Spark (local[2]): ZeroMQ between the barrier tasks, digits learned."""
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+from pyspark.ml.linalg import Vectors
+from sklearn.datasets import load_digits
+from sklearn.model_selection import train_test_split
+
+from irbis.ml import TorchEstimator
+
+pytestmark = pytest.mark.spark
+
+MLP = json.dumps({"in_features": 64, "hidden": 64, "out_features": 10})
+RUNS = {"downpour": ('{"numShards": 3}', 0.02), "mixed": ('{"groupSize": 2}', 0.05),
+        "dcasgd": ('{"lambda_": 2.0}', 0.1)}
+
+
+@pytest.fixture(scope="module")
+def digits():
+    x, y = load_digits(return_X_y=True)
+    return train_test_split(x / 16, y, test_size=0.2, stratify=y, random_state=0)
+
+
+@pytest.fixture(scope="module")
+def train_df(spark, digits):
+    xtr, _, ytr, _ = digits
+    df = spark.createDataFrame([(Vectors.dense(a), int(b)) for a, b in zip(xtr, ytr)], ["features", "label"])
+    return df.repartition(2).cache()
+
+
+def estimator(**kw):
+    base = dict(network="mlp", networkOptions=MLP, epochs=8, batchSize=16, numWorkers=2, optimizer="sgd",
+                validationFraction=0.1, showProgress=False)
+    return TorchEstimator(**{**base, **kw})
+
+
+@pytest.fixture(scope="module")
+def fitted(train_df):
+    return {name: estimator(strategy=name, strategyOptions=opts, learningRate=lr).fit(train_df)
+            for name, (opts, lr) in RUNS.items()}
+
+
+@pytest.mark.parametrize("name", sorted(RUNS))
+def test_each_async_strategy_reaches_high_test_accuracy_and_counts_every_update(fitted, digits, name):
+    _, xte, _, yte = digits
+    model = fitted[name]
+    out = model.transform(pd.DataFrame({"features": list(xte.astype(np.float32))}))
+    assert float((np.stack(out["prediction"].map(np.asarray)).argmax(1) == yte).mean()) >= 0.9
+    summary = model.training_summary
+    steps = sum(r["psUpdates"]["applied"] for r in summary)
+    assert all(r["psUpdates"]["rejected"] == 0 and r["psUpdates"]["replayed"] == 0 for r in summary)
+    assert steps > 0 and summary[-1]["staleness"]["updates"] == summary[-1]["psUpdates"]["applied"]
+    assert sum(summary[-1]["staleness"]["histogram"]) == summary[-1]["staleness"]["updates"]
+
+
+def test_mixed_with_one_group_has_no_staleness(fitted):
+    # groupSize == numWorkers: every update waits for both workers, so none is stale
+    assert all(r["staleness"]["max"] == 0 for r in fitted["mixed"].training_summary)
+
+
+def test_a_group_size_that_does_not_divide_the_workers_fails_before_training(train_df):
+    with pytest.raises(ValueError, match="groupSize=3 does not divide numWorkers=2"):
+        estimator(strategy="mixed", strategyOptions='{"groupSize": 3}').fit(train_df)

@@ -1,0 +1,188 @@
+"""The parameter server: update rules, shards, the ZeroMQ transport, and the asynchronous strategies."""
+
+import io
+
+import numpy as np
+import pytest
+import torch
+from sklearn.datasets import load_digits
+
+from irbis.train.backends.local import run_threads, shard_rows
+from irbis.train.loop import TrainSpec
+from irbis.train.networks import network_spec
+from irbis.train.ps.rules import SERVER_OPTIMIZERS, delay_compensate, split_shards
+from irbis.train.ps.shard import APPLIED, PENDING, REJECTED, REPLAYED, ShardState
+from irbis.train.ps.transport import PSClient, ShardServer
+from irbis.train.strategies import make_strategy
+
+SECRET = b"k" * 32
+
+
+def test_split_shards_is_balanced_contiguous_and_refuses_more_shards_than_weights():
+    ranges = split_shards([10, 3, 7], 3)
+    assert ranges[0][0] == 0 and ranges[-1][1] == 20
+    assert all(a[1] == b[0] for a, b in zip(ranges, ranges[1:]))
+    assert max(h - lo for lo, h in ranges) - min(h - lo for lo, h in ranges) <= 1
+    with pytest.raises(ValueError, match="numShards=21 is more than the model's 20 parameters"):
+        split_shards([10, 3, 7], 21)
+
+
+def test_delay_compensation_formula_and_lambda_zero_is_identity():
+    g, now, pulled = np.array([1.0, -2.0], np.float32), np.array([0.5, 0.5], np.float32), np.zeros(2, np.float32)
+    assert delay_compensate(g, now, pulled, 0.0) is g
+    np.testing.assert_allclose(delay_compensate(g, now, pulled, 0.1), g + 0.1 * g * g * (now - pulled))
+    state = {}
+    out = delay_compensate(g, now, pulled, 0.1, state)  # adaptive: λ / sqrt(mean square)
+    ms = 0.05 * g * g
+    np.testing.assert_allclose(out, g + 0.1 / np.sqrt(ms + 1e-8) * g * g * (now - pulled), rtol=1e-5)
+
+
+@pytest.mark.parametrize("rule", sorted(SERVER_OPTIMIZERS))
+def test_every_server_rule_descends_a_quadratic(rule):
+    w, state = np.array([3.0, -2.0], np.float32), {}
+    for _ in range(200):
+        SERVER_OPTIMIZERS[rule](w, w.copy(), 0.3, state)  # gradient of |w|^2 / 2
+    assert np.abs(w).max() < 0.1
+
+
+def test_shard_counts_staleness_rejects_and_replays():
+    shard = ShardState(np.zeros(4, np.float32), optimizer="sgd")
+    g = np.ones(4, np.float32)
+    assert shard.push(0, 1, 0, g, 0.1) == APPLIED
+    assert shard.push(1, 1, 0, g, 0.1) == APPLIED  # computed at version 0, applied at 1: staleness 1
+    assert shard.push(1, 1, 1, g, 0.1) == REPLAYED  # same sequence number again
+    assert shard.push(0, 2, 5, g, 0.1) == REJECTED  # a version the shard never handed out
+    assert shard.push(0, 3, 2, np.ones(3, np.float32), 0.1) == REJECTED  # wrong shape
+    assert shard.counts == {"applied": 2, "rejected": 2, "replayed": 1}
+    assert shard.staleness[:2].tolist() == [1, 1] and shard.version == 2
+    np.testing.assert_allclose(shard.weights, -0.2)
+
+
+def test_a_group_applies_its_mean_once_when_the_last_member_pushes():
+    shard = ShardState(np.zeros(2, np.float32), optimizer="sgd", group_size=2)
+    assert shard.push(0, 1, 0, np.array([1, 1], np.float32), 1.0) == PENDING
+    assert shard.version == 0
+    assert shard.push(1, 1, 0, np.array([3, 5], np.float32), 1.0) == APPLIED
+    np.testing.assert_allclose(shard.weights, [-2, -3])
+    assert shard.version == 1 and shard.staleness[0] == 1
+
+
+@pytest.fixture
+def server():
+    srv = ShardServer({0: ShardState(np.zeros(3, np.float32), optimizer="sgd"),
+                       1: ShardState(np.ones(2, np.float32), optimizer="sgd")}, SECRET)
+    yield srv
+    srv.close()
+
+
+def test_transport_pushes_and_pulls_raw_buffers(server):
+    client = PSClient([server.address] * 2, [(0, 3), (3, 5)], SECRET, worker=0)
+    try:
+        client.hello()
+        w = np.empty(5, np.float32)
+        client.pull(w)
+        np.testing.assert_array_equal(w, [0, 0, 0, 1, 1])
+        client.push(np.arange(5, dtype=np.float32), 0.5, pull_into=w)
+        np.testing.assert_allclose(w, [0, -0.5, -1, -0.5, -1])
+        assert client.versions == [1, 1]
+        assert client.stats([0, 1])[:3].tolist() == [2, 0, 0]
+    finally:
+        client.close()
+
+
+def test_transport_refuses_a_client_without_the_secret_and_counts_it(server):
+    intruder = PSClient([server.address], [(0, 3)], b"x" * 32, worker=0)
+    try:
+        with pytest.raises(PermissionError, match="refused"):
+            intruder.pull(np.empty(3, np.float32))
+        with pytest.raises(PermissionError, match="refused"):
+            intruder.push(np.ones(3, np.float32), 1.0)
+    finally:
+        intruder.close()
+    assert server.refused == 2
+    np.testing.assert_array_equal(server.shards[0].weights, 0)  # nothing applied
+
+
+def test_an_unreachable_server_is_named_before_training():
+    client = PSClient(["tcp://127.0.0.1:9"], [(0, 3)], SECRET, worker=0)
+    try:
+        with pytest.raises(ValueError, match=r"tcp://127.0.0.1:9 \(shard 0\) did not answer"):
+            client.hello(timeout_s=0.3)
+    finally:
+        client.close()
+
+
+@pytest.mark.parametrize("name, options, message", [
+    ("mixed", {"groupSize": 0}, "groupSize must be an int >= 1, found 0"),
+    ("dcasgd", {"lambda_": -0.1}, "lambda_ must be a number >= 0, found -0.1"),
+    ("downpour", {"lambda_": 1.0}, "bad strategyOptions for 'downpour'.*lambda_"),
+    ("downpour", {"serverOptimizer": "adam"}, "serverOptimizer must be one of"),
+])
+def test_bad_options_fail_at_construction(name, options, message):
+    with pytest.raises(ValueError, match=message):
+        make_strategy(name, **options)
+
+
+@pytest.fixture(scope="module")
+def digits():
+    x, y = load_digits(return_X_y=True)
+    return (x[:600] / 16).astype(np.float32), y[:600]
+
+
+def spec(strategy, options=None, **kw):
+    base = dict(network=network_spec("mlp", {"in_features": 64, "hidden": 32, "out_features": 10}), epochs=3,
+                batch_size=16, optimizer="sgd", learning_rate=0.1, strategy=strategy,
+                strategy_options=options or {}, validation_fraction=0.2)
+    return TrainSpec(**{**base, **kw})
+
+
+def final(results):
+    return torch.load(io.BytesIO(results[0].state), weights_only=True)
+
+
+def test_bad_worker_counts_fail_before_training(digits):
+    x, y = digits
+    with pytest.raises(ValueError, match="groupSize=2 does not divide numWorkers=3"):
+        run_threads(spec("mixed", {"groupSize": 2}), shard_rows(x, y, 3))
+    with pytest.raises(ValueError, match="numShards=100000 is more than the model's 2410 parameters"):
+        run_threads(spec("downpour", {"numShards": 100000}), shard_rows(x, y, 2))
+
+
+def test_one_worker_sees_no_staleness(digits):
+    x, y = digits
+    hist = run_threads(spec("downpour", {"numShards": 3}), shard_rows(x, y, 1))[0].history
+    assert all(h["staleness"]["max"] == 0 and h["psUpdates"]["rejected"] == 0 for h in hist)
+    assert hist[-1]["psUpdates"]["applied"] == 3 * -(-480 // 16)  # every step's push, on each of 3 shards
+    assert hist[-1]["bytesPerStep"] == 2410 * 4  # one float32 gradient pushed per step
+
+
+def test_the_straggler_hook_slows_a_worker_without_changing_the_math(digits):
+    x, y = digits
+    plain = run_threads(spec("sync", epochs=1), shard_rows(x, y, 2))
+    slowed = run_threads(spec("sync", epochs=1, slow_workers={1: 1.5}), shard_rows(x, y, 2))
+    a, b = final(plain), final(slowed)
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    with pytest.raises(ValueError, match="slowdown must be >= 1, found 0.5"):
+        run_threads(spec("sync", epochs=1, slow_workers={0: 0.5}), shard_rows(x, y, 2))
+
+
+def test_dcasgd_with_lambda_zero_is_downpour_on_the_same_schedule(digits):
+    x, y = digits
+    common = {"serverOptimizer": "sgd", "numShards": 2}
+    down = run_threads(spec("downpour", common), shard_rows(x, y, 3))
+    dc0 = run_threads(spec("dcasgd", {**common, "lambda_": 0.0}), shard_rows(x, y, 3))
+    dc = run_threads(spec("dcasgd", {**common, "lambda_": 2.0}), shard_rows(x, y, 3))
+    a, b, c = final(down), final(dc0), final(dc)
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert not all(torch.equal(a[k], c[k]) for k in a)  # the compensation does act on stale updates
+    assert down[0].history[-1]["staleness"]["mean"] > 0
+
+
+@pytest.mark.parametrize("name, options, lr", [("downpour", {}, 0.02), ("mixed", {"groupSize": 2}, 0.05),
+                                               ("dcasgd", {}, 0.05)])
+def test_each_async_strategy_learns_digits_on_threads(name, options, lr):
+    x, y = load_digits(return_X_y=True)
+    # four workers each applying their own updates: an effective step about four times ``lr``
+    res = run_threads(spec(name, options, epochs=5, learning_rate=lr), shard_rows((x / 16).astype(np.float32), y, 4))
+    last = res[0].history[-1]
+    assert last["accuracy"] > 0.9 and last["psUpdates"]["rejected"] == 0

@@ -54,14 +54,14 @@ class Predictor:
 
     def predict(self, columns: dict[str, list[Any]]) -> dict[str, list[Any]]:
         """Run the pipeline on decoded column values (images as ``(H, W, C)`` arrays); JSON-ready rows."""
-        blocks = {c: Images.from_arrays(v) if "image" in self.inputs[c] and _has_arrays(v) else rows_in(v, c)
-                  for c, v in columns.items()}
+        blocks = {c: Images.from_arrays(v) if _are_images(v) else rows_in(v, c) for c, v in columns.items()}
         out = run_steps([(k.inputs, k.fn) for k in self.kernels], blocks)
         return {c: json_rows(out[c]) for c in self.outputs}
 
 
-def _has_arrays(values: list[Any]) -> bool:
-    return any(isinstance(v, np.ndarray) for v in values)
+def _are_images(values: list[Any]) -> bool:
+    """Decoded images are integer (H, W, C) arrays; vectors from JSON are float64."""
+    return any(isinstance(v, np.ndarray) and v.dtype.kind == "u" for v in values)
 
 
 def _check_outputs(produced: list[str], outputs: Sequence[str] | None) -> list[str]:

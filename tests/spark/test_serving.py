@@ -137,3 +137,17 @@ def test_image_pipeline_answers_equal_transform(image_pipeline):
     for got, name in [(raw, "0.png"), (multi[0], "1.png"), (multi[1], "2.png"), (as_json, "3.png")]:
         np.testing.assert_allclose(got["probability"], expected[name], atol=1e-5)
     assert bad.status_code == 422 and "undecodable image" in bad.json()["error"]
+
+
+def test_spark_path_serves_a_stage_without_kernel(spark, tmp_path):
+    path = str(tmp_path / "sql")
+    stages = [VectorAssembler(inputCols=["a", "b"], outputCol="features"),
+              SQLTransformer(statement="SELECT *, a * 2 AS twice FROM __THIS__")]
+    PipelineModel(stages=stages).write().save(path)
+    predictor = load_predictor(path, spark="local[2]")
+    assert predictor.slow and set(predictor.inputs) == {"a", "b"}
+    with BackgroundServer(build_app(path, outputs=["twice", "features"], spark="local[2]")) as url:
+        answer = httpx.post(f"{url}/predict", json=[{"a": 1.5, "b": 2}, {"a": -1, "b": 0}], timeout=120).json()
+        ready = httpx.get(f"{url}/ready").json()
+    assert answer == [{"twice": 3.0, "features": [1.5, 2.0]}, {"twice": -2.0, "features": [-1.0, 0.0]}]
+    assert ready["spark"] is True

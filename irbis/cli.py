@@ -137,7 +137,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
         if not args.spark:
             raise ValueError("--replicas needs --spark MASTER: the replicas run on its executors")
-        serve_on_spark(args.pipeline, args.spark, args.replicas, port=args.port, outputs=outputs,
+        serve_on_spark(args.pipeline, args.spark, args.replicas, host=args.host, port=args.port, outputs=outputs,
                        options=options, addresses_file=args.addresses_file)
         return 0
     from irbis.serving.server import serve
@@ -156,7 +156,7 @@ def _add_serve(sub: Any) -> None:
                            "and answers with the output columns.")
     serve.add_argument("pipeline", help="folder of a saved PipelineModel or stage")
     serve.add_argument("--host", default="127.0.0.1", help="address to bind (loopback by default)")
-    serve.add_argument("--port", type=int, default=8080)
+    serve.add_argument("--port", type=int, default=8080, help="with --replicas, 0 picks a free port per replica")
     serve.add_argument("--workers", type=int, default=1, help="server processes")
     serve.add_argument("--outputs", default=None, help="comma-separated output columns (default: all)")
     serve.add_argument("--token", default=None, help="bearer token for /predict (default: $IRBIS_SERVE_TOKEN)")

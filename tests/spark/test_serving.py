@@ -34,15 +34,19 @@ def _rows(n: int, seed: int) -> list[tuple[float, float, float]]:
     return [tuple(float(v) for v in r) for r in np.random.default_rng(seed).normal(size=(n, 3))]
 
 
-@pytest.fixture(scope="module")
-def tabular(spark, tmp_path_factory):
+def _save_tabular(spark, path: str) -> str:
+    """VectorAssembler + a three-class LogisticRegression, fitted and saved to ``path``."""
     rows = [(a, b, c, int(a + 0.5 * b > 0) + int(c > 0.8)) for a, b, c in _rows(120, 0)]
     frame = spark.createDataFrame(rows, "a double, b double, c double, y int")
     stages = [VectorAssembler(inputCols=["a", "b", "c"], outputCol="features"),
               LogisticRegression(labelCol="y", regParam=0.1)]
-    path = str(tmp_path_factory.mktemp("tabular") / "model")
     Pipeline(stages=stages).fit(frame).write().overwrite().save(path)
     return path
+
+
+@pytest.fixture(scope="module")
+def tabular(spark, tmp_path_factory):
+    return _save_tabular(spark, str(tmp_path_factory.mktemp("tabular") / "model"))
 
 
 def test_tabular_answers_equal_transform(spark, tabular):
@@ -151,3 +155,21 @@ def test_spark_path_serves_a_stage_without_kernel(spark, tmp_path):
         ready = httpx.get(f"{url}/ready").json()
     assert answer == [{"twice": 3.0, "features": [1.5, 2.0]}, {"twice": -2.0, "features": [-1.0, 0.0]}]
     assert ready["spark"] is True
+
+
+@pytest.mark.slow
+def test_two_replicas_on_a_local_cluster(cluster_spark, tmp_path):
+    from irbis.serving.replicas import start_replicas
+
+    tabular = _save_tabular(cluster_spark, str(tmp_path / "model"))
+    listing = tmp_path / "addresses.txt"
+    replicas = start_replicas(tabular, cluster_spark, 2, port=0, outputs=["prediction"],
+                              addresses_file=str(listing))
+    try:
+        addresses = listing.read_text().split()
+        assert len(set(addresses)) == 2 and sorted(addresses) == sorted(replicas.addresses.values())
+        row = {"a": 1.0, "b": 1.0, "c": 0.0}
+        answers = [httpx.post(f"http://{a}/predict", json=row, timeout=60).json() for a in addresses]
+        assert answers[0] == answers[1] and set(answers[0]) == {"prediction"}
+    finally:
+        replicas.stop()

@@ -38,6 +38,14 @@ class ServeOptions:
     timeout_s: float = 30.0
     token: str | None = None
 
+    def __post_init__(self) -> None:
+        for name in ("max_batch_size", "max_queue", "max_body_bytes"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+        if self.max_wait_ms < 0 or self.timeout_s <= 0:
+            raise ValueError(f"max_wait_ms must be at least 0 and timeout_s above 0, got "
+                             f"{self.max_wait_ms} and {self.timeout_s}")
+
 
 class _Metrics:
     def __init__(self) -> None:

@@ -76,6 +76,15 @@ def test_outputs_and_refused_stage(spark, tabular, tmp_path):
         load_predictor(path)
 
 
+def test_reading_a_saved_pipeline_starts_no_spark(tabular):
+    script = ("from pyspark import SparkContext; from irbis.serving.predictor import load_predictor; "
+              f"p = load_predictor({tabular!r}); out = p.predict({{'a': [1.0], 'b': [2.0], 'c': [0.5]}}); "
+              "print(SparkContext._active_spark_context is None, out['prediction'])")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)}, check=True)
+    assert done.stdout.split()[0] == "True"
+
+
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

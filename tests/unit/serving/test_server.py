@@ -177,3 +177,10 @@ def test_fuzz_never_5xx(url, body, content_type):
     response = httpx.post(f"{url}/predict", content=data, headers={"content-type": content_type})
     assert response.status_code < 500, (data, response.text)
     assert response.status_code == 200 or response.json()["error"]
+
+
+def test_options_are_checked_when_made():
+    with pytest.raises(ValueError, match="max_queue must be at least 1, got 0"):
+        ServeOptions(max_queue=0)
+    with pytest.raises(ValueError, match="timeout_s above 0"):
+        ServeOptions(timeout_s=0)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["SavedSparkStage", "SavedStage", "read_metadata", "read_saved"]
+__all__ = ["SavedSparkStage", "SavedStage", "build_irbis_stage", "read_metadata", "read_saved"]
 
 
 @dataclass

@@ -1,10 +1,11 @@
-"""The ``irbis`` command line: ``irbis demo | featurize | train | classify | photos | explain | models``."""
+"""The ``irbis`` command line: ``irbis demo | featurize | train | classify | photos | explain | serve | models``."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 
 def _cmd_models(args: argparse.Namespace) -> int:
@@ -124,6 +125,54 @@ def _cmd_explain(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_serve(args: argparse.Namespace) -> int:
+    from irbis.serving.app import ServeOptions
+
+    options = ServeOptions(max_batch_size=args.max_batch_size, max_wait_ms=args.max_wait_ms,
+                           max_queue=args.max_queue, max_body_bytes=args.max_body_bytes,
+                           timeout_s=args.timeout, token=args.token)
+    outputs = [c for c in args.outputs.split(",") if c] if args.outputs else None
+    if args.replicas:
+        from irbis.serving.replicas import serve_on_spark
+
+        if not args.spark:
+            raise ValueError("--replicas needs --spark MASTER: the replicas run on its executors")
+        serve_on_spark(args.pipeline, args.spark, args.replicas, host=args.host, port=args.port, outputs=outputs,
+                       options=options, addresses_file=args.addresses_file)
+        return 0
+    from irbis.serving.server import serve
+
+    print(f"serving {args.pipeline} on http://{args.host}:{args.port} (POST /predict; GET /health, /ready, "
+          f"/metrics, /openapi.json)", flush=True)
+    serve(args.pipeline, host=args.host, port=args.port, workers=args.workers, outputs=outputs,
+          spark=args.spark, options=options)
+    return 0
+
+
+def _add_serve(sub: Any) -> None:
+    serve = sub.add_parser("serve", help="serve a saved pipeline over HTTP (its kernels, no Spark job per request)",
+                           description="Serve a saved PipelineModel (or one saved stage) over HTTP: POST /predict "
+                           "takes a JSON object or array of objects keyed by the input columns (or image bytes), "
+                           "and answers with the output columns.")
+    serve.add_argument("pipeline", help="folder of a saved PipelineModel or stage")
+    serve.add_argument("--host", default="127.0.0.1", help="address to bind (loopback by default)")
+    serve.add_argument("--port", type=int, default=8080, help="with --replicas, 0 picks a free port per replica")
+    serve.add_argument("--workers", type=int, default=1, help="server processes")
+    serve.add_argument("--outputs", default=None, help="comma-separated output columns (default: all)")
+    serve.add_argument("--token", default=None, help="bearer token for /predict (default: $IRBIS_SERVE_TOKEN)")
+    serve.add_argument("--spark", default=None, metavar="MASTER", help="serve stages without a kernel "
+                       "through an embedded Spark session (slower); with --replicas, the cluster to run on")
+    serve.add_argument("--replicas", type=int, default=0, help="servers to run on the --spark executors")
+    serve.add_argument("--addresses-file", default="irbis-serve-addresses.txt",
+                       help="with --replicas: where the replicas' addresses are written")
+    serve.add_argument("--max-batch-size", type=int, default=64, help="rows per pipeline call")
+    serve.add_argument("--max-wait-ms", type=float, default=2.0, help="wait for more requests under load")
+    serve.add_argument("--max-queue", type=int, default=1024, help="waiting requests before 503")
+    serve.add_argument("--max-body-bytes", type=int, default=16 * 1024 * 1024, help="413 above this")
+    serve.add_argument("--timeout", type=float, default=30.0, help="seconds per request before 504")
+    serve.set_defaults(func=_cmd_serve)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``irbis`` command."""
     parser = argparse.ArgumentParser(prog="irbis", description=__doc__)
@@ -203,6 +252,8 @@ def build_parser() -> argparse.ArgumentParser:
     explain.add_argument("--glob", default="*.{jpg,jpeg,png,bmp,JPG,JPEG,PNG}", help="file name filter")
     explain.add_argument("--master", default="local[*]")
     explain.set_defaults(func=_cmd_explain)
+
+    _add_serve(sub)
 
     models = sub.add_parser("models", help="list the models of the repository")
     models.add_argument("--catalogue", default=None, help="extra catalogue: folder, JSON file or URL")

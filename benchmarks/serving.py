@@ -1,0 +1,253 @@
+"""HTTP serving: latency and throughput of ``irbis serve`` beside a straightforward endpoint.
+
+Two pipelines, fitted and saved by Spark once (then served without it):
+
+  tabular  VectorAssembler (16 numeric columns) + LogisticRegression (3 classes)
+  image    the demo's shape: ImageFeaturizer (EfficientNet-Lite0, pooled, fp32) + LogisticRegression
+
+Each is served two ways, each in its own server process on loopback:
+
+  irbis     ``irbis serve`` (kernels, micro-batching)
+  plain     a straightforward Starlette endpoint calling the same compiled pipeline once per request
+            (no queue, no batching): what one writes by hand
+
+The load comes from a separate process: an asyncio client (httpx) keeping C requests in flight for
+a fixed time, C in 1, 16, 128. Reported: p50 and p99 latency (ms) and requests/s. For the image
+pipeline the network's own time for one image (the compiled pipeline called in-process on one
+decoded image, median) is printed beside it.
+
+Usage: ``python benchmarks/serving.py [--seconds 10] [--quick]``; results are printed and written to
+``benchmarks/results/serving.txt``.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+FEATURES = 16
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+# -- setup: fit and save the pipelines (the only Spark in this benchmark) ----------------------------
+def build_pipelines(folder: Path, images: int) -> dict[str, Path]:
+    import cv2
+    from pyspark.ml import Pipeline
+    from pyspark.ml.classification import LogisticRegression
+    from pyspark.ml.feature import VectorAssembler
+    from pyspark.sql import functions as F
+
+    from irbis.ml.featurizer import ImageFeaturizer
+    from irbis.spark.images import read_images
+    from irbis.spark.session import get_spark
+
+    spark = get_spark("local[2]", app_name="bench-serving", **{"spark.ui.enabled": "false"})
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(400, FEATURES))
+    names = [f"x{i}" for i in range(FEATURES)]
+    y = (x[:, 0] > 0).astype(int) + (x[:, 1] > 0.5).astype(int)
+    frame = spark.createDataFrame([(*map(float, r), int(t)) for r, t in zip(x, y)], [*names, "y"])
+    Pipeline(stages=[VectorAssembler(inputCols=names, outputCol="features"),
+                     LogisticRegression(labelCol="y", regParam=0.01)]).fit(frame).write().overwrite().save(
+        str(folder / "tabular"))
+    photos = folder / "photos"
+    photos.mkdir(exist_ok=True)
+    for i in range(images):
+        img = rng.integers(0, 80, size=(240, 320, 3), dtype=np.uint8)
+        img[:, :, i % 2 * 2] += 120
+        cv2.imwrite(str(photos / f"{i}.jpg"), img)
+    labelled = read_images(str(photos), spark=spark, dropInvalid=True).withColumn(
+        "y", F.regexp_extract("path", r"(\d+)\.jpg$", 1).cast("int") % 2)
+    Pipeline(stages=[ImageFeaturizer(inputCol="image", outputCol="f1", cutOutputLayers=1, precision="fp32"),
+                     LogisticRegression(featuresCol="f1", labelCol="y", regParam=0.05)]).fit(
+        labelled).write().overwrite().save(str(folder / "image"))
+    spark.stop()
+    return {"tabular": folder / "tabular", "image": folder / "image"}
+
+
+# -- servers -----------------------------------------------------------------------------------------
+def plain_app(path: str, outputs: list[str]):
+    """The straightforward endpoint: parse, call the pipeline once, answer (per request)."""
+    from starlette.applications import Starlette
+    from starlette.concurrency import run_in_threadpool
+    from starlette.requests import Request
+    from starlette.responses import Response
+    from starlette.routing import Route
+
+    from irbis.serving.codecs import encode_response, parse_files, parse_json
+    from irbis.serving.predictor import load_predictor
+
+    predictor = load_predictor(path, outputs)
+
+    async def predict(request: Request) -> Response:
+        body = await request.body()
+        if request.headers.get("content-type", "").startswith("image/"):
+            parsed = parse_files([(None, body)], predictor.inputs)
+        else:
+            parsed = parse_json(body, predictor.inputs, predictor.nullable)
+        out = await run_in_threadpool(predictor.predict, parsed.columns)
+        return Response(encode_response(out, parsed.single), media_type="application/json")
+
+    return Starlette(routes=[Route("/predict", predict, methods=["POST"])])
+
+
+def start_server(kind: str, path: Path, port: int) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "2")}
+    if kind == "irbis":
+        cmd = [sys.executable, "-m", "irbis.cli", "serve", str(path), "--port", str(port),
+               "--outputs", "probability,prediction"]
+    else:
+        cmd = [sys.executable, __file__, "--plain-server", str(path), "--port", str(port)]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _wait_up(f"http://127.0.0.1:{port}", proc)
+    return proc
+
+
+def _wait_up(url: str, proc: subprocess.Popen) -> None:
+    import httpx
+
+    for _ in range(1200):
+        if proc.poll() is not None:
+            raise RuntimeError(f"server exited: {proc.stderr.read().decode()[-2000:]}")
+        try:
+            httpx.post(f"{url}/predict", content=b"", headers={"content-type": "application/json"})
+            return
+        except httpx.TransportError:
+            time.sleep(0.1)
+    raise RuntimeError(f"{url} did not come up")
+
+
+# -- load generator (a separate process) --------------------------------------------------------------
+async def _load(url: str, bodies: list[tuple[bytes, str]], clients: int, seconds: float) -> dict:
+    import httpx
+
+    latencies: list[float] = []
+    errors = 0
+    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
+    async with httpx.AsyncClient(limits=limits, timeout=60) as client:
+        for body, ctype in bodies[:2]:  # warm-up
+            await client.post(f"{url}/predict", content=body, headers={"content-type": ctype})
+        stop = time.perf_counter() + seconds
+
+        async def worker(k: int) -> None:
+            nonlocal errors
+            i = k
+            while time.perf_counter() < stop:
+                body, ctype = bodies[i % len(bodies)]
+                start = time.perf_counter()
+                response = await client.post(f"{url}/predict", content=body, headers={"content-type": ctype})
+                latencies.append(time.perf_counter() - start)
+                errors += response.status_code != 200
+                i += clients
+
+        began = time.perf_counter()
+        await asyncio.gather(*[worker(k) for k in range(clients)])
+        wall = time.perf_counter() - began
+    ms = np.array(latencies) * 1000
+    return {"p50": float(np.percentile(ms, 50)), "p99": float(np.percentile(ms, 99)),
+            "rps": len(ms) / wall, "requests": len(ms), "errors": errors}
+
+
+def run_load(url: str, bodies_file: Path, clients: int, seconds: float) -> dict:
+    out = subprocess.run([sys.executable, __file__, "--load", url, "--bodies", str(bodies_file),
+                          "--clients", str(clients), "--seconds", str(seconds)],
+                         capture_output=True, text=True, check=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def request_bodies(name: str, folder: Path) -> list[tuple[bytes, str]]:
+    if name == "tabular":
+        rng = np.random.default_rng(1)
+        return [(json.dumps({f"x{i}": float(v) for i, v in enumerate(row)}).encode(), "application/json")
+                for row in rng.normal(size=(64, FEATURES))]
+    return [(p.read_bytes(), "image/jpeg") for p in sorted((folder / "photos").glob("*.jpg"))]
+
+
+def network_time(path: Path, folder: Path, repeats: int) -> float:
+    """Median ms of the compiled image pipeline on one decoded image, in-process (no HTTP)."""
+    from irbis.kernels.image import decode_image
+    from irbis.serving.predictor import load_predictor
+
+    predictor = load_predictor(str(path), ["probability", "prediction"])
+    image = decode_image(next((folder / "photos").glob("*.jpg")).read_bytes())
+    predictor.predict({"image": [image]})
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        predictor.predict({"image": [image]})
+        times.append(time.perf_counter() - start)
+    return float(np.median(times) * 1000)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=10.0, help="load time per row")
+    parser.add_argument("--images", type=int, default=16)
+    parser.add_argument("--quick", action="store_true", help="a short check: 1 and 16 clients, 2 s each")
+    parser.add_argument("--plain-server", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
+    parser.add_argument("--load", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--bodies", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--clients", type=int, default=1, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.plain_server:
+        import uvicorn
+
+        uvicorn.run(plain_app(args.plain_server, ["probability", "prediction"]), host="127.0.0.1",
+                    port=args.port, log_level="warning")
+        return
+    if args.load:
+        bodies = [(bytes.fromhex(b), t) for b, t in json.loads(Path(args.bodies).read_text())]
+        print(json.dumps(asyncio.run(_load(args.load, bodies, args.clients, args.seconds))))
+        return
+    clients = [1, 16] if args.quick else [1, 16, 128]
+    seconds = 2.0 if args.quick else args.seconds
+    lines = [f"serving benchmark: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
+             f"python {platform.python_version()}, {seconds:g} s per row"]
+    with tempfile.TemporaryDirectory(prefix="bench-serving-") as tmp:
+        folder = Path(tmp)
+        pipelines = build_pipelines(folder, 4 if args.quick else args.images)
+        lines.append(f"image pipeline alone, one image in-process: "
+                     f"{network_time(pipelines['image'], folder, 5 if args.quick else 50):.2f} ms (median)")
+        lines.append(f"{'pipeline':8s} {'server':6s} {'clients':>7s} {'p50 ms':>8s} {'p99 ms':>8s} "
+                     f"{'req/s':>8s} {'errors':>6s}")
+        for name, path in pipelines.items():
+            bodies_file = folder / f"{name}.json"
+            bodies_file.write_text(json.dumps([(b.hex(), t) for b, t in request_bodies(name, folder)]))
+            for kind in ("irbis", "plain"):
+                port = _free_port()
+                proc = start_server(kind, path, port)
+                try:
+                    for c in clients:
+                        r = run_load(f"http://127.0.0.1:{port}", bodies_file, c, seconds)
+                        lines.append(f"{name:8s} {kind:6s} {c:7d} {r['p50']:8.2f} {r['p99']:8.2f} "
+                                     f"{r['rps']:8.0f} {r['errors']:6d}")
+                        print(lines[-1], flush=True)
+                finally:
+                    proc.terminate()
+                    proc.wait(timeout=60)
+    text = "\n".join(lines)
+    print(text)
+    results = ROOT / "benchmarks" / "results"
+    results.mkdir(exist_ok=True)
+    (results / "serving.txt").write_text(text + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,135 @@
+"""Scale-out: one server per Spark executor, kept up by a long-running barrier stage.
+
+``irbis serve PIPELINE_DIR --spark MASTER --replicas N`` runs a barrier stage of N tasks
+(``mapInArrow(..., barrier=True)``, public DataFrame API); each task loads the pipeline from the
+shared folder, binds a socket on its executor and reports ``host:port`` to the driver over a small
+TCP listener, then serves until the stage is cancelled. The driver prints the addresses and writes
+them, one per line, to a file for a load balancer. A replica that dies fails its task; Spark re-runs
+the barrier stage (on cluster masters) and the new replicas report their addresses again.
+"""
+from __future__ import annotations
+
+import socket
+import threading
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any, Iterator, Sequence
+
+from irbis.serving.app import ServeOptions
+
+__all__ = ["Replicas", "serve_on_spark", "start_replicas"]
+
+
+def _replica_task(path: str, outputs: list[str], options: dict[str, Any], host: str, port: int,
+                  driver: tuple[str, int]) -> Any:
+    def run(batches: Iterator[Any]) -> Iterator[Any]:
+        import uvicorn
+        from pyspark import BarrierTaskContext
+
+        from irbis.serving.server import GRACE_S, build_app
+
+        ctx = BarrierTaskContext.get()
+        app = build_app(path, outputs or None, None, ServeOptions(**options))
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        public = host if host not in ("0.0.0.0", "") else ctx.getTaskInfos()[ctx.partitionId()].address.split(":")[0]
+        address = f"{public}:{sock.getsockname()[1]}"
+        with socket.create_connection(driver, timeout=30) as report:
+            report.sendall(f"{ctx.partitionId()} {address}\n".encode())
+        server = uvicorn.Server(uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=GRACE_S))
+        server.run(sockets=[sock])
+        yield from ()
+
+    return run
+
+
+class Replicas:
+    """Running replicas: :attr:`addresses` (``host:port``, by partition) and :meth:`stop`."""
+
+    def __init__(self, spark: Any, count: int, addresses_file: str | None) -> None:
+        self.spark, self.count, self.file = spark, count, addresses_file
+        self.addresses: dict[int, str] = {}
+        self.ready = threading.Event()
+        self.error: BaseException | None = None
+        self._listener = socket.create_server(("0.0.0.0", 0))
+        self.job: threading.Thread | None = None
+
+    @property
+    def driver_port(self) -> int:
+        return self._listener.getsockname()[1]
+
+    def _collect(self) -> None:
+        while True:
+            try:
+                conn, _ = self._listener.accept()
+            except OSError:
+                return
+            with conn:
+                line = conn.makefile().readline().split()
+            if len(line) == 2:
+                self.addresses[int(line[0])] = line[1]
+                if len(self.addresses) == self.count:
+                    self._publish()
+
+    def _publish(self) -> None:
+        lines = [self.addresses[i] for i in sorted(self.addresses)]
+        if self.file:
+            Path(self.file).write_text("\n".join(lines) + "\n")
+        print("replicas serving at " + ", ".join(f"http://{a}" for a in lines)
+              + (f" (written to {self.file})" if self.file else ""), flush=True)
+        self.ready.set()
+
+    def stop(self) -> None:
+        """Cancel the barrier stage (the replicas stop) and close the listener."""
+        self.spark.interruptTag("irbis-serve")
+        self._listener.close()
+        if self.job is not None:
+            self.job.join(timeout=60)
+
+
+def start_replicas(pipeline: str, spark: Any, replicas: int, host: str = "127.0.0.1", port: int = 0,
+                   outputs: Sequence[str] | None = None, options: ServeOptions | None = None,
+                   addresses_file: str | None = None) -> Replicas:
+    """Start ``replicas`` servers on the executors of ``spark``; return once they all answer."""
+    from irbis.serving.predictor import load_predictor
+
+    load_predictor(pipeline, outputs)  # refuse a pipeline without kernels before starting the stage
+    handle = Replicas(spark, replicas, addresses_file)
+    threading.Thread(target=handle._collect, daemon=True).start()
+    driver_host = spark.conf.get("spark.driver.host", "127.0.0.1")
+    fn = _replica_task(str(Path(pipeline).resolve()), list(outputs or []), asdict(options or ServeOptions()),
+                       host, port, (driver_host, handle.driver_port))
+
+    def run_job() -> None:
+        spark.addTag("irbis-serve")
+        try:
+            spark.range(replicas, numPartitions=replicas).mapInArrow(fn, "id long", barrier=True).collect()
+        except Exception as err:  # noqa: BLE001 (cancelled on stop, or failed for good)
+            handle.error = err
+            handle.ready.set()
+        finally:
+            spark.removeTag("irbis-serve")
+
+    handle.job = threading.Thread(target=run_job, daemon=True)
+    handle.job.start()
+    handle.ready.wait()
+    if handle.error is not None and len(handle.addresses) < replicas:
+        raise RuntimeError(f"the replicas did not start: {handle.error}")
+    return handle
+
+
+def serve_on_spark(pipeline: str, master: str, replicas: int, host: str = "127.0.0.1", port: int = 0,
+                   outputs: Sequence[str] | None = None, options: ServeOptions | None = None,
+                   addresses_file: str | None = None) -> None:
+    """``irbis serve --spark MASTER --replicas N``: start the replicas and keep them up until Ctrl-C."""
+    from irbis.spark.session import get_spark
+
+    if replicas < 1:
+        raise ValueError(f"--replicas must be at least 1, got {replicas}")
+    spark = get_spark(master, app_name="irbis-serve")
+    handle = start_replicas(pipeline, spark, replicas, host, port, outputs, options, addresses_file)
+    try:
+        handle.job.join()
+    except KeyboardInterrupt:
+        handle.stop()

@@ -1,0 +1,184 @@
+"""Serving pipelines fitted and saved by Spark: the answers over HTTP equal ``PipelineModel.transform``.
+
+The servers read the saved folders without Spark; Spark only fits, saves and gives the expected rows.
+"""
+from __future__ import annotations
+
+import base64
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import cv2
+import httpx
+import numpy as np
+import pytest
+from pyspark.ml import Pipeline, PipelineModel
+from pyspark.ml.classification import LogisticRegression
+from pyspark.ml.feature import SQLTransformer, VectorAssembler
+
+from irbis.ml.featurizer import ImageFeaturizer
+from irbis.serving.predictor import load_predictor
+from irbis.serving.server import BackgroundServer, build_app
+from irbis.spark.images import read_images
+
+pytestmark = pytest.mark.spark
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _rows(n: int, seed: int) -> list[tuple[float, float, float]]:
+    return [tuple(float(v) for v in r) for r in np.random.default_rng(seed).normal(size=(n, 3))]
+
+
+def _save_tabular(spark, path: str) -> str:
+    """VectorAssembler + a three-class LogisticRegression, fitted and saved to ``path``."""
+    rows = [(a, b, c, int(a + 0.5 * b > 0) + int(c > 0.8)) for a, b, c in _rows(120, 0)]
+    frame = spark.createDataFrame(rows, "a double, b double, c double, y int")
+    stages = [VectorAssembler(inputCols=["a", "b", "c"], outputCol="features"),
+              LogisticRegression(labelCol="y", regParam=0.1)]
+    Pipeline(stages=stages).fit(frame).write().overwrite().save(path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def tabular(spark, tmp_path_factory):
+    return _save_tabular(spark, str(tmp_path_factory.mktemp("tabular") / "model"))
+
+
+def test_tabular_answers_equal_transform(spark, tabular):
+    rows = _rows(20, 1)
+    expected = (PipelineModel.load(tabular).transform(spark.createDataFrame(rows, "a double, b double, c double"))
+                .select("probability", "rawPrediction", "prediction").collect())
+    with BackgroundServer(build_app(tabular)) as url:
+        answer = httpx.post(f"{url}/predict", json=[dict(zip("abc", r)) for r in rows]).json()
+        single = httpx.post(f"{url}/predict", json=dict(zip("abc", rows[0]))).json()
+    assert len(answer) == 20 and single == answer[0]
+    for got, want in zip(answer, expected):
+        np.testing.assert_allclose(got["probability"], want.probability.toArray(), rtol=1e-9, atol=1e-12)
+        np.testing.assert_allclose(got["rawPrediction"], want.rawPrediction.toArray(), rtol=1e-9)
+        assert got["prediction"] == want.prediction
+
+
+def test_outputs_and_refused_stage(spark, tabular, tmp_path):
+    predictor = load_predictor(tabular, outputs=["prediction"])
+    assert predictor.outputs == ["prediction"] and set(predictor.inputs) == {"a", "b", "c"}
+    with pytest.raises(ValueError, match=r"does not produce; it writes \['features'"):
+        load_predictor(tabular, outputs=["nope"])
+    path = str(tmp_path / "sql")
+    frame = spark.createDataFrame([(1.0,)], "a double")
+    PipelineModel(stages=[SQLTransformer(statement="SELECT a * 2 AS b FROM __THIS__")]).write().save(path)
+    assert frame.count() == 1
+    with pytest.raises(ValueError, match=r"no serving kernel: SQLTransformer \(SQLTransformer_.*--spark"):
+        load_predictor(path)
+
+
+def test_reading_a_saved_pipeline_starts_no_spark(tabular):
+    script = ("from pyspark import SparkContext; from irbis.serving.predictor import load_predictor; "
+              f"p = load_predictor({tabular!r}); out = p.predict({{'a': [1.0], 'b': [2.0], 'c': [0.5]}}); "
+              "print(SparkContext._active_spark_context is None, out['prediction'])")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)}, check=True)
+    assert done.stdout.split()[0] == "True"
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_cli_serves_and_stops_on_sigterm(tabular):
+    port = _free_port()
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "IRBIS_SERVE_TOKEN": "t0k"}
+    proc = subprocess.Popen([sys.executable, "-m", "irbis.cli", "serve", tabular, "--port", str(port),
+                             "--outputs", "prediction"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        for _ in range(300):
+            try:
+                if httpx.get(f"{url}/ready").status_code == 200:
+                    break
+            except httpx.ConnectError:
+                time.sleep(0.1)
+        row = {"a": 1.0, "b": 1.0, "c": 0.0}
+        assert httpx.post(f"{url}/predict", json=row).status_code == 401
+        answer = httpx.post(f"{url}/predict", json=row, headers={"Authorization": "Bearer t0k"}).json()
+        assert list(answer) == ["prediction"]
+        proc.send_signal(signal.SIGTERM)
+        # uvicorn finishes the accepted requests, then re-raises the signal it caught
+        assert proc.wait(timeout=30) in (0, -signal.SIGTERM)
+    finally:
+        proc.kill()
+
+
+@pytest.fixture(scope="module")
+def image_pipeline(spark, tmp_path_factory):
+    folder = tmp_path_factory.mktemp("images")
+    rng = np.random.default_rng(0)
+    for i in range(8):
+        img = rng.integers(0, 60, size=(48, 64, 3), dtype=np.uint8)
+        img[:, :, i % 2 * 2] += 150  # blue or red: the class
+        cv2.imwrite(str(folder / f"{i}.png"), img)
+    images = read_images(str(folder), spark=spark, dropInvalid=True)
+    from pyspark.sql import functions as F
+    labelled = images.withColumn("y", (F.regexp_extract("path", r"(\d+)\.png$", 1).cast("int") % 2))
+    stages = [ImageFeaturizer(inputCol="image", outputCol="f1", cutOutputLayers=1, precision="fp32"),
+              LogisticRegression(featuresCol="f1", labelCol="y", regParam=0.1)]
+    path = str(tmp_path_factory.mktemp("image") / "model")
+    model = Pipeline(stages=stages).fit(labelled)
+    model.write().overwrite().save(path)
+    expected = {Path(r.path).name: r.probability.toArray()
+                for r in model.transform(images).select("path", "probability").collect()}
+    return path, folder, expected
+
+
+def test_image_pipeline_answers_equal_transform(image_pipeline):
+    path, folder, expected = image_pipeline
+    with BackgroundServer(build_app(path, outputs=["probability", "prediction"])) as url:
+        raw = httpx.post(f"{url}/predict", content=(folder / "0.png").read_bytes(),
+                         headers={"content-type": "image/png"}, timeout=60).json()
+        files = [("image", (n, (folder / n).read_bytes(), "image/png")) for n in ("1.png", "2.png")]
+        multi = httpx.post(f"{url}/predict", files=files, timeout=60).json()
+        text = base64.b64encode((folder / "3.png").read_bytes()).decode()
+        as_json = httpx.post(f"{url}/predict", json={"image": text}, timeout=60).json()
+        bad = httpx.post(f"{url}/predict", content=b"\x89PNG\r\n\x1a\nbroken",
+                         headers={"content-type": "image/png"}, timeout=60)
+    for got, name in [(raw, "0.png"), (multi[0], "1.png"), (multi[1], "2.png"), (as_json, "3.png")]:
+        np.testing.assert_allclose(got["probability"], expected[name], atol=1e-5)
+    assert bad.status_code == 422 and "undecodable image" in bad.json()["error"]
+
+
+def test_spark_path_serves_a_stage_without_kernel(spark, tmp_path):
+    path = str(tmp_path / "sql")
+    stages = [VectorAssembler(inputCols=["a", "b"], outputCol="features"),
+              SQLTransformer(statement="SELECT *, a * 2 AS twice FROM __THIS__")]
+    PipelineModel(stages=stages).write().save(path)
+    predictor = load_predictor(path, spark="local[2]")
+    assert predictor.slow and set(predictor.inputs) == {"a", "b"}
+    with BackgroundServer(build_app(path, outputs=["twice", "features"], spark="local[2]")) as url:
+        answer = httpx.post(f"{url}/predict", json=[{"a": 1.5, "b": 2}, {"a": -1, "b": 0}], timeout=120).json()
+        ready = httpx.get(f"{url}/ready").json()
+    assert answer == [{"twice": 3.0, "features": [1.5, 2.0]}, {"twice": -2.0, "features": [-1.0, 0.0]}]
+    assert ready["spark"] is True
+
+
+@pytest.mark.slow
+def test_two_replicas_on_a_local_cluster(cluster_spark, tmp_path):
+    from irbis.serving.replicas import start_replicas
+
+    tabular = _save_tabular(cluster_spark, str(tmp_path / "model"))
+    listing = tmp_path / "addresses.txt"
+    replicas = start_replicas(tabular, cluster_spark, 2, port=0, outputs=["prediction"],
+                              addresses_file=str(listing))
+    try:
+        addresses = listing.read_text().split()
+        assert len(set(addresses)) == 2 and sorted(addresses) == sorted(replicas.addresses.values())
+        row = {"a": 1.0, "b": 1.0, "c": 0.0}
+        answers = [httpx.post(f"http://{a}/predict", json=row, timeout=60).json() for a in addresses]
+        assert answers[0] == answers[1] and set(answers[0]) == {"prediction"}
+    finally:
+        replicas.stop()

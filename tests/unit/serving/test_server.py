@@ -1,0 +1,186 @@
+"""The HTTP server over real loopback HTTP, on small pure-Python pipelines (no JVM).
+
+A :class:`Predictor` is built from kernels directly, so the robustness paths (flood, timeout, one
+failing request, shutdown) can use kernels that are slow or fail on purpose.
+"""
+from __future__ import annotations
+
+import json
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from irbis.kernels.sparkml import StageKernel, assemble_vectors
+from irbis.serving.app import ServeOptions, make_app
+from irbis.serving.predictor import Predictor
+from irbis.serving.server import BackgroundServer
+
+
+def _sum_kernel(delay: float = 0.0, fail_on: float | None = None, started: list | None = None) -> StageKernel:
+    def run(blocks):
+        if started is not None:
+            started.append(len(blocks["a"]))
+        time.sleep(delay)
+        a = np.asarray(blocks["a"], np.float64)
+        if fail_on is not None and (a == fail_on).any():
+            raise RuntimeError(f"refusing {fail_on}")
+        vec = assemble_vectors([blocks["a"], blocks["v"]], len(a))
+        return {"total": vec.values.sum(axis=1), "vec": vec}
+    return StageKernel(["a", "v"], ["total", "vec"], run)
+
+
+def _predictor(**kw) -> Predictor:
+    return Predictor([_sum_kernel(**kw)], {"a": {"number"}, "v": {"vector"}}, {"a": False, "v": False})
+
+
+@pytest.fixture(scope="module")
+def url():
+    with BackgroundServer(make_app(_predictor(), ServeOptions(max_body_bytes=4096))) as url:
+        yield url
+
+
+def test_rows_in_request_shape(url):
+    one = httpx.post(f"{url}/predict", json={"a": 1, "v": [2.0, 3.0]})
+    assert one.status_code == 200 and one.json() == {"total": 6.0, "vec": [1.0, 2.0, 3.0]}
+    many = httpx.post(f"{url}/predict", json=[{"a": 1, "v": [2, 3]}, {"a": -1, "v": [0.5, 0.5]}])
+    assert many.json() == [{"total": 6.0, "vec": [1.0, 2.0, 3.0]}, {"total": 0.0, "vec": [-1.0, 0.5, 0.5]}]
+
+
+@pytest.mark.parametrize("body, content_type, status, words", [
+    (b"{", "application/json", 400, "malformed JSON"),
+    (b"", "application/json", 400, "empty body"),
+    (b'{"a": 1}', "application/json", 422, "missing columns ['v']"),
+    (b'{"a": 1, "v": [1], "w": 2}', "application/json", 422, "unknown columns ['w']"),
+    (b'{"a": "x", "v": [1]}', "application/json", 422, "column 'a' must be a number"),
+    (b'{"a": 1, "v": ["x"]}', "application/json", 422, "column 'v' must be a non-empty list"),
+    (b'{"a": NaN, "v": [1]}', "application/json", 422, "column 'a' is NaN"),
+    (b'[{"a": 1, "v": [1]}, {"a": 1, "v": [1, 2]}]', "application/json", 422, "different shapes"),
+    (b'{"a": 1, "v": [1]}', "text/plain", 415, "content type 'text/plain'"),
+    (b"\x89PNG", "image/png", 415, "not one image column"),
+    (b"x" * 5000, "application/json", 413, "over the limit"),
+])
+def test_bad_input_names_the_problem(url, body, content_type, status, words):
+    response = httpx.post(f"{url}/predict", content=body, headers={"content-type": content_type})
+    assert response.status_code == status, response.text
+    assert words in response.json()["error"]
+    assert httpx.post(f"{url}/predict", json={"a": 1, "v": [1]}).status_code == 200  # still serving
+
+
+def test_health_ready_metrics_openapi(url):
+    assert httpx.get(f"{url}/health").json() == {"status": "ok"}
+    ready = httpx.get(f"{url}/ready").json()
+    assert ready["inputs"] == ["a", "v"] and ready["outputs"] == ["total", "vec"]
+    httpx.post(f"{url}/predict", json={"a": 1, "v": [1]})
+    text = httpx.get(f"{url}/metrics").text
+    assert 'irbis_requests_total{status="200"}' in text
+    assert "irbis_request_seconds_bucket" in text and "irbis_batch_rows_count" in text
+    assert "irbis_queue_depth" in text
+    doc = httpx.get(f"{url}/openapi.json").json()
+    row = doc["paths"]["/predict"]["post"]["requestBody"]["content"]["application/json"]["schema"]["oneOf"][0]
+    assert row["required"] == ["a", "v"] and row["properties"]["a"] == {"type": "number"}
+    assert row["properties"]["v"]["type"] == "array"
+
+
+def test_token_guards_predict():
+    app = make_app(_predictor(), ServeOptions(token="s3cret"))
+    with BackgroundServer(app) as url:
+        row = {"a": 1, "v": [1]}
+        assert httpx.post(f"{url}/predict", json=row).status_code == 401
+        wrong = httpx.post(f"{url}/predict", json=row, headers={"Authorization": "Bearer nope"})
+        assert wrong.status_code == 401 and wrong.headers["www-authenticate"] == "Bearer"
+        ok = httpx.post(f"{url}/predict", json=row, headers={"Authorization": "Bearer s3cret"})
+        assert ok.status_code == 200 and ok.json()["total"] == 2.0
+        assert httpx.get(f"{url}/health").status_code == 200  # only /predict is guarded
+
+
+def test_flood_gets_503_with_retry_after_and_recovers():
+    app = make_app(_predictor(delay=0.2), ServeOptions(max_batch_size=1, max_queue=2))
+    with BackgroundServer(app) as url, ThreadPoolExecutor(16) as pool:
+        answers = list(pool.map(lambda i: httpx.post(f"{url}/predict", json={"a": i, "v": [0]}, timeout=30),
+                                range(16)))
+        refused = [r for r in answers if r.status_code == 503]
+        served = [r for r in answers if r.status_code == 200]
+        assert refused and served and len(refused) + len(served) == 16
+        assert all(r.headers["retry-after"] == "1" and "busy" in r.json()["error"] for r in refused)
+        assert all(r.json()["total"] == json.loads(r.request.content)["a"] for r in served)
+        assert httpx.post(f"{url}/predict", json={"a": 5, "v": [1]}, timeout=30).json()["total"] == 6.0
+
+
+def test_timeout_gives_504():
+    app = make_app(_predictor(delay=1.0), ServeOptions(timeout_s=0.1))
+    with BackgroundServer(app) as url:
+        response = httpx.post(f"{url}/predict", json={"a": 1, "v": [1]}, timeout=30)
+        assert response.status_code == 504 and "0.1 s" in response.json()["error"]
+
+
+def test_one_failing_request_fails_alone():
+    app = make_app(_predictor(delay=0.05, fail_on=13.0), ServeOptions(max_batch_size=64, max_wait_ms=50))
+    with BackgroundServer(app) as url, ThreadPoolExecutor(8) as pool:
+        answers = list(pool.map(lambda i: httpx.post(f"{url}/predict", json={"a": i, "v": [0]}, timeout=30),
+                                [1, 2, 13, 4, 5, 6, 7, 8]))
+    statuses = [r.status_code for r in answers]
+    assert statuses[2] == 500 and "refusing 13" in answers[2].json()["error"]
+    assert statuses[:2] + statuses[3:] == [200] * 7
+    assert [r.json()["total"] for i, r in enumerate(answers) if i != 2] == [1, 2, 4, 5, 6, 7, 8]
+
+
+def test_concurrent_requests_are_batched():
+    started: list[int] = []
+    app = make_app(_predictor(delay=0.05, started=started), ServeOptions(max_batch_size=64))
+    with BackgroundServer(app) as url, ThreadPoolExecutor(16) as pool:
+        answers = list(pool.map(lambda i: httpx.post(f"{url}/predict", json={"a": i, "v": [1]}, timeout=30),
+                                range(32)))
+    assert [r.json()["total"] for r in answers] == [i + 1.0 for i in range(32)]
+    assert max(started) > 1 and len(started) < 32
+
+
+def test_shutdown_finishes_accepted_requests():
+    started: list[int] = []
+    app = make_app(_predictor(delay=0.3, started=started), ServeOptions(max_batch_size=2))
+    server = BackgroundServer(app)
+    url = server.start()
+    with ThreadPoolExecutor(8) as pool:
+        futures = [pool.submit(httpx.post, f"{url}/predict", json={"a": i, "v": [0]}, timeout=30)
+                   for i in range(8)]
+        batcher = app.state.batcher
+        deadline = time.monotonic() + 20
+        while sum(started) + batcher.depth < 8 and time.monotonic() < deadline:
+            time.sleep(0.005)  # until every request is in the server: accepted, queued or running
+        assert sum(started) < 8  # some are still waiting when the stop comes
+        stopper = threading.Thread(target=server.stop)
+        stopper.start()  # what uvicorn does on SIGTERM
+        answers = [f.result() for f in futures]
+        stopper.join()
+    assert [r.status_code for r in answers] == [200] * 8
+    assert [r.json()["total"] for r in answers] == [float(i) for i in range(8)]
+    with pytest.raises(httpx.ConnectError):
+        httpx.post(f"{url}/predict", json={"a": 1, "v": [0]})
+
+
+_json = st.recursive(st.none() | st.booleans() | st.floats(allow_nan=True) | st.integers() | st.text(max_size=5),
+                     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(
+                         st.sampled_from(["a", "v", "w"]) | st.text(max_size=3), inner, max_size=4),
+                     max_leaves=12)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(body=_json | st.binary(max_size=64).map(lambda b: ("raw", b)),
+       content_type=st.sampled_from(["application/json", "text/plain", "image/png", "multipart/form-data", ""]))
+def test_fuzz_never_5xx(url, body, content_type):
+    data = body[1] if isinstance(body, tuple) else json.dumps(body).encode()
+    response = httpx.post(f"{url}/predict", content=data, headers={"content-type": content_type})
+    assert response.status_code < 500, (data, response.text)
+    assert response.status_code == 200 or response.json()["error"]
+
+
+def test_options_are_checked_when_made():
+    with pytest.raises(ValueError, match="max_queue must be at least 1, got 0"):
+        ServeOptions(max_queue=0)
+    with pytest.raises(ValueError, match="timeout_s above 0"):
+        ServeOptions(timeout_s=0)

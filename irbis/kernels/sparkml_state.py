@@ -23,7 +23,8 @@ import numpy as np
 
 from irbis.kernels.blocks import BatchFn, Tensor
 
-__all__ = ["NoKernelError", "StageKernel", "StageState", "number_column", "read_stage", "vector_block"]
+__all__ = ["NoKernelError", "StageKernel", "StageState", "number_column", "read_metadata", "read_stage",
+           "vector_block"]
 
 
 @dataclass
@@ -108,14 +109,20 @@ def _rows(folder: str) -> list[dict[str, Any]]:
     return pq.read_table(folder).to_pylist()
 
 
+def read_metadata(path: str) -> dict[str, Any]:
+    """The JSON metadata of the Spark ML stage or pipeline saved in the local folder ``path``."""
+    meta_dir = os.path.join(path, "metadata")
+    parts = sorted(f for f in os.listdir(meta_dir) if f.startswith("part-")) if os.path.isdir(meta_dir) else []
+    if not parts:
+        raise FileNotFoundError(f"{str(path)!r} is not a saved Spark ML stage or pipeline: "
+                                f"it has no metadata/part-* file")
+    with open(os.path.join(meta_dir, parts[0]), encoding="utf-8") as handle:
+        return json.loads(handle.readline())
+
+
 def read_stage(path: str) -> StageState:
     """Read a stage saved by SparkML (``stage.save(path)``) from a local folder, without Spark."""
-    meta_dir = os.path.join(path, "metadata")
-    if not os.path.isdir(meta_dir):
-        raise FileNotFoundError(f"{path!r} is not a saved SparkML stage: it has no metadata/ folder")
-    parts = sorted(f for f in os.listdir(meta_dir) if f.startswith("part-"))
-    with open(os.path.join(meta_dir, parts[0]), encoding="utf-8") as handle:
-        meta = json.loads(handle.readline())
+    meta = read_metadata(path)
     params = {**meta.get("defaultParamMap", {}), **meta.get("paramMap", {})}
     extra = {k: v for k, v in meta.items() if k not in ("paramMap", "defaultParamMap")}
     state = StageState(meta["class"].rsplit(".", 1)[-1], params, extra=extra)

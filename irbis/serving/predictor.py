@@ -16,8 +16,9 @@ from typing import Any, Sequence
 import numpy as np
 
 from irbis.kernels.blocks import Images, Tensor, block_to_rows, rows_in, run_steps
-from irbis.kernels.sparkml import SPARKML_KERNELS, StageKernel
-from irbis.serving.saved import SavedSparkStage, build_irbis_stage, read_saved
+from irbis.kernels.sparkml import SPARKML_KERNELS, StageKernel, kernel_from_state
+from irbis.kernels.sparkml_state import StageState, read_stage
+from irbis.serving.saved import build_irbis_stage, read_saved
 
 __all__ = ["KINDS", "Predictor", "compile_stages", "json_rows", "load_predictor"]
 
@@ -27,7 +28,8 @@ LOG = logging.getLogger("irbis.serving")
 #: string, or an image (a base64 string of an encoded file in JSON; raw bytes or multipart).
 KINDS = ("number", "vector", "string", "image")
 #: Kinds of the columns a SparkML stage reads, by class (others: any of number, vector, string).
-_SPARKML_INPUT_KINDS = {"VectorAssembler": {"number", "vector"}, "StringIndexerModel": {"string", "number"}}
+_SPARKML_INPUT_KINDS = {"VectorAssembler": {"number", "vector"}, "StringIndexerModel": {"string", "number"},
+                        "ImputerModel": {"number"}, "OneHotEncoderModel": {"number"}}
 
 
 class Predictor:
@@ -139,26 +141,24 @@ def _kernel(saved: Any) -> tuple[StageKernel | None, Any]:
     if saved.is_irbis:
         stage = build_irbis_stage(saved)
         return _irbis_kernel(stage), stage
-    builder = SPARKML_KERNELS.get(saved.short_name)
-    if builder is None:
+    if saved.short_name not in SPARKML_KERNELS:
         return None, None
-    stage = SavedSparkStage(saved)
-    return builder(stage), stage
+    state = read_stage(str(saved.path))
+    return kernel_from_state(state), state
 
 
 def _input_kinds(kernel: StageKernel, stage: Any, column: str) -> set[str]:
-    if isinstance(stage, SavedSparkStage):
-        short = stage.class_name.rsplit(".", 1)[-1]
-        if short in _SPARKML_INPUT_KINDS:
-            return set(_SPARKML_INPUT_KINDS[short])
-        return {"vector"} if stage.hasParam("featuresCol") else {"number", "vector", "string"}
+    if isinstance(stage, StageState):
+        if stage.cls in _SPARKML_INPUT_KINDS:
+            return set(_SPARKML_INPUT_KINDS[stage.cls])
+        return {"vector"} if "featuresCol" in stage.params else {"number", "vector", "string"}
     return _probe_kinds(stage, column)
 
 
 def _nullable(stage: Any) -> bool:
     """SparkML's VectorAssembler fails on null and NaN unless ``handleInvalid`` says otherwise."""
-    return not (isinstance(stage, SavedSparkStage) and stage.class_name.endswith(".VectorAssembler")
-                and stage.getOrDefault("handleInvalid") == "error")
+    return not (isinstance(stage, StageState) and stage.cls == "VectorAssembler"
+                and stage.param("handleInvalid", "error") == "error")
 
 
 def compile_stages(path: str, outputs: Sequence[str] | None = None) -> Predictor:

@@ -63,6 +63,33 @@ def test_tabular_answers_equal_transform(spark, tabular):
         assert got["prediction"] == want.prediction
 
 
+def test_mixed_pipeline_answers_equal_transform(spark, tmp_path):
+    """Strings, a missing value, scaling and a forest: every SparkML kernel on the request path."""
+    from pyspark.ml.classification import RandomForestClassifier
+    from pyspark.ml.feature import Imputer, OneHotEncoder, StandardScaler, StringIndexer
+
+    rng = np.random.default_rng(3)
+    colours = ["red", "green", "blue"]
+    rows = [(colours[i % 3], None if i % 7 == 0 else float(x), float(z), int(x + (i % 3 == 1) > 0.3))
+            for i, (x, z) in enumerate(rng.normal(size=(90, 2)))]
+    frame = spark.createDataFrame(rows, "colour string, x double, z double, y int")
+    stages = [StringIndexer(inputCol="colour", outputCol="ci"),
+              OneHotEncoder(inputCol="ci", outputCol="co"),
+              Imputer(inputCols=["x"], outputCols=["xi"]),
+              VectorAssembler(inputCols=["co", "xi", "z"], outputCol="raw"),
+              StandardScaler(inputCol="raw", outputCol="features", withMean=True),
+              RandomForestClassifier(labelCol="y", numTrees=5, maxDepth=3, seed=1)]
+    path = str(tmp_path / "mixed")
+    Pipeline(stages=stages).fit(frame).write().save(path)
+    queries = [{"colour": c, "x": x, "z": z} for c, x, z, _ in rows[:12]]
+    expected = PipelineModel.load(path).transform(frame.limit(12)).select("probability", "prediction").collect()
+    with BackgroundServer(build_app(path)) as url:
+        answer = httpx.post(f"{url}/predict", json=queries).json()
+    for got, want in zip(answer, expected):
+        np.testing.assert_allclose(got["probability"], want.probability.toArray(), rtol=1e-9)
+        assert got["prediction"] == want.prediction
+
+
 def test_outputs_and_refused_stage(spark, tabular, tmp_path):
     predictor = load_predictor(tabular, outputs=["prediction"])
     assert predictor.outputs == ["prediction"] and set(predictor.inputs) == {"a", "b", "c"}

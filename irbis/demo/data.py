@@ -44,7 +44,7 @@ from typing import Callable
 import cv2
 import numpy as np
 
-__all__ = ["FRAME_SIZE", "METADATA_COLUMNS", "SIZES", "build_camera_trap_set", "render_burst", "sources"]
+__all__ = ["FRAME_SIZE", "METADATA_COLUMNS", "SIZES", "build_camera_trap_set", "check_size", "render_burst", "sources"]
 
 #: Frame (height, width) of the built set: a small 4:3 camera-trap picture.
 FRAME_SIZE = (240, 320)
@@ -53,6 +53,16 @@ METADATA_COLUMNS = ("path", "label", "camera", "burst", "frame", "timestamp")
 #: ``--size`` of the built set: (cameras, bursts per camera, frames per burst); a quarter of the
 #: cameras are held out for the test (2, 4 and 8 cameras).
 SIZES = {"small": (8, 6, 3), "default": (16, 16, 4), "large": (32, 16, 4)}
+
+
+def check_size(size: str) -> tuple[int, int, int]:
+    """The (cameras, bursts per camera, frames per burst) of ``--size``; a clear error for an unknown one."""
+    if size not in SIZES:
+        raise ValueError(f"--size {size!r} does not exist; choose one of {', '.join(SIZES)} "
+                         f"({', '.join(f'{k}: {c * b * f} images' for k, (c, b, f) in SIZES.items())})")
+    return SIZES[size]
+
+
 _START = dt.datetime(2024, 6, 1, 0, 0, 0)
 
 

@@ -25,7 +25,9 @@ def test_full_ladder_with_intervals(demo):
     assert len({s.images for s in demo.scores}) == 1  # the same test images everywhere
     for s in demo.scores:
         for value, (low, high) in ((s.accuracy, s.accuracy_ci), (s.roc_auc, s.roc_auc_ci)):
-            assert low <= value <= high and high - low > 0
+            assert low <= value <= high
+    low, high = scores["LR120"].accuracy_ci  # a perfect rung may have [1, 1]; the baseline is not perfect
+    assert high - low > 0
     deep = max(scores["EN1"].roc_auc, scores["EN2"].roc_auc)
     assert deep > scores["LR120"].roc_auc + 0.1
     assert all("regParam" in demo.chosen[v] for v in ("LR120", "EN1", "EN2", a))

@@ -83,16 +83,19 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     import time
 
     from irbis.demo.camera_trap import run_demo
+    from irbis.demo.data import check_size
     from irbis.demo.dataset import check_labels, load_metadata
     from irbis.spark.session import get_spark
 
-    if args.images:  # check the set before starting Spark: bad input fails in a second
+    check_size(args.size)  # check the input before starting Spark: bad input fails in a second
+    if args.images:
         check_labels(load_metadata(args.images), args.positive)
     start = time.perf_counter()
     spark = get_spark(args.master, app_name="irbis-demo", **{"spark.ui.showConsoleProgress": "false"})
     spark.sparkContext.setLogLevel("ERROR")
-    result = run_demo(spark, args.output, args.images, positive=args.positive, precision=args.precision,
-                      seed=args.seed, progress=not args.no_progress)
+    result = run_demo(spark, args.output, args.images, size=args.size, positive=args.positive,
+                      precision=args.precision, seed=args.seed, explain=args.explain,
+                      progress=not args.no_progress)
     print(result.table)
     print(f"best: {result.best}; report {result.output / 'report.html'}, pipeline {result.output / 'model'}")
     print(f"wall time {time.perf_counter() - start:.0f} s")
@@ -180,14 +183,18 @@ def build_parser() -> argparse.ArgumentParser:
 
     demo = sub.add_parser("demo", help="the main job: a camera-trap classifier (Snow Leopard ladder) on Spark",
                           description="Fit and compare raw-pixel logistic regression, EfficientNet-Lite0 features "
-                          "cut at 1 and 2 layers, flip augmentation and burst averaging on camera-trap images, "
-                          "split by camera; write a report and the best pipeline to --output.")
+                          "cut at 1 and 2 layers, camera-trap augmentation, burst averaging and a trained MLP "
+                          "head on camera-trap images split by camera, with 95%% bootstrap intervals and "
+                          "camera-grouped cross-validation; write a report and the best pipeline to --output.")
     demo.add_argument("--images", default=None, help="camera-trap set: DIR/metadata.csv (path,label,camera,burst) "
                       "or DIR/<label>/<camera>/<burst>/<image>; default: build one from shipped photographs")
     demo.add_argument("--positive", default="animal", help="label of the class to detect (others are negative)")
     demo.add_argument("--output", default="irbis-demo-output", help="folder for the report, figures and model")
     demo.add_argument("--master", default="local[2]", help="Spark master URL")
     demo.add_argument("--precision", default="bf16", choices=["fp32", "bf16", "int8"])
+    demo.add_argument("--size", default="default", help="size of the built set: small, default or large "
+                      "(time against confidence; ignored with --images)")
+    demo.add_argument("--explain", type=int, default=3, help="test images explained with LIME (0: none)")
     demo.add_argument("--seed", type=int, default=0, help="seed of the built set and of the camera split")
     demo.add_argument("--no-progress", action="store_true", help="no progress bars")
     demo.set_defaults(func=_cmd_demo)

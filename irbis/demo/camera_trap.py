@@ -1,30 +1,22 @@
 """The main job: a camera-trap classifier on Spark that reproduces the Snow Leopard experiment's ladder.
 
 The MMLSpark paper (Hamilton et al., 2018, section 5) classified snow leopards in camera-trap images
-and compared, on cameras held out of training:
+and compared, on cameras held out of training, raw-pixel logistic regression (LR120), pretrained
+ResNet-50 features with one or two layers cut (RN1, RN2), flip augmentation (+A) and averaging over
+each burst (+E). :mod:`irbis.demo.ladder` defines the rungs here (EfficientNet-Lite0 in place of
+ResNet-50, plus a trained MLP head, +T).
 
-=========  ==========================================================================================
-LR120      logistic regression on the raw pixels, resized to 120 x 120
-EN1, EN2   pretrained network features with 1 / 2 final layers cut off + logistic regression (the paper
-           used ResNet-50, "RN1"/"RN2"; Irbis ships pretrained weights for EfficientNet-Lite0 only, so
-           EN1 is its pooled 1280-d feature and EN2 its 1280 x 7 x 7 head activation)
-EN1+A      EN1 trained on the images and their left-right mirror images; test scores averaged over both
-EN1+A+E    EN1+A with the scores averaged over each camera burst (frames of one trigger)
-=========  ==========================================================================================
-
-The paper built +A and +E on RN2, its better deep variant; here the pooled EN1 features are the
-better ones (EN2's unpooled 7 x 7 map ties each feature to a position in the frame, and a linear model
-on 62,720 such features generalises poorly from a few hundred images), so +A and +E build on EN1.
-
-Each image is decoded, mirrored and featurized once (one cached DataFrame with the raw pixels and both
-feature columns); the variants then fit Spark ML ``LogisticRegression`` on its columns. The test set
-is whole cameras (frames of a burst are correlated: a random split would leak). The best variant's
-per-image pipeline (feature stages + fitted logistic regression) is saved with ``PipelineModel.save``.
+Every figure is honest about its noise: the test set is whole cameras (frames of a burst are
+correlated: a random split would leak), each metric carries a 95 % bootstrap interval over the test
+bursts, each step's difference gets a paired interval, and regularisation is chosen by cross-validation
+grouped by camera on the training cameras only. The original images are decoded and featurized once
+(one cached DataFrame); the augmented copies are featurized only for the better deep cut, chosen by
+its cross-validated AUC. The best variant's per-image pipeline is saved with ``PipelineModel.save``.
 
 Examples
 --------
->>> result = run_demo(spark, output="demo-out")        # doctest: +SKIP
->>> print(result.table)                                # doctest: +SKIP
+>>> result = run_demo(spark, output="demo-out", size="small")   # doctest: +SKIP
+>>> print(result.table)                                        # doctest: +SKIP
 """
 from __future__ import annotations
 
@@ -34,33 +26,26 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pandas as pd
 from pyspark.ml import PipelineModel
-from pyspark.ml.classification import LogisticRegression
-from pyspark.ml.functions import vector_to_array
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from irbis.demo.dataset import check_labels, load_metadata, split_by_camera
+from irbis.demo.data import check_size
+from irbis.demo.dataset import check_labels, check_test_cameras, load_metadata, split_by_camera
+from irbis.demo.ladder import KEYS, camera_folds, feature_stages, fit_head, fit_lr, score_test_set
 from irbis.demo.progress import spark_progress
-from irbis.demo.report import Scores, format_table, score, write_report
-from irbis.ml.ensemble import EnsembleByKey
-from irbis.ml.featurizer import ImageFeaturizer
-from irbis.ml.image import ImageSetAugmenter, ImageTransformer, UnrollImage
+from irbis.demo.report import Scores, format_table, score_variants, write_report
+from irbis.ml.image import ImageSetAugmenter
 from irbis.spark.images import read_images
 
-__all__ = ["DemoResult", "VARIANTS", "run_demo"]
+__all__ = ["AUGMENT", "DemoResult", "PAPER", "run_demo"]
 
-#: variant -> (feature column, augmented training, burst ensembling, description)
-VARIANTS: dict[str, tuple[str, bool, bool, str]] = {
-    "LR120": ("raw", False, False, "logistic regression on raw 120x120 pixels"),
-    "EN1": ("f1", False, False, "EfficientNet-Lite0, 1 layer cut (pooled 1280-d) + LR"),
-    "EN2": ("f2", False, False, "EfficientNet-Lite0, 2 layers cut (1280x7x7) + LR"),
-    "EN1+A": ("f1", True, False, "EN1 trained on both flips, test scores averaged over flips"),
-    "EN1+A+E": ("f1", True, True, "EN1+A with scores averaged over each camera burst"),
-}
-_KEYS = ["path", "label", "camera", "burst"]
+#: The paper's accuracies (MMLSpark slides; RN2+A+E: its best, no figure given), shown beside ours.
+PAPER = {"LR120": 0.656, "EN1": 0.821, "EN2": 0.875, "+A": 0.897}
+#: The camera-trap copies of +A: mirrored, a closer view, a darker shot.
+AUGMENT = {"flipLeftRight": True, "cropFraction": 0.8, "exposureGain": 0.6}
+_FEATURES = {"LR120": "raw", "EN1": "f1", "EN2": "f2"}
 
 
 @dataclass
@@ -72,16 +57,8 @@ class DemoResult:
     best: str
     output: Path
     seconds: dict[str, float] = field(default_factory=dict)
-
-
-def _feature_stages(precision: str, raw_size: int) -> dict[str, list[Any]]:
-    """The per-image stages that turn an ``image`` column into each feature column."""
-    resize = ImageTransformer(inputCol="image", outputCol="small").resize(raw_size, raw_size, interpolation="area")
-    return {
-        "raw": [resize, UnrollImage(inputCol="small", outputCol="raw")],
-        "f1": [ImageFeaturizer(inputCol="image", outputCol="f1", cutOutputLayers=1, precision=precision)],
-        "f2": [ImageFeaturizer(inputCol="image", outputCol="f2", cutOutputLayers=2, precision=precision)],
-    }
+    chosen: dict[str, dict[str, Any]] = field(default_factory=dict)
+    folds: pd.DataFrame | None = None
 
 
 def _load_images(spark: SparkSession, meta: pd.DataFrame) -> DataFrame:
@@ -92,43 +69,28 @@ def _load_images(spark: SparkSession, meta: pd.DataFrame) -> DataFrame:
         raise ValueError(f"none of the {len(meta)} images could be decoded, e.g. {bad[0].path}: {bad[0].error}")
     if bad:
         print(f"skipping {len(bad)} unreadable image(s), e.g. {bad[0].path}: {bad[0].error}")
-    labels = spark.createDataFrame(meta[_KEYS + ["y", "is_test"]])
+    labels = spark.createDataFrame(meta[KEYS + ["y", "is_test", "fold"]])
     return images.where(F.col("error").isNull()).drop("error").join(labels, "path").cache()
 
 
-def _featurize(images: DataFrame, stages: dict[str, list[Any]], partitions: int) -> DataFrame:
-    """Mirror every image, then compute raw pixels and both feature columns in one cached pass."""
-    df = ImageSetAugmenter(inputCol="image", outputCol="image", flipLeftRight=True,
-                           variantCol="augmentation").transform(images.repartition(partitions))
-    for name in ("raw", "f1", "f2"):
+def _featurize(df: DataFrame, stages: dict[str, list[Any]], cols: list[str]) -> DataFrame:
+    for name in cols:
         for stage in stages[name]:
             df = stage.transform(df)
-    return df.select(*_KEYS, "y", "is_test", "augmentation", "raw", "f1", "f2").cache()
+    return df.select(*KEYS, "y", "is_test", "fold", "augmentation", *cols).cache()
 
 
-def _fit(train: DataFrame, col: str, reg: float) -> Any:
-    lr = LogisticRegression(featuresCol=col, labelCol="y", regParam=reg, maxIter=100,
-                            probabilityCol="probability", rawPredictionCol="raw_prediction")
-    return lr.fit(train)
-
-
-def _test_scores(model: Any, test: DataFrame, col: str, augmented: bool, bursts: bool) -> pd.DataFrame:
-    scored = model.transform(test.select(*_KEYS, "y", "augmentation", col))
-    scored = scored.withColumn("score", vector_to_array("probability")[1]).select(*_KEYS, "y", "score")
-    if augmented:  # average each image's scores over its mirror copies
-        scored = (EnsembleByKey(keys=_KEYS + ["y"], cols=["score"], colNames=["image_score"])
-                  .transform(scored).withColumnRenamed("image_score", "score"))
-    if bursts:  # average over the frames of each burst, keeping one row per image
-        scored = (EnsembleByKey(keys=["camera", "burst"], cols=["score"], colNames=["burst_score"],
-                                collapseGroup=False).transform(scored)
-                  .drop("score").withColumnRenamed("burst_score", "score"))
-    return scored.select("path", "y", "score").toPandas().sort_values("path", ignore_index=True)
+def _copies(images: DataFrame, stages: dict[str, list[Any]], col: str, partitions: int) -> DataFrame:
+    """The augmented copies (not the originals) of every image, featurized with ``col``'s stages."""
+    aug = ImageSetAugmenter(inputCol="image", outputCol="image", variantCol="augmentation", **AUGMENT)
+    copies = aug.transform(images.repartition(partitions)).where(F.col("augmentation") != "original")
+    return _featurize(copies, stages, [col])
 
 
 def run_demo(spark: SparkSession, output: str | Path, images: str | Path | None = None, *,
-             positive: str = "animal", precision: str = "bf16", raw_size: int = 120,
-             reg_param: float = 0.05, test_fraction: float = 0.25, seed: int = 0,
-             data_size: tuple[int, int, int] = (8, 8, 4), progress: bool = True) -> DemoResult:
+             size: str = "default", positive: str = "animal", precision: str = "bf16", raw_size: int = 120,
+             test_fraction: float = 0.25, folds: int = 3, seed: int = 0, n_boot: int = 1000,
+             explain: int = 3, progress: bool = True) -> DemoResult:
     """Fit and evaluate the ladder; write the report, the figures and the best pipeline to ``output``.
 
     Parameters
@@ -139,69 +101,130 @@ def run_demo(spark: SparkSession, output: str | Path, images: str | Path | None 
         Folder for ``report.html``, figures, ``metrics.json``, ``table.txt`` and ``model/``.
     images : str or Path, optional
         A camera-trap set (see :mod:`irbis.demo.dataset` for the layouts). Default: build the set of
-        :mod:`irbis.demo.data` into ``output/data`` (``data_size`` = cameras, bursts per camera,
-        frames per burst).
+        :mod:`irbis.demo.data` of ``size`` into ``output/data``.
+    size : {"small", "default", "large"}
+        Size of the built set (:data:`irbis.demo.data.SIZES`): time against confidence.
     positive : str
         The label of the class to detect; every other label is the negative class.
     precision : {"fp32", "bf16", "int8"}
         Precision of the network when featurizing.
     raw_size : int
         Side of the raw-pixel baseline's images.
-    reg_param : float
-        L2 regularisation of every logistic regression.
-    test_fraction, seed : float, int
-        Share of the cameras held out for testing, and the seed of that split (and of the built set).
+    test_fraction, folds, seed : float, int, int
+        Share of the cameras held out for testing, camera-grouped CV folds on the others, and the seed
+        of the split, the folds, the bootstrap and the built set.
+    n_boot : int
+        Bootstrap resamples of the test bursts per interval.
+    explain : int
+        Test images explained with LIME in the report (0: none).
     progress : bool
         Show progress bars.
     """
+    dims = check_size(size)
     out = Path(output)
     out.mkdir(parents=True, exist_ok=True)
     clock: dict[str, float] = {}
     start = time.perf_counter()
     if images is None:
-        images = _build_data(out / "data", data_size, seed, progress)
-    meta = load_metadata(images)
-    meta["y"] = check_labels(meta, positive)
-    meta["is_test"] = split_by_camera(meta, meta["y"].to_numpy(), test_fraction, seed)
-    stages = _feature_stages(precision, raw_size)
-    with spark_progress(spark, "decode, mirror and featurize", progress):
+        images = _build_data(out / "data", dims, seed, progress)
+    meta = _prepare(load_metadata(images), positive, test_fraction, folds, seed)
+    stages = feature_stages(precision, raw_size)
+    parts = max(2 * spark.sparkContext.defaultParallelism, 8)
+    with spark_progress(spark, "decode and featurize", len(meta), progress):
         data = _load_images(spark, meta)
-        found = data.count()
-        if found < len(meta):
-            print(f"{len(meta) - found} image(s) of the metadata could not be read or matched; using {found}")
-        feats = _featurize(data, stages, partitions=max(2 * spark.sparkContext.defaultParallelism, 8))
+        if data.count() < len(meta):
+            print("some image(s) of the metadata could not be read or matched; using the others")
+        originals = data.withColumn("augmentation", F.lit("original")).repartition(parts)
+        feats = _featurize(originals, stages, ["raw", "f1", "f2"])
         feats.count()
-        data.unpersist()
     clock["featurize"] = time.perf_counter() - start
-    rows, curves, models = [], {}, {}
+    scored, chosen, models = {}, {}, {}
     try:
-        for name, (col, augmented, bursts, text) in VARIANTS.items():
+        for name, col in _FEATURES.items():
             t0 = time.perf_counter()
-            with spark_progress(spark, f"fit and score {name}", progress):
-                train = feats.coalesce(spark.sparkContext.defaultParallelism).where(~F.col("is_test"))
-                if not augmented:
-                    train = train.where(F.col("augmentation") == "original")
-                key = (col, augmented)
-                if key not in models:
-                    models[key] = _fit(train, col, reg_param)
-                test = feats.where(F.col("is_test"))
-                if not augmented:
-                    test = test.where(F.col("augmentation") == "original")
-                scored = _test_scores(models[key], test, col, augmented, bursts)
-            rows.append(score(name, text, scored["y"].to_numpy(), scored["score"].to_numpy()))
-            curves[name] = (scored["y"].to_numpy(), scored["score"].to_numpy())
+            with spark_progress(spark, f"cross-validate and score {name}", len(meta), progress):
+                models[name], chosen[name] = fit_lr(feats.where(~F.col("is_test")), col, folds)
+                scored[name] = score_test_set(models[name], feats.where(F.col("is_test")), col, False, False)
             clock[name] = time.perf_counter() - t0
+        better = max(("EN1", "EN2"), key=lambda n: max(chosen[n]["cv_auc"].values()))
+        t0 = time.perf_counter()
+        with spark_progress(spark, f"augment {better} and fit +A, +E, +T", 3 * len(meta), progress):
+            _augmented_rungs(data, feats, stages, better, folds, parts, scored, chosen, models)
+        clock["+A+E+T"] = time.perf_counter() - t0
     finally:
         feats.unpersist()
+        data.unpersist()
+    return _finish(spark, out, meta, images, scored, chosen, models, stages, better,
+                   dict(positive=positive, precision=precision, n_boot=n_boot, seed=seed, explain=explain),
+                   clock, start)
+
+
+def _augmented_rungs(data: DataFrame, feats: DataFrame, stages: dict[str, list[Any]], better: str, folds: int,
+                     parts: int, scored: dict[str, pd.DataFrame], chosen: dict[str, Any],
+                     models: dict[str, Any]) -> None:
+    """+A, +E and +T on the better deep cut: fit on the training cameras' originals and copies."""
+    col = _FEATURES[better]
+    both = feats.select(*KEYS, "y", "is_test", "fold", "augmentation", col).unionByName(
+        _copies(data, stages, col, parts))
+    train, test = both.where(~F.col("is_test")), both.where(F.col("is_test"))
+    name = f"{better}+A"
+    models[name], chosen[name] = fit_lr(train, col, folds)
+    scored[name] = score_test_set(models[name], test, col, True, False)
+    scored[f"{name}+E"] = score_test_set(models[name], test, col, True, True)
+    models[f"{name}+E"] = models[name]  # +E averages the same per-image model's scores at test time
+    size = len(train.select(col).first()[0])
+    models[f"{name}+E+T"] = fit_head(train, col, size)
+    chosen[f"{name}+E+T"] = {"head": f"MLP {size}-64-2, Adam, 15 epochs, 2 data-parallel Spark tasks"}
+    scored[f"{name}+E+T"] = score_test_set(models[f"{name}+E+T"], test, col, True, True)
+
+
+def _prepare(meta: pd.DataFrame, positive: str, test_fraction: float, folds: int, seed: int) -> pd.DataFrame:
+    """Labels, the camera split and the camera-grouped folds (checked before any Spark job)."""
+    meta["y"] = check_labels(meta, positive)
+    meta["is_test"] = split_by_camera(meta, meta["y"].to_numpy(), test_fraction, seed)
+    check_test_cameras(meta)
+    meta["fold"] = camera_folds(meta["camera"].to_numpy(), meta["is_test"].to_numpy(), folds, seed)
+    return meta
+
+
+def _finish(spark: SparkSession, out: Path, meta: pd.DataFrame, images: Any, scored: dict[str, pd.DataFrame],
+            chosen: dict[str, Any], models: dict[str, Any], stages: dict[str, list[Any]], better: str,
+            opts: dict[str, Any], clock: dict[str, float], start: float) -> DemoResult:
+    rows, steps = score_variants(scored, _descriptions(better), _builds_on(better), n_boot=opts["n_boot"],
+                                 seed=opts["seed"])
     best = max(rows, key=lambda r: (r.roc_auc, r.accuracy)).variant
-    col, augmented, _, _ = VARIANTS[best]
-    _save_model(out, best, stages[col], models[(col, augmented)], positive)
+    col = _FEATURES["EN1" if best.startswith("EN1") else "EN2" if best.startswith("EN2") else "LR120"]
+    _save_model(out, best, stages[col], models[best], opts["positive"])
     clock["total"] = time.perf_counter() - start
-    table = format_table(rows)
+    table = format_table(rows, steps)
     (out / "table.txt").write_text(table + "\n")
-    notes = _notes(meta, images, positive, precision, best, clock)
-    write_report(out, rows, curves, ("other", positive), notes)
-    return DemoResult(rows, table, best, out, clock)
+    notes = _notes(meta, images, opts, best, better, chosen, clock)
+    write_report(out, rows, steps, scored, ("other", opts["positive"]), notes, _paper(better))
+    if opts["explain"]:
+        from irbis.demo.inside import explain_images
+        wrong = scored[best].assign(err=lambda d: (d["score"] >= 0.5) != (d["y"] == 1))
+        picks = wrong.sort_values(["err", "score"], ascending=False)["path"].head(opts["explain"]).tolist()
+        explain_images(spark, out, picks)
+    return DemoResult(rows, table, best, out, clock, chosen, meta[["camera", "is_test", "fold"]].drop_duplicates())
+
+
+def _descriptions(better: str) -> dict[str, str]:
+    a = f"{better}+A"
+    return {"LR120": "logistic regression on raw 120x120 pixels",
+            "EN1": "EfficientNet-Lite0, 1 layer cut (pooled 1280-d head) + LR",
+            "EN2": "EfficientNet-Lite0, 2 layers cut (pooled 320-d last block, before the 1x1 head conv) + LR",
+            a: f"{better} trained on flipped, closer (80% crop) and darker (x0.6) copies; test scores averaged",
+            f"{a}+E": f"{a} with scores averaged over each burst (EnsembleByKey)",
+            f"{a}+E+T": f"{a}+E with an MLP head trained data-parallel by TorchEstimator instead of LR"}
+
+
+def _builds_on(better: str) -> dict[str, str]:
+    a = f"{better}+A"
+    return {"EN1": "LR120", "EN2": "EN1", a: better, f"{a}+E": a, f"{a}+E+T": f"{a}+E"}
+
+
+def _paper(better: str) -> dict[str, float]:
+    return {"LR120": PAPER["LR120"], "EN1": PAPER["EN1"], "EN2": PAPER["EN2"], f"{better}+A": PAPER["+A"]}
 
 
 def _build_data(folder: Path, size: tuple[int, int, int], seed: int, progress: bool) -> Path:
@@ -216,23 +239,32 @@ def _build_data(folder: Path, size: tuple[int, int, int], seed: int, progress: b
                                      frames_per_burst=frames, seed=seed, progress=bar.update)
 
 
-def _save_model(out: Path, variant: str, stages: list[Any], lr_model: Any, positive: str) -> None:
-    col, augmented, bursts, text = VARIANTS[variant]
-    PipelineModel(stages=[*stages, lr_model]).write().overwrite().save(str(out / "model"))
-    card = {"variant": variant, "description": text, "input": "image (Spark image struct, read_images)",
-            "output": f"probability[1] = P({positive!r})", "positive_label": positive,
-            "test_time": {"average_over_left_right_flip": augmented, "average_over_burst": bursts}}
+def _save_model(out: Path, variant: str, stages: list[Any], model: Any, positive: str) -> None:
+    head = "+T" in variant
+    PipelineModel(stages=[*stages, model]).write().overwrite().save(str(out / "model"))
+    card = {"variant": variant, "input": "image (Spark image struct, read_images)",
+            "output": ("logits[0], logits[1]; P({0!r}) = softmax(logits)[1]" if head
+                       else "probability[1] = P({0!r})").format(positive),
+            "positive_label": positive,
+            "test_time": {"average_over_augmented_copies": "+A" in variant, "copies": AUGMENT if "+A" in variant
+                          else {}, "average_over_burst": "+E" in variant}}
     (out / "model.json").write_text(json.dumps(card, indent=2))
 
 
-def _notes(meta: pd.DataFrame, images: Any, positive: str, precision: str, best: str,
-           clock: dict[str, float]) -> dict[str, str]:
+def _notes(meta: pd.DataFrame, images: Any, opts: dict[str, Any], best: str, better: str,
+           chosen: dict[str, Any], clock: dict[str, float]) -> dict[str, str]:
     test = meta[meta["is_test"]]
+    folds = meta[~meta["is_test"]].groupby("fold")["camera"].unique()
     return {
-        "images": f"{len(meta)} from {images} ({int(meta['y'].sum())} labelled {positive!r})",
-        "test cameras": ", ".join(sorted(test["camera"].unique())) + f" ({len(test)} images)",
-        "train cameras": ", ".join(sorted(meta.loc[~meta["is_test"], "camera"].unique())),
-        "featurization precision": precision,
+        "images": f"{len(meta)} from {images} ({int(meta['y'].sum())} labelled {opts['positive']!r})",
+        "test cameras": ", ".join(sorted(test["camera"].unique()))
+        + f" ({len(test)} images, {test.groupby(['camera', 'burst']).ngroups} bursts)",
+        "cross-validation folds (training cameras only)": "; ".join(
+            f"{k}: {', '.join(sorted(v))}" for k, v in folds.items()),
+        "chosen by grouped CV": "; ".join(f"{k}: {v}" for k, v in chosen.items()),
+        "better deep cut (by CV AUC on the training cameras)": better,
+        "intervals": f"95% percentile bootstrap over the test bursts ({opts['n_boot']} resamples)",
+        "featurization precision": opts["precision"],
         "saved pipeline": f"model/ ({best}; per-image, see model.json for the test-time averaging)",
         "seconds": ", ".join(f"{k} {v:.1f}" for k, v in clock.items()),
     }

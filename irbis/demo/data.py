@@ -10,7 +10,8 @@ photographs, so the demo needs no download:
   looks at its own crop and zoom of one of them, with its own tint, exposure and a day (colour) or
   night-vision (grey, noisy) sensor;
 * **the animal** (class ``animal``): crops of the cat of scikit-image's ``chelsea`` at 25-65 % of the
-  frame height, soft-edged and blended into the terrain, moving across the frame during the burst;
+  frame height, soft-edged and blended into the terrain, entering, crossing, leaving or lingering in the
+  frame during the burst (so some frames of an animal burst show no animal, as in real traps);
 * **other triggers** (class ``empty``): half of the empty bursts show a person (``astronaut``,
   matplotlib's ``grace_hopper.jpg``), a motorcycle, a cup of coffee or a rocket in the same way,
   so "something is in front of the camera" does not give the label away; the other half are
@@ -43,12 +44,25 @@ from typing import Callable
 import cv2
 import numpy as np
 
-__all__ = ["FRAME_SIZE", "METADATA_COLUMNS", "build_camera_trap_set", "render_burst", "sources"]
+__all__ = ["FRAME_SIZE", "METADATA_COLUMNS", "SIZES", "build_camera_trap_set", "check_size", "render_burst", "sources"]
 
 #: Frame (height, width) of the built set: a small 4:3 camera-trap picture.
 FRAME_SIZE = (240, 320)
 #: Columns of ``metadata.csv``.
 METADATA_COLUMNS = ("path", "label", "camera", "burst", "frame", "timestamp")
+#: ``--size`` of the built set: (cameras, bursts per camera, frames per burst); a quarter of the
+#: cameras are held out for the test (2, 4 and 8 cameras).
+SIZES = {"small": (8, 6, 3), "default": (16, 16, 4), "large": (32, 16, 4)}
+
+
+def check_size(size: str) -> tuple[int, int, int]:
+    """The (cameras, bursts per camera, frames per burst) of ``--size``; a clear error for an unknown one."""
+    if size not in SIZES:
+        raise ValueError(f"--size {size!r} does not exist; choose one of {', '.join(SIZES)} "
+                         f"({', '.join(f'{k}: {c * b * f} images' for k, (c, b, f) in SIZES.items())})")
+    return SIZES[size]
+
+
 _START = dt.datetime(2024, 6, 1, 0, 0, 0)
 
 
@@ -129,7 +143,7 @@ class _Track:
     opacity: float
 
 
-def _make_track(obj: np.ndarray, rng: np.random.Generator) -> _Track:
+def _make_track(obj: np.ndarray, frames: int, rng: np.random.Generator) -> _Track:
     # A random crop of the object (a part of the animal is often all the camera sees).
     oh, ow = obj.shape[:2]
     ch, cw = int(oh * rng.uniform(0.6, 1.0)), int(ow * rng.uniform(0.6, 1.0))
@@ -138,9 +152,21 @@ def _make_track(obj: np.ndarray, rng: np.random.Generator) -> _Track:
     if rng.random() < 0.5:
         picture = picture[:, ::-1]
     height = int(FRAME_SIZE[0] * rng.uniform(0.25, 0.65))
-    return _Track(np.ascontiguousarray(picture), height, x0=float(rng.uniform(-0.2, 0.8) * FRAME_SIZE[1]),
-                  y0=float(rng.uniform(0.1, 0.7) * FRAME_SIZE[0]), dx=float(rng.uniform(-40, 40)),
-                  opacity=float(rng.uniform(0.6, 1.0)))
+    x0, dx = _motion(height * picture.shape[1] / picture.shape[0], frames, rng)
+    return _Track(np.ascontiguousarray(picture), height, x0=x0, y0=float(rng.uniform(0.1, 0.7) * FRAME_SIZE[0]),
+                  dx=dx, opacity=float(rng.uniform(0.6, 1.0)))
+
+
+def _motion(width: float, frames: int, rng: np.random.Generator) -> tuple[float, float]:
+    """Start and step (pixels per frame) of an object that enters, crosses, leaves or lingers in the frame."""
+    frame_w, span = FRAME_SIZE[1], max(frames - 1, 1)
+    inside, outside = rng.uniform(0.0, frame_w - width * 0.5), -width * rng.uniform(0.6, 1.0)
+    kind = rng.choice(["enter", "cross", "leave", "linger"], p=[0.3, 0.25, 0.3, 0.15])
+    start, end = {"enter": (outside, inside), "cross": (outside, frame_w + width * 0.2 - width),
+                  "leave": (inside, outside), "linger": (inside, inside + rng.uniform(-20, 20))}[kind]
+    if rng.random() < 0.5:  # the same motion from the other side of the frame
+        start, end = frame_w - width - start, frame_w - width - end
+    return float(start), float((end - start) / span)
 
 
 def _paste(canvas: np.ndarray, track: _Track, t: int) -> None:
@@ -180,7 +206,7 @@ def _write_jpeg(path: Path, rgb: np.ndarray) -> None:
         raise OSError(f"could not write {path}")
 
 
-def build_camera_trap_set(folder: str | Path, *, cameras: int = 8, bursts_per_camera: int = 8,
+def build_camera_trap_set(folder: str | Path, *, cameras: int = 16, bursts_per_camera: int = 16,
                           frames_per_burst: int = 4, animal_fraction: float = 0.4, seed: int = 0,
                           progress: Callable[[int], None] | None = None) -> Path:
     """Write the camera-trap set (JPEGs + ``metadata.csv``) under ``folder`` and return ``folder``.
@@ -190,7 +216,8 @@ def build_camera_trap_set(folder: str | Path, *, cameras: int = 8, bursts_per_ca
     folder : str or Path
         Output folder (created; files of an earlier build with the same names are replaced).
     cameras, bursts_per_camera, frames_per_burst : int
-        Size: ``cameras * bursts_per_camera * frames_per_burst`` images (256 by default).
+        Size: ``cameras * bursts_per_camera * frames_per_burst`` images (1,024 by default,
+        ``SIZES["default"]``).
     animal_fraction : float
         Share of bursts with the animal; every camera gets at least one animal and one empty burst.
     seed : int
@@ -218,7 +245,7 @@ def build_camera_trap_set(folder: str | Path, *, cameras: int = 8, bursts_per_ca
             burst = f"{camera.name}-b{b:02d}"
             obj = objects["cat"] if label == "animal" else (
                 objects[others[rng.integers(len(others))]] if rng.random() < 0.5 else None)
-            track = None if obj is None else _make_track(obj, rng)
+            track = None if obj is None else _make_track(obj, frames_per_burst, rng)
             for f, rgb in enumerate(render_burst(camera, track, frames_per_burst, rng)):
                 rel = f"{label}/{camera.name}/{burst}/{f}.jpg"
                 _write_jpeg(root / rel, rgb)

@@ -16,11 +16,14 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-__all__ = ["IMAGE_SUFFIXES", "REQUIRED_COLUMNS", "check_labels", "load_metadata", "split_by_camera"]
+__all__ = ["IMAGE_SUFFIXES", "MIN_TEST_CAMERAS", "REQUIRED_COLUMNS", "check_labels", "check_test_cameras",
+           "load_metadata", "split_by_camera"]
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp")
 #: Columns a ``metadata.csv`` must have.
 REQUIRED_COLUMNS = ("path", "label", "camera", "burst")
+#: Test cameras needed for a bootstrap interval that says something about new places.
+MIN_TEST_CAMERAS = 2
 _LAYOUT = "DIR/metadata.csv (columns path,label,camera,burst) or DIR/<label>/<camera>/<burst>/<image>"
 
 
@@ -110,3 +113,13 @@ def split_by_camera(meta: pd.DataFrame, y: np.ndarray, test_fraction: float = 0.
             return is_test
     raise ValueError(f"no split of the {len(cameras)} cameras into train and test with both classes on each "
                      f"side; each side needs positive and negative images, so add cameras that saw both")
+
+
+def check_test_cameras(meta: pd.DataFrame) -> None:
+    """Raise when the held-out cameras (``is_test``) are too few for confidence intervals."""
+    test = meta[meta["is_test"]]
+    cameras = test["camera"].nunique()
+    if cameras < MIN_TEST_CAMERAS:
+        raise ValueError(f"too few test cameras for confidence intervals: {cameras} held out of "
+                         f"{meta['camera'].nunique()}, need at least {MIN_TEST_CAMERAS}; add cameras "
+                         f"(at least {2 * MIN_TEST_CAMERAS + 2}) or raise the test share")

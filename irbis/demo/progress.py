@@ -1,4 +1,4 @@
-"""A tqdm progress bar over the Spark tasks of a block of code (polls Spark's status tracker)."""
+"""A tqdm progress bar, in images, over the Spark jobs of a block of code (polls Spark's status tracker)."""
 from __future__ import annotations
 
 import threading
@@ -13,16 +13,18 @@ __all__ = ["spark_progress"]
 
 
 @contextmanager
-def spark_progress(spark: SparkSession, description: str, enabled: bool = True,
+def spark_progress(spark: SparkSession, description: str, images: int, enabled: bool = True,
                    interval: float = 0.5) -> Iterator[None]:
-    """Show the completed / known tasks of the Spark jobs started inside the ``with`` block.
+    """Show how many of ``images`` the Spark jobs started inside the ``with`` block have processed.
 
-    The jobs run under a job group of their own; the bar's total grows as new jobs appear.
+    The jobs run under a job group of their own. The bar's total is fixed at ``images``; its position
+    is ``images`` times the share of the known tasks that finished, never moving back when a new job
+    adds tasks, and the whole total when the block ends.
     """
     sc = spark.sparkContext
     group = f"irbis-{uuid.uuid4().hex[:8]}"
     sc.setJobGroup(group, description)
-    bar = tqdm(total=0, desc=description, unit="task", disable=not enabled, leave=True)
+    bar = tqdm(total=images, desc=description, unit="img", disable=not enabled, leave=True)
     done = threading.Event()
 
     def poll() -> None:
@@ -36,8 +38,7 @@ def spark_progress(spark: SparkSession, description: str, enabled: bool = True,
                     if s is not None:
                         total, finished = total + s.numTasks, finished + s.numCompletedTasks
             if total:
-                bar.total = max(total, bar.total or 0)
-                bar.n = min(finished, bar.total)
+                bar.n = max(bar.n, min(images * finished // total, images))
                 bar.refresh()
             if done.wait(interval):
                 return
@@ -49,8 +50,7 @@ def spark_progress(spark: SparkSession, description: str, enabled: bool = True,
     finally:
         done.set()
         thread.join()
-        if bar.total:
-            bar.n = bar.total  # skipped stages (results reused) never report their tasks
+        bar.n = images  # skipped stages (results reused) never report their tasks
         bar.close()
         sc.setLocalProperty("spark.jobGroup.id", None)
         sc.setLocalProperty("spark.job.description", None)

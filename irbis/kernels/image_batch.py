@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
+import cv2
 import numpy as np
 
 from irbis.kernels.image import DEFAULT_MAX_PIXELS, decode_image, struct_to_array
@@ -102,22 +103,42 @@ def unroll_images(images: Sequence[Any], dtype: type = np.float64) -> list[np.nd
             for i in range(len(images))]
 
 
-def augment_images(images: Sequence[Any], augmentations: Sequence[str]
-                   ) -> list[list[tuple[str, np.ndarray | None]]]:
-    """Return, per image, the original and one flipped copy per augmentation, as arrays.
+def augment_images(images: Sequence[Any], augmentations: Sequence[str], *, crop: float = 0.0,
+                   exposure: float = 1.0) -> list[list[tuple[str, np.ndarray | None]]]:
+    """Return, per image, the original and one copy per augmentation, as arrays.
 
-    Each entry is a list of ``(variant, image)`` pairs starting with ``("original", image)``;
-    a null image gives ``[("original", None)]`` so that its row is kept once.
+    Each entry is a list of ``(variant, image)`` pairs starting with ``("original", image)``, then one
+    flipped copy per name of ``augmentations``, then (when ``crop`` > 0) a ``"crop"`` copy: the central
+    ``crop`` share of the height and width, resized back to the image's size (a closer view), then
+    (when ``exposure`` != 1) an ``"exposure"`` copy with the pixel values times ``exposure``
+    (a darker or brighter shot). A null image gives ``[("original", None)]`` so that its row is kept once.
     """
     unknown = [a for a in augmentations if a not in AUGMENTATIONS]
     if unknown:
         raise ValueError(f"unknown augmentations {unknown}; expected some of {list(AUGMENTATIONS)}")
+    if not 0.0 <= crop < 1.0 or exposure <= 0.0:
+        raise ValueError(f"crop must be in [0, 1) and exposure > 0, found crop={crop}, exposure={exposure}")
     result = []
     for i in range(len(images)):
         if images[i] is None:
             result.append([("original", None)])
             continue
         img = pixels_of(images[i])
-        result.append([("original", img)]
-                      + [(name, flip(img, AUGMENTATIONS[name])) for name in augmentations])
+        copies = [("original", img)] + [(name, flip(img, AUGMENTATIONS[name])) for name in augmentations]
+        if crop > 0.0:
+            copies.append(("crop", _central_crop(img, crop)))
+        if exposure != 1.0:
+            copies.append(("exposure", _hwc(np.clip(img * np.float32(exposure), 0, 255).astype(img.dtype))))
+        result.append(copies)
     return result
+
+
+def _central_crop(img: np.ndarray, share: float) -> np.ndarray:
+    h, w = img.shape[:2]
+    ch, cw = max(int(round(h * share)), 1), max(int(round(w * share)), 1)
+    y, x = (h - ch) // 2, (w - cw) // 2
+    return _hwc(cv2.resize(img[y:y + ch, x:x + cw], (w, h), interpolation=cv2.INTER_LINEAR))
+
+
+def _hwc(img: np.ndarray) -> np.ndarray:
+    return img[..., None] if img.ndim == 2 else img

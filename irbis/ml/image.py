@@ -33,7 +33,7 @@ from irbis.kernels.image_batch import (
 from irbis.kernels.image_chain import ImageChain
 from irbis.kernels.image_ops import THRESHOLD_TYPES
 from irbis.ml.base import IrbisTransformer
-from irbis.ml.params import ColumnSetters
+from irbis.ml.params import ColumnSetters, in_range, table_mixin
 from irbis.ml.synapseml import ImageTransformerNames
 from irbis.spark.images import IMAGE_STRUCT
 
@@ -330,12 +330,21 @@ class UnrollImage(_ImageStage):
         return lambda blocks: {out_col: stack_rows(unroll_images(blocks[in_col]))}
 
 
-class ImageSetAugmenter(_ImageStage):
-    """Emit each image and its flipped copies as separate rows, keeping every other column.
+_AUGMENT_PARAMS = table_mixin("HasAugmentParams", [
+    ("cropFraction", "add a closer view: the central share of the height and width, resized back "
+     "(0: no such copy)", TypeConverters.toFloat, 0.0, in_range(0.0, 1.0, high_open=True)),
+    ("exposureGain", "add a darker (< 1) or brighter (> 1) copy, pixel values times this gain "
+     "(1: no such copy)", TypeConverters.toFloat, 1.0, in_range(0.0, low_open=True)),
+])
+
+
+class ImageSetAugmenter(_ImageStage, _AUGMENT_PARAMS):
+    """Emit each image and its flipped, cropped and re-exposed copies as separate rows, keeping every
+    other column.
 
     Rows keep their other columns (an id, a label), so scores of the copies can be averaged back
     per original image; ``variantCol`` names the copy (``original``, ``flipLeftRight``,
-    ``flipUpDown``). ``outputCol`` may equal ``inputCol`` to replace the image.
+    ``flipUpDown``, ``crop``, ``exposure``). ``outputCol`` may equal ``inputCol`` to replace the image.
 
     Examples
     --------
@@ -353,7 +362,8 @@ class ImageSetAugmenter(_ImageStage):
     @keyword_only
     def __init__(self, *, inputCol: str = "image", outputCol: str = "image",
                  flipLeftRight: bool = True, flipUpDown: bool = False,
-                 variantCol: str = "augmentation") -> None:
+                 variantCol: str = "augmentation", cropFraction: float = 0.0,
+                 exposureGain: float = 1.0) -> None:
         super().__init__()
         self._setDefault(inputCol="image", outputCol="image", flipLeftRight=True, flipUpDown=False,
                          variantCol="augmentation")
@@ -377,10 +387,11 @@ class ImageSetAugmenter(_ImageStage):
 
     def _make_transform_fn(self):
         in_col, tmp, augs = self.getInputCol(), self._tmp(), self._augmentations()
+        crop, gain = self.getCropFraction(), self.getExposureGain()
 
         def augment(frame: pd.DataFrame) -> pd.DataFrame:
             values = frame[in_col].tolist()
-            rows = augment_images(values, augs)
+            rows = augment_images(values, augs, crop=crop, exposure=gain)
             origins = [v["origin"] if v is not None else "" for v in values]
             return pd.DataFrame({tmp: [[{"variant": v, "image": _struct(img, origin)}
                                         for v, img in row] for row, origin in zip(rows, origins)]})

@@ -52,6 +52,18 @@ def test_augment_emits_original_and_flips():
         augment_images([CAT], ["rotate"])
 
 
+def test_augment_adds_a_closer_view_and_an_exposure_copy():
+    rows = augment_images([CAT], ["flipLeftRight"], crop=0.5, exposure=0.5)[0]
+    assert [v for v, _ in rows] == ["original", "flipLeftRight", "crop", "exposure"]
+    crop, dark = rows[2][1], rows[3][1]
+    assert crop.shape == CAT_BGR.shape and dark.shape == CAT_BGR.shape
+    h, w = CAT_BGR.shape[:2]  # the crop's centre pixel is the original's centre pixel
+    assert np.abs(crop[h // 2, w // 2].astype(int) - CAT_BGR[h // 2, w // 2].astype(int)).max() <= 12
+    np.testing.assert_allclose(dark.astype(float), np.floor(CAT_BGR * 0.5), atol=1)
+    with pytest.raises(ValueError, match="crop must be in"):
+        augment_images([CAT], [], crop=1.0)
+
+
 def test_to_rgb8_handles_depth_alpha_and_grey():
     np.testing.assert_array_equal(to_rgb8(CAT_BGR), CAT_BGR[:, :, ::-1])
     np.testing.assert_array_equal(to_rgb8((CAT_BGR.astype(np.uint16) * 257)), CAT_BGR[:, :, ::-1])

@@ -1,0 +1,143 @@
+"""The rungs of the camera-trap ladder: feature stages, camera-grouped folds, fitting and scoring.
+
+=========  ==========================================================================================
+LR120      logistic regression on the raw pixels, resized to 120 x 120 (the paper's LR120)
+EN1        EfficientNet-Lite0 with its classifier cut: the pooled 1280-d head activation (RN1)
+EN2        one more stage cut: the pooled 320-d output of the last block, before the 1 x 1 head
+           convolution (RN2, "two layers cut"; see :data:`EN2_LAYER`)
++A         the better of EN1 / EN2 (chosen on the training cameras), trained on flipped, closer and
+           darker copies of every image; test scores averaged over the copies
++E         +A with the scores averaged over each burst (:class:`irbis.ml.EnsembleByKey`)
++T         +E with a small MLP head in place of the logistic regression, trained data-parallel on
+           Spark by :class:`irbis.ml.TorchEstimator`
+=========  ==========================================================================================
+
+Each logistic regression's ``regParam`` is chosen by Spark ML's ``CrossValidator`` with ``foldCol``:
+the folds are whole training cameras (:func:`camera_folds`), and the test cameras never enter it.
+"""
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from pyspark.ml.classification import LogisticRegression
+from pyspark.ml.evaluation import BinaryClassificationEvaluator
+from pyspark.ml.functions import array_to_vector, vector_to_array
+from pyspark.ml.tuning import CrossValidator, ParamGridBuilder
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+
+from irbis.ml.basic import Lambda
+from irbis.ml.ensemble import EnsembleByKey
+from irbis.ml.estimator import TorchEstimator
+from irbis.ml.featurizer import ImageFeaturizer
+from irbis.ml.image import ImageTransformer, UnrollImage
+from irbis.models import get_entry
+
+__all__ = ["EN2_LAYER", "KEYS", "REG_GRID", "camera_folds", "feature_stages", "fit_head", "fit_lr",
+           "pool_en2", "score_test_set"]
+
+KEYS = ["path", "label", "camera", "burst"]
+#: The network of the deep rungs and EN2's layer: the last block's 320 x 7 x 7 output, which the
+#: 1 x 1 head convolution (320 -> 1280), its batch norm and ReLU6 turn into EN1's map. Average-pooled
+#: it is to EN1 what ResNet-50's pooled last stage with one more layer cut is to RN1.
+MODEL, EN2_LAYER = "efficientnet_lite0", "_blocks.15"
+#: regParam values the grouped cross-validation picks from.
+REG_GRID = (0.01, 0.1, 1.0)
+
+
+def _shape(layer: str) -> tuple[int, ...]:
+    entry = get_entry(MODEL)
+    return tuple(entry.layer_shapes[list(entry.layers).index(layer)])
+
+
+def pool_channels(col: str, channels: int, positions: int) -> Column:
+    """Average over the positions of each channel of a flattened (C, H, W) vector column: a C-d vector."""
+    arr = vector_to_array(F.col(col))
+    mean = F.transform(F.sequence(F.lit(0), F.lit(channels - 1)), lambda c: F.aggregate(
+        F.slice(arr, c * positions + 1, positions), F.lit(0.0), lambda a, x: a + x) / positions)
+    return array_to_vector(mean)
+
+
+def pool_en2(df: DataFrame) -> DataFrame:
+    """``f2`` = the average-pooled ``f2map`` (EN2's 320 x 7 x 7 map); a pipeline stage via ``Lambda``."""
+    channels, h, w = _shape(EN2_LAYER)
+    return df.withColumn("f2", pool_channels("f2map", channels, h * w)).drop("f2map")
+
+
+def feature_stages(precision: str, raw_size: int) -> dict[str, list[Any]]:
+    """The per-image stages that turn an ``image`` column into each feature column (raw, f1, f2)."""
+    resize = ImageTransformer(inputCol="image", outputCol="small").resize(raw_size, raw_size, interpolation="area")
+    return {
+        "raw": [resize, UnrollImage(inputCol="small", outputCol="raw")],
+        "f1": [ImageFeaturizer(inputCol="image", outputCol="f1", model=MODEL, cutOutputLayers=1,
+                               precision=precision)],
+        "f2": [ImageFeaturizer(inputCol="image", outputCol="f2map", model=MODEL, outputLayer=EN2_LAYER,
+                               precision=precision), Lambda(function=pool_en2)],
+    }
+
+
+def camera_folds(cameras: np.ndarray, is_test: np.ndarray, folds: int, seed: int = 0) -> np.ndarray:
+    """The CV fold of each image: training cameras dealt round-robin into ``folds`` groups; -1 for test.
+
+    A camera's images share one fold, so a fold's validation images come from cameras its training
+    part never saw, as the test cameras are.
+    """
+    train_cams = np.array(sorted(set(cameras[~is_test])))
+    if len(train_cams) < folds:
+        raise ValueError(f"grouped cross-validation with {folds} folds needs at least {folds} training "
+                         f"cameras, found {len(train_cams)}; add cameras or lower the test share")
+    order = np.random.default_rng(seed).permutation(train_cams)
+    fold_of = {cam: i % folds for i, cam in enumerate(order)}
+    return np.array([-1 if test else fold_of[cam] for cam, test in zip(cameras, is_test)], np.int32)
+
+
+def fit_lr(train: DataFrame, col: str, folds: int, parallelism: int = 2) -> tuple[Any, dict[str, Any]]:
+    """Logistic regression on ``col`` with its regParam chosen by camera-grouped CV on ``train``.
+
+    The rows are coalesced to ``parallelism`` partitions: each L-BFGS step aggregates one gradient
+    per partition, which for the 43,200 raw pixels costs more than the few hundred rows themselves.
+    """
+    lr = LogisticRegression(featuresCol=col, labelCol="y", maxIter=50, probabilityCol="probability",
+                            rawPredictionCol="raw_prediction")
+    grid = ParamGridBuilder().addGrid(lr.regParam, list(REG_GRID)).build()
+    evaluator = BinaryClassificationEvaluator(labelCol="y", rawPredictionCol="raw_prediction")
+    cv = CrossValidator(estimator=lr, estimatorParamMaps=grid, evaluator=evaluator, numFolds=folds,
+                        foldCol="fold", parallelism=parallelism, seed=0)
+    model = cv.fit(train.select(col, "y", "fold").coalesce(parallelism))
+    chosen = REG_GRID[int(np.argmax(model.avgMetrics))]
+    cv_auc = {str(reg): round(float(auc), 4) for reg, auc in zip(REG_GRID, model.avgMetrics)}
+    return model.bestModel, {"regParam": chosen, "cv_auc": cv_auc}
+
+
+def fit_head(train: DataFrame, col: str, size: int, seed: int = 0) -> Any:
+    """A small MLP (``size`` -> 64 -> 2) trained data-parallel on Spark (two barrier tasks)."""
+    options = json.dumps({"in_features": size, "hidden": [64], "out_features": 2, "seed": seed})
+    est = TorchEstimator(network="mlp", networkOptions=options, featuresCol=col, labelCol="y",
+                         predictionCol="logits", epochs=15, batchSize=64, learningRate=1e-3,
+                         optimizer="adam", numWorkers=2, seed=seed, showProgress=False)
+    return est.fit(train.select(col, F.col("y").cast("int").alias("y")))
+
+
+def _probability(model: Any, df: DataFrame) -> DataFrame:
+    out = model.transform(df)
+    if "logits" in out.columns:  # the MLP head: softmax over its two logits
+        logits = vector_to_array("logits") if dict(out.dtypes)["logits"] == "vector" else F.col("logits")
+        return out.withColumn("score", 1 / (1 + F.exp(logits[0] - logits[1])))
+    return out.withColumn("score", vector_to_array("probability")[1])
+
+
+def score_test_set(model: Any, test: DataFrame, col: str, augmented: bool, bursts: bool) -> pd.DataFrame:
+    """Per-image test scores (path, camera, burst, y, score), averaged over copies and/or bursts."""
+    scored = _probability(model, test.select(*KEYS, "y", "augmentation", col)).select(*KEYS, "y", "score")
+    if augmented:  # average each image's scores over its augmented copies
+        scored = (EnsembleByKey(keys=KEYS + ["y"], cols=["score"], colNames=["image_score"])
+                  .transform(scored).withColumnRenamed("image_score", "score"))
+    if bursts:  # average over the frames of each burst, keeping one row per image
+        scored = (EnsembleByKey(keys=["camera", "burst"], cols=["score"], colNames=["burst_score"],
+                                collapseGroup=False).transform(scored)
+                  .drop("score").withColumnRenamed("burst_score", "score"))
+    out = scored.select("path", "camera", "burst", "y", "score").toPandas()
+    return out.sort_values("path", ignore_index=True)

@@ -22,8 +22,10 @@ process memory-maps that file, so N Python workers hold one copy of the weights,
 from __future__ import annotations
 
 import ctypes
+import difflib
 import hashlib
 import json
+import logging
 import threading
 from pathlib import Path
 from typing import Any, Callable
@@ -32,6 +34,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from irbis.kernels.engines import ENGINES, EngineError, candidates
+from irbis.kernels.engines.export import export_onnx
 from irbis.models import CatalogueEntry, ModelRepository, build_model, default_cache_dir, safe_load_state_dict
 from irbis.models.catalogue import LEGACY_KEYS
 from irbis.models.fetch import atomic_path, file_lock
@@ -40,7 +44,8 @@ BatchFn = Callable[[np.ndarray], np.ndarray]
 PRECISIONS = ("fp32", "bf16", "int8")
 DEVICES = ("cpu", "cuda", "auto")
 
-_CACHE: dict[str, _Network] = {}
+_CACHE: dict[str, Any] = {}
+_LOG = logging.getLogger("irbis.inference")
 _CACHE_LOCK = threading.Lock()
 
 
@@ -206,13 +211,14 @@ def check_output_layer(module: nn.Module, layer: str | None) -> None:
         return
     if isinstance(module, torch.jit.ScriptModule):
         raise ValueError(
-            f"outputLayer {layer!r} needs an eager network (a repository name or a model folder with "
-            f"architecture.json); TorchScript networks cannot be cut at an inner layer"
+            f"outputLayer {layer!r} needs an eager network: TorchScript networks cannot be cut at an inner "
+            f"layer. Give a repository name, a model folder with architecture.json, or build the stage "
+            f"with TorchModel.from_module(module) from the module itself"
         )
-    modules = dict(module.named_modules())
-    if layer not in modules:
-        shown = [n for n in modules if n][:40]
-        raise ValueError(f"outputLayer {layer!r} is not a module of the network; some of its modules: {shown}")
+    names = [n for n, _ in module.named_modules() if n]
+    if layer not in names:
+        near = difflib.get_close_matches(layer, names, n=5, cutoff=0.4) or names[:10]
+        raise ValueError(f"outputLayer {layer!r} is not a module of the network; the nearest names: {near}")
 
 
 def run_to_layer(module: nn.Module, x: torch.Tensor, layer: str | None) -> torch.Tensor:
@@ -248,11 +254,15 @@ def make_torch_predict_fn(
     device: str = "cpu",
     precision: str = "fp32",
     allow_pickle: bool = False,
+    engine: str = "torch",
 ) -> BatchFn:
     """Return ``fn(x) -> y``: ``x`` of shape (N, *input) float32, ``y`` of shape (N, D) float32.
 
     The network is loaded and prepared once per process and cached (one copy for every output layer);
     ``y`` holds the final output, or the output of the module named ``output_layer``, flattened per row.
+    ``engine`` (:data:`irbis.kernels.engines.ENGINE_NAMES`) runs it eagerly (``torch``), or exports it
+    once per machine to ONNX, cut at ``output_layer``, for ONNX Runtime or OpenVINO; ``auto`` takes the
+    first engine of :func:`irbis.kernels.engines.auto_order` that runs the network.
 
     Examples
     --------
@@ -260,19 +270,59 @@ def make_torch_predict_fn(
     >>> fn(np.zeros((2, 3, 224, 224), np.float32)).shape                                  # doctest: +SKIP
     (2, 1000)
     """
-    key = hashlib.sha256(
-        json.dumps([source_identity(source), device, precision, allow_pickle]).encode()
-    ).hexdigest()[:24]
-    with _CACHE_LOCK:
-        if key not in _CACHE:
-            _CACHE[key] = _Network(source, key, device, precision, allow_pickle)
-    network = _CACHE[key]
-    check_output_layer(network.module, output_layer)
-    return lambda x: network.predict(x, batch_size, output_layer)
+    names = candidates(engine, device, precision)
+    threads = torch.get_num_threads()
+    identity = source_identity(source)
+    networks = []
+    for name in names:
+        parts = [identity, device, precision, allow_pickle] + ([] if name == "torch" else [name, output_layer, threads])
+        key = hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:24]
+        with _CACHE_LOCK:
+            if key not in _CACHE:
+                _CACHE[key] = (_Network(source, key, device, precision, allow_pickle) if name == "torch" else
+                               _Exported(source, identity, name, output_layer, device, precision, allow_pickle,
+                                         threads))
+            networks.append(_CACHE[key])
+    if len(networks) == 1 and isinstance(networks[0], _Network):
+        check_output_layer(networks[0].module, output_layer)
+    chain = _Chain(networks, engine)
+    return lambda x: chain.predict(x, batch_size, output_layer)
+
+
+class _Chain:
+    """Run the first network of ``networks`` that works; later ones are ``auto``'s fallbacks."""
+
+    def __init__(self, networks: list[Any], engine: str) -> None:
+        self.networks, self.engine = networks, engine
+
+    def predict(self, x: np.ndarray, batch_size: int, layer: str | None) -> np.ndarray:
+        for i, network in enumerate(self.networks):
+            try:
+                return network.predict(x, batch_size, layer)
+            except (EngineError, ImportError) as err:
+                if i + 1 == len(self.networks):
+                    raise
+                if not getattr(network, "failed", False):
+                    network.failed = True
+                    _LOG.warning("engine=%r: %s cannot run this network (%s); using %s", self.engine,
+                                 network.engine, err, getattr(self.networks[i + 1], "engine", "torch"))
+        raise AssertionError("unreachable")
+
+
+def _in_batches(run: Callable[[np.ndarray], np.ndarray], x: np.ndarray, batch_size: int) -> np.ndarray:
+    outputs = []
+    for start in range(0, len(x), batch_size):
+        out = run(np.ascontiguousarray(x[start:start + batch_size], dtype=np.float32))
+        outputs.append(out.reshape(out.shape[0], -1))
+    result = np.concatenate(outputs) if outputs else np.zeros((0, 0), np.float32)
+    release_memory()
+    return result
 
 
 class _Network:
-    """A loaded, prepared network of the per-process cache, run by one thread at a time."""
+    """A loaded, prepared eager network of the per-process cache, run by one thread at a time."""
+
+    engine = "torch"
 
     def __init__(self, source: dict[str, Any], key: str, device: str, precision: str, allow_pickle: bool) -> None:
         self.device = resolve_device(device)
@@ -283,25 +333,55 @@ class _Network:
         self.lock = threading.Lock()
 
     def predict(self, x: np.ndarray, batch_size: int, layer: str | None) -> np.ndarray:
-        outputs = []
+        check_output_layer(self.module, layer)
         with self.lock, torch.inference_mode():
-            for start in range(0, len(x), batch_size):
-                batch = torch.from_numpy(np.ascontiguousarray(x[start:start + batch_size], dtype=np.float32))
-                batch = batch.to(self.device)
-                if batch.dim() == 4:
-                    batch = batch.contiguous(memory_format=torch.channels_last)
-                with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.autocast):
-                    out = run_to_layer(self.module, batch, layer)
-                outputs.append(out.reshape(out.shape[0], -1).float().cpu().numpy())
-        result = np.concatenate(outputs) if outputs else np.zeros((0, 0), np.float32)
-        release_memory()
-        return result
+            return _in_batches(lambda b: self._run(b, layer), x, batch_size)
+
+    def _run(self, x: np.ndarray, layer: str | None) -> np.ndarray:
+        batch = torch.from_numpy(x).to(self.device)
+        if batch.dim() == 4:
+            batch = batch.contiguous(memory_format=torch.channels_last)
+        with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.autocast):
+            out = run_to_layer(self.module, batch, layer)
+        return out.float().cpu().numpy()
+
+
+class _Exported:
+    """A network exported to ONNX (cut at its layer) and run by an engine; compiled per input shape."""
+
+    def __init__(self, source: dict[str, Any], identity: str, engine: str, layer: str | None, device: str,
+                 precision: str, allow_pickle: bool, threads: int) -> None:
+        self.source, self.identity, self.engine, self.layer = source, identity, engine, layer
+        self.device, self.precision, self.allow_pickle, self.threads = device, precision, allow_pickle, threads
+        self.runners: dict[tuple[int, ...], Callable[[np.ndarray], np.ndarray]] = {}
+        self.lock = threading.Lock()
+
+    def predict(self, x: np.ndarray, batch_size: int, layer: str | None) -> np.ndarray:
+        with self.lock:
+            run = self._runner(tuple(x.shape[1:]))
+            return _in_batches(run, x, batch_size)
+
+    def _runner(self, shape: tuple[int, ...]) -> Callable[[np.ndarray], np.ndarray]:
+        if shape not in self.runners:
+            key = hashlib.sha256(json.dumps([self.identity, self.layer or "", shape]).encode()).hexdigest()[:24]
+            path = export_onnx(self._load, self.layer, shape, key)
+            device = "cuda" if resolve_device(self.device).type == "cuda" else "cpu"
+            self.runners[shape] = ENGINES[self.engine].load(str(path), threads=self.threads, device=device,
+                                                            precision=self.precision)
+        return self.runners[shape]
+
+    def _load(self) -> nn.Module:
+        module = load_network(self.source, self.allow_pickle)
+        check_output_layer(module, self.layer)
+        if isinstance(module, torch.jit.ScriptModule):
+            raise EngineError("TorchScript networks cannot be exported to ONNX by torch.export")
+        return module.requires_grad_(False)
 
 
 def cached_networks() -> list[nn.Module]:
     """The networks this process holds in its cache (to inspect them)."""
     with _CACHE_LOCK:
-        return [network.module for network in _CACHE.values()]
+        return [network.module for network in _CACHE.values() if isinstance(network, _Network)]
 
 
 def _load_malloc_trim() -> Callable[[int], int] | None:

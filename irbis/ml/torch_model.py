@@ -22,6 +22,7 @@ from irbis.ml.base import IrbisModel
 from irbis.ml.params import (
     ColumnSetters,
     HasDevice,
+    HasEngine,
     HasInputShape,
     HasMiniBatchSize,
     HasModelPath,
@@ -81,7 +82,7 @@ def check_network_input(stage: str, column: str, dtype: DataType) -> None:
         )
 
 
-class TorchModel(_NetworkStageParams, HasPrecision, IrbisModel):
+class TorchModel(_NetworkStageParams, HasPrecision, HasEngine, IrbisModel):
     """Run a PyTorch network over a column: the network's output (or an inner layer's) per row.
 
     The network runs in every Spark Python worker on Arrow batches of ``miniBatchSize`` rows, under
@@ -102,6 +103,11 @@ class TorchModel(_NetworkStageParams, HasPrecision, IrbisModel):
         Shape of one row without the batch axis; flat rows are reshaped to it.
     miniBatchSize, device, precision : int, str, str
         Rows per forward pass; ``cpu``/``cuda``/``auto``; ``fp32``/``bf16``/``int8``.
+    engine : str
+        ``auto`` (the default), ``torch``, ``onnxruntime`` or ``openvino``: the network (cut at
+        ``outputLayer``) is exported to ONNX once per machine for the latter two; every engine equals
+        eager fp32 within 1e-4 relative to the output's scale
+        (:mod:`irbis.kernels.engines` documents ``auto``'s rule).
     outputType : str
         ``vector`` (Spark ML vector, the default) or ``array`` (array<float>).
 
@@ -128,7 +134,7 @@ class TorchModel(_NetworkStageParams, HasPrecision, IrbisModel):
     def __init__(self, *, modelPath: str | None = None, inputCol: str | None = None,
                  outputCol: str | None = None, outputLayer: str = "", miniBatchSize: int = 64,
                  inputShape: list[int] | None = None, device: str = "cpu", precision: str = "fp32",
-                 outputType: str = "vector", allowPickle: bool = False) -> None:
+                 outputType: str = "vector", allowPickle: bool = False, engine: str = "auto") -> None:
         super().__init__()
         self._setDefault(allowPickle=False)
         self.training_summary: list[dict[str, Any]] | None = None
@@ -177,7 +183,7 @@ class TorchModel(_NetworkStageParams, HasPrecision, IrbisModel):
         col, out_col = self.getInputCol(), self.getOutputCol()
         options = dict(output_layer=self.getOutputLayer() or None, batch_size=self.getMiniBatchSize(),
                        device=self.getDevice(), precision=self.getPrecision(),
-                       allow_pickle=self.getOrDefault(self.allowPickle))
+                       allow_pickle=self.getOrDefault(self.allowPickle), engine=self.getEngine())
 
         def run(blocks: dict[str, Any]) -> dict[str, Any]:
             src = dict(source, path=localize(source["path"], shipped)) if shipped else source

@@ -11,8 +11,11 @@ Sources (plain dicts, so they cross the Params boundary as JSON):
 * ``{"kind": "repository", "name": "efficientnet_lite0", "entry": {...}, "base": ...}``: a named model
   of the catalogue; the driver puts the whole entry in the source, so a worker needs no registry;
 * ``{"kind": "bundle", "path": DIR}``: a folder with ``architecture.json`` (an
-  :data:`irbis.models.ARCHITECTURES` name and its ``options``) and ``weights.pt`` (a state dict);
-* ``{"kind": "torchscript", "path": FILE}``: a TorchScript archive.
+  :data:`irbis.models.ARCHITECTURES` name, or an importable ``class``, and its ``options``) and
+  ``weights.pt`` (a state dict);
+* ``{"kind": "exported", "path": FILE}``: a ``torch.export`` archive (``.pt2``), loaded as a module tree
+  with its original names, so any inner module can be read;
+* ``{"kind": "torchscript", "path": FILE}``: a TorchScript archive (whole outputs only).
 
 Weights are shared between the processes of one machine: after a network is prepared for inference
 (channels-last layout, reduced precision), its weights are written once to a cache file and every
@@ -38,6 +41,7 @@ from irbis.kernels.engines import ENGINES, EngineError, candidates
 from irbis.kernels.engines.export import export_onnx
 from irbis.models import CatalogueEntry, ModelRepository, build_model, default_cache_dir, safe_load_state_dict
 from irbis.models.catalogue import LEGACY_KEYS
+from irbis.models.module_files import build_from_reference, load_exported
 from irbis.models.fetch import atomic_path, file_lock
 
 BatchFn = Callable[[np.ndarray], np.ndarray]
@@ -63,7 +67,8 @@ def resolve_source(model_path: str, repository: ModelRepository | None = None) -
     if path.is_file():
         if path.suffix == ".onnx":
             raise ValueError(f"{model_path} is an ONNX graph; use irbis.ONNXModel for it")
-        return {"kind": "torchscript", "path": str(path.resolve())}
+        kind = "exported" if path.suffix == ".pt2" else "torchscript"
+        return {"kind": kind, "path": str(path.resolve())}
     repo = repository or ModelRepository()
     names = [e.name for e in repo.entries()]
     if model_path in names:
@@ -100,6 +105,8 @@ def load_network(source: dict[str, Any], allow_pickle: bool = False) -> nn.Modul
     path = Path(source["path"])
     if not path.exists():
         raise FileNotFoundError(f"model file not found: {path}")
+    if kind == "exported":
+        return load_exported(path).eval()
     if kind == "torchscript":
         try:
             return torch.jit.load(str(path), map_location="cpu").eval()
@@ -110,11 +117,12 @@ def load_network(source: dict[str, Any], allow_pickle: bool = False) -> nn.Modul
             ) from e
     if kind == "bundle":
         arch = {LEGACY_KEYS.get(k, k): v for k, v in json.loads((path / "architecture.json").read_text()).items()}
-        module = build_model(arch["architecture"], **arch.get("options", {}))
+        module = (build_from_reference(arch["class"], arch.get("options", {})) if "class" in arch
+                  else build_model(arch["architecture"], **arch.get("options", {})))
         weights = safe_load_state_dict(path / "weights.pt", allow_pickle=allow_pickle)
         module.load_state_dict(weights, assign=True)
         return module.eval()
-    raise ValueError(f"unknown model source kind {kind!r}; expected repository, bundle or torchscript")
+    raise ValueError(f"unknown model source kind {kind!r}; expected repository, bundle, exported or torchscript")
 
 
 def resolve_device(device: str) -> torch.device:
@@ -211,9 +219,9 @@ def check_output_layer(module: nn.Module, layer: str | None) -> None:
         return
     if isinstance(module, torch.jit.ScriptModule):
         raise ValueError(
-            f"outputLayer {layer!r} needs an eager network: TorchScript networks cannot be cut at an inner "
-            f"layer. Give a repository name, a model folder with architecture.json, or build the stage "
-            f"with TorchModel.from_module(module) from the module itself"
+            f"outputLayer {layer!r}: TorchScript networks cannot be cut at an inner layer. Save the network "
+            f"as a torch.export archive, torch.export.save(torch.export.export(module, (example,)), "
+            f"'network.pt2'), or build the stage with TorchModel.from_module(module, inputShape=[...])"
         )
     names = [n for n, _ in module.named_modules() if n]
     if layer not in names:

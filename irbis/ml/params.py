@@ -74,7 +74,7 @@ def checked(name: str, converter: Any, check: Check | None) -> Any:
     return convert
 
 SHARED_PARAMS: list[Row] = [
-    ("modelPath", "the network: a TorchScript or ONNX file, a model folder (architecture.json + "
+    ("modelPath", "the network: a torch.export (.pt2), TorchScript or ONNX file, a model folder (architecture.json + "
      "weights.pt), or the name of a ModelRepository model", TypeConverters.toString, None),
     ("miniBatchSize", "rows per forward pass of the network", TypeConverters.toInt, 64, at_least(1)),
     ("device", "where the network runs: cpu, cuda or auto (cuda when a GPU is visible)",

@@ -24,12 +24,11 @@ process memory-maps that file, so N Python workers hold one copy of the weights,
 
 from __future__ import annotations
 
-import ctypes
 import difflib
 import hashlib
 import json
-import logging
 import threading
+from functools import partial
 from pathlib import Path
 from typing import Any, Callable
 
@@ -37,8 +36,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from irbis.kernels.engines import ENGINES, EngineError, candidates
-from irbis.kernels.engines.export import export_onnx
+from irbis.kernels.engines import EngineError, candidates
+from irbis.kernels.engines.exported import Chain, ExportedNetwork, in_batches
 from irbis.models import CatalogueEntry, ModelRepository, build_model, default_cache_dir, safe_load_state_dict
 from irbis.models.catalogue import LEGACY_KEYS
 from irbis.models.module_files import build_from_reference, load_exported
@@ -49,7 +48,6 @@ PRECISIONS = ("fp32", "bf16", "int8")
 DEVICES = ("cpu", "cuda", "auto")
 
 _CACHE: dict[str, Any] = {}
-_LOG = logging.getLogger("irbis.inference")
 _CACHE_LOCK = threading.Lock()
 
 
@@ -278,53 +276,28 @@ def make_torch_predict_fn(
     >>> fn(np.zeros((2, 3, 224, 224), np.float32)).shape                                  # doctest: +SKIP
     (2, 1000)
     """
-    names = candidates(engine, device, precision)
-    threads = torch.get_num_threads()
-    identity = source_identity(source)
-    networks = []
-    for name in names:
+    identity, threads = source_identity(source), torch.get_num_threads()
+
+    def cached(name: str) -> Callable[[], Any]:
         parts = [identity, device, precision, allow_pickle] + ([] if name == "torch" else [name, output_layer, threads])
         key = hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:24]
-        with _CACHE_LOCK:
-            if key not in _CACHE:
-                _CACHE[key] = (_Network(source, key, device, precision, allow_pickle) if name == "torch" else
-                               _Exported(source, identity, name, output_layer, device, precision, allow_pickle,
-                                         threads))
-            networks.append(_CACHE[key])
-    if len(networks) == 1 and isinstance(networks[0], _Network):
-        check_output_layer(networks[0].module, output_layer)
-    chain = _Chain(networks, engine)
+        if name == "torch":
+            return lambda: _cached(key, lambda: _Network(source, key, device, precision, allow_pickle))
+        load = partial(_load_for_export, source, allow_pickle, output_layer)
+        return lambda: _cached(key, lambda: ExportedNetwork(load, identity, name, output_layer,
+                                                             _engine_device(device), precision, threads))
+
+    chain = Chain([(name, cached(name)) for name in candidates(engine, device, precision)], engine)
+    if engine == "torch":
+        check_output_layer(chain.networks[0][1]().module, output_layer)
     return lambda x: chain.predict(x, batch_size, output_layer)
 
 
-class _Chain:
-    """Run the first network of ``networks`` that works; later ones are ``auto``'s fallbacks."""
-
-    def __init__(self, networks: list[Any], engine: str) -> None:
-        self.networks, self.engine = networks, engine
-
-    def predict(self, x: np.ndarray, batch_size: int, layer: str | None) -> np.ndarray:
-        for i, network in enumerate(self.networks):
-            try:
-                return network.predict(x, batch_size, layer)
-            except (EngineError, ImportError) as err:
-                if i + 1 == len(self.networks):
-                    raise
-                if not getattr(network, "failed", False):
-                    network.failed = True
-                    _LOG.warning("engine=%r: %s cannot run this network (%s); using %s", self.engine,
-                                 network.engine, err, getattr(self.networks[i + 1], "engine", "torch"))
-        raise AssertionError("unreachable")
-
-
-def _in_batches(run: Callable[[np.ndarray], np.ndarray], x: np.ndarray, batch_size: int) -> np.ndarray:
-    outputs = []
-    for start in range(0, len(x), batch_size):
-        out = run(np.ascontiguousarray(x[start:start + batch_size], dtype=np.float32))
-        outputs.append(out.reshape(out.shape[0], -1))
-    result = np.concatenate(outputs) if outputs else np.zeros((0, 0), np.float32)
-    release_memory()
-    return result
+def _cached(key: str, make: Callable[[], Any]) -> Any:
+    with _CACHE_LOCK:
+        if key not in _CACHE:
+            _CACHE[key] = make()
+        return _CACHE[key]
 
 
 class _Network:
@@ -343,7 +316,7 @@ class _Network:
     def predict(self, x: np.ndarray, batch_size: int, layer: str | None) -> np.ndarray:
         check_output_layer(self.module, layer)
         with self.lock, torch.inference_mode():
-            return _in_batches(lambda b: self._run(b, layer), x, batch_size)
+            return in_batches(lambda b: self._run(b, layer), x, batch_size)
 
     def _run(self, x: np.ndarray, layer: str | None) -> np.ndarray:
         batch = torch.from_numpy(x).to(self.device)
@@ -354,62 +327,23 @@ class _Network:
         return out.float().cpu().numpy()
 
 
-class _Exported:
-    """A network exported to ONNX (cut at its layer) and run by an engine; compiled per input shape."""
+def _load_for_export(source: dict[str, Any], allow_pickle: bool, layer: str | None) -> nn.Module:
+    module = load_network(source, allow_pickle)
+    check_output_layer(module, layer)
+    if isinstance(module, torch.jit.ScriptModule):
+        raise EngineError("TorchScript networks cannot be exported to ONNX by torch.export; save the network "
+                          "as a torch.export archive (.pt2) to run it on another engine")
+    return module.requires_grad_(False)
 
-    def __init__(self, source: dict[str, Any], identity: str, engine: str, layer: str | None, device: str,
-                 precision: str, allow_pickle: bool, threads: int) -> None:
-        self.source, self.identity, self.engine, self.layer = source, identity, engine, layer
-        self.device, self.precision, self.allow_pickle, self.threads = device, precision, allow_pickle, threads
-        self.runners: dict[tuple[int, ...], Callable[[np.ndarray], np.ndarray]] = {}
-        self.lock = threading.Lock()
 
-    def predict(self, x: np.ndarray, batch_size: int, layer: str | None) -> np.ndarray:
-        with self.lock:
-            run = self._runner(tuple(x.shape[1:]))
-            return _in_batches(run, x, batch_size)
-
-    def _runner(self, shape: tuple[int, ...]) -> Callable[[np.ndarray], np.ndarray]:
-        if shape not in self.runners:
-            key = hashlib.sha256(json.dumps([self.identity, self.layer or "", shape]).encode()).hexdigest()[:24]
-            path = export_onnx(self._load, self.layer, shape, key)
-            device = "cuda" if resolve_device(self.device).type == "cuda" else "cpu"
-            self.runners[shape] = ENGINES[self.engine].load(str(path), threads=self.threads, device=device,
-                                                            precision=self.precision)
-        return self.runners[shape]
-
-    def _load(self) -> nn.Module:
-        module = load_network(self.source, self.allow_pickle)
-        check_output_layer(module, self.layer)
-        if isinstance(module, torch.jit.ScriptModule):
-            raise EngineError("TorchScript networks cannot be exported to ONNX by torch.export")
-        return module.requires_grad_(False)
+def _engine_device(device: str) -> str:
+    return "cuda" if resolve_device(device).type == "cuda" else "cpu"
 
 
 def cached_networks() -> list[nn.Module]:
     """The networks this process holds in its cache (to inspect them)."""
     with _CACHE_LOCK:
         return [network.module for network in _CACHE.values() if isinstance(network, _Network)]
-
-
-def _load_malloc_trim() -> Callable[[int], int] | None:
-    try:
-        return ctypes.CDLL("libc.so.6").malloc_trim
-    except (OSError, AttributeError):
-        return None
-
-
-_MALLOC_TRIM = _load_malloc_trim()
-
-
-def release_memory() -> None:
-    """Hand the freed activation memory of a batch back to the OS (glibc keeps it otherwise).
-
-    Without this a worker's resident memory stays at its peak (the activations of the largest batch)
-    for as long as the worker lives, and Spark keeps its Python workers alive between jobs.
-    """
-    if _MALLOC_TRIM is not None:
-        _MALLOC_TRIM(0)
 
 
 def set_threads(num_threads: int | None) -> None:

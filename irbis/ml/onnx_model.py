@@ -16,14 +16,19 @@ from irbis.kernels.batching import network_batch
 from irbis.kernels.blocks import BatchFn, Tensor, flat_rows
 from irbis.kernels.onnx import graph_signature, input_dtypes, make_onnx_predict_fn
 from irbis.ml.base import IrbisModel
+from irbis.ml.params import one_of, param_mixin
 from irbis.ml.torch_model import _NetworkStageParams, check_network_input
 from irbis.spark.files import localize, ship_file
 
 
-class ONNXModel(_NetworkStageParams, IrbisModel):
+HasOnnxEngine = param_mixin("engine", "what runs the graph: onnxruntime or openvino (fp32, CPU)",
+                            TypeConverters.toString, "onnxruntime", one_of("onnxruntime", "openvino"))
+
+
+class ONNXModel(_NetworkStageParams, HasOnnxEngine, IrbisModel):
     """Run an ONNX graph over one or more columns with ONNX Runtime.
 
-    Either ``inputCol``/``outputCol`` for a graph with one input (the first graph output, or
+    ``engine`` picks ONNX Runtime (the default) or OpenVINO. Either ``inputCol``/``outputCol`` for a graph with one input (the first graph output, or
     ``outputLayer``, is returned), or SynapseML's ``feedDict`` (graph input -> column) and
     ``fetchDict`` (output column -> graph output or inner node output) for several.
 
@@ -46,7 +51,8 @@ class ONNXModel(_NetworkStageParams, IrbisModel):
     def __init__(self, *, modelPath: str | None = None, inputCol: str | None = None,
                  outputCol: str | None = None, feedDict: dict[str, str] | None = None,
                  fetchDict: dict[str, str] | None = None, outputLayer: str = "", miniBatchSize: int = 64,
-                 inputShape: list[int] | None = None, device: str = "cpu", outputType: str = "vector") -> None:
+                 inputShape: list[int] | None = None, device: str = "cpu", outputType: str = "vector",
+                 engine: str = "onnxruntime") -> None:
         super().__init__()
         self._set(**self._input_kwargs)
 
@@ -99,7 +105,7 @@ class ONNXModel(_NetworkStageParams, IrbisModel):
         shapes = {k: list(user_shape) if user_shape and len(feeds) == 1 else _static(v[1:])
                   for k, v in graph_signature(path)[0].items()}
         dtypes = input_dtypes(path)
-        batch_size, device = self.getMiniBatchSize(), self.getDevice()
+        batch_size, device, engine = self.getMiniBatchSize(), self.getDevice(), self.getEngine()
 
         def run(blocks: dict[str, Any]) -> dict[str, Any]:
             from pyspark import TaskContext
@@ -107,7 +113,7 @@ class ONNXModel(_NetworkStageParams, IrbisModel):
             context = TaskContext.get()
             predict = make_onnx_predict_fn(localize(path, shipped), list(fetches.values()),
                                            batch_size=batch_size, device=device,
-                                           num_threads=context.cpus() if context else 1)
+                                           num_threads=context.cpus() if context else 1, engine=engine)
             batches = {k: network_batch(blocks[col], col, shapes[k]) for k, col in feeds.items()}
             masks = [b.valid for b in batches.values()]
             valid = np.logical_and.reduce(masks)

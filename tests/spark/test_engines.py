@@ -159,3 +159,25 @@ def test_cutting_a_torchscript_file_says_how_to_get_a_cuttable_one(tmp_path):
     assert stage.copy({stage.outputLayer: ""}).transform(frame)["y"][0].shape == (3,)
     with pytest.raises(ValueError, match=r"torch.export archive.*network.pt2"):
         stage.transform(frame)
+
+
+@pytest.mark.skipif("openvino" not in EXPORTED, reason="openvino is not installed")
+def test_onnx_model_on_openvino_equals_onnxruntime_with_inner_nodes(tmp_path):
+    import onnx
+
+    from irbis import ONNXModel
+    from irbis.kernels.engines.export import export_onnx
+
+    torch.manual_seed(3)
+    net = build_model("mlp", **OPTIONS).eval()
+    path = str(export_onnx(lambda: net, None, (64,), "mlp-graph", tmp_path))
+    inner = next(n.output[0] for n in onnx.load(path).graph.node if n.op_type == "Relu")
+    x = np.random.default_rng(3).normal(size=(9, 64)).astype(np.float32)
+    frame = pd.DataFrame({"x": list(x)})
+    with pytest.raises(ParamValueError, match="engine"):
+        ONNXModel(engine="torch")
+    for layer in ("", inner):
+        by = {e: np.stack(ONNXModel(modelPath=path, inputCol="x", outputCol="y", outputLayer=layer, engine=e,
+                                    miniBatchSize=4).transform(frame)["y"]) for e in ("onnxruntime", "openvino")}
+        np.testing.assert_allclose(by["openvino"], by["onnxruntime"], rtol=1e-4, atol=1e-5)
+    assert by["openvino"].shape == (9, OPTIONS["hidden"])

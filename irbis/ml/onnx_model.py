@@ -26,9 +26,9 @@ HasOnnxEngine = param_mixin("engine", "what runs the graph: onnxruntime or openv
 
 
 class ONNXModel(_NetworkStageParams, HasOnnxEngine, IrbisModel):
-    """Run an ONNX graph over one or more columns with ONNX Runtime.
+    """Run an ONNX graph over one or more columns with ONNX Runtime (or OpenVINO: ``engine``).
 
-    ``engine`` picks ONNX Runtime (the default) or OpenVINO. Either ``inputCol``/``outputCol`` for a graph with one input (the first graph output, or
+    Either ``inputCol``/``outputCol`` for a graph with one input (the first graph output, or
     ``outputLayer``, is returned), or SynapseML's ``feedDict`` (graph input -> column) and
     ``fetchDict`` (output column -> graph output or inner node output) for several.
 

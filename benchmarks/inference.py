@@ -259,37 +259,14 @@ def run_spark(method: str, key: str, n: int, repeats: int, workdir: Path, precis
 
 
 # -- precision check on real photographs -----------------------------------------------------------------------
-def photo_batch(crops_per_photo: int = 24) -> np.ndarray:
-    import cv2
-    from skimage import data
-    from sklearn.datasets import load_sample_images
-
-    from irbis.models import get_entry, preprocess_rgb
-
-    spec = get_entry("efficientnet_lite0").preprocessing
-    photos = [data.chelsea(), data.coffee(), data.rocket(), data.astronaut(), data.stereo_motorcycle()[0],
-              *load_sample_images().images]
-    rng = np.random.default_rng(0)
-    batch = []
-    for rgb in photos:
-        h, w = rgb.shape[:2]
-        for _ in range(crops_per_photo):
-            ch, cw = int(h * rng.uniform(0.6, 1.0)), int(w * rng.uniform(0.6, 1.0))
-            y, x = rng.integers(0, h - ch + 1), rng.integers(0, w - cw + 1)
-            crop = np.ascontiguousarray(rgb[y:y + ch, x:x + cw])
-            if rng.random() < 0.5:
-                crop = cv2.flip(crop, 1)
-            batch.append(preprocess_rgb(crop, spec))
-    return np.stack(batch)
-
-
 def precision_agreement(key: str, workdir: Path) -> dict:
     import torch
 
+    from irbis.demo.photos import photo_crops
     from irbis.kernels.inference import make_torch_predict_fn, resolve_source
 
     torch.set_num_threads(2)
-    x = photo_batch()
+    x = photo_crops(MODELS[key])
     source = resolve_source(model_source(key, workdir))
     ref = make_torch_predict_fn(source, precision="fp32", engine="torch")(x).argmax(1)
     settings = {"bf16": ("bf16", "auto"), "int8": ("int8", "auto"), "bf16 openvino": ("bf16", "openvino")}

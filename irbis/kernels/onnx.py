@@ -47,17 +47,23 @@ def input_dtypes(path: str) -> dict[str, type]:
 
 
 def make_onnx_predict_fn(path: str, fetches: Sequence[str], *, batch_size: int = 64,
-                         device: str = "cpu", num_threads: int = 1,
+                         device: str = "cpu", num_threads: int = 1, engine: str = "onnxruntime",
                          optimization_level: str = "ALL_OPT") -> DictBatchFn:
     """Return ``fn(feeds) -> outputs`` running the graph at ``path`` in mini-batches.
 
     ``fetches`` may name graph outputs or any inner node output. Outputs are concatenated over the
-    mini-batches along the first axis. ``optimization_level`` is a key of :data:`OPTIMIZATION_LEVELS`.
+    mini-batches along the first axis. ``engine`` is ``onnxruntime`` or ``openvino`` (fp32, CPU);
+    ``optimization_level`` (ONNX Runtime) is a key of :data:`OPTIMIZATION_LEVELS`.
     """
     known_outputs = set(graph_signature(path)[1])
     extra = tuple(sorted(set(fetches) - known_outputs))
-    session = _session(path, extra, device, num_threads, optimization_level)
     fetch_list = list(fetches)
+    if engine == "openvino":
+        session = _OpenVinoSession(path, extra, device, num_threads)
+    elif engine == "onnxruntime":
+        session = _session(path, extra, device, num_threads, optimization_level)
+    else:
+        raise ValueError(f"engine must be 'onnxruntime' or 'openvino' for an ONNX graph, got {engine!r}")
 
     def run(feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         n = len(next(iter(feeds.values())))
@@ -152,3 +158,44 @@ def _with_outputs(path: str, names: tuple[str, ...]) -> bytes:
     for name in names:
         model.graph.output.append(typed.get(name) or onnx.helper.make_empty_tensor_value_info(name))
     return model.SerializeToString()
+
+
+class _OpenVinoSession:
+    """An ONNX graph compiled by OpenVINO, with ONNX Runtime's ``run(fetches, feeds)`` shape.
+
+    A graph with inner outputs exposed is written once beside the prepared weights, as exports are.
+    """
+
+    def __init__(self, path: str, extra_outputs: tuple[str, ...], device: str, num_threads: int) -> None:
+        from irbis.kernels.engines import ENGINES
+        from irbis.kernels.engines.ov import compile_graph
+
+        if not ENGINES["openvino"].installed():
+            raise ImportError("engine='openvino' needs the 'openvino' package: pip install openvino")
+        key = (source_identity({"kind": "onnx", "path": path}), extra_outputs, "openvino", num_threads)
+        with _LOCK:
+            if key not in _SESSIONS:
+                graph = _graph_file(path, extra_outputs, key) if extra_outputs else path
+                _SESSIONS[key] = compile_graph(graph, threads=num_threads, device="cuda" if device == "cuda" else "cpu")
+            self.compiled = _SESSIONS[key]
+        self.request, self.lock = self.compiled.create_infer_request(), threading.Lock()
+
+    def run(self, fetches: list[str], feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+        with self.lock:
+            result = self.request.infer({k: np.ascontiguousarray(v) for k, v in feeds.items()})
+            return [np.array(result[self.compiled.output(name)], copy=True) for name in fetches]
+
+
+def _graph_file(path: str, names: tuple[str, ...], key: tuple) -> str:
+    import hashlib
+
+    from irbis.kernels.engines.export import onnx_path
+    from irbis.models.fetch import atomic_path, file_lock
+
+    digest = hashlib.sha256(repr(key[:2]).encode()).hexdigest()[:24]
+    dest = onnx_path(f"graph-{digest}")
+    with file_lock(dest.parent / ".locks" / f"graph-{digest}.lock"):
+        if not dest.exists():
+            with atomic_path(dest) as tmp:
+                tmp.write_bytes(_with_outputs(path, names))
+    return str(dest)

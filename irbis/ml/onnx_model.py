@@ -19,7 +19,7 @@ from irbis.kernels.onnx import (
 )
 from irbis.ml.aliases import resolve_aliases
 from irbis.ml.base import IrbisModel
-from irbis.ml.params import one_of, table_mixin
+from irbis.ml.params import one_of, param_mixin, table_mixin
 from irbis.ml.synapseml import ONNX_ALIASES, ONNXModelNames
 from irbis.ml.torch_model import _NetworkStageParams, check_network_input
 from irbis.spark.files import localize, ship_file
@@ -43,8 +43,13 @@ _ONNX_ROWS = [
 ]
 
 
-class ONNXModel(_NetworkStageParams, table_mixin("_ONNXParams", _ONNX_ROWS), ONNXModelNames, IrbisModel):
-    """Run an ONNX graph over one or more columns with ONNX Runtime.
+HasOnnxEngine = param_mixin("engine", "what runs the graph: onnxruntime or openvino (fp32, CPU)",
+                            TypeConverters.toString, "onnxruntime", one_of("onnxruntime", "openvino"))
+
+
+class ONNXModel(_NetworkStageParams, HasOnnxEngine, table_mixin("_ONNXParams", _ONNX_ROWS), ONNXModelNames,
+                IrbisModel):
+    """Run an ONNX graph over one or more columns with ONNX Runtime (or OpenVINO: ``engine``).
 
     Either ``inputCol``/``outputCol`` for a graph with one input (the first graph output, or
     ``outputLayer``, is returned), or SynapseML's ``feedDict`` (graph input -> column) and
@@ -82,7 +87,8 @@ class ONNXModel(_NetworkStageParams, table_mixin("_ONNXParams", _ONNX_ROWS), ONN
                  inputShape: list[int] | None = None, device: str = "cpu", outputType: str = "vector",
                  softMaxDict: dict[str, str] | None = None, argMaxDict: dict[str, str] | None = None,
                  optimizationLevel: str = "ALL_OPT", modelLocation: str | None = None,
-                 modelPayload: bytes | None = None, deviceType: str | None = None) -> None:
+                 modelPayload: bytes | None = None, deviceType: str | None = None,
+                 engine: str = "onnxruntime") -> None:
         super().__init__()
         self._set(**resolve_aliases(ONNX_ALIASES, self._input_kwargs))
 
@@ -150,7 +156,7 @@ class ONNXModel(_NetworkStageParams, table_mixin("_ONNXParams", _ONNX_ROWS), ONN
         shapes = {k: list(user_shape) if user_shape and len(feeds) == 1 else _static(v[1:])
                   for k, v in graph_signature(path)[0].items()}
         dtypes = input_dtypes(path)
-        batch_size, device = self.getMiniBatchSize(), self.getDevice()
+        batch_size, device, engine = self.getMiniBatchSize(), self.getDevice(), self.getEngine()
         level, softmax, argmax = self.getOptimizationLevel(), self.getSoftMaxDict(), self.getArgMaxDict()
 
         def run(blocks: dict[str, Any]) -> dict[str, Any]:
@@ -160,7 +166,7 @@ class ONNXModel(_NetworkStageParams, table_mixin("_ONNXParams", _ONNX_ROWS), ONN
             predict = make_onnx_predict_fn(localize(path, shipped), list(fetches.values()),
                                            batch_size=batch_size, device=device,
                                            num_threads=context.cpus() if context else 1,
-                                           optimization_level=level)
+                                           engine=engine, optimization_level=level)
             batches = {k: network_batch(blocks[col], col, shapes[k]) for k, col in feeds.items()}
             masks = [b.valid for b in batches.values()]
             valid = np.logical_and.reduce(masks)

@@ -14,6 +14,7 @@ from typing import Any
 from pyspark.ml.param import Param, Params, TypeConverters
 from pyspark.ml.param.shared import HasInputCol, HasOutputCol
 
+from irbis.kernels.engines import ENGINE_NAMES
 from irbis.kernels.inference import DEVICES, PRECISIONS
 
 #: A Param as a table row: name, doc, type converter, default (None: no default), and optionally a
@@ -73,7 +74,7 @@ def checked(name: str, converter: Any, check: Check | None) -> Any:
     return convert
 
 SHARED_PARAMS: list[Row] = [
-    ("modelPath", "the network: a TorchScript or ONNX file, a model folder (architecture.json + "
+    ("modelPath", "the network: a torch.export (.pt2), TorchScript or ONNX file, a model folder (architecture.json + "
      "weights.pt), or the name of a ModelRepository model", TypeConverters.toString, None),
     ("miniBatchSize", "rows per forward pass of the network", TypeConverters.toInt, 64, at_least(1)),
     ("device", "where the network runs: cpu, cuda or auto (cuda when a GPU is visible)",
@@ -81,6 +82,10 @@ SHARED_PARAMS: list[Row] = [
     ("precision", "numeric precision: fp32, bf16 (bfloat16 matrix products by autocast, fp32 weights, first "
      "and last layer in fp32) or int8 (dynamic quantisation of Linear layers)", TypeConverters.toString, "fp32",
      one_of(*PRECISIONS)),
+    ("engine", "what runs the network: torch (eager PyTorch, channels-last), onnxruntime or openvino (the "
+     "network exported once per machine to ONNX), or auto (OpenVINO, then ONNX Runtime, then torch for fp32 on "
+     "the CPU, the first installed that runs the network; torch for bf16, int8 and CUDA)",
+     TypeConverters.toString, "auto", one_of(*ENGINE_NAMES)),
     ("inputShape", "shape of one input row without the batch axis, e.g. [3, 224, 224]; flat vectors "
      "are reshaped to it", TypeConverters.toListInt, None),
     ("outputLayer", "name of an inner module (torch) or graph node output (ONNX) whose activation is "
@@ -119,7 +124,7 @@ def param_mixin(name: str, doc: str, converter: Any, default: Any, check: Check 
     return mixin
 
 
-HasModelPath, HasMiniBatchSize, HasDevice, HasPrecision, HasInputShape, HasOutputLayer = (
+HasModelPath, HasMiniBatchSize, HasDevice, HasPrecision, HasEngine, HasInputShape, HasOutputLayer = (
     param_mixin(*row) for row in SHARED_PARAMS
 )
 
@@ -151,4 +156,4 @@ class ColumnSetters(HasInputCol, HasOutputCol):
         return self._set(outputCol=value)
 
 
-__all__ = ["SHARED_PARAMS", "ParamValueError", "one_of", "in_range", "at_least", "checked", "ColumnSetters", "param_mixin", "table_mixin", "HasModelPath", "HasMiniBatchSize", "HasDevice", "HasPrecision", "HasInputShape", "HasOutputLayer"]
+__all__ = ["SHARED_PARAMS", "ParamValueError", "one_of", "in_range", "at_least", "checked", "ColumnSetters", "param_mixin", "table_mixin", "HasModelPath", "HasMiniBatchSize", "HasDevice", "HasPrecision", "HasEngine", "HasInputShape", "HasOutputLayer"]

@@ -22,6 +22,7 @@ from irbis.ml.base import IrbisModel
 from irbis.ml.params import (
     ColumnSetters,
     HasDevice,
+    HasEngine,
     HasInputShape,
     HasMiniBatchSize,
     HasModelPath,
@@ -29,6 +30,7 @@ from irbis.ml.params import (
     HasPrecision,
 )
 from irbis.models import CatalogueEntry, default_cache_dir, sha256_file
+from irbis.models.module_files import write_module
 from irbis.spark.files import localize, ship_file
 
 IMAGE_FIELDS = ("height", "width", "nChannels", "data")
@@ -81,7 +83,7 @@ def check_network_input(stage: str, column: str, dtype: DataType) -> None:
         )
 
 
-class TorchModel(_NetworkStageParams, HasPrecision, IrbisModel):
+class TorchModel(_NetworkStageParams, HasPrecision, HasEngine, IrbisModel):
     """Run a PyTorch network over a column: the network's output (or an inner layer's) per row.
 
     The network runs in every Spark Python worker on Arrow batches of ``miniBatchSize`` rows, under
@@ -91,7 +93,7 @@ class TorchModel(_NetworkStageParams, HasPrecision, IrbisModel):
     Parameters
     ----------
     modelPath : str
-        A TorchScript file, a model folder (``architecture.json`` + ``weights.pt``) or a
+        A ``torch.export`` archive (``.pt2``), a TorchScript file (whole outputs only), a model folder (``architecture.json`` + ``weights.pt``) or a
         model name of the catalogue (:data:`irbis.models.MODELS`: built-in, or added with
         :func:`irbis.models.register_model`) such as ``"efficientnet_lite0"``.
     inputCol, outputCol : str
@@ -102,6 +104,11 @@ class TorchModel(_NetworkStageParams, HasPrecision, IrbisModel):
         Shape of one row without the batch axis; flat rows are reshaped to it.
     miniBatchSize, device, precision : int, str, str
         Rows per forward pass; ``cpu``/``cuda``/``auto``; ``fp32``/``bf16``/``int8``.
+    engine : str
+        ``auto`` (the default), ``torch``, ``onnxruntime`` or ``openvino``: the network (cut at
+        ``outputLayer``) is exported to ONNX once per machine for the latter two; every engine equals
+        eager fp32 within 1e-4 relative to the output's scale
+        (:mod:`irbis.kernels.engines` documents ``auto``'s rule).
     outputType : str
         ``vector`` (Spark ML vector, the default) or ``array`` (array<float>).
 
@@ -128,7 +135,7 @@ class TorchModel(_NetworkStageParams, HasPrecision, IrbisModel):
     def __init__(self, *, modelPath: str | None = None, inputCol: str | None = None,
                  outputCol: str | None = None, outputLayer: str = "", miniBatchSize: int = 64,
                  inputShape: list[int] | None = None, device: str = "cpu", precision: str = "fp32",
-                 outputType: str = "vector", allowPickle: bool = False) -> None:
+                 outputType: str = "vector", allowPickle: bool = False, engine: str = "auto") -> None:
         super().__init__()
         self._setDefault(allowPickle=False)
         self.training_summary: list[dict[str, Any]] | None = None
@@ -142,26 +149,29 @@ class TorchModel(_NetworkStageParams, HasPrecision, IrbisModel):
 
         With ``architecture`` (an :data:`irbis.models.ARCHITECTURES` name and its ``options``) the
         weights are saved as a state dict beside ``architecture.json``, which loads memory-mapped and
-        safely. Otherwise the network is compiled to TorchScript (scripted, or traced on zeros of
-        ``inputShape`` when scripting fails). The files go to a content-addressed folder of the Irbis
-        cache, and ``save`` copies them beside the stage.
+        safely. Otherwise the network is stored as a ``torch.export`` archive traced on zeros of
+        ``inputShape`` (any inner module can then be read with ``outputLayer``), or, when
+        ``torch.export`` cannot capture it, as its state dict plus its importable class built with
+        ``options`` (see :mod:`irbis.models.module_files`). The files go to a content-addressed folder
+        of the Irbis cache, and ``save`` copies them beside the stage.
         """
         folder = Path(tempfile.mkdtemp(prefix="irbis-module-"))
         if architecture is not None:
             (folder / "architecture.json").write_text(json.dumps({"architecture": architecture,
                                                                   "options": options or {}}))
             torch.save(module.state_dict(), folder / "weights.pt")
+            main = folder
         else:
-            _script(module.eval(), params.get("inputShape"), folder / "network.pt")
-        digest = sha256_file(next(folder.glob("*.pt")))[:24]
+            main = write_module(module, folder, params.get("inputShape"), options)
+        name = main.name if main.is_file() else ""
+        digest = sha256_file(main if name else folder / "weights.pt")[:24]
         dest = default_cache_dir() / "modules" / digest
         if not dest.exists():
             dest.parent.mkdir(parents=True, exist_ok=True)
             shutil.move(str(folder), str(dest))
         else:
             shutil.rmtree(folder)
-        path = dest if architecture is not None else dest / "network.pt"
-        return cls(modelPath=str(path), **params)
+        return cls(modelPath=str(dest / name if name else dest), **params)
 
     # -- execution -------------------------------------------------------------------------------
     def _input_columns(self) -> list[str]:
@@ -177,7 +187,7 @@ class TorchModel(_NetworkStageParams, HasPrecision, IrbisModel):
         col, out_col = self.getInputCol(), self.getOutputCol()
         options = dict(output_layer=self.getOutputLayer() or None, batch_size=self.getMiniBatchSize(),
                        device=self.getDevice(), precision=self.getPrecision(),
-                       allow_pickle=self.getOrDefault(self.allowPickle))
+                       allow_pickle=self.getOrDefault(self.allowPickle), engine=self.getEngine())
 
         def run(blocks: dict[str, Any]) -> dict[str, Any]:
             src = dict(source, path=localize(source["path"], shipped)) if shipped else source
@@ -206,20 +216,6 @@ class TorchModel(_NetworkStageParams, HasPrecision, IrbisModel):
             self._set(modelPath=str(saved[0]))
         summary = Path(path) / "summary.json"
         self.training_summary = json.loads(summary.read_text()) if summary.exists() else None
-
-
-def _script(module: nn.Module, input_shape: list[int] | None, dest: Path) -> None:
-    try:
-        compiled = torch.jit.script(module)
-    except Exception as err:  # noqa: BLE001 - scripting fails in many ways; tracing is the fallback
-        if not input_shape:
-            raise TypeError(
-                f"cannot compile {type(module).__name__} to TorchScript ({err}); pass inputShape so it "
-                f"can be traced, or pass architecture= with an irbis.models.ARCHITECTURES name"
-            ) from err
-        with torch.no_grad():
-            compiled = torch.jit.trace(module, torch.zeros(1, *input_shape))
-    torch.jit.save(compiled, str(dest))
 
 
 def with_task_threads(fn: Callable[[Any], Any]) -> Callable[[Any], Any]:

@@ -150,7 +150,7 @@ def test_missing_model_file_names_the_path(spark):
 
 @pytest.mark.parametrize("order", [(0, 1), (1, 0)])
 def test_stages_reading_different_layers_share_the_cached_network_and_leave_it_untouched(digits, order):
-    """Pandas path (same process), so the cache the stages use is this process's."""
+    """Pandas path (same process), so the cache the stages use is this process's (eager engine)."""
     from irbis.kernels.inference import cached_networks, clear_cache
 
     clean = build_model("mlp", **OPTIONS, seed=5)
@@ -158,7 +158,8 @@ def test_stages_reading_different_layers_share_the_cached_network_and_leave_it_u
         x = torch.from_numpy(digits)
         expected = [clean[:2](x).numpy(), clean(x).numpy()]  # after the hidden ReLU, and the logits
     clear_cache()
-    base = TorchModel.from_module(clean, architecture="mlp", options=OPTIONS, inputCol="x", outputCol="y")
+    base = TorchModel.from_module(clean, architecture="mlp", options=OPTIONS, inputCol="x", outputCol="y",
+                                  engine="torch")
     stages = [base.copy({base.outputLayer: "1"}), base]
     frame = pd.DataFrame({"x": list(digits)})
     for _ in range(2):

@@ -1,0 +1,75 @@
+"""Inference engines that run an exported network: ONNX Runtime and OpenVINO, beside eager PyTorch.
+
+An engine is a small object picked by name from :data:`ENGINES`: the pip package that provides it,
+and ``load(path, threads=, device=, precision=)`` returning a runner (a float32 batch in, the first
+output out) for an ONNX file written by :func:`irbis.kernels.engines.export.export_onnx`.
+
+``auto`` follows :func:`auto_order`, a rule measured with ``benchmarks/engine_rule.py`` (plain loops,
+2 threads, batch 64, fp32): on EfficientNet-Lite0 OpenVINO ran about 1.6x ONNX Runtime and 7x eager
+channels-last PyTorch (the script also measures ResNet-50), so for fp32 on the CPU ``auto`` tries
+``openvino``, then ``onnxruntime``, then ``torch``, taking the first that is installed and runs the
+network. For bf16 and
+int8 (whose agreement with fp32 is measured on the torch path) and on CUDA it picks ``torch``. The rule
+costs nothing at run time: no measurement, one import check per engine.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+Runner = Callable[[np.ndarray], np.ndarray]
+
+#: The values of the ``engine`` Param; ``torch`` is eager PyTorch, ``auto`` follows :func:`auto_order`.
+ENGINE_NAMES = ("auto", "torch", "onnxruntime", "openvino")
+
+
+class EngineError(RuntimeError):
+    """An engine cannot run a network (an unsupported operator, a failed export or compilation)."""
+
+
+@dataclass(frozen=True)
+class Engine:
+    """An engine that runs ONNX files: its import name, its pip package and its loader's module."""
+
+    name: str
+    module: str
+    package: str
+    loader: str
+
+    def installed(self) -> bool:
+        """Whether the engine's package can be imported here (a cheap check: no import)."""
+        return importlib.util.find_spec(self.module) is not None
+
+    def load(self, path: str, *, threads: int, device: str, precision: str) -> Runner:
+        """A runner for the ONNX file at ``path``; a missing package names the one to install."""
+        if not self.installed():
+            raise ImportError(f"engine={self.name!r} needs the {self.package!r} package: "
+                              f"pip install {self.package}")
+        loader: Any = importlib.import_module(self.loader)
+        return loader.load(path, threads=threads, device=device, precision=precision)
+
+
+ENGINES: dict[str, Engine] = {
+    "onnxruntime": Engine("onnxruntime", "onnxruntime", "onnxruntime", "irbis.kernels.engines.ort"),
+    "openvino": Engine("openvino", "openvino", "openvino", "irbis.kernels.engines.ov"),
+}
+
+
+def auto_order(device: str, precision: str) -> tuple[str, ...]:
+    """The engines ``auto`` tries, in order, for this device and precision (see the module docstring)."""
+    if device == "cuda" or precision != "fp32":
+        return ("torch",)
+    return tuple(n for n in ("openvino", "onnxruntime") if ENGINES[n].installed()) + ("torch",)
+
+
+def candidates(engine: str, device: str, precision: str) -> tuple[str, ...]:
+    """The engines to try for the ``engine`` Param: the one named, or the ``auto`` order."""
+    if engine not in ENGINE_NAMES:
+        raise ValueError(f"engine must be one of {ENGINE_NAMES}, got {engine!r}")
+    return auto_order(device, precision) if engine == "auto" else (engine,)

@@ -1,0 +1,95 @@
+"""Export a network, whole or cut at an inner layer, to an ONNX file once per machine.
+
+The file is written with the ``torch.export``-based ONNX exporter into the cache folder of the
+prepared weights (``<cache>/prepared``), named by a key of the network's identity, the layer and the
+input shape, under a file lock, atomically; every later process of the machine reads it as it is.
+The batch axis is dynamic, so one file serves every mini-batch size.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import logging
+import warnings
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from irbis.kernels.engines import EngineError
+from irbis.models.fetch import atomic_path, default_cache_dir, file_lock
+
+
+class CutNetwork(nn.Module):
+    """``module`` returning the output of its inner module ``layer`` (the output itself when empty).
+
+    The forward pass runs to the end, but nothing after ``layer`` reaches the output, so the exporter
+    drops that part of the graph.
+    """
+
+    def __init__(self, module: nn.Module, layer: str | None) -> None:
+        super().__init__()
+        self.module, self.layer = module, layer or ""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.layer:
+            return self.module(x)
+        seen: list[Any] = []
+        handle = self.module.get_submodule(self.layer).register_forward_hook(
+            lambda _m, _i, out: seen.append(out[0] if isinstance(out, (tuple, list)) else out))
+        try:
+            self.module(x)
+        finally:
+            handle.remove()
+        return seen[0]
+
+
+def onnx_path(key: str, cache_dir: Path | None = None) -> Path:
+    """Where the export of ``key`` lives, beside the prepared weights."""
+    return (cache_dir or default_cache_dir()) / "prepared" / f"{key}.onnx"
+
+
+def export_onnx(load: Any, layer: str | None, input_shape: tuple[int, ...], key: str,
+                cache_dir: Path | None = None) -> Path:
+    """The ONNX file of ``load()`` (a callable returning the eager network) cut at ``layer``.
+
+    ``load`` is called only when the file does not exist yet, so workers that find it skip loading
+    the eager network. A network the exporter cannot capture raises :class:`EngineError` with the
+    exporter's reason (which names the unsupported operator).
+    """
+    path = onnx_path(key, cache_dir)
+    with file_lock(path.parent / ".locks" / f"{key}.lock"):
+        if path.exists():
+            return path
+        network = CutNetwork(load(), layer).eval()
+        example = torch.zeros(2, *input_shape)
+        try:
+            with torch.no_grad(), warnings.catch_warnings(), _quiet():
+                warnings.simplefilter("ignore")
+                program = torch.onnx.export(network, (example,), dynamo=True, optimize=True,
+                                            dynamic_shapes=({0: torch.export.Dim("batch")},))
+        except Exception as err:  # noqa: BLE001 - the exporter fails in many ways; report its reason
+            raise EngineError(f"the network cannot be exported to ONNX: {_first_line(err)}") from err
+        with atomic_path(path) as tmp:
+            program.save(str(tmp))
+    return path
+
+
+@contextlib.contextmanager
+def _quiet():
+    """Silence the exporter's progress prints and log lines (they would flood a Spark worker's log)."""
+    logger = logging.getLogger("torch.onnx")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):
+            yield
+    finally:
+        logger.setLevel(level)
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip() or type(err).__name__
+    return text.splitlines()[0][:500]

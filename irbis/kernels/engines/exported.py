@@ -1,0 +1,108 @@
+"""A network run by an exported engine, and the chain of engines ``auto`` tries in order.
+
+Both are entries of the per-process network cache of :mod:`irbis.kernels.inference`, beside its eager
+networks; they share its mini-batch loop (:func:`in_batches`).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import json
+import logging
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+from torch import nn
+
+from irbis.kernels.engines import ENGINES, EngineError, Runner
+from irbis.kernels.engines.export import export_onnx
+
+_LOG = logging.getLogger("irbis.inference")
+
+
+def in_batches(run: Runner, x: np.ndarray, batch_size: int) -> np.ndarray:
+    """``run`` over mini-batches of ``x`` (float32, contiguous), outputs flattened per row and joined."""
+    outputs = []
+    for start in range(0, len(x), batch_size):
+        out = run(np.ascontiguousarray(x[start:start + batch_size], dtype=np.float32))
+        outputs.append(out.reshape(out.shape[0], -1))
+    result = np.concatenate(outputs) if outputs else np.zeros((0, 0), np.float32)
+    release_memory()
+    return result
+
+
+class Chain:
+    """Run the first engine of ``networks`` (name, getter of the cached network) that works.
+
+    Networks are got from the per-process cache (and loaded) only when tried. An engine that cannot
+    run the network (:class:`EngineError`, or its package missing) is marked on its cached network and
+    skipped from then on, after one log line naming the reason and the engine used instead; the last
+    engine's error is raised.
+    """
+
+    def __init__(self, networks: list[tuple[str, Callable[[], Any]]], engine: str) -> None:
+        self.networks, self.engine = networks, engine
+
+    def predict(self, x: np.ndarray, batch_size: int, layer: str | None) -> np.ndarray:
+        for i, (name, get) in enumerate(self.networks):
+            last, network = i + 1 == len(self.networks), get()
+            if getattr(network, "failed", False) and not last:
+                continue
+            try:
+                return network.predict(x, batch_size, layer)
+            except (EngineError, ImportError) as err:
+                if last:
+                    raise
+                network.failed = True
+                _LOG.warning("engine=%r: %s cannot run this network (%s); using %s instead", self.engine,
+                             name, err, self.networks[i + 1][0])
+        raise AssertionError("unreachable: the last engine raises")
+
+
+class ExportedNetwork:
+    """A network exported to ONNX (cut at its layer) and run by an engine, compiled per input shape.
+
+    ``load`` returns the eager network; it is called only when the export file does not exist yet.
+    """
+
+    def __init__(self, load: Callable[[], nn.Module], identity: str, engine: str, layer: str | None,
+                 device: str, precision: str, threads: int) -> None:
+        self.load, self.identity, self.engine, self.layer = load, identity, engine, layer
+        self.device, self.precision, self.threads = device, precision, threads
+        self.runners: dict[tuple[int, ...], Runner] = {}
+        self.lock = threading.Lock()
+
+    def predict(self, x: np.ndarray, batch_size: int, layer: str | None) -> np.ndarray:
+        with self.lock:
+            return in_batches(self._runner(tuple(x.shape[1:])), x, batch_size)
+
+    def _runner(self, shape: tuple[int, ...]) -> Runner:
+        if shape not in self.runners:
+            key = hashlib.sha256(json.dumps([self.identity, self.layer or "", shape]).encode()).hexdigest()[:24]
+            path = export_onnx(self.load, self.layer, shape, key)
+            self.runners[shape] = ENGINES[self.engine].load(str(path), threads=self.threads, device=self.device,
+                                                            precision=self.precision)
+        return self.runners[shape]
+
+
+def _load_malloc_trim() -> Callable[[int], int] | None:
+    try:
+        return ctypes.CDLL("libc.so.6").malloc_trim
+    except (OSError, AttributeError):
+        return None
+
+
+_MALLOC_TRIM = _load_malloc_trim()
+
+
+def release_memory() -> None:
+    """Hand the freed activation memory of a batch back to the OS (glibc keeps it otherwise).
+
+    Without this a worker's resident memory stays at its peak (the activations of the largest batch)
+    for as long as the worker lives, and Spark keeps its Python workers alive between jobs.
+    """
+    if _MALLOC_TRIM is not None:
+        _MALLOC_TRIM(0)

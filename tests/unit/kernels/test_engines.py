@@ -1,0 +1,129 @@
+"""Inference engines without Spark: every engine equals eager fp32, whole and cut at inner layers."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import numpy as np
+import pytest
+import torch
+
+from irbis.kernels.engines import ENGINES, Engine, EngineError, auto_order
+from irbis.kernels.inference import clear_cache, make_torch_predict_fn, resolve_source
+from irbis.models import ModelRepository, build_model
+
+EXPORTED = [name for name in ("onnxruntime", "openvino") if ENGINES[name].installed()]
+#: Every engine equals eager fp32 within this tolerance, relative to the largest output value.
+TOLERANCE = 1e-4
+
+
+@pytest.fixture(autouse=True)
+def cache_home(tmp_path_factory, monkeypatch):
+    monkeypatch.setenv("IRBIS_HOME", str(tmp_path_factory.getbasetemp() / "engines-home"))
+    yield
+    clear_cache()
+
+
+@pytest.fixture(scope="module")
+def mlp_bundle(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("bundle")
+    options = {"in_features": 64, "hidden": 32, "out_features": 10}
+    torch.manual_seed(0)
+    net = build_model("mlp", **options).eval()
+    (folder / "architecture.json").write_text(json.dumps({"architecture": "mlp", "options": options}))
+    torch.save(net.state_dict(), folder / "weights.pt")
+    return folder, net
+
+
+def _photo_crops(n=6, size=224):
+    """Crops of the photographs shipped with scikit-learn, normalised as the ImageNet models expect."""
+    from sklearn.datasets import load_sample_images
+
+    crops = [img[y:y + size, x:x + size] for img in load_sample_images().images
+             for y, x in [(0, 0), (100, 150), (200, 300)]][:n]
+    x = np.stack(crops).astype(np.float32).transpose(0, 3, 1, 2) / 255.0
+    return (x - 0.5) / 0.25
+
+
+def _hooked(net, x, layer):
+    """The eager module's output at ``layer`` (the final output when empty), by a forward hook."""
+    seen = []
+    handle = net.get_submodule(layer).register_forward_hook(lambda m, i, o: seen.append(o)) if layer else None
+    with torch.no_grad():
+        final = net(torch.from_numpy(x))
+    if handle:
+        handle.remove()
+    return (seen[0] if layer else final).reshape(len(x), -1).numpy()
+
+
+def _close(got, expected):
+    assert got.shape == expected.shape
+    assert np.abs(got - expected).max() <= TOLERANCE * max(1.0, np.abs(expected).max())
+
+
+@pytest.mark.parametrize("engine", EXPORTED + ["auto"])
+@pytest.mark.parametrize("layer", ["", "_blocks.4", "_avg_pooling"])
+def test_engines_equal_eager_fp32_on_a_shipped_network(engine, layer):
+    net = ModelRepository().load_model("efficientnet_lite0").eval()
+    x = _photo_crops()
+    fn = make_torch_predict_fn(resolve_source("efficientnet_lite0"), engine=engine, output_layer=layer or None,
+                               batch_size=4)
+    _close(fn(x), _hooked(net, x, layer))
+
+
+@pytest.mark.parametrize("engine", EXPORTED)
+@pytest.mark.parametrize("layer", ["", "0", "1"])
+def test_engines_equal_a_forward_hook_on_a_custom_network(mlp_bundle, engine, layer):
+    folder, net = mlp_bundle
+    from sklearn.datasets import load_digits
+
+    x = (load_digits().data[:30] / 16.0).astype(np.float32)
+    fn = make_torch_predict_fn(resolve_source(str(folder)), engine=engine, output_layer=layer or None, batch_size=7)
+    _close(fn(x), _hooked(net, x, layer))
+
+
+@pytest.mark.parametrize("engine", EXPORTED)
+def test_network_is_exported_once_beside_the_prepared_weights(mlp_bundle, engine, tmp_path, monkeypatch):
+    monkeypatch.setenv("IRBIS_HOME", str(tmp_path))
+    folder, _ = mlp_bundle
+    x = np.zeros((3, 64), np.float32)
+    for name in EXPORTED:
+        make_torch_predict_fn(resolve_source(str(folder)), engine=name)(x)
+    assert len(list((tmp_path / "models" / "prepared").glob("*.onnx"))) == 1
+
+
+@pytest.mark.parametrize("engine", EXPORTED + ["torch"])
+def test_unknown_output_layer_lists_the_nearest_names(engine):
+    with pytest.raises(ValueError, match=r"nearest names: \['_blocks.3'"):
+        fn = make_torch_predict_fn(resolve_source("efficientnet_lite0"), engine=engine, output_layer="_block.3")
+        fn(np.zeros((1, 3, 224, 224), np.float32))
+
+
+def test_an_engine_that_is_not_installed_names_its_package():
+    engine = Engine("fastest", "irbis_no_such_engine", "irbis-no-such-engine", "irbis.kernels.engines.ort")
+    assert not engine.installed()
+    with pytest.raises(ImportError, match="pip install irbis-no-such-engine"):
+        engine.load("model.onnx", threads=1, device="cpu", precision="fp32")
+
+
+def test_auto_falls_back_to_torch_once_with_a_log_line(tmp_path, caplog):
+    """A TorchScript file cannot be exported: an exported engine names why, auto runs it eagerly."""
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.ReLU()).eval()
+    path = tmp_path / "net.pt"
+    torch.jit.save(torch.jit.script(net), str(path))
+    x = np.random.default_rng(0).normal(size=(5, 4)).astype(np.float32)
+    if EXPORTED:
+        with pytest.raises(EngineError, match="TorchScript"):
+            make_torch_predict_fn(resolve_source(str(path)), engine=EXPORTED[0])(x)
+    with caplog.at_level(logging.WARNING, logger="irbis.inference"):
+        for _ in range(3):  # a stage makes its predict fn per batch: the fallback is logged once per process
+            fn = make_torch_predict_fn(resolve_source(str(path)), engine="auto")
+            _close(fn(x), net(torch.from_numpy(x)).detach().numpy())
+    assert len([r for r in caplog.records if "using" in r.getMessage()]) == len(auto_order("cpu", "fp32")) - 1
+
+
+def test_auto_rule():
+    assert auto_order("cpu", "bf16") == auto_order("cuda", "fp32") == ("torch",)
+    assert auto_order("cpu", "fp32") == tuple(EXPORTED[::-1]) + ("torch",)

@@ -57,7 +57,7 @@ def test_saved_folder_params_and_an_unknown_class(tmp_path):
     assert (state.cls, state.param("k"), state.param("inputCol")) == ("PCAModel", 2, "x")
     with pytest.raises(NoKernelError, match="SparkML stage PCAModel has no kernel; stages with kernels: "):
         load_sparkml_kernel(str(tmp_path))
-    with pytest.raises(FileNotFoundError, match="not a saved SparkML stage"):
+    with pytest.raises(FileNotFoundError, match="not a saved Spark ML stage"):
         read_stage(str(tmp_path / "metadata"))
 
 

@@ -9,22 +9,28 @@ when, belongs to the strategy.
 from __future__ import annotations
 
 import io
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import numpy as np
 import torch
 
 from irbis.train import checkpoint as ckpt
-from irbis.train.data import Augment, Shard, epoch_batches, iterate, split_validation
+from irbis.train.data import Augment, Shard, batch_rng, epoch_batches, iterate, split_validation
 from irbis.train.networks import build_network
 from irbis.train.optim import LossFn, lr_at, make_loss, make_optimizer, set_lr
 from irbis.train.strategies import make_strategy
 from irbis.train.strategy import DistributedOptimizer, FlatParams, WorkerContext
 
 Report = Callable[[dict[str, Any]], None]
+
+# Seeding torch's global RNG and drawing the initial weights is one step: ranks running as threads of
+# one process would otherwise interleave their draws and start from timing-dependent weights.
+_INIT_LOCK = threading.Lock()
 
 
 @dataclass
@@ -90,8 +96,10 @@ def _setup(spec: TrainSpec, shard: Shard, ctx: WorkerContext,
            model: torch.nn.Module | None) -> tuple[_Run, dict[str, Any] | None]:
     if spec.torch_threads:
         torch.set_num_threads(spec.torch_threads)
-    torch.manual_seed(spec.seed)
-    model = (model if model is not None else build_network(spec.network)).to(spec.device).train()
+    with _INIT_LOCK:
+        torch.manual_seed(spec.seed)
+        model = model if model is not None else build_network(spec.network)
+    model = model.to(spec.device).train()
     flat = FlatParams(list(model.parameters()))
     opt = make_optimizer(spec.optimizer, model.parameters(), spec.learning_rate, spec.momentum, spec.unit_gain)
     strategy = make_strategy(spec.strategy, **spec.strategy_options)
@@ -145,9 +153,9 @@ def _run_epoch(run: _Run, epoch: int, start: int, sums: torch.Tensor) -> tuple[t
     spec, ctx, dopt = run.spec, run.ctx, run.dopt
     x, y = run.train
     batches = epoch_batches(len(y), spec.batch_size, run.steps_per_epoch, spec.seed, ctx.rank, epoch)
-    rng = np.random.default_rng([spec.seed, ctx.rank, epoch, 1])
+    rng_of = partial(batch_rng, spec.seed, ctx.rank, epoch)
     loss_sum, done = torch.zeros((), device=spec.device), 0
-    for i, (xb, yb) in enumerate(iterate(x, y, batches[start:], spec.augment, rng, spec.prefetch), start + 1):
+    for i, (xb, yb) in enumerate(iterate(x, y, batches, spec.augment, rng_of, spec.prefetch, start), start + 1):
         dopt.zero_grad()
         loss = run.loss_fn(run.model(xb), yb)
         loss.backward()

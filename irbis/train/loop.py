@@ -31,6 +31,8 @@ Report = Callable[[dict[str, Any]], None]
 # Seeding torch's global RNG and drawing the initial weights is one step: ranks running as threads of
 # one process would otherwise interleave their draws and start from timing-dependent weights.
 _INIT_LOCK = threading.Lock()
+# Rank 0 reports this many partial records per epoch (its running loss), so the bar moves within an epoch.
+PROGRESS_UPDATES = 20
 
 
 @dataclass
@@ -82,6 +84,7 @@ class _Run:
     val: tuple[torch.Tensor, torch.Tensor]
     steps_per_epoch: int
     history: list[dict[str, Any]] = field(default_factory=list)
+    report: Report | None = None
 
 
 def _tensors(shard: Shard, spec: TrainSpec, loss: str | LossFn) -> tuple[torch.Tensor, torch.Tensor]:
@@ -154,6 +157,7 @@ def _run_epoch(run: _Run, epoch: int, start: int, sums: torch.Tensor) -> tuple[t
     x, y = run.train
     batches = epoch_batches(len(y), spec.batch_size, run.steps_per_epoch, spec.seed, ctx.rank, epoch)
     rng_of = partial(batch_rng, spec.seed, ctx.rank, epoch)
+    every = max(1, run.steps_per_epoch // PROGRESS_UPDATES)
     loss_sum, done = torch.zeros((), device=spec.device), 0
     for i, (xb, yb) in enumerate(iterate(x, y, batches, spec.augment, rng_of, spec.prefetch, start), start + 1):
         dopt.zero_grad()
@@ -165,6 +169,9 @@ def _run_epoch(run: _Run, epoch: int, start: int, sums: torch.Tensor) -> tuple[t
         done += len(yb)
         if spec.checkpoint_dir and spec.checkpoint_every and dopt.steps % spec.checkpoint_every == 0:
             _checkpoint(run, epoch, i, sums + torch.stack([loss_sum.cpu(), torch.zeros(())]))
+        if run.report is not None and i % every == 0 and i < run.steps_per_epoch:
+            run.report({"epoch": epoch + 1, "step": i, "stepsPerEpoch": run.steps_per_epoch,
+                        "loss": float(loss_sum) / max(done, 1)})
     sums[0] += loss_sum.cpu()
     return sums, done
 
@@ -203,6 +210,7 @@ def train_worker(spec: TrainSpec, shard: Shard, ctx: WorkerContext, report: Repo
     ``model`` is the network already built from ``spec.network`` (built here when None).
     """
     run, resume = _setup(spec, shard, ctx, model)
+    run.report = report if ctx.rank == 0 else None
     start_epoch, start_step = 0, 0
     if resume is not None:
         start_epoch, start_step = int(resume["epoch"]), int(resume["stepInEpoch"])
@@ -215,8 +223,8 @@ def train_worker(spec: TrainSpec, shard: Shard, ctx: WorkerContext, report: Repo
         sums, done = _run_epoch(run, epoch, start_step if first else 0, sums)
         nbytes, secs = ctx.comm.bytes_sent - b0, time.perf_counter() - t0
         run.history.append(_epoch_record(run, epoch, sums, done, secs, nbytes))
-        if report is not None and ctx.rank == 0:
-            report(run.history[-1])
+        if run.report is not None:
+            run.report(run.history[-1])
         if spec.checkpoint_dir and not spec.checkpoint_every:
             _checkpoint(run, epoch + 1, 0, torch.zeros(2, dtype=torch.float64))
     run.dopt.finalize()

@@ -6,8 +6,9 @@ What is modelled
 ----------------
 * Each node has one compute device (a step takes ``compute`` seconds, times its
   straggler factor) and a full-duplex NIC: a transfer of ``b`` bytes from ``a`` to
-  ``c`` holds ``a``'s uplink and ``c``'s downlink for ``b / bandwidth`` seconds
-  (first come, first served) and arrives ``latency`` later. A node talking to itself
+  ``c`` takes ``b / bandwidth`` seconds on ``a``'s uplink and on ``c``'s downlink,
+  each a first-come-first-served queue (cut-through: the downlink takes the bytes
+  as the uplink sends them), and arrives ``latency`` later. A node talking to itself
   (a co-located shard) costs nothing on the network.
 * Collective strategies (``sync``, ``model_averaging``, ``one_bit``) exchange their
   bytes per step with a ring (all-reduce: ``2 (N-1)/N · B``; all-gather: ``(N-1) · B``
@@ -75,10 +76,12 @@ class Network:
         """Reserve the links for one message sent at ``now``; return its arrival time."""
         if src == dst or nbytes <= 0:
             return now
-        start = max(now, self.up.get(src, 0.0), self.down.get(dst, 0.0))
-        end = start + nbytes / self.bandwidth
-        self.up[src] = self.down[dst] = end
-        return end + self.latency
+        wire = nbytes / self.bandwidth
+        start = max(now, self.up.get(src, 0.0))
+        self.up[src] = start + wire
+        # cut-through: the receiver's downlink takes the bytes as they come, after its earlier messages
+        self.down[dst] = max(start + wire, max(start, self.down.get(dst, 0.0)) + wire)
+        return self.down[dst] + self.latency
 
     def ring(self, nodes: int, nbytes: float, gather: bool = False) -> float:
         """Seconds for a ring all-reduce (or all-gather of ``nbytes`` per node) over ``nodes``."""

@@ -164,15 +164,15 @@ def _run_epoch(run: _Run, epoch: int, start: int, sums: torch.Tensor) -> tuple[t
         loss = run.loss_fn(run.model(xb), yb)
         loss.backward()
         dopt.step()
-        loss_sum += loss.detach() * len(yb)
-        sums[1] += len(yb)
+        loss_sum.add_(loss.detach(), alpha=len(yb))  # in place: no tensor allocated per step
         done += len(yb)
         if spec.checkpoint_dir and spec.checkpoint_every and dopt.steps % spec.checkpoint_every == 0:
-            _checkpoint(run, epoch, i, sums + torch.stack([loss_sum.cpu(), torch.zeros(())]))
+            _checkpoint(run, epoch, i, sums + torch.tensor([float(loss_sum), done], dtype=torch.float64))
         if run.report is not None and i % every == 0 and i < run.steps_per_epoch:
             run.report({"epoch": epoch + 1, "step": i, "stepsPerEpoch": run.steps_per_epoch,
                         "loss": float(loss_sum) / max(done, 1)})
     sums[0] += loss_sum.cpu()
+    sums[1] += done
     return sums, done
 
 

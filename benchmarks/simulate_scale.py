@@ -162,7 +162,8 @@ def grid_table(name: str, m: dict, g: dict) -> list[str]:
         s8, st8 = g[strategy, gbit, 8]
         s64, st64 = g[strategy, gbit, 64]
         lines.append(f"{strategy:<16} {gbit:>6g} {sps:>9,.0f} {s8:>10,.0f} {s8 / sps / 8:>6.2f} "
-                     f"{st8[0]:>3.0f}/{st8[1]:<4.0f} {s64:>11,.0f} {s64 / sps / 64:>6.2f} {st64[0]:>3.0f}/{st64[1]:<4.0f}")
+                     f"{st8[0]:>3.0f}/{st8[1]:<4.0f} {s64:>11,.0f} {s64 / sps / 64:>6.2f} "
+                     f"{st64[0]:>3.0f}/{st64[1]:<4.0f}")
     return lines
 
 
@@ -289,7 +290,8 @@ def main() -> None:
     inferred, curve_cost = paper_tables(sim_steps, cost, f"{head}; server cost {cost * 1e9:.1f} ns/param, "
                                         "inferred from Table 1's one-server row (every other row is a prediction)")
     lines += nominal + [""] + inferred
-    lines += [f"figures: {', '.join(str(p) for p in plot(models, grids, {'measured update': curve, 'inferred server cost': curve_cost}, out))}"]
+    pngs = plot(models, grids, {"measured update": curve, "inferred server cost": curve_cost}, out)
+    lines += [f"figures: {', '.join(str(p) for p in pngs)}"]
     print("\n".join(lines))
 
 

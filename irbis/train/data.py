@@ -49,29 +49,42 @@ def epoch_batches(n: int, batch_size: int, steps: int, seed: int, rank: int, epo
     return [perm[i * batch_size:(i + 1) * batch_size] for i in range(steps)]
 
 
+def batch_rng(seed: int, rank: int, epoch: int, batch: int) -> np.random.Generator:
+    """The augmentation generator of one batch, seeded by the batch's place in the run.
+
+    A run resumed mid-epoch therefore draws for each batch what the uninterrupted run
+    drew, and a prefetch thread running ahead of the step cannot shift the stream.
+    """
+    return np.random.default_rng([seed, rank, epoch, 1, batch])
+
+
 def iterate(x: torch.Tensor, y: torch.Tensor, batches: list[np.ndarray], augment: Augment | None,
-            rng: np.random.Generator, prefetch: bool) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-    """Yield ``(xb, yb)``; with ``prefetch`` the next batch is built in a thread meanwhile."""
-    def make(idx: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
-        t = torch.from_numpy(idx)
+            rng_of: Callable[[int], np.random.Generator], prefetch: bool,
+            start: int = 0) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """Yield ``(xb, yb)`` for ``batches[start:]``; batch ``i`` is augmented with ``rng_of(i)``.
+
+    With ``prefetch`` the next batch is built in a thread meanwhile.
+    """
+    def make(i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        t = torch.from_numpy(batches[i])
         xb = x.index_select(0, t)
         if augment is not None:
-            xb = torch.from_numpy(np.ascontiguousarray(augment(xb.numpy(), rng), dtype=np.float32))
+            xb = torch.from_numpy(np.ascontiguousarray(augment(xb.numpy(), rng_of(i)), dtype=np.float32))
         return xb, y.index_select(0, t)
 
     if not prefetch:
-        for idx in batches:
-            yield make(idx)
+        for i in range(start, len(batches)):
+            yield make(i)
         return
     q: queue.Queue = queue.Queue(maxsize=2)
     stop = threading.Event()
 
     def produce() -> None:
         try:
-            for idx in batches:
+            for i in range(start, len(batches)):
                 if stop.is_set():
                     return
-                q.put(make(idx))
+                q.put(make(i))
             q.put(None)
         except BaseException as err:  # re-raised in the consumer
             q.put(err)

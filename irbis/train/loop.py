@@ -9,22 +9,30 @@ when, belongs to the strategy.
 from __future__ import annotations
 
 import io
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import numpy as np
 import torch
 
 from irbis.train import checkpoint as ckpt
-from irbis.train.data import Augment, Shard, epoch_batches, iterate, split_validation
+from irbis.train.data import Augment, Shard, batch_rng, epoch_batches, iterate, split_validation
 from irbis.train.networks import build_network
 from irbis.train.optim import LossFn, lr_at, make_loss, make_optimizer, set_lr
 from irbis.train.strategies import make_strategy
 from irbis.train.strategy import DistributedOptimizer, FlatParams, WorkerContext
 
 Report = Callable[[dict[str, Any]], None]
+
+# Seeding torch's global RNG and drawing the initial weights is one step: ranks running as threads of
+# one process would otherwise interleave their draws and start from timing-dependent weights.
+_INIT_LOCK = threading.Lock()
+# Rank 0 reports this many partial records per epoch (its running loss), so the bar moves within an epoch.
+PROGRESS_UPDATES = 20
 
 
 @dataclass
@@ -77,6 +85,7 @@ class _Run:
     val: tuple[torch.Tensor, torch.Tensor]
     steps_per_epoch: int
     history: list[dict[str, Any]] = field(default_factory=list)
+    report: Report | None = None
 
 
 def _tensors(shard: Shard, spec: TrainSpec, loss: str | LossFn) -> tuple[torch.Tensor, torch.Tensor]:
@@ -91,8 +100,10 @@ def _setup(spec: TrainSpec, shard: Shard, ctx: WorkerContext,
            model: torch.nn.Module | None) -> tuple[_Run, dict[str, Any] | None]:
     if spec.torch_threads:
         torch.set_num_threads(spec.torch_threads)
-    torch.manual_seed(spec.seed)
-    model = (model if model is not None else build_network(spec.network)).to(spec.device).train()
+    with _INIT_LOCK:
+        torch.manual_seed(spec.seed)
+        model = model if model is not None else build_network(spec.network)
+    model = model.to(spec.device).train()
     flat = FlatParams(list(model.parameters()))
     opt = make_optimizer(spec.optimizer, model.parameters(), spec.learning_rate, spec.momentum, spec.unit_gain)
     strategy = make_strategy(spec.strategy, **spec.strategy_options)
@@ -147,19 +158,23 @@ def _run_epoch(run: _Run, epoch: int, start: int, sums: torch.Tensor) -> tuple[t
     spec, ctx, dopt = run.spec, run.ctx, run.dopt
     x, y = run.train
     batches = epoch_batches(len(y), spec.batch_size, run.steps_per_epoch, spec.seed, ctx.rank, epoch)
-    rng = np.random.default_rng([spec.seed, ctx.rank, epoch, 1])
+    rng_of = partial(batch_rng, spec.seed, ctx.rank, epoch)
+    every = max(1, run.steps_per_epoch // PROGRESS_UPDATES)
     loss_sum, done = torch.zeros((), device=spec.device), 0
-    for i, (xb, yb) in enumerate(iterate(x, y, batches[start:], spec.augment, rng, spec.prefetch), start + 1):
+    for i, (xb, yb) in enumerate(iterate(x, y, batches, spec.augment, rng_of, spec.prefetch, start), start + 1):
         dopt.zero_grad()
         loss = run.loss_fn(run.model(xb), yb)
         loss.backward()
         dopt.step()
-        loss_sum += loss.detach() * len(yb)
-        sums[1] += len(yb)
+        loss_sum.add_(loss.detach(), alpha=len(yb))  # in place: no tensor allocated per step
         done += len(yb)
         if spec.checkpoint_dir and spec.checkpoint_every and dopt.steps % spec.checkpoint_every == 0:
-            _checkpoint(run, epoch, i, sums + torch.stack([loss_sum.cpu(), torch.zeros(())]))
+            _checkpoint(run, epoch, i, sums + torch.tensor([float(loss_sum), done], dtype=torch.float64))
+        if run.report is not None and i % every == 0 and i < run.steps_per_epoch:
+            run.report({"epoch": epoch + 1, "step": i, "stepsPerEpoch": run.steps_per_epoch,
+                        "loss": float(loss_sum) / max(done, 1)})
     sums[0] += loss_sum.cpu()
+    sums[1] += done
     return sums, done
 
 
@@ -198,6 +213,7 @@ def train_worker(spec: TrainSpec, shard: Shard, ctx: WorkerContext, report: Repo
     ``model`` is the network already built from ``spec.network`` (built here when None).
     """
     run, resume = _setup(spec, shard, ctx, model)
+    run.report = report if ctx.rank == 0 else None
     start_epoch, start_step = 0, 0
     if resume is not None:
         start_epoch, start_step = int(resume["epoch"]), int(resume["stepInEpoch"])
@@ -210,8 +226,8 @@ def train_worker(spec: TrainSpec, shard: Shard, ctx: WorkerContext, report: Repo
         sums, done = _run_epoch(run, epoch, start_step if first else 0, sums)
         nbytes, secs = ctx.comm.bytes_sent - b0, time.perf_counter() - t0
         run.history.append(_epoch_record(run, epoch, sums, done, secs, nbytes))
-        if report is not None and ctx.rank == 0:
-            report(run.history[-1])
+        if run.report is not None:
+            run.report(run.history[-1])
         if spec.checkpoint_dir and not spec.checkpoint_every:
             _checkpoint(run, epoch + 1, 0, torch.zeros(2, dtype=torch.float64))
     run.dopt.finalize()

@@ -1,8 +1,9 @@
 """Visibility: a driver-side progress bar fed by rank 0, and loss-curve plots.
 
-Rank 0 sends one JSON line per epoch to a small TCP listener on the driver,
-prefixed by a per-job secret token; nothing but JSON is ever parsed. The
-channel is best effort: if the driver cannot be reached, training goes on
+Rank 0 sends JSON lines to a small TCP listener on the driver, prefixed by a
+per-job secret token: a few partial records within each epoch (``step`` of
+``stepsPerEpoch``, running loss), then the epoch's full record. Nothing but
+JSON is ever parsed. The channel is best effort: if the driver cannot be reached, training goes on
 and the summary still comes back with the results.
 """
 
@@ -39,6 +40,7 @@ class ProgressServer:
             from tqdm.auto import tqdm
 
             self._bar = tqdm(total=epochs, desc=desc, unit="epoch", leave=True)
+        self.position = 0.0
         self._lock = threading.Lock()
         threading.Thread(target=self._accept, daemon=True).start()
 
@@ -56,19 +58,33 @@ class ProgressServer:
                 return
             for line in lines:
                 try:
-                    self._update(json.loads(line))
+                    self.update(json.loads(line))
                 except (ValueError, TypeError):
                     return
 
-    def _update(self, rec: dict[str, Any]) -> None:
+    def update(self, rec: Mapping[str, Any]) -> None:
+        """Apply one record to :attr:`position` (epochs done, fractional) and the bar.
+
+        A partial record (with ``step``) moves the bar within its epoch; a full one is
+        also kept in :attr:`records`.
+        """
+        epoch = int(rec.get("epoch", 0))
+        partial = "step" in rec
         with self._lock:
-            self.records = [r for r in self.records if r.get("epoch") != rec.get("epoch")] + [rec]
+            if partial:
+                done = int(rec["step"]) / max(int(rec.get("stepsPerEpoch", 1)), 1)
+                self.position = max(self.position, epoch - 1 + done)
+            else:
+                self.records = [r for r in self.records if r.get("epoch") != epoch] + [dict(rec)]
+                self.position = max(self.position, float(epoch))
             if self._bar is not None:
-                self._bar.n = int(rec.get("epoch", 0))
+                self._bar.n = round(self.position, 2)
                 acc = rec.get("accuracy")
-                self._bar.set_postfix(loss=f"{rec.get('loss', 0):.4f}",
-                                      acc="-" if acc is None else f"{acc:.3f}",
-                                      sps=f"{rec.get('samplesPerSecond', 0):,.0f}")
+                post = {"loss": f"{rec.get('loss', 0):.4f}"}
+                if not partial:
+                    post.update(acc="-" if acc is None else f"{acc:.3f}",
+                                sps=f"{rec.get('samplesPerSecond', 0):,.0f}")
+                self._bar.set_postfix(post)
 
     def close(self) -> None:
         """Stop listening and close the bar."""

@@ -17,6 +17,7 @@ from irbis.errors import require_columns
 from irbis.kernels.assemble import HANDLE_INVALID, InputSpec, assemble_frame, assembled_attributes, check_handle_invalid
 from irbis.ml.base import IrbisTransformer
 from irbis.ml.ensemble import vector_size
+from irbis.ml.params import checked, one_of
 
 
 _ERROR_HINT = "; set handleInvalid to 'skip' to drop such rows or 'keep' to output NaN"
@@ -44,7 +45,7 @@ class FastVectorAssembler(IrbisTransformer, HasInputCols, HasOutputCol):
 
     handleInvalid = Param(
         Params._dummy(), "handleInvalid", f"what to do with null/NaN inputs: one of {HANDLE_INVALID}",
-        TypeConverters.toString,
+        checked("handleInvalid", TypeConverters.toString, one_of(*HANDLE_INVALID)),
     )
 
     @keyword_only

@@ -17,6 +17,10 @@ from pyspark.sql.types import DataType, StructType
 
 from irbis.errors import require_columns
 from irbis.ml.base import IrbisTransformer
+from irbis.ml.params import at_least, checked, one_of
+
+#: The names of pyspark's storage levels (the values of Cache's storageLevel).
+STORAGE_LEVELS = tuple(sorted(k for k, v in vars(StorageLevel).items() if isinstance(v, StorageLevel)))
 
 
 def _columns_of(dataset: Any) -> list[str]:
@@ -52,7 +56,7 @@ class Repartition(_ReshapeStage):
     ``partitionCols`` keeps Spark's default number of shuffle partitions.
     """
 
-    numPartitions = Param(Params._dummy(), "numPartitions", "number of partitions (>= 0)", TypeConverters.toInt)
+    numPartitions = Param(Params._dummy(), "numPartitions", "number of partitions (>= 0)", checked("numPartitions", TypeConverters.toInt, at_least(0)))
     partitionCols = Param(
         Params._dummy(), "partitionCols", "columns to hash rows by; empty: round robin", TypeConverters.toListString
     )
@@ -84,7 +88,8 @@ class Cache(_ReshapeStage):
     """
 
     storageLevel = Param(
-        Params._dummy(), "storageLevel", "a pyspark.StorageLevel name, e.g. MEMORY_AND_DISK", TypeConverters.toString
+        Params._dummy(), "storageLevel", "a pyspark.StorageLevel name, e.g. MEMORY_AND_DISK",
+        checked("storageLevel", TypeConverters.toString, one_of(*STORAGE_LEVELS)),
     )
 
     @keyword_only
@@ -95,12 +100,7 @@ class Cache(_ReshapeStage):
         self._level()
 
     def _level(self) -> StorageLevel:
-        name = self.getOrDefault("storageLevel")
-        level = getattr(StorageLevel, name, None)
-        if not isinstance(level, StorageLevel):
-            known = sorted(k for k, v in vars(StorageLevel).items() if isinstance(v, StorageLevel))
-            raise ValueError(f"Cache: storageLevel must be one of {known}, found {name!r}")
-        return level
+        return getattr(StorageLevel, self.getOrDefault("storageLevel"))
 
     def _reshape_spark(self, df: DataFrame) -> DataFrame:
         return df.persist(self._level())

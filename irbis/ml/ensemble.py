@@ -15,6 +15,7 @@ from pyspark.sql.types import DataType, DoubleType, NumericType, StructField, St
 
 from irbis.kernels.ensemble import ENSEMBLE_STRATEGIES, check_strategy, default_output_names, ensemble_frame
 from irbis.ml.base import IrbisTransformer
+from irbis.ml.params import checked, one_of
 
 # A null vector enters the JVM summarizer as a filler with a vanishing weight: it keeps the
 # summarizer non-empty for all-null groups without changing any mean, sum, max or min.
@@ -48,7 +49,8 @@ class EnsembleByKey(IrbisTransformer):
         TypeConverters.toListString,
     )
     strategy = Param(
-        Params._dummy(), "strategy", f"how to combine: one of {sorted(ENSEMBLE_STRATEGIES)}", TypeConverters.toString
+        Params._dummy(), "strategy", f"how to combine: one of {sorted(ENSEMBLE_STRATEGIES)}",
+        checked("strategy", TypeConverters.toString, one_of(*ENSEMBLE_STRATEGIES)),
     )
     collapseGroup = Param(
         Params._dummy(), "collapseGroup", "one row per group (true) or keep every row (false)", TypeConverters.toBoolean

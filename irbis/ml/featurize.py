@@ -21,6 +21,7 @@ from irbis.errors import require_columns
 from irbis.kernels.featurize import build_column_plan, column_stats, infer_kind, slot_names, transform_frame
 from irbis.ml.base import IrbisEstimator, IrbisModel
 from irbis.ml.ensemble import vector_size
+from irbis.ml.params import at_least, checked
 
 _P = Params._dummy()
 
@@ -43,8 +44,8 @@ def spark_kind(dtype: DataType) -> str | None:
 
 
 class _FeaturizeParams(HasInputCols, HasOutputCol):
-    maxCategories = Param(_P, "maxCategories", "strings with at most this many distinct values are one-hot encoded", TypeConverters.toInt)
-    numHashBuckets = Param(_P, "numHashBuckets", "one-hot slots for hashed high-cardinality strings", TypeConverters.toInt)
+    maxCategories = Param(_P, "maxCategories", "strings with at most this many distinct values are one-hot encoded", checked("maxCategories", TypeConverters.toInt, at_least(1)))
+    numHashBuckets = Param(_P, "numHashBuckets", "one-hot slots for hashed high-cardinality strings", checked("numHashBuckets", TypeConverters.toInt, at_least(1)))
 
     def _cols(self) -> list[str]:
         return list(self.getInputCols()) if self.isDefined("inputCols") else []

@@ -27,6 +27,8 @@ from irbis.ml.params import (
     HasModelPath,
     HasOutputLayer,
     HasPrecision,
+    checked,
+    one_of,
 )
 from irbis.models import CatalogueEntry, default_cache_dir, sha256_file
 from irbis.spark.files import localize, ship_file
@@ -37,7 +39,7 @@ IMAGE_FIELDS = ("height", "width", "nChannels", "data")
 class _NetworkStageParams(ColumnSetters, HasModelPath, HasMiniBatchSize, HasDevice,
                           HasInputShape, HasOutputLayer):
     outputType = Param(Params._dummy(), "outputType", "vector (Spark ML vector) or array (array<float>)",
-                       typeConverter=TypeConverters.toString)
+                       typeConverter=checked("outputType", TypeConverters.toString, one_of("vector", "array")))
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

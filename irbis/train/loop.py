@@ -26,6 +26,9 @@ from irbis.train.strategy import DistributedOptimizer, FlatParams, WorkerContext
 
 Report = Callable[[dict[str, Any]], None]
 
+#: What the loop does with rows whose features or label are not finite: stop naming them, or drop them.
+NAN_POLICIES = ("error", "skip")
+
 
 @dataclass
 class TrainSpec:

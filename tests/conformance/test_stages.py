@@ -46,6 +46,44 @@ def test_api_reference_is_current():
     assert current == _docgen.render(), "docs/api.md is stale: run `python -m irbis.ml._docgen`"
 
 
+# -- eager checks -------------------------------------------------------------------------------
+def _checked_params() -> list:
+    """(stage case, Param, refused value) for every checked Param of every stage, from the checks themselves."""
+    from irbis.ml.params import invalid_values, param_check
+
+    cases = []
+    for name in NAMES:
+        stage = STAGE_CASES[name].make_stage()
+        for param in stage.params:
+            check = param_check(param)
+            for bad in invalid_values(check) if check else []:
+                cases.append(pytest.param(name, param.name, bad, id=f"{name}-{param.name}={bad}"))
+    return cases
+
+
+@pytest.mark.parametrize(("name", "param", "bad"), _checked_params())
+def test_out_of_range_value_fails_at_set_time(name, param, bad):
+    """Each checked Param refuses a value outside its set or range when set, naming the Param and the value."""
+    from irbis.ml.params import ParamValueError
+
+    stage = STAGE_CASES[name].make_stage()
+    before = stage.extractParamMap()
+    setter = getattr(stage, "set" + param[0].upper() + param[1:], None)
+    with pytest.raises(ParamValueError) as info:
+        setter(bad) if setter is not None else stage._set(**{param: bad})
+    assert info.value.name == param and param in str(info.value) and repr(bad) in str(info.value)
+    assert stage.extractParamMap() == before
+
+
+def test_every_stage_checks_some_param():
+    """The generated cases cover the shared and the stage-specific checks."""
+    covered = {(values[0], values[1]) for values in (p.values for p in _checked_params())}
+    for stage, param in [("TorchModel", "miniBatchSize"), ("TorchEstimator", "numWorkers"),
+                         ("TorchEstimator", "strategy"), ("Repartition", "numPartitions"),
+                         ("ImageLIME", "samplingFraction"), ("EnsembleByKey", "strategy")]:
+        assert (stage, param) in covered
+
+
 # -- helpers -------------------------------------------------------------------------------------
 def _norm(value: object) -> object:
     if isinstance(value, Vector):

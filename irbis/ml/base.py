@@ -40,6 +40,7 @@ from irbis.kernels.blocks import (
 )
 from irbis.errors import require_columns
 from irbis.ml.persistence import IrbisPersistable
+from irbis.spark.resources import check_device
 
 TransformFn = Callable[[pd.DataFrame], pd.DataFrame]
 P = TypeVar("P")
@@ -120,6 +121,8 @@ class _StageMixin(_KeywordParams, IrbisPersistable):
 
     def _transform_spark(self, df: DataFrame) -> DataFrame:
         self._check_schema(df.schema)
+        if self.hasParam("device"):
+            check_device(df.sparkSession, self.getOrDefault("device"))
         outputs = self._output_columns()
         args = [self._udf_input(df.schema[c]) for c in self._input_columns()]
         wire = [(n, self._wire_type(t)) for n, t in outputs]

@@ -199,10 +199,12 @@ class TorchEstimator(IrbisEstimator, HasTrainParams):
     # -- fit -------------------------------------------------------------------------------------
     def _fit(self, dataset: Any) -> Any:
         from irbis.spark.barrier import SparkBarrierBackend
+        from irbis.spark.resources import check_device
         from irbis.spark.training import train_partition, training_frame
 
         spec = self._spec()
         frame = training_frame(dataset, self.getFeaturesCol(), self.getLabelCol())
+        check_device(dataset.sparkSession, spec.device)
         module = build_network(spec.network)
         if self.isDefined(self.checkpointDir):
             spec.checkpoint_dir = os.path.join(self.getCheckpointDir(), f"{self.uid}-{uuid.uuid4().hex[:8]}")

@@ -82,11 +82,12 @@ class _Run:
 
 
 def _tensors(shard: Shard, spec: TrainSpec, loss: str | LossFn) -> tuple[torch.Tensor, torch.Tensor]:
-    x = torch.from_numpy(np.ascontiguousarray(shard.x, dtype=np.float32))
+    # np.require copies only what is read-only (Arrow-backed) or not C-contiguous float32
+    x = torch.from_numpy(np.require(shard.x, np.float32, ["C", "W"]))
     if spec.input_shape:
         x = x.view(len(shard), *spec.input_shape)
     ydtype = np.int64 if loss == "cross_entropy" else np.float32
-    return x.to(spec.device), torch.from_numpy(np.asarray(shard.y, dtype=ydtype)).to(spec.device)
+    return x.to(spec.device), torch.from_numpy(np.require(shard.y, ydtype, ["C", "W"])).to(spec.device)
 
 
 def _setup(spec: TrainSpec, shard: Shard, ctx: WorkerContext,

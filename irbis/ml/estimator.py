@@ -194,7 +194,8 @@ class TorchEstimator(IrbisEstimator, HasTrainParams):
             strategy=self.getStrategy(), strategy_options=self._options("strategyOptions"),
             validation_fraction=self.getValidationFraction(), seed=self.getSeed(), device=self.getDevice(),
             input_shape=self.getOrDefault("inputShape") if self.isDefined(self.inputShape) else None,
-            checkpoint_every=self.getCheckpointInterval(), augment=self.augment, prefetch=self.augment is not None)
+            checkpoint_every=self.getCheckpointInterval(), augment=self.augment, prefetch=self.augment is not None,
+            nan_policy=self.getNanPolicy())
 
     # -- fit -------------------------------------------------------------------------------------
     def _fit(self, dataset: Any) -> Any:
@@ -205,6 +206,7 @@ class TorchEstimator(IrbisEstimator, HasTrainParams):
         spec = self._spec()
         frame = training_frame(dataset, self.getFeaturesCol(), self.getLabelCol())
         check_device(dataset.sparkSession, spec.device)
+        self._check_rows(frame)
         module = build_network(spec.network)
         if self.isDefined(self.checkpointDir):
             spec.checkpoint_dir = os.path.join(self.getCheckpointDir(), f"{self.uid}-{uuid.uuid4().hex[:8]}")
@@ -222,6 +224,15 @@ class TorchEstimator(IrbisEstimator, HasTrainParams):
                 server.close()
         self.last_results = results
         return self._fitted(module, spec.network, results, spec.input_shape or [results[0].info["features"]])
+
+    def _check_rows(self, frame: Any) -> None:
+        """Refuse, before the barrier stage, a frame with fewer rows than numWorkers (one small job)."""
+        workers = self.getNumWorkers()
+        found = frame.limit(workers).count()
+        if found < workers:
+            what = "is empty" if found == 0 else f"has only {found} rows"
+            raise ValueError(f"TorchEstimator: the training DataFrame {what}, and each of numWorkers={workers} "
+                             "training tasks needs rows; give more data or set numWorkers lower")
 
     def _progress_server(self, spec: TrainSpec, session: Any) -> Any:
         """The driver's progress bar; None through Spark Connect, whose executors may not reach this client."""
@@ -246,6 +257,9 @@ class TorchEstimator(IrbisEstimator, HasTrainParams):
         model = TorchModel.from_module(module, inputCol=self.getFeaturesCol(),
                                                  outputCol=self.getPredictionCol(), inputShape=shape, **arch)
         model.training_summary = results[0].history
+        for record in model.training_summary:
+            if "warning" in record:
+                _log.warning("TorchEstimator: %s", record["warning"])
         return model
 
 

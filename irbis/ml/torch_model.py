@@ -148,6 +148,8 @@ class TorchModel(_NetworkStageParams, HasPrecision, IrbisModel):
         ``inputShape`` when scripting fails). The files go to a content-addressed folder of the Irbis
         cache, and ``save`` copies them beside the stage.
         """
+        if "inputShape" not in params and recorded_input_shape(module) is not None:
+            params["inputShape"] = recorded_input_shape(module)
         folder = Path(tempfile.mkdtemp(prefix="irbis-module-"))
         if architecture is not None:
             (folder / "architecture.json").write_text(json.dumps({"architecture": architecture,
@@ -185,8 +187,14 @@ class TorchModel(_NetworkStageParams, HasPrecision, IrbisModel):
             src = dict(source, path=localize(source["path"], shipped)) if shipped else source
             predict = make_torch_predict_fn(src, **options)
             batch = network_batch(blocks[col], col, shape)
-            return {out_col: Tensor(flat_rows(predict(batch.values) if len(batch.values) else None),
-                                    batch.valid)}
+            try:
+                out = predict(batch.values) if len(batch.values) else None
+            except RuntimeError as err:
+                raise ValueError(f"TorchModel: rows of column {col!r} have shape {list(batch.values.shape[1:])}, "
+                                 f"which the network does not accept (expected: "
+                                 f"{shape or 'the shape of its first layer'}; set inputShape to reshape flat "
+                                 f"rows): {_last_line(err)}") from err
+            return {out_col: Tensor(flat_rows(out), batch.valid)}
 
         return with_task_threads(run)
 
@@ -208,6 +216,21 @@ class TorchModel(_NetworkStageParams, HasPrecision, IrbisModel):
             self._set(modelPath=str(saved[0]))
         summary = Path(path) / "summary.json"
         self.training_summary = json.loads(summary.read_text()) if summary.exists() else None
+
+
+def recorded_input_shape(module: nn.Module) -> list[int] | None:
+    """The row shape a network surely takes when it starts with a Linear layer (after an optional
+    Flatten) in a Sequential: ``[in_features]``; None when the shape cannot be told from the module."""
+    layers = list(module.children()) if isinstance(module, nn.Sequential) else [module]
+    if layers and isinstance(layers[0], nn.Flatten):
+        layers = layers[1:]
+    return [layers[0].in_features] if layers and isinstance(layers[0], nn.Linear) else None
+
+
+def _last_line(err: BaseException) -> str:
+    """The engine's own message (TorchScript puts it last, after its interpreter's traceback)."""
+    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+    return lines[-1] if lines else type(err).__name__
 
 
 def _script(module: nn.Module, input_shape: list[int] | None, dest: Path) -> None:

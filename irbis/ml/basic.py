@@ -18,6 +18,7 @@ from pyspark.sql.types import DataType, StructType
 from irbis.errors import require_columns
 from irbis.ml.base import IrbisTransformer
 from irbis.ml.params import at_least, checked, one_of
+from irbis.spark.columns import column
 
 #: The names of pyspark's storage levels (the values of Cache's storageLevel).
 STORAGE_LEVELS = tuple(sorted(k for k, v in vars(StorageLevel).items() if isinstance(v, StorageLevel)))
@@ -76,7 +77,8 @@ class Repartition(_ReshapeStage):
     def _reshape_spark(self, df: DataFrame) -> DataFrame:
         n, cols = self.getOrDefault("numPartitions"), self.getOrDefault("partitionCols")
         if cols:
-            return df.repartition(n, *cols) if n else df.repartition(*cols)
+            keys = [column(c) for c in cols]
+            return df.repartition(n, *keys) if n else df.repartition(*keys)
         return df.repartition(n)
 
 
@@ -133,7 +135,7 @@ class SelectColumns(_ColumnListStage):
         return pdf[self._input_columns()].copy()
 
     def _reshape_spark(self, df: DataFrame) -> DataFrame:
-        return df.select(*self._input_columns())
+        return df.select(*map(column, self._input_columns()))
 
 
 class DropColumns(_ColumnListStage):

@@ -16,6 +16,7 @@ from pyspark.sql.types import DataType, DoubleType, NumericType, StructField, St
 from irbis.kernels.ensemble import ENSEMBLE_STRATEGIES, check_strategy, default_output_names, ensemble_frame
 from irbis.ml.base import IrbisTransformer
 from irbis.ml.params import checked, one_of
+from irbis.spark.columns import column
 
 # A null vector enters the JVM summarizer as a filler with a vanishing weight: it keeps the
 # summarizer non-empty for all-null groups without changing any mean, sum, max or min.
@@ -121,9 +122,9 @@ class EnsembleByKey(IrbisTransformer):
         prepared = [column for columns, _ in specs for column in columns]
         names = self._output_names()
         if self.getOrDefault("collapseGroup"):
-            grouped = df.select(*keys, *prepared).groupBy(*keys)
+            grouped = df.select(*map(column, keys), *prepared).groupBy(*map(column, keys))
             return grouped.agg(*[make(None).alias(n) for (_, make), n in zip(specs, names)])
-        window = Window.partitionBy(*keys)
+        window = Window.partitionBy(*map(column, keys))
         out = df.select("*", *prepared)
         temps = [name for name in out.columns if name.startswith(prefix)]
         return out.select("*", *[make(window).alias(n) for (_, make), n in zip(specs, names)]).drop(*temps)
@@ -136,7 +137,7 @@ def vector_size(df: DataFrame, col: str) -> int:
         return int(attrs["num_attrs"])
     if "size" in attrs:
         return int(attrs["size"])
-    first = df.where(F.col(col).isNotNull()).select(col).first()
+    first = df.where(column(col).isNotNull()).select(column(col)).first()
     return 0 if first is None else int(first[0].size)
 
 
@@ -148,7 +149,7 @@ _ELEMENTWISE_MAX_SIZE = 64
 def _aggregate_elementwise(col: str, strategy: str, tmp: str, size: int) -> tuple[list[Column], Callable]:
     """Combine short vectors with one SQL aggregate per element; null vectors are skipped."""
     func = {"mean": F.avg, "sum": F.sum, "max": F.max, "min": F.min}[strategy]
-    c = F.col(col)
+    c = column(col)
     arr = vector_to_array(c)
     message = (f"EnsembleByKey: column {col!r} holds vectors of different lengths "
                f"(expected {size}); vectors combined in one group must have the same length")
@@ -157,7 +158,7 @@ def _aggregate_elementwise(col: str, strategy: str, tmp: str, size: int) -> tupl
 
     def make(w: Window | None) -> Column:
         over = (lambda col: col) if w is None else (lambda col: col.over(w))
-        elements = [over(func(F.col(tmp)[i])) for i in range(size)]
+        elements = [over(func(column(tmp)[i])) for i in range(size)]
         return F.when(over(F.count(tmp)) > 0, array_to_vector(F.array(*elements)))
 
     return prepared, make
@@ -169,7 +170,7 @@ def _aggregate(df: DataFrame, col: str, strategy: str, tmp: str) -> tuple[list[C
     Returns the columns to add under the ``tmp`` prefix before aggregating (computed by generated
     code, so the aggregate itself only reads columns) and ``make(window_or_None) -> Column``.
     """
-    c = F.col(col)
+    c = column(col)
     if not isinstance(df.schema[col].dataType, VectorUDT):
         prepared = [F.nanvl(c.cast("double"), F.lit(None).cast("double")).alias(tmp)]
         func = {"mean": F.avg, "sum": F.sum, "max": F.max, "min": F.min}[strategy]
@@ -185,7 +186,7 @@ def _aggregate(df: DataFrame, col: str, strategy: str, tmp: str) -> tuple[list[C
         F.when(c.isNull(), F.lit(_TINY_WEIGHT)).otherwise(F.lit(1.0)).alias(tmp + "_w"),
         c.isNotNull().cast("int").alias(tmp + "_n"),
     ]
-    summary = Summarizer.metrics(strategy).summary(F.col(tmp), F.col(tmp + "_w"))
+    summary = Summarizer.metrics(strategy).summary(column(tmp), column(tmp + "_w"))
 
     def make(w: Window | None) -> Column:
         present = F.sum(tmp + "_n") if w is None else F.sum(tmp + "_n").over(w)

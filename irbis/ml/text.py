@@ -20,6 +20,7 @@ from irbis.errors import require_columns
 from irbis.kernels.text import IdfState, TextSteps, apply_idf, fit_idf, text_vectors
 from irbis.ml.base import IrbisEstimator, IrbisModel
 from irbis.ml.params import at_least, checked
+from irbis.spark.columns import column
 
 _P = Params._dummy()
 
@@ -92,7 +93,7 @@ class _TextFeaturizerParams(HasInputCol, HasOutputCol):
         g, prefix = self.getOrDefault, f"__{self.uid}_"
         text = prefix + "text"
         empty = F.lit("") if g("useTokenizer") else F.array().cast("array<string>")
-        df = df.withColumn(text, F.coalesce(F.col(self.getInputCol()), empty))
+        df = df.withColumn(text, F.coalesce(column(self.getInputCol()), empty))
         temps, current = [text], text
         stages = []
         if g("useTokenizer"):

@@ -26,6 +26,7 @@ from irbis.errors import NonFiniteLossError, require_columns, with_fields
 from irbis.train.backends.base import Rank
 from irbis.train.data import Shard
 from irbis.train.loop import TrainSpec, WorkerResult
+from irbis.spark.columns import column
 
 FEATURES, LABEL = "__features", "__label"
 
@@ -36,9 +37,9 @@ def training_frame(df: DataFrame, features_col: str, label_col: str, stage: str 
     require_columns(stage, df.columns, [label_col], role="labelCol")
     ftype = df.schema[features_col].dataType
     if isinstance(ftype, VectorUDT):
-        feats = vector_to_array(F.col(features_col), "float32")
+        feats = vector_to_array(column(features_col), "float32")
     elif isinstance(ftype, ArrayType) and isinstance(ftype.elementType, NumericType):
-        feats = F.col(features_col).cast("array<float>")
+        feats = column(features_col).cast("array<float>")
     else:
         raise with_fields(TypeError(f"featuresCol {features_col!r} must be a vector or an array of numbers, "
                                     f"found {ftype}"), column=features_col, expected="vector", found=str(ftype))
@@ -47,7 +48,7 @@ def training_frame(df: DataFrame, features_col: str, label_col: str, stage: str 
         raise with_fields(TypeError(f"labelCol {label_col!r} must be numeric, found {ltype}; index string labels "
                                     "first (e.g. pyspark.ml.feature.StringIndexer)"),
                           column=label_col, expected="numeric", found=str(ltype))
-    return df.select(feats.alias(FEATURES), F.col(label_col).cast("double").alias(LABEL))
+    return df.select(feats.alias(FEATURES), column(label_col).cast("double").alias(LABEL))
 
 
 def arrow_to_shard(batches: Iterator[pa.RecordBatch]) -> tuple[Shard | None, np.ndarray]:

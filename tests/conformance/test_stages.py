@@ -246,6 +246,37 @@ def test_generated_inputs(spark, name):
     check()
 
 
+# -- column names that SQL text would misread ----------------------------------------------------------
+def odd_name(name: str) -> str:
+    """A column name holding a dot, a space and a backtick."""
+    return f"{name}.v 1`q"
+
+
+def _renamed(stage, columns: list[str]):
+    """``stage`` with every column it names renamed by :func:`odd_name` (frame columns, and any *Col Param)."""
+    for param, value in stage.extractParamMap().items():
+        named = param.name.endswith(("Col", "Cols"))
+        if isinstance(value, str) and value and (value in columns or named):
+            stage._set(**{param.name: odd_name(value)})
+        elif isinstance(value, list) and value and all(isinstance(v, str) for v in value) \
+                and (named or all(v in columns for v in value)):
+            stage._set(**{param.name: [odd_name(v) for v in value]})
+    return stage
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("name", [n for n in NAMES if STAGE_CASES[n].renamable])
+def test_column_names_with_dots_spaces_and_backticks(spark, name):
+    """The same rows when every column name holds a dot, a space and a backtick."""
+    case = STAGE_CASES[name]
+    df = case.make_frame(spark)
+    expected = rows_of(fit_stage(case, df)[1].transform(df))
+    odd = df.toDF(*[odd_name(c) for c in df.columns])
+    stage = _renamed(case.make_stage(), df.columns)
+    model = stage.fit(odd) if isinstance(stage, Estimator) else stage
+    assert rows_of(model.transform(odd)) == expected
+
+
 # -- schema errors -------------------------------------------------------------------------------
 def _expect_error_naming(case: StageCase, df, column: str) -> None:
     with pytest.raises(SCHEMA_ERRORS) as info:

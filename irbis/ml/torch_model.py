@@ -8,6 +8,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Callable
 
+import numpy as np
 import torch
 from pyspark import keyword_only
 from pyspark.ml.linalg import VectorUDT
@@ -187,8 +188,10 @@ class TorchModel(_NetworkStageParams, HasPrecision, IrbisModel):
             src = dict(source, path=localize(source["path"], shipped)) if shipped else source
             predict = make_torch_predict_fn(src, **options)
             batch = network_batch(blocks[col], col, shape)
+            # torch warns on read-only (Arrow-backed) arrays: those are copied, others pass as they are
+            values = np.require(batch.values, np.float32, ["C", "W"])
             try:
-                out = predict(batch.values) if len(batch.values) else None
+                out = predict(values) if len(values) else None
             except RuntimeError as err:
                 raise ValueError(f"TorchModel: rows of column {col!r} have shape {list(batch.values.shape[1:])}, "
                                  f"which the network does not accept (expected: "

@@ -149,10 +149,15 @@ class TorchEstimator(IrbisEstimator, HasTrainParams):
     def _set(self, **kwargs: Any) -> TorchEstimator:
         """Set Params; ``strategy`` and ``strategyOptions`` are checked together against the registry."""
         if {"strategy", "strategyOptions"} & kwargs.keys():
-            name = kwargs.get("strategy", self.getOrDefault("strategy"))
-            options = kwargs.get("strategyOptions", self.getOrDefault("strategyOptions"))
-            check_strategy(name, options)
+            name = kwargs["strategy"] if "strategy" in kwargs else self._current("strategy")
+            options = kwargs["strategyOptions"] if "strategyOptions" in kwargs else self._current("strategyOptions")
+            if name is not None and options is not None:  # both known (copy() sets Params one at a time)
+                check_strategy(name, options)
         return super()._set(**kwargs)
+
+    def _current(self, name: str) -> Any:
+        param = self.getParam(name)
+        return self._paramMap.get(param, self._defaultParamMap.get(param))
 
     def write(self) -> Any:
         unsaved = [n for n in _CALLABLE_PARAMS if self.isSet(n) and "<unsaved" in self.getOrDefault(n)]

@@ -19,10 +19,13 @@ from pyspark.sql.types import ArrayType, DataType, StringType, StructType
 from irbis.errors import require_columns
 from irbis.kernels.text import IdfState, TextSteps, apply_idf, fit_idf, text_vectors
 from irbis.ml.base import IrbisEstimator, IrbisModel
-from irbis.ml.params import at_least, checked
+from irbis.ml.params import at_least, checked, one_of
 from irbis.spark.columns import column
 
 _P = Params._dummy()
+#: The languages of Spark's default stop word lists (``StopWordsRemover.loadDefaultStopWords``).
+STOP_WORDS_LANGUAGES = ("danish", "dutch", "english", "finnish", "french", "german", "hungarian", "italian",
+                        "norwegian", "portuguese", "russian", "spanish", "swedish", "turkish")
 
 
 class _TextFeaturizerParams(HasInputCol, HasOutputCol):
@@ -35,7 +38,8 @@ class _TextFeaturizerParams(HasInputCol, HasOutputCol):
     toLowercase = Param(_P, "toLowercase", "lower-case text before tokenising", TypeConverters.toBoolean)
     useStopWordsRemover = Param(_P, "useStopWordsRemover", "remove stop words", TypeConverters.toBoolean)
     stopWords = Param(_P, "stopWords", "stop words; empty: the default list of stopWordsLanguage", TypeConverters.toListString)
-    stopWordsLanguage = Param(_P, "stopWordsLanguage", "language of the default stop words (e.g. english)", TypeConverters.toString)
+    stopWordsLanguage = Param(_P, "stopWordsLanguage", "language of the default stop words (e.g. english)",
+                              checked("stopWordsLanguage", TypeConverters.toString, one_of(*STOP_WORDS_LANGUAGES)))
     caseSensitiveStopWords = Param(_P, "caseSensitiveStopWords", "compare stop words case-sensitively", TypeConverters.toBoolean)
     useNGram = Param(_P, "useNGram", "replace tokens by their n-grams", TypeConverters.toBoolean)
     nGramLength = Param(_P, "nGramLength", "n of the n-grams (>= 1)", checked("nGramLength", TypeConverters.toInt, at_least(1)))

@@ -120,3 +120,13 @@ def test_mini_batch_size_and_precision_fail_when_set():
         TorchModel(miniBatchSize=0)
     with pytest.raises(ParamValueError, match="precision='fp8' is not allowed"):
         TorchModel().setPrecision("fp8")
+
+
+def test_featurize_takes_dotted_and_spaced_column_names(spark):
+    from irbis.ml import Featurize
+
+    df = spark.createDataFrame([(1.0, "x", 2.0), (3.0, "y", None)], ["a.b", "c d", "e`f"])
+    model = Featurize(inputCols=["a.b", "c d", "e`f"], outputCol="features", maxCategories=5).fit(df)
+    rows = model.transform(df).orderBy("`a.b`").collect()
+    assert [r["features"].size for r in rows] == [4, 4]
+    assert rows[0]["features"].toArray()[0] == 1.0 and rows[1]["features"].toArray()[0] == 3.0

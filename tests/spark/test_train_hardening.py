@@ -81,6 +81,8 @@ def test_strategy_options_are_checked_against_the_registry_when_set():
     with pytest.raises(ParamValueError, match=r"options of strategy 'one_bit' only"):
         est.setStrategy("one_bit")
     assert est.getStrategy() == "block_momentum"
+    copied = est.copy({est.numWorkers: 1})  # copy() sets the Params one at a time
+    assert (copied.getStrategy(), copied.getStrategyOptions()) == ("block_momentum", '{"blockSize": 4}')
     with pytest.raises(ParamValueError, match="blockSize"):
         est.setStrategyOptions('{"blockSize": 0}')
     with pytest.raises(ParamValueError, match="miniBatch|batchSize"):

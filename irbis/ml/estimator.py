@@ -28,7 +28,8 @@ from pyspark.ml.param import TypeConverters as T
 from irbis.ml.base import IrbisEstimator
 from irbis.ml.params import HasDevice, HasInputShape, ParamValueError, Row, at_least, in_range, one_of, table_mixin
 from irbis.ml.torch_model import TorchModel
-from irbis.train.loop import NAN_POLICIES, TrainSpec
+from irbis.train.health import NAN_POLICIES
+from irbis.train.loop import TrainSpec
 from irbis.train.networks import build_network, network_spec
 from irbis.train.optim import LOSSES, OPTIMIZERS, make_loss, validate_schedule
 from irbis.train.refs import callable_ref, is_ref, resolve_ref

@@ -36,6 +36,7 @@ from typing import Any, Iterator
 
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 
 from irbis.errors import from_record, to_record
 from irbis.spark.resources import conf, local_slots, master
@@ -192,7 +193,9 @@ class SparkBarrierBackend(Backend[WorkerResult]):
         task = partial(barrier_task, fn, self.num_workers, driver, uuid.uuid4().hex, self.device, self.timeout_s)
         # The barrier stage reads a shuffle of exactly num_workers partitions: a chain Spark always accepts
         # (one with a coalesce, union or limit inside the stage is refused), on classic and Connect alike.
-        df = data.repartition(self.num_workers)
+        # Range bounds over row ids (from a sample: exact on small frames) balance the ranks' rows, where
+        # round robin may leave a rank of a small frame with none.
+        df = data.repartitionByRange(self.num_workers, F.monotonically_increasing_id())
         try:
             rows = self._collect(df, task)
         except Exception as err:  # noqa: BLE001 - the JVM's error, wrapped by py4j or gRPC

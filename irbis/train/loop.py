@@ -17,20 +17,15 @@ from typing import Any
 import numpy as np
 import torch
 
-from irbis.errors import NonFiniteLossError, with_fields
 from irbis.train import checkpoint as ckpt
 from irbis.train.data import Augment, Shard, drop_nonfinite, epoch_batches, iterate, split_validation
+from irbis.train.health import NAN_POLICIES, LossWatch, growth_warning, non_finite_error
 from irbis.train.networks import build_network
 from irbis.train.optim import LossFn, lr_at, make_loss, make_optimizer, set_lr
 from irbis.train.strategies import make_strategy
 from irbis.train.strategy import DistributedOptimizer, FlatParams, WorkerContext
 
 Report = Callable[[dict[str, Any]], None]
-#: An epoch whose last step's loss is this many times its first step's is reported in the summary.
-GROWTH_WARNING = 100.0
-
-#: What the loop does with rows whose features or label are not finite: stop naming them, or drop them.
-NAN_POLICIES = ("error", "skip")
 
 
 @dataclass
@@ -57,7 +52,7 @@ class TrainSpec:
     augment: Augment | None = None
     prefetch: bool = False
     torch_threads: int | None = None
-    nan_policy: str = "error"
+    nan_policy: str = "error"  # one of NAN_POLICIES
 
 
 @dataclass
@@ -84,9 +79,7 @@ class _Run:
     steps_per_epoch: int
     history: list[dict[str, Any]] = field(default_factory=list)
     skipped: int = 0
-    #: this epoch's first step with a non-finite loss (0: none), and the loss of its first and last steps
-    bad_step: torch.Tensor | None = None
-    ends: torch.Tensor | None = None
+    watch: LossWatch | None = None
 
 
 def _tensors(shard: Shard, spec: TrainSpec, loss: str | LossFn) -> tuple[torch.Tensor, torch.Tensor]:
@@ -161,15 +154,13 @@ def _run_epoch(run: _Run, epoch: int, start: int, sums: torch.Tensor) -> tuple[t
     batches = epoch_batches(len(y), spec.batch_size, run.steps_per_epoch, spec.seed, ctx.rank, epoch)
     rng = np.random.default_rng([spec.seed, ctx.rank, epoch, 1])
     loss_sum, done = torch.zeros((), device=spec.device), 0
-    # tracked on the device, without a sync per step; read once at the end of the epoch
-    run.bad_step = torch.zeros((), dtype=torch.int64, device=spec.device)
-    run.ends = torch.zeros(2, dtype=torch.float64, device=spec.device)
+    run.watch = LossWatch(spec.device)
     for i, (xb, yb) in enumerate(iterate(x, y, batches[start:], spec.augment, rng, spec.prefetch), start + 1):
         dopt.zero_grad()
         loss = run.loss_fn(run.model(xb), yb)
         loss.backward()
         dopt.step()
-        _track_loss(run, i, i == start + 1, loss.detach())
+        run.watch.see(i, loss.detach())
         loss_sum += loss.detach() * len(yb)
         sums[1] += len(yb)
         done += len(yb)
@@ -179,49 +170,27 @@ def _run_epoch(run: _Run, epoch: int, start: int, sums: torch.Tensor) -> tuple[t
     return sums, done
 
 
-def _track_loss(run: _Run, step: int, first: bool, loss: torch.Tensor) -> None:
-    run.bad_step = torch.where((run.bad_step == 0) & ~torch.isfinite(loss), step, run.bad_step)
-    if first:
-        run.ends[0] = loss
-    run.ends[1] = loss
-
-
 def _epoch_record(run: _Run, epoch: int, sums: torch.Tensor, done: int, seconds: float,
                   nbytes: int) -> dict[str, Any]:
     vloss, correct, nval = _evaluate(run)
-    ends = run.ends.cpu().tolist() if run.ends is not None else [0.0, 0.0]
-    bad = float(run.bad_step) if run.bad_step is not None else 0.0
-    stats = torch.tensor([float(sums[0]), float(sums[1]), vloss, correct, nval, done, seconds, *ends, float(bad > 0)],
+    watched = run.watch.stats() if run.watch is not None else [0.0, 0.0, 0.0]
+    stats = torch.tensor([float(sums[0]), float(sums[1]), vloss, correct, nval, done, seconds, *watched],
                          dtype=torch.float64)
     run.ctx.comm.all_reduce_sum(stats)
     tl, tn, vl, vc, vn, dn, secs, first, last, bad_ranks = stats.tolist()
     if bad_ranks:
-        _raise_non_finite(run, epoch, bad)
+        raise non_finite_error(run.ctx.comm, run.watch, run.train, epoch + 1, run.steps_per_epoch,
+                               run.spec.learning_rate)
     rec = {"epoch": epoch + 1, "loss": tl / max(tn, 1), "samplesPerSecond": dn / max(secs / run.ctx.world_size, 1e-9),
            "bytesPerStep": nbytes / max(run.steps_per_epoch, 1)}
     rec["validationLoss"] = vl / vn if vn else None
     rec["accuracy"] = vc / vn if vn else None
     if run.spec.nan_policy == "skip":
         rec["skippedRows"] = run.skipped
-    if first > 0 and last > GROWTH_WARNING * first:
-        rec["warning"] = (f"the loss grew from {first / run.ctx.world_size:.4g} to {last / run.ctx.world_size:.4g} "
-                          f"during epoch {epoch + 1}; the learning rate ({run.spec.learning_rate:g}) may be too high")
+    warning = growth_warning(first, last, epoch + 1, run.spec.learning_rate, run.ctx.world_size)
+    if warning:
+        rec["warning"] = warning
     return rec
-
-
-def _raise_non_finite(run: _Run, epoch: int, bad: float) -> None:
-    """Stop every rank alike: the first step of ``epoch`` with a NaN/inf loss, and the non-finite rows."""
-    x, y = run.train
-    rows = (~torch.isfinite(x.reshape(len(x), -1)).all(1) | ~torch.isfinite(y.double())).sum()
-    found = [t.tolist() for t in run.ctx.comm.all_gather(torch.tensor([bad, float(rows)], dtype=torch.float64))]
-    step = int(min(b for b, _ in found if b > 0))
-    nonfinite = int(sum(r for _, r in found))
-    raise with_fields(NonFiniteLossError(
-        f"the training loss became NaN or infinite at epoch {epoch + 1}, step {step} of {run.steps_per_epoch}; "
-        f"{nonfinite} training rows have non-finite features or labels"
-        + (" (drop them, or set nanPolicy='skip')" if nonfinite else
-           f" (learningRate={run.spec.learning_rate:g} may be too high)")),
-        epoch=epoch + 1, step=step, nonFiniteRows=nonfinite)
 
 
 def _average_buffers(model: torch.nn.Module, ctx: WorkerContext) -> None:

@@ -60,9 +60,13 @@ def with_fields(err: BaseException, **fields: Any) -> BaseException:
     return err
 
 
+class NonFiniteLossError(ValueError):
+    """Training produced a NaN or infinite loss (the message names the epoch, the step and the data's part)."""
+
+
 #: Exception classes a record may name; any other name is raised as a RuntimeError.
 ERROR_TYPES: dict[str, type[BaseException]] = {
-    cls.__name__: cls for cls in (ValueError, TypeError, ColumnNotFoundError, RuntimeError)
+    cls.__name__: cls for cls in (ValueError, TypeError, ColumnNotFoundError, RuntimeError, NonFiniteLossError)
 }
 
 

@@ -17,6 +17,8 @@ from irbis.errors import require_columns
 from irbis.kernels.assemble import HANDLE_INVALID, InputSpec, assemble_frame, assembled_attributes, check_handle_invalid
 from irbis.ml.base import IrbisTransformer
 from irbis.ml.ensemble import vector_size
+from irbis.ml.params import checked, one_of
+from irbis.spark.columns import column, quote
 
 
 _ERROR_HINT = "; set handleInvalid to 'skip' to drop such rows or 'keep' to output NaN"
@@ -44,7 +46,7 @@ class FastVectorAssembler(IrbisTransformer, HasInputCols, HasOutputCol):
 
     handleInvalid = Param(
         Params._dummy(), "handleInvalid", f"what to do with null/NaN inputs: one of {HANDLE_INVALID}",
-        TypeConverters.toString,
+        checked("handleInvalid", TypeConverters.toString, one_of(*HANDLE_INVALID)),
     )
 
     @keyword_only
@@ -149,17 +151,13 @@ def _first_vector(series: pd.Series) -> Any:
     return None
 
 
-def _quoted(name: str) -> str:
-    return "`" + name.replace("`", "``") + "`"
-
-
 def _sql_string(text: str) -> str:
     return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
 def _invalid_sql(field: StructField, spec: InputSpec) -> str:
     """SQL condition: this column's value is invalid (null; or NaN for floating-point columns)."""
-    col = _quoted(field.name)
+    col = quote(field.name)
     if spec.is_vector or not isinstance(field.dataType, FractionalType):
         return f"({col} IS NULL)"
     return f"({col} IS NULL OR isnan({col}))"
@@ -168,10 +166,10 @@ def _invalid_sql(field: StructField, spec: InputSpec) -> str:
 def _as_array(field: StructField, spec: InputSpec, keep: bool) -> Column | str:
     """A vector column as an array Column; a numeric column as SQL text for ``array(...)``."""
     if spec.is_vector:
-        col = F.col(field.name)
+        col = column(field.name)
         arr = F.when(col.isNotNull(), vector_to_array(col))
         return F.coalesce(arr, F.array_repeat(F.lit(float("nan")), spec.size)) if keep else arr
-    value = f"CAST({_quoted(field.name)} AS DOUBLE)"
+    value = f"CAST({quote(field.name)} AS DOUBLE)"
     return f"coalesce({value}, double('NaN'))" if keep else value
 
 

@@ -40,6 +40,8 @@ from irbis.kernels.blocks import (
 )
 from irbis.errors import require_columns
 from irbis.ml.persistence import IrbisPersistable
+from irbis.spark.resources import check_device
+from irbis.spark.columns import column
 
 TransformFn = Callable[[pd.DataFrame], pd.DataFrame]
 P = TypeVar("P")
@@ -120,6 +122,8 @@ class _StageMixin(_KeywordParams, IrbisPersistable):
 
     def _transform_spark(self, df: DataFrame) -> DataFrame:
         self._check_schema(df.schema)
+        if self.hasParam("device"):
+            check_device(df.sparkSession, self.getOrDefault("device"))
         outputs = self._output_columns()
         args = [self._udf_input(df.schema[c]) for c in self._input_columns()]
         wire = [(n, self._wire_type(t)) for n, t in outputs]
@@ -131,7 +135,7 @@ class _StageMixin(_KeywordParams, IrbisPersistable):
             else:
                 tmp = f"__irbis_{self.uid}"
                 result = df.withColumn(tmp, udf(*args))
-                result = result.select("*", *[F.col(f"{tmp}.{n}").alias(n) for n, _ in outputs]).drop(tmp)
+                result = result.select("*", *[column(tmp)[n].alias(n) for n, _ in outputs]).drop(tmp)
             return _vectors_out(result, outputs)
         if len(wire) == 1:
             udf = _make_udf(self._make_transform_fn(), self._input_columns(), wire, single=True)
@@ -140,21 +144,21 @@ class _StageMixin(_KeywordParams, IrbisPersistable):
             tmp = f"__irbis_{self.uid}"
             udf = _make_udf(self._make_transform_fn(), self._input_columns(), wire, single=False)
             result = df.withColumn(tmp, udf(*args))
-            result = result.select("*", *[F.col(f"{tmp}.{n}").alias(n) for n, _ in outputs]).drop(tmp)
+            result = result.select("*", *[column(tmp)[n].alias(n) for n, _ in outputs]).drop(tmp)
         result = _vectors_out(result, outputs)
         for name, dtype in outputs:
             if isinstance(dtype, StructType):
                 # pandas UDFs cannot emit a null struct: a row whose fields are all null becomes null.
-                all_null = reduce(lambda a, b: a & b, [F.col(name)[f].isNull() for f in dtype.names])
-                result = result.withColumn(name, F.when(~all_null, F.col(name)))
+                all_null = reduce(lambda a, b: a & b, [column(name)[f].isNull() for f in dtype.names])
+                result = result.withColumn(name, F.when(~all_null, column(name)))
         return result
 
     def _udf_input(self, field: StructField) -> Any:
         if isinstance(field.dataType, VectorUDT):
-            col = F.col(field.name)
+            col = column(field.name)
             # vector_to_array refuses nulls; a null row stays null and the kernel gives it a null output.
             return F.when(col.isNotNull(), vector_to_array(col, self._vector_dtype)).alias(field.name)
-        return F.col(field.name)
+        return column(field.name)
 
     def _wire_type(self, dtype: DataType) -> DataType:
         if isinstance(dtype, VectorUDT):
@@ -169,7 +173,7 @@ def _vectors_out(result: DataFrame, outputs: list[tuple[str, DataType]]) -> Data
     """Turn the array columns that stand for Spark ML vectors back into vectors, on the JVM side."""
     for name, dtype in outputs:
         if isinstance(dtype, VectorUDT):
-            col = F.col(name)
+            col = column(name)
             result = result.withColumn(name, F.when(col.isNotNull(), array_to_vector(col)))
     return result
 

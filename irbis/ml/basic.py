@@ -17,6 +17,11 @@ from pyspark.sql.types import DataType, StructType
 
 from irbis.errors import require_columns
 from irbis.ml.base import IrbisTransformer
+from irbis.ml.params import at_least, checked, one_of
+from irbis.spark.columns import column
+
+#: The names of pyspark's storage levels (the values of Cache's storageLevel).
+STORAGE_LEVELS = tuple(sorted(k for k, v in vars(StorageLevel).items() if isinstance(v, StorageLevel)))
 
 
 def _columns_of(dataset: Any) -> list[str]:
@@ -52,7 +57,7 @@ class Repartition(_ReshapeStage):
     ``partitionCols`` keeps Spark's default number of shuffle partitions.
     """
 
-    numPartitions = Param(Params._dummy(), "numPartitions", "number of partitions (>= 0)", TypeConverters.toInt)
+    numPartitions = Param(Params._dummy(), "numPartitions", "number of partitions (>= 0)", checked("numPartitions", TypeConverters.toInt, at_least(0)))
     partitionCols = Param(
         Params._dummy(), "partitionCols", "columns to hash rows by; empty: round robin", TypeConverters.toListString
     )
@@ -72,7 +77,8 @@ class Repartition(_ReshapeStage):
     def _reshape_spark(self, df: DataFrame) -> DataFrame:
         n, cols = self.getOrDefault("numPartitions"), self.getOrDefault("partitionCols")
         if cols:
-            return df.repartition(n, *cols) if n else df.repartition(*cols)
+            keys = [column(c) for c in cols]
+            return df.repartition(n, *keys) if n else df.repartition(*keys)
         return df.repartition(n)
 
 
@@ -84,7 +90,8 @@ class Cache(_ReshapeStage):
     """
 
     storageLevel = Param(
-        Params._dummy(), "storageLevel", "a pyspark.StorageLevel name, e.g. MEMORY_AND_DISK", TypeConverters.toString
+        Params._dummy(), "storageLevel", "a pyspark.StorageLevel name, e.g. MEMORY_AND_DISK",
+        checked("storageLevel", TypeConverters.toString, one_of(*STORAGE_LEVELS)),
     )
 
     @keyword_only
@@ -95,12 +102,7 @@ class Cache(_ReshapeStage):
         self._level()
 
     def _level(self) -> StorageLevel:
-        name = self.getOrDefault("storageLevel")
-        level = getattr(StorageLevel, name, None)
-        if not isinstance(level, StorageLevel):
-            known = sorted(k for k, v in vars(StorageLevel).items() if isinstance(v, StorageLevel))
-            raise ValueError(f"Cache: storageLevel must be one of {known}, found {name!r}")
-        return level
+        return getattr(StorageLevel, self.getOrDefault("storageLevel"))
 
     def _reshape_spark(self, df: DataFrame) -> DataFrame:
         return df.persist(self._level())
@@ -133,7 +135,7 @@ class SelectColumns(_ColumnListStage):
         return pdf[self._input_columns()].copy()
 
     def _reshape_spark(self, df: DataFrame) -> DataFrame:
-        return df.select(*self._input_columns())
+        return df.select(*map(column, self._input_columns()))
 
 
 class DropColumns(_ColumnListStage):

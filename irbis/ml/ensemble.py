@@ -15,8 +15,9 @@ from pyspark.sql.types import DataType, DoubleType, NumericType, StructField, St
 
 from irbis.kernels.ensemble import ENSEMBLE_STRATEGIES, check_strategy, default_output_names, ensemble_frame
 from irbis.ml.base import IrbisTransformer
-from irbis.ml.params import table_mixin
+from irbis.ml.params import checked, one_of, table_mixin
 from irbis.ml.synapseml import EnsembleByKeyNames, int_map
+from irbis.spark.columns import column
 
 # A null vector enters the JVM summarizer as a filler with a vanishing weight: it keeps the
 # summarizer non-empty for all-null groups without changing any mean, sum, max or min.
@@ -56,7 +57,8 @@ class EnsembleByKey(EnsembleByKeyNames, table_mixin("_EnsembleParams", _ENSEMBLE
         TypeConverters.toListString,
     )
     strategy = Param(
-        Params._dummy(), "strategy", f"how to combine: one of {sorted(ENSEMBLE_STRATEGIES)}", TypeConverters.toString
+        Params._dummy(), "strategy", f"how to combine: one of {sorted(ENSEMBLE_STRATEGIES)}",
+        checked("strategy", TypeConverters.toString, one_of(*ENSEMBLE_STRATEGIES)),
     )
     collapseGroup = Param(
         Params._dummy(), "collapseGroup", "one row per group (true) or keep every row (false)", TypeConverters.toBoolean
@@ -134,9 +136,9 @@ class EnsembleByKey(EnsembleByKeyNames, table_mixin("_EnsembleParams", _ENSEMBLE
         prepared = [column for columns, _ in specs for column in columns]
         names = self._output_names()
         if self.getOrDefault("collapseGroup"):
-            grouped = df.select(*keys, *prepared).groupBy(*keys)
+            grouped = df.select(*map(column, keys), *prepared).groupBy(*map(column, keys))
             return grouped.agg(*[make(None).alias(n) for (_, make), n in zip(specs, names)])
-        window = Window.partitionBy(*keys)
+        window = Window.partitionBy(*map(column, keys))
         out = df.select("*", *prepared)
         temps = [name for name in out.columns if name.startswith(prefix)]
         return out.select("*", *[make(window).alias(n) for (_, make), n in zip(specs, names)]).drop(*temps)
@@ -149,7 +151,7 @@ def vector_size(df: DataFrame, col: str) -> int:
         return int(attrs["num_attrs"])
     if "size" in attrs:
         return int(attrs["size"])
-    first = df.where(F.col(col).isNotNull()).select(col).first()
+    first = df.where(column(col).isNotNull()).select(column(col)).first()
     return 0 if first is None else int(first[0].size)
 
 
@@ -161,7 +163,7 @@ _ELEMENTWISE_MAX_SIZE = 64
 def _aggregate_elementwise(col: str, strategy: str, tmp: str, size: int) -> tuple[list[Column], Callable]:
     """Combine short vectors with one SQL aggregate per element; null vectors are skipped."""
     func = {"mean": F.avg, "sum": F.sum, "max": F.max, "min": F.min}[strategy]
-    c = F.col(col)
+    c = column(col)
     arr = vector_to_array(c)
     message = (f"EnsembleByKey: column {col!r} holds vectors of different lengths "
                f"(expected {size}); vectors combined in one group must have the same length")
@@ -170,7 +172,7 @@ def _aggregate_elementwise(col: str, strategy: str, tmp: str, size: int) -> tupl
 
     def make(w: Window | None) -> Column:
         over = (lambda col: col) if w is None else (lambda col: col.over(w))
-        elements = [over(func(F.col(tmp)[i])) for i in range(size)]
+        elements = [over(func(column(tmp)[i])) for i in range(size)]
         return F.when(over(F.count(tmp)) > 0, array_to_vector(F.array(*elements)))
 
     return prepared, make
@@ -184,7 +186,7 @@ def _aggregate(df: DataFrame, col: str, strategy: str, tmp: str,
     code, so the aggregate itself only reads columns) and ``make(window_or_None) -> Column``. ``size``
     is the vectors' length when known (``vectorDims``); None reads it from the data.
     """
-    c = F.col(col)
+    c = column(col)
     if not isinstance(df.schema[col].dataType, VectorUDT):
         prepared = [F.nanvl(c.cast("double"), F.lit(None).cast("double")).alias(tmp)]
         func = {"mean": F.avg, "sum": F.sum, "max": F.max, "min": F.min}[strategy]
@@ -200,7 +202,7 @@ def _aggregate(df: DataFrame, col: str, strategy: str, tmp: str,
         F.when(c.isNull(), F.lit(_TINY_WEIGHT)).otherwise(F.lit(1.0)).alias(tmp + "_w"),
         c.isNotNull().cast("int").alias(tmp + "_n"),
     ]
-    summary = Summarizer.metrics(strategy).summary(F.col(tmp), F.col(tmp + "_w"))
+    summary = Summarizer.metrics(strategy).summary(column(tmp), column(tmp + "_w"))
 
     def make(w: Window | None) -> Column:
         present = F.sum(tmp + "_n") if w is None else F.sum(tmp + "_n").over(w)

@@ -12,6 +12,7 @@ shares with the inference stages (``inputShape``, ``device``).
 
 from __future__ import annotations
 
+import inspect
 import io
 import json
 import logging
@@ -24,13 +25,13 @@ from typing import Any
 from pyspark import keyword_only
 from pyspark.ml.param import TypeConverters as T
 
-from irbis.kernels.inference import DEVICES
 from irbis.ml.base import IrbisEstimator
-from irbis.ml.params import HasDevice, HasInputShape, Row, table_mixin
+from irbis.ml.params import HasDevice, HasInputShape, ParamValueError, Row, at_least, in_range, one_of, table_mixin
 from irbis.ml.torch_model import TorchModel
+from irbis.train.health import NAN_POLICIES
 from irbis.train.loop import TrainSpec
 from irbis.train.networks import build_network, network_spec
-from irbis.train.optim import OPTIMIZERS, make_loss, validate_schedule
+from irbis.train.optim import LOSSES, OPTIMIZERS, make_loss, validate_schedule
 from irbis.train.refs import callable_ref, is_ref, resolve_ref
 from irbis.train.strategies import STRATEGIES, make_strategy
 from irbis.train.strategy import Strategy
@@ -44,34 +45,59 @@ TRAIN_PARAMS: list[Row] = [
     ("network", "architecture name (irbis.models.ARCHITECTURES), TorchScript file path, or "
                 "'python:module:function' naming a module factory", T.toString, None),
     ("networkOptions", "JSON object of keyword arguments for the architecture", T.toString, "{}"),
-    ("loss", "'cross_entropy', 'mse', or 'python:module:function'", T.toString, "cross_entropy"),
+    ("loss", "'cross_entropy', 'mse', or 'python:module:function'", T.toString, "cross_entropy",
+     one_of(*LOSSES, or_ref=True)),
     ("optimizer", "'sgd', 'momentum', 'nesterov', 'adagrad', 'rmsprop', 'adam', or "
-                  "'python:module:function' (params -> torch.optim.Optimizer)", T.toString, "adam"),
-    ("learningRate", "learning rate", T.toFloat, 1e-3),
-    ("momentum", "momentum of 'momentum' and 'nesterov'", T.toFloat, 0.9),
+                  "'python:module:function' (params -> torch.optim.Optimizer)", T.toString, "adam",
+     one_of(*OPTIMIZERS, or_ref=True)),
+    ("learningRate", "learning rate", T.toFloat, 1e-3, in_range(0, low_open=True)),
+    ("momentum", "momentum of 'momentum' and 'nesterov'", T.toFloat, 0.9, in_range(0, 1)),
     ("unitGain", "CNTK unit-gain momentum: v = m*v + (1-m)*g", T.toBoolean, False),
     ("learningRateSchedule", "JSON, e.g. {\"type\": \"step\", \"stepSize\": 10, \"gamma\": 0.5}; "
                              "types: constant, step, exponential, cosine (per epoch)", T.toString,
      '{"type": "constant"}'),
-    ("batchSize", "minibatch size per worker", T.toInt, 32),
-    ("epochs", "passes over the data", T.toInt, 10),
-    ("numWorkers", "training tasks (one barrier stage, all run at once)", T.toInt, 2),
-    ("strategy", "name in irbis.train.strategies.STRATEGIES", T.toString, "sync"),
+    ("batchSize", "minibatch size per worker", T.toInt, 32, at_least(1)),
+    ("epochs", "passes over the data", T.toInt, 10, at_least(1)),
+    ("numWorkers", "training tasks (one barrier stage, all run at once)", T.toInt, 2, at_least(1)),
+    ("strategy", "name in irbis.train.strategies.STRATEGIES", T.toString, "sync", one_of(*STRATEGIES)),
     ("strategyOptions", "JSON object of the strategy's options", T.toString, "{}"),
     ("featuresCol", "features column (vector or array of numbers)", T.toString, "features"),
     ("labelCol", "label column (numeric)", T.toString, "label"),
     ("predictionCol", "output column of the fitted model", T.toString, "prediction"),
     ("validationFraction", "fraction of each worker's rows held out for per-epoch validation",
-     T.toFloat, 0.0),
+     T.toFloat, 0.0, in_range(0, 1, high_open=True)),
     ("checkpointDir", "shared directory for checkpoints (enables resume after a failed task)",
      T.toString, None),
     ("checkpointInterval", "steps between checkpoints; 0 checkpoints at the end of every epoch",
-     T.toInt, 0),
+     T.toInt, 0, at_least(0)),
     ("seed", "random seed (initial weights, shuffling, validation split)", T.toInt, 0),
     ("showProgress", "draw a progress bar on the driver (classic sessions)", T.toBoolean, True),
+    ("nanPolicy", "rows whose features or label are not finite: 'error' stops the fit naming them, 'skip' "
+                  "drops them (counted in the training summary)", T.toString, "error", one_of(*NAN_POLICIES)),
 ]
 
 HasTrainParams = table_mixin("HasTrainParams", TRAIN_PARAMS, (HasInputShape, HasDevice))
+
+
+def check_strategy(name: Any, options: Any) -> None:
+    """Raise :class:`ParamValueError` unless ``options`` (JSON text) are valid options of strategy ``name``."""
+    if name not in STRATEGIES:
+        raise ParamValueError("strategy", name, "one of " + ", ".join(repr(s) for s in STRATEGIES))
+    try:
+        parsed = json.loads(options)
+    except (TypeError, json.JSONDecodeError):
+        parsed = None
+    accepted = list(inspect.signature(STRATEGIES[name]).parameters)
+    if not isinstance(parsed, dict):
+        raise ParamValueError("strategyOptions", options, f"a JSON object of the options of {name!r}: {accepted}")
+    unknown = sorted(set(parsed) - set(accepted))
+    if unknown:
+        raise ParamValueError("strategyOptions", options, f"options of strategy {name!r} only: {accepted} "
+                              f"({unknown} are not among them; set strategy before strategyOptions)")
+    try:
+        make_strategy(name, **parsed)
+    except ValueError as err:
+        raise ParamValueError("strategyOptions", options, f"valid options of strategy {name!r}: {err}") from None
 
 
 class TorchEstimator(IrbisEstimator, HasTrainParams):
@@ -122,6 +148,19 @@ class TorchEstimator(IrbisEstimator, HasTrainParams):
         self._set(**kwargs)
         return self
 
+    def _set(self, **kwargs: Any) -> TorchEstimator:
+        """Set Params; ``strategy`` and ``strategyOptions`` are checked together against the registry."""
+        if {"strategy", "strategyOptions"} & kwargs.keys():
+            name = kwargs["strategy"] if "strategy" in kwargs else self._current("strategy")
+            options = kwargs["strategyOptions"] if "strategyOptions" in kwargs else self._current("strategyOptions")
+            if name is not None and options is not None:  # both known (copy() sets Params one at a time)
+                check_strategy(name, options)
+        return super()._set(**kwargs)
+
+    def _current(self, name: str) -> Any:
+        param = self.getParam(name)
+        return self._paramMap.get(param, self._defaultParamMap.get(param))
+
     def write(self) -> Any:
         unsaved = [n for n in _CALLABLE_PARAMS if self.isSet(n) and "<unsaved" in self.getOrDefault(n)]
         if unsaved:
@@ -154,13 +193,6 @@ class TorchEstimator(IrbisEstimator, HasTrainParams):
             raise ValueError(f"optimizer must be one of {list(OPTIMIZERS)} or a callable, found {opt!r}")
         make_loss(self._resolved("loss"))
         make_strategy(self.getStrategy(), **self._options("strategyOptions")).check_workers(self.getNumWorkers())
-        for name, low in (("batchSize", 1), ("epochs", 1), ("numWorkers", 1), ("checkpointInterval", 0)):
-            if self.getOrDefault(name) < low:
-                raise ValueError(f"{name} must be >= {low}, found {self.getOrDefault(name)}")
-        if self.getDevice() not in DEVICES:
-            raise ValueError(f"device must be one of {list(DEVICES)}, found {self.getDevice()!r}")
-        if not 0 <= self.getValidationFraction() < 1:
-            raise ValueError(f"validationFraction must be in [0, 1), found {self.getValidationFraction()}")
         return TrainSpec(
             network=network_spec(self._resolved("network"), self._options("networkOptions")),
             epochs=self.getEpochs(), batch_size=self.getBatchSize(), optimizer=opt,
@@ -170,15 +202,18 @@ class TorchEstimator(IrbisEstimator, HasTrainParams):
             validation_fraction=self.getValidationFraction(), seed=self.getSeed(), device=self.getDevice(),
             input_shape=self.getOrDefault("inputShape") if self.isDefined(self.inputShape) else None,
             checkpoint_every=self.getCheckpointInterval(), augment=self.augment, prefetch=self.augment is not None,
-            slow_workers=dict(self._slow_workers))
+            slow_workers=dict(self._slow_workers), nan_policy=self.getNanPolicy())
 
     # -- fit -------------------------------------------------------------------------------------
     def _fit(self, dataset: Any) -> Any:
         from irbis.spark.barrier import SparkBarrierBackend
+        from irbis.spark.resources import check_device
         from irbis.spark.training import train_partition, training_frame
 
         spec = self._spec()
         frame = training_frame(dataset, self.getFeaturesCol(), self.getLabelCol())
+        check_device(dataset.sparkSession, spec.device)
+        self._check_rows(frame)
         module = build_network(spec.network)
         if self.isDefined(self.checkpointDir):
             spec.checkpoint_dir = os.path.join(self.getCheckpointDir(), f"{self.uid}-{uuid.uuid4().hex[:8]}")
@@ -196,6 +231,15 @@ class TorchEstimator(IrbisEstimator, HasTrainParams):
                 server.close()
         self.last_results = results
         return self._fitted(module, spec.network, results, spec.input_shape or [results[0].info["features"]])
+
+    def _check_rows(self, frame: Any) -> None:
+        """Refuse, before the barrier stage, a frame with fewer rows than numWorkers (one small job)."""
+        workers = self.getNumWorkers()
+        found = frame.limit(workers).count()
+        if found < workers:
+            what = "is empty" if found == 0 else f"has only {found} rows"
+            raise ValueError(f"TorchEstimator: the training DataFrame {what}, and each of numWorkers={workers} "
+                             "training tasks needs rows; give more data or set numWorkers lower")
 
     def _progress_server(self, spec: TrainSpec, session: Any) -> Any:
         """The driver's progress bar; None through Spark Connect, whose executors may not reach this client."""
@@ -220,6 +264,9 @@ class TorchEstimator(IrbisEstimator, HasTrainParams):
         model = TorchModel.from_module(module, inputCol=self.getFeaturesCol(),
                                                  outputCol=self.getPredictionCol(), inputShape=shape, **arch)
         model.training_summary = results[0].history
+        for record in model.training_summary:
+            if "warning" in record:
+                _log.warning("TorchEstimator: %s", record["warning"])
         return model
 
 

@@ -21,6 +21,8 @@ from irbis.errors import require_columns
 from irbis.kernels.featurize import build_column_plan, column_stats, infer_kind, slot_names, transform_frame
 from irbis.ml.base import IrbisEstimator, IrbisModel
 from irbis.ml.ensemble import vector_size
+from irbis.ml.params import at_least, checked
+from irbis.spark.columns import column
 
 _P = Params._dummy()
 
@@ -43,8 +45,8 @@ def spark_kind(dtype: DataType) -> str | None:
 
 
 class _FeaturizeParams(HasInputCols, HasOutputCol):
-    maxCategories = Param(_P, "maxCategories", "strings with at most this many distinct values are one-hot encoded", TypeConverters.toInt)
-    numHashBuckets = Param(_P, "numHashBuckets", "one-hot slots for hashed high-cardinality strings", TypeConverters.toInt)
+    maxCategories = Param(_P, "maxCategories", "strings with at most this many distinct values are one-hot encoded", checked("maxCategories", TypeConverters.toInt, at_least(1)))
+    numHashBuckets = Param(_P, "numHashBuckets", "one-hot slots for hashed high-cardinality strings", checked("numHashBuckets", TypeConverters.toInt, at_least(1)))
 
     def _cols(self) -> list[str]:
         return list(self.getInputCols()) if self.isDefined("inputCols") else []
@@ -120,7 +122,7 @@ def spark_stats(df: DataFrame, kinds: dict[str, str], max_categories: int) -> di
     """The statistics of ``column_stats`` computed by Spark: one job, plus one per string or vector column."""
     aggs = []
     for col, kind in kinds.items():
-        c = F.col(col)
+        c = column(col)
         missing = c.isNull() | F.isnan(c.cast("double")) if kind == "numeric" else c.isNull()
         aggs.append(F.sum(F.when(missing, 1).otherwise(0)).alias(f"{col}\u0000missing"))
         if kind in ("numeric", "boolean"):
@@ -136,13 +138,13 @@ def spark_stats(df: DataFrame, kinds: dict[str, str], max_categories: int) -> di
     for col, kind in kinds.items():
         s: dict[str, Any] = {"n_missing": int(row[f"{col}\u0000missing"] or 0)}
         if kind == "string":
-            top = df.where(F.col(col).isNotNull()).groupBy(col).count().orderBy(F.desc("count"), F.asc(col))
+            top = df.where(column(col).isNotNull()).groupBy(column(col)).count().orderBy(F.desc("count"), column(col).asc())
             levels = [r[0] for r in top.limit(max_categories + 1).collect()]
             s.update(distinct=len(levels), top=levels)
         elif kind == "vector":
             s["size"] = vector_size(df, col)
-            present = df.where(F.col(col).isNotNull())
-            mean = present.agg(Summarizer.mean(F.col(col))).first() if s["size"] else None
+            present = df.where(column(col).isNotNull())
+            mean = present.agg(Summarizer.mean(column(col))).first() if s["size"] else None
             s["mean"] = mean[0].toArray().tolist() if mean is not None and mean[0] is not None else [0.0] * s["size"]
         else:
             value = row[f"{col}\u0000mean"]
@@ -197,7 +199,7 @@ class FeaturizeModel(IrbisModel, _FeaturizeParams):
         names = self.feature_names
         meta = {"ml_attr": {"attrs": {"numeric": [{"idx": i, "name": n} for i, n in enumerate(names)]}, "num_attrs": len(names)}}
         result = super()._transform_spark(df)
-        return result.withColumn(out, F.col(out).alias(out, metadata=meta))
+        return result.withColumn(out, column(out).alias(out, metadata=meta))
 
     def _save_extra(self, path: str) -> None:
         with open(os.path.join(path, "plan.json"), "w", encoding="utf-8") as f:

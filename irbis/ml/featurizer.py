@@ -20,7 +20,8 @@ from irbis.kernels.image import DEFAULT_MAX_PIXELS, IMAGE_FIELDS
 from irbis.kernels.image_features import preprocess_images
 from irbis.ml.base import IrbisTransformer
 from irbis.ml.image import HasErrorCol, _ColumnSetters, with_opencv_threads
-from irbis.ml.params import HasDevice, HasEngine, HasMiniBatchSize, HasOutputLayer, HasPrecision
+from irbis.ml.params import (HasDevice, HasEngine, HasMiniBatchSize, HasOutputLayer, HasPrecision, at_least, checked,
+                              in_registry)
 from irbis.ml.synapseml import ImageFeaturizerNames
 from irbis.models import MODELS, get_entry, module_names
 
@@ -85,16 +86,16 @@ class ImageFeaturizer(ImageFeaturizerNames, IrbisTransformer, _ColumnSetters, Ha
 
     model = Param(Params._dummy(), "model", "a model of the catalogue, which gives its preprocessing, feature "
                   f"layers and weights: built-in {sorted(MODELS)} or added with irbis.models.register_model",
-                  typeConverter=TypeConverters.toString)
+                  typeConverter=checked("model", TypeConverters.toString, in_registry(MODELS)))
     modelPath = Param(Params._dummy(), "modelPath", "other weights: a catalogue name or model folder; "
                       "empty for the weights of the entry named like model",
                       typeConverter=TypeConverters.toString)
     cutOutputLayers = Param(Params._dummy(), "cutOutputLayers", "how many final layers to remove: "
                             "0 class scores, 1 pooled features, 2+ earlier activations; a non-empty "
                             "outputLayer wins over it",
-                            typeConverter=TypeConverters.toInt)
+                            typeConverter=checked("cutOutputLayers", TypeConverters.toInt, at_least(0)))
     maxPixels = Param(Params._dummy(), "maxPixels", "pixel limit when decoding bytes (0: none)",
-                      typeConverter=TypeConverters.toInt)
+                      typeConverter=checked("maxPixels", TypeConverters.toInt, at_least(0)))
     fastDecode = Param(Params._dummy(), "fastDecode", "decode large JPEG bytes at 1/2, 1/4 or 1/8 "
                        "scale when still larger than the model's resize size (faster; pixels differ "
                        "slightly from a full decode)", typeConverter=TypeConverters.toBoolean)

@@ -33,7 +33,7 @@ from irbis.kernels.image_batch import (
 from irbis.kernels.image_chain import ImageChain
 from irbis.kernels.image_ops import THRESHOLD_TYPES
 from irbis.ml.base import IrbisTransformer
-from irbis.ml.params import ColumnSetters, in_range, table_mixin
+from irbis.ml.params import ColumnSetters, at_least, checked, in_range, one_of, table_mixin
 from irbis.ml.synapseml import ImageTransformerNames
 from irbis.spark.images import IMAGE_STRUCT
 
@@ -123,7 +123,7 @@ class ImageDecoder(_ImageStage, HasErrorCol):
     originCol = Param(Params._dummy(), "originCol", "optional column copied into the image's "
                       "origin field (e.g. the file path)", typeConverter=TypeConverters.toString)
     maxPixels = Param(Params._dummy(), "maxPixels", "refuse images with more pixels than this "
-                      "(0: no limit)", typeConverter=TypeConverters.toInt)
+                      "(0: no limit)", typeConverter=checked("maxPixels", TypeConverters.toInt, at_least(0)))
 
     @keyword_only
     def __init__(self, *, inputCol: str = "content", outputCol: str = "image",
@@ -197,7 +197,7 @@ class ImageTransformer(ImageTransformerNames, _ImageStage, HasErrorCol):
     ops = Param(Params._dummy(), "ops", "the operations, a JSON list of {'op': name, args...}",
                 typeConverter=_to_ops)
     outputFormat = Param(Params._dummy(), "outputFormat", f"one of {OUTPUT_FORMATS}",
-                         typeConverter=TypeConverters.toString)
+                         typeConverter=checked("outputFormat", TypeConverters.toString, one_of(*OUTPUT_FORMATS)))
 
     @keyword_only
     def __init__(self, *, inputCol: str = "image", outputCol: str = "transformed",
@@ -216,8 +216,6 @@ class ImageTransformer(ImageTransformerNames, _ImageStage, HasErrorCol):
         return self._set(ops=value)
 
     def setOutputFormat(self, value: str) -> "ImageTransformer":  # noqa: N802
-        if value not in OUTPUT_FORMATS:
-            raise ValueError(f"outputFormat must be one of {OUTPUT_FORMATS}, found {value!r}")
         return self._set(outputFormat=value)
 
     def getOutputFormat(self) -> str:

@@ -22,7 +22,7 @@ from irbis.explain.segment import superpixels
 from irbis.kernels.blocks import Images
 from irbis.ml.base import IrbisTransformer
 from irbis.ml.lime_base import LIMEParams
-from irbis.ml.params import table_mixin
+from irbis.ml.params import at_least, in_range, table_mixin
 from irbis.ml.lime_tabular import TabularLIME, TabularLIMEModel
 
 __all__ = ["ImageLIME", "TabularLIME", "TabularLIMEModel"]
@@ -32,10 +32,11 @@ def _images_block(batch: np.ndarray) -> Images:
     return Images.from_arrays(list(batch))
 
 _IMAGE_PARAMS = table_mixin("HasImageLIMEParams", [
-    ("cellSize", "side of a superpixel in pixels", TypeConverters.toFloat, None),
+    ("cellSize", "side of a superpixel in pixels", TypeConverters.toFloat, None, at_least(1)),
     ("modifier", "SLIC compactness on the 0-255 colour scale (larger: squarer superpixels)",
-     TypeConverters.toFloat, None),
-    ("samplingFraction", "probability that a superpixel is kept in a sample", TypeConverters.toFloat, None),
+     TypeConverters.toFloat, None, in_range(0, low_open=True)),
+    ("samplingFraction", "probability that a superpixel is kept in a sample", TypeConverters.toFloat, None,
+     in_range(0, 1, low_open=True)),
     ("superpixelCol", "output column of superpixel labels (empty: none)", TypeConverters.toString, None),
 ])
 

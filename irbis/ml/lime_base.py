@@ -17,7 +17,7 @@ from pyspark.sql.types import ArrayType, DataType, DoubleType, LongType, StringT
 from irbis.kernels.blocks import BatchFn, rows_in
 from irbis.ml.image import HasErrorCol
 from irbis.ml.lime_scoring import local_kernels, local_score_fn, spark_score_fn
-from irbis.ml.params import ColumnSetters, HasMiniBatchSize, Row, table_mixin
+from irbis.ml.params import ColumnSetters, HasMiniBatchSize, Row, at_least, table_mixin
 
 __all__ = ["LIMEParams"]
 
@@ -29,8 +29,8 @@ LIME_PARAMS: list[Row] = [
     ("targetCol", "the model's output column to explain (a vector or a number), e.g. probability",
      TypeConverters.toString, None),
     ("targetClasses", "indices into targetCol to explain; one weight list each", TypeConverters.toListInt, None),
-    ("numSamples", "perturbed samples per explained row", TypeConverters.toInt, None),
-    ("regularization", "L2 penalty of the weighted ridge fit (0: least squares)", TypeConverters.toFloat, None),
+    ("numSamples", "perturbed samples per explained row", TypeConverters.toInt, None, at_least(2)),
+    ("regularization", "L2 penalty of the weighted ridge fit (0: least squares)", TypeConverters.toFloat, None, at_least(0)),
     ("metricsCol", "output column of the local fit's R², one per target class", TypeConverters.toString, None),
 ]
 

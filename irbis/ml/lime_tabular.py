@@ -15,6 +15,7 @@ from irbis.ml.base import IrbisEstimator, IrbisModel
 from irbis.ml.lime_base import LIMEParams
 from irbis.ml.params import table_mixin
 from irbis.errors import require_columns
+from irbis.spark.columns import column as quoted
 
 __all__ = ["TabularLIME", "TabularLIMEModel", "explain_tensor", "feature_stats"]
 
@@ -35,7 +36,7 @@ def feature_stats(dataset: Any, column: str) -> FeatureStats:
             raise TypeError(f"TabularLIME: input column {column!r} must be a vector, found "
                             f"{'no such column' if found is None else found.simpleString()}; "
                             f"the DataFrame has columns {dataset.columns}")
-        values = F.when(F.col(column).isNotNull(), vector_to_array(F.col(column)))
+        values = F.when(quoted(column).isNotNull(), vector_to_array(quoted(column)))
         cells = dataset.select(F.posexplode(values).alias("i", "v"))
         finite = F.when(~F.isnan("v"), F.col("v"))
         rows = cells.groupBy("i").agg(F.avg(finite).alias("m"), F.stddev_pop(finite).alias("s")).collect()

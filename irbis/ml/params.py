@@ -33,12 +33,22 @@ class ParamValueError(ValueError):
 Check = Callable[[str, Any], None]
 
 
-def one_of(*values: Any) -> Check:
-    """A check that the value is one of ``values``."""
+def one_of(*values: Any, or_ref: bool = False) -> Check:
+    """A check that the value is one of ``values`` (or, with ``or_ref``, a ``python:module:function`` reference)."""
     def check(name: str, value: Any) -> None:
-        if value not in values:
-            raise ParamValueError(name, value, "one of " + ", ".join(repr(v) for v in values))
+        if value not in values and not (or_ref and str(value).startswith("python:")):
+            extra = " or 'python:module:function'" if or_ref else ""
+            raise ParamValueError(name, value, "one of " + ", ".join(repr(v) for v in values) + extra)
     check.allowed = values  # type: ignore[attr-defined]
+    return check
+
+
+def in_registry(registry: Any) -> Check:
+    """A check that the value is a name in ``registry`` as it is when the Param is set (entries may be added)."""
+    def check(name: str, value: Any) -> None:
+        if value not in registry:
+            raise ParamValueError(name, value, "one of " + ", ".join(repr(v) for v in sorted(registry)))
+    check.allowed = registry  # type: ignore[attr-defined]
     return check
 
 
@@ -52,6 +62,7 @@ def in_range(low: float | None = None, high: float | None = None, *, low_open: b
             left = "" if low is None else f"{'>' if low_open else '>='} {low}"
             right = "" if high is None else f"{'<' if high_open else '<='} {high}"
             raise ParamValueError(name, value, "a number " + " and ".join(x for x in (left, right) if x))
+    check.bounds = (low, high, low_open, high_open)  # type: ignore[attr-defined]
     return check
 
 
@@ -71,7 +82,22 @@ def checked(name: str, converter: Any, check: Check | None) -> Any:
             check(name, value)
         return value
     convert.__name__ = getattr(converter, "__name__", "convert")
+    convert.check = check  # type: ignore[attr-defined]
     return convert
+
+
+def param_check(param: Param) -> Check | None:
+    """The check a Param runs when set (None: unchecked), e.g. to enumerate its allowed values."""
+    return getattr(param.typeConverter, "check", None)
+
+
+def invalid_values(check: Check) -> list[Any]:
+    """Values that ``check`` refuses: just outside each bound of a range, or a name outside a set."""
+    if hasattr(check, "allowed"):
+        return ["no-such-" + "-".join(str(v) for v in check.allowed)]
+    low, high, low_open, high_open = check.bounds  # type: ignore[attr-defined]
+    values = [] if low is None else [low if low_open else low - 1]
+    return values + ([] if high is None else [high if high_open else high + 1])
 
 SHARED_PARAMS: list[Row] = [
     ("modelPath", "the network: a torch.export (.pt2), TorchScript or ONNX file, a model folder (architecture.json + "
@@ -156,4 +182,4 @@ class ColumnSetters(HasInputCol, HasOutputCol):
         return self._set(outputCol=value)
 
 
-__all__ = ["SHARED_PARAMS", "ParamValueError", "one_of", "in_range", "at_least", "checked", "ColumnSetters", "param_mixin", "table_mixin", "HasModelPath", "HasMiniBatchSize", "HasDevice", "HasPrecision", "HasEngine", "HasInputShape", "HasOutputLayer"]
+__all__ = ["SHARED_PARAMS", "ParamValueError", "one_of", "in_registry", "in_range", "at_least", "checked", "param_check", "invalid_values", "ColumnSetters", "param_mixin", "table_mixin", "HasModelPath", "HasMiniBatchSize", "HasDevice", "HasPrecision", "HasEngine", "HasInputShape", "HasOutputLayer"]

@@ -19,9 +19,14 @@ from pyspark.sql.types import ArrayType, DataType, StringType, StructType
 from irbis.errors import require_columns
 from irbis.kernels.text import IdfState, TextSteps, apply_idf, fit_idf, text_vectors
 from irbis.ml.base import IrbisEstimator, IrbisModel
+from irbis.ml.params import at_least, checked, one_of
 from irbis.ml.synapseml import TextFeaturizerNames, comma_list
+from irbis.spark.columns import column
 
 _P = Params._dummy()
+#: The languages of Spark's default stop word lists (``StopWordsRemover.loadDefaultStopWords``).
+STOP_WORDS_LANGUAGES = ("danish", "dutch", "english", "finnish", "french", "german", "hungarian", "italian",
+                        "norwegian", "portuguese", "russian", "spanish", "swedish", "turkish")
 
 
 class _TextFeaturizerParams(HasInputCol, HasOutputCol):
@@ -30,18 +35,19 @@ class _TextFeaturizerParams(HasInputCol, HasOutputCol):
     useTokenizer = Param(_P, "useTokenizer", "split text with a regex (false: the input holds token arrays)", TypeConverters.toBoolean)
     tokenizerPattern = Param(_P, "tokenizerPattern", "regex of separators (gaps) or tokens", TypeConverters.toString)
     tokenizerGaps = Param(_P, "tokenizerGaps", "the pattern matches separators (true) or tokens (false)", TypeConverters.toBoolean)
-    minTokenLength = Param(_P, "minTokenLength", "shorter tokens are dropped", TypeConverters.toInt)
+    minTokenLength = Param(_P, "minTokenLength", "shorter tokens are dropped", checked("minTokenLength", TypeConverters.toInt, at_least(0)))
     toLowercase = Param(_P, "toLowercase", "lower-case text before tokenising", TypeConverters.toBoolean)
     useStopWordsRemover = Param(_P, "useStopWordsRemover", "remove stop words", TypeConverters.toBoolean)
     stopWords = Param(_P, "stopWords", "stop words (a list, or a comma-separated string); empty: the default list of stopWordsLanguage", comma_list)
-    stopWordsLanguage = Param(_P, "stopWordsLanguage", "language of the default stop words (e.g. english)", TypeConverters.toString)
+    stopWordsLanguage = Param(_P, "stopWordsLanguage", "language of the default stop words (e.g. english)",
+                              checked("stopWordsLanguage", TypeConverters.toString, one_of(*STOP_WORDS_LANGUAGES)))
     caseSensitiveStopWords = Param(_P, "caseSensitiveStopWords", "compare stop words case-sensitively", TypeConverters.toBoolean)
     useNGram = Param(_P, "useNGram", "replace tokens by their n-grams", TypeConverters.toBoolean)
-    nGramLength = Param(_P, "nGramLength", "n of the n-grams (>= 1)", TypeConverters.toInt)
-    numFeatures = Param(_P, "numFeatures", "size of the hashed term-frequency vector", TypeConverters.toInt)
+    nGramLength = Param(_P, "nGramLength", "n of the n-grams (>= 1)", checked("nGramLength", TypeConverters.toInt, at_least(1)))
+    numFeatures = Param(_P, "numFeatures", "size of the hashed term-frequency vector", checked("numFeatures", TypeConverters.toInt, at_least(1)))
     binary = Param(_P, "binary", "term presence (1.0) instead of counts", TypeConverters.toBoolean)
     useIDF = Param(_P, "useIDF", "weight term frequencies by inverse document frequency", TypeConverters.toBoolean)
-    minDocFreq = Param(_P, "minDocFreq", "terms in fewer documents get IDF weight 0", TypeConverters.toInt)
+    minDocFreq = Param(_P, "minDocFreq", "terms in fewer documents get IDF weight 0", checked("minDocFreq", TypeConverters.toInt, at_least(0)))
 
     _DEFAULTS: dict[str, Any] = dict(
         useTokenizer=True, tokenizerPattern=r"\s+", tokenizerGaps=True, minTokenLength=1, toLowercase=True,
@@ -92,7 +98,7 @@ class _TextFeaturizerParams(HasInputCol, HasOutputCol):
         g, prefix = self.getOrDefault, f"__{self.uid}_"
         text = prefix + "text"
         empty = F.lit("") if g("useTokenizer") else F.array().cast("array<string>")
-        df = df.withColumn(text, F.coalesce(F.col(self.getInputCol()), empty))
+        df = df.withColumn(text, F.coalesce(column(self.getInputCol()), empty))
         temps, current = [text], text
         stages = []
         if g("useTokenizer"):

@@ -8,6 +8,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Callable
 
+import numpy as np
 import torch
 from pyspark import keyword_only
 from pyspark.ml.linalg import VectorUDT
@@ -28,6 +29,8 @@ from irbis.ml.params import (
     HasModelPath,
     HasOutputLayer,
     HasPrecision,
+    checked,
+    one_of,
 )
 from irbis.models import CatalogueEntry, default_cache_dir, sha256_file
 from irbis.models.module_files import write_module
@@ -39,7 +42,7 @@ IMAGE_FIELDS = ("height", "width", "nChannels", "data")
 class _NetworkStageParams(ColumnSetters, HasModelPath, HasMiniBatchSize, HasDevice,
                           HasInputShape, HasOutputLayer):
     outputType = Param(Params._dummy(), "outputType", "vector (Spark ML vector) or array (array<float>)",
-                       typeConverter=TypeConverters.toString)
+                       typeConverter=checked("outputType", TypeConverters.toString, one_of("vector", "array")))
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -155,6 +158,8 @@ class TorchModel(_NetworkStageParams, HasPrecision, HasEngine, IrbisModel):
         ``options`` (see :mod:`irbis.models.module_files`). The files go to a content-addressed folder
         of the Irbis cache, and ``save`` copies them beside the stage.
         """
+        if "inputShape" not in params and recorded_input_shape(module) is not None:
+            params["inputShape"] = recorded_input_shape(module)
         folder = Path(tempfile.mkdtemp(prefix="irbis-module-"))
         if architecture is not None:
             (folder / "architecture.json").write_text(json.dumps({"architecture": architecture,
@@ -193,8 +198,16 @@ class TorchModel(_NetworkStageParams, HasPrecision, HasEngine, IrbisModel):
             src = dict(source, path=localize(source["path"], shipped)) if shipped else source
             predict = make_torch_predict_fn(src, **options)
             batch = network_batch(blocks[col], col, shape)
-            return {out_col: Tensor(flat_rows(predict(batch.values) if len(batch.values) else None),
-                                    batch.valid)}
+            # torch warns on read-only (Arrow-backed) arrays: those are copied, others pass as they are
+            values = np.require(batch.values, np.float32, ["C", "W"])
+            try:
+                out = predict(values) if len(values) else None
+            except RuntimeError as err:
+                raise ValueError(f"TorchModel: rows of column {col!r} have shape {list(batch.values.shape[1:])}, "
+                                 f"which the network does not accept (expected: "
+                                 f"{shape or 'the shape of its first layer'}; set inputShape to reshape flat "
+                                 f"rows): {_last_line(err)}") from err
+            return {out_col: Tensor(flat_rows(out), batch.valid)}
 
         return with_task_threads(run)
 
@@ -216,6 +229,21 @@ class TorchModel(_NetworkStageParams, HasPrecision, HasEngine, IrbisModel):
             self._set(modelPath=str(saved[0]))
         summary = Path(path) / "summary.json"
         self.training_summary = json.loads(summary.read_text()) if summary.exists() else None
+
+
+def recorded_input_shape(module: nn.Module) -> list[int] | None:
+    """The row shape a network surely takes when it starts with a Linear layer (after an optional
+    Flatten) in a Sequential: ``[in_features]``; None when the shape cannot be told from the module."""
+    layers = list(module.children()) if isinstance(module, nn.Sequential) else [module]
+    if layers and isinstance(layers[0], nn.Flatten):
+        layers = layers[1:]
+    return [layers[0].in_features] if layers and isinstance(layers[0], nn.Linear) else None
+
+
+def _last_line(err: BaseException) -> str:
+    """The engine's own message (TorchScript puts it last, after its interpreter's traceback)."""
+    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+    return lines[-1] if lines else type(err).__name__
 
 
 def with_task_threads(fn: Callable[[Any], Any]) -> Callable[[Any], Any]:

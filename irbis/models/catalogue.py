@@ -21,7 +21,6 @@ from __future__ import annotations
 import json
 import os
 import urllib.parse
-import urllib.request
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from importlib import resources
@@ -31,6 +30,7 @@ from typing import Any
 from torch import nn
 
 from irbis.models.architectures import ARCHITECTURES, build_model
+from irbis.models.fetch import DEFAULT_TIMEOUT, open_url
 from irbis.models.preprocess import Preprocessing
 
 CATALOGUE_FORMAT = "irbis-catalogue"
@@ -158,7 +158,8 @@ def is_url(location: str) -> bool:
     return urllib.parse.urlsplit(location).scheme in ("http", "https")
 
 
-def read_catalogue(source: str | os.PathLike[str] | None = None, timeout: float = 60.0) -> list[CatalogueEntry]:
+def read_catalogue(source: str | os.PathLike[str] | None = None,
+                   timeout: float = DEFAULT_TIMEOUT) -> list[CatalogueEntry]:
     """Entries of a catalogue: None (the built-in one), a folder holding ``catalogue.json``, a JSON file,
     or an HTTP(S) URL of a JSON file."""
     if source is None:
@@ -166,7 +167,7 @@ def read_catalogue(source: str | os.PathLike[str] | None = None, timeout: float 
         return parse_catalogue(text, base=None, origin="the built-in catalogue")
     src = os.fspath(source)
     if is_url(src):
-        with urllib.request.urlopen(src, timeout=timeout) as response:
+        with open_url(src, timeout) as response:
             text = response.read().decode("utf-8")
         return parse_catalogue(text, base=src, origin=src)
     path = Path(src[len("file://"):] if src.startswith("file://") else src)

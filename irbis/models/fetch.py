@@ -19,6 +19,7 @@ from contextlib import contextmanager
 from collections.abc import Iterator
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 from irbis.models.weights import sha256_file
 
@@ -96,7 +97,34 @@ def file_lock(lock_path: Path) -> Iterator[None]:
             fcntl.flock(f.fileno(), fcntl.LOCK_UN)
 
 
-def fetch_url(url: str, dest: Path, sha256: str, timeout: float = 60.0) -> Path:
+#: Seconds to wait for a model server to connect or send the next bytes.
+DEFAULT_TIMEOUT = 30.0
+
+
+class ModelDownloadError(OSError):
+    """A catalogue or weight file could not be read from its URL (the message names the URL)."""
+
+
+@contextmanager
+def open_url(url: str, timeout: float = DEFAULT_TIMEOUT) -> Iterator[Any]:
+    """``urllib.request.urlopen(url)``, whose failures (HTTP status, unreachable host, timeout) raise a
+    :class:`ModelDownloadError` naming the URL, with the original error as its cause."""
+    import socket
+    import urllib.error
+
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as response:
+            yield response
+    except urllib.error.HTTPError as err:
+        raise ModelDownloadError(f"cannot download {url}: the server answered HTTP {err.code} {err.reason}") from err
+    except (urllib.error.URLError, socket.timeout, TimeoutError, ConnectionError) as err:
+        reason = getattr(err, "reason", err)
+        timed_out = isinstance(reason, (socket.timeout, TimeoutError))
+        what = f"no answer within {timeout:g} s (the timeout)" if timed_out else f"{reason}"
+        raise ModelDownloadError(f"cannot download {url}: {what}") from err
+
+
+def fetch_url(url: str, dest: Path, sha256: str, timeout: float = DEFAULT_TIMEOUT) -> Path:
     """Download ``url`` to ``dest`` once (under a lock), verified; a cached ``dest`` that no longer
     verifies is removed and downloaded again."""
     dest.parent.mkdir(parents=True, exist_ok=True)
@@ -114,7 +142,7 @@ def fetch_url(url: str, dest: Path, sha256: str, timeout: float = 60.0) -> Path:
 def _download(url: str, dest: Path, sha256: str, timeout: float) -> None:
     digest = hashlib.sha256()
     with atomic_path(dest) as tmp:
-        with open(tmp, "wb") as out, urllib.request.urlopen(url, timeout=timeout) as response:
+        with open(tmp, "wb") as out, open_url(url, timeout) as response:
             while chunk := response.read(1 << 20):
                 digest.update(chunk)
                 out.write(chunk)

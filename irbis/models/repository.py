@@ -20,6 +20,7 @@ from torch import nn
 
 from irbis.models.catalogue import CatalogueEntry, read_catalogue
 from irbis.models.fetch import (
+    DEFAULT_TIMEOUT,
     atomic_path,
     cached_sha256,
     default_cache_dir,
@@ -47,10 +48,16 @@ class ModelRepository:
     include_builtin : bool
         Start from this process's model registry: the built-in catalogue and the entries added with
         :func:`irbis.models.register_model` (see :data:`irbis.models.MODELS`).
+    timeout : float
+        Seconds to wait for a catalogue or weights server to connect or send more bytes; a server that
+        fails or stays silent raises :class:`irbis.models.fetch.ModelDownloadError` naming the URL.
     """
 
     def __init__(self, catalogue: Source | Iterable[Source] | None = None, cache_dir: Source | None = None,
-                 *, include_builtin: bool = True) -> None:
+                 *, include_builtin: bool = True, timeout: float = DEFAULT_TIMEOUT) -> None:
+        if not timeout > 0:
+            raise ValueError(f"ModelRepository: timeout must be > 0 seconds, found {timeout!r}")
+        self.timeout = float(timeout)
         self.cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir()
         self._entries: dict[str, CatalogueEntry] = {}
         if include_builtin:
@@ -62,7 +69,7 @@ class ModelRepository:
 
     def add_catalogue(self, source: Source) -> list[str]:
         """Add (or replace) the entries of a catalogue folder, file or URL; returns their names."""
-        entries = read_catalogue(source)
+        entries = read_catalogue(source, timeout=self.timeout)
         self._entries.update((e.name, e) for e in entries)
         return [e.name for e in entries]
 
@@ -109,7 +116,7 @@ class ModelRepository:
                 raise FileNotFoundError(f"weight file of model {name!r} not found: {location}")
             verify_file(location, entry.sha256, f"model {name!r}")
             return location
-        return fetch_url(location, self._cache_path(entry), entry.sha256)
+        return fetch_url(location, self._cache_path(entry), entry.sha256, timeout=self.timeout)
 
     def load_model(self, name: str, pretrained: bool = True, *, weights: Source | None = None,
                    allow_pickle: bool = False) -> nn.Module:

@@ -28,7 +28,6 @@ tasks only on cluster masters).
 from __future__ import annotations
 
 import json
-import re
 import threading
 import time
 import uuid
@@ -37,8 +36,10 @@ from typing import Any, Iterator
 
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 
 from irbis.errors import from_record, to_record
+from irbis.spark.resources import conf, local_slots, master
 from irbis.spark.session import is_connect
 from irbis.train.backends.base import Backend, Rank, RankFn
 from irbis.train.comm import connect_store, init_torch_group, serve_store
@@ -49,26 +50,22 @@ RESULT_SCHEMA = ("rank int, error string, history string, state binary, info str
 _ARROW_RESULT = pa.schema([("rank", pa.int32()), ("error", pa.string()), ("history", pa.string()),
                            ("state", pa.binary()), ("info", pa.string()), ("loopSeconds", pa.float64()),
                            ("resumedFrom", pa.int64())])
-_LOCAL_MASTER = re.compile(r"local(?:\[(\d+)(?:,\d+)?\])?")
 
 
-def _conf(session: SparkSession, key: str, default: str | None = None) -> str | None:
-    try:
-        return session.conf.get(key, default)
-    except Exception:  # noqa: BLE001 - a key the server does not expose
-        return default
+_conf = conf
 
 
 def available_slots(session: SparkSession, wanted: int = 0, wait_s: float = 30.0) -> int | None:
     """Tasks the cluster can run at once, or None when that cannot be known from here.
 
-    On a classic session it waits up to ``wait_s`` for executors to register; through Spark Connect
-    it is known only for ``local[N]`` masters (from ``spark.master`` and ``spark.task.cpus``).
+    ``local[N]`` masters answer at once (from ``spark.master`` and ``spark.task.cpus``: they never add
+    executors); otherwise a classic session waits up to ``wait_s`` for executors to register (a
+    ``local-cluster`` too, whose executors start as they may), and through Spark Connect only local
+    masters are known.
     """
-    if is_connect(session):
-        match = _LOCAL_MASTER.fullmatch(_conf(session, "spark.master", "") or "")
-        cpus = int(_conf(session, "spark.task.cpus", "1") or 1)
-        return int(match.group(1) or 1) // cpus if match else None
+    local = local_slots(session)
+    if is_connect(session) or (local is not None and not master(session).startswith("local-cluster")):
+        return local
     jsc = session.sparkContext._jsc.sc()  # classic only: executors that registered so far
 
     def slots() -> int:
@@ -195,16 +192,15 @@ class SparkBarrierBackend(Backend[WorkerResult]):
             raise RuntimeError("SparkBarrierBackend.run needs start() first (or a `with` block)")
         driver = None if self.connect else (self._driver_host(), self._store.port)
         task = partial(barrier_task, fn, self.num_workers, driver, uuid.uuid4().hex, self.device, self.timeout_s)
-        df = data.repartition(self.num_workers) if self.connect else data
-        if not self.connect and df.rdd.getNumPartitions() != self.num_workers:
-            df = df.repartition(self.num_workers)
+        # The barrier stage reads a shuffle of exactly num_workers partitions: a chain Spark always accepts
+        # (one with a coalesce, union or limit inside the stage is refused), on classic and Connect alike.
+        # Range bounds over row ids (from a sample: exact on small frames) balance the ranks' rows, where
+        # round robin may leave a rank of a small frame with none.
+        df = data.repartitionByRange(self.num_workers, F.monotonically_increasing_id())
         try:
             rows = self._collect(df, task)
         except Exception as err:  # noqa: BLE001 - the JVM's error, wrapped by py4j or gRPC
-            if "BarrierJobUnsupportedRDDChainException" in str(err):
-                # e.g. a coalesce() in the same stage: give the barrier stage its own shuffled input
-                rows = self._collect(df.repartition(self.num_workers), task)
-            elif any(m in str(err) for m in ("BarrierJobSlotsNumberCheckFailed", "SPARK-24819")):
+            if any(m in str(err) for m in ("BarrierJobSlotsNumberCheckFailed", "SPARK-24819")):
                 raise ValueError(f"numWorkers={self.num_workers}: Spark could not run {self.num_workers} "
                                  "barrier tasks at once; set numWorkers to at most the cluster's task slots "
                                  f"({str(err).splitlines()[0]})") from err

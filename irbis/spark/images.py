@@ -14,6 +14,7 @@ Examples
 from __future__ import annotations
 
 import logging
+import os
 import random
 import re
 from typing import Any, Callable, Iterator
@@ -26,6 +27,7 @@ from pyspark.sql.types import (
 
 from irbis.kernels.blocks import Images, bounded_slices, from_arrow, to_arrow
 from irbis.kernels.image import DEFAULT_MAX_PIXELS, decode_batch
+from irbis.spark.resources import conf
 
 __all__ = ["IMAGE_STRUCT", "ImageReadStats", "decode_frames", "read_images", "read_images_stream"]
 
@@ -179,8 +181,9 @@ def read_images(path: str | list[str], recursive: bool = True, sampleRatio: floa
     if not 0.0 < sampleRatio <= 1.0:
         raise ValueError(f"sampleRatio must be in (0, 1], found {sampleRatio}")
     spark = spark or SparkSession.builder.getOrCreate()
-    listing = _binary_reader(spark, recursive, pathGlobFilter).load(
-        [path] if isinstance(path, str) else list(path))
+    paths = [path] if isinstance(path, str) else list(path)
+    require_local_paths(spark, paths, "read_images")
+    listing = _binary_reader(spark, recursive, pathGlobFilter).load(paths)
     files = [_norm(p) for p in listing.inputFiles()]  # Spark's own listing, empty files included
     if sampleRatio < 1.0:
         # Sample the listing on the driver, then read only the chosen files' content.
@@ -200,6 +203,23 @@ def read_images(path: str | list[str], recursive: bool = True, sampleRatio: floa
         rows = [(p, None, "empty file (0 bytes): not an image") for p in empty]
         out = out.unionByName(spark.createDataFrame(rows, _READ_SCHEMA))
     return out
+
+
+def require_local_paths(spark: SparkSession, paths: list[str], caller: str) -> None:
+    """Raise FileNotFoundError for a path of the local filesystem that does not exist.
+
+    Spark reports a missing path too, but only after logging a JVM stack trace at WARN level (its check
+    for a streaming sink's metadata folder); a local path is checked here first, where the driver lists
+    it as Spark would. Paths of other filesystems, and glob patterns, are left to Spark.
+    """
+    default_fs = conf(spark, "spark.hadoop.fs.defaultFS", "file:///") or "file:///"
+    for p in paths:
+        scheme = re.match(r"^([A-Za-z][\w+.-]*):", p)
+        local = p.startswith("file:") if scheme else default_fs.startswith("file:")
+        plain = re.sub(r"^file:(//)?", "", p) if scheme else p
+        if local and not any(c in plain for c in "*?[{") and not os.path.exists(plain):
+            raise FileNotFoundError(f"{caller}: path {p!r} does not exist (looked for {os.path.abspath(plain)!r} "
+                                    "on the driver's local filesystem)")
 
 
 def _zero_byte_files(listing: DataFrame, files: list[str]) -> list[str]:

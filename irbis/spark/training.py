@@ -22,10 +22,11 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, NumericType
 
-from irbis.errors import require_columns, with_fields
+from irbis.errors import NonFiniteLossError, require_columns, with_fields
 from irbis.train.backends.base import Rank
 from irbis.train.data import Shard
 from irbis.train.loop import TrainSpec, WorkerResult
+from irbis.spark.columns import column
 
 FEATURES, LABEL = "__features", "__label"
 
@@ -36,9 +37,9 @@ def training_frame(df: DataFrame, features_col: str, label_col: str, stage: str 
     require_columns(stage, df.columns, [label_col], role="labelCol")
     ftype = df.schema[features_col].dataType
     if isinstance(ftype, VectorUDT):
-        feats = vector_to_array(F.col(features_col), "float32")
+        feats = vector_to_array(column(features_col), "float32")
     elif isinstance(ftype, ArrayType) and isinstance(ftype.elementType, NumericType):
-        feats = F.col(features_col).cast("array<float>")
+        feats = column(features_col).cast("array<float>")
     else:
         raise with_fields(TypeError(f"featuresCol {features_col!r} must be a vector or an array of numbers, "
                                     f"found {ftype}"), column=features_col, expected="vector", found=str(ftype))
@@ -47,7 +48,7 @@ def training_frame(df: DataFrame, features_col: str, label_col: str, stage: str 
         raise with_fields(TypeError(f"labelCol {label_col!r} must be numeric, found {ltype}; index string labels "
                                     "first (e.g. pyspark.ml.feature.StringIndexer)"),
                           column=label_col, expected="numeric", found=str(ltype))
-    return df.select(feats.alias(FEATURES), F.col(label_col).cast("double").alias(LABEL))
+    return df.select(feats.alias(FEATURES), column(label_col).cast("double").alias(LABEL))
 
 
 def arrow_to_shard(batches: Iterator[pa.RecordBatch]) -> tuple[Shard | None, np.ndarray]:
@@ -67,11 +68,11 @@ def arrow_to_shard(batches: Iterator[pa.RecordBatch]) -> tuple[Shard | None, np.
         feats, labels = pa.array([], pa.list_(pa.float32())), pa.array([], pa.float64())
     y = pc.fill_null(labels, float("nan")).to_numpy(zero_copy_only=False)
     lengths = pc.list_value_length(feats).drop_null().to_numpy(zero_copy_only=False)
-    profile = shard_profile(lengths, y, feats.null_count)
     if feats.null_count or (len(lengths) and lengths.min() != lengths.max()):
-        return None, profile
+        return None, shard_profile(lengths, y, feats.null_count)
     x = feats.flatten().to_numpy(zero_copy_only=False).reshape(len(y), -1 if len(y) else 0)
-    return Shard(x, y), profile
+    nonfinite = int((~np.isfinite(x).all(axis=1) | ~np.isfinite(y)).sum()) if len(y) else 0
+    return Shard(x, y), shard_profile(lengths, y, 0, nonfinite)
 
 
 def train_partition(spec: TrainSpec, columns: tuple[str, str], progress: tuple[str, int, str] | None,
@@ -102,6 +103,8 @@ def train_partition(spec: TrainSpec, columns: tuple[str, str], progress: tuple[s
     try:
         ctx = WorkerContext(rank.comm, rank.rank, rank.world_size, spec.device, rank.host)
         result = train_worker(spec, shard, ctx, report, module)
+    except NonFiniteLossError as err:
+        return err  # every rank stops at the same epoch with the same error
     finally:
         if report is not None:
             report.close()

@@ -23,17 +23,21 @@ from irbis.train.loop import TrainSpec
 
 
 PROFILE_KEYS = ("rows", "null_labels", "null_features", "min_len", "max_len", "min_label", "max_label",
-                "fractional_labels")
+                "fractional_labels", "nonfinite_rows")
 
 
-def shard_profile(x_lengths: np.ndarray, labels: np.ndarray, null_features: int) -> np.ndarray:
-    """One worker's profile (see :data:`PROFILE_KEYS`) as a float64 vector for an all-gather."""
+def shard_profile(x_lengths: np.ndarray, labels: np.ndarray, null_features: int,
+                  nonfinite_rows: int = 0) -> np.ndarray:
+    """One worker's profile (see :data:`PROFILE_KEYS`) as a float64 vector for an all-gather.
+
+    ``nonfinite_rows`` counts the rows whose features or label are NaN or infinite.
+    """
     ok = labels[np.isfinite(labels)]
     lens = x_lengths if len(x_lengths) else np.array([np.inf])
     return np.array([len(labels), len(labels) - len(ok), null_features, lens.min(),
                      x_lengths.max() if len(x_lengths) else -np.inf,
                      ok.min() if len(ok) else np.inf, ok.max() if len(ok) else -np.inf,
-                     int((ok != np.floor(ok)).sum())], dtype=np.float64)
+                     int((ok != np.floor(ok)).sum()), nonfinite_rows], dtype=np.float64)
 
 
 def merge_profiles(profiles: list[np.ndarray]) -> dict[str, Any]:
@@ -41,7 +45,8 @@ def merge_profiles(profiles: list[np.ndarray]) -> dict[str, Any]:
     p = np.stack(profiles)
     merged = {"rows": p[:, 0].sum(), "null_labels": p[:, 1].sum(), "null_features": p[:, 2].sum(),
               "min_len": p[:, 3].min(), "max_len": p[:, 4].max(), "min_label": p[:, 5].min(),
-              "max_label": p[:, 6].max(), "fractional_labels": p[:, 7].sum(), "min_rows": p[:, 0].min()}
+              "max_label": p[:, 6].max(), "fractional_labels": p[:, 7].sum(), "min_rows": p[:, 0].min(),
+              "nonfinite_rows": p[:, 8].sum(), "min_finite_rows": (p[:, 0] - p[:, 8]).min()}
     return {k: (int(v) if np.isfinite(v) and float(v).is_integer() else float(v)) for k, v in merged.items()}
 
 
@@ -51,7 +56,12 @@ def check_profile(p: dict[str, Any], spec: TrainSpec, features_col: str, label_c
         raise with_fields(ValueError(f"a training task received no rows ({p['rows']} rows for "
                                      f"numWorkers={num_workers}); use fewer workers or more data"),
                           expected="rows on every task", found=p["rows"])
-    if p["null_labels"]:
+    if spec.nan_policy == "skip" and p["min_finite_rows"] == 0:
+        raise with_fields(ValueError(f"a training task has no rows left after nanPolicy='skip' dropped the "
+                                     f"{p['nonfinite_rows']} rows with NaN or infinite values of {features_col!r} "
+                                     f"or {label_col!r}; use fewer workers or clean the data"),
+                          column=features_col, expected="finite rows on every task", found=p["nonfinite_rows"])
+    if p["null_labels"] and spec.nan_policy != "skip":
         raise with_fields(ValueError(f"labelCol {label_col!r} has {p['null_labels']} null/NaN values; "
                                      "drop or impute them before fitting"), column=label_col,
                           expected="no nulls", found=p["null_labels"])
@@ -59,6 +69,11 @@ def check_profile(p: dict[str, Any], spec: TrainSpec, features_col: str, label_c
         raise with_fields(ValueError(f"featuresCol {features_col!r} has {p['null_features']} null rows; "
                                      "drop them first"), column=features_col, expected="no nulls",
                           found=p["null_features"])
+    if p["nonfinite_rows"] and spec.nan_policy == "error":
+        raise with_fields(ValueError(f"{p['nonfinite_rows']} rows of featuresCol {features_col!r} or labelCol "
+                                     f"{label_col!r} hold NaN or infinite values, which would make the loss NaN; "
+                                     "drop or impute them, or set nanPolicy='skip' to train without them"),
+                          column=features_col, expected="finite values", found=p["nonfinite_rows"])
     if p["min_len"] != p["max_len"]:
         raise with_fields(ValueError(f"featuresCol {features_col!r} rows must all have the same length, found "
                                      f"lengths from {p['min_len']} to {p['max_len']}"), column=features_col,

@@ -24,6 +24,13 @@ class Shard:
         return len(self.y)
 
 
+def drop_nonfinite(shard: Shard) -> tuple[Shard, int]:
+    """The shard without rows whose features or label are NaN or infinite, and how many were dropped."""
+    keep = np.isfinite(shard.x).all(axis=1) & np.isfinite(shard.y)
+    dropped = int(len(keep) - keep.sum())
+    return (shard, 0) if not dropped else (Shard(shard.x[keep], shard.y[keep]), dropped)
+
+
 def split_validation(shard: Shard, fraction: float, seed: int) -> tuple[Shard, Shard]:
     """Hold out ``fraction`` of the rows (seeded) for validation."""
     n = len(shard)

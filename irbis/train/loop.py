@@ -20,7 +20,8 @@ import numpy as np
 import torch
 
 from irbis.train import checkpoint as ckpt
-from irbis.train.data import Augment, Shard, batch_rng, epoch_batches, iterate, split_validation
+from irbis.train.data import Augment, Shard, batch_rng, drop_nonfinite, epoch_batches, iterate, split_validation
+from irbis.train.health import NAN_POLICIES, LossWatch, growth_warning, non_finite_error
 from irbis.train.networks import build_network
 from irbis.train.optim import LossFn, lr_at, make_loss, make_optimizer, set_lr
 from irbis.train.strategies import make_strategy
@@ -60,6 +61,7 @@ class TrainSpec:
     prefetch: bool = False
     torch_threads: int | None = None
     slow_workers: dict[int, float] = field(default_factory=dict)  # tests/benchmarks: rank -> slowdown
+    nan_policy: str = "error"  # one of NAN_POLICIES
 
 
 @dataclass
@@ -86,14 +88,17 @@ class _Run:
     steps_per_epoch: int
     history: list[dict[str, Any]] = field(default_factory=list)
     report: Report | None = None
+    skipped: int = 0
+    watch: LossWatch | None = None
 
 
 def _tensors(shard: Shard, spec: TrainSpec, loss: str | LossFn) -> tuple[torch.Tensor, torch.Tensor]:
-    x = torch.from_numpy(np.ascontiguousarray(shard.x, dtype=np.float32))
+    # np.require copies only what is read-only (Arrow-backed) or not C-contiguous float32
+    x = torch.from_numpy(np.require(shard.x, np.float32, ["C", "W"]))
     if spec.input_shape:
         x = x.view(len(shard), *spec.input_shape)
     ydtype = np.int64 if loss == "cross_entropy" else np.float32
-    return x.to(spec.device), torch.from_numpy(np.asarray(shard.y, dtype=ydtype)).to(spec.device)
+    return x.to(spec.device), torch.from_numpy(np.require(shard.y, ydtype, ["C", "W"])).to(spec.device)
 
 
 def _setup(spec: TrainSpec, shard: Shard, ctx: WorkerContext,
@@ -107,11 +112,12 @@ def _setup(spec: TrainSpec, shard: Shard, ctx: WorkerContext,
     flat = FlatParams(list(model.parameters()))
     opt = make_optimizer(spec.optimizer, model.parameters(), spec.learning_rate, spec.momentum, spec.unit_gain)
     strategy = make_strategy(spec.strategy, **spec.strategy_options)
+    shard, skipped = drop_nonfinite(shard) if spec.nan_policy == "skip" else (shard, 0)
     tr, va = split_validation(shard, spec.validation_fraction, spec.seed + 7919 * ctx.rank)
-    counts = ctx.comm.all_gather(torch.tensor([len(tr)], dtype=torch.int64))
-    steps = -(-max(int(c.item()) for c in counts) // spec.batch_size)
-    if min(int(c.item()) for c in counts) == 0:
-        raise ValueError(f"a worker has no training rows (rows per worker: {[int(c) for c in counts]}); "
+    counts = [c.tolist() for c in ctx.comm.all_gather(torch.tensor([len(tr), skipped], dtype=torch.int64))]
+    steps = -(-max(c[0] for c in counts) // spec.batch_size)
+    if min(c[0] for c in counts) == 0:
+        raise ValueError(f"a worker has no training rows (rows per worker: {[c[0] for c in counts]}); "
                          "use fewer workers or more data")
     manifest = ckpt.latest(spec.checkpoint_dir)
     resume = None
@@ -126,7 +132,8 @@ def _setup(spec: TrainSpec, shard: Shard, ctx: WorkerContext,
     if resume is not None:
         dopt.load_state_dict(resume["optimizer"])
     run = _Run(spec, ctx, model, dopt, make_loss(spec.loss), _tensors(tr, spec, spec.loss),
-               _tensors(va, spec, spec.loss), steps, list(manifest["history"]) if manifest else [])
+               _tensors(va, spec, spec.loss), steps, list(manifest["history"]) if manifest else [],
+               skipped=sum(c[1] for c in counts))
     return run, resume
 
 
@@ -161,11 +168,13 @@ def _run_epoch(run: _Run, epoch: int, start: int, sums: torch.Tensor) -> tuple[t
     rng_of = partial(batch_rng, spec.seed, ctx.rank, epoch)
     every = max(1, run.steps_per_epoch // PROGRESS_UPDATES)
     loss_sum, done = torch.zeros((), device=spec.device), 0
+    run.watch = LossWatch(spec.device)
     for i, (xb, yb) in enumerate(iterate(x, y, batches, spec.augment, rng_of, spec.prefetch, start), start + 1):
         dopt.zero_grad()
         loss = run.loss_fn(run.model(xb), yb)
         loss.backward()
         dopt.step()
+        run.watch.see(i, loss.detach())
         loss_sum.add_(loss.detach(), alpha=len(yb))  # in place: no tensor allocated per step
         done += len(yb)
         if spec.checkpoint_dir and spec.checkpoint_every and dopt.steps % spec.checkpoint_every == 0:
@@ -181,15 +190,24 @@ def _run_epoch(run: _Run, epoch: int, start: int, sums: torch.Tensor) -> tuple[t
 def _epoch_record(run: _Run, epoch: int, sums: torch.Tensor, done: int, seconds: float,
                   nbytes: int) -> dict[str, Any]:
     vloss, correct, nval = _evaluate(run)
-    stats = torch.tensor([float(sums[0]), float(sums[1]), vloss, correct, nval, done, seconds],
+    watched = run.watch.stats() if run.watch is not None else [0.0, 0.0, 0.0]
+    stats = torch.tensor([float(sums[0]), float(sums[1]), vloss, correct, nval, done, seconds, *watched],
                          dtype=torch.float64)
     run.ctx.comm.all_reduce_sum(stats)
-    tl, tn, vl, vc, vn, dn, secs = stats.tolist()
+    tl, tn, vl, vc, vn, dn, secs, first, last, bad_ranks = stats.tolist()
+    if bad_ranks:
+        raise non_finite_error(run.ctx.comm, run.watch, run.train, epoch + 1, run.steps_per_epoch,
+                               run.spec.learning_rate)
     rec = {"epoch": epoch + 1, "loss": tl / max(tn, 1), "samplesPerSecond": dn / max(secs / run.ctx.world_size, 1e-9),
            "bytesPerStep": nbytes / max(run.steps_per_epoch, 1)}
     rec["validationLoss"] = vl / vn if vn else None
     rec["accuracy"] = vc / vn if vn else None
     rec.update(run.dopt.strategy.summary(run.ctx))
+    if run.spec.nan_policy == "skip":
+        rec["skippedRows"] = run.skipped
+    warning = growth_warning(first, last, epoch + 1, run.spec.learning_rate, run.ctx.world_size)
+    if warning:
+        rec["warning"] = warning
     return rec
 
 

@@ -12,7 +12,8 @@ Adding a stage to the harness is one entry in ``STAGE_CASES``::
 an error naming itself. ``make_stage`` builds the stage (an estimator is fitted on the frame; name the class it fits
 in ``fitted``); ``make_frame`` builds a small input DataFrame whose schema the harness also
 uses to generate random inputs with hypothesis (nulls, NaN, unicode, long strings, empty
-frames and partitions, single rows). ``input_col`` is a column the stage reads: the harness
+frames and partitions, single rows), and renames every column to a name holding dots, spaces and
+backticks (``renamable=False`` where a function or a nested stage names columns itself). ``input_col`` is a column the stage reads: the harness
 drops it and retypes it to ``wrong_type`` (a Spark SQL type name) and expects an error that
 names it. Use module-level functions (not lambdas) where a stage persists a function.
 """
@@ -49,6 +50,7 @@ class StageCase:
     generated: bool = True
     pandas: bool = True
     connect: bool = True
+    renamable: bool = True  # False where a nested stage or a function names columns the harness cannot rename
 
 
 def mixed_frame(spark: SparkSession) -> DataFrame:
@@ -112,7 +114,7 @@ STAGE_CASES: dict[str, StageCase] = {
     "SelectColumns": StageCase(lambda: SelectColumns(cols=["ts", "x"]), mixed_frame, "ts"),
     "DropColumns": StageCase(lambda: DropColumns(cols=["text", "vec"]), mixed_frame, "text"),
     "RenameColumn": StageCase(lambda: RenameColumn(inputCol="x", outputCol="renamed"), mixed_frame, "x"),
-    "Lambda": StageCase(lambda: Lambda(function=add_x_squared), mixed_frame, "x"),
+    "Lambda": StageCase(lambda: Lambda(function=add_x_squared), mixed_frame, "x", renamable=False),
 }
 
 
@@ -240,7 +242,7 @@ def tiny_fused_stages() -> Any:
 
 STAGE_CASES.update(_image_stages())
 STAGE_CASES["FusedStages"] = StageCase(tiny_fused_stages, image_frame, "image", wrong_type="string",
-                                       generated=False)
+                                       generated=False, renamable=False)
 STAGE_CASES["TorchEstimator"] = StageCase(tiny_estimator, labelled_frame, "vec", "string", fitted="TorchModel",
                                           generated=False, pandas=False)
 
@@ -264,5 +266,7 @@ def tiny_tabular_lime() -> Any:
                        numSamples=20)
 
 
-STAGE_CASES["ImageLIME"] = StageCase(tiny_image_lime, image_frame, "image", wrong_type="string", generated=False)
-STAGE_CASES["TabularLIME"] = StageCase(tiny_tabular_lime, mixed_frame, "vec", "string", fitted="TabularLIMEModel")
+STAGE_CASES["ImageLIME"] = StageCase(tiny_image_lime, image_frame, "image", wrong_type="string", generated=False,
+                                     renamable=False)
+STAGE_CASES["TabularLIME"] = StageCase(tiny_tabular_lime, mixed_frame, "vec", "string", fitted="TabularLIMEModel",
+                                       renamable=False)

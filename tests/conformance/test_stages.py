@@ -46,6 +46,44 @@ def test_api_reference_is_current():
     assert current == _docgen.render(), "docs/api.md is stale: run `python -m irbis.ml._docgen`"
 
 
+# -- eager checks -------------------------------------------------------------------------------
+def _checked_params() -> list:
+    """(stage case, Param, refused value) for every checked Param of every stage, from the checks themselves."""
+    from irbis.ml.params import invalid_values, param_check
+
+    cases = []
+    for name in NAMES:
+        stage = STAGE_CASES[name].make_stage()
+        for param in stage.params:
+            check = param_check(param)
+            for bad in invalid_values(check) if check else []:
+                cases.append(pytest.param(name, param.name, bad, id=f"{name}-{param.name}={bad}"))
+    return cases
+
+
+@pytest.mark.parametrize(("name", "param", "bad"), _checked_params())
+def test_out_of_range_value_fails_at_set_time(name, param, bad):
+    """Each checked Param refuses a value outside its set or range when set, naming the Param and the value."""
+    from irbis.ml.params import ParamValueError
+
+    stage = STAGE_CASES[name].make_stage()
+    before = stage.extractParamMap()
+    setter = getattr(stage, "set" + param[0].upper() + param[1:], None)
+    with pytest.raises(ParamValueError) as info:
+        setter(bad) if setter is not None else stage._set(**{param: bad})
+    assert info.value.name == param and param in str(info.value) and repr(bad) in str(info.value)
+    assert stage.extractParamMap() == before
+
+
+def test_every_stage_checks_some_param():
+    """The generated cases cover the shared and the stage-specific checks."""
+    covered = {(values[0], values[1]) for values in (p.values for p in _checked_params())}
+    for stage, param in [("TorchModel", "miniBatchSize"), ("TorchEstimator", "numWorkers"),
+                         ("TorchEstimator", "strategy"), ("Repartition", "numPartitions"),
+                         ("ImageLIME", "samplingFraction"), ("EnsembleByKey", "strategy")]:
+        assert (stage, param) in covered
+
+
 # -- helpers -------------------------------------------------------------------------------------
 def _norm(value: object) -> object:
     if isinstance(value, Vector):
@@ -206,6 +244,37 @@ def test_generated_inputs(spark, name):
             assert not case.keeps_rows or len(result) == len(rows)
 
     check()
+
+
+# -- column names that SQL text would misread ----------------------------------------------------------
+def odd_name(name: str) -> str:
+    """A column name holding a dot, a space and a backtick."""
+    return f"{name}.v 1`q"
+
+
+def _renamed(stage, columns: list[str]):
+    """``stage`` with every column it names renamed by :func:`odd_name` (frame columns, and any *Col Param)."""
+    for param, value in stage.extractParamMap().items():
+        named = param.name.endswith(("Col", "Cols"))
+        if isinstance(value, str) and value and (value in columns or named):
+            stage._set(**{param.name: odd_name(value)})
+        elif isinstance(value, list) and value and all(isinstance(v, str) for v in value) \
+                and (named or all(v in columns for v in value)):
+            stage._set(**{param.name: [odd_name(v) for v in value]})
+    return stage
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("name", [n for n in NAMES if STAGE_CASES[n].renamable])
+def test_column_names_with_dots_spaces_and_backticks(spark, name):
+    """The same rows when every column name holds a dot, a space and a backtick."""
+    case = STAGE_CASES[name]
+    df = case.make_frame(spark)
+    expected = rows_of(fit_stage(case, df)[1].transform(df))
+    odd = df.toDF(*[odd_name(c) for c in df.columns])
+    stage = _renamed(case.make_stage(), df.columns)
+    model = stage.fit(odd) if isinstance(stage, Estimator) else stage
+    assert rows_of(model.transform(odd)) == expected
 
 
 # -- schema errors -------------------------------------------------------------------------------

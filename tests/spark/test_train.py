@@ -109,8 +109,8 @@ def test_bad_inputs_fail_before_training(spark, train_df):
         estimator(networkOptions='{"in_features": 60, "hidden": 8, "out_features": 10}').fit(train_df)
     with pytest.raises(ValueError, match="only 2 tasks"):
         estimator(numWorkers=3).fit(train_df)
-    with pytest.raises(ValueError, match="strategy must be one of"):
-        estimator(strategy="nope").fit(train_df)
+    with pytest.raises(ValueError, match="Param strategy='nope' is not allowed; expected one of 'sync'"):
+        estimator(strategy="nope")
 
 
 def test_estimator_params_persist_as_json(tmp_path):

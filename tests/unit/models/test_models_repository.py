@@ -179,3 +179,19 @@ def test_pickled_files_are_refused_unless_allowed(tmp_path):
     with pytest.raises(UnsafeModelFileError, match="whole_module.pt"):
         repo.load_model("whole")
     _assert_same_weights(repo.load_model("whole", allow_pickle=True))
+
+
+def test_network_errors_name_the_url_and_time_out(server, tmp_path):
+    from irbis.models.fetch import ModelDownloadError
+
+    base, _ = server
+    with pytest.raises(ModelDownloadError, match=f"cannot download {base}/missing.json: the server answered "
+                                                 "HTTP 404") as info:
+        ModelRepository(f"{base}/missing.json")
+    assert info.value.__cause__ is not None
+    repo = ModelRepository(f"{base}/catalogue.json", cache_dir=tmp_path / "cache", timeout=0.05)
+    with pytest.raises(ModelDownloadError, match=rf"cannot download {base}/w/mlp.pt: no answer within 0.05 s"):
+        repo.fetch("mlp7")  # the server takes 0.3 s to answer for weights
+    assert not list((tmp_path / "cache").glob("*.pt"))
+    with pytest.raises(ValueError, match="timeout must be > 0"):
+        ModelRepository(timeout=0)

@@ -112,3 +112,34 @@ def test_checkpoint_from_other_world_size_is_refused(digits, tmp_path):
     run_threads(spec(epochs=1, checkpoint_dir=str(tmp_path)), shard_rows(x, y, 2))
     with pytest.raises(ValueError, match="written by 2 workers"):
         run_threads(spec(epochs=2, checkpoint_dir=str(tmp_path)), shard_rows(x, y, 1))
+
+
+# -- training never fails silently ----------------------------------------------------------------
+def test_non_finite_loss_stops_every_rank_naming_epoch_step_and_rows(digits):
+    from irbis.errors import NonFiniteLossError
+
+    x, y = digits
+    x = x.copy()
+    x[5, 3] = np.nan
+    with pytest.raises(NonFiniteLossError) as info:
+        run_threads(spec(epochs=3, seed=1), shard_rows(x, y, 2))
+    err = info.value
+    assert err.fields["epoch"] == 1 and err.fields["nonFiniteRows"] == 1
+    assert 1 <= err.fields["step"] <= -(-200 // 16)
+    assert f"epoch 1, step {err.fields['step']} of 13" in str(err) and "nanPolicy='skip'" in str(err)
+
+
+def test_nan_policy_skip_drops_and_counts_the_rows(digits):
+    x, y = digits
+    x, y = x.copy(), y.astype(np.float64)
+    x[[5, 7], 3], y[300] = np.inf, np.nan
+    hist = run_threads(spec(epochs=2, nan_policy="skip"), shard_rows(x, y, 2))[0].history
+    assert [h["skippedRows"] for h in hist] == [3, 3]
+    assert all(np.isfinite(h["loss"]) for h in hist) and hist[-1]["loss"] < hist[0]["loss"]
+    assert all("warning" not in h for h in hist)
+
+
+def test_a_loss_growing_by_orders_of_magnitude_warns_in_the_summary(digits):
+    x, y = digits
+    hist = run_threads(spec(epochs=1, optimizer="adam", learning_rate=1e6), shard_rows(x, y, 2))[0].history
+    assert "the loss grew from" in hist[0]["warning"] and "learning rate (1e+06)" in hist[0]["warning"]

@@ -1,0 +1,30 @@
+"""Column names as Spark reads them: every name a user gives is quoted before Spark parses it.
+
+Spark parses the names given to ``F.col``, ``select``, ``groupBy`` and SQL text: ``"a.b"`` would be field
+``b`` of a struct ``a``, and ``"c d"`` or a name holding a backtick would not parse. :func:`quote` makes
+any name one identifier; :func:`column` is the column of that exact name.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import Column
+from pyspark.sql import functions as F
+
+
+def quote(name: str) -> str:
+    """``name`` as one SQL identifier: in backticks, each backtick doubled.
+
+    Examples
+    --------
+    >>> quote("a.b"), quote("x`y")
+    ('`a.b`', '`x``y`')
+    """
+    return "`" + name.replace("`", "``") + "`"
+
+
+def column(name: str) -> Column:
+    """The top-level column called exactly ``name`` (dots, spaces and backticks included)."""
+    return F.col(quote(name))
+
+
+__all__ = ["column", "quote"]

@@ -1,0 +1,77 @@
+"""What the cluster offers, as far as Spark's configuration says it, read on the driver.
+
+Local masters (``local``, ``local[N]``, ``local[*]``, ``local-cluster[...]``) run their executors on the
+driver's machine: their task slots are known from the master string at once, and a GPU is there exactly
+when the driver sees one. On other masters Spark exposes GPUs only through resource scheduling
+(``spark.executor.resource.gpu.amount``); without it the first task finds out.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Any
+
+_LOCAL = re.compile(r"local(?:\[(\d+|\*)(?:,\d+)?\])?")
+_LOCAL_CLUSTER = re.compile(r"local-cluster\[\s*(\d+)\s*,\s*(\d+)\s*,\s*\d+\s*\]")
+
+
+def conf(session: Any, key: str, default: str | None = None) -> str | None:
+    """``session.conf.get(key, default)``, or ``default`` where the server does not expose the key."""
+    try:
+        return session.conf.get(key, default)
+    except Exception:  # noqa: BLE001 - Spark Connect refuses some keys
+        return default
+
+
+def master(session: Any) -> str:
+    """The session's ``spark.master`` ("" when unknown)."""
+    return conf(session, "spark.master", "") or ""
+
+
+def is_local_master(session: Any) -> bool:
+    """True for masters whose executors run on the driver's machine."""
+    m = master(session)
+    return bool(_LOCAL.fullmatch(m) or _LOCAL_CLUSTER.fullmatch(m))
+
+
+def local_slots(session: Any) -> int | None:
+    """Tasks a local master runs at once (cores / ``spark.task.cpus``), or None for other masters."""
+    m, cpus = master(session), int(conf(session, "spark.task.cpus", "1") or 1)
+    local, cluster = _LOCAL.fullmatch(m), _LOCAL_CLUSTER.fullmatch(m)
+    if local:
+        cores = local.group(1) or "1"
+        return (os.cpu_count() or 1 if cores == "*" else int(cores)) // cpus
+    if cluster:
+        return int(cluster.group(1)) * (int(cluster.group(2)) // cpus)
+    return None
+
+
+def check_device(session: Any, device: str) -> None:
+    """Refuse ``device="cuda"`` on the driver when the cluster surely has no GPU.
+
+    Raises
+    ------
+    irbis.ml.params.ParamValueError
+        On a local master without a visible CUDA device, or where Spark's resource scheduling gives the
+        executors no GPU. Elsewhere the first task checks (see ``irbis.kernels.inference.resolve_device``).
+    """
+    from irbis.ml.params import ParamValueError
+
+    if device != "cuda":
+        return
+    gpus = conf(session, "spark.executor.resource.gpu.amount")
+    if gpus is not None and float(gpus) > 0:
+        return
+    if is_local_master(session):
+        import torch
+
+        if not torch.cuda.is_available():
+            raise ParamValueError("device", device, f"'cpu' or 'auto': the master {master(session)!r} runs "
+                                  "on this machine, which has no CUDA device")
+    elif gpus is not None:
+        raise ParamValueError("device", device, "'cpu' or 'auto': spark.executor.resource.gpu.amount is "
+                              f"{gpus}, so the executors have no GPU")
+
+
+__all__ = ["check_device", "conf", "is_local_master", "local_slots", "master"]

@@ -1,0 +1,96 @@
+"""TorchEstimator refuses what cannot train, early and by name, and never returns a silently broken model."""
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from pyspark.ml.linalg import Vectors
+
+from irbis.errors import NonFiniteLossError
+from irbis.ml import TorchEstimator
+from irbis.ml.params import ParamValueError
+from irbis.spark.barrier import available_slots
+
+pytestmark = pytest.mark.spark
+
+NET = json.dumps({"in_features": 2, "hidden": 8, "out_features": 2})
+
+
+def estimator(**kw):
+    base = dict(network="mlp", networkOptions=NET, epochs=2, batchSize=4, numWorkers=2, showProgress=False,
+                featuresCol="vec")
+    return TorchEstimator(**{**base, **kw})
+
+
+@pytest.fixture(scope="module")
+def rows():
+    return [(Vectors.dense([float(i % 7), float(i % 2)]), i % 2) for i in range(40)]
+
+
+@pytest.fixture(scope="module")
+def nan_df(spark, rows):
+    bad = list(rows)
+    bad[3] = (Vectors.dense([float("nan"), 1.0]), 1)
+    return spark.createDataFrame(bad, ["vec", "label"])
+
+
+def test_one_nan_feature_is_refused_naming_the_column_and_count(nan_df):
+    with pytest.raises(ValueError, match=r"1 rows of featuresCol 'vec' or labelCol 'label' hold NaN .*nanPolicy='skip'"):
+        estimator().fit(nan_df)
+
+
+def test_nan_policy_skip_trains_without_the_rows_and_counts_them(nan_df):
+    model = estimator(nanPolicy="skip").fit(nan_df)
+    assert [r["skippedRows"] for r in model.training_summary] == [1, 1]
+    assert all(np.isfinite(r["loss"]) for r in model.training_summary)
+    out = model.transform(pd.DataFrame({"vec": [np.array([1.0, 0.0], np.float32)]}))["prediction"][0]
+    assert np.isfinite(np.asarray(out)).all()
+
+
+def test_empty_frame_and_too_few_rows_fail_before_the_barrier_stage(spark, rows):
+    df = spark.createDataFrame(rows, ["vec", "label"])
+    with pytest.raises(ValueError, match="training DataFrame is empty.*numWorkers=2"):
+        estimator().fit(df.limit(0))
+    with pytest.raises(ValueError, match="has only 1 rows.*numWorkers=2"):
+        estimator().fit(df.limit(1))
+
+
+def test_more_workers_than_local_slots_is_answered_from_the_master(spark, rows):
+    # a local master adds no executors: the answer comes from spark.master, with no wait (an infinite one here)
+    assert available_slots(spark, wanted=8, wait_s=float("inf")) == 2
+    with pytest.raises(ValueError, match="numWorkers=8 but the cluster can run only 2 tasks"):
+        estimator(numWorkers=8).fit(spark.createDataFrame(rows, ["vec", "label"]))
+
+
+def test_huge_learning_rate_warns_in_the_summary(spark, rows):
+    model = estimator(learningRate=1e6, epochs=1).fit(spark.createDataFrame(rows, ["vec", "label"]))
+    assert "the loss grew from" in model.training_summary[0]["warning"]
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without a GPU")
+def test_cuda_on_a_cpu_local_master_fails_at_fit_start_on_the_driver(spark, rows):
+    df = spark.createDataFrame(rows, ["vec", "label"])
+    with pytest.raises(ParamValueError, match="device='cuda'.*no CUDA device"):
+        estimator(device="cuda").fit(df)
+
+
+def test_strategy_options_are_checked_against_the_registry_when_set():
+    est = estimator(strategy="block_momentum", strategyOptions='{"blockSize": 4}')
+    with pytest.raises(ParamValueError, match=r"options of strategy 'one_bit' only"):
+        est.setStrategy("one_bit")
+    assert est.getStrategy() == "block_momentum"
+    copied = est.copy({est.numWorkers: 1})  # copy() sets the Params one at a time
+    assert (copied.getStrategy(), copied.getStrategyOptions()) == ("block_momentum", '{"blockSize": 4}')
+    with pytest.raises(ParamValueError, match="blockSize"):
+        est.setStrategyOptions('{"blockSize": 0}')
+    with pytest.raises(ParamValueError, match="miniBatch|batchSize"):
+        estimator(batchSize=0)
+
+
+def test_non_finite_loss_error_crosses_from_the_workers_with_its_fields():
+    from irbis.errors import from_record, to_record, with_fields
+
+    err = from_record(to_record(with_fields(NonFiniteLossError("loss NaN at epoch 1, step 2"), epoch=1, step=2)))
+    assert isinstance(err, NonFiniteLossError) and err.fields == {"epoch": 1, "step": 2}

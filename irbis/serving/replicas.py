@@ -35,13 +35,25 @@ def _replica_task(path: str, outputs: list[str], options: dict[str, Any], host: 
         sock.bind((host, port))
         public = host if host not in ("0.0.0.0", "") else ctx.getTaskInfos()[ctx.partitionId()].address.split(":")[0]
         address = f"{public}:{sock.getsockname()[1]}"
-        with socket.create_connection(driver, timeout=30) as report:
-            report.sendall(f"{ctx.partitionId()} {address}\n".encode())
+        report = socket.create_connection(driver, timeout=30)
+        report.sendall(f"{ctx.partitionId()} {address}\n".encode())
         server = uvicorn.Server(uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=GRACE_S))
+        threading.Thread(target=_stop_when_driver_leaves, args=(report, server), daemon=True).start()
         server.run(sockets=[sock])
         yield from ()
 
     return run
+
+
+def _stop_when_driver_leaves(report: socket.socket, server: Any) -> None:
+    """Stop the replica once the driver closes its connection (``stop()``, or the driver is gone)."""
+    report.settimeout(None)
+    try:
+        while report.recv(1024):
+            pass
+    except OSError:
+        pass
+    server.should_exit = True
 
 
 class Replicas:
@@ -53,6 +65,7 @@ class Replicas:
         self.ready = threading.Event()
         self.error: BaseException | None = None
         self._listener = socket.create_server(("0.0.0.0", 0))
+        self._connections: list[socket.socket] = []  # one per replica, open while it should serve
         self.job: threading.Thread | None = None
 
     @property
@@ -65,8 +78,8 @@ class Replicas:
                 conn, _ = self._listener.accept()
             except OSError:
                 return
-            with conn:
-                line = conn.makefile().readline().split()
+            line = conn.makefile().readline().split()
+            self._connections.append(conn)
             if len(line) == 2:
                 self.addresses[int(line[0])] = line[1]
                 if len(self.addresses) == self.count:
@@ -81,9 +94,13 @@ class Replicas:
         self.ready.set()
 
     def stop(self) -> None:
-        """Cancel the barrier stage (the replicas stop) and close the listener."""
-        self.spark.interruptTag("irbis-serve")
+        """Close the replicas' connections (each replica then shuts down) and cancel the barrier stage."""
         self._listener.close()
+        for conn in self._connections:
+            conn.close()
+        if self.job is not None:
+            self.job.join(timeout=30)
+        self.spark.interruptTag("irbis-serve")
         if self.job is not None:
             self.job.join(timeout=60)
 

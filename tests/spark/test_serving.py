@@ -209,3 +209,6 @@ def test_two_replicas_on_a_local_cluster(cluster_spark, tmp_path):
         assert answers[0] == answers[1] and set(answers[0]) == {"prediction"}
     finally:
         replicas.stop()
+    assert not replicas.job.is_alive()  # the barrier stage ended: the executors are free again
+    with pytest.raises(httpx.TransportError):
+        httpx.get(f"http://{addresses[0]}/health", timeout=5)

@@ -20,7 +20,7 @@ def test_params_pick_the_entry_layers_and_validate():
     assert ImageFeaturizer(model="resnet50").feature_layer() == "flatten"
     with pytest.raises(ValueError, match="supports cutting 1..5 layers"):
         ImageFeaturizer(cutOutputLayers=9)
-    with pytest.raises(ValueError, match="unknown model 'vgg'"):
+    with pytest.raises(ValueError, match="Param model='vgg' is not allowed; expected one of 'efficientnet_lite0'"):
         ImageFeaturizer(model="vgg")
 
 

@@ -109,7 +109,7 @@ SHARED_PARAMS: list[Row] = [
      "and last layer in fp32) or int8 (dynamic quantisation of Linear layers)", TypeConverters.toString, "fp32",
      one_of(*PRECISIONS)),
     ("engine", "what runs the network: torch (eager PyTorch, channels-last), onnxruntime or openvino (the "
-     "network exported once per machine to ONNX), or auto (OpenVINO, then ONNX Runtime, then torch for fp32 on "
+     "network exported once per machine to ONNX), or auto (ONNX Runtime, then OpenVINO, then torch for fp32 on "
      "the CPU, the first installed that runs the network; torch for bf16, int8 and CUDA)",
      TypeConverters.toString, "auto", one_of(*ENGINE_NAMES)),
     ("inputShape", "shape of one input row without the batch axis, e.g. [3, 224, 224]; flat vectors "

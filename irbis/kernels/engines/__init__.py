@@ -4,11 +4,13 @@ An engine is a small object picked by name from :data:`ENGINES`: the pip package
 and ``load(path, threads=, device=, precision=)`` returning a runner (a float32 batch in, the first
 output out) for an ONNX file written by :func:`irbis.kernels.engines.export.export_onnx`.
 
-``auto`` follows :func:`auto_order`, a rule measured with ``benchmarks/engine_rule.py`` (plain loops,
-2 threads, batch 64, fp32): on EfficientNet-Lite0 OpenVINO ran about 1.6x ONNX Runtime and 7x eager
-channels-last PyTorch (the script also measures ResNet-50), so for fp32 on the CPU ``auto`` tries
-``openvino``, then ``onnxruntime``, then ``torch``, taking the first that is installed and runs the
-network. For bf16 and
+``auto`` follows :func:`auto_order`, a rule measured with ``benchmarks/inference.py`` in the layout
+Spark gives a network (one process per task core, one thread each, batch 64, fp32). On
+EfficientNet-Lite0, plain loops of 2 processes x 1 thread ran ONNX Runtime at 229 images/s, OpenVINO
+at 159 and eager channels-last PyTorch at 44, and inside Spark (local[2]) ``TorchModel`` ran ONNX
+Runtime at 127 and OpenVINO at 108. (In one process with 2 threads OpenVINO leads, 239 against 186:
+``benchmarks/engine_rule.py``.) So for fp32 on the CPU ``auto`` tries ``onnxruntime``, then
+``openvino``, then ``torch``, taking the first that is installed and runs the network. For bf16 and
 int8 (whose agreement with fp32 is measured on the torch path) and on CUDA it picks ``torch``. The rule
 costs nothing at run time: no measurement, one import check per engine.
 """
@@ -65,7 +67,7 @@ def auto_order(device: str, precision: str) -> tuple[str, ...]:
     """The engines ``auto`` tries, in order, for this device and precision (see the module docstring)."""
     if device == "cuda" or precision != "fp32":
         return ("torch",)
-    return tuple(n for n in ("openvino", "onnxruntime") if ENGINES[n].installed()) + ("torch",)
+    return tuple(n for n in ("onnxruntime", "openvino") if ENGINES[n].installed()) + ("torch",)
 
 
 def candidates(engine: str, device: str, precision: str) -> tuple[str, ...]:

@@ -126,4 +126,4 @@ def test_auto_falls_back_to_torch_once_with_a_log_line(tmp_path, caplog):
 
 def test_auto_rule():
     assert auto_order("cpu", "bf16") == auto_order("cuda", "fp32") == ("torch",)
-    assert auto_order("cpu", "fp32") == tuple(EXPORTED[::-1]) + ("torch",)
+    assert auto_order("cpu", "fp32") == tuple(EXPORTED) + ("torch",)

@@ -6,9 +6,6 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from pyspark.ml.linalg import Vectors
-from sklearn.datasets import load_digits
-from sklearn.model_selection import train_test_split
 
 from irbis.ml import TorchEstimator
 
@@ -18,19 +15,6 @@ MLP = json.dumps({"in_features": 64, "hidden": 64, "out_features": 10})
 STRATEGY_RUNS = {"sync": "{}", "model_averaging": '{"period": 4}', "block_momentum": '{"blockSize": 4}',
                  "one_bit": "{}"}
 EPOCHS = 12
-
-
-@pytest.fixture(scope="module")
-def digits():
-    x, y = load_digits(return_X_y=True)
-    return train_test_split(x / 16, y, test_size=0.2, stratify=y, random_state=0)
-
-
-@pytest.fixture(scope="module")
-def train_df(spark, digits):
-    xtr, _, ytr, _ = digits
-    df = spark.createDataFrame([(Vectors.dense(a), int(b)) for a, b in zip(xtr, ytr)], ["features", "label"])
-    return df.repartition(2).cache()
 
 
 def estimator(**kw):

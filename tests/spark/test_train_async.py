@@ -5,9 +5,6 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
-from pyspark.ml.linalg import Vectors
-from sklearn.datasets import load_digits
-from sklearn.model_selection import train_test_split
 
 from irbis.ml import TorchEstimator
 
@@ -16,19 +13,6 @@ pytestmark = pytest.mark.spark
 MLP = json.dumps({"in_features": 64, "hidden": 64, "out_features": 10})
 RUNS = {"downpour": ('{"numShards": 3}', 0.02), "mixed": ('{"groupSize": 2}', 0.05),
         "dcasgd": ('{"lambda_": 2.0}', 0.1)}
-
-
-@pytest.fixture(scope="module")
-def digits():
-    x, y = load_digits(return_X_y=True)
-    return train_test_split(x / 16, y, test_size=0.2, stratify=y, random_state=0)
-
-
-@pytest.fixture(scope="module")
-def train_df(spark, digits):
-    xtr, _, ytr, _ = digits
-    df = spark.createDataFrame([(Vectors.dense(a), int(b)) for a, b in zip(xtr, ytr)], ["features", "label"])
-    return df.repartition(2).cache()
 
 
 def estimator(**kw):

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
 
 import pytest
+from connect_mode import connect_mode
 
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 # Keep torch and BLAS to the cores the tests own; Spark workers get their own settings.
@@ -66,23 +66,6 @@ def spark(request):
     remote.stop()
     os.environ.pop("SPARK_CONNECT_MODE_ENABLED", None)
     classic.stop()
-
-
-@contextlib.contextmanager
-def connect_mode():
-    """Run a block as a Spark Connect client process would (PySpark's functions build Connect columns).
-
-    PySpark decides between classic and Connect columns by one process-wide flag; the tests hold a
-    classic and a Connect session in one process, so Connect code runs inside this block only
-    (under ``pytest --connect`` the flag is on for the whole run).
-    """
-    before = os.environ.get("SPARK_CONNECT_MODE_ENABLED")
-    os.environ["SPARK_CONNECT_MODE_ENABLED"] = "1"
-    try:
-        yield
-    finally:
-        if before is None:
-            os.environ.pop("SPARK_CONNECT_MODE_ENABLED", None)
 
 
 @pytest.fixture(scope="session")

@@ -305,7 +305,7 @@ def test_wrong_type_is_named(spark, name):
 @pytest.mark.parametrize("name", NAMES)
 def test_connect_gives_the_classic_results(spark, connect, name):
     """The same stage on a Spark Connect session gives the same rows as on classic Spark."""
-    from conftest import connect_mode
+    from connect_mode import connect_mode
 
     from irbis.spark.session import ClassicOnlyError
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import connect_mode
+from connect_mode import connect_mode
 
 pytestmark = pytest.mark.spark
 

@@ -123,6 +123,11 @@ class ThreadCommunicator:
     def barrier(self) -> None:
         self._shared.barrier.wait()
 
+    @property
+    def aborted(self) -> bool:
+        """Whether a worker of this group failed and aborted the group's collectives."""
+        return self._shared.barrier.broken
+
     def shared_object(self, key: str, factory: Callable[[], T]) -> T:
         """Collective: the one object of this group for ``key``, built by the first worker to ask.
 

@@ -139,6 +139,7 @@ def _setup(spec: TrainSpec, shard: Shard, ctx: WorkerContext,
 
 def _checkpoint(run: _Run, epoch: int, step_in_epoch: int, sums: torch.Tensor) -> None:
     spec, ctx = run.spec, run.ctx
+    ctx.comm.barrier()  # a consistent cut: every worker's pushes to the parameter server are done
     payload = {"weights": run.dopt.flat.weights, "optimizer": run.dopt.state_dict(),
                "epoch": epoch, "stepInEpoch": step_in_epoch, "sums": sums}
     ckpt.save_worker(spec.checkpoint_dir, run.dopt.steps, ctx.rank, payload)

@@ -17,6 +17,17 @@ builds its shards from the (already broadcast) starting weights, rank 0's random
 secret reaches every worker through the job's rendezvous, the servers bind to the
 addresses the workers were given, every worker checks that every shard answers, and
 a barrier ends the setup.
+
+Faults. Training is one Spark barrier stage: when a task dies, Spark fails the stage and
+re-runs every task, so the shards (threads of those tasks) restart too. With a
+``checkpointDir`` nothing is lost: each checkpoint is a consistent cut (every worker has
+finished the step's pushes before any saves), each worker saves the shards it hosts
+(:meth:`ParameterServer.state_dict`: weights, server-optimizer state, versions, each
+worker's last pull and sequence number, counters) beside its own weights, and on the retry
+every shard is restored from it before any worker pushes again; the steps after the cut are
+computed and applied once more, exactly once each. Without a checkpoint the retried stage
+starts from the initial weights, as a fresh run. Either way every push a worker sent during
+an epoch is counted in that epoch's record as applied, rejected or replayed.
 """
 
 from __future__ import annotations
@@ -63,16 +74,49 @@ class ParameterServer:
     last_stats: np.ndarray | None = None
 
     def stats_delta(self, comm: Any) -> np.ndarray:
-        """Collective: every shard's counters since the last call, summed over the workers."""
+        """Collective: every shard's counters since the last call, summed over the workers.
+
+        ``[applied, rejected, replayed, *staleness histogram, pushed]``, where ``pushed`` counts the
+        pushes the workers sent (one per shard), so that ``pushed`` is the sum of the three counters
+        (times the group size for the applied ones) once every worker has finished its pushes.
+        """
         now = self.client.stats(self.hosted)
         if now.size == 0:
             now = np.zeros(3 + STALENESS_BINS, dtype=np.int64)
-        total = torch.from_numpy(now.astype(np.float64))
+        sent = self.client.seq * len(self.client.ranges)
+        total = torch.from_numpy(np.append(now, sent).astype(np.float64))
         comm.all_reduce_sum(total)
         cum = total.numpy().astype(np.int64)
         delta = cum - (self.last_stats if self.last_stats is not None else 0)
         self.last_stats = cum
         return delta
+
+    def shard_states(self) -> dict[int, ShardState]:
+        """The shards this worker hosts, by shard index."""
+        if self.servers:
+            return {i: self.servers[0].shards[i] for i in self.hosted}
+        return {i: self.client.hub.shards[i] for i in self.hosted}
+
+    def state_dict(self) -> dict[str, Any]:
+        """The hosted shards, this worker's sequence number and versions, the counters last reported.
+
+        Call it at a consistent cut (after a barrier that every worker reaches once its pushes are done).
+        """
+        return {"shards": {i: s.state_dict() for i, s in self.shard_states().items()},
+                "seq": self.client.seq, "versions": list(self.client.versions),
+                "lastStats": None if self.last_stats is None else torch.from_numpy(self.last_stats.copy())}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict`'s hosted shards and client position (before any worker pushes)."""
+        shards = self.shard_states()
+        if sorted(shards) != sorted(int(i) for i in state["shards"]):
+            raise ValueError(f"the checkpoint holds shards {sorted(state['shards'])}, this worker hosts "
+                             f"{sorted(shards)}; resume with the same numWorkers and numShards")
+        for i, s in state["shards"].items():
+            shards[int(i)].load_state_dict(s)
+        self.client.seq, self.client.versions = int(state["seq"]), [int(v) for v in state["versions"]]
+        last = state["lastStats"]
+        self.last_stats = None if last is None else last.numpy().copy()
 
     def close(self) -> None:
         self.client.close()
@@ -93,7 +137,7 @@ def start(weights: np.ndarray, sizes: list[int], ctx: Any, num_shards: int, **sh
     shared = getattr(comm, "shared_object", None)
     if shared is not None:  # worker threads of one process
         hub = shared("ps", lambda: LocalHub([ShardState(weights[lo:hi], **shard_options) for lo, hi in ranges],
-                                            ranges, world))
+                                            ranges, world, aborted=lambda: getattr(comm, "aborted", False)))
         ps = ParameterServer(LocalClient(hub, rank), hosted)
     else:
         from irbis.train.ps.transport import PSClient, ShardServer  # zmq only where workers are processes

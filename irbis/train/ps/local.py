@@ -11,26 +11,43 @@ every run: the thread backend is where their update rules are compared exactly.
 from __future__ import annotations
 
 import threading
+import time
+from collections.abc import Callable
 
 import numpy as np
 
 from irbis.train.ps.shard import PENDING, REJECTED, ShardState
 
+ABORT_POLL_S = 0.1  # how often a waiting worker looks whether a peer failed
+
 
 class LocalHub:
-    """Shards shared by the worker threads of one job, and the turnstile that orders their requests."""
+    """Shards shared by the worker threads of one job, and the turnstile that orders their requests.
+
+    ``aborted`` tells whether a peer thread failed (its group was aborted): a worker waiting for
+    that peer's turn then raises :class:`threading.BrokenBarrierError` instead of waiting it out.
+    """
 
     def __init__(self, shards: list[ShardState], ranges: list[tuple[int, int]], world_size: int,
-                 timeout_s: float = 300.0) -> None:
+                 timeout_s: float = 300.0, aborted: Callable[[], bool] = lambda: False) -> None:
         self.shards, self.ranges, self.world_size, self.timeout_s = shards, ranges, world_size, timeout_s
         self.refused = 0
+        self.aborted = aborted
         self._cond = threading.Condition()
         self._turn = 0
         self._done = [False] * world_size
 
+    def wait_for(self, ready: Callable[[], bool], rank: int, what: str) -> None:
+        """Wait (holding ``_cond``) until ``ready()``; raise if a peer failed or after ``timeout_s``."""
+        deadline = time.monotonic() + self.timeout_s
+        while not self._cond.wait_for(ready, timeout=ABORT_POLL_S):
+            if self.aborted():
+                raise threading.BrokenBarrierError(f"worker {rank} stopped waiting for {what}: a peer failed")
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"worker {rank} waited more than {self.timeout_s:g} s for {what}")
+
     def _take_turn(self, rank: int) -> None:
-        if not self._cond.wait_for(lambda: self._turn == rank, timeout=self.timeout_s):
-            raise TimeoutError(f"worker {rank} waited more than {self.timeout_s:g} s for its turn")
+        self.wait_for(lambda: self._turn == rank, rank, "its turn")
 
     def _pass_turn(self) -> None:
         nxt = (self._turn + 1) % self.world_size
@@ -76,8 +93,8 @@ class LocalClient:
         self.rejected += sum(st == REJECTED for st in statuses)
         if PENDING in statuses:  # a group waits for its last member's push
             with self.hub._cond:
-                self.hub._cond.wait_for(lambda: all((self.worker // s.group_size, self.seq) not in s.pending
-                                                    for s in self.hub.shards), timeout=self.hub.timeout_s)
+                self.hub.wait_for(lambda: all((self.worker // s.group_size, self.seq) not in s.pending
+                                              for s in self.hub.shards), self.worker, "its group")
         if pull_into is not None:
             self.pull(pull_into)
 

@@ -1,6 +1,6 @@
 """One shard of the parameter server: weights, the server optimizer, versions, staleness, counters.
 
-Pure numpy and no I/O: the transports (:mod:`irbis.train.ps.transport` over ZeroMQ,
+Pure numpy (torch only for a checkpoint's tensors) and no I/O: the transports (:mod:`irbis.train.ps.transport` over ZeroMQ,
 :mod:`irbis.train.ps.local` in one process) only move bytes to and from
 :meth:`ShardState.pull` and :meth:`ShardState.push`.
 
@@ -14,13 +14,20 @@ twice. Nothing is dropped without being counted.
 
 With ``group_size > 1`` (the mixed mode) the pushes of one group at one step are
 summed and applied once, as their mean, when the last member's arrives.
+
+:meth:`ShardState.state_dict` is what a checkpoint keeps of a shard (tensors and plain
+values, read back with ``torch.load(weights_only=True)``): the weights, the optimizer and
+delay-compensation state, the version, each worker's last pull and sequence number, and
+the counters, so that a run resumed from the checkpoint neither loses nor repeats an update.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
+import torch
 
 from irbis.train.ps.rules import SERVER_OPTIMIZERS, State, delay_compensate
 
@@ -105,10 +112,40 @@ class ShardState:
         self.version += 1
         self.counts["applied"] += 1
 
+    def state_dict(self) -> dict[str, Any]:
+        """Everything that changes as updates arrive, as tensors and plain values (see the module doc)."""
+        if self.pending:
+            raise RuntimeError(f"a shard with {len(self.pending)} group update(s) still pending cannot be saved; "
+                               "checkpoint after every worker finished its step")
+        return {"weights": _tensor(self.weights), "version": self.version,
+                "optState": {k: _tensor(v) for k, v in self.opt_state.items()},
+                "dcState": {k: _tensor(v) for k, v in self.dc_state.items()},
+                "pulled": {w: (v, _tensor(a)) for w, (v, a) in self.pulled.items()},
+                "staleness": _tensor(self.staleness), "counts": dict(self.counts), "lastSeq": dict(self.last_seq)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore what :meth:`state_dict` returned; ValueError if it was saved for another shard size."""
+        weights = state["weights"].numpy()
+        if weights.shape != self.weights.shape:
+            raise ValueError(f"the checkpoint holds a shard of {weights.size} weights, this shard has "
+                             f"{self.weights.size}; resume with the same numShards and network")
+        self.weights = weights.copy()
+        self.version = int(state["version"])
+        self.opt_state = {k: v.numpy().copy() for k, v in state["optState"].items()}
+        self.dc_state = {k: v.numpy().copy() for k, v in state["dcState"].items()}
+        self.pulled = {int(w): (int(v), a.numpy().copy()) for w, (v, a) in state["pulled"].items()}
+        self.staleness = state["staleness"].numpy().copy()
+        self.counts = {k: int(v) for k, v in state["counts"].items()}
+        self.last_seq = {int(w): int(q) for w, q in state["lastSeq"].items()}
+
     def stats(self) -> np.ndarray:
         """``[applied, rejected, replayed, *staleness histogram]`` as int64 (summed across shards)."""
         c = self.counts
         return np.concatenate([[c["applied"], c["rejected"], c["replayed"]], self.staleness]).astype(np.int64)
+
+
+def _tensor(a: np.ndarray) -> torch.Tensor:
+    return torch.from_numpy(np.array(a, copy=True))
 
 
 __all__ = ["APPLIED", "PENDING", "REJECTED", "REPLAYED", "STALENESS_BINS", "ShardState"]

@@ -17,6 +17,11 @@ learning rate (the estimator's ``learningRate`` and schedule); the local
 optimizer itself is never stepped. The worker side here is shared by
 :mod:`~irbis.train.strategies.mixed` (groups reduced synchronously) and
 :mod:`~irbis.train.strategies.dcasgd` (delay-compensated server rule).
+
+A checkpoint keeps, beside each worker's weights, the shards it hosts, its sequence
+number, versions and unpushed accumulation (:meth:`Downpour.state_dict`); a run resumed
+from it restores every shard before any worker pushes, so no update is lost or applied
+twice (see :mod:`irbis.train.ps`).
 """
 
 from __future__ import annotations
@@ -38,7 +43,9 @@ class State:
 
     pending: torch.Tensor | None = None
     pushes: int = 0
+    lr: float = 0.0
     server: Any = field(default=None, repr=False)
+    ctx: Any = field(default=None, repr=False)
 
 
 def _positive_int(name: str, value: Any, low: int = 1) -> int:
@@ -106,6 +113,7 @@ class Downpour(Strategy):
         sizes = [p.numel() for p in flat.params]
         self.state.server = param_server.start(flat.weights.numpy(), sizes, ctx, self.numShards,
                                                **self.shard_options(ctx))
+        self.state.ctx = ctx
         self.state.pending = torch.zeros_like(flat.grads) if self.pushEvery > 1 else None
 
     def update(self, flat: FlatParams, ctx: WorkerContext, step: int, lr: float) -> None:
@@ -122,21 +130,39 @@ class Downpour(Strategy):
                 self.state.pushes = 0
         elif fetch:
             client.pull(flat.weights.numpy())
-        self._lr = lr
+        self.state.lr = lr
 
     def summary(self, ctx: WorkerContext) -> dict[str, Any]:
         if self.state.server is None:
             return {}
         delta = self.state.server.stats_delta(ctx.comm)
-        return {"psUpdates": {"applied": int(delta[0]), "rejected": int(delta[1]), "replayed": int(delta[2])},
-                "staleness": staleness_summary(delta[3:])}
+        return {"psUpdates": {"pushed": int(delta[-1]), "applied": int(delta[0]), "rejected": int(delta[1]),
+                              "replayed": int(delta[2])},
+                "staleness": staleness_summary(delta[3:-1])}
+
+    def state_dict(self) -> dict[str, Any]:
+        """The hosted shards, the client's position and the unpushed accumulation (at a consistent cut)."""
+        if self.state.server is None:
+            return {}
+        return {"server": self.state.server.state_dict(), "pending": self.state.pending,
+                "pushes": self.state.pushes, "lr": self.state.lr}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Collective: restore :meth:`state_dict`, then wait until every worker restored its shards."""
+        if not state:
+            return
+        self.state.server.load_state_dict(state["server"])
+        if state["pending"] is not None:
+            self.state.pending.copy_(state["pending"])
+        self.state.pushes, self.state.lr = int(state["pushes"]), float(state["lr"])
+        self.state.ctx.comm.barrier()  # no push reaches a shard before it is restored
 
     def finalize(self, flat: FlatParams, ctx: WorkerContext) -> None:
         server = self.state.server
         if server is None:
             return
         if self.state.pushes:  # the last partial accumulation is pushed, not lost
-            server.client.push(self.state.pending.numpy(), getattr(self, "_lr", 0.0))
+            server.client.push(self.state.pending.numpy(), self.state.lr)
         ctx.comm.barrier()
         server.client.pull(flat.weights.numpy())
         ctx.comm.barrier()

@@ -1,6 +1,7 @@
 """The parameter server: update rules, shards, the ZeroMQ transport, and the asynchronous strategies."""
 
 import io
+import threading
 
 import numpy as np
 import pytest
@@ -186,3 +187,51 @@ def test_each_async_strategy_learns_digits_on_threads(name, options, lr):
     res = run_threads(spec(name, options, epochs=5, learning_rate=lr), shard_rows((x / 16).astype(np.float32), y, 4))
     last = res[0].history[-1]
     assert last["accuracy"] > 0.9 and last["psUpdates"]["rejected"] == 0
+
+
+def test_a_shard_state_round_trips_through_a_weights_only_checkpoint(tmp_path):
+    shard = ShardState(np.zeros(3, np.float32), optimizer="adagrad", lambda_=0.5)
+    shard.pull(1)
+    shard.push(0, 1, 0, np.ones(3, np.float32), 0.1)
+    shard.push(1, 1, 0, np.full(3, 2.0, np.float32), 0.1)
+    torch.save(shard.state_dict(), tmp_path / "shard.pt")
+    back = ShardState(np.zeros(3, np.float32), optimizer="adagrad", lambda_=0.5)
+    back.load_state_dict(torch.load(tmp_path / "shard.pt", weights_only=True))
+    g = np.full(3, 0.5, np.float32)
+    assert shard.push(1, 1, 1, g, 0.1) == back.push(1, 1, 1, g, 0.1) == REPLAYED  # last sequence numbers kept
+    assert shard.push(1, 2, 1, g, 0.1) == back.push(1, 2, 1, g, 0.1) == APPLIED
+    np.testing.assert_array_equal(back.weights, shard.weights)  # optimizer and delay-compensation state kept
+    assert back.counts == shard.counts and back.staleness.tolist() == shard.staleness.tolist()
+    with pytest.raises(ValueError, match="holds a shard of 3 weights, this shard has 4"):
+        ShardState(np.zeros(4, np.float32)).load_state_dict(shard.state_dict())
+
+
+@pytest.mark.parametrize("name, options", [("downpour", {"numShards": 3, "pushEvery": 2}),
+                                           ("mixed", {"groupSize": 2}), ("dcasgd", {"lambda_": 2.0})])
+def test_a_crash_mid_epoch_resumes_from_the_saved_shards_losing_no_update(digits, tmp_path, name, options):
+    x, y = digits
+    calls, armed, lock = [0], [False], threading.Lock()
+
+    def crash_once(batch, rng):
+        with lock:
+            calls[0] += 1
+            if armed[0] and calls[0] == 25:
+                armed[0] = False
+                raise RuntimeError("injected failure")
+        return batch
+
+    kw = dict(augment=crash_once, prefetch=True, epochs=3)
+    ref = run_threads(spec(name, options, **kw), shard_rows(x, y, 2))
+    calls[0], armed[0] = 0, True
+    with pytest.raises(RuntimeError, match="injected"):
+        run_threads(spec(name, options, checkpoint_dir=str(tmp_path), checkpoint_every=5, **kw), shard_rows(x, y, 2))
+    res = run_threads(spec(name, options, checkpoint_dir=str(tmp_path), checkpoint_every=5, **kw),
+                      shard_rows(x, y, 2))
+    assert res[0].resumed_from == 10
+    a, b = final(ref), final(res)
+    assert all(torch.equal(a[k], b[k]) for k in a)  # the same updates, in the same order, as without the crash
+    group = options.get("groupSize", 1)
+    for got, want in zip(res[0].history, ref[0].history):
+        assert got["psUpdates"] == want["psUpdates"] and got["staleness"] == want["staleness"]
+        c = got["psUpdates"]
+        assert c["pushed"] == c["applied"] * group + c["rejected"] + c["replayed"] and c["rejected"] == 0

@@ -36,6 +36,8 @@ def test_each_async_strategy_reaches_high_test_accuracy_and_counts_every_update(
     summary = model.training_summary
     steps = sum(r["psUpdates"]["applied"] for r in summary)
     assert all(r["psUpdates"]["rejected"] == 0 and r["psUpdates"]["replayed"] == 0 for r in summary)
+    group = 2 if name == "mixed" else 1  # a group's pushes are applied as one update
+    assert all(r["psUpdates"]["pushed"] == r["psUpdates"]["applied"] * group for r in summary)  # none lost
     assert steps > 0 and summary[-1]["staleness"]["updates"] == summary[-1]["psUpdates"]["applied"]
     assert sum(summary[-1]["staleness"]["histogram"]) == summary[-1]["staleness"]["updates"]
 

@@ -3,7 +3,8 @@
 The flat weight buffer (:class:`~irbis.train.strategy.FlatParams`) is split into
 ``K`` contiguous shards balanced by size (:func:`~irbis.train.ps.rules.split_shards`);
 shard ``k`` is served by worker ``k mod N`` from a thread of its training task
-(co-located servers, the efficient choice on a homogeneous cluster). The pieces:
+(co-located servers, the efficient choice on a homogeneous cluster; shards on extra barrier
+tasks of their own, dedicated servers, are not offered yet). The pieces:
 
 * :mod:`~irbis.train.ps.rules`: the server update rules (SGD, momentum, Adagrad) and
   DC-ASGD's delay compensation, pure numpy;

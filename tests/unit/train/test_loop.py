@@ -38,9 +38,16 @@ def test_epoch_batches_equal_steps_for_unequal_shards():
     a = epoch_batches(50, 16, steps=4, seed=0, rank=0, epoch=0)
     b = epoch_batches(40, 16, steps=4, seed=0, rank=1, epoch=0)
     assert len(a) == len(b) == 4
-    assert sorted(np.concatenate(a).tolist()) == list(range(50))
+    assert sorted(np.concatenate(a)[:50].tolist()) == list(range(50))  # every row once, then the padding
     assert set(np.concatenate(b).tolist()) == set(range(40))
     assert not np.array_equal(np.concatenate(a), np.concatenate(epoch_batches(50, 16, 4, 0, 0, 1)))
+
+
+def test_epoch_batches_are_full_so_no_step_averages_a_few_rows():
+    # 50 rows in 4 batches of 16: the last batch tops its 2 rows up with 14 drawn again
+    assert [len(b) for b in epoch_batches(50, 16, steps=4, seed=0, rank=0, epoch=0)] == [16] * 4
+    # every worker's rows fit in one batch: the batch is the shard, not padded with repeats
+    assert sorted(epoch_batches(5, 16, steps=1, seed=0, rank=0, epoch=0)[0].tolist()) == list(range(5))
 
 
 def test_split_validation_is_seeded_and_disjoint():

@@ -215,9 +215,10 @@ def scorer(method: str, key: str, workdir: Path, precision: str, engine: str = "
 
 
 def python_worker_memory() -> dict:
-    """RSS and PSS (MiB) summed over this machine's PySpark Python worker processes."""
+    """RSS and PSS (MiB) summed over this machine's PySpark Python worker processes, and how many of
+    them have loaded torch (mapped ``libtorch_cpu``): an exported engine's workers need not."""
     rss = pss = 0
-    count = 0
+    count = with_torch = 0
     for pid in os.listdir("/proc"):
         if not pid.isdigit():
             continue
@@ -231,9 +232,10 @@ def python_worker_memory() -> dict:
                 elif line.startswith("Pss:"):
                     pss += int(line.split()[1])
             count += 1
+            with_torch += b"libtorch_cpu" in Path(f"/proc/{pid}/maps").read_bytes()
         except OSError:
             continue
-    return {"processes": count, "rss_mib": rss / 1024, "pss_mib": pss / 1024}
+    return {"processes": count, "rss_mib": rss / 1024, "pss_mib": pss / 1024, "with_torch": with_torch}
 
 
 def run_spark(method: str, key: str, n: int, repeats: int, workdir: Path, precision: str,

@@ -9,8 +9,10 @@ import numpy as np
 import pytest
 import torch
 
-from irbis.kernels.engines import ENGINES, Engine, EngineError, auto_order
-from irbis.kernels.inference import clear_cache, make_torch_predict_fn, resolve_source
+from irbis.kernels.engines import ENGINES, Engine, EngineError, InputShapeError, auto_order
+from irbis.kernels.engines.export import export_onnx
+from irbis.kernels.engines.exported import ExportedNetwork
+from irbis.kernels.inference import clear_cache, load_network, make_torch_predict_fn, resolve_source
 from irbis.models import ModelRepository, build_model
 
 EXPORTED = [name for name in ("onnxruntime", "openvino") if ENGINES[name].installed()]
@@ -98,6 +100,22 @@ def test_unknown_output_layer_lists_the_nearest_names(engine):
     with pytest.raises(ValueError, match=r"nearest names: \['_blocks.3'"):
         fn = make_torch_predict_fn(resolve_source("efficientnet_lite0"), engine=engine, output_layer="_block.3")
         fn(np.zeros((1, 3, 224, 224), np.float32))
+
+
+@pytest.mark.parametrize("engine", EXPORTED)
+def test_an_engine_refusing_a_batch_at_run_time_raises_input_shape_error(mlp_bundle, engine):
+    folder, _ = mlp_bundle
+    network = ExportedNetwork(lambda: load_network(resolve_source(str(folder))), "refusal", engine, None,
+                              "cpu", "fp32", 1)
+    network.runners[(63,)] = network._runner((64,))  # a real session whose graph takes 64 values per row
+    with pytest.raises(InputShapeError, match=rf"{engine} refused a batch of shape \[2, 63\]"):
+        network.predict(np.zeros((2, 63), np.float32), 8, None)
+
+
+def test_a_network_refusing_the_export_shape_raises_input_shape_error(mlp_bundle):
+    folder, _ = mlp_bundle
+    with pytest.raises(InputShapeError, match="mat1 and mat2"):
+        export_onnx(lambda: load_network(resolve_source(str(folder))), None, (63,), "refusal-63")
 
 
 def test_an_engine_that_is_not_installed_names_its_package():

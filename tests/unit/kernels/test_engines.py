@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -100,6 +103,23 @@ def test_unknown_output_layer_lists_the_nearest_names(engine):
     with pytest.raises(ValueError, match=r"nearest names: \['_blocks.3'"):
         fn = make_torch_predict_fn(resolve_source("efficientnet_lite0"), engine=engine, output_layer="_block.3")
         fn(np.zeros((1, 3, 224, 224), np.float32))
+
+
+@pytest.mark.parametrize("engine", EXPORTED)
+def test_a_process_that_finds_the_export_cached_runs_it_without_torch(mlp_bundle, engine, tmp_path):
+    """A Spark worker running an exported engine stays free of torch (~300 MiB per process)."""
+    folder, net = mlp_bundle
+    env = dict(os.environ, IRBIS_HOME=str(tmp_path))
+    x = np.random.default_rng(0).normal(size=(5, 64)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    code = (f"import sys, numpy as np; from irbis.kernels.inference import make_torch_predict_fn, set_threads; "
+            f"set_threads(1); fn = make_torch_predict_fn({{'kind': 'bundle', 'path': {str(folder)!r}}}, "
+            f"engine={engine!r}); np.save({str(tmp_path / 'y.npy')!r}, fn(np.load({str(tmp_path / 'x.npy')!r})));"
+            f"print('torch' in sys.modules)")
+    first, second = (subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                                    check=True).stdout.split()[-1] for _ in range(2))
+    assert (first, second) == ("True", "False")  # the first process exports, the next one finds the file
+    _close(np.load(tmp_path / "y.npy"), net(torch.from_numpy(x)).detach().numpy())
 
 
 @pytest.mark.parametrize("engine", EXPORTED)

@@ -222,25 +222,33 @@ def scorer(method: str, key: str, workdir: Path, precision: str, engine: str = "
 
 def spark_floor():
     """(a3): a pandas UDF over the image column that returns a constant per row (no network)."""
+    import warnings
+
     import pandas as pd
     from pyspark.sql.functions import pandas_udf
+    from pyspark.util import PythonEvalType
 
-    @pandas_udf("float")
-    def constant(images: pd.Series) -> pd.Series:
+    def constant(images):
         return pd.Series(np.zeros(len(images), np.float32))
 
-    return lambda df: df.withColumn("out", constant("image"))
+    with warnings.catch_warnings():  # the eval type is given, not inferred from type hints
+        warnings.simplefilter("ignore", UserWarning)
+        udf = pandas_udf(constant, "float", PythonEvalType.SQL_SCALAR_PANDAS_UDF)
+    return lambda df: df.withColumn("out", udf("image"))
 
 
 def python_worker_memory() -> dict:
-    """RSS and PSS (MiB) summed over this machine's PySpark Python worker processes, and how many of
-    them have loaded torch (mapped ``libtorch_cpu``): an exported engine's workers need not."""
+    """RSS and PSS (MiB) summed over this session's PySpark Python worker processes (the descendants
+    of this process: other Spark applications on the machine are left out), and how many of them have
+    loaded torch (mapped ``libtorch_cpu``): an exported engine's workers need not."""
     rss = pss = 0
     count = with_torch = 0
     for pid in os.listdir("/proc"):
         if not pid.isdigit():
             continue
         try:
+            if not _descends_from(int(pid), os.getpid()):
+                continue
             cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
             if b"pyspark.daemon" not in cmd and b"pyspark.worker" not in cmd:
                 continue
@@ -254,6 +262,15 @@ def python_worker_memory() -> dict:
         except OSError:
             continue
     return {"processes": count, "rss_mib": rss / 1024, "pss_mib": pss / 1024, "with_torch": with_torch}
+
+
+def _descends_from(pid: int, ancestor: int) -> bool:
+    while pid > 1:
+        if pid == ancestor:
+            return True
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        pid = int(stat.rsplit(")", 1)[1].split()[1])  # the parent's id, after the command name
+    return False
 
 
 def run_spark(method: str, key: str, n: int, repeats: int, workdir: Path, precision: str,

@@ -6,6 +6,9 @@ For each network (pretrained EfficientNet-Lite0, ResNet-50) and 224x224x3 float 
   (a1) plain ONNX Runtime loop (the network exported by torch.export's ONNX exporter), 2 threads, fp32
   (a2) plain, best engine on this machine: the fastest of eager channels-last PyTorch, ONNX Runtime
        and OpenVINO in plain loops, as 1 process x 2 threads and as 2 processes x 1 thread, fp32
+  (a3) Spark data movement alone, local[2]: the same DataFrame through a pandas UDF that returns a
+       constant (parquet read, list<float> to Arrow, Arrow to the Python workers and back): the floor
+       that any Spark stage pays, so the gap between (a2) and (b) splits into Spark's share and Irbis's
   (b) irbis TorchModel on Spark local[2]: engine auto/torch/onnxruntime/openvino at fp32, and the
       reduced precisions (bf16, int8)
   (c) pyspark.ml.functions.predict_batch_udf on Spark local[2], fp32          -- PySpark's own way
@@ -15,7 +18,8 @@ Every Spark method runs in a fresh process with its own Spark session (so model 
 memory do not leak between methods): a cold job first (starts the Python workers, loads the network),
 then timed jobs that read parquet, score, and write to the ``noop`` sink. After the timed jobs the
 resident memory of the Python workers is read from /proc (RSS, and PSS, which splits shared pages
-fairly between the processes that map them).
+fairly between the processes that map them), with how many of them loaded torch (an exported engine's
+workers need not, once the export is in the machine's cache).
 
 The precision check scores real photographs (the scikit-image / scikit-learn photos, each in 24
 random crops and flips) at fp32 and at each reduced precision and reports top-1 agreement.
@@ -191,6 +195,8 @@ def scorer(method: str, key: str, workdir: Path, precision: str, engine: str = "
         stage = ONNXModel(modelPath=onnx_file(key, workdir), inputCol="image", outputCol="out",
                           inputShape=[3, 224, 224], outputType="array")
         return stage.transform
+    if method == "spark_floor":
+        return spark_floor()
     from pyspark.ml.functions import predict_batch_udf
     from pyspark.sql.types import ArrayType, FloatType
 
@@ -214,14 +220,35 @@ def scorer(method: str, key: str, workdir: Path, precision: str, engine: str = "
     return lambda df: df.withColumn("out", udf("image"))
 
 
+def spark_floor():
+    """(a3): a pandas UDF over the image column that returns a constant per row (no network)."""
+    import warnings
+
+    import pandas as pd
+    from pyspark.sql.functions import pandas_udf
+    from pyspark.util import PythonEvalType
+
+    def constant(images):
+        return pd.Series(np.zeros(len(images), np.float32))
+
+    with warnings.catch_warnings():  # the eval type is given, not inferred from type hints
+        warnings.simplefilter("ignore", UserWarning)
+        udf = pandas_udf(constant, "float", PythonEvalType.SQL_SCALAR_PANDAS_UDF)
+    return lambda df: df.withColumn("out", udf("image"))
+
+
 def python_worker_memory() -> dict:
-    """RSS and PSS (MiB) summed over this machine's PySpark Python worker processes."""
+    """RSS and PSS (MiB) summed over this session's PySpark Python worker processes (the descendants
+    of this process: other Spark applications on the machine are left out), and how many of them have
+    loaded torch (mapped ``libtorch_cpu``): an exported engine's workers need not."""
     rss = pss = 0
-    count = 0
+    count = with_torch = 0
     for pid in os.listdir("/proc"):
         if not pid.isdigit():
             continue
         try:
+            if not _descends_from(int(pid), os.getpid()):
+                continue
             cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
             if b"pyspark.daemon" not in cmd and b"pyspark.worker" not in cmd:
                 continue
@@ -231,9 +258,19 @@ def python_worker_memory() -> dict:
                 elif line.startswith("Pss:"):
                     pss += int(line.split()[1])
             count += 1
+            with_torch += b"libtorch_cpu" in Path(f"/proc/{pid}/maps").read_bytes()
         except OSError:
             continue
-    return {"processes": count, "rss_mib": rss / 1024, "pss_mib": pss / 1024}
+    return {"processes": count, "rss_mib": rss / 1024, "pss_mib": pss / 1024, "with_torch": with_torch}
+
+
+def _descends_from(pid: int, ancestor: int) -> bool:
+    while pid > 1:
+        if pid == ancestor:
+            return True
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        pid = int(stat.rsplit(")", 1)[1].split()[1])  # the parent's id, after the command name
+    return False
 
 
 def run_spark(method: str, key: str, n: int, repeats: int, workdir: Path, precision: str,
@@ -321,6 +358,8 @@ METHODS = [  # label, kind, precision, engine
     ("(a) plain PyTorch eager NCHW, 1 proc x 2 threads, fp32", "plain", "fp32", ""),
     ("(a1) plain ONNX Runtime, 1 proc x 2 threads, fp32", "plain_engine", "fp32", "onnxruntime"),
     ("(a2) plain, best engine on this machine, fp32", "best_plain", "fp32", ""),
+    ("(a3) Spark data movement alone: same DataFrame through a pandas UDF that returns a constant",
+     "spark_floor", "fp32", ""),
     ("(b) irbis TorchModel, local[2], fp32, engine=auto", "torchmodel", "fp32", "auto"),
     ("(b) irbis TorchModel, local[2], fp32, engine=torch", "torchmodel", "fp32", "torch"),
     ("(b) irbis TorchModel, local[2], fp32, engine=onnxruntime", "torchmodel", "fp32", "onnxruntime"),
@@ -331,7 +370,8 @@ METHODS = [  # label, kind, precision, engine
     ("(c) PySpark predict_batch_udf, local[2], fp32", "predict_batch_udf", "fp32", ""),
     ("(d) irbis ONNXModel, local[2], fp32", "onnxmodel", "fp32", ""),
 ]
-PLAIN, BEST, PBU = METHODS[0][0], METHODS[2][0], METHODS[10][0]
+PLAIN, BEST = METHODS[0][0], METHODS[2][0]
+PBU = next(label for label, kind, _, _ in METHODS if kind == "predict_batch_udf")
 
 
 def main() -> None:
@@ -404,14 +444,15 @@ def table(model: str, n: int, rows: dict, agreement: dict | None) -> list[str]:
     plain, best, pbu = (rows[label]["images_per_s"] for label in (PLAIN, BEST, PBU))
     out = [f"## {model}  ({n} images per run)", "",
            "| method | images/s (median) | vs (a) plain NCHW | vs (a2) best plain | vs (c) predict_batch_udf | "
-           "cold job s | workers RSS MiB | workers PSS MiB |",
-           "|---|---|---|---|---|---|---|---|"]
+           "cold job s | workers RSS MiB | workers PSS MiB | workers with torch |",
+           "|---|---|---|---|---|---|---|---|---|"]
     for label, r in rows.items():
         mem = r.get("memory") or {}
         out.append(f"| {label} | {r['images_per_s']:.1f} | {r['images_per_s'] / plain:.2f}x | "
                    f"{r['images_per_s'] / best:.2f}x | {r['images_per_s'] / pbu:.2f}x | "
                    f"{r.get('cold', float('nan')):.1f} | "
-                   f"{mem.get('rss_mib', float('nan')):.0f} | {mem.get('pss_mib', float('nan')):.0f} |")
+                   f"{mem.get('rss_mib', float('nan')):.0f} | {mem.get('pss_mib', float('nan')):.0f} | "
+                   f"{mem.get('with_torch', '')} |")
     found = rows[BEST]
     out += ["", f"(a2) best plain: {found['choice']}; all layouts (img/s): "
                 + ", ".join(f"{k} {v:.1f}" for k, v in found["all"].items())]

@@ -20,7 +20,7 @@ import numpy as np
 
 from irbis.kernels.blocks import Images, Tensor
 
-__all__ = ["network_batch"]
+__all__ = ["network_batch", "refused_shape"]
 
 
 def network_batch(block: Any, column: str, input_shape: Sequence[int] | None = None) -> Tensor:
@@ -58,6 +58,19 @@ def network_batch(block: Any, column: str, input_shape: Sequence[int] | None = N
                 f"inputShape")
         values = values.reshape(len(values), *shape)
     return Tensor(values, block.valid)
+
+
+def refused_shape(stage: str, column: str, found: Sequence[int], expected: Sequence[int] | None,
+                  err: BaseException) -> ValueError:
+    """The error for rows that the network (any engine) refuses: the column, both shapes and the reason.
+
+    ``err`` is the engine's own error; its last line is kept (TorchScript puts the message last, after
+    its interpreter's traceback).
+    """
+    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+    return ValueError(f"{stage}: rows of column {column!r} have shape {list(found)}, which the network does "
+                      f"not accept (expected: {list(expected) if expected else 'the shape of its first layer'}; "
+                      f"set inputShape to reshape flat rows): {lines[-1] if lines else type(err).__name__}")
 
 
 def _images_chw(images: Images, column: str) -> Tensor:

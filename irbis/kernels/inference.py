@@ -20,6 +20,10 @@ Sources (plain dicts, so they cross the Params boundary as JSON):
 Weights are shared between the processes of one machine: after a network is prepared for inference
 (channels-last layout, reduced precision), its weights are written once to a cache file and every
 process memory-maps that file, so N Python workers hold one copy of the weights, not N.
+
+torch (and the model layer) are imported only on the paths that need them (the eager engine, and the
+export of a network): a worker that runs an exported network found in the machine's cache never loads
+torch, which saves its ~300 MiB of resident memory per Python worker.
 """
 
 from __future__ import annotations
@@ -27,21 +31,22 @@ from __future__ import annotations
 import difflib
 import hashlib
 import json
+import os
+import sys
 import threading
 from functools import partial
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
-import torch
-from torch import nn
 
 from irbis.kernels.engines import EngineError, candidates
 from irbis.kernels.engines.exported import Chain, ExportedNetwork, in_batches
-from irbis.models import CatalogueEntry, ModelRepository, build_model, default_cache_dir, safe_load_state_dict
-from irbis.models.catalogue import LEGACY_KEYS
-from irbis.models.module_files import build_from_reference, load_exported
-from irbis.models.fetch import atomic_path, file_lock
+
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
+    from irbis.models import ModelRepository
 
 BatchFn = Callable[[np.ndarray], np.ndarray]
 PRECISIONS = ("fp32", "bf16", "int8")
@@ -49,6 +54,7 @@ DEVICES = ("cpu", "cuda", "auto")
 
 _CACHE: dict[str, Any] = {}
 _CACHE_LOCK = threading.Lock()
+_THREADS: list[int] = []  # the task's cores, as set_threads last recorded them
 
 
 class _StopForward(Exception):
@@ -57,6 +63,8 @@ class _StopForward(Exception):
 
 def resolve_source(model_path: str, repository: ModelRepository | None = None) -> dict[str, Any]:
     """Describe ``model_path`` (a file, a bundle folder or a repository name) as a source dict."""
+    from irbis.models import ModelRepository
+
     path = Path(model_path)
     if path.is_dir():
         if not (path / "architecture.json").is_file():
@@ -93,6 +101,12 @@ def source_identity(source: dict[str, Any]) -> str:
 
 def load_network(source: dict[str, Any], allow_pickle: bool = False) -> nn.Module:
     """Load the network a source describes, in eval mode, on the CPU."""
+    import torch
+
+    from irbis.models import CatalogueEntry, ModelRepository, build_model, safe_load_state_dict
+    from irbis.models.catalogue import LEGACY_KEYS
+    from irbis.models.module_files import build_from_reference, load_exported
+
     kind = source["kind"]
     if kind == "repository":
         repo = ModelRepository()
@@ -125,6 +139,8 @@ def load_network(source: dict[str, Any], allow_pickle: bool = False) -> nn.Modul
 
 def resolve_device(device: str) -> torch.device:
     """``auto`` picks CUDA when present; ``cuda`` without a GPU is an error, not a silent fallback."""
+    import torch
+
     if device not in DEVICES:
         raise ValueError(f"device must be one of {DEVICES}, got {device!r}")
     if device == "auto":
@@ -144,6 +160,8 @@ def prepare_network(module: nn.Module, precision: str, device: torch.device) -> 
     (:func:`keep_ends_in_fp32`). ``int8`` quantises Linear (and
     LSTM/GRU) layers dynamically; convolutions stay in fp32, so it helps fully connected networks most.
     """
+    import torch
+
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
     if isinstance(module, torch.jit.ScriptModule):
@@ -152,7 +170,8 @@ def prepare_network(module: nn.Module, precision: str, device: torch.device) -> 
     if precision == "int8":
         if device.type != "cpu":
             raise ValueError("precision='int8' runs on the CPU only; use bf16 on a GPU")
-        module = torch.ao.quantization.quantize_dynamic(module, {nn.Linear, nn.LSTM, nn.GRU}, dtype=torch.qint8)
+        module = torch.ao.quantization.quantize_dynamic(module, {torch.nn.Linear, torch.nn.LSTM, torch.nn.GRU},
+                                                     dtype=torch.qint8)
     module = module.to(device)
     if any(p.dim() == 4 for p in module.parameters()):
         module = module.to(memory_format=torch.channels_last)
@@ -168,6 +187,8 @@ def keep_ends_in_fp32(module: nn.Module) -> None:
     first layer and the logits in the last one is where bf16 flips near-tied top-1 classes; both layers
     are a small part of the compute.
     """
+    import torch
+
     layers = [m for m in module.modules() if next(m.parameters(recurse=False), None) is not None]
     for layer in {id(m): m for m in (layers[:1] + layers[-1:])}.values():
         forward = layer.forward
@@ -187,6 +208,10 @@ def share_weights(module: nn.Module, key: str, cache_dir: Path | None = None) ->
     module tensor for tensor (names, dtypes, shapes, strides); a file that does not match (written by
     another preparation) is replaced.
     """
+    import torch
+
+    from irbis.models.fetch import atomic_path, default_cache_dir, file_lock
+
     if isinstance(module, torch.jit.ScriptModule):
         return module
     state = module.state_dict()
@@ -213,6 +238,8 @@ def _same_layout(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> bool
 
 def check_output_layer(module: nn.Module, layer: str | None) -> None:
     """Raise a clear error unless ``layer`` (None or empty: the output) is a module of the network."""
+    import torch
+
     if not layer:
         return
     if isinstance(module, torch.jit.ScriptModule):
@@ -276,7 +303,7 @@ def make_torch_predict_fn(
     >>> fn(np.zeros((2, 3, 224, 224), np.float32)).shape                                  # doctest: +SKIP
     (2, 1000)
     """
-    identity, threads = source_identity(source), torch.get_num_threads()
+    identity, threads = source_identity(source), task_threads()
 
     def cached(name: str) -> Callable[[], Any]:
         parts = [identity, device, precision, allow_pickle] + ([] if name == "torch" else [name, output_layer, threads])
@@ -314,11 +341,18 @@ class _Network:
         self.lock = threading.Lock()
 
     def predict(self, x: np.ndarray, batch_size: int, layer: str | None) -> np.ndarray:
+        import torch
+
         check_output_layer(self.module, layer)
+        set_threads(task_threads())
+        # torch warns on read-only (Arrow-backed) arrays: those are copied, others pass as they are
+        x = np.require(x, np.float32, ["C", "W"])
         with self.lock, torch.inference_mode():
             return in_batches(lambda b: self._run(b, layer), x, batch_size)
 
     def _run(self, x: np.ndarray, layer: str | None) -> np.ndarray:
+        import torch
+
         batch = torch.from_numpy(x).to(self.device)
         if batch.dim() == 4:
             batch = batch.contiguous(memory_format=torch.channels_last)
@@ -328,6 +362,8 @@ class _Network:
 
 
 def _load_for_export(source: dict[str, Any], allow_pickle: bool, layer: str | None) -> nn.Module:
+    import torch
+
     module = load_network(source, allow_pickle)
     check_output_layer(module, layer)
     if isinstance(module, torch.jit.ScriptModule):
@@ -337,6 +373,8 @@ def _load_for_export(source: dict[str, Any], allow_pickle: bool, layer: str | No
 
 
 def _engine_device(device: str) -> str:
+    if device == "cpu":  # no torch needed to tell
+        return "cpu"
     return "cuda" if resolve_device(device).type == "cuda" else "cpu"
 
 
@@ -347,9 +385,28 @@ def cached_networks() -> list[nn.Module]:
 
 
 def set_threads(num_threads: int | None) -> None:
-    """Give torch the cores the task owns (Spark gives each task ``spark.task.cpus``)."""
-    if num_threads and num_threads > 0 and torch.get_num_threads() != num_threads:
+    """Record the cores the task owns (Spark gives each task ``spark.task.cpus``) for every engine.
+
+    Exported engines read them from :func:`task_threads`; torch gets them at once when it is loaded
+    (and when an eager network runs), but is not imported for this.
+    """
+    if not num_threads or num_threads <= 0:
+        return
+    _THREADS[:] = [num_threads]
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.get_num_threads() != num_threads:
         torch.set_num_threads(num_threads)
+
+
+def task_threads() -> int:
+    """The intra-op threads of a network here: the task's cores when recorded, else what torch would use
+    (``OMP_NUM_THREADS``, which PySpark sets to the task's cores in its workers, or every core)."""
+    if _THREADS:
+        return _THREADS[0]
+    if "torch" in sys.modules:
+        return sys.modules["torch"].get_num_threads()
+    env = os.environ.get("OMP_NUM_THREADS", "")
+    return int(env) if env.isdigit() and int(env) > 0 else len(os.sched_getaffinity(0))
 
 
 def clear_cache() -> None:

@@ -189,7 +189,7 @@ class _OpenVinoSession:
 def _graph_file(path: str, names: tuple[str, ...], key: tuple) -> str:
     import hashlib
 
-    from irbis.kernels.engines.export import onnx_path
+    from irbis.kernels.engines import onnx_path
     from irbis.models.fetch import atomic_path, file_lock
 
     digest = hashlib.sha256(repr(key[:2]).encode()).hexdigest()[:24]

@@ -186,7 +186,7 @@ class ImageFeaturizer(ImageFeaturizerNames, IrbisTransformer, _ColumnSetters, Ha
 
     def _make_batch_fn(self) -> BatchFn:
         from irbis.kernels.inference import make_torch_predict_fn, resolve_source
-        from irbis.ml.torch_model import with_task_threads
+        from irbis.spark.resources import with_task_threads
 
         preprocessing = get_entry(self.getModel()).preprocessing
         source = resolve_source(self.getOrDefault(self.modelPath) or self.getModel())

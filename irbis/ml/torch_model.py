@@ -6,9 +6,8 @@ import json
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
-import numpy as np
 import torch
 from pyspark import keyword_only
 from pyspark.ml.linalg import VectorUDT
@@ -16,8 +15,9 @@ from pyspark.ml.param import Param, Params, TypeConverters
 from pyspark.sql.types import ArrayType, DataType, FloatType, NumericType, StructType
 from torch import nn
 
-from irbis.kernels.batching import network_batch
+from irbis.kernels.batching import network_batch, refused_shape
 from irbis.kernels.blocks import BatchFn, Tensor, flat_rows
+from irbis.kernels.engines import EngineError
 from irbis.kernels.inference import make_torch_predict_fn, resolve_source
 from irbis.ml.base import IrbisModel
 from irbis.ml.params import (
@@ -35,6 +35,7 @@ from irbis.ml.params import (
 from irbis.models import CatalogueEntry, default_cache_dir, sha256_file
 from irbis.models.module_files import write_module
 from irbis.spark.files import localize, ship_file
+from irbis.spark.resources import with_task_threads
 
 IMAGE_FIELDS = ("height", "width", "nChannels", "data")
 
@@ -183,13 +184,15 @@ class TorchModel(_NetworkStageParams, HasPrecision, HasEngine, IrbisModel):
         return [self.getInputCol()]
 
     def _make_batch_fn(self) -> BatchFn:
+        # The function runs in the Python workers: it refers to nothing of this module (whose import
+        # loads torch), so a worker running an exported engine does not import torch.
         self._validate_network_params()
         source = resolve_source(self.getModelPath())
         shipped = ship_file(source["path"]) if "path" in source else None
         shape = self.getOrDefault(self.inputShape) if self.isDefined(self.inputShape) else None
         if shape is None and source["kind"] == "repository":
             shape = list(CatalogueEntry.from_dict(source["entry"]).input_shape) or None
-        col, out_col = self.getInputCol(), self.getOutputCol()
+        col, out_col, stage = self.getInputCol(), self.getOutputCol(), type(self).__name__
         options = dict(output_layer=self.getOutputLayer() or None, batch_size=self.getMiniBatchSize(),
                        device=self.getDevice(), precision=self.getPrecision(),
                        allow_pickle=self.getOrDefault(self.allowPickle), engine=self.getEngine())
@@ -198,15 +201,12 @@ class TorchModel(_NetworkStageParams, HasPrecision, HasEngine, IrbisModel):
             src = dict(source, path=localize(source["path"], shipped)) if shipped else source
             predict = make_torch_predict_fn(src, **options)
             batch = network_batch(blocks[col], col, shape)
-            # torch warns on read-only (Arrow-backed) arrays: those are copied, others pass as they are
-            values = np.require(batch.values, np.float32, ["C", "W"])
             try:
-                out = predict(values) if len(values) else None
-            except RuntimeError as err:
-                raise ValueError(f"TorchModel: rows of column {col!r} have shape {list(batch.values.shape[1:])}, "
-                                 f"which the network does not accept (expected: "
-                                 f"{shape or 'the shape of its first layer'}; set inputShape to reshape flat "
-                                 f"rows): {_last_line(err)}") from err
+                out = predict(batch.values) if len(batch.values) else None
+            except EngineError:
+                raise
+            except RuntimeError as err:  # the eager network's error, or InputShapeError of another engine
+                raise refused_shape(stage, col, batch.values.shape[1:], shape, err) from err
             return {out_col: Tensor(flat_rows(out), batch.valid)}
 
         return with_task_threads(run)
@@ -238,25 +238,3 @@ def recorded_input_shape(module: nn.Module) -> list[int] | None:
     if layers and isinstance(layers[0], nn.Flatten):
         layers = layers[1:]
     return [layers[0].in_features] if layers and isinstance(layers[0], nn.Linear) else None
-
-
-def _last_line(err: BaseException) -> str:
-    """The engine's own message (TorchScript puts it last, after its interpreter's traceback)."""
-    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
-    return lines[-1] if lines else type(err).__name__
-
-
-def with_task_threads(fn: Callable[[Any], Any]) -> Callable[[Any], Any]:
-    """Run ``fn`` with torch using the cores the Spark task owns (``spark.task.cpus``)."""
-
-    def run(frame: Any) -> Any:
-        from pyspark import TaskContext
-
-        from irbis.kernels.inference import set_threads
-
-        context = TaskContext.get()
-        if context is not None:
-            set_threads(context.cpus())
-        return fn(frame)
-
-    return run

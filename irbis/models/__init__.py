@@ -1,40 +1,37 @@
 """Pure model layer: architectures, the model catalogue and registry, preprocessing and the repository.
 
-Imports torch (and cv2 for preprocessing), never pyspark.
+Imports torch (and cv2 for preprocessing), never pyspark. The names below are imported on first use
+(PEP 562), so a process that needs only the file helpers (:mod:`irbis.models.fetch`: the cache folder,
+locks, checksums), such as a Spark worker running an exported network, does not load torch.
 """
 
-from irbis.models.architectures import ARCHITECTURES, build_model, layer_output_shapes, module_names
-from irbis.models.catalogue import CatalogueEntry, read_catalogue
-from irbis.models.fetch import ChecksumMismatchError, default_cache_dir
-from irbis.models.preprocess import Preprocessing, preprocess_rgb
-from irbis.models.registry import (
-    MODELS,
-    get_entry,
-    register_catalogue,
-    register_model,
-    unregister_model,
-)
-from irbis.models.repository import ModelRepository
-from irbis.models.weights import UnsafeModelFileError, safe_load_state_dict, sha256_file
+from __future__ import annotations
 
-__all__ = [
-    "ARCHITECTURES",
-    "MODELS",
-    "CatalogueEntry",
-    "ChecksumMismatchError",
-    "ModelRepository",
-    "Preprocessing",
-    "UnsafeModelFileError",
-    "build_model",
-    "default_cache_dir",
-    "get_entry",
-    "layer_output_shapes",
-    "module_names",
-    "preprocess_rgb",
-    "read_catalogue",
-    "register_catalogue",
-    "register_model",
-    "safe_load_state_dict",
-    "sha256_file",
-    "unregister_model",
-]
+import importlib
+from typing import Any
+
+_SOURCES = {
+    "ARCHITECTURES": "architectures", "build_model": "architectures", "layer_output_shapes": "architectures",
+    "module_names": "architectures",
+    "CatalogueEntry": "catalogue", "read_catalogue": "catalogue",
+    "ChecksumMismatchError": "fetch", "default_cache_dir": "fetch",
+    "Preprocessing": "preprocess", "preprocess_rgb": "preprocess",
+    "MODELS": "registry", "get_entry": "registry", "register_catalogue": "registry", "register_model": "registry",
+    "unregister_model": "registry",
+    "ModelRepository": "repository",
+    "UnsafeModelFileError": "weights", "safe_load_state_dict": "weights", "sha256_file": "weights",
+}
+
+__all__ = sorted(_SOURCES)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _SOURCES:
+        raise AttributeError(f"module 'irbis.models' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"irbis.models.{_SOURCES[name]}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_SOURCES))

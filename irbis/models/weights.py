@@ -2,7 +2,8 @@
 
 Pickles can run arbitrary code, so ``torch.load`` runs with ``weights_only=True`` unless the caller opts
 in with ``allow_pickle=True``. Zip-format torch files are memory-mapped (``mmap=True``): the tensors'
-pages come from the page cache and are shared by every process that maps the same file.
+pages come from the page cache and are shared by every process that maps the same file. torch is
+imported when a file is loaded, so the checksum helpers serve processes that never load torch.
 """
 
 from __future__ import annotations
@@ -13,9 +14,10 @@ import pickle
 import zipfile
 from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import torch
-from torch import nn
+if TYPE_CHECKING:
+    import torch
 
 _SAFETENSORS_SUFFIXES = (".safetensors", ".st")
 
@@ -63,6 +65,8 @@ def safe_load_state_dict(path: str | os.PathLike[str], allow_pickle: bool = Fals
     UnsafeModelFileError
         The file holds objects that ``weights_only`` refuses and ``allow_pickle`` is False.
     """
+    import torch
+
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"weight file not found: {path}")
@@ -84,7 +88,9 @@ def safe_load_state_dict(path: str | os.PathLike[str], allow_pickle: bool = Fals
 
 
 def _as_state_dict(obj: object, path: Path) -> dict[str, torch.Tensor]:
-    if isinstance(obj, nn.Module):
+    import torch
+
+    if isinstance(obj, torch.nn.Module):
         return dict(obj.state_dict())
     if isinstance(obj, Mapping) and isinstance(obj.get("state_dict"), Mapping):
         obj = obj["state_dict"]

@@ -11,6 +11,7 @@ import pytest
 import torch
 from pyspark.ml import Pipeline, PipelineModel
 from pyspark.ml.linalg import Vectors, VectorUDT
+from pyspark.errors import PythonException
 from pyspark.sql.types import IntegerType, StructField, StructType
 from skimage import data as skdata
 
@@ -66,6 +67,19 @@ def test_torch_model_engines_equal_eager_at_inner_layers_and_persist(spark, digi
     got_h = np.stack([out[i].h.toArray() for i in range(len(digits))])
     np.testing.assert_allclose(got_y, final, rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(got_h, seen[0].numpy(), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("engine", ["torch"] + EXPORTED)
+def test_rows_the_network_refuses_name_column_and_shapes_on_every_engine(spark, digits, engine):
+    """LeNet takes 1x8x8 digits; rows reshaped to 4x4x4 have the right count but 4 channels."""
+    net = build_model("lenet_digits").eval()
+    df = spark.createDataFrame([(i, x.tolist()) for i, x in enumerate(digits[:4])], "id int, x array<float>")
+    stage = TorchModel.from_module(net, architecture="lenet_digits", inputCol="x", outputCol="y",
+                                   inputShape=[4, 4, 4], engine=engine)
+    with pytest.raises(PythonException, match=r"TorchModel: rows of column 'x' have shape \[4, 4, 4\], "
+                                              r"which the network does not accept.*channels"):
+        stage.transform(df).collect()
 
 
 @pytest.mark.parametrize("engine", EXPORTED)

@@ -21,6 +21,7 @@ import importlib
 import importlib.util
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -33,6 +34,20 @@ ENGINE_NAMES = ("auto", "torch", "onnxruntime", "openvino")
 
 class EngineError(RuntimeError):
     """An engine cannot run a network (an unsupported operator, a failed export or compilation)."""
+
+
+class InputShapeError(RuntimeError):
+    """The network refuses a batch of this shape (raised by every engine, at export or at run time).
+
+    Not an :class:`EngineError`: another engine would refuse the same rows, so ``auto`` does not try one.
+    """
+
+
+def onnx_path(key: str, cache_dir: Path | None = None) -> Path:
+    """Where the ONNX export of ``key`` lives: the folder of the prepared weights, shared by the machine."""
+    from irbis.models.fetch import default_cache_dir
+
+    return (cache_dir or default_cache_dir()) / "prepared" / f"{key}.onnx"
 
 
 @dataclass(frozen=True)

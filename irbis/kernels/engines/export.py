@@ -18,8 +18,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from irbis.kernels.engines import EngineError
-from irbis.models.fetch import atomic_path, default_cache_dir, file_lock
+from irbis.kernels.engines import EngineError, InputShapeError, onnx_path
+from irbis.models.fetch import atomic_path, file_lock
 
 
 class CutNetwork(nn.Module):
@@ -46,18 +46,14 @@ class CutNetwork(nn.Module):
         return seen[0]
 
 
-def onnx_path(key: str, cache_dir: Path | None = None) -> Path:
-    """Where the export of ``key`` lives, beside the prepared weights."""
-    return (cache_dir or default_cache_dir()) / "prepared" / f"{key}.onnx"
-
-
 def export_onnx(load: Any, layer: str | None, input_shape: tuple[int, ...], key: str,
                 cache_dir: Path | None = None) -> Path:
     """The ONNX file of ``load()`` (a callable returning the eager network) cut at ``layer``.
 
     ``load`` is called only when the file does not exist yet, so workers that find it skip loading
     the eager network. A network the exporter cannot capture raises :class:`EngineError` with the
-    exporter's reason (which names the unsupported operator).
+    exporter's reason (which names the unsupported operator); a network that refuses rows of
+    ``input_shape`` when run eagerly raises :class:`InputShapeError` instead (no engine would take them).
     """
     path = onnx_path(key, cache_dir)
     with file_lock(path.parent / ".locks" / f"{key}.lock"):
@@ -65,6 +61,11 @@ def export_onnx(load: Any, layer: str | None, input_shape: tuple[int, ...], key:
             return path
         network = CutNetwork(load(), layer).eval()
         example = torch.zeros(2, *input_shape)
+        try:
+            with torch.no_grad():
+                network(example)
+        except RuntimeError as err:
+            raise InputShapeError(_first_line(err)) from err
         try:
             with torch.no_grad(), warnings.catch_warnings(), _quiet():
                 warnings.simplefilter("ignore")

@@ -1,7 +1,9 @@
 """A network run by an exported engine, and the chain of engines ``auto`` tries in order.
 
 Both are entries of the per-process network cache of :mod:`irbis.kernels.inference`, beside its eager
-networks; they share its mini-batch loop (:func:`in_batches`).
+networks; they share its mini-batch loop (:func:`in_batches`). Nothing here imports torch: a worker
+that finds the export of its network in the machine's cache runs it without loading torch (the eager
+network is loaded, and torch imported, only to write that file).
 """
 
 from __future__ import annotations
@@ -12,13 +14,14 @@ import json
 import logging
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from torch import nn
 
-from irbis.kernels.engines import ENGINES, EngineError, Runner
-from irbis.kernels.engines.export import export_onnx
+from irbis.kernels.engines import ENGINES, EngineError, InputShapeError, Runner, onnx_path
+
+if TYPE_CHECKING:
+    from torch import nn
 
 _LOG = logging.getLogger("irbis.inference")
 
@@ -76,13 +79,24 @@ class ExportedNetwork:
         self.lock = threading.Lock()
 
     def predict(self, x: np.ndarray, batch_size: int, layer: str | None) -> np.ndarray:
+        """The outputs for ``x``; an engine refusing a batch at run time raises :class:`InputShapeError`."""
         with self.lock:
-            return in_batches(self._runner(tuple(x.shape[1:])), x, batch_size)
+            runner = self._runner(tuple(x.shape[1:]))
+            try:
+                return in_batches(runner, x, batch_size)
+            except Exception as err:  # noqa: BLE001 - each engine raises its own types (ORT: not RuntimeError)
+                lines = str(err).strip().splitlines() or [type(err).__name__]
+                raise InputShapeError(f"{self.engine} refused a batch of shape {list(x.shape)}: "
+                                      f"{lines[0][:500]}") from err
 
     def _runner(self, shape: tuple[int, ...]) -> Runner:
         if shape not in self.runners:
             key = hashlib.sha256(json.dumps([self.identity, self.layer or "", shape]).encode()).hexdigest()[:24]
-            path = export_onnx(self.load, self.layer, shape, key)
+            path = onnx_path(key)
+            if not path.exists():  # written atomically, so an existing file is whole
+                from irbis.kernels.engines.export import export_onnx
+
+                path = export_onnx(self.load, self.layer, shape, key)
             self.runners[shape] = ENGINES[self.engine].load(str(path), threads=self.threads, device=self.device,
                                                             precision=self.precision)
         return self.runners[shape]

@@ -4,13 +4,18 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 import torch
 
-from irbis.kernels.engines import ENGINES, Engine, EngineError, auto_order
-from irbis.kernels.inference import clear_cache, make_torch_predict_fn, resolve_source
+from irbis.kernels.engines import ENGINES, Engine, EngineError, InputShapeError, auto_order
+from irbis.kernels.engines.export import export_onnx
+from irbis.kernels.engines.exported import ExportedNetwork
+from irbis.kernels.inference import clear_cache, load_network, make_torch_predict_fn, resolve_source
 from irbis.models import ModelRepository, build_model
 
 EXPORTED = [name for name in ("onnxruntime", "openvino") if ENGINES[name].installed()]
@@ -98,6 +103,39 @@ def test_unknown_output_layer_lists_the_nearest_names(engine):
     with pytest.raises(ValueError, match=r"nearest names: \['_blocks.3'"):
         fn = make_torch_predict_fn(resolve_source("efficientnet_lite0"), engine=engine, output_layer="_block.3")
         fn(np.zeros((1, 3, 224, 224), np.float32))
+
+
+@pytest.mark.parametrize("engine", EXPORTED)
+def test_a_process_that_finds_the_export_cached_runs_it_without_torch(mlp_bundle, engine, tmp_path):
+    """A Spark worker running an exported engine stays free of torch (~300 MiB per process)."""
+    folder, net = mlp_bundle
+    env = dict(os.environ, IRBIS_HOME=str(tmp_path))
+    x = np.random.default_rng(0).normal(size=(5, 64)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    code = (f"import sys, numpy as np; from irbis.kernels.inference import make_torch_predict_fn, set_threads; "
+            f"set_threads(1); fn = make_torch_predict_fn({{'kind': 'bundle', 'path': {str(folder)!r}}}, "
+            f"engine={engine!r}); np.save({str(tmp_path / 'y.npy')!r}, fn(np.load({str(tmp_path / 'x.npy')!r})));"
+            f"print('torch' in sys.modules)")
+    first, second = (subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                                    check=True).stdout.split()[-1] for _ in range(2))
+    assert (first, second) == ("True", "False")  # the first process exports, the next one finds the file
+    _close(np.load(tmp_path / "y.npy"), net(torch.from_numpy(x)).detach().numpy())
+
+
+@pytest.mark.parametrize("engine", EXPORTED)
+def test_an_engine_refusing_a_batch_at_run_time_raises_input_shape_error(mlp_bundle, engine):
+    folder, _ = mlp_bundle
+    network = ExportedNetwork(lambda: load_network(resolve_source(str(folder))), "refusal", engine, None,
+                              "cpu", "fp32", 1)
+    network.runners[(63,)] = network._runner((64,))  # a real session whose graph takes 64 values per row
+    with pytest.raises(InputShapeError, match=rf"{engine} refused a batch of shape \[2, 63\]"):
+        network.predict(np.zeros((2, 63), np.float32), 8, None)
+
+
+def test_a_network_refusing_the_export_shape_raises_input_shape_error(mlp_bundle):
+    folder, _ = mlp_bundle
+    with pytest.raises(InputShapeError, match="mat1 and mat2"):
+        export_onnx(lambda: load_network(resolve_source(str(folder))), None, (63,), "refusal-63")
 
 
 def test_an_engine_that_is_not_installed_names_its_package():

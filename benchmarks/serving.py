@@ -107,11 +107,11 @@ def plain_app(path: str, outputs: list[str]):
     return Starlette(routes=[Route("/predict", predict, methods=["POST"])])
 
 
-def start_server(kind: str, path: Path, port: int) -> subprocess.Popen:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "2")}
+def start_server(kind: str, path: Path, port: int, workers: int = 1) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
     if kind == "irbis":
         cmd = [sys.executable, "-m", "irbis.cli", "serve", str(path), "--port", str(port),
-               "--outputs", "probability,prediction"]
+               "--outputs", "probability,prediction", "--workers", str(workers)]
     else:
         cmd = [sys.executable, __file__, "--plain-server", str(path), "--port", str(port)]
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -198,6 +198,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=10.0, help="load time per row")
     parser.add_argument("--images", type=int, default=16)
+    parser.add_argument("--workers", type=int, default=1, help="irbis serve --workers")
     parser.add_argument("--quick", action="store_true", help="a short check: 1 and 16 clients, 2 s each")
     parser.add_argument("--plain-server", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
@@ -211,7 +212,7 @@ def main() -> None:
     clients = [1, 16] if args.quick else [1, 16, 128]
     seconds = 2.0 if args.quick else args.seconds
     lines = [f"serving benchmark: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
-             f"python {platform.python_version()}, {seconds:g} s per row"]
+             f"python {platform.python_version()}, {seconds:g} s per row, irbis serve --workers {args.workers}"]
     with tempfile.TemporaryDirectory(prefix="bench-serving-") as tmp:
         folder = Path(tmp)
         pipelines = build_pipelines(folder, 4 if args.quick else args.images)
@@ -224,7 +225,7 @@ def main() -> None:
             bodies = request_bodies(name, folder)
             for kind in ("irbis", "plain"):
                 port = _free_port()
-                proc = start_server(kind, path, port)
+                proc = start_server(kind, path, port, args.workers)
                 try:
                     for c in clients:
                         r = run_load(f"http://127.0.0.1:{port}", bodies, c, seconds)

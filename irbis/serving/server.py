@@ -59,7 +59,9 @@ def serve(pipeline: Any, host: str = "127.0.0.1", port: int = 8080, workers: int
     host, port : str, int
         Where to listen; loopback unless ``host`` says otherwise.
     workers : int
-        Server processes (each loads the pipeline).
+        Server processes, each loading the pipeline (default 1: one process batches best, and its
+        network uses every core). With more, each network gets ``cores // workers`` threads unless
+        ``OMP_NUM_THREADS`` says otherwise; more than one helps a cheap tabular pipeline under load.
     outputs : list of str, optional
         Output columns to return (default: every column the pipeline writes).
     token : str, optional
@@ -83,6 +85,7 @@ def serve(pipeline: Any, host: str = "127.0.0.1", port: int = 8080, workers: int
         uvicorn.run(app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=GRACE_S)
         return
     load_predictor(path, outputs, spark)  # refuse a pipeline without kernels before forking
+    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // workers)))
     os.environ[_CONFIG_ENV] = json.dumps({"pipeline": path, "outputs": list(outputs or []), "spark": spark,
                                           "options": asdict(options)})
     uvicorn.run("irbis.serving.server:app_from_env", factory=True, host=host, port=port, workers=workers,

@@ -11,6 +11,7 @@ and the event loop is never held by a decode.
 from __future__ import annotations
 
 import asyncio
+import gc
 import hmac
 import os
 import time
@@ -187,6 +188,7 @@ def make_app(predictor: Any, options: ServeOptions | None = None) -> Starlette:
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         await batcher.start()
+        gc.freeze()  # the loaded pipeline's objects leave the collector's scans for good
         yield
         await batcher.stop()
         if decoders is not None:

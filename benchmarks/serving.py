@@ -13,12 +13,12 @@ Each is served two ways, each in its own server process on loopback:
 
 The load comes from separate processes pinned to the last core (``benchmarks/loadgen.py``: raw
 keep-alive HTTP/1.1 sockets, pre-encoded requests), keeping C requests in flight for a fixed time, C
-in 1, 16, 128; its own ceiling, against a server that answers at once, is printed first. Reported: p50 and p99 latency (ms) and requests/s. For the image
-pipeline the network's own time for one image (the compiled pipeline called in-process on one
-decoded image, median) is printed beside it.
+in 1, 16, 128; its own ceiling, against a server that answers at once, is printed first. Reported:
+p50 and p99 latency (ms) and requests/s. For the image pipeline the network's own time for one image
+(the compiled pipeline called in-process on one decoded image, median) is printed beside it.
 
-Usage: ``python benchmarks/serving.py [--seconds 10] [--quick]``; results are printed and written to
-``benchmarks/results/serving.txt``.
+Usage: ``python benchmarks/serving.py [--seconds 10] [--quick] [--workers N]``; results are printed
+and written to ``benchmarks/results/serving.txt``.
 """
 from __future__ import annotations
 
@@ -199,7 +199,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=10.0, help="load time per row")
     parser.add_argument("--images", type=int, default=16)
     parser.add_argument("--workers", type=int, default=1, help="irbis serve --workers")
-    parser.add_argument("--quick", action="store_true", help="a short check: 1 and 16 clients, 2 s each")
+    parser.add_argument("--quick", action="store_true", help="a short check: 1 and 128 clients, 2 s each")
     parser.add_argument("--plain-server", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -209,7 +209,7 @@ def main() -> None:
         uvicorn.run(plain_app(args.plain_server, ["probability", "prediction"]), host="127.0.0.1",
                     port=args.port, log_level="warning")
         return
-    clients = [1, 16] if args.quick else [1, 16, 128]
+    clients = [1, 128] if args.quick else [1, 16, 128]
     seconds = 2.0 if args.quick else args.seconds
     lines = [f"serving benchmark: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
              f"python {platform.python_version()}, {seconds:g} s per row, irbis serve --workers {args.workers}"]

@@ -11,18 +11,18 @@ Each is served two ways, each in its own server process on loopback:
   plain     a straightforward Starlette endpoint calling the same compiled pipeline once per request
             (no queue, no batching): what one writes by hand
 
-The load comes from a separate process: an asyncio client (httpx) keeping C requests in flight for
-a fixed time, C in 1, 16, 128. Reported: p50 and p99 latency (ms) and requests/s. For the image
-pipeline the network's own time for one image (the compiled pipeline called in-process on one
-decoded image, median) is printed beside it.
+The load comes from separate processes pinned to the last core (``benchmarks/loadgen.py``: raw
+keep-alive HTTP/1.1 sockets, pre-encoded requests), keeping C requests in flight for a fixed time, C
+in 1, 16, 128; its own ceiling, against a server that answers at once, is printed first. Reported:
+p50 and p99 latency (ms) and requests/s. For the image pipeline the network's own time for one image
+(the compiled pipeline called in-process on one decoded image, median) is printed beside it.
 
-Usage: ``python benchmarks/serving.py [--seconds 10] [--quick]``; results are printed and written to
-``benchmarks/results/serving.txt``.
+Usage: ``python benchmarks/serving.py [--seconds 10] [--quick] [--workers N]``; results are printed
+and written to ``benchmarks/results/serving.txt``.
 """
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 import platform
@@ -107,11 +107,11 @@ def plain_app(path: str, outputs: list[str]):
     return Starlette(routes=[Route("/predict", predict, methods=["POST"])])
 
 
-def start_server(kind: str, path: Path, port: int) -> subprocess.Popen:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "2")}
+def start_server(kind: str, path: Path, port: int, workers: int = 1) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
     if kind == "irbis":
         cmd = [sys.executable, "-m", "irbis.cli", "serve", str(path), "--port", str(port),
-               "--outputs", "probability,prediction"]
+               "--outputs", "probability,prediction", "--workers", str(workers)]
     else:
         cmd = [sys.executable, __file__, "--plain-server", str(path), "--port", str(port)]
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -133,42 +133,41 @@ def _wait_up(url: str, proc: subprocess.Popen) -> None:
     raise RuntimeError(f"{url} did not come up")
 
 
-# -- load generator (a separate process) --------------------------------------------------------------
-async def _load(url: str, bodies: list[tuple[bytes, str]], clients: int, seconds: float) -> dict:
-    import httpx
+# -- load generator (benchmarks/loadgen.py: raw keep-alive sockets, separate processes) ----------------
+def run_load(url: str, bodies: list[tuple[bytes, str]], clients: int, seconds: float) -> dict:
+    """C requests in flight from one process (two past 16 clients), pinned to the last core."""
+    from loadgen import run
 
-    latencies: list[float] = []
-    errors = 0
-    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
-    async with httpx.AsyncClient(limits=limits, timeout=60) as client:
-        for body, ctype in bodies[:2]:  # warm-up
-            await client.post(f"{url}/predict", content=body, headers={"content-type": ctype})
-        stop = time.perf_counter() + seconds
-
-        async def worker(k: int) -> None:
-            nonlocal errors
-            i = k
-            while time.perf_counter() < stop:
-                body, ctype = bodies[i % len(bodies)]
-                start = time.perf_counter()
-                response = await client.post(f"{url}/predict", content=body, headers={"content-type": ctype})
-                latencies.append(time.perf_counter() - start)
-                errors += response.status_code != 200
-                i += clients
-
-        began = time.perf_counter()
-        await asyncio.gather(*[worker(k) for k in range(clients)])
-        wall = time.perf_counter() - began
-    ms = np.array(latencies) * 1000
-    return {"p50": float(np.percentile(ms, 50)), "p99": float(np.percentile(ms, 99)),
-            "rps": len(ms) / wall, "requests": len(ms), "errors": errors}
+    return run(url, bodies, clients, seconds, procs=1 if clients <= 16 else 2, cores=[os.cpu_count() - 1])
 
 
-def run_load(url: str, bodies_file: Path, clients: int, seconds: float) -> dict:
-    out = subprocess.run([sys.executable, __file__, "--load", url, "--bodies", str(bodies_file),
-                          "--clients", str(clients), "--seconds", str(seconds)],
-                         capture_output=True, text=True, check=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
-    return json.loads(out.stdout.strip().splitlines()[-1])
+def load_ceiling(seconds: float) -> str:
+    """The generator's own ceiling: requests/s against a server that answers at once."""
+    import multiprocessing as mp
+
+    from loadgen import run, trivial_server
+
+    port = _free_port()
+    server = mp.get_context("spawn").Process(target=trivial_server, args=(port,), daemon=True)
+    server.start()
+    try:
+        _wait_port(port)
+        figures = [run(f"http://127.0.0.1:{port}", [(b"{}", "application/json")], c, seconds / 2,
+                       procs=1 if c <= 16 else 2, cores=[os.cpu_count() - 1]) for c in (1, 128)]
+    finally:
+        server.terminate()
+    return (f"load generator ceiling (a server answering at once): {figures[0]['rps']:.0f} req/s at 1 client, "
+            f"{figures[1]['rps']:.0f} at 128")
+
+
+def _wait_port(port: int) -> None:
+    for _ in range(200):
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            time.sleep(0.05)
+    raise RuntimeError(f"port {port} did not open")
 
 
 def request_bodies(name: str, folder: Path) -> list[tuple[bytes, str]]:
@@ -199,12 +198,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=10.0, help="load time per row")
     parser.add_argument("--images", type=int, default=16)
-    parser.add_argument("--quick", action="store_true", help="a short check: 1 and 16 clients, 2 s each")
+    parser.add_argument("--workers", type=int, default=1, help="irbis serve --workers")
+    parser.add_argument("--quick", action="store_true", help="a short check: 1 and 128 clients, 2 s each")
     parser.add_argument("--plain-server", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
-    parser.add_argument("--load", default=None, help=argparse.SUPPRESS)
-    parser.add_argument("--bodies", default=None, help=argparse.SUPPRESS)
-    parser.add_argument("--clients", type=int, default=1, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.plain_server:
         import uvicorn
@@ -212,30 +209,26 @@ def main() -> None:
         uvicorn.run(plain_app(args.plain_server, ["probability", "prediction"]), host="127.0.0.1",
                     port=args.port, log_level="warning")
         return
-    if args.load:
-        bodies = [(bytes.fromhex(b), t) for b, t in json.loads(Path(args.bodies).read_text())]
-        print(json.dumps(asyncio.run(_load(args.load, bodies, args.clients, args.seconds))))
-        return
-    clients = [1, 16] if args.quick else [1, 16, 128]
+    clients = [1, 128] if args.quick else [1, 16, 128]
     seconds = 2.0 if args.quick else args.seconds
     lines = [f"serving benchmark: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
-             f"python {platform.python_version()}, {seconds:g} s per row"]
+             f"python {platform.python_version()}, {seconds:g} s per row, irbis serve --workers {args.workers}"]
     with tempfile.TemporaryDirectory(prefix="bench-serving-") as tmp:
         folder = Path(tmp)
         pipelines = build_pipelines(folder, 4 if args.quick else args.images)
+        lines.append(load_ceiling(seconds))
         lines.append(f"image pipeline alone, one image in-process: "
                      f"{network_time(pipelines['image'], folder, 5 if args.quick else 50):.2f} ms (median)")
         lines.append(f"{'pipeline':8s} {'server':6s} {'clients':>7s} {'p50 ms':>8s} {'p99 ms':>8s} "
                      f"{'req/s':>8s} {'errors':>6s}")
         for name, path in pipelines.items():
-            bodies_file = folder / f"{name}.json"
-            bodies_file.write_text(json.dumps([(b.hex(), t) for b, t in request_bodies(name, folder)]))
+            bodies = request_bodies(name, folder)
             for kind in ("irbis", "plain"):
                 port = _free_port()
-                proc = start_server(kind, path, port)
+                proc = start_server(kind, path, port, args.workers)
                 try:
                     for c in clients:
-                        r = run_load(f"http://127.0.0.1:{port}", bodies_file, c, seconds)
+                        r = run_load(f"http://127.0.0.1:{port}", bodies, c, seconds)
                         lines.append(f"{name:8s} {kind:6s} {c:7d} {r['p50']:8.2f} {r['p99']:8.2f} "
                                      f"{r['rps']:8.0f} {r['errors']:6d}")
                         print(lines[-1], flush=True)

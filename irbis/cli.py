@@ -177,7 +177,8 @@ def _add_serve(sub: Any) -> None:
     serve.add_argument("pipeline", help="folder of a saved PipelineModel or stage")
     serve.add_argument("--host", default="127.0.0.1", help="address to bind (loopback by default)")
     serve.add_argument("--port", type=int, default=8080, help="with --replicas, 0 picks a free port per replica")
-    serve.add_argument("--workers", type=int, default=1, help="server processes")
+    serve.add_argument("--workers", type=int, default=1,
+                       help="server processes (default 1, whose network takes every core; N: cores // N each)")
     serve.add_argument("--outputs", default=None, help="comma-separated output columns (default: all)")
     serve.add_argument("--token", default=None, help="bearer token for /predict (default: $IRBIS_SERVE_TOKEN)")
     serve.add_argument("--spark", default=None, metavar="MASTER", help="serve stages without a kernel "

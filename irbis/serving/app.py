@@ -3,12 +3,19 @@
 Routes: ``POST /predict``, ``GET /health`` (the process is up), ``GET /ready`` (the pipeline is
 loaded and the server is not stopping), ``GET /metrics`` (Prometheus text) and
 ``GET /openapi.json`` (generated from the pipeline's input columns).
+
+A pipeline that reads images has its requests parsed (decoded) on a small pool of threads: OpenCV
+releases the GIL, so the images of the next batch decode in parallel while the current batch runs,
+and the event loop is never held by a decode.
 """
 from __future__ import annotations
 
 import asyncio
+import gc
 import hmac
+import os
 import time
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, AsyncIterator
@@ -57,6 +64,15 @@ class _Metrics:
         self.batch = Histogram("irbis_batch_rows", "rows per pipeline call", registry=self.registry,
                                buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512))
         self.depth = Gauge("irbis_queue_depth", "requests waiting for the pipeline", registry=self.registry)
+        self._by_status: dict[int, Any] = {}
+
+    def answered(self, status: int, seconds: float) -> None:
+        """Count one answer and its latency (the labelled counter is looked up once per status)."""
+        counter = self._by_status.get(status)
+        if counter is None:
+            counter = self._by_status[status] = self.requests.labels(str(status))
+        counter.inc()
+        self.latency.observe(seconds)
 
 
 def _error(status: int, message: str, **headers: str) -> JSONResponse:
@@ -80,22 +96,36 @@ async def _once(body: bytes) -> AsyncIterator[bytes]:
     yield body
 
 
-async def _parse(request: Request, body: bytes, predictor: Any) -> Any:
+async def _parse(request: Request, body: bytes, predictor: Any, decoders: ThreadPoolExecutor | None) -> Any:
     kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if kind == "application/json" or kind.endswith("+json"):
-        return parse_json(body, predictor.inputs, predictor.nullable)
+        return await _off_loop(decoders, parse_json, body, predictor.inputs, predictor.nullable)
     if kind.startswith(IMAGE_TYPES):
-        return parse_files([(None, body)] if body else [], predictor.inputs)
+        return await _off_loop(decoders, parse_files, [(None, body)] if body else [], predictor.inputs)
     if kind == "multipart/form-data":
         try:
             form = await MultiPartParser(request.headers, _once(body)).parse()
         except MultiPartException as err:
             raise RequestError(400, f"malformed multipart body: {err}") from None
         files = [(name, await v.read()) for name, v in form.multi_items() if not isinstance(v, str)]
-        return parse_files(files, predictor.inputs)
+        return await _off_loop(decoders, parse_files, files, predictor.inputs)
     accepted = "application/json" + (", image/*, multipart/form-data" if any(
         "image" in k for k in predictor.inputs.values()) else "")
     raise RequestError(415, f"content type {kind or 'missing'!r} is not accepted; send {accepted}")
+
+
+async def _off_loop(pool: ThreadPoolExecutor | None, fn: Any, *args: Any) -> Any:
+    """``fn(*args)`` on ``pool`` (image decoding), or right here when there is none (JSON of numbers)."""
+    if pool is None:
+        return fn(*args)
+    return await asyncio.get_running_loop().run_in_executor(pool, fn, *args)
+
+
+def _decoders(predictor: Any) -> ThreadPoolExecutor | None:
+    """A pool decoding the images of requests (one thread per core, at most 4), if the pipeline reads any."""
+    if not any("image" in kinds for kinds in predictor.inputs.values()):
+        return None
+    return ThreadPoolExecutor(min(4, os.cpu_count() or 1), thread_name_prefix="irbis-decode")
 
 
 def _authorised(request: Request, token: str | None) -> bool:
@@ -112,12 +142,12 @@ def make_app(predictor: Any, options: ServeOptions | None = None) -> Starlette:
     batcher = Batcher(predictor.predict, options.max_batch_size, options.max_wait_ms, options.max_queue,
                       on_batch=lambda rows, depth: (metrics.batch.observe(rows), metrics.depth.set(depth)))
     document = openapi_document(predictor)
+    decoders = _decoders(predictor)
 
     async def predict(request: Request) -> Response:
         start = time.perf_counter()
         response = await _predict(request)
-        metrics.requests.labels(str(response.status_code)).inc()
-        metrics.latency.observe(time.perf_counter() - start)
+        metrics.answered(response.status_code, time.perf_counter() - start)
         return response
 
     async def _predict(request: Request) -> Response:
@@ -125,7 +155,7 @@ def make_app(predictor: Any, options: ServeOptions | None = None) -> Starlette:
             return _error(401, "missing or wrong bearer token", **{"WWW-Authenticate": "Bearer"})
         try:
             body = await _read_body(request, options.max_body_bytes)
-            parsed = await _parse(request, body, predictor)
+            parsed = await _parse(request, body, predictor, decoders)
             out = await batcher.submit(parsed.columns, parsed.rows, options.timeout_s)
         except RequestError as err:
             return _error(err.status, str(err))
@@ -158,8 +188,11 @@ def make_app(predictor: Any, options: ServeOptions | None = None) -> Starlette:
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         await batcher.start()
+        gc.freeze()  # the loaded pipeline's objects leave the collector's scans for good
         yield
         await batcher.stop()
+        if decoders is not None:
+            decoders.shutdown(wait=True)
 
     routes = [Route("/predict", predict, methods=["POST"]), Route("/health", health),
               Route("/ready", ready), Route("/metrics", metrics_route), Route("/openapi.json", openapi)]

@@ -1,20 +1,27 @@
 """Micro-batching: concurrent requests gathered into one call of the pipeline (asyncio, no framework).
 
 Requests wait in a bounded queue; one loop takes the first, adds every request already waiting (up
-to ``max_batch_size`` rows) and runs the pipeline once on all of them in a worker thread. A lone
-request is therefore never delayed; under load the batches grow by themselves. ``max_wait_ms`` lets
-the loop wait that long for more requests, but only while requests arrive concurrently (the last
-batch held more than one). A full queue refuses new requests (:class:`Overloaded`); a batch that
-fails is run again request by request, so one bad request fails alone.
+to ``max_batch_size`` rows) and runs the pipeline once on all of them. A lone request is therefore
+never delayed; under load the batches grow by themselves. ``max_wait_ms`` lets the loop wait that long
+for more requests, but only while requests arrive concurrently (the last batch held more than one).
+A batch that the last one's cost per row says takes under :data:`INLINE_S` runs on the event loop
+itself (a thread hop costs more than a small tabular pipeline); any other runs on one long-lived
+worker thread, while the loop goes on reading requests. A full queue refuses new requests
+(:class:`Overloaded`); a batch that fails is run again request by request, so one bad request fails
+alone. A request's timeout is one timer on its future, no task of its own.
 """
 from __future__ import annotations
 
 import asyncio
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-__all__ = ["Batcher", "Overloaded"]
+__all__ = ["INLINE_S", "Batcher", "Overloaded"]
+
+#: Seconds a batch may be expected to take and still run on the event loop, without a thread hop.
+INLINE_S = 0.0005
 
 PredictFn = Callable[[dict[str, list[Any]]], dict[str, list[Any]]]
 
@@ -47,6 +54,7 @@ class Batcher:
         self._task: asyncio.Task | None = None
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="irbis-predict")
         self._concurrent = False
+        self._row_cost: float | None = None  # seconds per row of the last batch; None until one ran
         self.stopping = False
 
     @property
@@ -70,16 +78,18 @@ class Batcher:
         """Queue one request; its outputs, or :class:`Overloaded`, ``TimeoutError`` or its own error."""
         if self.stopping or self._queue is None:
             raise Overloaded("the server is stopping")
-        future = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
         try:
             self._queue.put_nowait(_Item(columns, rows, future))
         except asyncio.QueueFull:
             raise Overloaded(f"{self.max_queue} requests are waiting") from None
+        timer = None if timeout is None else loop.call_later(timeout, _expire, future)
         try:
-            return await asyncio.wait_for(asyncio.shield(future), timeout)
-        except asyncio.TimeoutError:
-            future.cancel()  # the loop skips it if it has not run yet
-            raise
+            return await future  # the loop skips an expired request if it has not run yet
+        finally:
+            if timer is not None:
+                timer.cancel()
 
     async def _loop(self) -> None:
         while True:
@@ -115,13 +125,13 @@ class Batcher:
         return items, False
 
     async def _run(self, items: list[_Item]) -> None:
-        loop = asyncio.get_running_loop()
-        merged = {c: [v for i in items for v in i.columns[c]] for c in items[0].columns}
+        merged = items[0].columns if len(items) == 1 else {
+            c: [v for i in items for v in i.columns[c]] for c in items[0].columns}
         total = sum(i.rows for i in items)
         if self.on_batch is not None:
             self.on_batch(total, self.depth)
         try:
-            out = await loop.run_in_executor(self._executor, self.predict, merged)
+            out = await self._call(merged, total)
         except Exception as err:  # noqa: BLE001 (handed to the request that caused it)
             if len(items) > 1:
                 for item in items:
@@ -129,8 +139,27 @@ class Batcher:
             elif not items[0].future.done():
                 items[0].future.set_exception(err)
             return
+        if len(items) == 1:
+            if not items[0].future.done():
+                items[0].future.set_result(out)
+            return
         start = 0
         for item in items:
             if not item.future.done():
                 item.future.set_result({c: v[start:start + item.rows] for c, v in out.items()})
             start += item.rows
+
+    async def _call(self, columns: dict[str, list[Any]], rows: int) -> dict[str, list[Any]]:
+        """``predict`` on the loop when the batch is cheap (see the module docstring), else on the worker."""
+        start = time.perf_counter()
+        if self._row_cost is not None and self._row_cost * rows < INLINE_S:
+            out = self.predict(columns)
+        else:
+            out = await asyncio.get_running_loop().run_in_executor(self._executor, self.predict, columns)
+        self._row_cost = (time.perf_counter() - start) / rows
+        return out
+
+
+def _expire(future: asyncio.Future) -> None:
+    if not future.done():
+        future.set_exception(asyncio.TimeoutError())

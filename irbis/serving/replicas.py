@@ -26,7 +26,7 @@ def _replica_task(path: str, outputs: list[str], options: dict[str, Any], host: 
         import uvicorn
         from pyspark import BarrierTaskContext
 
-        from irbis.serving.server import GRACE_S, build_app
+        from irbis.serving.server import UVICORN, build_app
 
         ctx = BarrierTaskContext.get()
         app = build_app(path, outputs or None, None, ServeOptions(**options))
@@ -37,7 +37,7 @@ def _replica_task(path: str, outputs: list[str], options: dict[str, Any], host: 
         address = f"{public}:{sock.getsockname()[1]}"
         report = socket.create_connection(driver, timeout=30)
         report.sendall(f"{ctx.partitionId()} {address}\n".encode())
-        server = uvicorn.Server(uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=GRACE_S))
+        server = uvicorn.Server(uvicorn.Config(app, **UVICORN))
         threading.Thread(target=_stop_when_driver_leaves, args=(report, server), daemon=True).start()
         server.run(sockets=[sock])
         yield from ()

@@ -22,6 +22,9 @@ TOKEN_ENV = "IRBIS_SERVE_TOKEN"
 _CONFIG_ENV = "IRBIS_SERVE_CONFIG"
 #: Seconds the server waits for accepted requests on shutdown.
 GRACE_S = 30
+#: How uvicorn runs every server: warnings only, no access log (a log record per request costs more
+#: than a small pipeline), and a grace period for the accepted requests on shutdown.
+UVICORN = {"log_level": "warning", "access_log": False, "timeout_graceful_shutdown": GRACE_S}
 
 
 def _pipeline_path(pipeline: Any) -> str:
@@ -59,7 +62,9 @@ def serve(pipeline: Any, host: str = "127.0.0.1", port: int = 8080, workers: int
     host, port : str, int
         Where to listen; loopback unless ``host`` says otherwise.
     workers : int
-        Server processes (each loads the pipeline).
+        Server processes, each loading the pipeline (default 1: one process batches best, and its
+        network uses every core). With more, each network gets ``cores // workers`` threads unless
+        ``OMP_NUM_THREADS`` says otherwise; more than one helps a cheap tabular pipeline under load.
     outputs : list of str, optional
         Output columns to return (default: every column the pipeline writes).
     token : str, optional
@@ -80,13 +85,14 @@ def serve(pipeline: Any, host: str = "127.0.0.1", port: int = 8080, workers: int
         raise ValueError(f"workers must be at least 1, got {workers}")
     if workers == 1:
         app = build_app(path, outputs, spark, options)
-        uvicorn.run(app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=GRACE_S)
+        uvicorn.run(app, host=host, port=port, **UVICORN)
         return
     load_predictor(path, outputs, spark)  # refuse a pipeline without kernels before forking
+    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // workers)))
     os.environ[_CONFIG_ENV] = json.dumps({"pipeline": path, "outputs": list(outputs or []), "spark": spark,
                                           "options": asdict(options)})
     uvicorn.run("irbis.serving.server:app_from_env", factory=True, host=host, port=port, workers=workers,
-                log_level="warning", timeout_graceful_shutdown=GRACE_S)
+                **UVICORN)
 
 
 class BackgroundServer:
@@ -95,8 +101,7 @@ class BackgroundServer:
     def __init__(self, app: Any, host: str = "127.0.0.1", port: int = 0) -> None:
         import uvicorn
 
-        self.config = uvicorn.Config(app, host=host, port=port, log_level="warning",
-                                     timeout_graceful_shutdown=GRACE_S)
+        self.config = uvicorn.Config(app, host=host, port=port, **UVICORN)
         self.server = uvicorn.Server(self.config)
         self.thread = threading.Thread(target=self.server.run, daemon=True)
 

@@ -209,7 +209,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--positive", default="animal", help="label of the class to detect (others are negative)")
     demo.add_argument("--output", default="irbis-demo-output", help="folder for the report, figures and model")
     demo.add_argument("--master", default="local[2]", help="Spark master URL")
-    demo.add_argument("--precision", default="bf16", choices=["fp32", "bf16", "int8"])
+    demo.add_argument("--precision", default="fp32", choices=["fp32", "bf16", "int8"])
     demo.add_argument("--size", default="default", help="size of the built set: small, default or large "
                       "(time against confidence; ignored with --images)")
     demo.add_argument("--explain", type=int, default=3, help="test images explained with LIME (0: none)")

@@ -8,8 +8,10 @@ EN2        one more stage cut: the pooled 320-d output of the last block, before
 +A         the better of EN1 / EN2 (chosen on the training cameras), trained on flipped, closer and
            darker copies of every image; test scores averaged over the copies
 +E         +A with the scores averaged over each burst (:class:`irbis.ml.EnsembleByKey`)
-+T         +E with a small MLP head in place of the logistic regression, trained data-parallel on
-           Spark by :class:`irbis.ml.TorchEstimator`
++T         +E with a small MLP head in place of the logistic regression (standardised features, its
+           width, weight decay and epochs chosen by the same grouped CV: :mod:`irbis.demo.head`),
+           trained data-parallel on Spark by :class:`irbis.ml.TorchEstimator`; scores averaged over
+           the copies and each burst as +E's
 =========  ==========================================================================================
 
 Each logistic regression's ``regParam`` is chosen by Spark ML's ``CrossValidator`` with ``foldCol``:
@@ -22,8 +24,10 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from pyspark.ml import PipelineModel
 from pyspark.ml.classification import LogisticRegression
 from pyspark.ml.evaluation import BinaryClassificationEvaluator
+from pyspark.ml.feature import StandardScaler
 from pyspark.ml.functions import array_to_vector, vector_to_array
 from pyspark.ml.tuning import CrossValidator, ParamGridBuilder
 from pyspark.sql import Column, DataFrame
@@ -112,13 +116,30 @@ def fit_lr(train: DataFrame, col: str, folds: int, parallelism: int = 2) -> tupl
     return model.bestModel, {"regParam": chosen, "cv_auc": cv_auc}
 
 
-def fit_head(train: DataFrame, col: str, size: int, seed: int = 0) -> Any:
-    """A small MLP (``size`` -> 64 -> 2) trained data-parallel on Spark (two barrier tasks)."""
-    options = json.dumps({"in_features": size, "hidden": [64], "out_features": 2, "seed": seed})
-    est = TorchEstimator(network="mlp", networkOptions=options, featuresCol=col, labelCol="y",
-                         predictionCol="logits", epochs=15, batchSize=64, learningRate=1e-3,
-                         optimizer="adam", numWorkers=2, seed=seed, showProgress=False)
-    return est.fit(train.select(col, F.col("y").cast("int").alias("y")))
+def fit_head(train: DataFrame, col: str, seed: int = 0) -> tuple[PipelineModel, dict[str, Any]]:
+    """Standardisation + an MLP head (``d`` -> hidden -> 2) on ``col``, its width, weight decay and
+    epochs chosen by camera-grouped CV on ``train`` (:func:`irbis.demo.head.cross_validate_head`),
+    then trained data-parallel on Spark by :class:`irbis.ml.TorchEstimator` (two barrier tasks).
+
+    Returns the fitted ``StandardScalerModel`` + ``TorchModel`` (writing ``logits``) as one
+    ``PipelineModel``, and what CV chose.
+    """
+    from irbis.demo.head import BATCH, DECAY_OPTIMIZERS, cross_validate_head
+
+    rows = train.select(vector_to_array(col).alias("x"), "y", "fold").toPandas()
+    x = np.stack(rows["x"].to_numpy()).astype(np.float32)
+    best, table = cross_validate_head(x, rows["y"].to_numpy(np.int64), rows["fold"].to_numpy(), seed)
+    scaler = StandardScaler(inputCol=col, outputCol=f"{col}_std", withMean=True, withStd=True).fit(train)
+    options = json.dumps({"in_features": x.shape[1], "hidden": [best["hidden"]], "out_features": 2, "seed": seed})
+    est = TorchEstimator(network="mlp", networkOptions=options, featuresCol=f"{col}_std", labelCol="y",
+                         predictionCol="logits", epochs=best["epochs"], batchSize=BATCH // 2,
+                         optimizer=DECAY_OPTIMIZERS[best["weight_decay"]], numWorkers=2, seed=seed,
+                         showProgress=False)
+    head = est.fit(scaler.transform(train).select(f"{col}_std", F.col("y").cast("int").alias("y")))
+    chosen = {**best, "cv_auc_by_hidden/decay/epochs": table,
+              "head": f"standardised {col}, MLP {x.shape[1]}-{best['hidden']}-2, Adam (weight decay "
+                      f"{best['weight_decay']:g}), {best['epochs']} epochs, 2 data-parallel Spark tasks"}
+    return PipelineModel(stages=[scaler, head]), chosen
 
 
 def _probability(model: Any, df: DataFrame) -> DataFrame:

@@ -19,7 +19,9 @@ def spark_progress(spark: SparkSession, description: str, images: int, enabled: 
 
     The jobs run under a job group of their own. The bar's total is fixed at ``images``; its position
     is ``images`` times the share of the known tasks that finished, never moving back when a new job
-    adds tasks, and the whole total when the block ends.
+    adds tasks, and the whole total when the block ends. The count is exact when the block runs one
+    job over evenly sized partitions (as the demo's featurisation does: its input is cached in equal
+    parts first); a block of several jobs may reach the total between two of them.
     """
     sc = spark.sparkContext
     group = f"irbis-{uuid.uuid4().hex[:8]}"

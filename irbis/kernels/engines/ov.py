@@ -18,8 +18,11 @@ from irbis.kernels.engines import EngineError, Runner
 _HINTS = {"fp32": "f32", "bf16": "bf16"}
 
 
-def load(path: str, *, threads: int, device: str, precision: str) -> Runner:
-    """A runner over ``path`` compiled by OpenVINO with ``threads`` threads, latency hint."""
+def load(path: str, *, threads: int, device: str, precision: str, **_options: Any) -> Runner:
+    """A runner over ``path`` compiled by OpenVINO with ``threads`` threads, latency hint.
+
+    ``_options`` (the int8 calibration sample) are not used: int8 runs on ONNX Runtime or torch.
+    """
     if precision == "bf16" and device != "cuda":
         return _chain([_request(part) for part in compile_mixed(path, threads=threads)])
     return _chain([_request(compile_graph(path, threads=threads, device=device, precision=precision))])

@@ -10,7 +10,9 @@ left in fp32 0.71-0.84); ``irbis models check`` reports the figure of the networ
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import io
 from pathlib import Path
 from typing import Any
 
@@ -40,9 +42,10 @@ def quantize(source: str, target: str, batch: np.ndarray) -> None:
 
     graph = onnx.load(source, load_external_data=False).graph
     convs = [n.name for n in graph.node if n.op_type == "Conv"]
-    quantize_static(source, target, _Reader(graph.input[0].name, batch), quant_format=QuantFormat.QDQ,
-                    per_channel=True, activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8,
-                    nodes_to_exclude=convs[:1], calibrate_method=CalibrationMethod.Percentile)
+    with contextlib.redirect_stdout(io.StringIO()):  # the calibrator prints its progress
+        quantize_static(source, target, _Reader(graph.input[0].name, batch), quant_format=QuantFormat.QDQ,
+                        per_channel=True, activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8,
+                        nodes_to_exclude=convs[:1], calibrate_method=CalibrationMethod.Percentile)
 
 
 class _Reader:

@@ -22,7 +22,7 @@ def stem_cut(graph: Any) -> str | None:
     for i, node in enumerate(graph.node):
         for name in node.input:
             last_read[name] = i
-    live: set[str] = set()
+    live = {t.name for t in graph.input} - {t.name for t in graph.initializer}
     seen_conv = False
     for i, node in enumerate(graph.node[:-1]):
         made = set() if node.op_type == "Constant" else set(node.output)  # constants are copied, not cut

@@ -10,7 +10,7 @@ import onnx
 import pytest
 from onnx import helper
 
-from irbis.demo.photos import check_precision, photo_crops
+from irbis.demo.photos import AGREEMENT_GOAL, check_precision, photo_crops
 from irbis.kernels.calibration import CALIBRATION_PHOTOS, calibration_files, make_calibration
 from irbis.kernels.engines import ENGINES, native_bf16
 from irbis.kernels.engines.split import stem_cut
@@ -40,12 +40,19 @@ def test_openvino_bf16_keeps_top1_of_real_photographs():
 
 
 @pytest.mark.skipif(not ENGINES["onnxruntime"].installed(), reason="needs onnxruntime")
-def test_static_int8_agreement_reported_is_the_one_recomputed_and_the_file_is_cached():
+def test_static_int8_agreement_reported_is_the_one_recomputed_and_the_file_is_cached(capsys):
+    from irbis.cli import main
+
     report = check_precision(MODEL, "int8", engine="onnxruntime")
     x = photo_crops(MODEL, 8)
     recomputed = (_top1("int8", "onnxruntime", x) == _top1("fp32", "torch", x)).mean()
     assert report["crops"] == len(x) and report["agreement"] == pytest.approx(recomputed)
     assert 0.0 < report["agreement"] <= 1.0
+    assert report["keeps_answers"] == (report["agreement"] >= AGREEMENT_GOAL)
+    assert main(["models", "check", MODEL, "--precision", "int8", "--engine", "onnxruntime"]) == 0
+    said = capsys.readouterr().out
+    assert f"top-1 agreement with eager fp32 {report['agreement']:.3f}" in said
+    assert (f"below the {AGREEMENT_GOAL:.2f} agreement" in said) == (not report["keeps_answers"])
     assert len(glob.glob(str(default_cache_dir() / "prepared" / "*.int8-*.onnx"))) == 1  # quantised once
 
 

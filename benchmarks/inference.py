@@ -6,8 +6,11 @@ For each network (pretrained EfficientNet-Lite0, ResNet-50) and 224x224x3 float 
   (a1) plain ONNX Runtime loop (the network exported by torch.export's ONNX exporter), 2 threads, fp32
   (a2) plain, best engine on this machine: the fastest of eager channels-last PyTorch, ONNX Runtime
        and OpenVINO in plain loops, as 1 process x 2 threads and as 2 processes x 1 thread, fp32
+  (a3) plain loops of the reduced precisions that keep the answers: OpenVINO bf16 (stem in fp32, the
+       rest in bf16) and ONNX Runtime static int8 (calibrated on shipped scikit-image photographs),
+       1 process x 2 threads
   (b) irbis TorchModel on Spark local[2]: engine auto/torch/onnxruntime/openvino at fp32, and the
-      reduced precisions (bf16, int8)
+      reduced precisions (bf16: auto, openvino; int8: auto, torch, onnxruntime)
   (c) pyspark.ml.functions.predict_batch_udf on Spark local[2], fp32          -- PySpark's own way
   (d) irbis ONNXModel on Spark local[2], fp32
 
@@ -101,8 +104,8 @@ def run_plain(key: str, n: int, repeats: int, workdir: Path) -> dict:
 
 
 def run_plain_engine(key: str, engine: str, n: int, repeats: int, workdir: Path, threads: int,
-                     barrier: str = "") -> dict:
-    """A plain loop of one engine at fp32, batch 64: eager channels-last torch, or the exported network.
+                     barrier: str = "", precision: str = "fp32") -> dict:
+    """A plain loop of one engine, batch 64: eager channels-last torch (fp32), or the exported network.
 
     With ``barrier`` (a folder), the timed runs start once every process of the layout has warmed up.
     """
@@ -121,7 +124,8 @@ def run_plain_engine(key: str, engine: str, n: int, repeats: int, workdir: Path,
         from irbis.kernels.engines.export import export_onnx
 
         path = export_onnx(lambda: load_plain(key, workdir), None, (3, 224, 224), f"bench-{key}", workdir)
-        run = ENGINES[engine].load(str(path), threads=threads, device="cpu", precision="fp32")
+        run = ENGINES[engine].load(str(path), threads=threads, device="cpu", precision=precision,
+                                   **calibration_options(precision))
     run(x[:64])  # warm-up, not timed
     wait_for_peers(barrier)
     times = []
@@ -131,6 +135,27 @@ def run_plain_engine(key: str, engine: str, n: int, repeats: int, workdir: Path,
             run(x[i:i + 64])
         times.append(time.perf_counter() - start)
     return {"times": times}
+
+
+def calibration_options(precision: str) -> dict:
+    """For int8: the default calibration sample (shipped photographs, EfficientNet-Lite0's preprocessing)."""
+    if precision != "int8":
+        return {}
+    from irbis.kernels.calibration import make_calibration
+    from irbis.models import get_entry
+
+    return {"calibration": make_calibration("", get_entry("efficientnet_lite0").preprocessing),
+            "shape": (3, 224, 224)}
+
+
+def calibration_folder(workdir: Path) -> str:
+    """A calibrationData folder for networks outside the repository: the default sample as .npy rows."""
+    folder = workdir / "calibration"
+    if not folder.exists():
+        folder.mkdir()
+        options = calibration_options("int8")
+        np.save(folder / "rows.npy", options["calibration"].batch(options["shape"]))
+    return str(folder)
 
 
 def wait_for_peers(barrier: str, peers: int = 2) -> None:
@@ -183,7 +208,8 @@ def scorer(method: str, key: str, workdir: Path, precision: str, engine: str = "
         from irbis import TorchModel
 
         stage = TorchModel(modelPath=model_source(key, workdir), inputCol="image", outputCol="out",
-                           inputShape=[3, 224, 224], precision=precision, outputType="array", engine=engine)
+                           inputShape=[3, 224, 224], precision=precision, outputType="array", engine=engine,
+                           calibrationData=calibration_folder(workdir) if key != "effnet" else "")
         return stage.transform
     if method == "onnxmodel":
         from irbis import ONNXModel
@@ -269,7 +295,9 @@ def precision_agreement(key: str, workdir: Path) -> dict:
     x = photo_crops(MODELS[key])
     source = resolve_source(model_source(key, workdir))
     ref = make_torch_predict_fn(source, precision="fp32", engine="torch")(x).argmax(1)
-    settings = {"bf16": ("bf16", "auto"), "int8": ("int8", "auto"), "bf16 openvino": ("bf16", "openvino")}
+    settings = {"bf16": ("bf16", "auto"), "int8": ("int8", "auto"), "bf16 openvino": ("bf16", "openvino"),
+                "bf16 torch": ("bf16", "torch"), "int8 onnxruntime": ("int8", "onnxruntime"),
+                "int8 torch": ("int8", "torch")}
     return {name: float((make_torch_predict_fn(source, precision=p, engine=e)(x).argmax(1) == ref).mean())
             for name, (p, e) in settings.items()} | {"photos": int(len(x))}
 
@@ -281,7 +309,7 @@ def child(args: argparse.Namespace) -> None:
         result = run_plain(args.model, args.images, args.repeats, workdir)
     elif args.child == "plain_engine":
         result = run_plain_engine(args.model, args.engine, args.images, args.repeats, workdir, args.threads,
-                                  args.barrier)
+                                  args.barrier, args.precision)
     elif args.child == "agreement":
         result = precision_agreement(args.model, workdir)
     else:
@@ -321,6 +349,8 @@ METHODS = [  # label, kind, precision, engine
     ("(a) plain PyTorch eager NCHW, 1 proc x 2 threads, fp32", "plain", "fp32", ""),
     ("(a1) plain ONNX Runtime, 1 proc x 2 threads, fp32", "plain_engine", "fp32", "onnxruntime"),
     ("(a2) plain, best engine on this machine, fp32", "best_plain", "fp32", ""),
+    ("(a3) plain OpenVINO, 1 proc x 2 threads, bf16 (stem fp32)", "plain_engine", "bf16", "openvino"),
+    ("(a3) plain ONNX Runtime, 1 proc x 2 threads, int8 static", "plain_engine", "int8", "onnxruntime"),
     ("(b) irbis TorchModel, local[2], fp32, engine=auto", "torchmodel", "fp32", "auto"),
     ("(b) irbis TorchModel, local[2], fp32, engine=torch", "torchmodel", "fp32", "torch"),
     ("(b) irbis TorchModel, local[2], fp32, engine=onnxruntime", "torchmodel", "fp32", "onnxruntime"),
@@ -328,10 +358,13 @@ METHODS = [  # label, kind, precision, engine
     ("(b) irbis TorchModel, local[2], bf16, engine=auto", "torchmodel", "bf16", "auto"),
     ("(b) irbis TorchModel, local[2], bf16, engine=openvino", "torchmodel", "bf16", "openvino"),
     ("(b) irbis TorchModel, local[2], int8, engine=auto", "torchmodel", "int8", "auto"),
+    ("(b) irbis TorchModel, local[2], int8, engine=torch", "torchmodel", "int8", "torch"),
+    ("(b) irbis TorchModel, local[2], int8, engine=onnxruntime", "torchmodel", "int8", "onnxruntime"),
     ("(c) PySpark predict_batch_udf, local[2], fp32", "predict_batch_udf", "fp32", ""),
     ("(d) irbis ONNXModel, local[2], fp32", "onnxmodel", "fp32", ""),
 ]
-PLAIN, BEST, PBU = METHODS[0][0], METHODS[2][0], METHODS[10][0]
+PLAIN, BEST = METHODS[0][0], METHODS[2][0]
+PBU = next(label for label, kind, _, _ in METHODS if kind == "predict_batch_udf")
 
 
 def main() -> None:

@@ -24,24 +24,26 @@ def load(path: str, *, threads: int, device: str, precision: str, **_options: An
     ``_options`` (the int8 calibration sample) are not used: int8 runs on ONNX Runtime or torch.
     """
     if precision == "bf16" and device != "cuda":
-        return _chain([_request(part) for part in compile_mixed(path, threads=threads)])
-    return _chain([_request(compile_graph(path, threads=threads, device=device, precision=precision))])
+        parts = compile_mixed(path, threads=threads)
+    else:
+        parts = [compile_graph(path, threads=threads, device=device, precision=precision)]
+    return _chain([part.create_infer_request() for part in parts])
 
 
-def _request(compiled: Any) -> Runner:
-    request = compiled.create_infer_request()
-    # The output tensor belongs to the request and is overwritten by its next call: copy it.
-    return lambda x: np.array(request.infer({0: np.ascontiguousarray(x, dtype=np.float32)})[0], copy=True)
-
-
-def _chain(parts: list[Runner]) -> Runner:
+def _chain(requests: list[Any]) -> Runner:
+    """Run compiled parts in turn, each reading the previous one's output tensor without a copy."""
     lock = threading.Lock()
 
     def run(x: np.ndarray) -> np.ndarray:
         with lock:
-            for part in parts:
-                x = part(x)
-            return x
+            requests[0].infer({0: np.ascontiguousarray(x, dtype=np.float32)})
+            out = requests[0].get_output_tensor(0)
+            for request in requests[1:]:
+                request.set_input_tensor(out)
+                request.infer()
+                out = request.get_output_tensor(0)
+            # The output tensor belongs to the request and is overwritten by its next call: copy it.
+            return np.array(out.data, copy=True)
 
     return run
 

@@ -9,8 +9,11 @@ For each network (pretrained EfficientNet-Lite0, ResNet-50) and 224x224x3 float 
   (a3) Spark data movement alone, local[2]: the same DataFrame through a pandas UDF that returns a
        constant (parquet read, list<float> to Arrow, Arrow to the Python workers and back): the floor
        that any Spark stage pays, so the gap between (a2) and (b) splits into Spark's share and Irbis's
+  (a4) plain loops of the reduced precisions that keep the answers: OpenVINO bf16 (stem in fp32, the
+       rest in bf16) and ONNX Runtime static int8 (calibrated on shipped scikit-image photographs),
+       1 process x 2 threads
   (b) irbis TorchModel on Spark local[2]: engine auto/torch/onnxruntime/openvino at fp32, and the
-      reduced precisions (bf16, int8)
+      reduced precisions (bf16: auto, openvino; int8: auto, torch, onnxruntime)
   (c) pyspark.ml.functions.predict_batch_udf on Spark local[2], fp32          -- PySpark's own way
   (d) irbis ONNXModel on Spark local[2], fp32
 
@@ -105,8 +108,8 @@ def run_plain(key: str, n: int, repeats: int, workdir: Path) -> dict:
 
 
 def run_plain_engine(key: str, engine: str, n: int, repeats: int, workdir: Path, threads: int,
-                     barrier: str = "") -> dict:
-    """A plain loop of one engine at fp32, batch 64: eager channels-last torch, or the exported network.
+                     barrier: str = "", precision: str = "fp32") -> dict:
+    """A plain loop of one engine, batch 64: eager channels-last torch (fp32), or the exported network.
 
     With ``barrier`` (a folder), the timed runs start once every process of the layout has warmed up.
     """
@@ -125,7 +128,8 @@ def run_plain_engine(key: str, engine: str, n: int, repeats: int, workdir: Path,
         from irbis.kernels.engines.export import export_onnx
 
         path = export_onnx(lambda: load_plain(key, workdir), None, (3, 224, 224), f"bench-{key}", workdir)
-        run = ENGINES[engine].load(str(path), threads=threads, device="cpu", precision="fp32")
+        run = ENGINES[engine].load(str(path), threads=threads, device="cpu", precision=precision,
+                                   **calibration_options(precision))
     run(x[:64])  # warm-up, not timed
     wait_for_peers(barrier)
     times = []
@@ -135,6 +139,27 @@ def run_plain_engine(key: str, engine: str, n: int, repeats: int, workdir: Path,
             run(x[i:i + 64])
         times.append(time.perf_counter() - start)
     return {"times": times}
+
+
+def calibration_options(precision: str) -> dict:
+    """For int8: the default calibration sample (shipped photographs, EfficientNet-Lite0's preprocessing)."""
+    if precision != "int8":
+        return {}
+    from irbis.kernels.calibration import make_calibration
+    from irbis.models import get_entry
+
+    return {"calibration": make_calibration("", get_entry("efficientnet_lite0").preprocessing),
+            "shape": (3, 224, 224)}
+
+
+def calibration_folder(workdir: Path) -> str:
+    """A calibrationData folder for networks outside the repository: the default sample as .npy rows."""
+    folder = workdir / "calibration"
+    if not folder.exists():
+        folder.mkdir()
+        options = calibration_options("int8")
+        np.save(folder / "rows.npy", options["calibration"].batch(options["shape"]))
+    return str(folder)
 
 
 def wait_for_peers(barrier: str, peers: int = 2) -> None:
@@ -187,7 +212,8 @@ def scorer(method: str, key: str, workdir: Path, precision: str, engine: str = "
         from irbis import TorchModel
 
         stage = TorchModel(modelPath=model_source(key, workdir), inputCol="image", outputCol="out",
-                           inputShape=[3, 224, 224], precision=precision, outputType="array", engine=engine)
+                           inputShape=[3, 224, 224], precision=precision, outputType="array", engine=engine,
+                           calibrationData=calibration_folder(workdir) if key != "effnet" else "")
         return stage.transform
     if method == "onnxmodel":
         from irbis import ONNXModel
@@ -306,7 +332,9 @@ def precision_agreement(key: str, workdir: Path) -> dict:
     x = photo_crops(MODELS[key])
     source = resolve_source(model_source(key, workdir))
     ref = make_torch_predict_fn(source, precision="fp32", engine="torch")(x).argmax(1)
-    settings = {"bf16": ("bf16", "auto"), "int8": ("int8", "auto"), "bf16 openvino": ("bf16", "openvino")}
+    settings = {"bf16": ("bf16", "auto"), "int8": ("int8", "auto"), "bf16 openvino": ("bf16", "openvino"),
+                "bf16 torch": ("bf16", "torch"), "int8 onnxruntime": ("int8", "onnxruntime"),
+                "int8 torch": ("int8", "torch")}
     return {name: float((make_torch_predict_fn(source, precision=p, engine=e)(x).argmax(1) == ref).mean())
             for name, (p, e) in settings.items()} | {"photos": int(len(x))}
 
@@ -318,7 +346,7 @@ def child(args: argparse.Namespace) -> None:
         result = run_plain(args.model, args.images, args.repeats, workdir)
     elif args.child == "plain_engine":
         result = run_plain_engine(args.model, args.engine, args.images, args.repeats, workdir, args.threads,
-                                  args.barrier)
+                                  args.barrier, args.precision)
     elif args.child == "agreement":
         result = precision_agreement(args.model, workdir)
     else:
@@ -360,6 +388,8 @@ METHODS = [  # label, kind, precision, engine
     ("(a2) plain, best engine on this machine, fp32", "best_plain", "fp32", ""),
     ("(a3) Spark data movement alone: same DataFrame through a pandas UDF that returns a constant",
      "spark_floor", "fp32", ""),
+    ("(a4) plain OpenVINO, 1 proc x 2 threads, bf16 (stem fp32)", "plain_engine", "bf16", "openvino"),
+    ("(a4) plain ONNX Runtime, 1 proc x 2 threads, int8 static", "plain_engine", "int8", "onnxruntime"),
     ("(b) irbis TorchModel, local[2], fp32, engine=auto", "torchmodel", "fp32", "auto"),
     ("(b) irbis TorchModel, local[2], fp32, engine=torch", "torchmodel", "fp32", "torch"),
     ("(b) irbis TorchModel, local[2], fp32, engine=onnxruntime", "torchmodel", "fp32", "onnxruntime"),
@@ -367,6 +397,8 @@ METHODS = [  # label, kind, precision, engine
     ("(b) irbis TorchModel, local[2], bf16, engine=auto", "torchmodel", "bf16", "auto"),
     ("(b) irbis TorchModel, local[2], bf16, engine=openvino", "torchmodel", "bf16", "openvino"),
     ("(b) irbis TorchModel, local[2], int8, engine=auto", "torchmodel", "int8", "auto"),
+    ("(b) irbis TorchModel, local[2], int8, engine=torch", "torchmodel", "int8", "torch"),
+    ("(b) irbis TorchModel, local[2], int8, engine=onnxruntime", "torchmodel", "int8", "onnxruntime"),
     ("(c) PySpark predict_batch_udf, local[2], fp32", "predict_batch_udf", "fp32", ""),
     ("(d) irbis ONNXModel, local[2], fp32", "onnxmodel", "fp32", ""),
 ]

@@ -33,6 +33,11 @@ def _cmd_models_check(args: argparse.Namespace) -> int:
     print(f"{args.name} precision={args.precision} engine={args.engine}: top-1 agreement with eager fp32 "
           f"{r['agreement']:.3f} on {r['crops']} real-photo crops; {r['images_per_s']:.1f} images/s "
           f"(eager fp32 {r['fp32_images_per_s']:.1f}, {r['images_per_s'] / r['fp32_images_per_s']:.2f}x)")
+    if not r["keeps_answers"]:
+        from irbis.demo.photos import AGREEMENT_GOAL
+
+        print(f"  below the {AGREEMENT_GOAL:.2f} agreement that keeps the answers: {r['changed']} of {r['crops']} "
+              f"crops change class; use fp32, or bf16 where it keeps them")
     return 0
 
 

@@ -64,25 +64,22 @@ def sample_photos() -> list[np.ndarray]:
 def photo_crops(model: str = "efficientnet_lite0", crops_per_photo: int = 24, seed: int = 0) -> np.ndarray:
     """Random crops (60-100% of each side, half of them mirrored) of :func:`sample_photos`, preprocessed
     as the catalogue entry ``model`` prescribes: a (N, 3, H, W) float32 batch of real-photo inputs."""
-    from irbis.models import get_entry, preprocess_rgb
+    from irbis.kernels.calibration import random_crops
+    from irbis.models import get_entry
 
-    spec = get_entry(model).preprocessing
-    rng = np.random.default_rng(seed)
-    batch = []
-    for rgb in sample_photos():
-        h, w = rgb.shape[:2]
-        for _ in range(crops_per_photo):
-            ch, cw = int(h * rng.uniform(0.6, 1.0)), int(w * rng.uniform(0.6, 1.0))
-            y, x = rng.integers(0, h - ch + 1), rng.integers(0, w - cw + 1)
-            crop = np.ascontiguousarray(rgb[y:y + ch, x:x + cw])
-            batch.append(preprocess_rgb(cv2.flip(crop, 1) if rng.random() < 0.5 else crop, spec))
-    return np.stack(batch)
+    return random_crops(sample_photos(), get_entry(model).preprocessing, crops_per_photo, seed)
+
+
+#: The top-1 agreement with fp32 a reduced precision must reach to be said to keep the answers.
+AGREEMENT_GOAL = 0.99
 
 
 def check_precision(model: str, precision: str, engine: str = "auto", crops_per_photo: int = 8) -> dict:
     """Top-1 agreement with eager fp32 on :func:`photo_crops`, and images/s of both settings.
 
     The price of a reduced precision (or another engine) before paying it: ``irbis models check``.
+    ``keeps_answers`` says whether the agreement reaches :data:`AGREEMENT_GOAL`; ``changed`` counts the
+    crops whose top-1 class differs.
     """
     import time
 
@@ -96,5 +93,7 @@ def check_precision(model: str, precision: str, engine: str = "auto", crops_per_
         start = time.perf_counter()
         tops[name] = fn(x).argmax(1)
         speeds[name] = len(x) / (time.perf_counter() - start)
-    return {"crops": len(x), "agreement": float((tops["checked"] == tops["fp32"]).mean()),
+    agreement = float((tops["checked"] == tops["fp32"]).mean())
+    return {"crops": len(x), "agreement": agreement, "changed": int((tops["checked"] != tops["fp32"]).sum()),
+            "keeps_answers": agreement >= AGREEMENT_GOAL,
             "fp32_images_per_s": speeds["fp32"], "images_per_s": speeds["checked"]}

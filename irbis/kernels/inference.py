@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
+from irbis.kernels.calibration import Calibration, make_calibration
 from irbis.kernels.engines import EngineError, candidates
 from irbis.kernels.engines.exported import Chain, ExportedNetwork, in_batches
 
@@ -288,6 +289,7 @@ def make_torch_predict_fn(
     precision: str = "fp32",
     allow_pickle: bool = False,
     engine: str = "torch",
+    calibration_data: str = "",
 ) -> BatchFn:
     """Return ``fn(x) -> y``: ``x`` of shape (N, *input) float32, ``y`` of shape (N, D) float32.
 
@@ -295,7 +297,8 @@ def make_torch_predict_fn(
     ``y`` holds the final output, or the output of the module named ``output_layer``, flattened per row.
     ``engine`` (:data:`irbis.kernels.engines.ENGINE_NAMES`) runs it eagerly (``torch``), or exports it
     once per machine to ONNX, cut at ``output_layer``, for ONNX Runtime or OpenVINO; ``auto`` takes the
-    first engine of :func:`irbis.kernels.engines.auto_order` that runs the network.
+    first engine of :func:`irbis.kernels.engines.auto_order` that runs the network. For int8 on an exported
+    engine, ``calibration_data`` is the folder of the calibration sample (:mod:`irbis.kernels.calibration`).
 
     Examples
     --------
@@ -306,13 +309,15 @@ def make_torch_predict_fn(
     identity, threads = source_identity(source), task_threads()
 
     def cached(name: str) -> Callable[[], Any]:
-        parts = [identity, device, precision, allow_pickle] + ([] if name == "torch" else [name, output_layer, threads])
+        parts = [identity, device, precision, allow_pickle] + ([] if name == "torch" else
+                                                               [name, output_layer, threads, calibration_data])
         key = hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:24]
         if name == "torch":
             return lambda: _cached(key, lambda: _Network(source, key, device, precision, allow_pickle))
         load = partial(_load_for_export, source, allow_pickle, output_layer)
+        calibration = partial(_calibration, source, calibration_data)
         return lambda: _cached(key, lambda: ExportedNetwork(load, identity, name, output_layer,
-                                                             _engine_device(device), precision, threads))
+                                                             _engine_device(device), precision, threads, calibration))
 
     chain = Chain([(name, cached(name)) for name in candidates(engine, device, precision)], engine)
     if engine == "torch":
@@ -370,6 +375,15 @@ def _load_for_export(source: dict[str, Any], allow_pickle: bool, layer: str | No
         raise EngineError("TorchScript networks cannot be exported to ONNX by torch.export; save the network "
                           "as a torch.export archive (.pt2) to run it on another engine")
     return module.requires_grad_(False)
+
+
+def _calibration(source: dict[str, Any], folder: str) -> Calibration:
+    """The int8 sample of ``folder``, or of the shipped photographs for a repository model."""
+    spec = CatalogueEntry.from_dict(source["entry"]).preprocessing if "entry" in source else None
+    if not folder and spec is None:
+        raise EngineError("precision='int8' on an exported engine needs calibrationData (a folder of .npy "
+                          "arrays of input rows) for a network outside the repository")
+    return make_calibration(folder, spec)
 
 
 def _engine_device(device: str) -> str:

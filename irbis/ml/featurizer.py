@@ -20,8 +20,8 @@ from irbis.kernels.image import DEFAULT_MAX_PIXELS, IMAGE_FIELDS
 from irbis.kernels.image_features import preprocess_images
 from irbis.ml.base import IrbisTransformer
 from irbis.ml.image import HasErrorCol, _ColumnSetters, with_opencv_threads
-from irbis.ml.params import (HasDevice, HasEngine, HasMiniBatchSize, HasOutputLayer, HasPrecision, at_least, checked,
-                              in_registry)
+from irbis.ml.params import (HasCalibrationData, HasDevice, HasEngine, HasMiniBatchSize, HasOutputLayer, HasPrecision,
+                              at_least, checked, in_registry)
 from irbis.ml.synapseml import ImageFeaturizerNames
 from irbis.models import MODELS, get_entry, module_names
 
@@ -29,7 +29,7 @@ __all__ = ["ImageFeaturizer"]
 
 
 class ImageFeaturizer(ImageFeaturizerNames, IrbisTransformer, _ColumnSetters, HasMiniBatchSize, HasDevice,
-                      HasPrecision, HasEngine, HasErrorCol, HasOutputLayer):
+                      HasPrecision, HasCalibrationData, HasEngine, HasErrorCol, HasOutputLayer):
     """Featurize images with a pretrained network, cutting its last ``cutOutputLayers`` layers.
 
     The model is a catalogue entry (:data:`irbis.models.MODELS`, built-in or added with
@@ -56,7 +56,7 @@ class ImageFeaturizer(ImageFeaturizerNames, IrbisTransformer, _ColumnSetters, Ha
     outputLayer : str
         An inner module (a ``named_modules()`` name) whose activation is returned. When set it wins
         over ``cutOutputLayers``; empty (the default) means the layer ``cutOutputLayers`` picks.
-    miniBatchSize, device, precision, engine : int, str, str, str
+    miniBatchSize, device, precision, engine, calibrationData : int, str, str, str, str
         As in :class:`irbis.ml.TorchModel`.
     errorCol : str
         Optional column for the reason an image gave null features (undecodable bytes, a bad struct).
@@ -105,7 +105,7 @@ class ImageFeaturizer(ImageFeaturizerNames, IrbisTransformer, _ColumnSetters, Ha
                  model: str = "efficientnet_lite0", modelPath: str = "", cutOutputLayers: int = 1,
                  outputLayer: str = "", miniBatchSize: int = 64, device: str = "cpu", precision: str = "fp32",
                  errorCol: str = "", maxPixels: int = DEFAULT_MAX_PIXELS, fastDecode: bool = False,
-                 engine: str = "auto") -> None:
+                 engine: str = "auto", calibrationData: str = "") -> None:
         super().__init__()
         self._setDefault(inputCol="image", outputCol="features", model="efficientnet_lite0",
                          modelPath="", cutOutputLayers=1, errorCol="", maxPixels=DEFAULT_MAX_PIXELS,
@@ -191,7 +191,8 @@ class ImageFeaturizer(ImageFeaturizerNames, IrbisTransformer, _ColumnSetters, Ha
         preprocessing = get_entry(self.getModel()).preprocessing
         source = resolve_source(self.getOrDefault(self.modelPath) or self.getModel())
         options = dict(output_layer=self.feature_layer() or None, batch_size=self.getMiniBatchSize(),
-                       device=self.getDevice(), precision=self.getPrecision(), engine=self.getEngine())
+                       device=self.getDevice(), precision=self.getPrecision(), engine=self.getEngine(),
+                       calibration_data=self.getCalibrationData())
         col, out_col, err_col = self.getInputCol(), self.getOutputCol(), self.getErrorCol()
         limit, fast = self.getOrDefault(self.maxPixels) or None, self.getOrDefault(self.fastDecode)
 

@@ -99,6 +99,20 @@ def invalid_values(check: Check) -> list[Any]:
     values = [] if low is None else [low if low_open else low - 1]
     return values + ([] if high is None else [high if high_open else high + 1])
 
+def local_folder(what: str) -> Check:
+    """A check that the value (when not empty) is a folder holding ``what`` (images or ``.npy`` arrays)."""
+    from irbis.kernels.calibration import calibration_files
+
+    def check(name: str, value: Any) -> None:
+        try:
+            if value:
+                calibration_files(value)
+        except ValueError as err:
+            raise ParamValueError(name, value, f"{what} ({err})") from None
+    check.allowed = (what,)  # type: ignore[attr-defined]
+    return check
+
+
 SHARED_PARAMS: list[Row] = [
     ("modelPath", "the network: a torch.export (.pt2), TorchScript or ONNX file, a model folder (architecture.json + "
      "weights.pt), or the name of a ModelRepository model", TypeConverters.toString, None),
@@ -106,11 +120,17 @@ SHARED_PARAMS: list[Row] = [
     ("device", "where the network runs: cpu, cuda or auto (cuda when a GPU is visible)",
      TypeConverters.toString, "cpu", one_of(*DEVICES)),
     ("precision", "numeric precision: fp32, bf16 (bfloat16 matrix products by autocast, fp32 weights, first "
-     "and last layer in fp32) or int8 (dynamic quantisation of Linear layers)", TypeConverters.toString, "fp32",
-     one_of(*PRECISIONS)),
+     "and last layer in fp32; on openvino the stem in fp32 and the rest in bf16) or int8 (on onnxruntime static "
+     "quantisation of the network calibrated on calibrationData; on torch dynamic quantisation of Linear layers)",
+     TypeConverters.toString, "fp32", one_of(*PRECISIONS)),
+    ("calibrationData", "the sample that sets int8 activation ranges on an exported engine: a folder, seen by "
+     "every worker, of images (preprocessed as the repository model prescribes) or .npy arrays of input rows; "
+     "empty: crops of photographs shipped with scikit-image (repository models only)",
+     TypeConverters.toString, "", local_folder("a folder of images or .npy arrays")),
     ("engine", "what runs the network: torch (eager PyTorch, channels-last), onnxruntime or openvino (the "
      "network exported once per machine to ONNX), or auto (ONNX Runtime, then OpenVINO, then torch for fp32 on "
-     "the CPU, the first installed that runs the network; torch for bf16, int8 and CUDA)",
+     "the CPU, the first installed that runs the network; for bf16 openvino when the CPU has bf16 "
+     "instructions, for int8 onnxruntime, then torch; torch on CUDA)",
      TypeConverters.toString, "auto", one_of(*ENGINE_NAMES)),
     ("inputShape", "shape of one input row without the batch axis, e.g. [3, 224, 224]; flat vectors "
      "are reshaped to it", TypeConverters.toListInt, None),
@@ -150,7 +170,8 @@ def param_mixin(name: str, doc: str, converter: Any, default: Any, check: Check 
     return mixin
 
 
-HasModelPath, HasMiniBatchSize, HasDevice, HasPrecision, HasEngine, HasInputShape, HasOutputLayer = (
+(HasModelPath, HasMiniBatchSize, HasDevice, HasPrecision, HasCalibrationData, HasEngine, HasInputShape,
+ HasOutputLayer) = (
     param_mixin(*row) for row in SHARED_PARAMS
 )
 
@@ -182,4 +203,4 @@ class ColumnSetters(HasInputCol, HasOutputCol):
         return self._set(outputCol=value)
 
 
-__all__ = ["SHARED_PARAMS", "ParamValueError", "one_of", "in_registry", "in_range", "at_least", "checked", "param_check", "invalid_values", "ColumnSetters", "param_mixin", "table_mixin", "HasModelPath", "HasMiniBatchSize", "HasDevice", "HasPrecision", "HasEngine", "HasInputShape", "HasOutputLayer"]
+__all__ = ["SHARED_PARAMS", "ParamValueError", "one_of", "in_registry", "in_range", "at_least", "checked", "param_check", "invalid_values", "ColumnSetters", "param_mixin", "table_mixin", "HasModelPath", "HasMiniBatchSize", "HasDevice", "HasPrecision", "HasCalibrationData", "HasEngine", "local_folder", "HasInputShape", "HasOutputLayer"]

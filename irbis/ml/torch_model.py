@@ -22,6 +22,7 @@ from irbis.kernels.inference import make_torch_predict_fn, resolve_source
 from irbis.ml.base import IrbisModel
 from irbis.ml.params import (
     ColumnSetters,
+    HasCalibrationData,
     HasDevice,
     HasEngine,
     HasInputShape,
@@ -87,7 +88,7 @@ def check_network_input(stage: str, column: str, dtype: DataType) -> None:
         )
 
 
-class TorchModel(_NetworkStageParams, HasPrecision, HasEngine, IrbisModel):
+class TorchModel(_NetworkStageParams, HasPrecision, HasCalibrationData, HasEngine, IrbisModel):
     """Run a PyTorch network over a column: the network's output (or an inner layer's) per row.
 
     The network runs in every Spark Python worker on Arrow batches of ``miniBatchSize`` rows, under
@@ -113,6 +114,9 @@ class TorchModel(_NetworkStageParams, HasPrecision, HasEngine, IrbisModel):
         ``outputLayer``) is exported to ONNX once per machine for the latter two; every engine equals
         eager fp32 within 1e-4 relative to the output's scale
         (:mod:`irbis.kernels.engines` documents ``auto``'s rule).
+    calibrationData : str
+        For int8 on ``onnxruntime``: a folder of images or ``.npy`` input rows that sets the activation
+        ranges (empty: photographs shipped with scikit-image, for repository models).
     outputType : str
         ``vector`` (Spark ML vector, the default) or ``array`` (array<float>).
 
@@ -139,7 +143,8 @@ class TorchModel(_NetworkStageParams, HasPrecision, HasEngine, IrbisModel):
     def __init__(self, *, modelPath: str | None = None, inputCol: str | None = None,
                  outputCol: str | None = None, outputLayer: str = "", miniBatchSize: int = 64,
                  inputShape: list[int] | None = None, device: str = "cpu", precision: str = "fp32",
-                 outputType: str = "vector", allowPickle: bool = False, engine: str = "auto") -> None:
+                 outputType: str = "vector", allowPickle: bool = False, engine: str = "auto",
+                 calibrationData: str = "") -> None:
         super().__init__()
         self._setDefault(allowPickle=False)
         self.training_summary: list[dict[str, Any]] | None = None
@@ -195,7 +200,8 @@ class TorchModel(_NetworkStageParams, HasPrecision, HasEngine, IrbisModel):
         col, out_col, stage = self.getInputCol(), self.getOutputCol(), type(self).__name__
         options = dict(output_layer=self.getOutputLayer() or None, batch_size=self.getMiniBatchSize(),
                        device=self.getDevice(), precision=self.getPrecision(),
-                       allow_pickle=self.getOrDefault(self.allowPickle), engine=self.getEngine())
+                       allow_pickle=self.getOrDefault(self.allowPickle), engine=self.getEngine(),
+                       calibration_data=self.getCalibrationData())
 
         def run(blocks: dict[str, Any]) -> dict[str, Any]:
             src = dict(source, path=localize(source["path"], shipped)) if shipped else source

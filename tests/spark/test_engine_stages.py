@@ -206,3 +206,27 @@ def test_models_check_prints_agreement_and_speed_on_real_photos(capsys):
     assert result["crops"] == 14 and result["agreement"] == 1.0 and result["images_per_s"] > 0
     assert main(["models", "check", "efficientnet_lite0", "--engine", "torch"]) == 0
     assert "top-1 agreement with eager fp32 1.000 on 56 real-photo crops" in capsys.readouterr().out
+
+
+@pytest.mark.spark
+@pytest.mark.skipif("onnxruntime" not in EXPORTED, reason="needs onnxruntime")
+def test_static_int8_stage_persists_its_calibration_and_equals_the_kernel(spark, digits, tmp_path):
+    from irbis.kernels.inference import make_torch_predict_fn, resolve_source
+
+    calibration = tmp_path / "calibration"
+    calibration.mkdir()
+    np.save(calibration / "rows.npy", digits[:32])
+    torch.manual_seed(2)
+    net = build_model("mlp", **OPTIONS).eval()
+    stage = TorchModel.from_module(net, architecture="mlp", options=OPTIONS, inputCol="x", outputCol="y",
+                                   engine="onnxruntime", precision="int8", calibrationData=str(calibration))
+    stage.save(str(tmp_path / "stage"))
+    loaded = TorchModel.load(str(tmp_path / "stage"))
+    assert loaded.getCalibrationData() == str(calibration) and loaded.getPrecision() == "int8"
+    df = spark.createDataFrame([(i, Vectors.dense(x.tolist())) for i, x in enumerate(digits)], ["id", "x"])
+    got = np.stack([r.y.toArray() for r in loaded.transform(df).orderBy("id").collect()])
+    kernel = make_torch_predict_fn(resolve_source(loaded.getModelPath()), engine="onnxruntime", precision="int8",
+                                   calibration_data=str(calibration))(digits)
+    np.testing.assert_allclose(got, kernel, rtol=1e-5, atol=1e-5)
+    with torch.no_grad():
+        assert not np.allclose(got, net(torch.from_numpy(digits)).numpy(), atol=1e-6)  # quantised, not fp32

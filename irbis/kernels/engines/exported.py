@@ -69,12 +69,14 @@ class ExportedNetwork:
     """A network exported to ONNX (cut at its layer) and run by an engine, compiled per input shape.
 
     ``load`` returns the eager network; it is called only when the export file does not exist yet.
+    ``calibration`` (a getter of :class:`irbis.kernels.calibration.Calibration`) is the int8 sample.
     """
 
     def __init__(self, load: Callable[[], nn.Module], identity: str, engine: str, layer: str | None,
-                 device: str, precision: str, threads: int) -> None:
+                 device: str, precision: str, threads: int, calibration: Callable[[], Any] | None = None) -> None:
         self.load, self.identity, self.engine, self.layer = load, identity, engine, layer
         self.device, self.precision, self.threads = device, precision, threads
+        self.calibration = calibration
         self.runners: dict[tuple[int, ...], Runner] = {}
         self.lock = threading.Lock()
 
@@ -98,8 +100,13 @@ class ExportedNetwork:
 
                 path = export_onnx(self.load, self.layer, shape, key)
             self.runners[shape] = ENGINES[self.engine].load(str(path), threads=self.threads, device=self.device,
-                                                            precision=self.precision)
+                                                            precision=self.precision, **self._int8_options(shape))
         return self.runners[shape]
+
+    def _int8_options(self, shape: tuple[int, ...]) -> dict[str, Any]:
+        if self.precision != "int8" or self.calibration is None:
+            return {}
+        return {"calibration": self.calibration(), "shape": shape}
 
 
 def _load_malloc_trim() -> Callable[[int], int] | None:

@@ -1,18 +1,29 @@
-"""The ONNX Runtime engine: one session per exported file, fp32, on the CPU or CUDA."""
+"""The ONNX Runtime engine: one session per exported file, fp32 on the CPU or CUDA, or static int8 on the CPU.
+
+``precision="int8"`` runs the file quantised by :func:`irbis.kernels.engines.quantize.quantized_path`
+(calibrated on the ``calibration`` sample, cached beside the export).
+"""
 
 from __future__ import annotations
 
 import numpy as np
 
+from irbis.kernels.calibration import Calibration
 from irbis.kernels.engines import EngineError, Runner
 
 
-def load(path: str, *, threads: int, device: str, precision: str) -> Runner:
-    """A runner over an ONNX Runtime session of ``path`` with ``threads`` intra-op threads."""
+def load(path: str, *, threads: int, device: str, precision: str, calibration: Calibration | None = None,
+         shape: tuple[int, ...] = ()) -> Runner:
+    """A runner over an ONNX Runtime session of ``path`` with ``threads`` intra-op threads.
+
+    For int8, ``calibration`` is the sample that sets the activation ranges and ``shape`` the input
+    row shape it must have.
+    """
     import onnxruntime as ort
 
-    if precision != "fp32":
-        raise EngineError(f"engine='onnxruntime' runs precision='fp32' only, got {precision!r}; "
+    path = _int8_path(path, device, calibration, shape) if precision == "int8" else path
+    if precision not in ("fp32", "int8"):
+        raise EngineError(f"engine='onnxruntime' runs precision fp32 or int8, got {precision!r}; "
                           f"use engine='openvino' or 'torch' for {precision}")
     providers = ["CUDAExecutionProvider"] if device == "cuda" else ["CPUExecutionProvider"]
     if device == "cuda" and providers[0] not in ort.get_available_providers():
@@ -28,3 +39,13 @@ def load(path: str, *, threads: int, device: str, precision: str) -> Runner:
         raise EngineError(f"ONNX Runtime cannot run {path}: {err}") from err
     name = session.get_inputs()[0].name
     return lambda x: session.run(None, {name: np.ascontiguousarray(x, dtype=np.float32)})[0]
+
+
+def _int8_path(path: str, device: str, calibration: Calibration | None, shape: tuple[int, ...]) -> str:
+    from irbis.kernels.engines.quantize import quantized_path
+
+    if device == "cuda":
+        raise EngineError("engine='onnxruntime' runs precision='int8' on the CPU only")
+    if calibration is None:
+        raise EngineError("engine='onnxruntime' needs a calibration sample for precision='int8'")
+    return str(quantized_path(path, calibration, shape))

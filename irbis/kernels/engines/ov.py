@@ -1,7 +1,9 @@
 """The OpenVINO engine: the exported ONNX file compiled for the CPU.
 
 The CPU plugin runs bf16 by default on processors with bf16 instructions; fp32 is asked for
-explicitly (``INFERENCE_PRECISION_HINT``) so that the engine equals eager fp32.
+explicitly (``INFERENCE_PRECISION_HINT``) so that the engine equals eager fp32. ``precision="bf16"``
+runs the stem (up to the first tensor after the first convolution, :mod:`irbis.kernels.engines.split`)
+in fp32 and the rest in bf16: two compiled graphs chained, which keeps top-1 of real photographs.
 """
 
 from __future__ import annotations
@@ -16,21 +18,66 @@ from irbis.kernels.engines import EngineError, Runner
 _HINTS = {"fp32": "f32", "bf16": "bf16"}
 
 
-def load(path: str, *, threads: int, device: str, precision: str) -> Runner:
-    """A runner over ``path`` compiled by OpenVINO with ``threads`` threads, latency hint."""
-    compiled = compile_graph(path, threads=threads, device=device, precision=precision)
-    request, lock = compiled.create_infer_request(), threading.Lock()
+def load(path: str, *, threads: int, device: str, precision: str, **_options: Any) -> Runner:
+    """A runner over ``path`` compiled by OpenVINO with ``threads`` threads, latency hint.
+
+    ``_options`` (the int8 calibration sample) are not used: int8 runs on ONNX Runtime or torch.
+    """
+    if precision == "bf16" and device != "cuda":
+        parts = compile_mixed(path, threads=threads)
+    else:
+        parts = [compile_graph(path, threads=threads, device=device, precision=precision)]
+    return _chain([part.create_infer_request() for part in parts])
+
+
+def _chain(requests: list[Any]) -> Runner:
+    """Run compiled parts in turn, each reading the previous one's output tensor without a copy."""
+    lock = threading.Lock()
 
     def run(x: np.ndarray) -> np.ndarray:
         with lock:
+            requests[0].infer({0: np.ascontiguousarray(x, dtype=np.float32)})
+            out = requests[0].get_output_tensor(0)
+            for request in requests[1:]:
+                request.set_input_tensor(out)
+                request.infer()
+                out = request.get_output_tensor(0)
             # The output tensor belongs to the request and is overwritten by its next call: copy it.
-            return np.array(request.infer({0: np.ascontiguousarray(x, dtype=np.float32)})[0], copy=True)
+            return np.array(out.data, copy=True)
 
     return run
 
 
-def compile_graph(path: str, *, threads: int, device: str = "cpu", precision: str = "fp32") -> Any:
-    """The ONNX file at ``path`` compiled for the CPU (an ``openvino.CompiledModel``)."""
+def compile_mixed(path: str, *, threads: int) -> list[Any]:
+    """The ONNX file at ``path`` compiled as a fp32 stem and a bf16 rest (the whole in bf16 without a stem)."""
+    import openvino as ov
+
+    from irbis.kernels.engines.split import read_stem_cut
+
+    cut = read_stem_cut(path)
+    if cut is None:
+        return [compile_graph(path, threads=threads, precision="bf16")]
+    core = ov.Core()
+    stem_model, rest_model = core.read_model(path), core.read_model(path)
+    stem = ov.Model([_output_named(stem_model, cut)], stem_model.get_parameters(), "stem")
+    edge = _output_named(rest_model, cut)
+    start = ov.op.Parameter(edge.get_element_type(), edge.get_partial_shape())
+    for target in list(edge.get_target_inputs()):
+        target.replace_source_output(start.output(0))
+    rest = ov.Model(rest_model.get_results(), [start], "rest")
+    return [compile_graph(stem, threads=threads, precision="fp32"), compile_graph(rest, threads=threads, precision="bf16")]
+
+
+def _output_named(model: Any, name: str) -> Any:
+    for op in model.get_ordered_ops():
+        for output in op.outputs():
+            if name in output.get_names():
+                return output
+    raise EngineError(f"OpenVINO read no tensor named {name!r} from the exported network")
+
+
+def compile_graph(path: Any, *, threads: int, device: str = "cpu", precision: str = "fp32") -> Any:
+    """The ONNX file at ``path`` (or an ``openvino.Model``) compiled for the CPU (an ``openvino.CompiledModel``)."""
     import openvino as ov
 
     if device == "cuda":

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from irbis.kernels.engines import ENGINES, Engine, EngineError, InputShapeError, auto_order
+from irbis.kernels.engines import ENGINES, Engine, EngineError, InputShapeError, auto_order, native_bf16
 from irbis.kernels.engines.export import export_onnx
 from irbis.kernels.engines.exported import ExportedNetwork
 from irbis.kernels.inference import clear_cache, load_network, make_torch_predict_fn, resolve_source
@@ -163,5 +163,14 @@ def test_auto_falls_back_to_torch_once_with_a_log_line(tmp_path, caplog):
 
 
 def test_auto_rule():
-    assert auto_order("cpu", "bf16") == auto_order("cuda", "fp32") == ("torch",)
+    assert auto_order("cuda", "bf16") == auto_order("cuda", "fp32") == ("torch",)
     assert auto_order("cpu", "fp32") == tuple(EXPORTED) + ("torch",)
+    assert auto_order("cpu", "bf16") == (("openvino",) if native_bf16() else ()) + ("torch",)
+    assert auto_order("cpu", "int8") == tuple(e for e in EXPORTED if e == "onnxruntime") + ("torch",)
+
+
+def test_native_bf16_follows_the_cpu_flags():
+    flags = open("/proc/cpuinfo").read().split() if os.path.exists("/proc/cpuinfo") else None
+    if flags is None or "openvino" not in EXPORTED:
+        pytest.skip("needs Linux's /proc/cpuinfo and OpenVINO")
+    assert native_bf16() == bool({"avx512_bf16", "amx_bf16"} & set(flags))

@@ -1,0 +1,120 @@
+"""Calibration samples for static int8 quantisation: a folder of the user's, or shipped photographs.
+
+Static quantisation fixes the range of every activation from a sample of real inputs. The sample is
+``calibrationData``, a folder of images (preprocessed as the repository model prescribes) or of
+``.npy`` arrays of already preprocessed rows, shape (N, *inputShape) or (*inputShape); left empty,
+a repository model is calibrated on random crops of photographs shipped with scikit-image that
+``irbis models check`` does not score (:data:`CALIBRATION_PHOTOS`: the agreement is measured on
+other images than those that set the ranges).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp")
+#: scikit-image photographs that set the ranges (grey ones repeated over three channels).
+CALIBRATION_PHOTOS = ("camera", "coins", "grass", "gravel", "brick", "clock", "moon", "hubble_deep_field",
+                      "immunohistochemistry", "retina")
+CROPS_PER_PHOTO = 8
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """A calibration sample: ``key`` changes when the sample does; ``batch(shape)`` reads it."""
+
+    key: str
+    batch: Callable[[tuple[int, ...]], np.ndarray]
+
+
+def random_crops(photos: list[np.ndarray], spec: Any, per_photo: int, seed: int) -> np.ndarray:
+    """Random crops (60-100% of each side, half of them mirrored) of ``photos``, preprocessed by ``spec``."""
+    import cv2
+
+    from irbis.models import preprocess_rgb
+
+    rng = np.random.default_rng(seed)
+    batch = []
+    for rgb in photos:
+        h, w = rgb.shape[:2]
+        for _ in range(per_photo):
+            ch, cw = int(h * rng.uniform(0.6, 1.0)), int(w * rng.uniform(0.6, 1.0))
+            y, x = rng.integers(0, h - ch + 1), rng.integers(0, w - cw + 1)
+            crop = np.ascontiguousarray(rgb[y:y + ch, x:x + cw])
+            batch.append(preprocess_rgb(cv2.flip(crop, 1) if rng.random() < 0.5 else crop, spec))
+    return np.stack(batch)
+
+
+def calibration_photos() -> list[np.ndarray]:
+    """The :data:`CALIBRATION_PHOTOS` as RGB uint8 arrays."""
+    from skimage import data
+
+    photos = [getattr(data, name)() for name in CALIBRATION_PHOTOS]
+    return [np.repeat(p[..., None], 3, axis=2) if p.ndim == 2 else p for p in photos]
+
+
+def make_calibration(folder: str, spec: Any | None) -> Calibration:
+    """The sample of ``folder`` (empty: the shipped photographs), images preprocessed by ``spec``.
+
+    ``spec`` is the repository model's preprocessing (None for other networks, which then need a
+    folder of ``.npy`` rows). Raises ``ValueError`` for a missing or empty folder, or images without
+    a ``spec``.
+    """
+    if not folder:
+        if spec is None:
+            raise ValueError("precision='int8' needs calibrationData for a network outside the repository: "
+                             "a folder of .npy arrays of preprocessed input rows")
+        key = hashlib.sha256(repr((CALIBRATION_PHOTOS, CROPS_PER_PHOTO, spec)).encode()).hexdigest()[:16]
+        return Calibration(key, lambda shape: _checked(random_crops(calibration_photos(), spec, CROPS_PER_PHOTO, 1),
+                                                       shape, "the shipped calibration photographs"))
+    files = calibration_files(folder)
+    if spec is None and any(f.suffix.lower() != ".npy" for f in files):
+        raise ValueError(f"calibrationData {folder!r} holds images, but the network is not a repository model "
+                         "(whose preprocessing would prepare them): give .npy arrays of preprocessed input rows")
+    digest = hashlib.sha256(repr(spec).encode())
+    for f in files:
+        digest.update(f.name.encode() + f.read_bytes())
+    return Calibration(digest.hexdigest()[:16], lambda shape: _read(files, spec, shape, folder))
+
+
+def calibration_files(folder: str) -> list[Path]:
+    """The images and ``.npy`` files of ``folder``, sorted; a missing or empty folder is a ``ValueError``."""
+    root = Path(folder)
+    if not root.is_dir():
+        raise ValueError(f"calibrationData {folder!r} is not a folder: give a folder of images or .npy arrays")
+    files = sorted(f for f in root.iterdir() if f.is_file() and f.suffix.lower() in IMAGE_SUFFIXES + (".npy",))
+    if not files:
+        raise ValueError(f"calibrationData {folder!r} holds no images ({', '.join(IMAGE_SUFFIXES)}) and no .npy "
+                         "arrays: int8 calibration needs a sample of real inputs")
+    return files
+
+
+def _read(files: list[Path], spec: Any | None, shape: tuple[int, ...], folder: str) -> np.ndarray:
+    import cv2
+
+    from irbis.models import preprocess_rgb
+
+    rows = []
+    for f in files:
+        if f.suffix.lower() == ".npy":
+            a = np.load(f, allow_pickle=False).astype(np.float32)
+            rows.extend(_checked(a[None] if a.shape == shape else a, shape, str(f)))
+            continue
+        bgr = cv2.imread(str(f), cv2.IMREAD_COLOR)
+        if bgr is None:
+            raise ValueError(f"calibrationData: {f} is not a readable image")
+        rows.append(preprocess_rgb(cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB), spec))
+    return _checked(np.stack(rows), shape, folder)
+
+
+def _checked(batch: np.ndarray, shape: tuple[int, ...], where: str) -> np.ndarray:
+    if batch.ndim != len(shape) + 1 or tuple(batch.shape[1:]) != tuple(shape):
+        raise ValueError(f"calibrationData: {where} has shape {tuple(batch.shape)}; the network takes rows of shape "
+                         f"{tuple(shape)}, so give arrays of shape (N, {', '.join(map(str, shape))}) or images")
+    return np.ascontiguousarray(batch, dtype=np.float32)

@@ -1,0 +1,58 @@
+"""Static int8 quantisation of an exported ONNX file, calibrated on a sample, cached beside the export.
+
+ONNX Runtime's post-training quantisation (QDQ, weights int8 per output channel, activations uint8)
+with the ranges of the activations set by the ``Percentile`` calibrator on a sample of real inputs
+(:mod:`irbis.kernels.calibration`); the first convolution stays in fp32. On EfficientNet-Lite0 this
+was the best of the recipes tried, measured against fp32 on real-photo crops that calibration did not
+see: top-1 agreement about 0.93, short of 0.99 (min-max 0.89, entropy 0.88, depthwise convolutions
+left in fp32 0.71-0.84); ``irbis models check`` reports the figure of the network at hand.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from irbis.kernels.calibration import Calibration
+from irbis.models.fetch import atomic_path, file_lock
+
+
+def quantized_path(path: str, calibration: Calibration, shape: tuple[int, ...]) -> Path:
+    """The int8 file of the ONNX file at ``path``, written once per content and calibration sample."""
+    source = Path(path)
+    digest = hashlib.sha256(source.read_bytes()).hexdigest()[:16]
+    target = source.with_name(f"{source.stem}.int8-{digest}-{calibration.key}.onnx")
+    with file_lock(source.parent / ".locks" / f"{target.stem}.lock"):
+        if not target.exists():
+            batch = calibration.batch(shape)
+            with atomic_path(target) as tmp:
+                quantize(str(source), str(tmp), batch)
+    return target
+
+
+def quantize(source: str, target: str, batch: np.ndarray) -> None:
+    """Write the static int8 (QDQ) quantisation of ``source`` calibrated on ``batch`` to ``target``."""
+    import onnx
+    from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
+
+    graph = onnx.load(source, load_external_data=False).graph
+    convs = [n.name for n in graph.node if n.op_type == "Conv"]
+    with contextlib.redirect_stdout(io.StringIO()):  # the calibrator prints its progress
+        quantize_static(source, target, _Reader(graph.input[0].name, batch), quant_format=QuantFormat.QDQ,
+                        per_channel=True, activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8,
+                        nodes_to_exclude=convs[:1], calibrate_method=CalibrationMethod.Percentile)
+
+
+class _Reader:
+    """ONNX Runtime's calibration reader protocol over mini-batches of ``batch``."""
+
+    def __init__(self, name: str, batch: np.ndarray, size: int = 8) -> None:
+        self.feeds = iter([{name: batch[i:i + size]} for i in range(0, len(batch), size)])
+
+    def get_next(self) -> dict[str, Any] | None:
+        return next(self.feeds, None)

@@ -1,0 +1,109 @@
+"""Reduced precision that keeps the answers: bf16 on OpenVINO and static int8 on ONNX Runtime, measured
+against eager fp32 on crops of real photographs; the calibration sample and its errors."""
+
+from __future__ import annotations
+
+import glob
+
+import numpy as np
+import onnx
+import pytest
+from onnx import helper
+
+from irbis.demo.photos import AGREEMENT_GOAL, check_precision, photo_crops
+from irbis.kernels.calibration import CALIBRATION_PHOTOS, calibration_files, make_calibration
+from irbis.kernels.engines import ENGINES, native_bf16
+from irbis.kernels.engines.split import stem_cut
+from irbis.kernels.inference import clear_cache, make_torch_predict_fn, resolve_source
+from irbis.ml.params import ParamValueError
+from irbis.models import default_cache_dir, get_entry
+
+MODEL = "efficientnet_lite0"
+
+
+@pytest.fixture(autouse=True)
+def cache_home(tmp_path_factory, monkeypatch):
+    monkeypatch.setenv("IRBIS_HOME", str(tmp_path_factory.getbasetemp() / "precision-home"))
+    yield
+    clear_cache()
+
+
+def _top1(precision, engine, x):
+    return make_torch_predict_fn(resolve_source(MODEL), precision=precision, engine=engine, batch_size=32)(x).argmax(1)
+
+
+@pytest.mark.skipif(not (ENGINES["openvino"].installed() and native_bf16()),
+                    reason="needs OpenVINO on a CPU with bf16 instructions")
+def test_openvino_bf16_keeps_top1_of_real_photographs():
+    x = photo_crops(MODEL, 8)
+    assert (_top1("bf16", "openvino", x) == _top1("fp32", "torch", x)).mean() >= 0.99
+
+
+@pytest.mark.skipif(not ENGINES["onnxruntime"].installed(), reason="needs onnxruntime")
+def test_static_int8_agreement_reported_is_the_one_recomputed_and_the_file_is_cached(capsys):
+    from irbis.cli import main
+
+    report = check_precision(MODEL, "int8", engine="onnxruntime")
+    x = photo_crops(MODEL, 8)
+    recomputed = (_top1("int8", "onnxruntime", x) == _top1("fp32", "torch", x)).mean()
+    assert report["crops"] == len(x) and report["agreement"] == pytest.approx(recomputed)
+    assert 0.0 < report["agreement"] <= 1.0
+    assert report["keeps_answers"] == (report["agreement"] >= AGREEMENT_GOAL)
+    assert main(["models", "check", MODEL, "--precision", "int8", "--engine", "onnxruntime"]) == 0
+    said = capsys.readouterr().out
+    assert f"top-1 agreement with eager fp32 {report['agreement']:.3f}" in said
+    assert (f"below the {AGREEMENT_GOAL:.2f} agreement" in said) == (not report["keeps_answers"])
+    assert len(glob.glob(str(default_cache_dir() / "prepared" / "*.int8-*.onnx"))) == 1  # quantised once
+
+
+def test_calibration_photos_are_not_the_photographs_that_are_scored():
+    from skimage import data
+
+    from irbis.demo.photos import sample_photos
+
+    scored = {p.tobytes()[:4096] for p in sample_photos()}
+    assert not scored & {np.asarray(getattr(data, n)()).tobytes()[:4096] for n in CALIBRATION_PHOTOS}
+    batch = make_calibration("", get_entry(MODEL).preprocessing).batch((3, 224, 224))
+    assert batch.shape[1:] == (3, 224, 224) and batch.dtype == np.float32 and len(batch) >= len(CALIBRATION_PHOTOS)
+
+
+def test_calibration_of_the_wrong_shape_names_both_shapes(tmp_path):
+    np.save(tmp_path / "rows.npy", np.zeros((4, 3, 32, 32), np.float32))
+    with pytest.raises(ValueError, match=r"shape \(4, 3, 32, 32\).*rows of shape \(3, 224, 224\)"):
+        make_calibration(str(tmp_path), None).batch((3, 224, 224))
+    one = make_calibration(str(tmp_path), None).batch((3, 32, 32))
+    assert one.shape == (4, 3, 32, 32)
+
+
+def test_an_empty_or_missing_calibration_folder_is_a_clear_error(tmp_path):
+    from irbis import TorchModel
+
+    (tmp_path / "notes.txt").write_text("no images here")
+    with pytest.raises(ValueError, match="holds no images.*no .npy"):
+        calibration_files(str(tmp_path))
+    with pytest.raises(ParamValueError, match="calibrationData.*holds no images"):
+        TorchModel(calibrationData=str(tmp_path))
+    with pytest.raises(ParamValueError, match="is not a folder"):
+        TorchModel().setCalibrationData(str(tmp_path / "missing"))
+    with pytest.raises(ValueError, match="holds images, but the network is not a repository model"):
+        (tmp_path / "a.png").write_bytes(b"")
+        make_calibration(str(tmp_path), None)
+
+
+def test_stem_cut_is_the_first_single_tensor_after_the_first_convolution():
+    def node(op, inputs, output):
+        return helper.make_node(op, inputs, [output], name=output)
+
+    graph = helper.make_graph(
+        [node("Conv", ["x", "w"], "c1"), node("Relu", ["c1"], "r1"), node("Conv", ["r1", "w"], "c2"),
+         node("Add", ["c2", "r1"], "a1"), node("Relu", ["a1"], "out")],
+        "g", [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, None)],
+        [helper.make_tensor_value_info("out", onnx.TensorProto.FLOAT, None)])
+    assert stem_cut(graph) == "r1"
+    skip = helper.make_graph([node("Conv", ["x", "w"], "c1"), node("Relu", ["c1"], "r1"),
+                              node("Add", ["r1", "x"], "a1"), node("Relu", ["a1"], "out")],
+                             "g", graph.input, graph.output)
+    assert stem_cut(skip) == "a1"  # the input is read again by the Add: r1 alone is not a cut
+    tail = helper.make_graph([node("Conv", ["x", "w"], "c1"), node("Relu", ["c1"], "out")],
+                             "g", graph.input, graph.output)
+    assert stem_cut(tail) is None

@@ -379,6 +379,8 @@ def _load_for_export(source: dict[str, Any], allow_pickle: bool, layer: str | No
 
 def _calibration(source: dict[str, Any], folder: str) -> Calibration:
     """The int8 sample of ``folder``, or of the shipped photographs for a repository model."""
+    from irbis.models import CatalogueEntry
+
     spec = CatalogueEntry.from_dict(source["entry"]).preprocessing if "entry" in source else None
     if not folder and spec is None:
         raise EngineError("precision='int8' on an exported engine needs calibrationData (a folder of .npy "

@@ -13,11 +13,9 @@ from irbis.ml import TorchEstimator
 pytestmark = [pytest.mark.slow, pytest.mark.spark]
 
 
-def test_killed_worker_resumes_from_checkpoint(cluster_spark, tmp_path):
-    x, y = load_digits(return_X_y=True)
-    df = cluster_spark.createDataFrame([(Vectors.dense(a), int(b)) for a, b in zip(x / 16, y)],
-                                       ["features", "label"]).repartition(2)
-    ckpt_root, marker = str(tmp_path / "ckpt"), str(tmp_path / "killed")
+def killer(ckpt_root: str, marker: str):
+    """An ``augment`` callable that kills its Python worker once, after the first checkpoint is written
+    (the marker file makes it once per run, across processes)."""
 
     def kill_once_after_first_checkpoint(batch, rng):
         import glob
@@ -32,11 +30,20 @@ def test_killed_worker_resumes_from_checkpoint(cluster_spark, tmp_path):
             os.kill(os.getpid(), signal.SIGKILL)  # the whole Python worker dies, as on a lost executor
         return batch
 
+    return kill_once_after_first_checkpoint
+
+
+def test_killed_worker_resumes_from_checkpoint(cluster_spark, tmp_path):
+    x, y = load_digits(return_X_y=True)
+    df = cluster_spark.createDataFrame([(Vectors.dense(a), int(b)) for a, b in zip(x / 16, y)],
+                                       ["features", "label"]).repartition(2)
+    ckpt_root, marker = str(tmp_path / "ckpt"), str(tmp_path / "killed")
+
     est = TorchEstimator(network="mlp", networkOptions=json.dumps({"in_features": 64, "hidden": 32,
                                                                     "out_features": 10}),
                          epochs=6, batchSize=32, numWorkers=2, learningRate=3e-3, validationFraction=0.1,
                          checkpointDir=ckpt_root, checkpointInterval=20, showProgress=False,
-                         augment=kill_once_after_first_checkpoint)
+                         augment=killer(ckpt_root, marker))
     model = est.fit(df)
     import os
 
@@ -56,25 +63,12 @@ def test_killed_async_worker_loses_no_parameter_server_update(cluster_spark, tmp
                                        ["features", "label"]).repartition(2)
     ckpt_root, marker = str(tmp_path / "ckpt"), str(tmp_path / "killed")
 
-    def kill_once_after_first_checkpoint(batch, rng):
-        import glob
-        import os
-        import signal
-
-        if glob.glob(os.path.join(ckpt_root, "*", "latest.json")):
-            try:
-                os.close(os.open(marker, os.O_CREAT | os.O_EXCL))
-            except FileExistsError:
-                return batch
-            os.kill(os.getpid(), signal.SIGKILL)
-        return batch
-
     est = TorchEstimator(network="mlp", networkOptions=json.dumps({"in_features": 64, "hidden": 32,
                                                                     "out_features": 10}),
                          strategy="downpour", strategyOptions='{"numShards": 3}', optimizer="sgd",
                          epochs=4, batchSize=16, numWorkers=2, learningRate=0.02, validationFraction=0.1,
                          checkpointDir=ckpt_root, checkpointInterval=30, showProgress=False,
-                         augment=kill_once_after_first_checkpoint)
+                         augment=killer(ckpt_root, marker))
     model = est.fit(df)
     import os
 

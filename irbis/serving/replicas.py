@@ -33,6 +33,7 @@ def _replica_task(path: str, outputs: list[str], options: dict[str, Any], host: 
         sock = socket.socket()
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((host, port))
+        sock.listen(2048)  # clients queue from now on instead of being refused while uvicorn starts
         public = host if host not in ("0.0.0.0", "") else ctx.getTaskInfos()[ctx.partitionId()].address.split(":")[0]
         address = f"{public}:{sock.getsockname()[1]}"
         report = socket.create_connection(driver, timeout=30)
@@ -133,7 +134,32 @@ def start_replicas(pipeline: str, spark: Any, replicas: int, host: str = "127.0.
     handle.ready.wait()
     if handle.error is not None and len(handle.addresses) < replicas:
         raise RuntimeError(f"the replicas did not start: {handle.error}")
+    for address in handle.addresses.values():
+        _wait_until_answering(address, handle)
     return handle
+
+
+def _wait_until_answering(address: str, handle: Replicas, timeout: float = 300.0) -> None:
+    """Block until ``GET /ready`` on ``address`` gets an HTTP answer other than 503."""
+    import time
+    import urllib.error
+    import urllib.request
+
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # straight to the executor
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with opener.open(f"http://{address}/ready", timeout=10):
+                return
+        except urllib.error.HTTPError as err:
+            if err.code != 503:  # e.g. 401 behind an API key: the server answers
+                return
+        except OSError:
+            pass
+        if handle.error is not None or time.monotonic() > deadline:
+            handle.stop()
+            raise RuntimeError(f"the replica at {address} did not answer: {handle.error or 'timed out'}")
+        time.sleep(0.2)
 
 
 def serve_on_spark(pipeline: str, master: str, replicas: int, host: str = "127.0.0.1", port: int = 0,

@@ -19,6 +19,7 @@ from irbis.train.backends.base import Backend, Rank, RankFn, raise_returned
 from irbis.train.comm import ThreadCommunicator, connect_store, init_torch_group, serve_store
 from irbis.train.data import Shard
 from irbis.train.loop import Report, TrainSpec, WorkerResult, train_worker
+from irbis.train.roles import run_rank, server_tasks
 from irbis.train.strategy import WorkerContext
 
 
@@ -56,7 +57,7 @@ class ThreadBackend(Backend[Any]):
                 results[rank] = fn(Rank(rank, self.num_workers, comms[rank], data[rank]))
             except BaseException as err:
                 raised.append(err)
-                comms[rank]._shared.barrier.abort()
+                comms[rank].abort()
 
         threads = [threading.Thread(target=work, args=(r,), daemon=True) for r in range(self.num_workers)]
         saved = torch.get_num_threads()
@@ -72,15 +73,17 @@ class ThreadBackend(Backend[Any]):
         return raise_returned(results)
 
 
-def _train_rank(spec: TrainSpec, report: Report | None, rank: Rank) -> WorkerResult:
-    return train_worker(spec, rank.data, WorkerContext(rank.comm, rank.rank, rank.world_size, spec.device), report)
+def _train_rank(spec: TrainSpec, num_workers: int, report: Report | None, rank: Rank) -> WorkerResult:
+    return run_rank(spec, num_workers, rank.data, rank.comm, rank.rank, spec.device, report=report)
 
 
 def run_threads(spec: TrainSpec, shards: list[Shard], report: Report | None = None,
                 timeout: float = 300.0) -> list[WorkerResult]:
-    """Train with one thread per shard; re-raises the first worker error."""
-    with ThreadBackend(len(shards), timeout) as backend:
-        return backend.run(partial(_train_rank, spec, report), shards)
+    """Train with one thread per shard (and one per dedicated server after them); re-raises the first
+    worker error."""
+    servers = server_tasks(spec, len(shards))
+    with ThreadBackend(len(shards) + servers, timeout) as backend:
+        return backend.run(partial(_train_rank, spec, len(shards), report), list(shards) + [None] * servers)
 
 
 def _process_main(spec: TrainSpec, shard: Shard, rank: int, world: int, port: int, out: Any) -> None:

@@ -94,9 +94,10 @@ def train_partition(spec: TrainSpec, columns: tuple[str, str], progress: tuple[s
     t0 = time.perf_counter()
     shard, profile = arrow_to_shard(rank.data)
     read_s = time.perf_counter() - t0
-    merged = merge_profiles([t.numpy() for t in rank.comm.all_gather(torch.from_numpy(profile))])
-    module = build_network(spec.network)
     workers = rank.world_size if num_workers is None else num_workers
+    profiles = rank.comm.all_gather(torch.from_numpy(profile))[:workers]  # the servers' partitions are empty
+    merged = merge_profiles([t.numpy() for t in profiles])
+    module = build_network(spec.network)
     error = validation_error(merged, module, spec, *columns, workers)
     if error is not None:
         return error

@@ -1,28 +1,35 @@
-"""Sharded parameter servers, co-located with the training workers.
+"""Sharded parameter servers, co-located with the training workers or on dedicated tasks.
 
 The flat weight buffer (:class:`~irbis.train.strategy.FlatParams`) is split into
-``K`` contiguous shards balanced by size (:func:`~irbis.train.ps.rules.split_shards`);
-shard ``k`` is served by worker ``k mod N`` from a thread of its training task
-(co-located servers, the efficient choice on a homogeneous cluster; shards on extra barrier
-tasks of their own, dedicated servers, are not offered yet). The pieces:
+``K`` contiguous shards balanced by size (:func:`~irbis.train.ps.rules.split_shards`).
+Where they run is the strategies' ``placement`` (a :class:`Layout`):
+
+* ``colocated`` (default): shard ``k`` is served by worker ``k mod N`` from a thread of its
+  training task, the efficient choice on a homogeneous cluster;
+* ``dedicated``: the barrier stage gets ``K`` extra tasks with empty partitions, rank ``N + k``
+  serving shard ``k`` and training nothing (:mod:`~irbis.train.ps.dedicated`); the workers'
+  own collectives run in a subgroup of the workers (:mod:`irbis.train.roles`).
+
+The pieces:
 
 * :mod:`~irbis.train.ps.rules`: the server update rules (SGD, momentum, Adagrad) and
   DC-ASGD's delay compensation, pure numpy;
 * :mod:`~irbis.train.ps.shard`: one shard's state (weights, optimizer state, version,
   last pulls, staleness histogram, counters);
 * :mod:`~irbis.train.ps.transport`: ZeroMQ server and client (processes, Spark tasks);
-* :mod:`~irbis.train.ps.local`: the in-process hub used when the workers are threads.
+* :mod:`~irbis.train.ps.local`: the in-process hub used when the workers are threads;
+* :mod:`~irbis.train.ps.dedicated`: a dedicated server's body (serve, save at each cut, stop).
 
-:func:`start` is what a strategy calls in its ``setup``: collectively, every worker
-builds its shards from the (already broadcast) starting weights, rank 0's random
-secret reaches every worker through the job's rendezvous, the servers bind to the
-addresses the workers were given, every worker checks that every shard answers, and
-a barrier ends the setup.
+:func:`start` is what a strategy calls in its ``setup``, and :func:`connect` what it and a
+dedicated server run: collectively over every rank that hosts or reaches a shard, each builds its
+shards from the (already broadcast) starting weights, rank 0's random secret reaches every rank
+through the job's rendezvous, the servers bind to the addresses the workers were given, every
+worker checks that every shard answers, and a barrier ends the setup.
 
 Faults. Training is one Spark barrier stage: when a task dies, Spark fails the stage and
-re-runs every task, so the shards (threads of those tasks) restart too. With a
+re-runs every task, so the shards (threads or tasks of that stage) restart too. With a
 ``checkpointDir`` nothing is lost: each checkpoint is a consistent cut (every worker has
-finished the step's pushes before any saves), each worker saves the shards it hosts
+finished the step's pushes before any saves), each worker, or dedicated server, saves the shards it hosts
 (:meth:`ParameterServer.state_dict`: weights, server-optimizer state, versions, each
 worker's last pull and sequence number, counters) beside its own weights, and on the retry
 every shard is restored from it before any worker pushes again; the steps after the cut are

@@ -1,6 +1,6 @@
 """Benchmark: the parameter-server strategies (downpour, mixed, dcasgd) against synchronous SGD.
 
-Workers are spawned processes joined by gloo, the parameter-server shards co-located in them and
+Workers are spawned processes joined by gloo, the parameter-server shards co-located in them (or on dedicated server processes) and
 reached over the ZeroMQ transport (:func:`irbis.train.backends.local.run_processes`), so staleness
 is real even where 4 or 8 workers share this machine's cores. Every run sees the same samples
 (equal epochs over the same rows) and reports:
@@ -18,8 +18,10 @@ the MLP 64-128-10 and with ``small_cnn`` on the digits upscaled to 3x32x32. Ever
 SGD, global batch 64 (64 / N per worker). Synchronous SGD applies one mean gradient per step at
 ``LR``; an asynchronous worker's push is applied on its own, so N pushes move the weights about as
 far as one synchronous step at N times the rate: the asynchronous runs use ``LR / N`` (``mixed``,
-which averages groups of 2, ``2 LR / N``). ``downpour`` uses its default server rule, Adagrad, at
-``ADAGRAD_LR``.
+which averages groups of 2, ``2 LR / N``). ``downpour`` and ``mixed`` use their default server rule,
+Adagrad, at ``2 ADAGRAD_LR / N`` (``mixed``: times its group size), ``dcasgd`` its SGD rule.
+``downpour {'placement': 'dedicated'}`` runs the same N workers with the N shards on N extra server
+processes instead of inside the workers (co-located).
 
 The baseline: sparktorch 0.2.0's hogwild mode, 2 workers (Spark ``local[2]`` tasks) pushing to one
 Flask server on the driver, on the same MLP, rows, global batch (32 per worker) and number of
@@ -51,14 +53,18 @@ from train_sync import CNN, MLP, accuracy, load_digits_split  # noqa: E402
 RESULTS = Path(__file__).parent / "results"
 LR, ADAGRAD_LR, TARGET_LOSS = 0.2, 0.02, 0.3
 ASYNC = {"downpour": {}, "mixed": {"groupSize": 2}, "dcasgd": {}}
+# the same workers, with the shards on one dedicated server process each instead of inside the workers
+DEDICATED = ("downpour", {"placement": "dedicated"})
 
 
 def learning_rate(strategy: str, options: dict, workers: int) -> float:
+    from irbis.train.strategies import make_strategy
+
     if strategy == "sync":
         return LR
-    if strategy == "downpour" and options.get("serverOptimizer", "adagrad") == "adagrad":
-        return ADAGRAD_LR * 2 / workers
-    return LR * options.get("groupSize", 1) / workers
+    # the rate follows the server rule the strategy actually runs (mixed's default is Adagrad too)
+    base = ADAGRAD_LR * 2 if getattr(make_strategy(strategy, **options), "serverOptimizer", "") == "adagrad" else LR
+    return base * options.get("groupSize", 1) / workers
 
 
 def train(arch: str, options: dict, shape: list[int], data: tuple, epochs: int, strategy: str, sopts: dict,
@@ -81,7 +87,7 @@ def train(arch: str, options: dict, shape: list[int], data: tuple, epochs: int, 
 
     module.load_state_dict(torch.load(io.BytesIO(results[0].state), weights_only=True))
     hist = results[0].history
-    loop = max(r.loop_seconds for r in results)
+    loop = max(r.loop_seconds for r in results[:workers])  # the dedicated servers, if any, train nothing
     elapsed = np.cumsum([len(ytr) / h["samplesPerSecond"] for h in hist])
     reached = [t for h, t in zip(hist, elapsed) if h["loss"] <= TARGET_LOSS]
     stale = np.sum([h["staleness"]["histogram"] for h in hist if h.get("staleness", {}).get("updates")], axis=0)
@@ -158,6 +164,7 @@ def workload(arch: str, options: dict, shape: list[int], epochs: int, workers: l
         for name, sopts in ASYNC.items():
             if n % sopts.get("groupSize", 1) == 0:
                 rows.append(train(arch, options, shape, data, epochs, name, sopts, n))
+        rows.append(train(arch, options, shape, data, epochs, *DEDICATED, n))
     return rows
 
 

@@ -32,6 +32,7 @@ from irbis.train.health import NAN_POLICIES
 from irbis.train.loop import TrainSpec
 from irbis.train.networks import build_network, network_spec
 from irbis.train.optim import LOSSES, OPTIMIZERS, make_loss, validate_schedule
+from irbis.train.roles import server_tasks
 from irbis.train.refs import callable_ref, is_ref, resolve_ref
 from irbis.train.strategies import STRATEGIES, make_strategy
 from irbis.train.strategy import Strategy
@@ -223,9 +224,11 @@ class TorchEstimator(IrbisEstimator, HasTrainParams):
         columns = (self.getFeaturesCol(), self.getLabelCol())
         server = self._progress_server(spec, session)
         try:
-            with SparkBarrierBackend(session, self.getNumWorkers(), spec.device) as backend:
-                results = backend.run(partial(train_partition, spec, columns,
-                                              server.endpoint() if server else None), frame)
+            workers = self.getNumWorkers()
+            tasks = workers + server_tasks(spec, workers)
+            with SparkBarrierBackend(session, tasks, spec.device, data_ranks=workers) as backend:
+                results = backend.run(partial(train_partition, spec, columns, server.endpoint() if server else None,
+                                              num_workers=workers), frame)
         finally:
             if server is not None:
                 server.close()

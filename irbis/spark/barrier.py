@@ -159,12 +159,16 @@ class SparkBarrierBackend(Backend[WorkerResult]):
         Picks the process group's backend: gloo on CPU, NCCL on CUDA.
     timeout_s : float, default 600
         Rendezvous and collective timeout.
+    data_ranks : int, optional
+        Ranks that get rows (the first ones; default all): the others, dedicated parameter servers,
+        get empty partitions.
     """
 
     def __init__(self, session: SparkSession, num_workers: int, device: str = "cpu",
-                 timeout_s: float = 600.0) -> None:
+                 timeout_s: float = 600.0, data_ranks: int | None = None) -> None:
         super().__init__(num_workers)
         self.session, self.device, self.timeout_s = session, device, timeout_s
+        self.data_ranks = num_workers if data_ranks is None else data_ranks
         self.connect = is_connect(session)
         self._store: Any = None
 
@@ -172,13 +176,42 @@ class SparkBarrierBackend(Backend[WorkerResult]):
         """Check the slots, and on a classic session serve the rendezvous store on the driver."""
         slots = available_slots(self.session, wanted=self.num_workers)
         if slots is not None and self.num_workers > slots:
-            raise ValueError(f"numWorkers={self.num_workers} but the cluster can run only {slots} tasks at once "
-                             f"(a barrier stage needs all of them together); set numWorkers <= {slots}")
+            raise ValueError(f"{self._tasks()} but the cluster can run only {slots} tasks at once (a barrier "
+                             f"stage needs all of them together); set numWorkers{self._servers_hint()} so that "
+                             f"they make at most {slots}")
         if not self.connect:
             self._store = serve_store(self._driver_host(), self.num_workers, self.timeout_s)
 
     def shutdown(self) -> None:
         self._store = None
+
+    def _tasks(self) -> str:
+        servers = self.num_workers - self.data_ranks
+        if not servers:
+            return f"numWorkers={self.num_workers}"
+        return (f"numWorkers={self.data_ranks} and {servers} dedicated parameter servers need "
+                f"{self.num_workers} barrier tasks")
+
+    def _servers_hint(self) -> str:
+        return " and numShards" if self.num_workers > self.data_ranks else ""
+
+    def _partitioned(self, data: DataFrame) -> DataFrame:
+        """``data`` as a shuffle into ``num_workers`` partitions, the rows spread over the first ``data_ranks``.
+
+        Range bounds over row ids balance the ranks' rows. With empty ranks, each row gets a key that
+        Spark's own hash partitioning (``pmod(hash(key), n)``, the expression ``repartition`` uses) sends
+        to one of the first ``data_ranks`` partitions: keys found with that same expression on the driver.
+        """
+        n, used = self.num_workers, self.data_ranks
+        if used == n:
+            return data.repartitionByRange(n, F.monotonically_increasing_id())
+        probe = self.session.range(64 * n).select("id", F.pmod(F.hash("id"), F.lit(n)).alias("p"))
+        found = {r["p"]: r["k"] for r in probe.groupBy("p").agg(F.min("id").alias("k")).collect()}
+        if any(p not in found for p in range(used)):
+            raise RuntimeError(f"no partitioning key found for {used} of {n} partitions")
+        keys = F.array(*[F.lit(found[p]).cast("long") for p in range(used)])
+        slot = (F.monotonically_increasing_id() % used + 1).cast("int")
+        return data.repartition(n, F.element_at(keys, slot))
 
     def _driver_host(self) -> str:
         return _conf(self.session, "spark.driver.host", "127.0.0.1") or "127.0.0.1"
@@ -194,15 +227,14 @@ class SparkBarrierBackend(Backend[WorkerResult]):
         task = partial(barrier_task, fn, self.num_workers, driver, uuid.uuid4().hex, self.device, self.timeout_s)
         # The barrier stage reads a shuffle of exactly num_workers partitions: a chain Spark always accepts
         # (one with a coalesce, union or limit inside the stage is refused), on classic and Connect alike.
-        # Range bounds over row ids (from a sample: exact on small frames) balance the ranks' rows, where
-        # round robin may leave a rank of a small frame with none.
-        df = data.repartitionByRange(self.num_workers, F.monotonically_increasing_id())
+        # (see _partitioned: round robin may leave a rank of a small frame with no rows).
+        df = self._partitioned(data)
         try:
             rows = self._collect(df, task)
         except Exception as err:  # noqa: BLE001 - the JVM's error, wrapped by py4j or gRPC
             if any(m in str(err) for m in ("BarrierJobSlotsNumberCheckFailed", "SPARK-24819")):
-                raise ValueError(f"numWorkers={self.num_workers}: Spark could not run {self.num_workers} "
-                                 "barrier tasks at once; set numWorkers to at most the cluster's task slots "
+                raise ValueError(f"{self._tasks()}: Spark could not run {self.num_workers} barrier tasks at "
+                                 f"once; set numWorkers{self._servers_hint()} within the cluster's task slots "
                                  f"({str(err).splitlines()[0]})") from err
             else:
                 raise

@@ -76,33 +76,34 @@ def arrow_to_shard(batches: Iterator[pa.RecordBatch]) -> tuple[Shard | None, np.
 
 
 def train_partition(spec: TrainSpec, columns: tuple[str, str], progress: tuple[str, int, str] | None,
-                    rank: Rank) -> WorkerResult | Exception:
+                    rank: Rank, num_workers: int | None = None) -> WorkerResult | Exception:
     """One rank's training over its partition; bad data is returned (alike on every rank), not raised.
 
     ``columns`` are the user's feature and label column names, for the error messages; ``progress``
-    is the driver's progress endpoint (rank 0 reports to it), or None.
+    is the driver's progress endpoint (rank 0 reports to it), or None. Ranks from ``num_workers`` on
+    (default: none) are dedicated parameter servers, with empty partitions.
     """
     import torch
 
     from irbis.train.checks import merge_profiles, validation_error
-    from irbis.train.loop import train_worker
+    from irbis.train.roles import run_rank
     from irbis.train.networks import build_network
     from irbis.train.progress import ProgressClient
-    from irbis.train.strategy import WorkerContext
 
     spec = replace(spec, device=rank.device)
     t0 = time.perf_counter()
     shard, profile = arrow_to_shard(rank.data)
     read_s = time.perf_counter() - t0
-    merged = merge_profiles([t.numpy() for t in rank.comm.all_gather(torch.from_numpy(profile))])
+    workers = rank.world_size if num_workers is None else num_workers
+    profiles = rank.comm.all_gather(torch.from_numpy(profile))[:workers]  # the servers' partitions are empty
+    merged = merge_profiles([t.numpy() for t in profiles])
     module = build_network(spec.network)
-    error = validation_error(merged, module, spec, *columns, rank.world_size)
+    error = validation_error(merged, module, spec, *columns, workers)
     if error is not None:
         return error
     report = ProgressClient(progress) if rank.rank == 0 else None
     try:
-        ctx = WorkerContext(rank.comm, rank.rank, rank.world_size, spec.device, rank.host)
-        result = train_worker(spec, shard, ctx, report, module)
+        result = run_rank(spec, workers, shard, rank.comm, rank.rank, spec.device, rank.host, report, module)
     except NonFiniteLossError as err:
         return err  # every rank stops at the same epoch with the same error
     finally:

@@ -64,6 +64,7 @@ class _Shared:
         self.arrivals: dict[str, list[torch.Tensor]] = {}
         self.readers: dict[str, int] = {}
         self.objects: dict[str, object] = {}
+        self.children: list[_Shared] = []  # subgroups, aborted with this group
 
 
 class ThreadCommunicator:
@@ -128,6 +129,23 @@ class ThreadCommunicator:
         """Whether a worker of this group failed and aborted the group's collectives."""
         return self._shared.barrier.broken
 
+    def abort(self) -> None:
+        """Break this group's collectives and its subgroups' (a worker failed): every waiting peer raises."""
+        pending = [self._shared]
+        while pending:
+            shared = pending.pop()
+            shared.barrier.abort()
+            pending.extend(shared.children)
+
+    def subgroup(self, ranks: list[int]) -> ThreadCommunicator | None:
+        """Collective: a communicator among ``ranks`` (their rank in it is their index there); None elsewhere."""
+        def build() -> list[ThreadCommunicator]:
+            members = ThreadCommunicator.group(len(ranks), timeout=self._shared.timeout)
+            self._shared.children.append(members[0]._shared)
+            return members
+        members = self.shared_object(f"subgroup/{list(ranks)}", build)
+        return members[list(ranks).index(self.rank)] if self.rank in ranks else None
+
     def shared_object(self, key: str, factory: Callable[[], T]) -> T:
         """Collective: the one object of this group for ``key``, built by the first worker to ask.
 
@@ -169,23 +187,34 @@ class TorchCommunicator:
     ----------
     store : torch.distributed.Store, optional
         The rendezvous store; needed only by :meth:`gather_first`.
+    group : torch.distributed.ProcessGroup, optional
+        A subgroup (see :meth:`subgroup`); the default group when None.
     """
 
-    def __init__(self, store: torch.distributed.Store | None = None) -> None:
+    def __init__(self, store: torch.distributed.Store | None = None, group: object | None = None) -> None:
         import torch.distributed as dist
 
         if not dist.is_initialized():
             raise RuntimeError("TorchCommunicator needs torch.distributed.init_process_group first")
         self._dist = dist
         self._store = store
-        self.rank = dist.get_rank()
-        self.world_size = dist.get_world_size()
+        self._group = group
+        self.rank = dist.get_rank(group)
+        self.world_size = dist.get_world_size(group)
         self.bytes_sent = 0
+
+    def subgroup(self, ranks: list[int]) -> TorchCommunicator | None:
+        """Collective on every rank: a communicator among ``ranks`` (``dist.new_group``); None elsewhere."""
+        group = self._dist.new_group(list(ranks))
+        if self._dist.get_rank() not in ranks:
+            return None
+        store = None if self._store is None else self._dist.PrefixStore(f"subgroup/{list(ranks)}", self._store)
+        return TorchCommunicator(store, group)
 
     def all_reduce_sum(self, tensor: torch.Tensor) -> None:
         if self.world_size > 1:
             self.bytes_sent += tensor.numel() * tensor.element_size()
-            self._dist.all_reduce(tensor)
+            self._dist.all_reduce(tensor, group=self._group)
 
     def all_reduce_mean(self, tensor: torch.Tensor) -> None:
         self.all_reduce_sum(tensor)
@@ -197,18 +226,21 @@ class TorchCommunicator:
             return [tensor.clone()]
         self.bytes_sent += tensor.numel() * tensor.element_size()
         out = [torch.empty_like(tensor) for _ in range(self.world_size)]
-        self._dist.all_gather(out, tensor.contiguous())
+        self._dist.all_gather(out, tensor.contiguous(), group=self._group)
         return out
 
     def broadcast(self, tensor: torch.Tensor, src: int = 0) -> None:
         if self.world_size > 1:
             if self.rank == src:
                 self.bytes_sent += tensor.numel() * tensor.element_size()
-            self._dist.broadcast(tensor, src)
+            self._dist.broadcast(tensor, self._global(src), group=self._group)
 
     def barrier(self) -> None:
         if self.world_size > 1:
-            self._dist.barrier()
+            self._dist.barrier(group=self._group)
+
+    def _global(self, rank: int) -> int:
+        return rank if self._group is None else self._dist.get_global_rank(self._group, rank)
 
     def gather_first(self, tensor: torch.Tensor, k: int, tag: str) -> list[torch.Tensor]:
         """First ``k`` arrivals through the rendezvous store.

@@ -225,14 +225,9 @@ def _average_buffers(model: torch.nn.Module, ctx: WorkerContext) -> None:
         off += b.numel()
 
 
-def train_worker(spec: TrainSpec, shard: Shard, ctx: WorkerContext, report: Report | None = None,
-                 model: torch.nn.Module | None = None) -> WorkerResult:
-    """Train on this worker's ``shard``; rank 0's result carries the final ``state_dict`` bytes.
-
-    ``model`` is the network already built from ``spec.network`` (built here when None).
-    """
-    run, resume = _setup(spec, shard, ctx, model)
-    run.report = report if ctx.rank == 0 else None
+def _train(run: _Run, resume: dict[str, Any] | None) -> float:
+    """The epochs, then the strategy's finalize; returns when the loop started (perf_counter)."""
+    spec, ctx = run.spec, run.ctx
     start_epoch, start_step = 0, 0
     if resume is not None:
         start_epoch, start_step = int(resume["epoch"]), int(resume["stepInEpoch"])
@@ -250,6 +245,21 @@ def train_worker(spec: TrainSpec, shard: Shard, ctx: WorkerContext, report: Repo
         if spec.checkpoint_dir and not spec.checkpoint_every:
             _checkpoint(run, epoch + 1, 0, torch.zeros(2, dtype=torch.float64))
     run.dopt.finalize()
+    return t_loop
+
+
+def train_worker(spec: TrainSpec, shard: Shard, ctx: WorkerContext, report: Report | None = None,
+                 model: torch.nn.Module | None = None) -> WorkerResult:
+    """Train on this worker's ``shard``; rank 0's result carries the final ``state_dict`` bytes.
+
+    ``model`` is the network already built from ``spec.network`` (built here when None).
+    """
+    run, resume = _setup(spec, shard, ctx, model)
+    run.report = report if ctx.rank == 0 else None
+    try:
+        t_loop = _train(run, resume)
+    finally:
+        run.dopt.strategy.close()  # stops dedicated servers also when training stopped early
     _average_buffers(run.model, ctx)
     loop_seconds = time.perf_counter() - t_loop
     state = None

@@ -22,13 +22,19 @@ from irbis.train.comm import Communicator
 
 @dataclass
 class WorkerContext:
-    """Where a worker runs: its communicator, rank, world size, device, and the host it may bind to."""
+    """Where a worker runs: its communicator, rank, world size, device, and the host it may bind to.
+
+    ``servers`` is the communicator of the whole barrier stage (the workers, ranks ``0..N-1``, then the
+    dedicated parameter servers) when the strategy has dedicated servers; None otherwise. ``comm`` always
+    spans the workers only.
+    """
 
     comm: Communicator
     rank: int
     world_size: int
     device: str = "cpu"
     host: str = "127.0.0.1"
+    servers: Communicator | None = None
 
 
 class FlatParams:
@@ -96,6 +102,10 @@ class Strategy(ABC):
     def check_workers(self, num_workers: int) -> None:
         """Raise ValueError if the options cannot run on ``num_workers`` workers (called before training)."""
 
+    def server_tasks(self, num_workers: int) -> int:
+        """Tasks the job needs beside its ``num_workers`` workers (dedicated parameter servers); 0 by default."""
+        return 0
+
     def setup(self, flat: FlatParams, ctx: WorkerContext) -> None:
         """Create the strategy's state; replicas already hold the same starting weights."""
 
@@ -111,6 +121,9 @@ class Strategy(ABC):
 
     def finalize(self, flat: FlatParams, ctx: WorkerContext) -> None:
         """Make the replicas agree at the end of training."""
+
+    def close(self) -> None:
+        """Release what :meth:`setup` acquired, also when training stopped early; a no-op by default."""
 
     def summary(self, ctx: WorkerContext) -> dict[str, Any]:
         """Collective, once per epoch on every worker: JSON metrics for the epoch's record."""

@@ -50,3 +50,25 @@ def test_mixed_with_one_group_has_no_staleness(fitted):
 def test_a_group_size_that_does_not_divide_the_workers_fails_before_training(train_df):
     with pytest.raises(ValueError, match="groupSize=3 does not divide numWorkers=2"):
         estimator(strategy="mixed", strategyOptions='{"groupSize": 3}').fit(train_df)
+
+
+def test_downpour_with_a_dedicated_server_learns_digits_on_its_own_barrier_task(train_df, digits):
+    # local[2]: one worker and one dedicated server fill the two slots; the server's partition is empty
+    est = estimator(strategy="downpour", strategyOptions='{"numShards": 1, "placement": "dedicated"}',
+                    learningRate=0.02, numWorkers=1)
+    model = est.fit(train_df)
+    _, xte, _, yte = digits
+    out = model.transform(pd.DataFrame({"features": list(xte.astype(np.float32))}))
+    assert float((np.stack(out["prediction"].map(np.asarray)).argmax(1) == yte).mean()) >= 0.9
+    worker, server = est.last_results
+    assert server.info["role"] == "server" and server.info["shards"] == [0] and server.history == []
+    summary = model.training_summary
+    assert all(r["psUpdates"]["pushed"] == r["psUpdates"]["applied"] > 0 for r in summary)
+    assert sum(summary[-1]["staleness"]["histogram"]) == summary[-1]["staleness"]["updates"]
+    assert server.info["version"] == sum(r["psUpdates"]["applied"] for r in summary)
+
+
+def test_dedicated_servers_beyond_the_slots_fail_before_training_naming_both_counts(train_df):
+    est = estimator(strategy="downpour", strategyOptions='{"numShards": 2, "placement": "dedicated"}')
+    with pytest.raises(ValueError, match="numWorkers=2 and 2 dedicated parameter servers need 4 barrier tasks"):
+        est.fit(train_df)

@@ -18,7 +18,8 @@ import torch
 from irbis.train.backends.base import Backend, Rank, RankFn, raise_returned
 from irbis.train.comm import ThreadCommunicator, connect_store, init_torch_group, serve_store
 from irbis.train.data import Shard
-from irbis.train.loop import Report, TrainSpec, WorkerResult, train_worker
+from irbis.train.loop import Report, TrainSpec, WorkerResult
+from irbis.train.roles import run_rank, server_tasks
 from irbis.train.strategy import WorkerContext
 
 
@@ -56,7 +57,7 @@ class ThreadBackend(Backend[Any]):
                 results[rank] = fn(Rank(rank, self.num_workers, comms[rank], data[rank]))
             except BaseException as err:
                 raised.append(err)
-                comms[rank]._shared.barrier.abort()
+                comms[rank].abort()
 
         threads = [threading.Thread(target=work, args=(r,), daemon=True) for r in range(self.num_workers)]
         saved = torch.get_num_threads()
@@ -72,33 +73,38 @@ class ThreadBackend(Backend[Any]):
         return raise_returned(results)
 
 
-def _train_rank(spec: TrainSpec, report: Report | None, rank: Rank) -> WorkerResult:
-    return train_worker(spec, rank.data, WorkerContext(rank.comm, rank.rank, rank.world_size, spec.device), report)
+def _train_rank(spec: TrainSpec, num_workers: int, report: Report | None, rank: Rank) -> WorkerResult:
+    return run_rank(spec, num_workers, rank.data, rank.comm, rank.rank, spec.device, report=report)
 
 
 def run_threads(spec: TrainSpec, shards: list[Shard], report: Report | None = None,
                 timeout: float = 300.0) -> list[WorkerResult]:
-    """Train with one thread per shard; re-raises the first worker error."""
-    with ThreadBackend(len(shards), timeout) as backend:
-        return backend.run(partial(_train_rank, spec, report), shards)
+    """Train with one thread per shard (and one per dedicated server after them); re-raises the first
+    worker error."""
+    servers = server_tasks(spec, len(shards))
+    with ThreadBackend(len(shards) + servers, timeout) as backend:
+        return backend.run(partial(_train_rank, spec, len(shards), report), list(shards) + [None] * servers)
 
 
-def _process_main(spec: TrainSpec, shard: Shard, rank: int, world: int, port: int, out: Any) -> None:
+def _process_main(spec: TrainSpec, num_workers: int, shard: Shard | None, rank: int, world: int, port: int,
+                  out: Any) -> None:
     store = connect_store("127.0.0.1", port, rank, world, 120.0)
     comm = init_torch_group(store, rank, world, spec.device, 120.0)
     try:
-        out.put((rank, train_worker(spec, shard, WorkerContext(comm, rank, world, spec.device))))
+        out.put((rank, run_rank(spec, num_workers, shard, comm, rank, spec.device)))
     except BaseException as err:
         out.put((rank, RuntimeError(f"worker {rank}: {type(err).__name__}: {err}")))
 
 
 def run_processes(spec: TrainSpec, shards: list[Shard]) -> list[WorkerResult]:
-    """Train with one spawned process per shard over gloo (factories must be importable)."""
-    store = serve_store("127.0.0.1", len(shards) + 1, 120.0)
+    """Train with one spawned process per shard (and one per dedicated server) over gloo (factories must
+    be importable)."""
+    data = list(shards) + [None] * server_tasks(spec, len(shards))
+    store = serve_store("127.0.0.1", len(data) + 1, 120.0)
     ctx = mp.get_context("spawn")
     out = ctx.Queue()
-    procs = [ctx.Process(target=_process_main, args=(spec, s, r, len(shards), store.port, out), daemon=True)
-             for r, s in enumerate(shards)]
+    procs = [ctx.Process(target=_process_main, args=(spec, len(shards), s, r, len(data), store.port, out),
+                         daemon=True) for r, s in enumerate(data)]
     for p in procs:
         p.start()
     results = dict(out.get() for _ in procs)

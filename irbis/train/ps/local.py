@@ -33,6 +33,7 @@ class LocalHub:
         self.shards, self.ranges, self.world_size, self.timeout_s = shards, ranges, world_size, timeout_s
         self.refused = 0
         self.aborted = aborted
+        self.on_control: dict[int, Callable[[int, int], None]] = {}  # dedicated servers, by shard
         self._cond = threading.Condition()
         self._turn = 0
         self._done = [False] * world_size
@@ -108,6 +109,11 @@ class LocalClient:
         with self.hub._cond:
             parts = [self.hub.shards[i].stats() for i in shard_ids]
         return np.sum(parts, axis=0) if parts else np.zeros(0, dtype=np.int64)
+
+    def control(self, command: int, step: int, shard_ids: list[int]) -> None:
+        """Run each shard's dedicated-server handler (see :mod:`irbis.train.ps.dedicated`), in turn."""
+        for sid in shard_ids:
+            self.hub.on_control[sid](command, step)
 
     def close(self) -> None:
         self.hub.leave(self.worker)

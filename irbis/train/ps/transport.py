@@ -23,7 +23,7 @@ import hashlib
 import hmac
 import struct
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import zmq
@@ -32,7 +32,7 @@ from irbis.train.ps.shard import APPLIED, PENDING, ShardState
 
 HEADER = struct.Struct("<4sBBHIIqqdQ")  # magic, op, status, flags, worker, shard, seq, version, lr, numel
 MAGIC = b"IRPS"
-HELLO, PULL, PUSH, STATS = 1, 2, 3, 4
+HELLO, PULL, PUSH, STATS, CONTROL = 1, 2, 3, 4, 5
 OK, REFUSED, BAD_REQUEST = 0, 10, 11
 WANT_PULL = 1
 MAC_BYTES = 32
@@ -74,10 +74,14 @@ class ShardServer:
         The job's secret; messages without its MAC are refused.
     host : str
         The address Spark gave this task (``127.0.0.1`` locally); the port is picked free.
+    on_control : callable, optional
+        ``f(command, step)``, run in the serving thread for a CONTROL message (a dedicated server's
+        checkpoint cut or end, see :mod:`irbis.train.ps.dedicated`); the reply is sent once it returns.
     """
 
-    def __init__(self, shards: dict[int, ShardState], secret: bytes, host: str = "127.0.0.1") -> None:
-        self.shards, self.secret = shards, secret
+    def __init__(self, shards: dict[int, ShardState], secret: bytes, host: str = "127.0.0.1",
+                 on_control: Callable[[int, int], None] | None = None) -> None:
+        self.shards, self.secret, self.on_control = shards, secret, on_control
         self.refused = 0
         self._sock = zmq.Context.instance().socket(zmq.ROUTER)
         self._sock.setsockopt(zmq.LINGER, 0)
@@ -108,8 +112,11 @@ class ShardServer:
             return
         _, op, _, flags, worker, sid, seq, version, lr, _ = fields
         shard = self.shards.get(sid)
-        if shard is None or op not in (HELLO, PULL, PUSH, STATS):
+        if shard is None or op not in (HELLO, PULL, PUSH, STATS, CONTROL) or (op == CONTROL and not self.on_control):
             self._send(ident, op=op, status=BAD_REQUEST, shard=sid)
+        elif op == CONTROL:
+            self.on_control(seq, version)
+            self._send(ident, op=op, shard=sid, version=shard.version)
         elif op == HELLO:
             self._send(ident, op=op, shard=sid, version=shard.version, seq=shard.weights.size)
         elif op == STATS:
@@ -242,6 +249,18 @@ class PSClient:
             part = np.frombuffer(body, dtype=np.int64)
             total = part.copy() if total is None else total + part
         return total if total is not None else np.zeros(0, dtype=np.int64)
+
+    def control(self, command: int, step: int, shard_ids: Sequence[int]) -> None:
+        """Send a CONTROL message to the server of each of ``shard_ids`` and wait for each reply, in turn."""
+        for sid in shard_ids:
+            self._route[sid].send_multipart(_frames(self.secret, CONTROL, worker=self.worker, shard=sid,
+                                                    seq=command, version=step), copy=False)
+            if not self._route[sid].poll(self.timeout_ms):
+                raise TimeoutError(f"parameter server {self._addresses[sid]} did not answer within "
+                                   f"{self.timeout_ms / 1000:g} s")
+            fields, _ = self._receive(self._route[sid])
+            if fields[2] == BAD_REQUEST:
+                raise ValueError(f"shard {sid} at {self._addresses[sid]} serves no control messages")
 
     def close(self) -> None:
         for sock in self._socks.values():

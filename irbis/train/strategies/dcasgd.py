@@ -32,7 +32,7 @@ class DCASGD(Downpour):
         Compensation strength ``λ_0`` (>= 0; 0 is Downpour).
     adaptive : bool, default True
         DC-ASGD-a's adaptive λ.
-    fetchEvery, pushEvery, numShards
+    fetchEvery, pushEvery, numShards, placement
         As in :class:`~irbis.train.strategies.downpour.Downpour`.
     serverOptimizer : str, default "sgd"
         The rule applied to the compensated gradient (the paper uses SGD).
@@ -40,18 +40,18 @@ class DCASGD(Downpour):
     Examples
     --------
     >>> DCASGD(lambda_=0.5, adaptive=False)
-    DCASGD(fetchEvery=1, pushEvery=1, serverOptimizer='sgd', numShards=0, lambda_=0.5, adaptive=False)
+    DCASGD(fetchEvery=1, pushEvery=1, serverOptimizer='sgd', numShards=0, placement='colocated', lambda_=0.5, adaptive=False)
     """
 
     name = "dcasgd"
 
     def __init__(self, lambda_: float = 2.0, adaptive: bool = True, fetchEvery: int = 1, pushEvery: int = 1,
-                 serverOptimizer: str = "sgd", numShards: int = 0) -> None:
+                 serverOptimizer: str = "sgd", numShards: int = 0, placement: str = "colocated") -> None:
         if isinstance(lambda_, bool) or not isinstance(lambda_, (int, float)) or not lambda_ >= 0:
             raise ValueError(f"lambda_ must be a number >= 0, found {lambda_!r}")
         if not isinstance(adaptive, bool):
             raise ValueError(f"adaptive must be true or false, found {adaptive!r}")
-        super().__init__(fetchEvery, pushEvery, serverOptimizer, numShards)
+        super().__init__(fetchEvery, pushEvery, serverOptimizer, numShards, placement)
         self.lambda_, self.adaptive = float(lambda_), adaptive
 
     def options(self) -> dict[str, Any]:

@@ -18,6 +18,10 @@ optimizer itself is never stepped. The worker side here is shared by
 :mod:`~irbis.train.strategies.mixed` (groups reduced synchronously) and
 :mod:`~irbis.train.strategies.dcasgd` (delay-compensated server rule).
 
+The shards run co-located (``placement="colocated"``: shard k on worker k mod N, in a thread of
+its training task) or on dedicated servers (``"dedicated"``: ``numShards`` extra barrier tasks,
+one shard each, see :mod:`irbis.train.ps.dedicated`).
+
 A checkpoint keeps, beside each worker's weights, the shards it hosts, its sequence
 number, versions and unpushed accumulation (:meth:`Downpour.state_dict`); a run resumed
 from it restores every shard before any worker pushes, so no update is lost or applied
@@ -33,6 +37,7 @@ import numpy as np
 import torch
 
 from irbis.train import ps as param_server
+from irbis.train.ps.dedicated import CUT, DONE
 from irbis.train.ps.rules import SERVER_OPTIMIZERS
 from irbis.train.strategy import FlatParams, Strategy, WorkerContext
 
@@ -44,8 +49,12 @@ class State:
     pending: torch.Tensor | None = None
     pushes: int = 0
     lr: float = 0.0
+    step: int = 0
     server: Any = field(default=None, repr=False)
     ctx: Any = field(default=None, repr=False)
+
+
+PLACEMENTS = ("colocated", "dedicated")
 
 
 def _positive_int(name: str, value: Any, low: int = 1) -> int:
@@ -78,30 +87,40 @@ class Downpour(Strategy):
     serverOptimizer : str, default "adagrad"
         The shards' rule: "sgd", "momentum" or "adagrad".
     numShards : int, default 0
-        Shards of the weight buffer (0: one per worker); shard k lives on worker k mod N.
+        Shards of the weight buffer (0: one per worker).
+    placement : str, default "colocated"
+        Where the shards run: "colocated" (shard k on worker k mod N) or "dedicated" (one extra
+        barrier task per shard, which trains nothing).
 
     Examples
     --------
     >>> Downpour(fetchEvery=2)
-    Downpour(fetchEvery=2, pushEvery=1, serverOptimizer='adagrad', numShards=0)
+    Downpour(fetchEvery=2, pushEvery=1, serverOptimizer='adagrad', numShards=0, placement='colocated')
     """
 
     name = "downpour"
     owns_update = True
 
     def __init__(self, fetchEvery: int = 1, pushEvery: int = 1, serverOptimizer: str = "adagrad",
-                 numShards: int = 0) -> None:
+                 numShards: int = 0, placement: str = "colocated") -> None:
         self.fetchEvery = _positive_int("fetchEvery", fetchEvery)
         self.pushEvery = _positive_int("pushEvery", pushEvery)
         if serverOptimizer not in SERVER_OPTIMIZERS:
             raise ValueError(f"serverOptimizer must be one of {sorted(SERVER_OPTIMIZERS)}, found {serverOptimizer!r}")
         self.serverOptimizer = serverOptimizer
         self.numShards = _positive_int("numShards", numShards, low=0)
+        if placement not in PLACEMENTS:
+            raise ValueError(f"placement must be one of {list(PLACEMENTS)}, found {placement!r}")
+        self.placement = placement
         self.state = State()
 
     def options(self) -> dict[str, Any]:
         return {"fetchEvery": self.fetchEvery, "pushEvery": self.pushEvery,
-                "serverOptimizer": self.serverOptimizer, "numShards": self.numShards}
+                "serverOptimizer": self.serverOptimizer, "numShards": self.numShards, "placement": self.placement}
+
+    def server_tasks(self, num_workers: int) -> int:
+        """``numShards`` (0: one per worker) dedicated servers, or none when co-located."""
+        return (self.numShards or num_workers) if self.placement == "dedicated" else 0
 
     def shard_options(self, ctx: WorkerContext) -> dict[str, Any]:
         """What every shard is built with (the subclasses add grouping or delay compensation)."""
@@ -130,7 +149,7 @@ class Downpour(Strategy):
                 self.state.pushes = 0
         elif fetch:
             client.pull(flat.weights.numpy())
-        self.state.lr = lr
+        self.state.lr, self.state.step = lr, step
 
     def summary(self, ctx: WorkerContext) -> dict[str, Any]:
         if self.state.server is None:
@@ -144,6 +163,7 @@ class Downpour(Strategy):
         """The hosted shards, the client's position and the unpushed accumulation (at a consistent cut)."""
         if self.state.server is None:
             return {}
+        self.state.server.control(CUT, self.state.step)  # dedicated servers save their shards at this cut
         return {"server": self.state.server.state_dict(), "pending": self.state.pending,
                 "pushes": self.state.pushes, "lr": self.state.lr}
 
@@ -166,5 +186,17 @@ class Downpour(Strategy):
         ctx.comm.barrier()
         server.client.pull(flat.weights.numpy())
         ctx.comm.barrier()
-        server.close()
-        self.state.server = None
+        server.control(DONE)  # every worker holds the final weights: the dedicated servers may stop
+        self.close()
+
+    def close(self) -> None:
+        """Stop the dedicated servers if finalize did not (training stopped early) and close the connections."""
+        server, self.state.server = self.state.server, None
+        if server is None:
+            return
+        try:
+            server.control(DONE)
+        except (OSError, TimeoutError, ValueError):
+            pass  # an error is already on its way up; a server left waiting fails with its stage
+        finally:
+            server.close()

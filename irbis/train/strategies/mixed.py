@@ -32,20 +32,20 @@ class MixedSync(Downpour):
     ----------
     groupSize : int, default 2
         Workers per group; must divide the number of workers.
-    fetchEvery, pushEvery, serverOptimizer, numShards
+    fetchEvery, pushEvery, serverOptimizer, numShards, placement
         As in :class:`~irbis.train.strategies.downpour.Downpour`.
 
     Examples
     --------
     >>> MixedSync(groupSize=4)
-    MixedSync(fetchEvery=1, pushEvery=1, serverOptimizer='adagrad', numShards=0, groupSize=4)
+    MixedSync(fetchEvery=1, pushEvery=1, serverOptimizer='adagrad', numShards=0, placement='colocated', groupSize=4)
     """
 
     name = "mixed"
 
     def __init__(self, groupSize: int = 2, fetchEvery: int = 1, pushEvery: int = 1,
-                 serverOptimizer: str = "adagrad", numShards: int = 0) -> None:
-        super().__init__(fetchEvery, pushEvery, serverOptimizer, numShards)
+                 serverOptimizer: str = "adagrad", numShards: int = 0, placement: str = "colocated") -> None:
+        super().__init__(fetchEvery, pushEvery, serverOptimizer, numShards, placement)
         self.groupSize = _positive_int("groupSize", groupSize)
 
     def options(self) -> dict[str, Any]:

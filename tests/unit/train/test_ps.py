@@ -118,6 +118,8 @@ def test_an_unreachable_server_is_named_before_training():
     ("dcasgd", {"lambda_": -0.1}, "lambda_ must be a number >= 0, found -0.1"),
     ("downpour", {"lambda_": 1.0}, "bad strategyOptions for 'downpour'.*lambda_"),
     ("downpour", {"serverOptimizer": "adam"}, "serverOptimizer must be one of"),
+    ("downpour", {"placement": "remote"}, r"placement must be one of \['colocated', 'dedicated'\]"),
+    ("sync", {"placement": "dedicated"}, "bad strategyOptions for 'sync'.*placement"),  # no servers to place
 ])
 def test_bad_options_fail_at_construction(name, options, message):
     with pytest.raises(ValueError, match=message):
@@ -207,6 +209,7 @@ def test_a_shard_state_round_trips_through_a_weights_only_checkpoint(tmp_path):
 
 
 @pytest.mark.parametrize("name, options", [("downpour", {"numShards": 3, "pushEvery": 2}),
+                                           ("downpour", {"numShards": 2, "placement": "dedicated"}),
                                            ("mixed", {"groupSize": 2}), ("dcasgd", {"lambda_": 2.0})])
 def test_a_crash_mid_epoch_resumes_from_the_saved_shards_losing_no_update(digits, tmp_path, name, options):
     x, y = digits
@@ -235,3 +238,31 @@ def test_a_crash_mid_epoch_resumes_from_the_saved_shards_losing_no_update(digits
         assert got["psUpdates"] == want["psUpdates"] and got["staleness"] == want["staleness"]
         c = got["psUpdates"]
         assert c["pushed"] == c["applied"] * group + c["rejected"] + c["replayed"] and c["rejected"] == 0
+
+
+@pytest.mark.parametrize("name, options", [("downpour", {"numShards": 2}), ("mixed", {"groupSize": 2})])
+def test_dedicated_servers_train_exactly_as_colocated_shards_on_the_lockstep_schedule(digits, name, options):
+    x, y = digits
+    co = run_threads(spec(name, options, epochs=4), shard_rows(x, y, 2))
+    ded = run_threads(spec(name, {**options, "placement": "dedicated"}, epochs=4), shard_rows(x, y, 2))
+    assert len(co) == 2 and len(ded) == 4  # two workers, then one server per shard
+    assert [r.info["role"] for r in ded[2:]] == ["server", "server"] and [r.info["shards"] for r in ded[2:]] == [[0], [1]]
+    assert ded[2].history == [] and ded[2].state is None
+    a, b = final(co), final(ded)
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert ded[0].history[-1]["accuracy"] > 0.9
+    for got, want in zip(ded[0].history, co[0].history):
+        assert got.keys() == want.keys()
+        assert got["psUpdates"] == want["psUpdates"] and got["staleness"] == want["staleness"]
+
+
+def test_dedicated_servers_save_their_shard_at_each_cut(digits, tmp_path):
+    x, y = digits
+    res = run_threads(spec("downpour", {"numShards": 2, "placement": "dedicated"}, epochs=2,
+                           checkpoint_dir=str(tmp_path)), shard_rows(x, y, 2))
+    steps = -(-240 // 16)
+    assert res[2].info["cuts"] == res[3].info["cuts"] == [steps, 2 * steps]  # one cut per epoch
+    saved = sorted(p.name for p in next(tmp_path.glob("step-*")).iterdir())
+    assert saved == ["rank-0.pt", "rank-1.pt", "rank-2.pt", "rank-3.pt"]
+    shard = torch.load(next(tmp_path.glob("step-*")) / "rank-3.pt", weights_only=True)["server"]["shards"]
+    assert list(shard) == [1] and shard[1]["version"] == 2 * 2 * steps  # both workers' pushes, both epochs

@@ -10,7 +10,7 @@ Every figure is honest about its noise: the test set is whole cameras (frames of
 correlated: a random split would leak), each metric carries a 95 % bootstrap interval over the test
 bursts, each step's difference gets a paired interval, and regularisation is chosen by cross-validation
 grouped by camera on the training cameras only. The original images are decoded and featurized once
-(one cached DataFrame); the augmented copies are featurized only for the better deep cut, chosen by
+(one cached DataFrame; EN1 and EN2 from the same forward pass of the network); the augmented copies are featurized only for the better deep cut, chosen by
 its cross-validated AUC. The best variant's per-image pipeline is saved with ``PipelineModel.save``.
 
 Examples
@@ -78,8 +78,9 @@ def _load_images(spark: SparkSession, meta: pd.DataFrame, partitions: int) -> tu
     return cached, cached.where(F.col("error").isNull()).drop("error")
 
 
-def _featurize(df: DataFrame, stages: dict[str, list[Any]], cols: list[str]) -> DataFrame:
-    for name in cols:
+def _featurize(df: DataFrame, stages: dict[str, list[Any]], names: list[str], cols: list[str]) -> DataFrame:
+    """``df`` through the stages of each of ``names``, keeping the feature columns ``cols`` (cached)."""
+    for name in names:
         for stage in stages[name]:
             df = stage.transform(df)
     return df.select(*KEYS, "y", "is_test", "fold", "augmentation", *cols).cache()
@@ -89,7 +90,7 @@ def _copies(images: DataFrame, stages: dict[str, list[Any]], col: str) -> DataFr
     """The augmented copies (not the originals) of every image, featurized with ``col``'s stages (cached)."""
     aug = ImageSetAugmenter(inputCol="image", outputCol="image", variantCol="augmentation", **AUGMENT)
     copies = aug.transform(images).where(F.col("augmentation") != "original")
-    return _featurize(copies, stages, [col])
+    return _featurize(copies, stages, [col], [col])
 
 
 def run_demo(spark: SparkSession, output: str | Path, images: str | Path | None = None, *,
@@ -142,7 +143,8 @@ def run_demo(spark: SparkSession, output: str | Path, images: str | Path | None 
     feats = None
     try:
         with _timed(clock, "featurize"), spark_progress(spark, "featurize (raw, EN1, EN2)", len(meta), progress):
-            feats = _featurize(data.withColumn("augmentation", F.lit("original")), stages, ["raw", "f1", "f2"])
+            feats = _featurize(data.withColumn("augmentation", F.lit("original")), stages, ["raw", "deep"],
+                               ["raw", "f1", "f2"])
             if feats.count() < len(meta):
                 print("some image(s) of the metadata could not be read or matched; using the others")
         scored, chosen, models = {}, {}, {}

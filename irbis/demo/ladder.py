@@ -72,9 +72,13 @@ def pool_en2(df: DataFrame) -> DataFrame:
 
 
 def feature_stages(precision: str, raw_size: int) -> dict[str, list[Any]]:
-    """The per-image stages that turn an ``image`` column into each feature column (raw, f1, f2)."""
+    """The per-image stages that turn an ``image`` column into each feature column (raw, f1, f2), and
+    ``deep``: f1 and f2 from one forward pass of the network (the featurisation of the originals)."""
     resize = ImageTransformer(inputCol="image", outputCol="small").resize(raw_size, raw_size, interpolation="area")
+    f1_layer = ImageFeaturizer(model=MODEL, cutOutputLayers=1).feature_layer()
     return {
+        "deep": [ImageFeaturizer(inputCol="image", model=MODEL, outputLayers=[f1_layer, EN2_LAYER],
+                                 outputCols=["f1", "f2map"], precision=precision), Lambda(function=pool_en2)],
         "raw": [resize, UnrollImage(inputCol="small", outputCol="raw")],
         "f1": [ImageFeaturizer(inputCol="image", outputCol="f1", model=MODEL, cutOutputLayers=1,
                                precision=precision)],

@@ -237,8 +237,18 @@ def _same_layout(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> bool
     )
 
 
-def check_output_layer(module: nn.Module, layer: str | None) -> None:
-    """Raise a clear error unless ``layer`` (None or empty: the output) is a module of the network."""
+#: What ``output_layer`` may be: the final output (None or empty), one inner module, or several of them.
+Layers = str | tuple[str, ...] | list[str] | None
+
+
+def unknown_layer_error(layer: str, names: list[str], param: str = "outputLayer") -> ValueError:
+    """The error for a ``layer`` that is none of the module ``names``: it lists the nearest of them."""
+    near = difflib.get_close_matches(layer, names, n=5, cutoff=0.4) or names[:10]
+    return ValueError(f"{param} {layer!r} is not a module of the network; the nearest names: {near}")
+
+
+def check_output_layer(module: nn.Module, layer: Layers) -> None:
+    """Raise a clear error unless ``layer`` (None or empty: the output; or several names) names modules of the network."""
     import torch
 
     if not layer:
@@ -250,40 +260,44 @@ def check_output_layer(module: nn.Module, layer: str | None) -> None:
             f"'network.pt2'), or build the stage with TorchModel.from_module(module, inputShape=[...])"
         )
     names = [n for n, _ in module.named_modules() if n]
-    if layer not in names:
-        near = difflib.get_close_matches(layer, names, n=5, cutoff=0.4) or names[:10]
-        raise ValueError(f"outputLayer {layer!r} is not a module of the network; the nearest names: {near}")
+    for one in [layer] if isinstance(layer, str) else layer:
+        if one not in names:
+            raise unknown_layer_error(one, names)
 
 
-def run_to_layer(module: nn.Module, x: torch.Tensor, layer: str | None) -> torch.Tensor:
-    """The output of ``module`` (``layer`` None or empty) or of its inner module ``layer`` for ``x``.
+def run_to_layer(module: nn.Module, x: torch.Tensor, layer: Layers) -> torch.Tensor | list[torch.Tensor]:
+    """The output of ``module`` (``layer`` None or empty) or of its inner module ``layer`` for ``x``;
+    for several names (a tuple or list), the list of their outputs from the same forward pass.
 
-    The forward pass stops once ``layer`` has run. Its hook is registered for this call and removed in
-    ``finally``, so a cached network shared by several stages is left as it was; callers sharing one
-    module between threads hold a lock around the call (the hook would be seen by the other thread).
+    The forward pass stops once every requested layer has run. The hooks are registered for this call and
+    removed in ``finally``, so a cached network shared by several stages is left as it was; callers sharing
+    one module between threads hold a lock around the call (the hooks would be seen by the other thread).
     """
     if not layer:
         return module(x)
-    captured: list[torch.Tensor] = []
+    layers = [layer] if isinstance(layer, str) else list(layer)
+    captured: dict[str, torch.Tensor] = {}
 
-    def hook(_m: nn.Module, _inputs: Any, output: Any) -> None:
-        captured.append(output[0] if isinstance(output, (tuple, list)) else output)
-        raise _StopForward
+    def hook(name: str, _m: nn.Module, _inputs: Any, output: Any) -> None:
+        captured[name] = output[0] if isinstance(output, (tuple, list)) else output
+        if len(captured) == len(set(layers)):
+            raise _StopForward
 
-    handle = module.get_submodule(layer).register_forward_hook(hook)
+    handles = [module.get_submodule(name).register_forward_hook(partial(hook, name)) for name in set(layers)]
     try:
         module(x)
     except _StopForward:
         pass
     finally:
-        handle.remove()
-    return captured[0]
+        for handle in handles:
+            handle.remove()
+    return captured[layer] if isinstance(layer, str) else [captured[name] for name in layers]
 
 
 def make_torch_predict_fn(
     source: dict[str, Any],
     *,
-    output_layer: str | None = None,
+    output_layer: Layers = None,
     batch_size: int = 64,
     device: str = "cpu",
     precision: str = "fp32",
@@ -295,6 +309,7 @@ def make_torch_predict_fn(
 
     The network is loaded and prepared once per process and cached (one copy for every output layer);
     ``y`` holds the final output, or the output of the module named ``output_layer``, flattened per row.
+    With several names (a tuple or list) ``y`` is a dict ``{name: (N, D_name)}``, all from one forward pass.
     ``engine`` (:data:`irbis.kernels.engines.ENGINE_NAMES`) runs it eagerly (``torch``), or exports it
     once per machine to ONNX, cut at ``output_layer``, for ONNX Runtime or OpenVINO; ``auto`` takes the
     first engine of :func:`irbis.kernels.engines.auto_order` that runs the network. For int8 on an exported
@@ -319,9 +334,13 @@ def make_torch_predict_fn(
         return lambda: _cached(key, lambda: ExportedNetwork(load, identity, name, output_layer,
                                                              _engine_device(device), precision, threads, calibration))
 
+    if output_layer and not isinstance(output_layer, str):
+        output_layer = tuple(output_layer)
     chain = Chain([(name, cached(name)) for name in candidates(engine, device, precision)], engine)
     if engine == "torch":
         check_output_layer(chain.networks[0][1]().module, output_layer)
+    if isinstance(output_layer, tuple):
+        return lambda x: dict(zip(output_layer, chain.predict(x, batch_size, output_layer)))
     return lambda x: chain.predict(x, batch_size, output_layer)
 
 
@@ -345,7 +364,7 @@ class _Network:
         self.autocast = precision == "bf16"
         self.lock = threading.Lock()
 
-    def predict(self, x: np.ndarray, batch_size: int, layer: str | None) -> np.ndarray:
+    def predict(self, x: np.ndarray, batch_size: int, layer: Layers) -> np.ndarray | list[np.ndarray]:
         import torch
 
         check_output_layer(self.module, layer)
@@ -355,7 +374,7 @@ class _Network:
         with self.lock, torch.inference_mode():
             return in_batches(lambda b: self._run(b, layer), x, batch_size)
 
-    def _run(self, x: np.ndarray, layer: str | None) -> np.ndarray:
+    def _run(self, x: np.ndarray, layer: Layers) -> np.ndarray | list[np.ndarray]:
         import torch
 
         batch = torch.from_numpy(x).to(self.device)
@@ -363,10 +382,12 @@ class _Network:
             batch = batch.contiguous(memory_format=torch.channels_last)
         with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.autocast):
             out = run_to_layer(self.module, batch, layer)
+        if isinstance(out, list):
+            return [o.float().cpu().numpy() for o in out]
         return out.float().cpu().numpy()
 
 
-def _load_for_export(source: dict[str, Any], allow_pickle: bool, layer: str | None) -> nn.Module:
+def _load_for_export(source: dict[str, Any], allow_pickle: bool, layer: Layers) -> nn.Module:
     import torch
 
     module = load_network(source, allow_pickle)

@@ -21,15 +21,24 @@ from irbis.kernels.image_features import preprocess_images
 from irbis.ml.base import IrbisTransformer
 from irbis.ml.image import HasErrorCol, _ColumnSetters, with_opencv_threads
 from irbis.ml.params import (HasCalibrationData, HasDevice, HasEngine, HasMiniBatchSize, HasOutputLayer, HasPrecision,
-                              at_least, checked, in_registry)
+                              at_least, checked, in_registry, table_mixin)
 from irbis.ml.synapseml import ImageFeaturizerNames
 from irbis.models import MODELS, get_entry, module_names
 
 __all__ = ["ImageFeaturizer"]
 
+#: Several layers of one forward pass, each written to its own vector column.
+_LAYERS_PARAMS = table_mixin("_HasOutputLayers", [
+    ("outputLayers", "inner modules (named_modules() names) whose activations are returned from one forward "
+     "pass, each in the column of outputCols at the same position; when set they win over outputLayer, "
+     "cutOutputLayers and outputCol", TypeConverters.toListString, []),
+    ("outputCols", "the vector column of each layer of outputLayers, in the same order",
+     TypeConverters.toListString, []),
+])
+
 
 class ImageFeaturizer(ImageFeaturizerNames, IrbisTransformer, _ColumnSetters, HasMiniBatchSize, HasDevice,
-                      HasPrecision, HasCalibrationData, HasEngine, HasErrorCol, HasOutputLayer):
+                      HasPrecision, HasCalibrationData, HasEngine, HasErrorCol, HasOutputLayer, _LAYERS_PARAMS):
     """Featurize images with a pretrained network, cutting its last ``cutOutputLayers`` layers.
 
     The model is a catalogue entry (:data:`irbis.models.MODELS`, built-in or added with
@@ -56,6 +65,11 @@ class ImageFeaturizer(ImageFeaturizerNames, IrbisTransformer, _ColumnSetters, Ha
     outputLayer : str
         An inner module (a ``named_modules()`` name) whose activation is returned. When set it wins
         over ``cutOutputLayers``; empty (the default) means the layer ``cutOutputLayers`` picks.
+    outputLayers, outputCols : list of str
+        Several inner modules read in one forward pass (the network runs, and is exported, once for
+        the set), each written to the vector column of ``outputCols`` at the same position. When set
+        they win over ``outputLayer``, ``cutOutputLayers`` and ``outputCol``; both lists have the
+        same length.
     miniBatchSize, device, precision, engine, calibrationData : int, str, str, str, str
         As in :class:`irbis.ml.TorchModel`.
     errorCol : str
@@ -74,6 +88,9 @@ class ImageFeaturizer(ImageFeaturizerNames, IrbisTransformer, _ColumnSetters, Ha
     ('efficientnet_lite0', '_flatten')
     >>> feat.setOutputLayer("_blocks.10").feature_layer()
     '_blocks.10'
+    >>> both = ImageFeaturizer(outputLayers=["_flatten", "_blocks.15"], outputCols=["pooled", "block15"])
+    >>> both.layer_columns()
+    [('_flatten', 'pooled'), ('_blocks.15', 'block15')]
 
     .. code-block:: python
 
@@ -105,7 +122,8 @@ class ImageFeaturizer(ImageFeaturizerNames, IrbisTransformer, _ColumnSetters, Ha
                  model: str = "efficientnet_lite0", modelPath: str = "", cutOutputLayers: int = 1,
                  outputLayer: str = "", miniBatchSize: int = 64, device: str = "cpu", precision: str = "fp32",
                  errorCol: str = "", maxPixels: int = DEFAULT_MAX_PIXELS, fastDecode: bool = False,
-                 engine: str = "auto", calibrationData: str = "") -> None:
+                 engine: str = "auto", calibrationData: str = "", outputLayers: list[str] | None = None,
+                 outputCols: list[str] | None = None) -> None:
         super().__init__()
         self._setDefault(inputCol="image", outputCol="features", model="efficientnet_lite0",
                          modelPath="", cutOutputLayers=1, errorCol="", maxPixels=DEFAULT_MAX_PIXELS,
@@ -129,6 +147,14 @@ class ImageFeaturizer(ImageFeaturizerNames, IrbisTransformer, _ColumnSetters, Ha
     def setFastDecode(self, value: bool) -> "ImageFeaturizer":  # noqa: N802
         return self._set(fastDecode=value)
 
+    def setOutputLayers(self, value: list[str]) -> "ImageFeaturizer":  # noqa: N802
+        """Sets outputLayers: inner modules read in one pass, each into its column of outputCols."""
+        return self._set_checked(outputLayers=value)
+
+    def setOutputCols(self, value: list[str]) -> "ImageFeaturizer":  # noqa: N802
+        """Sets outputCols: the vector column of each layer of outputLayers."""
+        return self._set_checked(outputCols=value)
+
     def getModel(self) -> str:
         return self.getOrDefault(self.model)
 
@@ -144,6 +170,19 @@ class ImageFeaturizer(ImageFeaturizerNames, IrbisTransformer, _ColumnSetters, Ha
         layer = get_entry(self.getModel()).cut_layer(cut) if cut else ""
         return self.getOutputLayer() or layer
 
+    def layer_columns(self) -> list[tuple[str, str]]:
+        """``(layer, column)`` of each output: the pairs of ``outputLayers`` and ``outputCols`` when set,
+        else ``(feature_layer(), outputCol)``."""
+        layers, cols = self.getOutputLayers(), self.getOutputCols()
+        if not (layers or cols):
+            return [(self.feature_layer(), self.getOutputCol())]
+        if len(layers) != len(cols) or not layers:
+            raise ValueError(f"outputLayers and outputCols must have the same length, one column per layer; "
+                             f"found {len(layers)} layer(s) {layers} and {len(cols)} column(s) {cols}")
+        if len(set(cols)) < len(cols) or len(set(layers)) < len(layers):
+            raise ValueError(f"outputLayers {layers} and outputCols {cols} must each name different items")
+        return list(zip(layers, cols))
+
     def _set_checked(self, **values: Any) -> "ImageFeaturizer":
         """Set params and validate them together; a refused value leaves the stage as it was."""
         before = {n: self.getOrDefault(n) for n in values if self.isSet(getattr(self, n))}
@@ -158,24 +197,33 @@ class ImageFeaturizer(ImageFeaturizerNames, IrbisTransformer, _ColumnSetters, Ha
         return self
 
     def _check_layers(self) -> None:
-        """Validate model, cutOutputLayers and an explicit outputLayer (against the entry's
-        architecture, built without weights) eagerly."""
+        """Validate model, cutOutputLayers, an explicit outputLayer and outputLayers (against the entry's
+        architecture, built without weights) eagerly; outputCols' length once both lists are given."""
+        from irbis.kernels.inference import unknown_layer_error
+
         self.feature_layer()
-        layer, entry = self.getOutputLayer(), get_entry(self.getModel())
+        layer, layers, entry = self.getOutputLayer(), self.getOutputLayers(), get_entry(self.getModel())
         if entry.preprocessing is None:
             raise ValueError(f"model {entry.name!r} has no preprocessing in its catalogue entry, so it "
                              f"cannot featurize images; give it one, or use TorchModel for other inputs")
-        known = module_names(entry.architecture, **entry.options) if layer else []
-        if layer and not self.getOrDefault(self.modelPath) and layer not in known:
+        if layers and self.getOutputCols():
+            self.layer_columns()
+        if self.getOrDefault(self.modelPath) or not (layer or layers):
+            return
+        known = module_names(entry.architecture, **entry.options)
+        if layer and layer not in known:
             raise ValueError(f"outputLayer {layer!r} is not a module of model {entry.name!r} "
                              f"(architecture {entry.architecture!r}); its feature layers: {list(entry.layers)}")
+        for name in layers:
+            if name not in known:
+                raise unknown_layer_error(name, [n for n in known if n], "outputLayers: layer")
 
     def _input_columns(self) -> list[str]:
         return [self.getInputCol()]
 
     def _output_columns(self) -> list[tuple[str, DataType]]:
         err = self.getErrorCol()
-        return [(self.getOutputCol(), VectorUDT())] + ([(err, StringType())] if err else [])
+        return [(col, VectorUDT()) for _, col in self.layer_columns()] + ([(err, StringType())] if err else [])
 
     def _validate_schema(self, schema: StructType) -> None:
         found = schema[self.getInputCol()].dataType
@@ -190,10 +238,11 @@ class ImageFeaturizer(ImageFeaturizerNames, IrbisTransformer, _ColumnSetters, Ha
 
         preprocessing = get_entry(self.getModel()).preprocessing
         source = resolve_source(self.getOrDefault(self.modelPath) or self.getModel())
-        options = dict(output_layer=self.feature_layer() or None, batch_size=self.getMiniBatchSize(),
-                       device=self.getDevice(), precision=self.getPrecision(), engine=self.getEngine(),
-                       calibration_data=self.getCalibrationData())
-        col, out_col, err_col = self.getInputCol(), self.getOutputCol(), self.getErrorCol()
+        pairs, several = self.layer_columns(), bool(self.getOutputLayers())
+        options = dict(output_layer=tuple(layer for layer, _ in pairs) if several else pairs[0][0] or None,
+                       batch_size=self.getMiniBatchSize(), device=self.getDevice(), precision=self.getPrecision(),
+                       engine=self.getEngine(), calibration_data=self.getCalibrationData())
+        col, err_col = self.getInputCol(), self.getErrorCol()
         limit, fast = self.getOrDefault(self.maxPixels) or None, self.getOrDefault(self.fastDecode)
 
         def run(blocks: dict[str, Any]) -> dict[str, Any]:
@@ -202,7 +251,9 @@ class ImageFeaturizer(ImageFeaturizerNames, IrbisTransformer, _ColumnSetters, Ha
                 values, preprocessing, encoded=isinstance(values, Binary), max_pixels=limit,
                 raise_errors=not err_col, fast_decode=fast)
             predict = make_torch_predict_fn(source, **options)
-            out = {out_col: Tensor(flat_rows(predict(batch) if len(batch) else None), valid)}
+            found = predict(batch) if len(batch) else None
+            outputs = {layer: found[layer] if several and found else found for layer, _ in pairs}
+            out = {c: Tensor(flat_rows(outputs[layer]), valid) for layer, c in pairs}
             return {**out, err_col: errors} if err_col else out
 
         return with_task_threads(with_opencv_threads(run))

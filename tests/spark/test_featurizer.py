@@ -39,6 +39,47 @@ def test_explicit_output_layer_wins_over_cut_output_layers():
     np.testing.assert_array_equal(by_name, by_cut)
 
 
+def test_several_layers_in_one_pass_equal_single_layer_featurizers_and_are_validated():
+    photos = [cv2.imencode(".jpg", im[:, :, ::-1])[1].tobytes() for im in (skdata.coffee(), skdata.chelsea())]
+    frame = pd.DataFrame({"b": photos + [b"\xff\xd8 truncated"]})
+    both = ImageFeaturizer(inputCol="b", outputLayers=["_flatten", "_blocks.15"], outputCols=["pooled", "block"],
+                           errorCol="why")
+    out = both.transform(frame)
+    assert list(out.columns) == ["b", "pooled", "block", "why"]
+    assert out["pooled"][2] is None and out["block"][2] is None and "truncated" in out["why"][2]
+    pooled = ImageFeaturizer(inputCol="b", outputCol="pooled", cutOutputLayers=1).transform(frame[:2])["pooled"]
+    block = ImageFeaturizer(inputCol="b", outputCol="block", outputLayer="_blocks.15").transform(frame[:2])["block"]
+    for i in range(2):
+        assert out["pooled"][i].shape == (1280,) and out["block"][i].shape == (320 * 7 * 7,)
+        np.testing.assert_allclose(out["pooled"][i], pooled[i], rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(out["block"][i], block[i], rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match=r"outputLayers: layer '_block.15' is not a module of the network; "
+                                         r"the nearest names: \['_blocks.15'"):
+        both.setOutputLayers(["_flatten", "_block.15"])
+    assert both.getOutputLayers() == ["_flatten", "_blocks.15"]  # a refused value leaves the stage as it was
+    with pytest.raises(ValueError, match=r"same length.*found 2 layer\(s\).*and 1 column\(s\) \['pooled'\]"):
+        both.setOutputCols(["pooled"])
+    with pytest.raises(ValueError, match="must each name different items"):
+        ImageFeaturizer(outputLayers=["_flatten", "_blocks.15"], outputCols=["f", "f"])
+
+
+@pytest.mark.spark
+def test_several_layers_on_spark_persist(spark, tmp_path):
+    from pyspark.sql.types import BinaryType, StructType
+
+    photo = cv2.imencode(".jpg", skdata.coffee()[:, :, ::-1])[1].tobytes()
+    df = spark.createDataFrame([(photo,)], StructType().add("b", BinaryType()))
+    stage = ImageFeaturizer(inputCol="b", outputLayers=["_blocks.15", "_flatten"], outputCols=["block", "pooled"],
+                            miniBatchSize=4)
+    stage.save(str(tmp_path / "feat"))
+    loaded = ImageFeaturizer.load(str(tmp_path / "feat"))
+    assert loaded.layer_columns() == [("_blocks.15", "block"), ("_flatten", "pooled")]
+    row = loaded.transform(df).select("block", "pooled").first()
+    single = ImageFeaturizer(inputCol="b", outputCol="pooled").transform(df).select("pooled").first()
+    assert row.block.size == 320 * 7 * 7
+    np.testing.assert_allclose(row.pooled.toArray(), single.pooled.toArray(), rtol=1e-5, atol=1e-5)
+
+
 def test_pandas_path_bad_bytes_give_null_and_error():
     good = cv2.imencode(".jpg", skdata.coffee()[:, :, ::-1])[1].tobytes()
     frame = pd.DataFrame({"b": [good, b"\xff\xd8 truncated", None]})

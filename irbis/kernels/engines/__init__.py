@@ -1,8 +1,9 @@
 """Inference engines that run an exported network: ONNX Runtime and OpenVINO, beside eager PyTorch.
 
 An engine is a small object picked by name from :data:`ENGINES`: the pip package that provides it,
-and ``load(path, threads=, device=, precision=)`` returning a runner (a float32 batch in, the first
-output out) for an ONNX file written by :func:`irbis.kernels.engines.export.export_onnx`.
+and ``load(path, threads=, device=, precision=)`` returning a runner (a float32 batch in, the output
+out; a list of outputs for a graph with several) for an ONNX file written by
+:func:`irbis.kernels.engines.export.export_onnx`.
 
 ``auto`` follows :func:`auto_order`, a rule measured with ``benchmarks/inference.py`` in the layout
 Spark gives a network (one process per task core, one thread each, batch 64, fp32). On
@@ -30,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-Runner = Callable[[np.ndarray], np.ndarray]
+Runner = Callable[[np.ndarray], "np.ndarray | list[np.ndarray]"]
 
 #: The values of the ``engine`` Param; ``torch`` is eager PyTorch, ``auto`` follows :func:`auto_order`.
 ENGINE_NAMES = ("auto", "torch", "onnxruntime", "openvino")

@@ -23,32 +23,37 @@ from irbis.models.fetch import atomic_path, file_lock
 
 
 class CutNetwork(nn.Module):
-    """``module`` returning the output of its inner module ``layer`` (the output itself when empty).
+    """``module`` returning the output of its inner module ``layer`` (the output itself when empty), or
+    for a tuple of layers one output per layer, in order (a graph with several outputs).
 
-    The forward pass runs to the end, but nothing after ``layer`` reaches the output, so the exporter
-    drops that part of the graph.
+    The forward pass runs to the end, but nothing after the last ``layer`` reaches an output, so the
+    exporter drops that part of the graph.
     """
 
-    def __init__(self, module: nn.Module, layer: str | None) -> None:
+    def __init__(self, module: nn.Module, layer: str | tuple[str, ...] | None) -> None:
         super().__init__()
         self.module, self.layer = module, layer or ""
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor) -> torch.Tensor | tuple[torch.Tensor, ...]:
         if not self.layer:
             return self.module(x)
-        seen: list[Any] = []
-        handle = self.module.get_submodule(self.layer).register_forward_hook(
-            lambda _m, _i, out: seen.append(out[0] if isinstance(out, (tuple, list)) else out))
+        layers = (self.layer,) if isinstance(self.layer, str) else self.layer
+        seen: dict[str, Any] = {}
+        handles = [self.module.get_submodule(name).register_forward_hook(
+            lambda _m, _i, out, name=name: seen.setdefault(name, out[0] if isinstance(out, (tuple, list)) else out))
+            for name in layers]
         try:
             self.module(x)
         finally:
-            handle.remove()
-        return seen[0]
+            for handle in handles:
+                handle.remove()
+        return seen[self.layer] if isinstance(self.layer, str) else tuple(seen[name] for name in layers)
 
 
-def export_onnx(load: Any, layer: str | None, input_shape: tuple[int, ...], key: str,
+def export_onnx(load: Any, layer: str | tuple[str, ...] | None, input_shape: tuple[int, ...], key: str,
                 cache_dir: Path | None = None) -> Path:
-    """The ONNX file of ``load()`` (a callable returning the eager network) cut at ``layer``.
+    """The ONNX file of ``load()`` (a callable returning the eager network) cut at ``layer`` (or with one
+    output per layer of a tuple of them).
 
     ``load`` is called only when the file does not exist yet, so workers that find it skip loading
     the eager network. A network the exporter cannot capture raises :class:`EngineError` with the

@@ -26,15 +26,19 @@ if TYPE_CHECKING:
 _LOG = logging.getLogger("irbis.inference")
 
 
-def in_batches(run: Runner, x: np.ndarray, batch_size: int) -> np.ndarray:
-    """``run`` over mini-batches of ``x`` (float32, contiguous), outputs flattened per row and joined."""
-    outputs = []
+def in_batches(run: Runner, x: np.ndarray, batch_size: int) -> np.ndarray | list[np.ndarray]:
+    """``run`` over mini-batches of ``x`` (float32, contiguous), outputs flattened per row and joined.
+
+    A ``run`` that returns a list (a network read at several layers) gives a list: each output joined.
+    """
+    outputs, several = [], False
     for start in range(0, len(x), batch_size):
         out = run(np.ascontiguousarray(x[start:start + batch_size], dtype=np.float32))
-        outputs.append(out.reshape(out.shape[0], -1))
-    result = np.concatenate(outputs) if outputs else np.zeros((0, 0), np.float32)
+        several = isinstance(out, list)
+        outputs.append([o.reshape(o.shape[0], -1) for o in (out if several else [out])])
+    joined = [np.concatenate(parts) for parts in zip(*outputs)] or [np.zeros((0, 0), np.float32)]
     release_memory()
-    return result
+    return joined if several else joined[0]
 
 
 class Chain:
@@ -49,7 +53,7 @@ class Chain:
     def __init__(self, networks: list[tuple[str, Callable[[], Any]]], engine: str) -> None:
         self.networks, self.engine = networks, engine
 
-    def predict(self, x: np.ndarray, batch_size: int, layer: str | None) -> np.ndarray:
+    def predict(self, x: np.ndarray, batch_size: int, layer: Any) -> np.ndarray | list[np.ndarray]:
         for i, (name, get) in enumerate(self.networks):
             last, network = i + 1 == len(self.networks), get()
             if getattr(network, "failed", False) and not last:
@@ -66,13 +70,14 @@ class Chain:
 
 
 class ExportedNetwork:
-    """A network exported to ONNX (cut at its layer) and run by an engine, compiled per input shape.
+    """A network exported to ONNX (cut at its layer, or with one output per layer of a tuple of them) and
+    run by an engine, compiled per input shape.
 
     ``load`` returns the eager network; it is called only when the export file does not exist yet.
     ``calibration`` (a getter of :class:`irbis.kernels.calibration.Calibration`) is the int8 sample.
     """
 
-    def __init__(self, load: Callable[[], nn.Module], identity: str, engine: str, layer: str | None,
+    def __init__(self, load: Callable[[], nn.Module], identity: str, engine: str, layer: str | tuple[str, ...] | None,
                  device: str, precision: str, threads: int, calibration: Callable[[], Any] | None = None) -> None:
         self.load, self.identity, self.engine, self.layer = load, identity, engine, layer
         self.device, self.precision, self.threads = device, precision, threads
@@ -80,8 +85,8 @@ class ExportedNetwork:
         self.runners: dict[tuple[int, ...], Runner] = {}
         self.lock = threading.Lock()
 
-    def predict(self, x: np.ndarray, batch_size: int, layer: str | None) -> np.ndarray:
-        """The outputs for ``x``; an engine refusing a batch at run time raises :class:`InputShapeError`."""
+    def predict(self, x: np.ndarray, batch_size: int, layer: Any) -> np.ndarray | list[np.ndarray]:
+        """The outputs for ``x`` (a list for several layers); an engine refusing a batch at run time raises :class:`InputShapeError`."""
         with self.lock:
             runner = self._runner(tuple(x.shape[1:]))
             try:

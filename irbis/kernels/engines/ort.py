@@ -38,7 +38,12 @@ def load(path: str, *, threads: int, device: str, precision: str, calibration: C
     except Exception as err:  # noqa: BLE001 - ORT raises its own exception types per failure
         raise EngineError(f"ONNX Runtime cannot run {path}: {err}") from err
     name = session.get_inputs()[0].name
-    return lambda x: session.run(None, {name: np.ascontiguousarray(x, dtype=np.float32)})[0]
+
+    def run(x: np.ndarray) -> np.ndarray | list[np.ndarray]:
+        outputs = session.run(None, {name: np.ascontiguousarray(x, dtype=np.float32)})
+        return outputs[0] if len(outputs) == 1 else outputs
+
+    return run
 
 
 def _int8_path(path: str, device: str, calibration: Calibration | None, shape: tuple[int, ...]) -> str:

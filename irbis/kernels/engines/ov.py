@@ -34,16 +34,17 @@ def _chain(requests: list[Any]) -> Runner:
     """Run compiled parts in turn, each reading the previous one's output tensor without a copy."""
     lock = threading.Lock()
 
-    def run(x: np.ndarray) -> np.ndarray:
+    def run(x: np.ndarray) -> np.ndarray | list[np.ndarray]:
         with lock:
             requests[0].infer({0: np.ascontiguousarray(x, dtype=np.float32)})
-            out = requests[0].get_output_tensor(0)
+            last = requests[0]
             for request in requests[1:]:
-                request.set_input_tensor(out)
+                request.set_input_tensor(last.get_output_tensor(0))
                 request.infer()
-                out = request.get_output_tensor(0)
-            # The output tensor belongs to the request and is overwritten by its next call: copy it.
-            return np.array(out.data, copy=True)
+                last = request
+            # Output tensors belong to the request and are overwritten by its next call: copy them.
+            outputs = [np.array(t.data, copy=True) for t in last.output_tensors]
+            return outputs[0] if len(outputs) == 1 else outputs
 
     return run
 

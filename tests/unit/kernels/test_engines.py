@@ -88,6 +88,27 @@ def test_engines_equal_a_forward_hook_on_a_custom_network(mlp_bundle, engine, la
     _close(fn(x), _hooked(net, x, layer))
 
 
+@pytest.mark.parametrize("engine", EXPORTED + ["torch"])
+def test_several_layers_in_one_pass_equal_each_layer_read_alone(mlp_bundle, engine, tmp_path, monkeypatch):
+    """One forward pass (one export, with one output per layer) gives what each single-layer cut gives."""
+    monkeypatch.setenv("IRBIS_HOME", str(tmp_path))
+    folder, net = mlp_bundle
+    from sklearn.datasets import load_digits
+
+    x = (load_digits().data[:30] / 16.0).astype(np.float32)
+    source = resolve_source(str(folder))
+    both = make_torch_predict_fn(source, engine=engine, output_layer=("1", "0"), batch_size=7)(x)
+    assert list(both) == ["1", "0"]
+    for layer in ("0", "1"):
+        np.testing.assert_array_equal(both[layer], make_torch_predict_fn(source, engine=engine, output_layer=layer,
+                                                                          batch_size=7)(x))
+        _close(both[layer], _hooked(net, x, layer))
+    exports = list((tmp_path / "models" / "prepared").glob("*.onnx"))
+    assert len(exports) == (0 if engine == "torch" else 3)  # the pair, and each layer alone
+    with pytest.raises(ValueError, match=r"'9' is not a module of the network; the nearest names"):
+        make_torch_predict_fn(source, engine=engine, output_layer=("0", "9"))(x)
+
+
 @pytest.mark.parametrize("engine", EXPORTED)
 def test_network_is_exported_once_beside_the_prepared_weights(mlp_bundle, engine, tmp_path, monkeypatch):
     monkeypatch.setenv("IRBIS_HOME", str(tmp_path))

@@ -185,7 +185,7 @@ class ImageFeaturizer(ImageFeaturizerNames, IrbisTransformer, _ColumnSetters, Ha
                             f"struct or binary (encoded files), found {found.simpleString()}")
 
     def _make_batch_fn(self) -> BatchFn:
-        from irbis.kernels.inference import make_torch_predict_fn, resolve_source
+        from irbis.kernels.inference import make_torch_predict_fn, resolve_source, task_threads
         from irbis.spark.resources import with_task_threads
 
         preprocessing = get_entry(self.getModel()).preprocessing
@@ -195,13 +195,17 @@ class ImageFeaturizer(ImageFeaturizerNames, IrbisTransformer, _ColumnSetters, Ha
                        calibration_data=self.getCalibrationData())
         col, out_col, err_col = self.getInputCol(), self.getOutputCol(), self.getErrorCol()
         limit, fast = self.getOrDefault(self.maxPixels) or None, self.getOrDefault(self.fastDecode)
+        predictors: dict[int, BatchFn] = {}  # by thread count: made once, not per batch (a server's path)
 
         def run(blocks: dict[str, Any]) -> dict[str, Any]:
             values = blocks[col]
             batch, valid, errors = preprocess_images(
                 values, preprocessing, encoded=isinstance(values, Binary), max_pixels=limit,
                 raise_errors=not err_col, fast_decode=fast)
-            predict = make_torch_predict_fn(source, **options)
+            threads = task_threads()
+            if threads not in predictors:
+                predictors[threads] = make_torch_predict_fn(source, **options)
+            predict = predictors[threads]
             out = {out_col: Tensor(flat_rows(predict(batch) if len(batch) else None), valid)}
             return {**out, err_col: errors} if err_col else out
 

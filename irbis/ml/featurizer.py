@@ -233,7 +233,7 @@ class ImageFeaturizer(ImageFeaturizerNames, IrbisTransformer, _ColumnSetters, Ha
                             f"struct or binary (encoded files), found {found.simpleString()}")
 
     def _make_batch_fn(self) -> BatchFn:
-        from irbis.kernels.inference import make_torch_predict_fn, resolve_source
+        from irbis.kernels.inference import make_torch_predict_fn, resolve_source, task_threads
         from irbis.spark.resources import with_task_threads
 
         preprocessing = get_entry(self.getModel()).preprocessing
@@ -244,14 +244,17 @@ class ImageFeaturizer(ImageFeaturizerNames, IrbisTransformer, _ColumnSetters, Ha
                        engine=self.getEngine(), calibration_data=self.getCalibrationData())
         col, err_col = self.getInputCol(), self.getErrorCol()
         limit, fast = self.getOrDefault(self.maxPixels) or None, self.getOrDefault(self.fastDecode)
+        predictors: dict[int, BatchFn] = {}  # by thread count: made once, not per batch (a server's path)
 
         def run(blocks: dict[str, Any]) -> dict[str, Any]:
             values = blocks[col]
             batch, valid, errors = preprocess_images(
                 values, preprocessing, encoded=isinstance(values, Binary), max_pixels=limit,
                 raise_errors=not err_col, fast_decode=fast)
-            predict = make_torch_predict_fn(source, **options)
-            found = predict(batch) if len(batch) else None
+            threads = task_threads()
+            if threads not in predictors:
+                predictors[threads] = make_torch_predict_fn(source, **options)
+            found = predictors[threads](batch) if len(batch) else None
             outputs = {layer: found[layer] if several and found else found for layer, _ in pairs}
             out = {c: Tensor(flat_rows(outputs[layer]), valid) for layer, c in pairs}
             return {**out, err_col: errors} if err_col else out

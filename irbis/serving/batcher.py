@@ -6,7 +6,9 @@ never delayed; under load the batches grow by themselves. ``max_wait_ms`` lets t
 for more requests, but only while requests arrive concurrently (the last batch held more than one).
 A batch that the last one's cost per row says takes under :data:`INLINE_S` runs on the event loop
 itself (a thread hop costs more than a small tabular pipeline); any other runs on one long-lived
-worker thread, while the loop goes on reading requests. A full queue refuses new requests
+worker thread, while the loop goes on reading requests. A request that finds the batcher idle (nothing
+queued, no batch running) may instead hand its whole work, decoding included, to that worker thread
+at once (:meth:`Batcher.run_alone`): one thread hop instead of three. A full queue refuses new requests
 (:class:`Overloaded`); a batch that fails is run again request by request, so one bad request fails
 alone. A request's timeout is one timer on its future, no task of its own.
 """
@@ -55,12 +57,33 @@ class Batcher:
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="irbis-predict")
         self._concurrent = False
         self._row_cost: float | None = None  # seconds per row of the last batch; None until one ran
+        self._busy = 0  # batches and lone requests running or handed to the worker
         self.stopping = False
 
     @property
     def depth(self) -> int:
         """Requests waiting in the queue."""
         return self._queue.qsize() if self._queue is not None else 0
+
+    @property
+    def idle(self) -> bool:
+        """Whether no request is waiting and none is running: a new one would be alone."""
+        return not self._busy and self._queue is not None and self._queue.empty() and not self.stopping
+
+    async def run_alone(self, work: Callable[[], Any], timeout: float | None = None) -> Any:
+        """``work()`` (a request's decoding and pipeline call) on the worker thread, in one hop.
+
+        Meant for a request that found the batcher :attr:`idle`; requests arriving meanwhile are
+        batched as usual and run after it (the worker runs one thing at a time).
+        """
+        if self.stopping or self._queue is None:
+            raise Overloaded("the server is stopping")
+        self._busy += 1
+        try:
+            future = asyncio.get_running_loop().run_in_executor(self._executor, work)
+            return await asyncio.wait_for(future, timeout)
+        finally:
+            self._busy -= 1
 
     async def start(self) -> None:
         self._queue = asyncio.Queue(self.max_queue)
@@ -99,7 +122,11 @@ class Batcher:
             items, stop = await self._gather(first)
             items = [i for i in items if not i.future.done()]
             if items:
-                await self._run(items)
+                self._busy += 1
+                try:
+                    await self._run(items)
+                finally:
+                    self._busy -= 1
             self._concurrent = len(items) > 1
             if stop:
                 return

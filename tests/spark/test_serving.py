@@ -11,6 +11,7 @@ import socket
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import cv2
@@ -177,6 +178,31 @@ def test_image_pipeline_answers_equal_transform(image_pipeline):
     for got, name in [(raw, "0.png"), (multi[0], "1.png"), (multi[1], "2.png"), (as_json, "3.png")]:
         np.testing.assert_allclose(got["probability"], expected[name], atol=1e-5)
     assert bad.status_code == 422 and "undecodable image" in bad.json()["error"]
+
+
+def test_lone_and_batched_image_requests_give_the_same_answers(image_pipeline):
+    """A request on an idle server is decoded and run on one thread; a busy server queues and batches."""
+    path, folder, expected = image_pipeline
+    app = build_app(path, outputs=["probability", "prediction"])
+    names = [f"{i}.png" for i in range(8)]
+
+    def post(url: str, name: str) -> dict:
+        return httpx.post(f"{url}/predict", content=(folder / name).read_bytes(),
+                          headers={"content-type": "image/png"}, timeout=60).json()
+    with BackgroundServer(app) as url:
+        lone = [post(url, n) for n in names]
+        app.state.batcher._busy += 1  # as if a batch were running: every request takes the queue
+        try:
+            with ThreadPoolExecutor(8) as pool:
+                batched = list(pool.map(lambda n: post(url, n), names))
+        finally:
+            app.state.batcher._busy -= 1
+        rows = httpx.get(f"{url}/metrics").text
+    for name, a, b in zip(names, lone, batched):
+        np.testing.assert_allclose(a["probability"], expected[name], atol=1e-5)
+        np.testing.assert_allclose(b["probability"], a["probability"], atol=1e-5)
+        assert a["prediction"] == b["prediction"]
+    assert "irbis_batch_rows_sum 16.0" in rows  # both paths count their rows
 
 
 def test_spark_path_serves_a_stage_without_kernel(spark, tmp_path):

@@ -26,6 +26,11 @@ if TYPE_CHECKING:
 _LOG = logging.getLogger("irbis.inference")
 
 
+#: Input bytes from which a call hands its freed memory back to the OS: a smaller batch (one served
+#: image is 0.6 MB) leaves little to return and would pay the trim, and the page faults after it, each time.
+TRIM_BYTES = 4 << 20
+
+
 def in_batches(run: Runner, x: np.ndarray, batch_size: int) -> np.ndarray | list[np.ndarray]:
     """``run`` over mini-batches of ``x`` (float32, contiguous), outputs flattened per row and joined.
 
@@ -37,7 +42,8 @@ def in_batches(run: Runner, x: np.ndarray, batch_size: int) -> np.ndarray | list
         several = isinstance(out, list)
         outputs.append([o.reshape(o.shape[0], -1) for o in (out if several else [out])])
     joined = [np.concatenate(parts) for parts in zip(*outputs)] or [np.zeros((0, 0), np.float32)]
-    release_memory()
+    if x.nbytes >= TRIM_BYTES:
+        release_memory()
     return joined if several else joined[0]
 
 

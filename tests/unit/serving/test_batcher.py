@@ -75,3 +75,40 @@ def test_timeout_expires_the_request_and_the_batcher_goes_on():
             await batcher.submit({"a": [1]}, 1, timeout=0.05)
         return await batcher.submit({"a": [2]}, 1, timeout=5)
     assert asyncio.run(_with(batcher, late_then_fine)) == {"b": [4]}
+
+
+def test_a_lone_request_runs_whole_on_the_worker_and_later_ones_queue_behind_it():
+    predict, calls = _recorder(delay=0.01)
+    batcher = Batcher(predict)
+    order: list[str] = []
+
+    def alone():
+        order.append("alone:" + threading.current_thread().name)
+        time.sleep(0.1)
+        return predict({"a": [5]})
+
+    async def body():
+        assert batcher.idle
+        lone = asyncio.create_task(batcher.run_alone(alone, timeout=5))
+        await asyncio.sleep(0.02)
+        assert not batcher.idle  # the worker is taken: new requests take the batched path
+        queued = await asyncio.gather(*[batcher.submit({"a": [i]}, 1, timeout=5) for i in range(3)])
+        order.append("batched")
+        return await lone, queued, batcher.idle
+    lone, queued, idle_after = asyncio.run(_with(batcher, body))
+    assert lone == {"b": [10]} and queued == [{"b": [2 * i]} for i in range(3)] and idle_after
+    assert order[0].startswith("alone:irbis-predict") and order[-1] == "batched"
+    assert [rows for _, rows in calls] == [1, 3]  # the lone call, then the three waiting as one batch
+
+
+def test_a_lone_request_times_out_and_refuses_when_stopping():
+    batcher = Batcher(lambda columns: columns)
+
+    async def body():
+        with pytest.raises(asyncio.TimeoutError):
+            await batcher.run_alone(lambda: time.sleep(0.3), timeout=0.05)
+        return await batcher.run_alone(lambda: "ok", timeout=5)
+    assert asyncio.run(_with(batcher, body)) == "ok"
+    assert not batcher.idle
+    with pytest.raises(Exception, match="stopping"):
+        asyncio.run(batcher.run_alone(lambda: "late"))

@@ -13,9 +13,9 @@ from pyspark.ml.param import Param, Params, TypeConverters
 from pyspark.sql.types import ArrayType, DataType, DoubleType, FloatType, StructType
 
 from irbis.kernels.batching import network_batch
-from irbis.kernels.blocks import BatchFn, Tensor, flat_rows, from_rows
+from irbis.kernels.blocks import BatchFn
 from irbis.kernels.onnx import (
-    OPTIMIZATION_LEVELS, apply_heads, graph_signature, input_dtypes, make_onnx_predict_fn,
+    OPTIMIZATION_LEVELS, graph_signature, input_dtypes, make_onnx_predict_fn, output_blocks,
 )
 from irbis.ml.aliases import resolve_aliases
 from irbis.ml.base import IrbisModel
@@ -155,6 +155,8 @@ class ONNXModel(_NetworkStageParams, HasOnnxEngine, table_mixin("_ONNXParams", _
                 for k, v in graph_signature(self.getModelPath())[0].items()}
 
     def _make_batch_fn(self) -> BatchFn:
+        # The function runs in the Python workers: it refers to nothing of this module (whose import
+        # loads torch through irbis.ml.torch_model), so the workers do not import torch.
         path = self.getModelPath()
         if not Path(path).is_file():
             raise FileNotFoundError(f"ONNX model file not found: {path}")
@@ -181,7 +183,7 @@ class ONNXModel(_NetworkStageParams, HasOnnxEngine, table_mixin("_ONNXParams", _
                 raise ValueError(f"ONNXModel: column {bad!r} has nulls; with several feeds, drop them first")
             feed = {k: b.values for k, b in batches.items()}
             results = predict(feed) if valid.any() else {}
-            return _columns(results, fetches, softmax, argmax, valid)
+            return output_blocks(results, fetches, softmax, argmax, valid)
 
         return run
 
@@ -192,18 +194,6 @@ class ONNXModel(_NetworkStageParams, HasOnnxEngine, table_mixin("_ONNXParams", _
         saved = Path(path) / "model.onnx"
         if saved.exists():
             self._set(modelPath=str(saved))
-
-
-def _columns(results: dict[str, np.ndarray], fetches: dict[str, str], softmax: dict[str, str],
-             argmax: dict[str, str], valid: np.ndarray) -> dict[str, Any]:
-    """Output blocks: fetched tensors and softmax heads as vector rows, argmax heads as doubles."""
-    empty = np.zeros((0, 1), np.float32)
-    cols = {out: results[name] if results else empty for out, name in fetches.items()}
-    cols = apply_heads(cols, softmax, argmax)
-    blocks: dict[str, Any] = {n: from_rows(cols[n], valid) for n in argmax.values()}
-    for name in [*fetches, *softmax.values()]:
-        blocks[name] = Tensor(flat_rows(cols[name].astype(np.float32, copy=False) if results else None), valid)
-    return blocks
 
 
 def _static(dims: tuple) -> list[int] | None:

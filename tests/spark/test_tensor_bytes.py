@@ -145,3 +145,28 @@ def test_numpy_tensor_bytes_written_by_pyarrow_are_scored_by_spark(spark, digits
     np.testing.assert_allclose(got, _expected(net, digits), rtol=1e-4, atol=1e-5)
     back = {r.id: r.b for r in df.collect()}
     assert np.array_equal(np.frombuffer(back[5], "<f4").reshape(SHAPE), values[5])
+
+
+def test_onnx_model_workers_do_not_import_torch(net, tmp_path):
+    """ONNXModel's batch function, unpickled in a fresh interpreter as a Python worker does, runs
+    without importing torch (~300 MiB per worker)."""
+    import subprocess
+    import sys
+
+    import cloudpickle
+
+    path = tmp_path / "lenet.onnx"
+    torch.onnx.export(net, (torch.zeros(1, *SHAPE),), str(path), input_names=["input"],
+                      dynamic_axes={"input": {0: "n"}}, dynamo=False)
+    stage = ONNXModel(modelPath=str(path), inputCol="b", outputCol="y", inputShape=SHAPE,
+                      softMaxDict={"y": "p"}, argMaxDict={"y": "label"})
+    (tmp_path / "fn.pkl").write_bytes(cloudpickle.dumps(stage._make_batch_fn()))
+    x = np.arange(2 * 64, dtype=np.float32).reshape(2, 64)
+    np.save(tmp_path / "x.npy", x)
+    code = ("import sys, pickle, numpy as np; from irbis.kernels.blocks import from_arrow, tensor_bytes; "
+            f"fn = pickle.loads(open({str(tmp_path / 'fn.pkl')!r}, 'rb').read()); "
+            f"out = fn({{'b': from_arrow(tensor_bytes(np.load({str(tmp_path / 'x.npy')!r})))}}); "
+            "print(*[float(v) for v in out['label']], 'torch' in sys.modules)")
+    found = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert found[-1] == "False"
+    assert [float(v) for v in found[:-1]] == _expected(net, x).argmax(1).astype(float).tolist()

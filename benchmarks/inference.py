@@ -9,11 +9,14 @@ For each network (pretrained EfficientNet-Lite0, ResNet-50) and 224x224x3 float 
   (a3) Spark data movement alone, local[2]: the same DataFrame through a pandas UDF that returns a
        constant (parquet read, list<float> to Arrow, Arrow to the Python workers and back): the floor
        that any Spark stage pays, so the gap between (a2) and (b) splits into Spark's share and Irbis's
+  (a3b) the same floor with the images stored as a binary tensor column (raw float32 bytes per row,
+       ``irbis.kernels.blocks.tensor_bytes``) through an Arrow UDF, as the network stages read it
   (a4) plain loops of the reduced precisions that keep the answers: OpenVINO bf16 (stem in fp32, the
        rest in bf16) and ONNX Runtime static int8 (calibrated on shipped scikit-image photographs),
        1 process x 2 threads
   (b) irbis TorchModel on Spark local[2]: engine auto/torch/onnxruntime/openvino at fp32, and the
-      reduced precisions (bf16: auto, openvino; int8: auto, torch, onnxruntime)
+      reduced precisions (bf16: auto, openvino; int8: auto, torch, onnxruntime); at fp32 also on the
+      binary tensor column (``inputShape`` + ``inputDtype``)
   (c) pyspark.ml.functions.predict_batch_udf on Spark local[2], fp32          -- PySpark's own way
   (d) irbis ONNXModel on Spark local[2], fp32
 
@@ -192,16 +195,20 @@ def best_plain(key: str, n: int, repeats: int, workdir: Path) -> dict:
 
 
 # -- (b), (c), (d) on Spark ------------------------------------------------------------------------------
-def write_parquet(path: Path, n: int) -> None:
+def write_parquet(path: Path, n: int, binary: bool = False) -> None:
+    """n random images in 8 files: ``image`` as array<float>, or as a binary tensor column."""
     import pyarrow as pa
     import pyarrow.parquet as pq
+
+    from irbis.kernels.blocks import tensor_bytes
 
     rng = np.random.default_rng(0)
     path.mkdir(parents=True, exist_ok=True)
     per_file = max(1, n // 8)
     for f in range(8):
         x = rng.normal(size=(per_file, 3 * 224 * 224)).astype(np.float32)
-        arr = pa.FixedSizeListArray.from_arrays(pa.array(x.ravel()), 3 * 224 * 224).cast(pa.list_(pa.float32()))
+        arr = (tensor_bytes(x) if binary else
+               pa.FixedSizeListArray.from_arrays(pa.array(x.ravel()), 3 * 224 * 224).cast(pa.list_(pa.float32())))
         pq.write_table(pa.table({"id": np.arange(f * per_file, (f + 1) * per_file), "image": arr}),
                        path / f"part-{f}.parquet")
 
@@ -223,6 +230,8 @@ def scorer(method: str, key: str, workdir: Path, precision: str, engine: str = "
         return stage.transform
     if method == "spark_floor":
         return spark_floor()
+    if method == "spark_floor_arrow":
+        return spark_floor_arrow()
     from pyspark.ml.functions import predict_batch_udf
     from pyspark.sql.types import ArrayType, FloatType
 
@@ -260,6 +269,23 @@ def spark_floor():
     with warnings.catch_warnings():  # the eval type is given, not inferred from type hints
         warnings.simplefilter("ignore", UserWarning)
         udf = pandas_udf(constant, "float", PythonEvalType.SQL_SCALAR_PANDAS_UDF)
+    return lambda df: df.withColumn("out", udf("image"))
+
+
+def spark_floor_arrow():
+    """(a3b): an Arrow UDF (as the network stages use) over the image column returning a constant."""
+    import warnings
+
+    import pyarrow as pa
+    from pyspark.sql.functions import arrow_udf
+    from pyspark.util import PythonEvalType
+
+    def constant(images):
+        return pa.array(np.zeros(len(images), np.float32))
+
+    with warnings.catch_warnings():  # the eval type is given, not inferred from type hints
+        warnings.simplefilter("ignore", UserWarning)
+        udf = arrow_udf(constant, "float", PythonEvalType.SQL_SCALAR_ARROW_UDF)
     return lambda df: df.withColumn("out", udf("image"))
 
 
@@ -305,7 +331,8 @@ def run_spark(method: str, key: str, n: int, repeats: int, workdir: Path, precis
 
     spark = get_spark("local[2]", **{"spark.ui.enabled": "false"})
     spark.sparkContext.setLogLevel("ERROR")
-    data = workdir / f"data-{n}"
+    method, _, layout = method.partition(":")  # "torchmodel:binary" reads the binary tensor column
+    data = workdir / (f"data-bin-{n}" if layout == "binary" else f"data-{n}")
     df = spark.read.parquet(str(data))
     score = scorer(method, key, workdir, precision, engine)
     start = time.perf_counter()
@@ -382,15 +409,22 @@ def spawn_many(jobs: list[tuple]) -> list[dict]:
     return [_result(job[0], job[1], *p.communicate()) for job, p in zip(jobs, procs)]
 
 
-METHODS = [  # label, kind, precision, engine
+METHODS = [  # label, kind (":binary": the images as a binary tensor column), precision, engine
     ("(a) plain PyTorch eager NCHW, 1 proc x 2 threads, fp32", "plain", "fp32", ""),
     ("(a1) plain ONNX Runtime, 1 proc x 2 threads, fp32", "plain_engine", "fp32", "onnxruntime"),
     ("(a2) plain, best engine on this machine, fp32", "best_plain", "fp32", ""),
     ("(a3) Spark data movement alone: same DataFrame through a pandas UDF that returns a constant",
      "spark_floor", "fp32", ""),
+    ("(a3b) Spark data movement alone, binary tensor column (Arrow UDF returning a constant)",
+     "spark_floor_arrow:binary", "fp32", ""),
     ("(a4) plain OpenVINO, 1 proc x 2 threads, bf16 (stem fp32)", "plain_engine", "bf16", "openvino"),
     ("(a4) plain ONNX Runtime, 1 proc x 2 threads, int8 static", "plain_engine", "int8", "onnxruntime"),
     ("(b) irbis TorchModel, local[2], fp32, engine=auto", "torchmodel", "fp32", "auto"),
+    ("(b) irbis TorchModel, local[2], fp32, engine=auto, binary tensor column", "torchmodel:binary", "fp32", "auto"),
+    ("(b) irbis TorchModel, local[2], fp32, engine=onnxruntime, binary tensor column", "torchmodel:binary", "fp32",
+     "onnxruntime"),
+    ("(b) irbis TorchModel, local[2], fp32, engine=openvino, binary tensor column", "torchmodel:binary", "fp32",
+     "openvino"),
     ("(b) irbis TorchModel, local[2], fp32, engine=torch", "torchmodel", "fp32", "torch"),
     ("(b) irbis TorchModel, local[2], fp32, engine=onnxruntime", "torchmodel", "fp32", "onnxruntime"),
     ("(b) irbis TorchModel, local[2], fp32, engine=openvino", "torchmodel", "fp32", "openvino"),
@@ -401,6 +435,7 @@ METHODS = [  # label, kind, precision, engine
     ("(b) irbis TorchModel, local[2], int8, engine=onnxruntime", "torchmodel", "int8", "onnxruntime"),
     ("(c) PySpark predict_batch_udf, local[2], fp32", "predict_batch_udf", "fp32", ""),
     ("(d) irbis ONNXModel, local[2], fp32", "onnxmodel", "fp32", ""),
+    ("(d) irbis ONNXModel, local[2], fp32, binary tensor column", "onnxmodel:binary", "fp32", ""),
 ]
 PLAIN, BEST = METHODS[0][0], METHODS[2][0]
 PBU = next(label for label, kind, _, _ in METHODS if kind == "predict_batch_udf")
@@ -435,6 +470,7 @@ def main() -> None:
     for key in args.models.split(","):
         n = args.images if key == "effnet" else max(64, args.images // 2)
         write_parquet(workdir / f"data-{n}", n)
+        write_parquet(workdir / f"data-bin-{n}", n, binary=True)
         rows = {}
         for label, kind, precision, engine in METHODS:
             rows[label] = (best_plain(key, n, args.repeats, workdir) if kind == "best_plain" else

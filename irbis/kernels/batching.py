@@ -1,6 +1,11 @@
-"""A column block (vectors, arrays, nested arrays, image structs) as one float32 network batch.
+"""A column block (vectors, arrays, nested arrays, image structs, tensor bytes) as one network batch.
 
 Pure numpy: the same code serves Spark (Arrow batches), pandas and the HTTP server.
+
+A *binary tensor column* holds in each row the raw little-endian bytes of one tensor of the network's
+input shape, of one of :data:`TENSOR_DTYPES`: it crosses from the JVM to Python as one buffer per
+batch (Spark converts an ``array<float>`` element by element), and is read here as one zero-copy
+``(rows, *shape)`` view, cast to the network's input type in :func:`network_batch` only.
 
 Examples
 --------
@@ -18,35 +23,49 @@ from typing import Any
 
 import numpy as np
 
-from irbis.kernels.blocks import Images, Tensor
+from irbis.kernels.blocks import Binary, Images, Tensor
 
-__all__ = ["network_batch", "refused_shape"]
+__all__ = ["TENSOR_DTYPES", "binary_tensor", "network_batch", "refused_shape"]
+
+#: Element types of a binary tensor column (its rows are raw little-endian bytes of one of these).
+TENSOR_DTYPES = ("float32", "float16", "uint8")
 
 
-def network_batch(block: Any, column: str, input_shape: Sequence[int] | None = None) -> Tensor:
-    """The non-null rows of ``column`` as one float32 batch of the network's input shape.
+def network_batch(block: Any, column: str, input_shape: Sequence[int] | None = None, *,
+                  input_dtype: str = "float32", dtype: Any = np.float32, stage: str = "") -> Tensor:
+    """The non-null rows of ``column`` as one batch of the network's input shape and type.
 
     Parameters
     ----------
-    block : Tensor or Images
-        The column's block; images become CHW arrays in their own channel order.
+    block : Tensor, Images or Binary
+        The column's block; images become CHW arrays in their own channel order, and binary rows
+        are read as tensor bytes (:func:`binary_tensor`).
     column : str
         The column's name, for error messages.
     input_shape : sequence of int, optional
         Shape of one row without the batch axis. Rows with that many values are reshaped to it; rows
-        with another count are an error naming the column and both shapes.
+        with another count are an error naming the column and both shapes. Required for binary rows.
+    input_dtype : str
+        The element type of binary rows, one of :data:`TENSOR_DTYPES` (other blocks ignore it).
+    dtype : numpy dtype
+        The network's input type: every block is cast to it here, and only here.
+    stage : str
+        The stage's name, for error messages.
 
     Returns
     -------
     Tensor
-        ``values`` of shape (M, *input_shape), float32, and the validity mask of the N rows.
+        ``values`` of shape (M, *input_shape) and type ``dtype``, and the validity mask of the N rows.
     """
     if isinstance(block, Images):
         block = _images_chw(block, column)
+    elif isinstance(block, Binary):
+        block = binary_tensor(block, column, input_shape, input_dtype, stage)
     elif not isinstance(block, Tensor):
         raise TypeError(f"column {column!r} does not hold numbers or images (found "
-                        f"{type(block).__name__}); a network needs vectors, arrays or image structs")
-    values = block.values.astype(np.float32, copy=False)
+                        f"{type(block).__name__}); a network needs vectors, arrays, image structs or "
+                        f"tensor bytes")
+    values = block.values.astype(dtype, copy=False)
     if input_shape:
         shape = tuple(int(d) for d in input_shape)
         expected = int(np.prod(shape))
@@ -71,6 +90,48 @@ def refused_shape(stage: str, column: str, found: Sequence[int], expected: Seque
     return ValueError(f"{stage}: rows of column {column!r} have shape {list(found)}, which the network does "
                       f"not accept (expected: {list(expected) if expected else 'the shape of its first layer'}; "
                       f"set inputShape to reshape flat rows): {lines[-1] if lines else type(err).__name__}")
+
+
+def binary_tensor(block: Binary, column: str, shape: Sequence[int] | None, input_dtype: str = "float32",
+                  stage: str = "") -> Tensor:
+    """Rows of raw little-endian tensor bytes as one ``(M, *shape)`` array of ``input_dtype``.
+
+    The array is a zero-copy view of the batch's buffer when the null rows hold no bytes (as Arrow
+    writes them); every non-null row must hold exactly ``prod(shape) * itemsize`` bytes.
+
+    Examples
+    --------
+    >>> import pyarrow as pa
+    >>> from irbis.kernels.blocks import from_arrow, tensor_bytes
+    >>> rows = tensor_bytes(np.arange(8, dtype=np.float32).reshape(2, 2, 2))
+    >>> binary_tensor(from_arrow(rows), "x", [2, 2]).values[1].tolist()
+    [[4.0, 5.0], [6.0, 7.0]]
+    """
+    if input_dtype not in TENSOR_DTYPES:
+        raise ValueError(f"column {column!r}: tensor bytes of type {input_dtype!r} cannot be read; "
+                         f"expected one of {list(TENSOR_DTYPES)}")
+    if not shape:
+        raise ValueError(f"{stage or 'the stage'}: column {column!r} holds tensor bytes, which carry no "
+                         f"shape; set inputShape (e.g. [3, 224, 224])")
+    item = np.dtype(input_dtype).newbyteorder("<")
+    shape = tuple(int(d) for d in shape)
+    row_bytes = int(np.prod(shape)) * item.itemsize
+    starts, sizes = block.offsets[:-1][block.valid], np.diff(block.offsets)[block.valid]
+    if len(sizes) and (sizes != row_bytes).any():
+        found = int(sizes[sizes != row_bytes][0])
+        err = ValueError(f"a row holds {found} bytes, but {list(shape)} values of {input_dtype} take "
+                         f"{row_bytes} bytes; fix the data, inputShape or inputDtype")
+        raise refused_shape(stage or "the stage", column, [found / item.itemsize if found % item.itemsize
+                                                           else found // item.itemsize], shape, err)
+    buffer = np.frombuffer(block.data, np.uint8) if block.data is not None else np.zeros(0, np.uint8)
+    if not len(starts):
+        return Tensor(np.zeros((0, *shape), item), block.valid)
+    first = int(starts[0])
+    if (starts == first + row_bytes * np.arange(len(starts))).all():
+        flat = buffer[first:first + row_bytes * len(starts)]
+    else:  # null rows that hold bytes: gather the valid ones (one copy)
+        flat = np.concatenate([buffer[s:s + row_bytes] for s in starts.tolist()])
+    return Tensor(flat.view(item).reshape(len(starts), *shape), block.valid)
 
 
 def _images_chw(images: Images, column: str) -> Tensor:

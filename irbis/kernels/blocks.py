@@ -8,7 +8,8 @@ and in the HTTP server.
   its M non-null rows, plus the validity mask of all N rows.
 * :class:`Images`: image structs. The pixels stay in the batch's one Arrow buffer; each non-null row
   is a zero-copy ``(H, W, C)`` view, and a batch of equally sized images is one ``(M, H, W, C)`` view.
-* :class:`Binary`: a binary column (encoded files) as zero-copy ``memoryview`` slices of one buffer.
+* :class:`Binary`: a binary column (encoded files, or tensor bytes: :func:`tensor_bytes`) as zero-copy
+  ``memoryview`` slices of one buffer.
 * any other column: a numpy array (``object`` dtype with ``None`` for nulls of strings and structs).
 
 :func:`from_arrow` and :func:`to_arrow` convert between blocks and Arrow arrays. The Arrow buffers that
@@ -35,7 +36,7 @@ import pyarrow as pa
 from irbis.kernels.image import IMAGE_FIELDS, image_view, ocv_mode
 
 __all__ = ["BatchFn", "Binary", "Images", "Tensor", "as_block", "block_to_rows", "bounded_slices", "stack_rows", "flat_rows", "from_arrow", "from_rows",
-           "rows_in", "run_steps", "to_arrow"]
+           "rows_in", "run_steps", "tensor_bytes", "to_arrow"]
 
 #: A stage's kernel: a dict of input blocks (one per column) to a dict of output blocks.
 BatchFn = Callable[[dict[str, Any]], dict[str, Any]]
@@ -245,11 +246,55 @@ def _image_array(block: Images, dtype: pa.StructType) -> pa.Array:
                                       mask=None if block.valid.all() else pa.array(~block.valid))
 
 
+def tensor_bytes(values: np.ndarray, valid: np.ndarray | None = None, dtype: Any = None) -> pa.Array:
+    """Rows of ``values`` as a binary column of raw little-endian tensor bytes (no copy per row).
+
+    Parameters
+    ----------
+    values : ndarray, shape (M, *shape)
+        The tensors of the M non-null rows.
+    valid : ndarray of bool, shape (N,), optional
+        Which of the N rows are non-null (all, when omitted); null rows hold no bytes.
+    dtype : numpy dtype, optional
+        Element type to write (``float32``, ``float16`` or ``uint8``); ``values``' own when omitted.
+
+    Returns
+    -------
+    pyarrow.Array
+        ``binary`` (``large_binary`` past 2 GiB), each non-null row ``prod(shape) * itemsize`` bytes.
+
+    Examples
+    --------
+    >>> import numpy as np, pyarrow as pa, pyarrow.parquet as pq
+    >>> x = np.zeros((4, 3, 8, 8), np.float32)
+    >>> column = tensor_bytes(x)
+    >>> column.type, len(column[0].as_py())
+    (DataType(binary), 768)
+    >>> pq.write_table(pa.table({"pixels": column}), "/dev/null")
+    """
+    values = np.asarray(values)
+    item = np.dtype(dtype or values.dtype).newbyteorder("<")
+    valid = np.ones(len(values), bool) if valid is None else np.asarray(valid, bool)
+    if int(valid.sum()) != len(values):
+        raise ValueError(f"tensor_bytes: {len(values)} rows of values, but the mask marks {int(valid.sum())} "
+                         f"valid rows")
+    flat = np.ascontiguousarray(values, dtype=item).reshape(-1)
+    row_bytes = flat.nbytes // max(len(values), 1)
+    large = flat.nbytes >= 2 ** 31
+    offsets = np.zeros(len(valid) + 1, np.int64 if large else np.int32)
+    np.cumsum(np.where(valid, row_bytes, 0), out=offsets[1:])
+    bitmap = None if valid.all() else pa.array(valid).buffers()[1]  # Arrow's validity bits: 1 = non-null
+    return pa.Array.from_buffers(pa.large_binary() if large else pa.binary(), len(valid),
+                                 [bitmap, pa.py_buffer(offsets), pa.py_buffer(flat.view(np.uint8))])
+
+
 def to_arrow(block: Any, dtype: pa.DataType) -> pa.Array:
     """Turn a block (or a sequence of Python values) into an Arrow array of type ``dtype``."""
     if isinstance(block, Tensor):
+        if pa.types.is_binary(dtype) or pa.types.is_large_binary(dtype):
+            return tensor_bytes(block.values, block.valid).cast(dtype)
         if not pa.types.is_list(dtype):
-            raise TypeError(f"a Tensor block becomes a list column, not {dtype}")
+            raise TypeError(f"a Tensor block becomes a list or binary column, not {dtype}")
         return _list_array(block.values, block.valid, dtype)
     if isinstance(block, Images):
         return _image_array(block, dtype)

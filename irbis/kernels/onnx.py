@@ -10,10 +10,11 @@ from __future__ import annotations
 import threading
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 
+from irbis.kernels.blocks import Tensor, flat_rows, from_rows
 from irbis.kernels.inference import source_identity
 
 DictBatchFn = Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]]
@@ -113,6 +114,19 @@ def apply_heads(outputs: dict[str, np.ndarray], softmax: dict[str, str],
                                  f"known outputs: {sorted(out)}")
             out[target] = fn(out[source])
     return out
+
+
+def output_blocks(results: dict[str, np.ndarray], fetches: dict[str, str], softmax: dict[str, str],
+                  argmax: dict[str, str], valid: np.ndarray) -> dict[str, Any]:
+    """ONNXModel's output blocks: fetched tensors and softmax heads as vector rows, argmax heads as
+    doubles (a label), each with the null rows of ``valid``."""
+    empty = np.zeros((0, 1), np.float32)
+    cols = {out: results[name] if results else empty for out, name in fetches.items()}
+    cols = apply_heads(cols, softmax, argmax)
+    blocks: dict[str, Any] = {n: from_rows(cols[n], valid) for n in argmax.values()}
+    for name in [*fetches, *softmax.values()]:
+        blocks[name] = Tensor(flat_rows(cols[name].astype(np.float32, copy=False) if results else None), valid)
+    return blocks
 
 
 def _session(path: str, extra_outputs: tuple[str, ...], device: str, num_threads: int,

@@ -13,9 +13,9 @@ from pyspark.ml.param import Param, Params, TypeConverters
 from pyspark.sql.types import ArrayType, DataType, DoubleType, FloatType, StructType
 
 from irbis.kernels.batching import network_batch
-from irbis.kernels.blocks import BatchFn, Tensor, flat_rows, from_rows
+from irbis.kernels.blocks import BatchFn
 from irbis.kernels.onnx import (
-    OPTIMIZATION_LEVELS, apply_heads, graph_signature, input_dtypes, make_onnx_predict_fn,
+    OPTIMIZATION_LEVELS, graph_signature, input_dtypes, make_onnx_predict_fn, output_blocks,
 )
 from irbis.ml.aliases import resolve_aliases
 from irbis.ml.base import IrbisModel
@@ -88,7 +88,7 @@ class ONNXModel(_NetworkStageParams, HasOnnxEngine, table_mixin("_ONNXParams", _
                  softMaxDict: dict[str, str] | None = None, argMaxDict: dict[str, str] | None = None,
                  optimizationLevel: str = "ALL_OPT", modelLocation: str | None = None,
                  modelPayload: bytes | None = None, deviceType: str | None = None,
-                 engine: str = "onnxruntime") -> None:
+                 engine: str = "onnxruntime", inputDtype: str = "float32") -> None:
         super().__init__()
         self._set(**resolve_aliases(ONNX_ALIASES, self._input_kwargs))
 
@@ -139,23 +139,30 @@ class ONNXModel(_NetworkStageParams, HasOnnxEngine, table_mixin("_ONNXParams", _
     def _validate_schema(self, schema: StructType) -> None:
         self._validate_network_params()
         inputs = graph_signature(self.getModelPath())[0]
+        shapes = self._shapes()
         for graph_input, col in self._feeds().items():
             if graph_input not in inputs:
                 raise ValueError(f"ONNXModel: feedDict names graph input {graph_input!r}; the graph's "
                                  f"inputs are {list(inputs)}")
-            check_network_input("ONNXModel", col, schema[col].dataType)
+            check_network_input("ONNXModel", col, schema[col].dataType, shapes.get(graph_input))
         self._check_heads()
 
+    def _shapes(self) -> dict[str, list[int] | None]:
+        """Row shape per graph input: inputShape for a graph of one feed, else the graph's static dims."""
+        user_shape = self.getOrDefault(self.inputShape) if self.isDefined(self.inputShape) else None
+        single = len(self._feeds()) == 1
+        return {k: list(user_shape) if user_shape and single else _static(v[1:])
+                for k, v in graph_signature(self.getModelPath())[0].items()}
+
     def _make_batch_fn(self) -> BatchFn:
+        # The function runs in the Python workers: it refers to nothing of this module (whose import
+        # loads torch through irbis.ml.torch_model), so the workers do not import torch.
         path = self.getModelPath()
         if not Path(path).is_file():
             raise FileNotFoundError(f"ONNX model file not found: {path}")
         shipped = ship_file(path)
-        feeds, fetches = self._feeds(), self._fetches()
-        user_shape = self.getOrDefault(self.inputShape) if self.isDefined(self.inputShape) else None
-        shapes = {k: list(user_shape) if user_shape and len(feeds) == 1 else _static(v[1:])
-                  for k, v in graph_signature(path)[0].items()}
-        dtypes = input_dtypes(path)
+        feeds, fetches, shapes = self._feeds(), self._fetches(), self._shapes()
+        dtypes, input_dtype = input_dtypes(path), self.getInputDtype()
         batch_size, device, engine = self.getMiniBatchSize(), self.getDevice(), self.getEngine()
         level, softmax, argmax = self.getOptimizationLevel(), self.getSoftMaxDict(), self.getArgMaxDict()
 
@@ -167,15 +174,16 @@ class ONNXModel(_NetworkStageParams, HasOnnxEngine, table_mixin("_ONNXParams", _
                                            batch_size=batch_size, device=device,
                                            num_threads=context.cpus() if context else 1,
                                            engine=engine, optimization_level=level)
-            batches = {k: network_batch(blocks[col], col, shapes[k]) for k, col in feeds.items()}
+            batches = {k: network_batch(blocks[col], col, shapes[k], input_dtype=input_dtype, dtype=dtypes[k],
+                                        stage="ONNXModel") for k, col in feeds.items()}
             masks = [b.valid for b in batches.values()]
             valid = np.logical_and.reduce(masks)
             if len(feeds) > 1 and any(not m.all() for m in masks):
                 bad = next(c for c, m in zip(feeds.values(), masks) if not m.all())
                 raise ValueError(f"ONNXModel: column {bad!r} has nulls; with several feeds, drop them first")
-            feed = {k: b.values.astype(dtypes[k], copy=False) for k, b in batches.items()}
+            feed = {k: b.values for k, b in batches.items()}
             results = predict(feed) if valid.any() else {}
-            return _columns(results, fetches, softmax, argmax, valid)
+            return output_blocks(results, fetches, softmax, argmax, valid)
 
         return run
 
@@ -186,18 +194,6 @@ class ONNXModel(_NetworkStageParams, HasOnnxEngine, table_mixin("_ONNXParams", _
         saved = Path(path) / "model.onnx"
         if saved.exists():
             self._set(modelPath=str(saved))
-
-
-def _columns(results: dict[str, np.ndarray], fetches: dict[str, str], softmax: dict[str, str],
-             argmax: dict[str, str], valid: np.ndarray) -> dict[str, Any]:
-    """Output blocks: fetched tensors and softmax heads as vector rows, argmax heads as doubles."""
-    empty = np.zeros((0, 1), np.float32)
-    cols = {out: results[name] if results else empty for out, name in fetches.items()}
-    cols = apply_heads(cols, softmax, argmax)
-    blocks: dict[str, Any] = {n: from_rows(cols[n], valid) for n in argmax.values()}
-    for name in [*fetches, *softmax.values()]:
-        blocks[name] = Tensor(flat_rows(cols[name].astype(np.float32, copy=False) if results else None), valid)
-    return blocks
 
 
 def _static(dims: tuple) -> list[int] | None:

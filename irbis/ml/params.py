@@ -14,6 +14,7 @@ from typing import Any
 from pyspark.ml.param import Param, Params, TypeConverters
 from pyspark.ml.param.shared import HasInputCol, HasOutputCol
 
+from irbis.kernels.batching import TENSOR_DTYPES
 from irbis.kernels.engines import ENGINE_NAMES
 from irbis.kernels.inference import DEVICES, PRECISIONS
 
@@ -134,6 +135,9 @@ SHARED_PARAMS: list[Row] = [
      TypeConverters.toString, "auto", one_of(*ENGINE_NAMES)),
     ("inputShape", "shape of one input row without the batch axis, e.g. [3, 224, 224]; flat vectors "
      "are reshaped to it", TypeConverters.toListInt, None),
+    ("inputDtype", "element type of a binary input column, whose rows hold the raw little-endian bytes of one "
+     "tensor of inputShape: float32, float16 or uint8 (cast to the network's input type in the worker); other "
+     "column types ignore it", TypeConverters.toString, "float32", one_of(*TENSOR_DTYPES)),
     ("outputLayer", "name of an inner module (torch) or graph node output (ONNX) whose activation is "
      "returned instead of the final output; empty for the final output", TypeConverters.toString, ""),
 ]
@@ -171,7 +175,7 @@ def param_mixin(name: str, doc: str, converter: Any, default: Any, check: Check 
 
 
 (HasModelPath, HasMiniBatchSize, HasDevice, HasPrecision, HasCalibrationData, HasEngine, HasInputShape,
- HasOutputLayer) = (
+ HasInputDtype, HasOutputLayer) = (
     param_mixin(*row) for row in SHARED_PARAMS
 )
 
@@ -203,4 +207,4 @@ class ColumnSetters(HasInputCol, HasOutputCol):
         return self._set(outputCol=value)
 
 
-__all__ = ["SHARED_PARAMS", "ParamValueError", "one_of", "in_registry", "in_range", "at_least", "checked", "param_check", "invalid_values", "ColumnSetters", "param_mixin", "table_mixin", "HasModelPath", "HasMiniBatchSize", "HasDevice", "HasPrecision", "HasCalibrationData", "HasEngine", "local_folder", "HasInputShape", "HasOutputLayer"]
+__all__ = ["SHARED_PARAMS", "ParamValueError", "one_of", "in_registry", "in_range", "at_least", "checked", "param_check", "invalid_values", "ColumnSetters", "param_mixin", "table_mixin", "HasModelPath", "HasMiniBatchSize", "HasDevice", "HasPrecision", "HasCalibrationData", "HasEngine", "local_folder", "HasInputShape", "HasInputDtype", "HasOutputLayer"]

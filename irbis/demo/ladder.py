@@ -40,7 +40,7 @@ from irbis.ml.featurizer import ImageFeaturizer
 from irbis.ml.image import ImageTransformer, UnrollImage
 from irbis.models import get_entry
 
-__all__ = ["EN2_LAYER", "KEYS", "REG_GRID", "ROW_ORDER", "camera_folds", "feature_stages", "fit_head",
+__all__ = ["EN2_LAYER", "KEYS", "LR_OPTIONS", "REG_GRID", "ROW_ORDER", "camera_folds", "feature_stages", "fit_head",
            "fit_lr", "pool_en2", "score_test_set", "select_head"]
 
 KEYS = ["path", "label", "camera", "burst"]
@@ -52,6 +52,8 @@ ROW_ORDER = ["path", "augmentation"]
 MODEL, EN2_LAYER = "efficientnet_lite0", "_blocks.15"
 #: regParam values the grouped cross-validation picks from.
 REG_GRID = (0.01, 0.1, 1.0)
+#: The regressions' solver settings (``benchmarks/demo_lr.py`` measures others on LR120).
+LR_OPTIONS: dict[str, Any] = {"maxIter": 50}
 
 
 def _shape(layer: str) -> tuple[int, ...]:
@@ -104,21 +106,23 @@ def camera_folds(cameras: np.ndarray, is_test: np.ndarray, folds: int, seed: int
     return np.array([-1 if test else fold_of[cam] for cam, test in zip(cameras, is_test)], np.int32)
 
 
-def fit_lr(train: DataFrame, col: str, folds: int, parallelism: int = 2) -> tuple[Any, dict[str, Any]]:
-    """Logistic regression on ``col`` with its regParam chosen by camera-grouped CV on ``train``.
+def fit_lr(train: DataFrame, col: str, folds: int, parallelism: int = 2, grid: tuple[float, ...] = REG_GRID,
+           **options: Any) -> tuple[Any, dict[str, Any]]:
+    """Logistic regression on ``col`` with its regParam (of ``grid``) chosen by camera-grouped CV on ``train``.
 
-    The rows are coalesced to ``parallelism`` partitions: each L-BFGS step aggregates one gradient
-    per partition, which for the 43,200 raw pixels costs more than the few hundred rows themselves.
+    ``options`` override :data:`LR_OPTIONS` (``maxIter``, ``tol``, ...). The rows are coalesced to
+    ``parallelism`` partitions: each L-BFGS step aggregates one gradient per partition, which for the
+    43,200 raw pixels costs more than the few hundred rows themselves.
     """
-    lr = LogisticRegression(featuresCol=col, labelCol="y", maxIter=50, probabilityCol="probability",
-                            rawPredictionCol="raw_prediction")
-    grid = ParamGridBuilder().addGrid(lr.regParam, list(REG_GRID)).build()
+    lr = LogisticRegression(featuresCol=col, labelCol="y", probabilityCol="probability",
+                            rawPredictionCol="raw_prediction", **{**LR_OPTIONS, **options})
+    params = ParamGridBuilder().addGrid(lr.regParam, list(grid)).build()
     evaluator = BinaryClassificationEvaluator(labelCol="y", rawPredictionCol="raw_prediction")
-    cv = CrossValidator(estimator=lr, estimatorParamMaps=grid, evaluator=evaluator, numFolds=folds,
+    cv = CrossValidator(estimator=lr, estimatorParamMaps=params, evaluator=evaluator, numFolds=folds,
                         foldCol="fold", parallelism=parallelism, seed=0)
     model = cv.fit(train.select(col, "y", "fold").coalesce(parallelism))
-    chosen = REG_GRID[int(np.argmax(model.avgMetrics))]
-    cv_auc = {str(reg): round(float(auc), 4) for reg, auc in zip(REG_GRID, model.avgMetrics)}
+    chosen = grid[int(np.argmax(model.avgMetrics))]
+    cv_auc = {str(reg): round(float(auc), 4) for reg, auc in zip(grid, model.avgMetrics)}
     return model.bestModel, {"regParam": chosen, "cv_auc": cv_auc}
 
 

@@ -153,7 +153,7 @@ def run_demo(spark: SparkSession, output: str | Path, images: str | Path | None 
                 models[name], chosen[name] = fit_lr(feats.where(~F.col("is_test")), col, folds)
                 scored[name] = score_test_set(models[name], feats.where(F.col("is_test")), col, False, False)
         better = max(("EN1", "EN2"), key=lambda n: max(chosen[n]["cv_auc"].values()))
-        _augmented_rungs(spark, data, feats, stages, better, folds, scored, chosen, models, clock,
+        _augmented_rungs(spark, data, feats, stages, better, (folds, seed), scored, chosen, models, clock,
                          (len(meta), progress))
     finally:
         if feats is not None:
@@ -175,13 +175,14 @@ def _timed(clock: dict[str, float], name: str) -> Iterator[None]:
 
 
 def _augmented_rungs(spark: SparkSession, data: DataFrame, feats: DataFrame, stages: dict[str, list[Any]],
-                     better: str, folds: int, scored: dict[str, pd.DataFrame], chosen: dict[str, Any],
+                     better: str, cv: tuple[int, int], scored: dict[str, pd.DataFrame], chosen: dict[str, Any],
                      models: dict[str, Any], clock: dict[str, float], bars: tuple[int, bool]) -> None:
     """+A, +E and +T on the better deep cut: fit on the training cameras' originals and copies.
 
-    ``bars``: the number of original images and whether to show progress bars.
+    ``cv``: the number of CV folds and the seed (of the head); ``bars``: the number of original images
+    and whether to show progress bars.
     """
-    col, (n, show) = _FEATURES[better], bars
+    col, (folds, seed), (n, show) = _FEATURES[better], cv, bars
     copies = len(AUGMENT)  # one copy per augmentation of AUGMENT
     with _timed(clock, "featurize copies"), spark_progress(spark, f"featurize the augmented copies ({better})",
                                                            copies * n, show):
@@ -197,7 +198,7 @@ def _augmented_rungs(spark: SparkSession, data: DataFrame, feats: DataFrame, sta
             scored[f"{name}+E"] = score_test_set(models[name], test, col, True, True)
         models[f"{name}+E"] = models[name]  # +E averages the same per-image model's scores at test time
         with _timed(clock, "+T"), spark_progress(spark, "cross-validate and train the MLP head (+T)", n, show):
-            models[f"{name}+E+T"], chosen[f"{name}+E+T"] = fit_head(train, col)
+            models[f"{name}+E+T"], chosen[f"{name}+E+T"] = fit_head(train, col, seed)
             scored[f"{name}+E+T"] = score_test_set(models[f"{name}+E+T"], test, col, True, True)
     finally:
         augmented.unpersist()
@@ -244,7 +245,8 @@ def _descriptions(better: str) -> dict[str, str]:
             "EN2": "EfficientNet-Lite0, 2 layers cut (pooled 320-d last block, before the 1x1 head conv) + LR",
             a: f"{better} trained on flipped, closer (80% crop) and darker (x0.6) copies; test scores averaged",
             f"{a}+E": f"{a} with scores averaged over each burst (EnsembleByKey)",
-            f"{a}+E+T": f"{a}+E with an MLP head (standardised features, CV-chosen) trained data-parallel by "
+            f"{a}+E+T": f"{a}+E with an MLP head (standardised features; width, weight decay and epochs by "
+                        "grouped CV, the simplest within one standard error of the best) trained data-parallel by "
                         "TorchEstimator instead of LR"}
 
 

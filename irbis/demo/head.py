@@ -9,6 +9,14 @@ driver, with the same architecture (:func:`irbis.models.small.mlp`), loss, optim
 global batch as the data-parallel fit (two workers of ``BATCH // 2`` rows with synchronous SGD see
 ``BATCH`` rows per step); the epochs of :data:`EPOCHS` are read along one run per setting.
 
+With a handful of training cameras the settings' mean AUCs often differ by less than their noise, so
+the choice follows the one-standard-error rule (Hastie, Tibshirani and Friedman, *The Elements of
+Statistical Learning*, 7.10): the simplest setting (smallest width, then largest weight decay, then
+fewest epochs) whose mean AUC is within one standard error (over the folds) of the best mean. The CV
+is deterministic for a given seed: the rows come in the caller's order (the demo sorts them by a
+stable key), every setting starts from the same seeded weights and batch order, and the driver's
+torch runs single-threaded during it (:data:`CV_THREADS`), so the sums do not depend on the machine.
+
 Examples
 --------
 >>> rng = np.random.default_rng(0)
@@ -16,12 +24,13 @@ Examples
 >>> best, table = cross_validate_head(x, y, np.arange(120) % 3, grid={"hidden": (8,), "weight_decay": (1e-4,)},
 ...                                   epochs=(2, 4))
 >>> sorted(best)
-['cv_auc', 'epochs', 'hidden', 'weight_decay']
+['best_cv_auc', 'cv_auc', 'cv_se', 'epochs', 'hidden', 'weight_decay']
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
 from itertools import product
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Iterator
 
 import numpy as np
 import torch
@@ -30,8 +39,8 @@ from torch import nn
 from irbis.demo.stats import roc_auc
 from irbis.models.small import mlp
 
-__all__ = ["BATCH", "DECAY_OPTIMIZERS", "EPOCHS", "HEAD_GRID", "LEARNING_RATE", "adam_decay_1e2", "adam_decay_1e4",
-           "cross_validate_head", "standardize", "train_head"]
+__all__ = ["BATCH", "CV_THREADS", "DECAY_OPTIMIZERS", "EPOCHS", "HEAD_GRID", "LEARNING_RATE", "adam_decay_1e2",
+           "adam_decay_1e4", "cross_validate_head", "one_standard_error", "standardize", "train_head"]
 
 #: Adam's learning rate and the global mini-batch (both fixed; the grid below is what CV chooses).
 LEARNING_RATE, BATCH = 1e-3, 128
@@ -39,6 +48,9 @@ LEARNING_RATE, BATCH = 1e-3, 128
 HEAD_GRID: dict[str, tuple[float, ...]] = {"hidden": (32, 128), "weight_decay": (1e-4, 1e-2)}
 #: Epoch counts compared, each read along the same run of a setting.
 EPOCHS = (10, 20, 40)
+#: Torch threads of the driver while the CV trains (restored after): one, so that its sums, hence its
+#: scores and choice, are the same whatever the machine's core count.
+CV_THREADS = 1
 
 
 def adam_decay_1e4(params: Iterable[nn.Parameter]) -> torch.optim.Optimizer:
@@ -87,35 +99,68 @@ def train_head(x: np.ndarray, y: np.ndarray, hidden: int, weight_decay: float, e
 
 
 def _scores(module: nn.Module, x: np.ndarray) -> np.ndarray:
+    """The logit margin of class 1: the softmax's order without its float32 saturation to ties at 0 and 1.
+
+    ``x`` is copied into torch's own (aligned) memory, so the sums do not depend on where numpy put it.
+    """
     with torch.inference_mode():
-        return torch.softmax(module(torch.from_numpy(x)), dim=1)[:, 1].numpy()
+        logits = module(torch.tensor(x, dtype=torch.float32))
+        return (logits[:, 1] - logits[:, 0]).numpy()
+
+
+@contextmanager
+def _torch_threads(n: int) -> Iterator[None]:
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def one_standard_error(per_fold: dict[tuple[int, float, int], list[float]]) -> tuple[tuple[int, float, int], float]:
+    """The simplest setting within one standard error of the best mean AUC, and that standard error.
+
+    ``per_fold`` maps ``(hidden, weight_decay, epochs)`` to its validation AUC on each fold. Simplest:
+    smallest width, then largest weight decay, then fewest epochs (ties of the means fall the same way).
+    """
+    means = {key: float(np.nanmean(v)) for key, v in per_fold.items()}
+    top = max(means, key=lambda k: (means[k], -k[0], k[1], -k[2]))
+    scores = np.asarray(per_fold[top], np.float64)
+    scores = scores[~np.isnan(scores)]
+    se = float(scores.std(ddof=1) / np.sqrt(len(scores))) if len(scores) > 1 else 0.0
+    within = [key for key, mean in means.items() if mean >= means[top] - se]
+    return min(within, key=lambda k: (k[0], -k[1], k[2])), se
 
 
 def cross_validate_head(x: np.ndarray, y: np.ndarray, fold: np.ndarray, seed: int = 0,
                         grid: dict[str, tuple[float, ...]] | None = None,
                         epochs: tuple[int, ...] = EPOCHS) -> tuple[dict[str, Any], dict[str, float]]:
-    """The setting of ``grid`` x ``epochs`` with the best mean validation ROC AUC over the folds.
+    """The setting of ``grid`` x ``epochs`` chosen on the folds by the one-standard-error rule.
 
     ``fold`` holds each row's fold (whole cameras, from :func:`irbis.demo.ladder.camera_folds`); each
-    fold is standardised with the statistics of its training part. Returns ``(best, table)``: the
-    chosen ``hidden``, ``weight_decay``, ``epochs`` and ``cv_auc``, and every setting's mean AUC keyed
-    ``"hidden/weight_decay/epochs"``.
+    fold is standardised with the statistics of its training part. The choice is the simplest setting
+    whose mean validation ROC AUC is within one standard error of the best mean
+    (:func:`one_standard_error`). Returns ``(best, table)``: the chosen ``hidden``, ``weight_decay``,
+    ``epochs`` and ``cv_auc`` (its mean AUC), the best mean ``best_cv_auc`` and its standard error
+    ``cv_se``; and every setting's mean AUC keyed ``"hidden/weight_decay/epochs"``. The same rows in
+    the same order and the same ``seed`` give the same result.
     """
     grid = grid or HEAD_GRID
     if len(np.unique(fold)) < 2:
         raise ValueError(f"cross-validation needs at least 2 folds, found {len(np.unique(fold))}")
-    sums: dict[tuple[int, float, int], list[float]] = {}
-    for k, (hidden, decay) in product(np.unique(fold), product(grid["hidden"], grid["weight_decay"])):
-        train_x, val_x = standardize(x[fold != k], x[fold == k])
-        val_y = y[fold == k]
+    per_fold: dict[tuple[int, float, int], list[float]] = {}
+    with _torch_threads(CV_THREADS):
+        for k, (hidden, decay) in product(np.unique(fold), product(grid["hidden"], grid["weight_decay"])):
+            train_x, val_x = standardize(x[fold != k], x[fold == k])
+            val_y = y[fold == k]
 
-        def record(epoch: int, module: nn.Module, h: int = int(hidden), d: float = float(decay)) -> None:
-            if epoch in epochs:
-                sums.setdefault((h, d, epoch), []).append(roc_auc(val_y, _scores(module, val_x)))
+            def record(epoch: int, module: nn.Module, h: int = int(hidden), d: float = float(decay)) -> None:
+                if epoch in epochs:
+                    per_fold.setdefault((h, d, epoch), []).append(roc_auc(val_y, _scores(module, val_x)))
 
-        train_head(train_x, y[fold != k], int(hidden), float(decay), max(epochs), seed, record)
-    table = {f"{h}/{d:g}/{e}": round(float(np.nanmean(v)), 4) for (h, d, e), v in sums.items()}
-    # ties go to the smaller, more regularised and shorter setting (the grid's order)
-    (h, d, e), auc = max(((key, float(np.nanmean(v))) for key, v in sums.items()),
-                         key=lambda kv: (kv[1], -kv[0][0], kv[0][1], -kv[0][2]))
-    return {"hidden": h, "weight_decay": d, "epochs": e, "cv_auc": round(auc, 4)}, table
+            train_head(train_x, y[fold != k], int(hidden), float(decay), max(epochs), seed, record)
+    table = {f"{h}/{d:g}/{e}": round(float(np.nanmean(v)), 4) for (h, d, e), v in per_fold.items()}
+    (h, d, e), se = one_standard_error(per_fold)
+    return {"hidden": h, "weight_decay": d, "epochs": e, "cv_auc": round(float(np.nanmean(per_fold[h, d, e])), 4),
+            "best_cv_auc": max(table.values()), "cv_se": round(se, 4)}, table

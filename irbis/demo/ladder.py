@@ -9,9 +9,9 @@ EN2        one more stage cut: the pooled 320-d output of the last block, before
            darker copies of every image; test scores averaged over the copies
 +E         +A with the scores averaged over each burst (:class:`irbis.ml.EnsembleByKey`)
 +T         +E with a small MLP head in place of the logistic regression (standardised features, its
-           width, weight decay and epochs chosen by the same grouped CV: :mod:`irbis.demo.head`),
-           trained data-parallel on Spark by :class:`irbis.ml.TorchEstimator`; scores averaged over
-           the copies and each burst as +E's
+           width, weight decay and epochs chosen by the same grouped CV with the one-standard-error
+           rule: :mod:`irbis.demo.head`), trained data-parallel on Spark by
+           :class:`irbis.ml.TorchEstimator`; scores averaged over the copies and each burst as +E's
 =========  ==========================================================================================
 
 Each logistic regression's ``regParam`` is chosen by Spark ML's ``CrossValidator`` with ``foldCol``:
@@ -40,16 +40,20 @@ from irbis.ml.featurizer import ImageFeaturizer
 from irbis.ml.image import ImageTransformer, UnrollImage
 from irbis.models import get_entry
 
-__all__ = ["EN2_LAYER", "KEYS", "REG_GRID", "camera_folds", "feature_stages", "fit_head", "fit_lr",
-           "pool_en2", "score_test_set"]
+__all__ = ["EN2_LAYER", "KEYS", "LR_OPTIONS", "REG_GRID", "ROW_ORDER", "camera_folds", "feature_stages", "fit_head",
+           "fit_lr", "pool_en2", "score_test_set", "select_head"]
 
 KEYS = ["path", "label", "camera", "burst"]
+#: A stable key of a training row (an image or one of its augmented copies): the head reads its rows in this order.
+ROW_ORDER = ["path", "augmentation"]
 #: The network of the deep rungs and EN2's layer: the last block's 320 x 7 x 7 output, which the
 #: 1 x 1 head convolution (320 -> 1280), its batch norm and ReLU6 turn into EN1's map. Average-pooled
 #: it is to EN1 what ResNet-50's pooled last stage with one more layer cut is to RN1.
 MODEL, EN2_LAYER = "efficientnet_lite0", "_blocks.15"
 #: regParam values the grouped cross-validation picks from.
 REG_GRID = (0.01, 0.1, 1.0)
+#: The regressions' solver settings (``benchmarks/demo_lr.py`` measures others on LR120).
+LR_OPTIONS: dict[str, Any] = {"maxIter": 50}
 
 
 def _shape(layer: str) -> tuple[int, ...]:
@@ -102,47 +106,68 @@ def camera_folds(cameras: np.ndarray, is_test: np.ndarray, folds: int, seed: int
     return np.array([-1 if test else fold_of[cam] for cam, test in zip(cameras, is_test)], np.int32)
 
 
-def fit_lr(train: DataFrame, col: str, folds: int, parallelism: int = 2) -> tuple[Any, dict[str, Any]]:
-    """Logistic regression on ``col`` with its regParam chosen by camera-grouped CV on ``train``.
+def fit_lr(train: DataFrame, col: str, folds: int, parallelism: int = 2, grid: tuple[float, ...] = REG_GRID,
+           **options: Any) -> tuple[Any, dict[str, Any]]:
+    """Logistic regression on ``col`` with its regParam (of ``grid``) chosen by camera-grouped CV on ``train``.
 
-    The rows are coalesced to ``parallelism`` partitions: each L-BFGS step aggregates one gradient
-    per partition, which for the 43,200 raw pixels costs more than the few hundred rows themselves.
+    ``options`` override :data:`LR_OPTIONS` (``maxIter``, ``tol``, ...). The rows are coalesced to
+    ``parallelism`` partitions: each L-BFGS step aggregates one gradient per partition, which for the
+    43,200 raw pixels costs more than the few hundred rows themselves.
     """
-    lr = LogisticRegression(featuresCol=col, labelCol="y", maxIter=50, probabilityCol="probability",
-                            rawPredictionCol="raw_prediction")
-    grid = ParamGridBuilder().addGrid(lr.regParam, list(REG_GRID)).build()
+    lr = LogisticRegression(featuresCol=col, labelCol="y", probabilityCol="probability",
+                            rawPredictionCol="raw_prediction", **{**LR_OPTIONS, **options})
+    params = ParamGridBuilder().addGrid(lr.regParam, list(grid)).build()
     evaluator = BinaryClassificationEvaluator(labelCol="y", rawPredictionCol="raw_prediction")
-    cv = CrossValidator(estimator=lr, estimatorParamMaps=grid, evaluator=evaluator, numFolds=folds,
+    cv = CrossValidator(estimator=lr, estimatorParamMaps=params, evaluator=evaluator, numFolds=folds,
                         foldCol="fold", parallelism=parallelism, seed=0)
     model = cv.fit(train.select(col, "y", "fold").coalesce(parallelism))
-    chosen = REG_GRID[int(np.argmax(model.avgMetrics))]
-    cv_auc = {str(reg): round(float(auc), 4) for reg, auc in zip(REG_GRID, model.avgMetrics)}
+    chosen = grid[int(np.argmax(model.avgMetrics))]
+    cv_auc = {str(reg): round(float(auc), 4) for reg, auc in zip(grid, model.avgMetrics)}
     return model.bestModel, {"regParam": chosen, "cv_auc": cv_auc}
+
+
+def select_head(train: DataFrame, col: str, seed: int = 0) -> tuple[dict[str, Any], dict[str, float], int]:
+    """The MLP head's setting chosen by camera-grouped CV on ``train``
+    (:func:`irbis.demo.head.cross_validate_head`): ``(best, table, features)``.
+
+    The rows are sorted by :data:`ROW_ORDER` first: the order in which Spark hands back a union of
+    cached frames follows its partitions, which is not part of the data, and the CV's mini-batches
+    (hence its scores and choice) follow the row order.
+    """
+    from irbis.demo.head import cross_validate_head
+
+    rows = (train.select(*ROW_ORDER, vector_to_array(col).alias("x"), "y", "fold").toPandas()
+            .sort_values(ROW_ORDER, ignore_index=True))
+    x = np.stack(rows["x"].to_numpy()).astype(np.float32)
+    best, table = cross_validate_head(x, rows["y"].to_numpy(np.int64), rows["fold"].to_numpy(), seed)
+    return best, table, x.shape[1]
 
 
 def fit_head(train: DataFrame, col: str, seed: int = 0) -> tuple[PipelineModel, dict[str, Any]]:
     """Standardisation + an MLP head (``d`` -> hidden -> 2) on ``col``, its width, weight decay and
-    epochs chosen by camera-grouped CV on ``train`` (:func:`irbis.demo.head.cross_validate_head`),
-    then trained data-parallel on Spark by :class:`irbis.ml.TorchEstimator` (two barrier tasks).
+    epochs chosen by camera-grouped CV on ``train`` (:func:`select_head`), then trained data-parallel
+    on Spark by :class:`irbis.ml.TorchEstimator` (two barrier tasks) with ``seed``.
 
-    Returns the fitted ``StandardScalerModel`` + ``TorchModel`` (writing ``logits``) as one
+    The scaler and the estimator read the rows from one partition sorted by :data:`ROW_ORDER`, so
+    that the training tasks' shards and their order do not depend on how the upstream jobs split
+    the rows. Returns the fitted ``StandardScalerModel`` + ``TorchModel`` (writing ``logits``) as one
     ``PipelineModel``, and what CV chose.
     """
-    from irbis.demo.head import BATCH, DECAY_OPTIMIZERS, cross_validate_head
+    from irbis.demo.head import BATCH, DECAY_OPTIMIZERS
 
-    rows = train.select(vector_to_array(col).alias("x"), "y", "fold").toPandas()
-    x = np.stack(rows["x"].to_numpy()).astype(np.float32)
-    best, table = cross_validate_head(x, rows["y"].to_numpy(np.int64), rows["fold"].to_numpy(), seed)
-    scaler = StandardScaler(inputCol=col, outputCol=f"{col}_std", withMean=True, withStd=True).fit(train)
-    options = json.dumps({"in_features": x.shape[1], "hidden": [best["hidden"]], "out_features": 2, "seed": seed})
+    best, table, features = select_head(train, col, seed)
+    ordered = train.select(*ROW_ORDER, col, "y").coalesce(1).sortWithinPartitions(*ROW_ORDER)
+    scaler = StandardScaler(inputCol=col, outputCol=f"{col}_std", withMean=True, withStd=True).fit(ordered)
+    options = json.dumps({"in_features": features, "hidden": [best["hidden"]], "out_features": 2, "seed": seed})
     est = TorchEstimator(network="mlp", networkOptions=options, featuresCol=f"{col}_std", labelCol="y",
                          predictionCol="logits", epochs=best["epochs"], batchSize=BATCH // 2,
                          optimizer=DECAY_OPTIMIZERS[best["weight_decay"]], numWorkers=2, seed=seed,
                          showProgress=False)
-    head = est.fit(scaler.transform(train).select(f"{col}_std", F.col("y").cast("int").alias("y")))
+    head = est.fit(scaler.transform(ordered).select(f"{col}_std", F.col("y").cast("int").alias("y")))
     chosen = {**best, "cv_auc_by_hidden/decay/epochs": table,
-              "head": f"standardised {col}, MLP {x.shape[1]}-{best['hidden']}-2, Adam (weight decay "
-                      f"{best['weight_decay']:g}), {best['epochs']} epochs, 2 data-parallel Spark tasks"}
+              "head": f"standardised {col}, MLP {features}-{best['hidden']}-2, Adam (weight decay "
+                      f"{best['weight_decay']:g}), {best['epochs']} epochs (the simplest setting within one "
+                      "standard error of the best CV AUC), 2 data-parallel Spark tasks"}
     return PipelineModel(stages=[scaler, head]), chosen
 
 

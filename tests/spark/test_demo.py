@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
+import pandas as pd
 import pytest
 from pyspark.ml import PipelineModel
 
@@ -55,3 +57,22 @@ def test_artefacts_and_saved_pipeline(demo, spark):
     model = PipelineModel.load(str(out / "model"))
     frames = read_images(str(out / "data" / "animal"), spark=spark, dropInvalid=True).limit(2)
     assert model.transform(frames).count() == 2
+
+
+def test_head_selection_does_not_depend_on_the_partition_layout(spark):
+    from pyspark.ml.linalg import Vectors
+
+    from irbis.demo.ladder import select_head
+
+    rng = np.random.default_rng(0)
+    n = 600  # more training rows per fold than one batch: the mini-batches follow the row order
+    y = rng.integers(0, 2, n)
+    x = rng.normal(size=(n, 6)) + np.outer(y, [1.0, 0.5, 0, 0, 0, 0])
+    rows = pd.DataFrame({"path": [f"img{i // 2:03d}.png" for i in range(n)],
+                         "augmentation": ["original", "flip"] * (n // 2), "y": y, "fold": (np.arange(n) // 2) % 3})
+    rows["f"] = [Vectors.dense(v) for v in x]
+    one = spark.createDataFrame(rows).repartition(3)
+    other = spark.createDataFrame(rows.sample(frac=1.0, random_state=1)).repartition(5)
+    first, second = select_head(one, "f", seed=0), select_head(other, "f", seed=0)
+    assert first == second  # the same choice, the same scores of every setting
+    assert first[2] == 6 and len(set(first[1].values())) > 1

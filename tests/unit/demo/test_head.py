@@ -4,7 +4,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from irbis.demo.head import DECAY_OPTIMIZERS, HEAD_GRID, cross_validate_head, standardize, train_head
+import torch
+
+from irbis.demo.head import (DECAY_OPTIMIZERS, HEAD_GRID, cross_validate_head, one_standard_error, standardize,
+                             train_head)
 from irbis.demo.stats import roc_auc
 
 
@@ -48,8 +51,33 @@ def test_cross_validation_picks_a_setting_of_the_grid_by_mean_auc():
     assert len(table) == 2 * 2 * 2
     assert best["hidden"] in grid["hidden"] and best["weight_decay"] in grid["weight_decay"]
     assert best["epochs"] in (10, 30)
-    assert best["cv_auc"] == max(table.values())
+    assert best["best_cv_auc"] == max(table.values())
+    assert best["cv_auc"] == table[f"{best['hidden']}/{best['weight_decay']:g}/{best['epochs']}"]
+    assert best["best_cv_auc"] - best["cv_se"] <= best["cv_auc"] + 1e-4  # within one standard error
     assert best["cv_auc"] > 0.9
+
+
+def test_two_runs_of_the_selection_give_the_same_choice_and_scores():
+    x, y = _blobs(300)
+    x[:, 1] += 3 * np.random.default_rng(1).normal(size=len(y)) * y  # a second, noisy feature: scores differ
+    fold = np.arange(len(y)) % 3
+    grid = {"hidden": (4, 16), "weight_decay": (1e-4, 1e-2)}
+    threads = torch.get_num_threads()
+    first = cross_validate_head(x, y, fold, seed=3, grid=grid, epochs=(2, 5))
+    second = cross_validate_head(x, y, fold, seed=3, grid=grid, epochs=(2, 5))
+    assert first == second
+    assert len(set(first[1].values())) > 1  # the settings were really compared
+    assert torch.get_num_threads() == threads  # the CV's single thread is given back
+
+
+def test_one_standard_error_rule_prefers_the_simplest_setting_within_the_noise():
+    noisy = {(128, 1e-4, 40): [0.84, 0.80, 0.86], (32, 1e-4, 40): [0.83, 0.80, 0.85],
+             (32, 1e-2, 20): [0.82, 0.79, 0.85], (32, 1e-2, 10): [0.60, 0.55, 0.62]}
+    (choice, se) = one_standard_error(noisy)
+    assert np.isclose(se, np.std([0.84, 0.80, 0.86], ddof=1) / np.sqrt(3))
+    assert choice == (32, 1e-2, 20)  # smallest width, then largest decay, then fewest epochs within 1 SE
+    clear = {(128, 1e-4, 40): [0.95, 0.94, 0.96], (32, 1e-2, 10): [0.80, 0.79, 0.81]}
+    assert one_standard_error(clear)[0] == (128, 1e-4, 40)  # a gap beyond the noise is kept
 
 
 def test_bad_arguments_are_refused():

@@ -198,20 +198,25 @@ class SparkBarrierBackend(Backend[WorkerResult]):
     def _partitioned(self, data: DataFrame) -> DataFrame:
         """``data`` as a shuffle into ``num_workers`` partitions, the rows spread over the first ``data_ranks``.
 
-        Range bounds over row ids balance the ranks' rows. With empty ranks, each row gets a key that
-        Spark's own hash partitioning (``pmod(hash(key), n)``, the expression ``repartition`` uses) sends
-        to one of the first ``data_ranks`` partitions: keys found with that same expression on the driver.
+        Rows are dealt round-robin by row id: each gets a key that Spark's own hash partitioning
+        (``pmod(hash(key), n)``, the expression ``repartition`` uses) sends to one of the first
+        ``data_ranks`` partitions, keys found with that same expression on the driver. Unlike range
+        bounds (drawn from a random sample), the split and each partition's row order (sorted by row
+        id) depend only on the input, so a seeded run is repeatable.
         """
         n, used = self.num_workers, self.data_ranks
-        if used == n:
-            return data.repartitionByRange(n, F.monotonically_increasing_id())
         probe = self.session.range(64 * n).select("id", F.pmod(F.hash("id"), F.lit(n)).alias("p"))
         found = {r["p"]: r["k"] for r in probe.groupBy("p").agg(F.min("id").alias("k")).collect()}
         if any(p not in found for p in range(used)):
             raise RuntimeError(f"no partitioning key found for {used} of {n} partitions")
         keys = F.array(*[F.lit(found[p]).cast("long") for p in range(used)])
-        slot = (F.monotonically_increasing_id() % used + 1).cast("int")
-        return data.repartition(n, F.element_at(keys, slot))
+        row = "__irbis_row"
+        with_id = data.withColumn(row, F.monotonically_increasing_id())
+        # the id is (input partition << 33) + row in that partition: deal each partition from its own
+        # offset, so that many one-row partitions still spread over every rank
+        start = F.shiftright(F.col(row), 33) + F.col(row).bitwiseAND(F.lit((1 << 33) - 1))
+        slot = (start % used + 1).cast("int")
+        return with_id.repartition(n, F.element_at(keys, slot)).sortWithinPartitions(row).drop(row)
 
     def _driver_host(self) -> str:
         return _conf(self.session, "spark.driver.host", "127.0.0.1") or "127.0.0.1"

@@ -10,8 +10,8 @@ Every figure is honest about its noise: the test set is whole cameras (frames of
 correlated: a random split would leak), each metric carries a 95 % bootstrap interval over the test
 bursts, each step's difference gets a paired interval, and regularisation is chosen by cross-validation
 grouped by camera on the training cameras only. The original images are decoded and featurized once
-(one cached DataFrame; EN1 and EN2 from the same forward pass of the network); the augmented copies are featurized only for the better deep cut, chosen by
-its cross-validated AUC. The best variant's per-image pipeline is saved with ``PipelineModel.save``.
+(one cached DataFrame; EN1 and EN2 from the same forward pass of the network); the augmented copies
+are featurized only for the better deep cut, chosen by its cross-validated AUC. The best variant's per-image pipeline is saved with ``PipelineModel.save``.
 
 Examples
 --------
@@ -35,7 +35,7 @@ from pyspark.sql import functions as F
 
 from irbis.demo.data import check_size
 from irbis.demo.dataset import check_labels, check_test_cameras, load_metadata, split_by_camera
-from irbis.demo.ladder import KEYS, camera_folds, feature_stages, fit_head, fit_lr, score_test_set
+from irbis.demo.ladder import KEYS, RUNG_OPTIONS, camera_folds, feature_stages, fit_head, fit_lr, score_test_set
 from irbis.demo.progress import spark_progress
 from irbis.demo.report import Scores, Step, format_table, score_variants, write_report
 from irbis.ml.image import ImageSetAugmenter
@@ -150,7 +150,8 @@ def run_demo(spark: SparkSession, output: str | Path, images: str | Path | None 
         scored, chosen, models = {}, {}, {}
         for name, col in _FEATURES.items():
             with _timed(clock, name), spark_progress(spark, f"cross-validate and score {name}", len(meta), progress):
-                models[name], chosen[name] = fit_lr(feats.where(~F.col("is_test")), col, folds)
+                models[name], chosen[name] = fit_lr(feats.where(~F.col("is_test")), col, folds,
+                                                            **RUNG_OPTIONS.get(name, {}))
                 scored[name] = score_test_set(models[name], feats.where(F.col("is_test")), col, False, False)
         better = max(("EN1", "EN2"), key=lambda n: max(chosen[n]["cv_auc"].values()))
         _augmented_rungs(spark, data, feats, stages, better, (folds, seed), scored, chosen, models, clock,

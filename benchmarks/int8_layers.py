@@ -12,8 +12,15 @@ weights and 8-bit activations with 16-bit weights (which tells whether the weigh
 activations lose the answers); (2) sensitivity: each Conv/Gemm kept in fp32 alone, ranked by the
 mean squared logit error left on the calibration sample; (3) the k most sensitive kept in fp32.
 
-Usage: ``python benchmarks/int8_layers.py [--crops-per-photo 24] [--method MinMax] [--quick]``
-(``--quick``: 2 crops per photo, five nodes, to check that the script runs).
+``--nncf`` runs NNCF's post-training quantisation of the OpenVINO model instead (``pip install nncf``),
+calibrated on the same sample: its default, full bias correction, the ``MIXED`` preset (asymmetric
+activations), channel alignment, the stem and the classifier in fp32, the depthwise convolutions in
+fp32, and ``quantize_with_accuracy_control`` (agreement on the calibration crops, ``max_drop=0.01``;
+several minutes), each with its images/s in a plain loop (OpenVINO, 2 threads, batch 64) beside fp32
+ONNX Runtime and OpenVINO.
+
+Usage: ``python benchmarks/int8_layers.py [--crops-per-photo 24] [--method MinMax] [--nncf] [--quick]``
+(``--quick``: 2 crops per photo, five nodes, no accuracy control, to check that the script runs).
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ import argparse
 import contextlib
 import io
 import tempfile
+import time
 from pathlib import Path
 
 import numpy as np
@@ -51,6 +59,74 @@ def outputs(path: str, engine: str, x: np.ndarray) -> np.ndarray:
     return np.concatenate([run(np.ascontiguousarray(x[i:i + 32])) for i in range(0, len(x), 32)])
 
 
+def images_per_s(run, x: np.ndarray, repeats: int = 3) -> float:
+    """The best of ``repeats`` timings of two batches of 64 rows of ``x`` through ``run``."""
+    batch = np.ascontiguousarray(np.resize(x, (64, *x.shape[1:])))
+    run(batch)
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        run(batch), run(batch)
+        best = min(best, time.perf_counter() - start)
+    return 128 / best
+
+
+def nncf_recipes(ops: list[str]) -> dict[str, dict]:
+    """NNCF's settings tried, by label; ``ops`` are the model's convolutions and matmuls, in order."""
+    import nncf
+    from nncf.quantization.advanced_parameters import AdvancedQuantizationParameters as Advanced
+
+    return {"default": {}, "full bias correction": {"fast_bias_correction": False},
+            "MIXED preset": {"preset": nncf.QuantizationPreset.MIXED},
+            "channel alignment": {"advanced_parameters": Advanced(disable_channel_alignment=False)},
+            "stem and classifier in fp32": {"ignored_scope": nncf.IgnoredScope(names=[ops[0], ops[-1]])},
+            "depthwise in fp32": {"ignored_scope": nncf.IgnoredScope(types=["GroupConvolution"])},
+            "accuracy control": {"max_drop": 0.01, "drop_type": nncf.DropType.ABSOLUTE}}
+
+
+def nncf_study(source: str, x: np.ndarray, cal: np.ndarray, ref: np.ndarray, quick: bool) -> None:
+    """NNCF's recipes on the OpenVINO model of ``source``: agreement with ``ref`` on ``x``, and speed."""
+    import nncf
+    import openvino as ov
+    from nncf.quantization.advanced_parameters import AdvancedAccuracyRestorerParameters as Restorer
+
+    from irbis.kernels.engines import ENGINES
+    from irbis.kernels.engines.ov import compile_graph
+
+    def runner(model):
+        request = compile_graph(model, threads=2).create_infer_request()
+        return lambda a: np.array(request.infer({0: np.ascontiguousarray(a)})[0], copy=True)
+
+    def logits(run, a):
+        return np.concatenate([run(a[i:i + 64]) for i in range(0, len(a), 64)])
+
+    data = nncf.Dataset([cal[i:i + 1] for i in range(len(cal))])
+    ops = [o.get_friendly_name() for o in ov.Core().read_model(source).get_ordered_ops()
+           if o.get_type_name() in ("Convolution", "GroupConvolution", "MatMul")]
+    ref_cal = logits(runner(source), cal).argmax(1)
+    check = nncf.Dataset([(cal[i:i + 16], ref_cal[i:i + 16]) for i in range(0, len(cal), 16)])
+    recipes = nncf_recipes(ops)
+    speeds = {"fp32 onnxruntime": images_per_s(ENGINES["onnxruntime"].load(source, threads=2, device="cpu",
+                                                                           precision="fp32"), x),
+              "fp32 openvino": images_per_s(runner(source), x)}
+    for label, options in recipes.items():
+        if "max_drop" in options and quick:
+            continue
+        model = ov.Core().read_model(source)
+        if "max_drop" in options:
+            model = nncf.quantize_with_accuracy_control(
+                model, data, check, lambda m, items: float(np.mean([m(a)[0].argmax(1) == y for a, y in items])),
+                subset_size=len(cal), advanced_accuracy_restorer_parameters=Restorer(), **options)
+        else:
+            model = nncf.quantize(model, data, subset_size=len(cal), **options)
+        run = runner(model)
+        agree, speeds[f"nncf {label}"] = float((logits(run, x).argmax(1) == ref).mean()), images_per_s(run, x)
+        print(f"nncf {label:36s} agreement on {len(x)} crops {agree:.3f}", flush=True)
+    fastest = max(speeds["fp32 onnxruntime"], speeds["fp32 openvino"])
+    for label, speed in speeds.items():
+        print(f"{label:41s} {speed:7.1f} images/s  {speed / fastest:.2f}x the best fp32 engine")
+
+
 def main() -> None:
     import onnx
     from onnxruntime.quantization import QuantType
@@ -63,6 +139,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--crops-per-photo", type=int, default=24)
     parser.add_argument("--method", default="MinMax", choices=("MinMax", "Entropy", "Percentile"))
+    parser.add_argument("--nncf", action="store_true", help="NNCF's recipes on OpenVINO instead")
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args()
     name = "efficientnet_lite0"
@@ -71,6 +148,8 @@ def main() -> None:
     source = str(export_onnx(lambda: ModelRepository().load_model(name), None, (3, 224, 224),
                              "int8-layers-efficientnet-lite0"))
     ref, ref_cal = outputs(source, "onnxruntime", x).argmax(1), outputs(source, "onnxruntime", cal)
+    if args.nncf:
+        return nncf_study(source, x, cal, ref, args.quick)
     nodes = [n.name for n in onnx.load(source, load_external_data=False).graph.node if n.op_type in ("Conv", "Gemm")]
     work = tempfile.mkdtemp(prefix="int8-layers-")
     cache, target = f"{work}/ranges-{args.method}.json", f"{work}/q.onnx"

@@ -35,7 +35,7 @@ from pyspark.sql import functions as F
 
 from irbis.demo.data import check_size
 from irbis.demo.dataset import check_labels, check_test_cameras, load_metadata, split_by_camera
-from irbis.demo.ladder import KEYS, RUNG_OPTIONS, camera_folds, feature_stages, fit_head, fit_lr, score_test_set
+from irbis.demo.ladder import KEYS, camera_folds, feature_stages, fit_head, fit_lr, score_test_set
 from irbis.demo.progress import spark_progress
 from irbis.demo.report import Scores, Step, format_table, score_variants, write_report
 from irbis.ml.image import ImageSetAugmenter
@@ -150,8 +150,7 @@ def run_demo(spark: SparkSession, output: str | Path, images: str | Path | None 
         scored, chosen, models = {}, {}, {}
         for name, col in _FEATURES.items():
             with _timed(clock, name), spark_progress(spark, f"cross-validate and score {name}", len(meta), progress):
-                models[name], chosen[name] = fit_lr(feats.where(~F.col("is_test")), col, folds,
-                                                            **RUNG_OPTIONS.get(name, {}))
+                models[name], chosen[name] = fit_lr(feats.where(~F.col("is_test")), col, folds)
                 scored[name] = score_test_set(models[name], feats.where(F.col("is_test")), col, False, False)
         better = max(("EN1", "EN2"), key=lambda n: max(chosen[n]["cv_auc"].values()))
         _augmented_rungs(spark, data, feats, stages, better, (folds, seed), scored, chosen, models, clock,

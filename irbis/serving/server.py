@@ -38,6 +38,9 @@ def _pipeline_path(pipeline: Any) -> str:
 def build_app(pipeline: Any, outputs: Sequence[str] | None = None, spark: str | None = None,
               options: ServeOptions | None = None) -> Any:
     """Load ``pipeline`` (a saved folder, or a fitted stage) and return its ASGI app."""
+    from irbis.kernels.engines.ort import set_thread_spinning
+
+    set_thread_spinning(False)  # requests arrive with gaps: idle engine threads must not hold the cores
     options = options or ServeOptions()
     if options.token is None and os.environ.get(TOKEN_ENV):
         options.token = os.environ[TOKEN_ENV]

@@ -195,3 +195,34 @@ def test_native_bf16_follows_the_cpu_flags():
     if flags is None or "openvino" not in EXPORTED:
         pytest.skip("needs Linux's /proc/cpuinfo and OpenVINO")
     assert native_bf16() == bool({"avx512_bf16", "amx_bf16"} & set(flags))
+
+
+def test_ort_thread_spinning_can_be_switched_off_for_a_server(tmp_path, monkeypatch):
+    import onnx
+    import onnxruntime
+    from onnx import TensorProto, helper
+
+    from irbis.kernels.engines import ort as ort_engine
+
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, 3])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None, 3])])
+    path = tmp_path / "relu.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9), str(path))
+    seen, real = [], onnxruntime.InferenceSession
+
+    def session(p, options, **kw):
+        seen.append(options)
+        return real(p, options, **kw)
+
+    monkeypatch.setattr(onnxruntime, "InferenceSession", session)
+    try:
+        ort_engine.set_thread_spinning(False)
+        run = ort_engine.load(str(path), threads=2, device="cpu", precision="fp32")
+    finally:
+        ort_engine.set_thread_spinning(True)
+    ort_engine.load(str(path), threads=2, device="cpu", precision="fp32")
+    assert run(np.array([[-1.0, 0.5, 2.0]], np.float32)).tolist() == [[0.0, 0.5, 2.0]]
+    assert seen[0].get_session_config_entry("session.intra_op.allow_spinning") == "0"
+    with pytest.raises(RuntimeError, match="allow_spinning"):  # not set: ONNX Runtime's default, spinning
+        seen[1].get_session_config_entry("session.intra_op.allow_spinning")

@@ -228,10 +228,8 @@ def scorer(method: str, key: str, workdir: Path, precision: str, engine: str = "
         stage = ONNXModel(modelPath=onnx_file(key, workdir), inputCol="image", outputCol="out",
                           inputShape=[3, 224, 224], outputType="array")
         return stage.transform
-    if method == "spark_floor":
-        return spark_floor()
-    if method == "spark_floor_arrow":
-        return spark_floor_arrow()
+    if method in ("spark_floor", "spark_floor_arrow"):
+        return spark_floor(arrow=method == "spark_floor_arrow")
     from pyspark.ml.functions import predict_batch_udf
     from pyspark.sql.types import ArrayType, FloatType
 
@@ -255,37 +253,27 @@ def scorer(method: str, key: str, workdir: Path, precision: str, engine: str = "
     return lambda df: df.withColumn("out", udf("image"))
 
 
-def spark_floor():
-    """(a3): a pandas UDF over the image column that returns a constant per row (no network)."""
+def spark_floor(arrow: bool = False):
+    """(a3): a pandas UDF over the image column that returns a constant per row (no network);
+    (a3b, ``arrow``): the same as an Arrow UDF, the kind the network stages use."""
     import warnings
 
     import pandas as pd
-    from pyspark.sql.functions import pandas_udf
-    from pyspark.util import PythonEvalType
-
-    def constant(images):
-        return pd.Series(np.zeros(len(images), np.float32))
-
-    with warnings.catch_warnings():  # the eval type is given, not inferred from type hints
-        warnings.simplefilter("ignore", UserWarning)
-        udf = pandas_udf(constant, "float", PythonEvalType.SQL_SCALAR_PANDAS_UDF)
-    return lambda df: df.withColumn("out", udf("image"))
-
-
-def spark_floor_arrow():
-    """(a3b): an Arrow UDF (as the network stages use) over the image column returning a constant."""
-    import warnings
-
     import pyarrow as pa
-    from pyspark.sql.functions import arrow_udf
+    from pyspark.sql.functions import arrow_udf, pandas_udf
     from pyspark.util import PythonEvalType
 
-    def constant(images):
-        return pa.array(np.zeros(len(images), np.float32))
-
+    if arrow:
+        def constant(images):
+            return pa.array(np.zeros(len(images), np.float32))
+        make, kind = arrow_udf, PythonEvalType.SQL_SCALAR_ARROW_UDF
+    else:
+        def constant(images):
+            return pd.Series(np.zeros(len(images), np.float32))
+        make, kind = pandas_udf, PythonEvalType.SQL_SCALAR_PANDAS_UDF
     with warnings.catch_warnings():  # the eval type is given, not inferred from type hints
         warnings.simplefilter("ignore", UserWarning)
-        udf = arrow_udf(constant, "float", PythonEvalType.SQL_SCALAR_ARROW_UDF)
+        udf = make(constant, "float", kind)
     return lambda df: df.withColumn("out", udf("image"))
 
 

@@ -197,7 +197,7 @@ def test_native_bf16_follows_the_cpu_flags():
     assert native_bf16() == bool({"avx512_bf16", "amx_bf16"} & set(flags))
 
 
-def test_ort_thread_spinning_can_be_switched_off_for_a_server(tmp_path, monkeypatch):
+def test_ort_threads_can_stop_spinning_after_each_run_for_a_server(tmp_path, monkeypatch):
     import onnx
     import onnxruntime
     from onnx import TensorProto, helper
@@ -223,6 +223,6 @@ def test_ort_thread_spinning_can_be_switched_off_for_a_server(tmp_path, monkeypa
         ort_engine.set_thread_spinning(True)
     ort_engine.load(str(path), threads=2, device="cpu", precision="fp32")
     assert run(np.array([[-1.0, 0.5, 2.0]], np.float32)).tolist() == [[0.0, 0.5, 2.0]]
-    assert seen[0].get_session_config_entry("session.intra_op.allow_spinning") == "0"
-    with pytest.raises(RuntimeError, match="allow_spinning"):  # not set: ONNX Runtime's default, spinning
-        seen[1].get_session_config_entry("session.intra_op.allow_spinning")
+    assert seen[0].get_session_config_entry("session.force_spinning_stop") == "1"
+    with pytest.raises(RuntimeError, match="force_spinning_stop"):  # not set: ONNX Runtime's default
+        seen[1].get_session_config_entry("session.force_spinning_stop")

@@ -336,6 +336,15 @@ def _plain(value: Any) -> Any:
     return value
 
 
+def mixed_shapes(column: str, shapes: set[tuple[int, ...]]) -> str | None:
+    """The error message for a tensor column whose rows have more than one shape, or None."""
+    if len(shapes) < 2:
+        return None
+    a, b = sorted(shapes)[:2]
+    return (f"column {column!r}: rows have different shapes ({list(a)} and {list(b)}); a tensor column "
+            f"needs one shape per row")
+
+
 def rows_in(values: Sequence[Any], column: str = "column") -> Any:
     """Turn a column of Python values (a pandas column, JSON rows) into its block."""
     plain = [_plain(v) for v in values]
@@ -343,11 +352,9 @@ def rows_in(values: Sequence[Any], column: str = "column") -> Any:
     if isinstance(sample, np.ndarray) and sample.dtype != object:
         valid = np.array([v is not None for v in plain], bool)
         rows = [v for v in plain if v is not None]
-        shapes = {r.shape for r in rows}
-        if len(shapes) > 1:
-            a, b = sorted(shapes)[:2]
-            raise ValueError(f"column {column!r}: rows have different shapes ({list(a)} and "
-                             f"{list(b)}); a tensor column needs one shape per row")
+        message = mixed_shapes(column, {r.shape for r in rows})
+        if message:
+            raise ValueError(message)
         return Tensor(np.stack(rows) if rows else np.zeros((0,), np.float32), valid)
     return from_arrow(pa.array(plain), column)
 

@@ -17,6 +17,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from irbis.kernels.blocks import mixed_shapes
 from irbis.kernels.image import ImageDecodeError, decode_image
 
 __all__ = ["Parsed", "RequestError", "encode_response", "parse_files", "parse_json"]
@@ -147,11 +148,10 @@ def _image(data: bytes, column: str, where: str) -> np.ndarray:
 
 def _check_shapes(columns: dict[str, list[Any]], inputs: dict[str, set[str]]) -> None:
     for column, values in columns.items():
-        shapes = {v.shape for v in values if isinstance(v, np.ndarray) and "image" not in inputs[column]}
-        if len(shapes) > 1:
-            a, b = sorted(shapes)[:2]
-            raise RequestError(422, f"column {column!r}: rows have different shapes ({list(a)} and "
-                                    f"{list(b)}); every row needs the same")
+        message = mixed_shapes(column, {v.shape for v in values
+                                        if isinstance(v, np.ndarray) and "image" not in inputs[column]})
+        if message:
+            raise RequestError(422, message)
 
 
 def _json_type(value: Any) -> str:

@@ -71,6 +71,11 @@ def test_rows_in_accepts_pandas_cells():
     assert rows_in(["a", None], "s").tolist() == ["a", None]
 
 
+def test_rows_in_names_the_column_and_both_shapes_of_a_ragged_tensor_column():
+    with pytest.raises(ValueError, match=r"column 'v': rows have different shapes \(\[2\] and \[3\]\)"):
+        rows_in([np.ones(3), np.ones(2)], "v")
+
+
 def test_stack_rows_keeps_ragged_rows_as_a_list():
     assert isinstance(stack_rows([np.ones(2), None]), Tensor)
     ragged = stack_rows([np.ones(2), np.ones(3)])

@@ -278,6 +278,7 @@ def tensor_bytes(values: np.ndarray, valid: np.ndarray | None = None, dtype: Any
     if int(valid.sum()) != len(values):
         raise ValueError(f"tensor_bytes: {len(values)} rows of values, but the mask marks {int(valid.sum())} "
                          f"valid rows")
+    _check_fits(values, item)
     flat = np.ascontiguousarray(values, dtype=item).reshape(-1)
     row_bytes = flat.nbytes // max(len(values), 1)
     large = flat.nbytes >= 2 ** 31
@@ -286,6 +287,17 @@ def tensor_bytes(values: np.ndarray, valid: np.ndarray | None = None, dtype: Any
     bitmap = None if valid.all() else pa.array(valid).buffers()[1]  # Arrow's validity bits: 1 = non-null
     return pa.Array.from_buffers(pa.large_binary() if large else pa.binary(), len(valid),
                                  [bitmap, pa.py_buffer(offsets), pa.py_buffer(flat.view(np.uint8))])
+
+
+def _check_fits(values: np.ndarray, item: np.dtype) -> None:
+    """Refuse values that an integer element type would wrap around or truncate (e.g. 300 or 0.5 as uint8)."""
+    if item.kind not in "iu" or values.dtype == item or not values.size:
+        return
+    info = np.iinfo(item)
+    low, high = values.min(), values.max()
+    if low < info.min or high > info.max or (values.dtype.kind == "f" and not np.array_equal(values, np.rint(values))):
+        raise ValueError(f"tensor_bytes: values from {low} to {high} do not fit {item.name} (whole numbers in "
+                         f"{info.min}..{info.max}); scale or round them first, or write float32")
 
 
 def to_arrow(block: Any, dtype: pa.DataType) -> pa.Array:

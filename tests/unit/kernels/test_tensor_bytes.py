@@ -55,3 +55,11 @@ def test_pandas_bytes_and_tensor_blocks_round_trip():
     assert column.to_pylist() == [r.tobytes() for r in x]
     with pytest.raises(ValueError, match="3 rows of values, but the mask marks 2"):
         tensor_bytes(x, np.array([True, False, True]))
+
+
+@pytest.mark.parametrize("values", [[0.0, 256.0], [-1.0, 3.0], [0.5, 2.0]])
+def test_values_that_uint8_would_wrap_or_truncate_are_refused(values):
+    with pytest.raises(ValueError, match=r"do not fit uint8 \(whole numbers in 0\.\.255\)"):
+        tensor_bytes(np.array([values], np.float32), dtype="uint8")
+    fits = tensor_bytes(np.array([[0.0, 255.0]], np.float32), dtype="uint8")
+    assert fits.to_pylist() == [bytes([0, 255])]

@@ -146,6 +146,18 @@ def _decode(rows: list[Any]) -> list[WorkerResult]:
                          json.loads(r["info"])) for r in rows]
 
 
+_KEYS: dict[int, dict[int, int]] = {}
+
+
+def _partition_keys(session: SparkSession, n: int) -> dict[int, int]:
+    """For each of ``n`` hash partitions, the smallest long key that Spark sends there (one small job per
+    ``n`` and process: Spark's hash, Murmur3 with a fixed seed, is the same in every session)."""
+    if n not in _KEYS:
+        probe = session.range(64 * n).select("id", F.pmod(F.hash("id"), F.lit(n)).alias("p"))
+        _KEYS[n] = {r["p"]: r["k"] for r in probe.groupBy("p").agg(F.min("id").alias("k")).collect()}
+    return _KEYS[n]
+
+
 class SparkBarrierBackend(Backend[WorkerResult]):
     """Ranks as the tasks of one Spark barrier stage over ``data`` (a DataFrame, one partition per rank).
 
@@ -205,8 +217,7 @@ class SparkBarrierBackend(Backend[WorkerResult]):
         id) depend only on the input, so a seeded run is repeatable.
         """
         n, used = self.num_workers, self.data_ranks
-        probe = self.session.range(64 * n).select("id", F.pmod(F.hash("id"), F.lit(n)).alias("p"))
-        found = {r["p"]: r["k"] for r in probe.groupBy("p").agg(F.min("id").alias("k")).collect()}
+        found = _partition_keys(self.session, n)
         if any(p not in found for p in range(used)):
             raise RuntimeError(f"no partitioning key found for {used} of {n} partitions")
         keys = F.array(*[F.lit(found[p]).cast("long") for p in range(used)])

@@ -107,14 +107,15 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     from irbis.demo.camera_trap import run_demo
     from irbis.demo.data import check_size
     from irbis.demo.dataset import check_labels, load_metadata
-    from irbis.spark.session import get_spark
+    from irbis.spark.session import get_spark, is_connect
 
     check_size(args.size)  # check the input before starting Spark: bad input fails in a second
     if args.images:
         check_labels(load_metadata(args.images), args.positive)
     start = time.perf_counter()
     spark = get_spark(args.master, app_name="irbis-demo", **{"spark.ui.showConsoleProgress": "false"})
-    spark.sparkContext.setLogLevel("ERROR")
+    if not is_connect(spark):  # a Connect server keeps its own log level
+        spark.sparkContext.setLogLevel("ERROR")
     result = run_demo(spark, args.output, args.images, size=args.size, positive=args.positive,
                       precision=args.precision, seed=args.seed, explain=args.explain,
                       progress=not args.no_progress)

@@ -1,32 +1,64 @@
-"""A tqdm progress bar, in images, over the Spark jobs of a block of code (polls Spark's status tracker)."""
+"""A tqdm progress bar, in images, over the Spark jobs of a block of code.
+
+On a classic session it polls Spark's status tracker for the jobs of a job group of its own; on
+Spark Connect it listens to the progress that the server sends with each operation's results
+(``SparkSession.registerProgressHandler``).
+"""
 from __future__ import annotations
 
 import threading
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 from pyspark.sql import SparkSession
 from tqdm.auto import tqdm
 
+from irbis.spark.session import is_connect
+
 __all__ = ["spark_progress"]
+
+
+class _Bar:
+    """The bar's position: ``images`` times the share of known tasks finished, never moving back."""
+
+    def __init__(self, bar: Any, images: int) -> None:
+        self.bar, self.images = bar, images
+
+    def show(self, finished: int, total: int) -> None:
+        if total:
+            self.bar.n = max(self.bar.n, min(self.images * finished // total, self.images))
+            self.bar.refresh()
 
 
 @contextmanager
 def spark_progress(spark: SparkSession, description: str, images: int, enabled: bool = True,
-                   interval: float = 0.5) -> Iterator[None]:
+                   interval: float = 0.5) -> Iterator[Any]:
     """Show how many of ``images`` the Spark jobs started inside the ``with`` block have processed.
 
-    The jobs run under a job group of their own. The bar's total is fixed at ``images``; its position
-    is ``images`` times the share of the known tasks that finished, never moving back when a new job
-    adds tasks, and the whole total when the block ends. The count is exact when the block runs one
-    job over evenly sized partitions (as the demo's featurisation does: its input is cached in equal
-    parts first); a block of several jobs may reach the total between two of them.
+    The bar's total is fixed at ``images``; its position is ``images`` times the share of the known
+    tasks that finished, never moving back when a new job adds tasks, and the whole total when the
+    block ends. The count is exact when the block runs one job over evenly sized partitions (as the
+    demo's featurisation does: its input is cached in equal parts first); a block of several jobs may
+    reach the total between two of them. ``interval`` is the classic session's polling period.
+    The ``with`` block gets the tqdm bar.
     """
+    bar = tqdm(total=images, desc=description, unit="img", disable=not enabled, leave=True)
+    follow = _connect_progress if is_connect(spark) else _classic_progress
+    try:
+        with follow(spark, description, _Bar(bar, images), interval):
+            yield bar
+    finally:
+        bar.n = images  # skipped stages (results reused) never report their tasks
+        bar.close()
+
+
+@contextmanager
+def _classic_progress(spark: SparkSession, description: str, bar: _Bar, interval: float) -> Iterator[None]:
     sc = spark.sparkContext
     group = f"irbis-{uuid.uuid4().hex[:8]}"
     sc.setJobGroup(group, description)
-    bar = tqdm(total=images, desc=description, unit="img", disable=not enabled, leave=True)
     done = threading.Event()
 
     def poll() -> None:
@@ -39,9 +71,7 @@ def spark_progress(spark: SparkSession, description: str, images: int, enabled: 
                     s = tracker.getStageInfo(stage)
                     if s is not None:
                         total, finished = total + s.numTasks, finished + s.numCompletedTasks
-            if total:
-                bar.n = max(bar.n, min(images * finished // total, images))
-                bar.refresh()
+            bar.show(finished, total)
             if done.wait(interval):
                 return
 
@@ -52,7 +82,22 @@ def spark_progress(spark: SparkSession, description: str, images: int, enabled: 
     finally:
         done.set()
         thread.join()
-        bar.n = images  # skipped stages (results reused) never report their tasks
-        bar.close()
         sc.setLocalProperty("spark.jobGroup.id", None)
         sc.setLocalProperty("spark.job.description", None)
+
+
+@contextmanager
+def _connect_progress(spark: SparkSession, description: str, bar: _Bar, interval: float) -> Iterator[None]:
+    seen: dict[tuple[str | None, int], tuple[int, int]] = {}  # (operation, stage) -> (tasks, finished)
+
+    def handler(stages: Any, inflight_tasks: int, operation_id: str | None, done: bool) -> None:
+        for stage in stages or ():  # a finished operation's skipped stages (results reused) never run
+            seen[(operation_id, stage.stage_id)] = (stage.num_tasks, stage.num_tasks if done else
+                                                    stage.num_completed_tasks)
+        bar.show(sum(f for _, f in seen.values()), sum(t for t, _ in seen.values()))
+
+    spark.registerProgressHandler(handler)
+    try:
+        yield
+    finally:
+        spark.removeProgressHandler(handler)

@@ -1,6 +1,9 @@
 """Spark Connect: images, fused stages, TorchEstimator, and the classic-only features' errors on an sc:// session."""
 from __future__ import annotations
 
+import contextlib
+import time
+
 import pytest
 
 from connect_mode import connect_mode
@@ -114,3 +117,18 @@ def test_torch_estimator_bad_data_raises_the_same_error_on_connect(spark, connec
         _digits_estimator(featuresCol="pixels").fit(remote)
     with connect_mode(), pytest.raises(ValueError, match="only 2 tasks"):
         _digits_estimator(numWorkers=3).fit(remote)
+
+
+@pytest.mark.parametrize("remote", [False, True], ids=["classic", "connect"])
+def test_the_progress_bar_follows_the_jobs_of_its_block(spark, connect, remote):
+    from irbis.demo.progress import spark_progress
+
+    session = connect if remote else spark
+    mode = connect_mode() if remote else contextlib.nullcontext()
+    with mode, spark_progress(session, "count", images=100, enabled=True, interval=0.05) as bar:
+        assert bar.n == 0
+        session.range(0, 4000, 1, 4).selectExpr("sum(id) AS s").collect()
+        deadline = time.monotonic() + 10
+        while bar.n < 100 and time.monotonic() < deadline:  # the classic bar polls in its own thread
+            time.sleep(0.05)
+        assert bar.n == 100  # every task of the block's job finished, before the block ended

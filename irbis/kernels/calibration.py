@@ -2,7 +2,8 @@
 
 Static quantisation fixes the range of every activation from a sample of real inputs. The sample is
 ``calibrationData``, a folder of images (preprocessed as the repository model prescribes) or of
-``.npy`` arrays of already preprocessed rows, shape (N, *inputShape) or (*inputShape); left empty,
+``.npy`` arrays of already preprocessed rows, shape (N, *inputShape) or (*inputShape) (a stage given a
+DataFrame writes such a folder: :func:`write_rows`); left empty,
 a repository model is calibrated on random crops of photographs shipped with scikit-image that
 ``irbis models check`` does not score (:data:`CALIBRATION_PHOTOS`: the agreement is measured on
 other images than those that set the ranges).
@@ -11,6 +12,8 @@ other images than those that set the ranges).
 from __future__ import annotations
 
 import hashlib
+import os
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +26,8 @@ IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp")
 CALIBRATION_PHOTOS = ("camera", "coins", "grass", "gravel", "brick", "clock", "moon", "hubble_deep_field",
                       "immunohistochemistry", "retina")
 CROPS_PER_PHOTO = 8
+#: The one file of a folder written by :func:`write_rows`.
+ROWS_FILE = "rows.npy"
 
 
 @dataclass(frozen=True)
@@ -81,6 +86,29 @@ def make_calibration(folder: str, spec: Any | None) -> Calibration:
     for f in files:
         digest.update(f.name.encode() + f.read_bytes())
     return Calibration(digest.hexdigest()[:16], lambda shape: _read(files, spec, shape, folder))
+
+
+def write_rows(rows: np.ndarray, cache_dir: Path | None = None) -> str:
+    """Write ``rows`` (N, *input) as a calibration folder named by their content; return its path.
+
+    The folder (``<cache>/calibration/<sha256>``, beside the other cached artefacts) is written once
+    per content: equal rows give the same folder, so the same quantised network.
+    """
+    from irbis.models import default_cache_dir
+
+    rows = np.ascontiguousarray(rows, dtype=np.float32)
+    digest = hashlib.sha256(repr(rows.shape).encode() + rows.tobytes()).hexdigest()[:24]
+    target = (cache_dir or default_cache_dir()) / "calibration" / digest
+    if not (target / ROWS_FILE).exists():
+        target.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".{digest}-", dir=target.parent))
+        np.save(staging / ROWS_FILE, rows, allow_pickle=False)
+        try:
+            os.replace(staging, target)
+        except OSError:  # another process wrote the same folder first
+            (staging / ROWS_FILE).unlink()
+            staging.rmdir()
+    return str(target)
 
 
 def calibration_files(folder: str) -> list[Path]:

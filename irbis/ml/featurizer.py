@@ -10,9 +10,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from pyspark import keyword_only
 from pyspark.ml.linalg import VectorUDT
 from pyspark.ml.param import Param, Params, TypeConverters
+from pyspark.sql import DataFrame
 from pyspark.sql.types import BinaryType, DataType, StringType, StructType
 
 from irbis.kernels.blocks import BatchFn, Binary, Tensor, flat_rows
@@ -20,7 +23,8 @@ from irbis.kernels.image import DEFAULT_MAX_PIXELS, IMAGE_FIELDS
 from irbis.kernels.image_features import preprocess_images
 from irbis.ml.base import IrbisTransformer
 from irbis.ml.image import HasErrorCol, _ColumnSetters, with_opencv_threads
-from irbis.ml.params import (HasCalibrationData, HasDevice, HasEngine, HasMiniBatchSize, HasOutputLayer, HasPrecision,
+from irbis.ml.calibration import HasCalibrationSample
+from irbis.ml.params import (HasDevice, HasEngine, HasMiniBatchSize, HasOutputLayer, HasPrecision,
                               at_least, checked, in_registry, table_mixin)
 from irbis.ml.synapseml import ImageFeaturizerNames
 from irbis.models import MODELS, get_entry, module_names
@@ -38,7 +42,7 @@ _LAYERS_PARAMS = table_mixin("_HasOutputLayers", [
 
 
 class ImageFeaturizer(ImageFeaturizerNames, IrbisTransformer, _ColumnSetters, HasMiniBatchSize, HasDevice,
-                      HasPrecision, HasCalibrationData, HasEngine, HasErrorCol, HasOutputLayer, _LAYERS_PARAMS):
+                      HasPrecision, HasCalibrationSample, HasEngine, HasErrorCol, HasOutputLayer, _LAYERS_PARAMS):
     """Featurize images with a pretrained network, cutting its last ``cutOutputLayers`` layers.
 
     The model is a catalogue entry (:data:`irbis.models.MODELS`, built-in or added with
@@ -70,8 +74,13 @@ class ImageFeaturizer(ImageFeaturizerNames, IrbisTransformer, _ColumnSetters, Ha
         the set), each written to the vector column of ``outputCols`` at the same position. When set
         they win over ``outputLayer``, ``cutOutputLayers`` and ``outputCol``; both lists have the
         same length.
-    miniBatchSize, device, precision, engine, calibrationData : int, str, str, str, str
+    miniBatchSize, device, precision, engine : int, str, str, str
         As in :class:`irbis.ml.TorchModel`.
+    calibrationData : str or DataFrame
+        For int8 on ``onnxruntime``: a folder of images or ``.npy`` input rows, or a DataFrame with an
+        ``inputCol`` of images (structs or encoded bytes), whose sample (up to 256 rows) is preprocessed
+        as the model prescribes when set and kept in a cached folder (saved with the stage). Empty: the
+        photographs shipped with scikit-image.
     errorCol : str
         Optional column for the reason an image gave null features (undecodable bytes, a bad struct).
     maxPixels : int
@@ -122,7 +131,7 @@ class ImageFeaturizer(ImageFeaturizerNames, IrbisTransformer, _ColumnSetters, Ha
                  model: str = "efficientnet_lite0", modelPath: str = "", cutOutputLayers: int = 1,
                  outputLayer: str = "", miniBatchSize: int = 64, device: str = "cpu", precision: str = "fp32",
                  errorCol: str = "", maxPixels: int = DEFAULT_MAX_PIXELS, fastDecode: bool = False,
-                 engine: str = "auto", calibrationData: str = "", outputLayers: list[str] | None = None,
+                 engine: str = "auto", calibrationData: "str | DataFrame" = "", outputLayers: list[str] | None = None,
                  outputCols: list[str] | None = None) -> None:
         super().__init__()
         self._setDefault(inputCol="image", outputCol="features", model="efficientnet_lite0",
@@ -260,3 +269,19 @@ class ImageFeaturizer(ImageFeaturizerNames, IrbisTransformer, _ColumnSetters, Ha
             return {**out, err_col: errors} if err_col else out
 
         return with_task_threads(with_opencv_threads(run))
+
+    def _network_rows(self, block: Any) -> np.ndarray:
+        preprocessing = get_entry(self.getModel()).preprocessing
+        limit, fast = self.getOrDefault(self.maxPixels) or None, self.getOrDefault(self.fastDecode)
+        return preprocess_images(block, preprocessing, encoded=isinstance(block, Binary), max_pixels=limit,
+                                 raise_errors=True, fast_decode=fast)[0]
+
+    # -- persistence: only the calibration sample, when there is one --------------------------------
+    def _has_extra(self) -> bool:
+        return bool(self.getCalibrationData())
+
+    def _save_extra(self, path: str) -> None:
+        self._save_calibration(path)
+
+    def _load_extra(self, path: str) -> None:
+        self._load_calibration(path)

@@ -126,7 +126,9 @@ SHARED_PARAMS: list[Row] = [
      TypeConverters.toString, "fp32", one_of(*PRECISIONS)),
     ("calibrationData", "the sample that sets int8 activation ranges on an exported engine: a folder, seen by "
      "every worker, of images (preprocessed as the repository model prescribes) or .npy arrays of input rows; "
-     "empty: crops of photographs shipped with scikit-image (repository models only)",
+     "or, when set, a DataFrame holding the stage's input column, of which up to 256 rows (a seeded sample) are "
+     "converted as transform converts its input and written as .npy rows to a cached folder, saved with the "
+     "stage; empty: crops of photographs shipped with scikit-image (repository models only)",
      TypeConverters.toString, "", local_folder("a folder of images or .npy arrays")),
     ("engine", "what runs the network: torch (eager PyTorch, channels-last), onnxruntime or openvino (the "
      "network exported once per machine to ONNX), or auto (ONNX Runtime, then OpenVINO, then torch for fp32 on "

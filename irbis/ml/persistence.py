@@ -117,13 +117,17 @@ class IrbisReader(MLReader[S], Generic[S]):
             )
         instance = py_type()
         instance._resetUid(metadata["uid"])
-        DefaultParamsReader.getAndSetParams(instance, metadata)
+        restored = [n for n in instance._sidecar_params() if n in metadata["paramMap"]]
+        DefaultParamsReader.getAndSetParams(instance, metadata, skipParams=restored)
         if metadata.get(_THROUGH_SPARK):
             instance._load_extra(read_files(self.sparkSession, path.rstrip("/") + "/data"))
         else:
             local = urlparse(path).path if urlparse(path).scheme == "file" else path
             if (is_local_path(path) or local != path) and os.path.isdir(os.path.join(local, "data")):
                 instance._load_extra(os.path.join(local, "data"))
+        for name in restored:  # not restored from the sidecar files (a stage saved without them): as saved
+            if not instance.isSet(name):
+                instance.set(instance.getParam(name), metadata["paramMap"][name])
         return instance
 
 
@@ -142,6 +146,11 @@ class IrbisPersistable(MLWritable, MLReadable):
     def _has_extra(self) -> bool:
         """Whether ``_save_extra`` has anything to write; stages with sidecar state override it."""
         return type(self)._save_extra is not IrbisPersistable._save_extra
+
+    def _sidecar_params(self) -> tuple[str, ...]:
+        """Params whose saved value names a local file that ``_load_extra`` points at its saved copy
+        instead; they are set from the metadata only when ``_load_extra`` did not set them."""
+        return ()
 
     def _save_extra(self, path: str) -> None:
         """Write state that is not a Param into the local directory ``path``."""

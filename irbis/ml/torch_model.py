@@ -8,10 +8,12 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from pyspark import keyword_only
 from pyspark.ml.linalg import VectorUDT
 from pyspark.ml.param import Param, Params, TypeConverters
+from pyspark.sql import DataFrame
 from pyspark.sql.types import ArrayType, BinaryType, DataType, FloatType, NumericType, StructType
 from torch import nn
 
@@ -20,9 +22,9 @@ from irbis.kernels.blocks import BatchFn, Tensor, flat_rows
 from irbis.kernels.engines import EngineError
 from irbis.kernels.inference import make_torch_predict_fn, resolve_source
 from irbis.ml.base import IrbisModel
+from irbis.ml.calibration import HasCalibrationSample
 from irbis.ml.params import (
     ColumnSetters,
-    HasCalibrationData,
     HasDevice,
     HasEngine,
     HasInputDtype,
@@ -102,7 +104,7 @@ def check_network_input(stage: str, column: str, dtype: DataType, shape: list[in
                          f"set inputShape (e.g. [3, 224, 224]) and inputDtype")
 
 
-class TorchModel(_NetworkStageParams, HasPrecision, HasCalibrationData, HasEngine, IrbisModel):
+class TorchModel(_NetworkStageParams, HasPrecision, HasCalibrationSample, HasEngine, IrbisModel):
     """Run a PyTorch network over a column: the network's output (or an inner layer's) per row.
 
     The network runs in every Spark Python worker on Arrow batches of ``miniBatchSize`` rows, under
@@ -133,9 +135,11 @@ class TorchModel(_NetworkStageParams, HasPrecision, HasCalibrationData, HasEngin
         ``outputLayer``) is exported to ONNX once per machine for the latter two; every engine equals
         eager fp32 within 1e-4 relative to the output's scale
         (:mod:`irbis.kernels.engines` documents ``auto``'s rule).
-    calibrationData : str
+    calibrationData : str or DataFrame
         For int8 on ``onnxruntime``: a folder of images or ``.npy`` input rows that sets the activation
-        ranges (empty: photographs shipped with scikit-image, for repository models).
+        ranges, or a DataFrame with an ``inputCol`` like the one transformed, whose sample (up to 256
+        rows) is converted as ``transform`` converts its input when set and kept in a cached folder
+        (saved with the stage). Empty: photographs shipped with scikit-image, for repository models.
     outputType : str
         ``vector`` (Spark ML vector, the default) or ``array`` (array<float>).
 
@@ -163,7 +167,7 @@ class TorchModel(_NetworkStageParams, HasPrecision, HasCalibrationData, HasEngin
                  outputCol: str | None = None, outputLayer: str = "", miniBatchSize: int = 64,
                  inputShape: list[int] | None = None, device: str = "cpu", precision: str = "fp32",
                  outputType: str = "vector", allowPickle: bool = False, engine: str = "auto",
-                 calibrationData: str = "", inputDtype: str = "float32") -> None:
+                 calibrationData: "str | DataFrame" = "", inputDtype: str = "float32") -> None:
         super().__init__()
         self._setDefault(allowPickle=False)
         self.training_summary: list[dict[str, Any]] | None = None
@@ -234,6 +238,10 @@ class TorchModel(_NetworkStageParams, HasPrecision, HasCalibrationData, HasEngin
 
         return with_task_threads(run)
 
+    def _network_rows(self, block: Any) -> np.ndarray:
+        return network_batch(block, self.getInputCol(), self._row_shape(), input_dtype=self.getInputDtype(),
+                             stage=type(self).__name__).values
+
     # -- persistence -----------------------------------------------------------------------------
     def _save_extra(self, path: str) -> None:
         source = resolve_source(self.getModelPath())
@@ -245,6 +253,7 @@ class TorchModel(_NetworkStageParams, HasPrecision, HasCalibrationData, HasEngin
                 shutil.copy2(src, Path(path) / f"network{src.suffix}")
         if self.training_summary is not None:
             (Path(path) / "summary.json").write_text(json.dumps(self.training_summary))
+        self._save_calibration(path)
 
     def _load_extra(self, path: str) -> None:
         saved = sorted(Path(path).glob("network*"))
@@ -252,6 +261,7 @@ class TorchModel(_NetworkStageParams, HasPrecision, HasCalibrationData, HasEngin
             self._set(modelPath=str(saved[0]))
         summary = Path(path) / "summary.json"
         self.training_summary = json.loads(summary.read_text()) if summary.exists() else None
+        self._load_calibration(path)
 
 
 def recorded_input_shape(module: nn.Module) -> list[int] | None:

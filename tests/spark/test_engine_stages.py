@@ -222,7 +222,8 @@ def test_static_int8_stage_persists_its_calibration_and_equals_the_kernel(spark,
                                    engine="onnxruntime", precision="int8", calibrationData=str(calibration))
     stage.save(str(tmp_path / "stage"))
     loaded = TorchModel.load(str(tmp_path / "stage"))
-    assert loaded.getCalibrationData() == str(calibration) and loaded.getPrecision() == "int8"
+    assert loaded.getPrecision() == "int8"  # the sample is saved with the stage, as a copy of the folder
+    assert loaded.getCalibrationData() == str(tmp_path / "stage" / "data" / "calibration")
     df = spark.createDataFrame([(i, Vectors.dense(x.tolist())) for i, x in enumerate(digits)], ["id", "x"])
     got = np.stack([r.y.toArray() for r in loaded.transform(df).orderBy("id").collect()])
     kernel = make_torch_predict_fn(resolve_source(loaded.getModelPath()), engine="onnxruntime", precision="int8",

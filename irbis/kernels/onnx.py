@@ -15,6 +15,7 @@ from typing import Any, Callable
 import numpy as np
 
 from irbis.kernels.blocks import Tensor, flat_rows, from_rows
+from irbis.kernels.engines.exported import TRIM_BYTES, huge_page_malloc, release_memory
 from irbis.kernels.inference import source_identity
 
 DictBatchFn = Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]]
@@ -73,6 +74,8 @@ def make_onnx_predict_fn(path: str, fetches: Sequence[str], *, batch_size: int =
             chunk = {k: v[start:start + batch_size] for k, v in feeds.items()}
             for i, out in enumerate(session.run(fetch_list, chunk)):
                 parts[i].append(out)
+        if sum(v.nbytes for v in feeds.values()) >= TRIM_BYTES:
+            release_memory(session)
         return {name: np.concatenate(p) if p else np.zeros((0,)) for name, p in zip(fetch_list, parts)}
 
     return run
@@ -133,6 +136,8 @@ def _session(path: str, extra_outputs: tuple[str, ...], device: str, num_threads
              optimization_level: str = "ALL_OPT"):
     import onnxruntime as ort
 
+    from irbis.kernels.engines.ort import session_options
+
     key = (source_identity({"kind": "onnx", "path": path}), extra_outputs, device, num_threads,
            optimization_level)
     with _LOCK:
@@ -140,13 +145,9 @@ def _session(path: str, extra_outputs: tuple[str, ...], device: str, num_threads
             return _SESSIONS[key]
         if not Path(path).is_file():
             raise FileNotFoundError(f"ONNX model file not found: {path}")
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = max(1, num_threads)
-        options.inter_op_num_threads = 1
         if optimization_level not in OPTIMIZATION_LEVELS:
             raise ValueError(f"optimizationLevel {optimization_level!r} is not one of {list(OPTIMIZATION_LEVELS)}")
-        options.graph_optimization_level = getattr(ort.GraphOptimizationLevel,
-                                                   OPTIMIZATION_LEVELS[optimization_level])
+        options = session_options(num_threads, OPTIMIZATION_LEVELS[optimization_level])
         providers = ["CUDAExecutionProvider", "CPUExecutionProvider"] if device in ("cuda", "auto") \
             else ["CPUExecutionProvider"]
         providers = [p for p in providers if p in ort.get_available_providers()]
@@ -193,11 +194,18 @@ class _OpenVinoSession:
                 _SESSIONS[key] = compile_graph(graph, threads=num_threads, device="cuda" if device == "cuda" else "cpu")
             self.compiled = _SESSIONS[key]
         self.request, self.lock = self.compiled.create_infer_request(), threading.Lock()
+        self.free_buffers = huge_page_malloc()
 
     def run(self, fetches: list[str], feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
         with self.lock:
             result = self.request.infer({k: np.ascontiguousarray(v) for k, v in feeds.items()})
             return [np.array(result[self.compiled.output(name)], copy=True) for name in fetches]
+
+    def release(self) -> None:
+        """Free the compiled graph's intermediate buffers where malloc gives huge pages (as the engine does)."""
+        if self.free_buffers:
+            with self.lock:
+                self.compiled.release_memory()
 
 
 def _graph_file(path: str, names: tuple[str, ...], key: tuple) -> str:

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from irbis.kernels.engines import EngineError, Runner
+from irbis.kernels.engines.exported import huge_page_malloc
 
 _HINTS = {"fp32": "f32", "bf16": "bf16"}
 
@@ -27,18 +28,26 @@ def load(path: str, *, threads: int, device: str, precision: str, **_options: An
         parts = compile_mixed(path, threads=threads)
     else:
         parts = [compile_graph(path, threads=threads, device=device, precision=precision)]
-    return _chain([part.create_infer_request() for part in parts])
+    return Chained(parts)
 
 
-def _chain(requests: list[Any]) -> Runner:
-    """Run compiled parts in turn, each reading the previous one's output tensor without a copy."""
-    lock = threading.Lock()
+class Chained:
+    """Run compiled parts in turn, each reading the previous one's output tensor without a copy.
 
-    def run(x: np.ndarray) -> np.ndarray | list[np.ndarray]:
-        with lock:
-            requests[0].infer({0: np.ascontiguousarray(x, dtype=np.float32)})
-            last = requests[0]
-            for request in requests[1:]:
+    ``release`` (called after each call of the mini-batch loop) hands the parts' activation buffers
+    back where malloc gives huge pages (:func:`irbis.kernels.engines.exported.huge_page_malloc`);
+    elsewhere OpenVINO keeps them for the next batch, as refilling them costs a third of the throughput.
+    """
+
+    def __init__(self, parts: list[Any]) -> None:
+        self.parts, self.requests = parts, [part.create_infer_request() for part in parts]
+        self.lock, self.free_buffers = threading.Lock(), huge_page_malloc()
+
+    def __call__(self, x: np.ndarray) -> np.ndarray | list[np.ndarray]:
+        with self.lock:
+            self.requests[0].infer({0: np.ascontiguousarray(x, dtype=np.float32)})
+            last = self.requests[0]
+            for request in self.requests[1:]:
                 request.set_input_tensor(last.get_output_tensor(0))
                 request.infer()
                 last = request
@@ -46,7 +55,13 @@ def _chain(requests: list[Any]) -> Runner:
             outputs = [np.array(t.data, copy=True) for t in last.output_tensors]
             return outputs[0] if len(outputs) == 1 else outputs
 
-    return run
+    def release(self) -> None:
+        """Free the intermediate buffers of every part (allocated again by the next call), with huge pages."""
+        if not self.free_buffers:
+            return
+        with self.lock:
+            for part in self.parts:
+                part.release_memory()
 
 
 def compile_mixed(path: str, *, threads: int) -> list[Any]:

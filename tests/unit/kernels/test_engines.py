@@ -197,18 +197,23 @@ def test_native_bf16_follows_the_cpu_flags():
     assert native_bf16() == bool({"avx512_bf16", "amx_bf16"} & set(flags))
 
 
-def test_ort_threads_can_stop_spinning_after_each_run_for_a_server(tmp_path, monkeypatch):
+def _relu_file(tmp_path):
     import onnx
-    import onnxruntime
     from onnx import TensorProto, helper
-
-    from irbis.kernels.engines import ort as ort_engine
 
     graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
                               [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, 3])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None, 3])])
     path = tmp_path / "relu.onnx"
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9), str(path))
+    return path
+
+
+@pytest.fixture
+def session_options_seen(monkeypatch):
+    """The SessionOptions of every ONNX Runtime session built while the test runs."""
+    import onnxruntime
+
     seen, real = [], onnxruntime.InferenceSession
 
     def session(p, options, **kw):
@@ -216,6 +221,13 @@ def test_ort_threads_can_stop_spinning_after_each_run_for_a_server(tmp_path, mon
         return real(p, options, **kw)
 
     monkeypatch.setattr(onnxruntime, "InferenceSession", session)
+    return seen
+
+
+def test_ort_threads_can_stop_spinning_after_each_run_for_a_server(tmp_path, session_options_seen):
+    from irbis.kernels.engines import ort as ort_engine
+
+    path, seen = _relu_file(tmp_path), session_options_seen
     try:
         ort_engine.set_thread_spinning(False)
         run = ort_engine.load(str(path), threads=2, device="cpu", precision="fp32")
@@ -226,3 +238,70 @@ def test_ort_threads_can_stop_spinning_after_each_run_for_a_server(tmp_path, mon
     assert seen[0].get_session_config_entry("session.force_spinning_stop") == "1"
     with pytest.raises(RuntimeError, match="force_spinning_stop"):  # not set: ONNX Runtime's default
         seen[1].get_session_config_entry("session.force_spinning_stop")
+
+
+@pytest.mark.parametrize("tunables, thp, expected", [
+    ("glibc.malloc.hugetlb=1", "always [madvise] never", True),
+    ("glibc.malloc.arena_max=2:glibc.malloc.hugetlb=1", "[always] madvise never", True),
+    ("glibc.malloc.hugetlb=1", "always madvise [never]", False),
+    ("glibc.malloc.hugetlb=0", "always [madvise] never", False),
+    (None, "[always] madvise never", False),
+])
+def test_huge_page_malloc_needs_the_glibc_tunable_and_transparent_huge_pages(tmp_path, monkeypatch, tunables,
+                                                                             thp, expected):
+    from irbis.kernels.engines import exported
+
+    (tmp_path / "enabled").write_text(thp + "\n")
+    monkeypatch.setattr(exported, "_THP_MODE", tmp_path / "enabled")
+    if tunables is None:
+        monkeypatch.delenv("GLIBC_TUNABLES", raising=False)
+    else:
+        monkeypatch.setenv("GLIBC_TUNABLES", tunables)
+    assert exported.huge_page_malloc() is expected
+    monkeypatch.setattr(exported, "_THP_MODE", tmp_path / "missing")
+    assert exported.huge_page_malloc() is False
+
+
+@pytest.mark.parametrize("huge", [True, False])
+def test_ort_sessions_free_activations_after_each_run_only_with_huge_pages(tmp_path, monkeypatch, huge,
+                                                                          session_options_seen):
+    """With huge pages the arena is off, so an idle worker holds no activations; elsewhere it stays on
+    (fresh 4 KiB pages for each batch cost a third of the throughput). ONNXModel's sessions share the options."""
+    from irbis.kernels import onnx as onnx_kernel
+    from irbis.kernels.engines import ort as ort_engine
+
+    monkeypatch.setattr(ort_engine, "huge_page_malloc", lambda: huge)
+    path = _relu_file(tmp_path)
+    run = ort_engine.load(str(path), threads=1, device="cpu", precision="fp32")
+    onnx_kernel._session(str(path), (), "cpu", 2, "BASIC_OPT")
+    assert [o.enable_cpu_mem_arena for o in session_options_seen] == [not huge, not huge]
+    assert all(o.enable_mem_pattern for o in session_options_seen)
+    assert [o.intra_op_num_threads for o in session_options_seen] == [1, 2]
+    assert run(np.array([[-1.0, 0.5, 2.0]], np.float32)).tolist() == [[0.0, 0.5, 2.0]]
+
+
+@pytest.mark.parametrize("engine", EXPORTED)
+def test_engines_give_the_same_outputs_when_they_free_their_buffers_after_each_call(mlp_bundle, engine,
+                                                                                   monkeypatch):
+    """Freeing the buffers (huge pages) changes nothing in the outputs, and happens once per large call."""
+    from irbis.kernels.engines import exported, ort as ort_engine
+
+    folder, _ = mlp_bundle
+    x = np.random.default_rng(0).normal(size=(exported.TRIM_BYTES // 256 + 1, 64)).astype(np.float32)
+    released, release = [], exported.release_memory
+    monkeypatch.setattr(exported, "release_memory", lambda run=None: (released.append(run), release(run)))
+    outputs = {}
+    for huge in (False, True):
+        monkeypatch.setattr(ort_engine, "huge_page_malloc", lambda: huge)
+        if engine == "openvino":
+            from irbis.kernels.engines import ov
+
+            monkeypatch.setattr(ov, "huge_page_malloc", lambda: huge)
+        clear_cache()
+        fn = make_torch_predict_fn(resolve_source(str(folder)), engine=engine, batch_size=4096)
+        outputs[huge] = [fn(x), fn(x), fn(x[:3])]
+    for before, after in zip(outputs[False], outputs[True]):
+        np.testing.assert_array_equal(before, after)
+    assert len(released) == 4  # the two large calls of each setting
+    if engine == "openvino":
+        assert [r.free_buffers for r in released] == [False, False, True, True]

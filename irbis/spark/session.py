@@ -8,6 +8,8 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
+from irbis.kernels.engines.exported import HUGE_PAGE_TUNABLE
+
 #: Defaults applied unless the caller sets the key. Arrow is what every Irbis stage moves data with;
 #: the byte cap keeps one Arrow batch of images (600 KB per 224x224x3 float row) from filling memory.
 DEFAULT_CONF: dict[str, str] = {
@@ -73,7 +75,7 @@ def get_spark(master: str | None = None, app_name: str = "irbis", **conf: Any) -
             )
         return active
     _prepare_environment(master)
-    settings = dict(DEFAULT_CONF)
+    settings = dict(DEFAULT_CONF) | worker_environment()
     if master.startswith("local-cluster"):
         # Executors of local-cluster[n,cores,mem] must fit into mem megabytes each.
         mem_mb = int(master.rstrip("]").split(",")[-1])
@@ -86,6 +88,21 @@ def get_spark(master: str | None = None, app_name: str = "irbis", **conf: Any) -
     for key, value in settings.items():
         builder = builder.config(key, value)
     return builder.getOrCreate()
+
+
+def worker_environment() -> dict[str, str]:
+    """The Python workers' environment: glibc's tunables of this process plus huge pages for malloc.
+
+    With :data:`~irbis.kernels.engines.exported.HUGE_PAGE_TUNABLE` the inference engines hand their
+    activation buffers back after each call at no cost in speed, so an idle worker does not hold the
+    buffers of its largest batch (:func:`irbis.kernels.engines.exported.huge_page_malloc`). A value the
+    environment already gives that tunable is kept.
+    """
+    tunables = [t for t in os.environ.get("GLIBC_TUNABLES", "").split(":") if t]
+    name = HUGE_PAGE_TUNABLE.split("=")[0]
+    if all(t.split("=")[0] != name for t in tunables):
+        tunables.append(HUGE_PAGE_TUNABLE)
+    return {"spark.executorEnv.GLIBC_TUNABLES": ":".join(tunables)}
 
 
 #: Session settings sent to a Spark Connect server (the rest of DEFAULT_CONF is the server's own).

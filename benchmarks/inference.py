@@ -453,7 +453,7 @@ def main() -> None:
              f"# machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores; "
              f"python {platform.python_version()}; " + versions(),
              f"# images per run: {args.images} (each model; ResNet-50 gets half), timed runs: {args.repeats}, "
-             "224x224x3 float32 inputs", ""]
+             "224x224x3 float32 inputs", f"# Python workers' environment (get_spark): {worker_tunables()}", ""]
     report: dict = {}
     for key in args.models.split(","):
         n = args.images if key == "effnet" else max(64, args.images // 2)
@@ -516,6 +516,13 @@ def table(model: str, n: int, rows: dict, agreement: dict | None) -> list[str]:
         found = ", ".join(f"{k} {v:.3f}" for k, v in agreement.items() if k != "photos")
         out += ["", f"top-1 agreement with fp32 on {agreement['photos']} crops of real photographs: {found}"]
     return out + [""]
+
+
+def worker_tunables() -> str:
+    """The glibc tunables get_spark gives the Python workers (huge pages let the engines free their buffers)."""
+    from irbis.spark.session import worker_environment
+
+    return ", ".join(f"{k.rsplit('.', 1)[1]}={v}" for k, v in worker_environment().items())
 
 
 def versions() -> str:

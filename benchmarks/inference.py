@@ -18,7 +18,8 @@ For each network (pretrained EfficientNet-Lite0, ResNet-50) and 224x224x3 float 
       reduced precisions (bf16: auto, openvino; int8: auto, torch, onnxruntime); at fp32 also on the
       binary tensor column (``inputShape`` + ``inputDtype``)
   (c) pyspark.ml.functions.predict_batch_udf on Spark local[2], fp32          -- PySpark's own way
-  (d) irbis ONNXModel on Spark local[2], fp32
+  (d) irbis ONNXModel on Spark local[2], fp32, on the file that torch.onnx.export writes by default
+      (its torch.export-based exporter), as a user would hand it over
 
 Every Spark method runs in a fresh process with its own Spark session (so model caches and worker
 memory do not leak between methods): a cold job first (starts the Python workers, loads the network),
@@ -82,13 +83,14 @@ def load_plain(key: str, workdir: Path):
 
 
 def onnx_file(key: str, workdir: Path) -> str:
+    """The network as a user exports it for ONNXModel: ``torch.onnx.export`` with its default exporter."""
     import torch
 
     path = workdir / f"{key}.onnx"
     if not path.exists():
         torch.onnx.export(load_plain(key, workdir), (torch.zeros(1, 3, 224, 224),), str(path),
                           input_names=["input"], output_names=["output"],
-                          dynamic_axes={"input": {0: "n"}, "output": {0: "n"}}, dynamo=False)
+                          dynamic_shapes={"x": {0: torch.export.Dim("n", min=1, max=4096)}})
     return str(path)
 
 

@@ -26,9 +26,10 @@ far as one synchronous step at N times the rate: the asynchronous runs use ``LR 
 which averages groups of 2, ``2 LR / N``). ``downpour`` and ``mixed`` use their default server rule,
 Adagrad, at ``2 ADAGRAD_LR / N`` (``mixed``: times its group size), ``dcasgd`` its SGD rule.
 ``downpour {'placement': 'dedicated'}`` runs the same N workers with the N shards on N extra server
-processes instead of inside the workers (co-located). The two base rates, ``LR`` = 0.2 and
+processes instead of inside the workers (co-located). The two base rates, ``LR`` = 0.4 and
 ``ADAGRAD_LR`` = 0.02, are the same for every workload and row (each row prints its rate); they
-were chosen once by ``--sweep`` (2 workers, MLP, the grid ``SWEEP``), not tuned per row.
+were chosen once by ``--sweep`` (2 workers, MLP, the grid ``SWEEP``), not tuned per row: at 0.2 plain
+SGD ended at training loss 0.12 and test accuracy 0.953 (sync and dcasgd), at 0.4 at 0.07 and 0.967.
 
 The baseline: sparktorch 0.2.0's hogwild mode, 2 workers (Spark ``local[2]`` tasks) pushing to one
 Flask server on the driver, on the same MLP, rows, global batch (32 per worker) and number of
@@ -58,7 +59,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from train_sync import CNN, MLP, accuracy, load_digits_split  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results"
-LR, ADAGRAD_LR, TARGET_LOSS = 0.2, 0.02, 0.3
+LR, ADAGRAD_LR, TARGET_LOSS = 0.4, 0.02, 0.3
 # every strategy's rate decays to zero over the run (per epoch): BatchNorm's running statistics then
 # settle on the final weights, which a constant rate leaves them lagging (the CNN evaluates with them)
 SCHEDULE = {"type": "cosine"}

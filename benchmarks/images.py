@@ -6,6 +6,11 @@ that ship with scikit-image and scikit-learn. Methods:
   Features (pretrained EfficientNet-Lite0, pooled 1280-d, preprocessing of its catalogue entry):
   (a) plain loop, 1 process x 2 threads: read, cv2.imdecode, preprocess_rgb, forward_features, fp32
   (a2) the same loop in 2 processes x 1 thread (the layout Spark local[2] uses)
+  (a3) plain, best engine: the network exported once with ``torch.onnx.export`` (outside the timing),
+      then read, cv2.imdecode, resize + centre crop + normalise in OpenCV/numpy (the catalogue's
+      preprocessing, checked against preprocess_rgb), ONNX Runtime or OpenVINO in 1 process x 2
+      threads, batch 64: both engines are timed and the faster one is the row (its name in the label).
+      What a user could write without Irbis; the one-pass rows are also given against it ("vs (a3)")
   (p) Spark local[2]: binaryFile -> PySpark's predict_batch_udf, whose function decodes, preprocesses
       (the same catalogue preprocessing) and runs the eager network: PySpark's own way, fp32
   (b) Spark local[2]: binaryFile -> ImageFeaturizer(inputCol="content"), decode + preprocess +
@@ -26,9 +31,11 @@ network to ONNX (and the int8 quantisation), and "cold s" in a second session th
 the first one filled (the usual first job of an application). Timed jobs then write to the ``noop``
 sink. A plain loop's "cold" is its first run (the network loads, the page cache fills).
 
-Usage: ``python benchmarks/images.py [--images 192] [--repeats 2] [--quick]`` (``--quick``: 32 images,
-one timed run, only the features rows, to check that the script runs); the results are printed and
-written to ``benchmarks/results/images.txt`` and ``images.json``.
+Usage: ``python benchmarks/images.py [--images 192] [--repeats 2] [--quick] [--only TEXT ...]``
+(``--quick``: 32 images, one timed run, only the features rows, to check that the script runs;
+``--only``: the rows whose label contains one of the texts, e.g. ``--only "(p)" "fp32, engine=auto"``
+for the cold starts of predict_batch_udf and of the featurizer); the results are printed and, for a full
+run, written to ``benchmarks/results/images.txt`` and ``images.json``.
 """
 from __future__ import annotations
 
@@ -104,12 +111,77 @@ def plain_chain(files: list[Path]) -> None:
         ((rgb.astype(np.float32) - 127.0) / 128.0).transpose(2, 0, 1).copy().reshape(-1)
 
 
+def plain_engine_features(files: list[Path], run, spec, batch: int = 64) -> None:
+    """(a3)'s loop: decode + preprocess in OpenCV/numpy, the exported network on an engine, batch 64."""
+    import cv2
+
+    height, width = spec.input_size
+    mean, std = np.float32(spec.mean), np.float32(spec.std)
+    for start in range(0, len(files), batch):
+        x = []
+        for f in files[start:start + batch]:
+            bgr = cv2.imdecode(np.frombuffer(f.read_bytes(), np.uint8), cv2.IMREAD_COLOR)
+            h, w, side = *bgr.shape[:2], spec.resize_to  # shorter side to resize_to, the other truncated
+            size = (side, max(side, int(side * h / w))) if w < h else (max(side, int(side * w / h)), side)
+            bgr = cv2.resize(bgr, size, interpolation=cv2.INTER_CUBIC)
+            top, left = round((bgr.shape[0] - height) / 2), round((bgr.shape[1] - width) / 2)
+            rgb = cv2.cvtColor(bgr[top:top + height, left:left + width], cv2.COLOR_BGR2RGB)
+            x.append(((rgb.astype(np.float32) - mean) / std).transpose(2, 0, 1))
+        run(np.stack(x))
+
+
+def plain_engine_runs(files: list[Path], repeats: int) -> dict:
+    """(a3): export once, check the preprocessing, time ONNX Runtime and OpenVINO; the faster one wins."""
+    import cv2
+    import torch
+
+    from irbis.models import ModelRepository, get_entry, preprocess_rgb
+
+    cv2.setNumThreads(2)
+    spec, net = get_entry("efficientnet_lite0").preprocessing, ModelRepository().load_model("efficientnet_lite0")
+    first = cv2.cvtColor(cv2.imdecode(np.frombuffer(files[0].read_bytes(), np.uint8), cv2.IMREAD_COLOR),
+                         cv2.COLOR_BGR2RGB)
+    checked = []
+    plain_engine_features(files[:1], checked.append, spec)
+    assert np.abs(checked[0][0] - preprocess_rgb(first, spec)).max() < 1e-5, "(a3) preprocessing differs"
+    path = Path(tempfile.mkdtemp(prefix="irbis-bench-onnx-")) / "features.onnx"
+    features = type("Features", (torch.nn.Module,), {"forward": lambda self, x: net.forward_features(x)})()
+    with torch.no_grad():
+        torch.onnx.export(features.eval(), (torch.zeros(2, 3, *spec.input_size),), str(path), dynamo=True,
+                          dynamic_shapes=({0: torch.export.Dim("batch")},))
+    results = {name: run_plain_loop(lambda run=run: plain_engine_features(files, run, spec), repeats)
+               for name, run in (("onnxruntime", _ort_runner(path)), ("openvino", _ov_runner(path)))}
+    best = min(results, key=lambda name: np.median(results[name]["times"]))
+    return {**results[best], "engine": best, "others": {k: v for k, v in results.items() if k != best}}
+
+
+def _ort_runner(path: Path):
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads, options.inter_op_num_threads = 2, 1
+    session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    name = session.get_inputs()[0].name
+    return lambda x: session.run(None, {name: x})[0]
+
+
+def _ov_runner(path: Path):
+    import openvino as ov
+
+    compiled = ov.Core().compile_model(str(path), "CPU", {"INFERENCE_PRECISION_HINT": "f32",
+                                                          "INFERENCE_NUM_THREADS": "2", "PERFORMANCE_HINT": "LATENCY"})
+    request = compiled.create_infer_request()
+    return lambda x: request.infer({0: x})
+
+
 def _plain_worker(args: tuple[list[str], int]) -> None:
     plain_features([Path(p) for p in args[0]], args[1])
 
 
 def run_plain(kind: str, folder: Path, repeats: int) -> dict:
     files = sorted(folder.glob("*.jpg"))
+    if kind == "plain_engine":
+        return plain_engine_runs(files, repeats)
     if kind == "plain2":
         from multiprocessing import get_context
 
@@ -119,6 +191,10 @@ def run_plain(kind: str, folder: Path, repeats: int) -> dict:
         run = lambda: plain_chain(files)  # noqa: E731
     else:
         run = lambda: plain_features(files, 2)  # noqa: E731
+    return run_plain_loop(run, repeats)
+
+
+def run_plain_loop(run, repeats: int) -> dict:
     start = time.perf_counter()
     run()  # warm-up (loads the network, fills the page cache), timed as "cold"
     cold = time.perf_counter() - start
@@ -202,9 +278,12 @@ def run_spark(kind: str, master: str, folder: Path, repeats: int, precision: str
 
 
 # -- driver --------------------------------------------------------------------------------------
+#: The plain row a user could write without Irbis with the best engine; the one-pass rows are compared to it.
+PLAIN_BEST = "(a3) plain, best engine: OpenCV decode+resize -> exported network, 1 proc x 2 threads, batch 64, fp32"
 METHODS = [  # label, kind, master, precision, engine, section
     ("(a) plain loop, 1 proc x 2 threads, fp32", "plain", "", "fp32", "torch", "features"),
     ("(a2) plain loop, 2 procs x 1 thread, fp32", "plain2", "", "fp32", "torch", "features"),
+    (PLAIN_BEST, "plain_engine", "", "fp32", "", "features"),
     ("(p) binaryFile -> predict_batch_udf (decode + eager network), local[2], fp32", "predict_batch_udf",
      "local[2]", "fp32", "torch", "features"),
     *[(f"(b) binaryFile -> ImageFeaturizer (one pass), local[2], {precision}, engine={engine}", "one_pass",
@@ -242,21 +321,42 @@ def spawn(kind: str, master: str, folder: Path, repeats: int, precision: str, en
 
 
 def table(rows: dict) -> list[str]:
+    """One table per section: each row against the section's first row and, for the one-pass featurizer
+    rows, against (a3), the plain loop on the best engine."""
     out = []
     for section, ref_label in REFERENCES.items():
-        if ref_label not in rows:
+        members = {label: r for label, r in rows.items() if r["section"] == section}
+        if not members:
             continue
-        ref = rows[ref_label]["images_per_s"]
-        out += [f"## {section}", "", f"| method | images/s (median) | vs {ref_label.split(')')[0]}) | "
-                "timed runs s | cold s | first-ever s |", "|---|---|---|---|---|---|"]
-        for label, r in rows.items():
-            if r["section"] == section:
-                runs = " / ".join(f"{t:.1f}" for t in r["times"])
-                first = f"{r['first']:.1f}" if "first" in r else "-"
-                out.append(f"| {label} | {r['images_per_s']:.1f} | {r['images_per_s'] / ref:.2f}x | "
-                           f"{runs} | {r['cold']:.1f} | {first} |")
+        ref = rows.get(ref_label, {}).get("images_per_s")
+        best = rows.get(PLAIN_BEST, {}).get("images_per_s") if section == "features" else None
+        extra = " vs (a3) |" if section == "features" else ""
+        out += [f"## {section}", "", f"| method | images/s (median) | vs {ref_label.split(')')[0]}) |{extra} "
+                "timed runs s | cold s | first-ever s |", "|---|---|---|" + "---|" * (4 + bool(extra))]
+        for label, r in members.items():
+            runs = " / ".join(f"{t:.1f}" for t in r["times"])
+            first = f"{r['first']:.1f}" if "first" in r else "-"
+            ratio = f" {_ratio(r, best) if r['kind'] in ONE_PASS else '-'} |" if extra else ""
+            out.append(f"| {label}{_engine_note(r)} | {r['images_per_s']:.1f} | {_ratio(r, ref)} |{ratio} "
+                       f"{runs} | {r['cold']:.1f} | {first} |")
         out.append("")
     return out
+
+
+#: The kinds of the one-pass ImageFeaturizer rows (binary files decoded in the featurizer's own pass).
+ONE_PASS = ("one_pass", "one_pass_fast")
+
+
+def _ratio(row: dict, reference: float | None) -> str:
+    return f"{row['images_per_s'] / reference:.2f}x" if reference else "-"
+
+
+def _engine_note(row: dict) -> str:
+    """(a3)'s engine, and the other engine's speed in that run."""
+    if "engine" not in row:
+        return ""
+    others = ", ".join(f"{name} {r['images_per_s']:.1f} img/s" for name, r in row["others"].items())
+    return f": {row['engine']}" + (f" ({others})" if others else "")
 
 
 def versions() -> str:
@@ -277,6 +377,7 @@ def main() -> None:
     parser.add_argument("--precision", default="fp32")
     parser.add_argument("--engine", default="auto")
     parser.add_argument("--quick", action="store_true", help="32 images, 1 timed run, the features rows only")
+    parser.add_argument("--only", nargs="+", default=None, help="only the rows whose label contains one of these")
     args = parser.parse_args()
     if args.quick:
         args.images, args.chain_images, args.repeats = 32, 32, 1
@@ -298,8 +399,12 @@ def main() -> None:
         if args.quick and section != "features":
             continue
         n, where = (args.chain_images, chain_folder) if section == "chain" else (args.images, folder)
+        if args.only and not any(text in label for text in args.only):
+            continue
         rows[label] = spawn(kind, master, where, args.repeats, precision, engine)
-        rows[label].update(section=section, images_per_s=n / float(np.median(rows[label]["times"])))
+        for r in [rows[label], *rows[label].get("others", {}).values()]:
+            r["images_per_s"] = n / float(np.median(r["times"]))
+        rows[label].update(section=section, kind=kind)
         print(label, f"{rows[label]['images_per_s']:.1f} img/s", flush=True)
     load_after = os.getloadavg()
     lines = [f"# benchmarks/images.py  {time.strftime('%Y-%m-%d %H:%M')}",
@@ -313,7 +418,7 @@ def main() -> None:
              " Compare methods within this run only.", ""]
     text = "\n".join(lines + table(rows))
     print(text)
-    if args.quick:  # a check that the script runs, not a result to keep
+    if args.quick or args.only:  # a check that the script runs, or a few rows: not a result to keep
         return
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "images.txt").write_text(text + "\n")

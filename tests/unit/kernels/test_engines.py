@@ -159,6 +159,35 @@ def test_a_network_refusing_the_export_shape_raises_input_shape_error(mlp_bundle
         export_onnx(lambda: load_network(resolve_source(str(folder))), None, (63,), "refusal-63")
 
 
+def _onnx_nodes(path):
+    """The nodes of an ONNX file as (op, attributes), with the names of the values left out."""
+    import onnx
+
+    graph = onnx.load(str(path)).graph
+    weights = sorted((t.name, onnx.numpy_helper.to_array(t).tobytes()) for t in graph.initializer)
+    return [(n.op_type, [str(a) for a in n.attribute]) for n in graph.node], weights
+
+
+def test_in_place_activations_export_the_same_graph_and_stay_in_place(tmp_path):
+    """The exporter traces in-place activations out of place: same graph, same outputs, flags restored."""
+    torch.manual_seed(0)
+
+    def conv_net(inplace):
+        return torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.ReLU6(inplace=inplace), torch.nn.Conv2d(8, 4, 1),
+                                   torch.nn.ReLU(inplace=inplace), torch.nn.AdaptiveAvgPool2d(1)).eval()
+
+    net, plain = conv_net(True), conv_net(False)
+    plain.load_state_dict(net.state_dict())
+    in_place = export_onnx(lambda: net, None, (3, 16, 16), "in-place", tmp_path)
+    out_of_place = export_onnx(lambda: plain, None, (3, 16, 16), "out-of-place", tmp_path)
+    assert [m.inplace for m in (net[1], net[3])] == [True, True]
+    assert _onnx_nodes(in_place) == _onnx_nodes(out_of_place)
+    x = np.random.default_rng(0).normal(size=(5, 3, 16, 16)).astype(np.float32)
+    for engine in EXPORTED:
+        run = ENGINES[engine].load(str(in_place), threads=1, device="cpu", precision="fp32")
+        _close(run(x).reshape(5, -1), net(torch.from_numpy(x)).detach().numpy().reshape(5, -1))
+
+
 def test_an_engine_that_is_not_installed_names_its_package():
     engine = Engine("fastest", "irbis_no_such_engine", "irbis-no-such-engine", "irbis.kernels.engines.ort")
     assert not engine.installed()

@@ -67,10 +67,12 @@ def _classic_progress(spark: SparkSession, description: str, bar: _Bar, interval
             total = finished = 0
             for job in tracker.getJobIdsForGroup(group):
                 info = tracker.getJobInfo(job)
+                ended = info is not None and info.status == "SUCCEEDED"  # its skipped stages never run
                 for stage in (info.stageIds if info else []):
                     s = tracker.getStageInfo(stage)
                     if s is not None:
-                        total, finished = total + s.numTasks, finished + s.numCompletedTasks
+                        total += s.numTasks
+                        finished += s.numTasks if ended else s.numCompletedTasks
             bar.show(finished, total)
             if done.wait(interval):
                 return

@@ -54,6 +54,7 @@ def spark(request):
             "spark.plugins": "org.apache.spark.sql.connect.SparkConnectPlugin",
             "spark.connect.grpc.binding.address": "127.0.0.1",
             "spark.connect.grpc.binding.port": str(CONNECT_PORT),
+            "spark.connect.progress.reportInterval": "100ms",  # progress bars see short test jobs too
         },
     )
     if not on_connect(request.config):

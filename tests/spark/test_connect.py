@@ -127,7 +127,8 @@ def test_the_progress_bar_follows_the_jobs_of_its_block(spark, connect, remote):
     mode = connect_mode() if remote else contextlib.nullcontext()
     with mode, spark_progress(session, "count", images=100, enabled=True, interval=0.05) as bar:
         assert bar.n == 0
-        session.range(0, 4000, 1, 4).selectExpr("sum(id) AS s").collect()
+        # 4 tasks of 0.3 s on 2 cores: long enough for the Connect server's progress reports
+        session.range(0, 4, 1, 4).selectExpr("reflect('java.lang.Thread', 'sleep', 300L) AS s").collect()
         deadline = time.monotonic() + 10
         while bar.n < 100 and time.monotonic() < deadline:  # the classic bar polls in its own thread
             time.sleep(0.05)

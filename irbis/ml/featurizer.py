@@ -245,21 +245,17 @@ class ImageFeaturizer(ImageFeaturizerNames, IrbisTransformer, _ColumnSetters, Ha
         from irbis.kernels.inference import make_torch_predict_fn, resolve_source, task_threads
         from irbis.spark.resources import with_task_threads
 
-        preprocessing = get_entry(self.getModel()).preprocessing
         source = resolve_source(self.getOrDefault(self.modelPath) or self.getModel())
         pairs, several = self.layer_columns(), bool(self.getOutputLayers())
         options = dict(output_layer=tuple(layer for layer, _ in pairs) if several else pairs[0][0] or None,
                        batch_size=self.getMiniBatchSize(), device=self.getDevice(), precision=self.getPrecision(),
                        engine=self.getEngine(), calibration_data=self.getCalibrationData())
         col, err_col = self.getInputCol(), self.getErrorCol()
-        limit, fast = self.getOrDefault(self.maxPixels) or None, self.getOrDefault(self.fastDecode)
+        convert = self._converter()
         predictors: dict[int, BatchFn] = {}  # by thread count: made once, not per batch (a server's path)
 
         def run(blocks: dict[str, Any]) -> dict[str, Any]:
-            values = blocks[col]
-            batch, valid, errors = preprocess_images(
-                values, preprocessing, encoded=isinstance(values, Binary), max_pixels=limit,
-                raise_errors=not err_col, fast_decode=fast)
+            batch, valid, errors = convert(blocks[col], not err_col)
             threads = task_threads()
             if threads not in predictors:
                 predictors[threads] = make_torch_predict_fn(source, **options)
@@ -270,11 +266,19 @@ class ImageFeaturizer(ImageFeaturizerNames, IrbisTransformer, _ColumnSetters, Ha
 
         return with_task_threads(with_opencv_threads(run))
 
-    def _network_rows(self, block: Any) -> np.ndarray:
+    def _converter(self) -> Any:
+        """The input conversion of ``transform``: ``convert(block, raise_errors)`` gives (batch, valid, errors)."""
         preprocessing = get_entry(self.getModel()).preprocessing
         limit, fast = self.getOrDefault(self.maxPixels) or None, self.getOrDefault(self.fastDecode)
-        return preprocess_images(block, preprocessing, encoded=isinstance(block, Binary), max_pixels=limit,
-                                 raise_errors=True, fast_decode=fast)[0]
+
+        def convert(values: Any, raise_errors: bool) -> tuple[Any, Any, Any]:
+            return preprocess_images(values, preprocessing, encoded=isinstance(values, Binary), max_pixels=limit,
+                                     raise_errors=raise_errors, fast_decode=fast)
+
+        return convert
+
+    def _network_rows(self, block: Any) -> np.ndarray:
+        return self._converter()(block, True)[0]
 
     # -- persistence: only the calibration sample, when there is one --------------------------------
     def _has_extra(self) -> bool:

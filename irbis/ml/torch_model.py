@@ -217,7 +217,7 @@ class TorchModel(_NetworkStageParams, HasPrecision, HasCalibrationSample, HasEng
         self._validate_network_params()
         source = resolve_source(self.getModelPath())
         shipped = ship_file(source["path"]) if "path" in source else None
-        shape, input_dtype = self._row_shape(), self.getInputDtype()
+        shape, convert = self._row_shape(), self._converter()
         col, out_col, stage = self.getInputCol(), self.getOutputCol(), type(self).__name__
         options = dict(output_layer=self.getOutputLayer() or None, batch_size=self.getMiniBatchSize(),
                        device=self.getDevice(), precision=self.getPrecision(),
@@ -227,7 +227,7 @@ class TorchModel(_NetworkStageParams, HasPrecision, HasCalibrationSample, HasEng
         def run(blocks: dict[str, Any]) -> dict[str, Any]:
             src = dict(source, path=localize(source["path"], shipped)) if shipped else source
             predict = make_torch_predict_fn(src, **options)
-            batch = network_batch(blocks[col], col, shape, input_dtype=input_dtype, stage=stage)
+            batch = convert(blocks[col])
             try:
                 out = predict(batch.values) if len(batch.values) else None
             except EngineError:
@@ -238,9 +238,18 @@ class TorchModel(_NetworkStageParams, HasPrecision, HasCalibrationSample, HasEng
 
         return with_task_threads(run)
 
+    def _converter(self) -> Any:
+        """The input conversion of ``transform``: ``convert(block)`` gives the network's batch (values, valid)."""
+        col, shape, stage = self.getInputCol(), self._row_shape(), type(self).__name__
+        input_dtype = self.getInputDtype()
+
+        def convert(block: Any) -> Any:
+            return network_batch(block, col, shape, input_dtype=input_dtype, stage=stage)
+
+        return convert
+
     def _network_rows(self, block: Any) -> np.ndarray:
-        return network_batch(block, self.getInputCol(), self._row_shape(), input_dtype=self.getInputDtype(),
-                             stage=type(self).__name__).values
+        return self._converter()(block).values
 
     # -- persistence -----------------------------------------------------------------------------
     def _save_extra(self, path: str) -> None:

@@ -32,6 +32,7 @@ class Communicator(Protocol):
     rank: int
     world_size: int
     bytes_sent: int
+    late: bool  # set by gather_first
 
     def all_reduce_mean(self, tensor: torch.Tensor) -> None:
         """Replace ``tensor`` in place by the element-wise mean over workers."""
@@ -46,7 +47,11 @@ class Communicator(Protocol):
         """Overwrite ``tensor`` in place with rank ``src``'s values."""
 
     def gather_first(self, tensor: torch.Tensor, k: int, tag: str) -> list[torch.Tensor]:
-        """Return the first ``k`` tensors to arrive for ``tag`` (arrival order)."""
+        """Return the first ``k`` tensors to arrive for ``tag`` (arrival order); sets :attr:`late` when this
+        worker's tensor came after them (it was not used)."""
+
+    def arrivals(self, tag: str) -> int:
+        """How many workers have reached ``gather_first(..., tag)`` so far (not collective)."""
 
     def barrier(self) -> None:
         """Block until every worker has reached this call."""
@@ -82,6 +87,7 @@ class ThreadCommunicator:
         self.rank = rank
         self.world_size = shared.world_size
         self.bytes_sent = 0
+        self.late = False
 
     @classmethod
     def group(cls, world_size: int, timeout: float = 60.0) -> list[ThreadCommunicator]:
@@ -163,7 +169,8 @@ class ThreadCommunicator:
         s = self._shared
         with s.cond:
             got = s.arrivals.setdefault(tag, [])
-            if len(got) < k:
+            self.late = len(got) >= k
+            if not self.late:
                 got.append(tensor.detach().clone())
                 self.bytes_sent += tensor.numel() * tensor.element_size()
                 s.cond.notify_all()
@@ -174,6 +181,10 @@ class ThreadCommunicator:
             if s.readers[tag] == self.world_size:
                 del s.arrivals[tag], s.readers[tag]
         return out
+
+    def arrivals(self, tag: str) -> int:
+        with self._shared.cond:
+            return len(self._shared.arrivals.get(tag, ()))
 
 
 def _tensor_bytes(tensor: torch.Tensor) -> bytes:
@@ -202,6 +213,7 @@ class TorchCommunicator:
         self.rank = dist.get_rank(group)
         self.world_size = dist.get_world_size(group)
         self.bytes_sent = 0
+        self.late = False
 
     def subgroup(self, ranks: list[int]) -> TorchCommunicator | None:
         """Collective on every rank: a communicator among ``ranks`` (``dist.new_group``); None elsewhere."""
@@ -253,7 +265,8 @@ class TorchCommunicator:
             raise RuntimeError("gather_first needs the rendezvous store")
         store = self._store
         order = store.add(f"{tag}/n", 1)
-        if order <= k:
+        self.late = order > k
+        if not self.late:
             store.set(f"{tag}/{order}", _tensor_bytes(tensor))
             self.bytes_sent += tensor.numel() * tensor.element_size()
         out = []
@@ -264,6 +277,11 @@ class TorchCommunicator:
             for key in [f"{tag}/n", f"{tag}/read"] + [f"{tag}/{i}" for i in range(1, k + 1)]:
                 store.delete_key(key)
         return out
+
+    def arrivals(self, tag: str) -> int:
+        if self._store is None:
+            raise RuntimeError("arrivals needs the rendezvous store")
+        return int(self._store.add(f"{tag}/n", 0))
 
 
 def connect_store(host: str, port: int, rank: int, world_size: int, timeout_s: float) -> torch.distributed.TCPStore:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import queue
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -42,7 +42,8 @@ def split_validation(shard: Shard, fraction: float, seed: int) -> tuple[Shard, S
     return Shard(shard.x[tr], shard.y[tr]), Shard(shard.x[va], shard.y[va])
 
 
-def epoch_batches(n: int, batch_size: int, steps: int, seed: int, rank: int, epoch: int) -> list[np.ndarray]:
+def epoch_batches(n: int, batch_size: int, steps: int, seed: int, rank: int, epoch: int,
+                  round_: int = 0) -> list[np.ndarray]:
     """Index arrays for one epoch: a seeded permutation, padded by resampling to ``steps`` full batches.
 
     Every worker takes the same number of steps (collectives need that), each of
@@ -52,14 +53,42 @@ def epoch_batches(n: int, batch_size: int, steps: int, seed: int, rank: int, epo
     and the model a run returns is the state right after its last steps (with
     asynchronous workers on digits, such a step cost a few points of test accuracy
     five times as often as a full one). When every worker's rows fit in one batch
-    (``steps == 1``), that batch is the shard as it is.
+    (``steps == 1``), that batch is the shard as it is. ``round_ >= 1`` draws a further
+    permutation of the same epoch (see :class:`BatchRounds`).
     """
-    rng = np.random.default_rng([seed, rank, epoch])
+    rng = np.random.default_rng([seed, rank, epoch] if round_ == 0 else [seed, rank, epoch, 2, round_])
     perm = rng.permutation(n)
     short = steps * batch_size - n
     if steps > 1 and short > 0:
         perm = np.concatenate([perm, rng.integers(0, n, short)])
     return [perm[i * batch_size:(i + 1) * batch_size] for i in range(steps)]
+
+
+class BatchRounds:
+    """An epoch's batches followed by further rounds, for workers that take unequal numbers of steps.
+
+    Round 0 is :func:`epoch_batches` of ``epoch``; round ``r >= 1`` is a fresh permutation of the
+    same rows (seeded apart from every epoch's), built when first indexed.
+    Where workers push asynchronously, a fast worker goes on into these rounds while a
+    straggler takes fewer steps, until the job's batches for the epoch are spent; ``rounds``
+    bounds the length (a worker alone would take every worker's share).
+    """
+
+    def __init__(self, n: int, batch_size: int, steps: int, seed: int, rank: int, epoch: int, rounds: int) -> None:
+        self._args, self.steps, self.rounds = (n, batch_size, steps, seed, rank), steps, max(1, rounds)
+        self._epoch = epoch
+        self._cached: tuple[int, list[np.ndarray]] | None = None
+
+    def __len__(self) -> int:
+        return self.steps * self.rounds
+
+    def __getitem__(self, i: int) -> np.ndarray:
+        if not 0 <= i < len(self):
+            raise IndexError(f"batch {i} of {len(self)}")
+        r = i // self.steps
+        if self._cached is None or self._cached[0] != r:
+            self._cached = (r, epoch_batches(*self._args, self._epoch, r))
+        return self._cached[1][i % self.steps]
 
 
 def batch_rng(seed: int, rank: int, epoch: int, batch: int) -> np.random.Generator:
@@ -71,12 +100,13 @@ def batch_rng(seed: int, rank: int, epoch: int, batch: int) -> np.random.Generat
     return np.random.default_rng([seed, rank, epoch, 1, batch])
 
 
-def iterate(x: torch.Tensor, y: torch.Tensor, batches: list[np.ndarray], augment: Augment | None,
+def iterate(x: torch.Tensor, y: torch.Tensor, batches: Sequence[np.ndarray], augment: Augment | None,
             rng_of: Callable[[int], np.random.Generator], prefetch: bool,
             start: int = 0) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
     """Yield ``(xb, yb)`` for ``batches[start:]``; batch ``i`` is augmented with ``rng_of(i)``.
 
-    With ``prefetch`` the next batch is built in a thread meanwhile.
+    With ``prefetch`` the next batch is built in a thread meanwhile; a consumer that stops early
+    (closes the generator) also stops the thread.
     """
     def make(i: int) -> tuple[torch.Tensor, torch.Tensor]:
         t = torch.from_numpy(batches[i])
@@ -111,3 +141,8 @@ def iterate(x: torch.Tensor, y: torch.Tensor, batches: list[np.ndarray], augment
             yield item
     finally:
         stop.set()
+        while thread.is_alive():  # a producer blocked on the full queue sees ``stop`` once it can put
+            try:
+                q.get(timeout=0.05)
+            except queue.Empty:
+                pass

@@ -11,7 +11,7 @@ from __future__ import annotations
 import io
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from irbis.train import checkpoint as ckpt
-from irbis.train.data import Augment, Shard, batch_rng, drop_nonfinite, epoch_batches, iterate, split_validation
+from irbis.train.data import Augment, BatchRounds, Shard, batch_rng, drop_nonfinite, epoch_batches, iterate, split_validation
 from irbis.train.health import NAN_POLICIES, LossWatch, growth_warning, non_finite_error
 from irbis.train.networks import build_network
 from irbis.train.optim import LossFn, lr_at, make_loss, make_optimizer, set_lr
@@ -66,7 +66,10 @@ class TrainSpec:
 
 @dataclass
 class WorkerResult:
-    """What a worker hands back: rank 0 carries the final weights."""
+    """What a worker hands back: rank 0 carries the final weights. ``info["steps"]`` counts the worker's steps
+    (unequal where the strategy lets workers run free, see :meth:`~irbis.train.strategy.Strategy.job_steps`),
+    ``info["computedSteps"]`` those it computed a gradient for (see
+    :meth:`~irbis.train.strategy.Strategy.step_decided`)."""
 
     rank: int
     history: list[dict[str, Any]]
@@ -90,6 +93,7 @@ class _Run:
     report: Report | None = None
     skipped: int = 0
     watch: LossWatch | None = None
+    computed: int = 0  # steps this worker computed a gradient for (see Strategy.step_decided)
 
 
 def _tensors(shard: Shard, spec: TrainSpec, loss: str | LossFn) -> tuple[torch.Tensor, torch.Tensor]:
@@ -165,24 +169,41 @@ def _run_epoch(run: _Run, epoch: int, start: int, sums: torch.Tensor) -> tuple[t
     """Train one epoch from batch ``start``; ``sums`` = [loss·n, n] so far; also rows done now."""
     spec, ctx, dopt = run.spec, run.ctx, run.dopt
     x, y = run.train
-    batches = epoch_batches(len(y), spec.batch_size, run.steps_per_epoch, spec.seed, ctx.rank, epoch)
+    cuts = bool(spec.checkpoint_dir and spec.checkpoint_every)  # mid-epoch cuts need every worker at one step
+    free = not cuts and dopt.strategy.job_steps() is not None
+    if free:  # the job's steps for the epoch, shared out by speed (see Strategy.job_steps)
+        batches: Sequence[np.ndarray] = BatchRounds(len(y), spec.batch_size, run.steps_per_epoch, spec.seed,
+                                                    ctx.rank, epoch, ctx.world_size)
+        target = (epoch + 1) * run.steps_per_epoch * ctx.world_size
+    else:
+        batches = epoch_batches(len(y), spec.batch_size, run.steps_per_epoch, spec.seed, ctx.rank, epoch)
     rng_of = partial(batch_rng, spec.seed, ctx.rank, epoch)
     every = max(1, run.steps_per_epoch // PROGRESS_UPDATES)
     loss_sum, done = torch.zeros((), device=spec.device), 0
     run.watch = LossWatch(spec.device)
-    for i, (xb, yb) in enumerate(iterate(x, y, batches, spec.augment, rng_of, spec.prefetch, start), start + 1):
-        dopt.zero_grad()
-        loss = run.loss_fn(run.model(xb), yb)
-        loss.backward()
-        dopt.step()
-        run.watch.see(i, loss.detach())
-        loss_sum.add_(loss.detach(), alpha=len(yb))  # in place: no tensor allocated per step
-        done += len(yb)
-        if spec.checkpoint_dir and spec.checkpoint_every and dopt.steps % spec.checkpoint_every == 0:
-            _checkpoint(run, epoch, i, sums + torch.tensor([float(loss_sum), done], dtype=torch.float64))
-        if run.report is not None and i % every == 0 and i < run.steps_per_epoch:
-            run.report({"epoch": epoch + 1, "step": i, "stepsPerEpoch": run.steps_per_epoch,
-                        "loss": float(loss_sum) / max(done, 1)})
+    stream = iterate(x, y, batches, spec.augment, rng_of, spec.prefetch, start)
+    try:
+        for i, (xb, yb) in enumerate(stream, start + 1):
+            dopt.zero_grad()
+            computed = not dopt.step_decided()  # else faster workers made this step: take it as it is
+            if computed:
+                loss = run.loss_fn(run.model(xb), yb)
+                loss.backward()
+            dopt.step()
+            if computed:
+                run.watch.see(i, loss.detach())
+                loss_sum.add_(loss.detach(), alpha=len(yb))  # in place: no tensor allocated per step
+                done += len(yb)
+                run.computed += 1
+            if cuts and dopt.steps % spec.checkpoint_every == 0:
+                _checkpoint(run, epoch, i, sums + torch.tensor([float(loss_sum), done], dtype=torch.float64))
+            if run.report is not None and i % every == 0 and i < run.steps_per_epoch:
+                run.report({"epoch": epoch + 1, "step": i, "stepsPerEpoch": run.steps_per_epoch,
+                            "loss": float(loss_sum) / max(done, 1)})
+            if free and dopt.strategy.job_steps() >= target:
+                break
+    finally:
+        stream.close()
     sums[0] += loss_sum.cpu()
     sums[1] += done
     return sums, done
@@ -268,4 +289,5 @@ def train_worker(spec: TrainSpec, shard: Shard, ctx: WorkerContext, report: Repo
         torch.save({k: v.detach().cpu().clone() for k, v in run.model.state_dict().items()}, buf)
         state = buf.getvalue()
     return WorkerResult(ctx.rank, run.history, state, loop_seconds,
-                        None if resume is None else int(resume["optimizer"]["steps"]))
+                        None if resume is None else int(resume["optimizer"]["steps"]),
+                        {"steps": run.dopt.steps, "computedSteps": run.computed})

@@ -115,9 +115,26 @@ class Strategy(ABC):
     def after_step(self, flat: FlatParams, ctx: WorkerContext, step: int) -> None:
         """Run after ``optimizer.step()``; ``step`` counts from 1."""
 
+    def step_decided(self, ctx: WorkerContext, step: int) -> bool:
+        """True where faster workers already made step ``step``'s update without this worker, which would
+        compute a gradient only to have it dropped: the loop then takes the step without computing one.
+        False by default."""
+        return False
+
     def update(self, flat: FlatParams, ctx: WorkerContext, step: int, lr: float) -> None:
         """Apply the gradient in ``flat.grads`` to ``flat.weights`` (only when :attr:`owns_update`)."""
         raise NotImplementedError(f"{type(self).__name__} does not own the update")
+
+    def job_steps(self) -> int | None:
+        """Steps all workers took together, as far as this worker knows; None (the default) where every
+        worker must take the same steps (a collective per step).
+
+        A strategy whose workers never wait for each other returns a count, and the loop then lets
+        each worker take batches until the job's share of the epoch (steps per epoch times workers)
+        is spent: a fast worker takes more steps, a straggler fewer, and nobody waits for the slowest
+        worker's fixed share at the epoch's end.
+        """
+        return None
 
     def finalize(self, flat: FlatParams, ctx: WorkerContext) -> None:
         """Make the replicas agree at the end of training."""
@@ -198,6 +215,10 @@ class DistributedOptimizer:
             self.strategy.after_step(self.flat, self.ctx, self.steps)
         if self.slowdown > 1.0:
             self._last_step = time.perf_counter()
+
+    def step_decided(self) -> bool:
+        """Whether the next step's update is already made without this worker (see :meth:`Strategy.step_decided`)."""
+        return self.strategy.step_decided(self.ctx, self.steps + 1)
 
     def _straggle(self) -> None:
         if self.slowdown > 1.0 and self._last_step is not None:

@@ -48,7 +48,7 @@ import numpy as np
 import torch
 
 from irbis.train.ps.local import LocalClient, LocalHub
-from irbis.train.ps.rules import split_shards
+from irbis.train.ps.rules import default_shards, split_shards
 from irbis.train.ps.shard import STALENESS_BINS, ShardState
 
 SECRET_BYTES = 32
@@ -171,11 +171,12 @@ def start(weights: np.ndarray, sizes: list[int], ctx: Any, num_shards: int, **sh
     """Collective: start the shards (co-located, or on the dedicated servers) and connect this worker to them.
 
     ``weights`` is this worker's flat weight buffer as float32 numpy (identical on every worker);
-    ``num_shards`` 0 means one shard per worker (capped at the number of weights). With dedicated servers
+    ``num_shards`` 0 means one shard per worker, none smaller than
+    :data:`~irbis.train.ps.rules.MIN_SHARD_WEIGHTS` when co-located. With dedicated servers
     (``ctx.servers`` set) the servers run :func:`irbis.train.ps.dedicated.serve` at the same time.
     """
     if ctx.servers is None:
-        layout = Layout(ctx.comm, ctx.world_size, num_shards or min(ctx.world_size, int(sum(sizes))))
+        layout = Layout(ctx.comm, ctx.world_size, num_shards or default_shards(int(sum(sizes)), ctx.world_size))
     else:
         layout = Layout(ctx.servers, ctx.world_size, num_shards or ctx.world_size, dedicated=True)
         ctx.servers.broadcast(torch.from_numpy(weights), src=0)  # the servers' starting weights

@@ -77,6 +77,9 @@ class LocalHub:
 class LocalClient:
     """One worker's view of a :class:`LocalHub`, with :class:`~irbis.train.ps.transport.PSClient`'s methods."""
 
+    #: Requests take turns in rank order, so every worker takes the same number of steps.
+    free_running = False
+
     def __init__(self, hub: LocalHub, worker: int) -> None:
         self.hub, self.worker, self.ranges = hub, worker, hub.ranges
         self.versions = [0] * len(hub.shards)

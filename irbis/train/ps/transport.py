@@ -162,6 +162,9 @@ class PSClient:
         How long a reply may take (a group push waits for its slowest member).
     """
 
+    #: Workers push whenever they are ready; none waits for another's turn.
+    free_running = True
+
     def __init__(self, addresses: Sequence[str], ranges: Sequence[tuple[int, int]], secret: bytes, worker: int,
                  timeout_s: float = 600.0) -> None:
         self.ranges, self.secret, self.worker, self.timeout_ms = list(ranges), secret, worker, int(timeout_s * 1000)

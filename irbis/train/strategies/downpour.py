@@ -87,7 +87,8 @@ class Downpour(Strategy):
     serverOptimizer : str, default "adagrad"
         The shards' rule: "sgd", "momentum" or "adagrad".
     numShards : int, default 0
-        Shards of the weight buffer (0: one per worker).
+        Shards of the weight buffer. 0: one per worker; co-located, none smaller than
+        :data:`~irbis.train.ps.rules.MIN_SHARD_WEIGHTS` weights (a small network gets fewer).
     placement : str, default "colocated"
         Where the shards run: "colocated" (shard k on worker k mod N) or "dedicated" (one extra
         barrier task per shard, which trains nothing).
@@ -150,6 +151,15 @@ class Downpour(Strategy):
         elif fetch:
             client.pull(flat.weights.numpy())
         self.state.lr, self.state.step = lr, step
+
+    def job_steps(self) -> int | None:
+        """Shard 0's version as of this worker's last reply, times ``pushEvery``: every push reaches every
+        shard and is one version. None in groups (``mixed``: a group's members reduce together at every
+        step) and where the client's requests take turns in rank order (workers as threads)."""
+        server = self.state.server
+        if server is None or getattr(self, "groupSize", 1) > 1 or not server.client.free_running:
+            return None
+        return server.client.versions[0] * self.pushEvery
 
     def summary(self, ctx: WorkerContext) -> dict[str, Any]:
         if self.state.server is None:

@@ -17,7 +17,10 @@ where :math:`A_k` are the first ``k`` arrivals. Arrival order comes from an
 atomic counter in the rendezvous store; only the first ``N - b`` workers
 upload, and a straggler that arrives later reads the same ``N - b`` gradients
 and applies the same update, so the replicas stay identical while the fast
-workers never wait for it. The exchange goes through the store (rank 0's
+workers never wait for it. A worker that came late then checks, before
+computing its next gradient, whether that step is already decided; if it is,
+it takes the step without computing (its gradient would be dropped), so a
+straggler catches up rather than falling further behind. The exchange goes through the store (rank 0's
 host), not a ring all-reduce, so use backup workers when stragglers cost more
 than that detour.
 """
@@ -34,7 +37,9 @@ from irbis.train.strategy import FlatParams, Strategy, WorkerContext
 
 @dataclass
 class State:
-    """SyncSGD keeps no state between steps."""
+    """Whether this worker's last gradient came too late to be used (backup workers only)."""
+
+    late: bool = False
 
 
 def mean_of(parts: list[torch.Tensor]) -> torch.Tensor:
@@ -83,4 +88,12 @@ class SyncSGD(Strategy):
             return
         k = ctx.world_size - self.backupWorkers
         parts = ctx.comm.gather_first(flat.grads, k, tag=f"sync/{step}")
+        self.state.late = ctx.comm.late
         flat.grads.copy_(mean_of(parts))
+
+    def step_decided(self, ctx: WorkerContext, step: int) -> bool:
+        """A worker whose last gradient came too late asks whether ``step``'s first ``N - b`` have arrived
+        too: if so it takes the step without computing, and so catches up instead of lagging further."""
+        if not (self.backupWorkers and self.state.late):
+            return False
+        return ctx.comm.arrivals(f"sync/{step}") >= ctx.world_size - self.backupWorkers

@@ -8,10 +8,10 @@ import pytest
 import torch
 from sklearn.datasets import load_digits
 
-from irbis.train.backends.local import run_threads, shard_rows
+from irbis.train.backends.local import run_processes, run_threads, shard_rows
 from irbis.train.loop import TrainSpec
 from irbis.train.networks import network_spec
-from irbis.train.ps.rules import SERVER_OPTIMIZERS, delay_compensate, split_shards
+from irbis.train.ps.rules import MIN_SHARD_WEIGHTS, SERVER_OPTIMIZERS, default_shards, delay_compensate, split_shards
 from irbis.train.ps.shard import APPLIED, PENDING, REJECTED, REPLAYED, ShardState
 from irbis.train.ps.transport import PSClient, ShardServer
 from irbis.train.strategies import make_strategy
@@ -26,6 +26,13 @@ def test_split_shards_is_balanced_contiguous_and_refuses_more_shards_than_weight
     assert max(h - lo for lo, h in ranges) - min(h - lo for lo, h in ranges) <= 1
     with pytest.raises(ValueError, match="numShards=21 is more than the model's 20 parameters"):
         split_shards([10, 3, 7], 21)
+
+
+def test_default_shards_are_one_per_worker_but_none_below_the_minimum_size():
+    assert default_shards(9_610, 4) == 1  # digits' MLP: one message per step, not four small ones
+    assert default_shards(3 * MIN_SHARD_WEIGHTS, 8) == 3
+    assert default_shards(25_000_000, 8) == 8
+    assert default_shards(10, 1) == 1
 
 
 def test_delay_compensation_formula_and_lambda_zero_is_identity():
@@ -169,6 +176,48 @@ def test_the_straggler_hook_slows_a_worker_without_changing_the_math(digits):
         run_threads(spec("sync", epochs=1, slow_workers={0: 0.5}), shard_rows(x, y, 2))
 
 
+def test_free_running_workers_share_each_epoch_by_speed_and_nobody_waits_for_the_straggler(digits):
+    # real processes over ZeroMQ: rank 0 sleeps 5x its compute every step, rank 1 goes on into fresh
+    # permutations of its rows until the job's steps for the epoch (2 x 15) are spent
+    x, y = digits
+    epochs, steps = 3, -(-240 // 16)
+    res = run_processes(spec("downpour", {"serverOptimizer": "sgd"}, epochs=epochs, learning_rate=0.1,
+                             slow_workers={0: 6.0}, torch_threads=1), shard_rows(x, y, 2))
+    slow, fast = res[0].info["steps"], res[1].info["steps"]
+    assert slow < steps * epochs < fast
+    assert epochs * steps * 2 <= slow + fast <= epochs * (steps * 2 + 1)  # at most one step past each target
+    hist = res[0].history
+    assert sum(h["psUpdates"]["applied"] for h in hist) == slow + fast
+    assert hist[-1]["accuracy"] > 0.5  # it learns (chance: 0.1) from 90 steps
+
+
+def test_a_late_backup_worker_catches_up_by_taking_decided_steps_without_computing(digits):
+    # threads: rank 0 sleeps 8x its compute; with one backup worker the other two never wait for it,
+    # and it skips the steps they already made instead of computing gradients that would be dropped
+    x, y = digits
+    res = run_threads(spec("sync", {"backupWorkers": 1}, epochs=2, slow_workers={0: 8.0}), shard_rows(x, y, 3))
+    steps = 2 * -(-160 // 16)
+    assert all(r.info["steps"] == steps for r in res)  # every replica takes every step
+    assert res[0].info["computedSteps"] < steps and all(r.info["computedSteps"] == steps for r in res[1:])
+    a = final(res)
+    assert all(torch.isfinite(v).all() for v in a.values()) and res[0].history[-1]["loss"] < res[0].history[0]["loss"]
+    plain = run_threads(spec("sync", epochs=1), shard_rows(x, y, 3))
+    assert all(r.info["computedSteps"] == r.info["steps"] for r in plain)
+
+
+def test_batch_rounds_continue_an_epoch_with_fresh_permutations():
+    from irbis.train.data import BatchRounds, epoch_batches
+
+    rounds = BatchRounds(40, 16, 3, seed=0, rank=1, epoch=2, rounds=3)
+    assert len(rounds) == 9
+    first = epoch_batches(40, 16, 3, 0, 1, 2)
+    assert all(np.array_equal(rounds[i], first[i]) for i in range(3))  # round 0 is the epoch itself
+    later = np.concatenate([rounds[i] for i in range(3, 6)])
+    assert sorted(set(later.tolist())) == list(range(40)) and not np.array_equal(later, np.concatenate(first))
+    with pytest.raises(IndexError):
+        rounds[9]
+
+
 def test_dcasgd_with_lambda_zero_is_downpour_on_the_same_schedule(digits):
     x, y = digits
     common = {"serverOptimizer": "sgd", "numShards": 2}
@@ -240,7 +289,7 @@ def test_a_crash_mid_epoch_resumes_from_the_saved_shards_losing_no_update(digits
         assert c["pushed"] == c["applied"] * group + c["rejected"] + c["replayed"] and c["rejected"] == 0
 
 
-@pytest.mark.parametrize("name, options", [("downpour", {"numShards": 2}), ("mixed", {"groupSize": 2})])
+@pytest.mark.parametrize("name, options", [("downpour", {"numShards": 2}), ("mixed", {"groupSize": 2, "numShards": 2})])
 def test_dedicated_servers_train_exactly_as_colocated_shards_on_the_lockstep_schedule(digits, name, options):
     x, y = digits
     co = run_threads(spec(name, options, epochs=4), shard_rows(x, y, 2))

@@ -2,15 +2,20 @@
 
 Workers are spawned processes joined by gloo, the parameter-server shards co-located in them (or on dedicated server processes) and
 reached over the ZeroMQ transport (:func:`irbis.train.backends.local.run_processes`), so staleness
-is real even where 4 or 8 workers share this machine's cores. Every run sees the same samples
-(equal epochs over the same rows) and reports:
+is real even where 4 or 8 workers share this machine's cores. Every run takes the same number of
+batches (equal epochs over the same rows; asynchronous workers share each epoch's batches by speed)
+and reports:
 
-* test accuracy after those samples, and loop samples/s;
+* test accuracy after those samples, and loop samples/s: the samples whose gradient reached the model
+  (with ``backupWorkers=1`` each step uses ``N - 1`` of the ``N`` batches) over the slowest worker's
+  loop time;
 * time to a target training loss (the first epoch whose mean loss is at or below it);
 * the staleness distribution of the server updates (mean, 90th percentile, max);
 * a straggler scenario: 4 workers, rank 0 slowed 3x (a sleep of twice its compute time each step,
   the estimator's internal ``_slow_workers`` hook), for ``sync``, ``sync`` with ``backupWorkers=1``,
-  ``downpour`` and ``dcasgd``;
+  ``downpour`` and ``dcasgd``. An epoch of the asynchronous strategies is the job's share of steps,
+  taken by whichever worker is free (the straggler takes fewer); a late backup worker skips the
+  steps already made without it;
 * accuracy under staleness: 8 workers, ``sync`` / ``downpour`` / ``dcasgd``, over several seeds.
 
 Workloads: scikit-learn digits (1437 train / 360 test, stratified, random_state=0), inputs X/16, with
@@ -109,8 +114,18 @@ def train(arch: str, options: dict, shape: list[int], data: tuple, epochs: int, 
     reached = [t for h, t in zip(hist, elapsed) if h["loss"] <= TARGET_LOSS]
     stale = np.sum([h["staleness"]["histogram"] for h in hist if h.get("staleness", {}).get("updates")], axis=0)
     return {"strategy": strategy + ("" if not sopts else f" {sopts}"), "workers": workers, "lr": lr,
-            "acc": accuracy(module, xte, yte, shape), "loop": epochs * len(ytr) / loop, "wall": wall,
+            "acc": accuracy(module, xte, yte, shape), "loop": used_samples(results[:workers], strategy, sopts, spec) / loop,
+            "wall": wall,
             "toTarget": reached[0] if reached else float("nan"), "loss": hist[-1]["loss"], "stale": stale}
+
+
+def used_samples(results: list, strategy: str, sopts: dict, spec: object) -> int:
+    """Samples whose gradient reached the model: every worker's steps (asynchronous workers take unequal
+    numbers), and for ``sync`` the steps times the ``N - backupWorkers`` gradients each step uses."""
+    steps = [r.info["steps"] for r in results]
+    if strategy == "sync":
+        return steps[0] * (len(results) - sopts.get("backupWorkers", 0)) * spec.batch_size
+    return sum(steps) * spec.batch_size
 
 
 def _sparktorch_sgd(params: object, lr: float) -> torch.optim.Optimizer:

@@ -54,7 +54,13 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
-SPARK_CONF = {"spark.ui.enabled": "false", "spark.sql.files.maxPartitionBytes": str(32 << 20)}
+#: ``openCostInBytes``: Spark counts every file as this many bytes more when it packs files into
+#: partitions (4 MiB by default, an HDFS file open); at that cost 192 JPEGs of ~60 KiB became 24 tasks
+#: of 8 files, and each Python task costs about 35 ms before any work (a UDF that returns a constant took
+#: 1.0 s on 24 tasks, 0.2 s on 2). At 64 KiB (about one JPEG) Spark splits the real bytes evenly over
+#: the cores, as a job over many files of ordinary size gets by default.
+SPARK_CONF = {"spark.ui.enabled": "false", "spark.sql.files.maxPartitionBytes": str(32 << 20),
+              "spark.sql.files.openCostInBytes": str(64 << 10)}
 
 
 def write_jpegs(folder: Path, n: int) -> None:

@@ -27,6 +27,7 @@ from irbis.ml.calibration import HasCalibrationSample
 from irbis.ml.params import (HasDevice, HasEngine, HasMiniBatchSize, HasOutputLayer, HasPrecision,
                               at_least, checked, in_registry, table_mixin)
 from irbis.ml.synapseml import ImageFeaturizerNames
+from irbis.ml.torch_model import export_ahead_of_job
 from irbis.models import MODELS, get_entry, module_names
 
 __all__ = ["ImageFeaturizer"]
@@ -240,6 +241,17 @@ class ImageFeaturizer(ImageFeaturizerNames, IrbisTransformer, _ColumnSetters, Ha
         if not (is_image or isinstance(found, BinaryType)):
             raise TypeError(f"ImageFeaturizer: input column {self.getInputCol()!r} must be an image "
                             f"struct or binary (encoded files), found {found.simpleString()}")
+
+    def _transform_spark(self, df: DataFrame) -> DataFrame:
+        from irbis.kernels.inference import resolve_source
+
+        out = super()._transform_spark(df)
+        pairs = self.layer_columns()
+        layer = tuple(name for name, _ in pairs) if self.getOutputLayers() else pairs[0][0] or None
+        export_ahead_of_job(df, resolve_source(self.getOrDefault(self.modelPath) or self.getModel()),
+                            list(get_entry(self.getModel()).input_shape), output_layer=layer, device=self.getDevice(),
+                            precision=self.getPrecision(), engine=self.getEngine())
+        return out
 
     def _make_batch_fn(self) -> BatchFn:
         from irbis.kernels.inference import make_torch_predict_fn, resolve_source, task_threads

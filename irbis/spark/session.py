@@ -134,6 +134,13 @@ def is_connect(session: Any) -> bool:
     return type(session).__module__.startswith("pyspark.sql.connect")
 
 
+def shares_machine(session: Any) -> bool:
+    """Whether the driver and the Python workers of ``session`` run on this machine and see its files: a
+    classic session on a local master (``local``, ``local[N]``, ``local-cluster[...]``)."""
+    session = getattr(session, "sparkSession", session)
+    return not is_connect(session) and session.sparkContext.master.startswith("local")
+
+
 def require_classic(session: Any, feature: str, what: str) -> None:
     """Raise :class:`ClassicOnlyError` naming ``feature`` when ``session`` is a Connect session.
 

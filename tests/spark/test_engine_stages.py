@@ -231,3 +231,25 @@ def test_static_int8_stage_persists_its_calibration_and_equals_the_kernel(spark,
     np.testing.assert_allclose(got, kernel, rtol=1e-5, atol=1e-5)
     with torch.no_grad():
         assert not np.allclose(got, net(torch.from_numpy(digits)).numpy(), atol=1e-6)  # quantised, not fp32
+
+
+@pytest.mark.spark
+def test_a_local_session_starts_the_export_on_the_driver_ahead_of_the_job(spark, digits, monkeypatch):
+    import irbis.ml.torch_model as torch_model
+    from irbis.spark.session import is_connect
+
+    calls = []
+    monkeypatch.setattr(torch_model, "export_ahead", lambda source, shape, **kw: calls.append((shape, kw)))
+    torch.manual_seed(2)
+    net = build_model("mlp", **OPTIONS).eval()
+    df = spark.createDataFrame([(x.tolist(),) for x in digits[:4]], "x array<float>")
+    TorchModel.from_module(net, architecture="mlp", options=OPTIONS, inputCol="x", outputCol="y",
+                           inputShape=[64], outputLayer="0", engine="onnxruntime").transform(df)
+    photos = spark.createDataFrame([(b"not a jpeg",)], "content binary")
+    ImageFeaturizer(inputCol="content", outputCol="f", cutOutputLayers=1).transform(photos)
+    if is_connect(spark):  # the driver is not where the workers are: nothing is exported ahead
+        assert calls == []
+        return
+    (shape, kw), (image_shape, image_kw) = calls
+    assert shape == [64] and kw["output_layer"] == "0" and kw["engine"] == "onnxruntime"
+    assert image_shape == [3, 224, 224] and image_kw["output_layer"] and image_kw["engine"] == "auto"

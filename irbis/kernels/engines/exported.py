@@ -77,6 +77,11 @@ class Chain:
         raise AssertionError("unreachable: the last engine raises")
 
 
+def export_key(identity: str, layer: str | tuple[str, ...] | None, shape: tuple[int, ...]) -> str:
+    """The cache key of a network's ONNX export: its identity, the layer(s) it is cut at and the row shape."""
+    return hashlib.sha256(json.dumps([identity, layer or "", [int(d) for d in shape]]).encode()).hexdigest()[:24]
+
+
 class ExportedNetwork:
     """A network exported to ONNX (cut at its layer, or with one output per layer of a tuple of them) and
     run by an engine, compiled per input shape.
@@ -106,7 +111,7 @@ class ExportedNetwork:
 
     def _runner(self, shape: tuple[int, ...]) -> Runner:
         if shape not in self.runners:
-            key = hashlib.sha256(json.dumps([self.identity, self.layer or "", shape]).encode()).hexdigest()[:24]
+            key = export_key(self.identity, self.layer, shape)
             path = onnx_path(key)
             if not path.exists():  # written atomically, so an existing file is whole
                 from irbis.kernels.engines.export import export_onnx

@@ -243,25 +243,31 @@ class ImageFeaturizer(ImageFeaturizerNames, IrbisTransformer, _ColumnSetters, Ha
                             f"struct or binary (encoded files), found {found.simpleString()}")
 
     def _transform_spark(self, df: DataFrame) -> DataFrame:
-        from irbis.kernels.inference import resolve_source
-
         out = super()._transform_spark(df)
-        pairs = self.layer_columns()
-        layer = tuple(name for name, _ in pairs) if self.getOutputLayers() else pairs[0][0] or None
-        export_ahead_of_job(df, resolve_source(self.getOrDefault(self.modelPath) or self.getModel()),
-                            list(get_entry(self.getModel()).input_shape), output_layer=layer, device=self.getDevice(),
+        export_ahead_of_job(df, self._source(), list(get_entry(self.getModel()).input_shape),
+                            output_layer=self._network_layer(), device=self.getDevice(),
                             precision=self.getPrecision(), engine=self.getEngine())
         return out
 
+    def _source(self) -> dict[str, Any]:
+        """The network's source: ``modelPath`` when set, else the repository model ``model``."""
+        from irbis.kernels.inference import resolve_source
+
+        return resolve_source(self.getOrDefault(self.modelPath) or self.getModel())
+
+    def _network_layer(self) -> str | tuple[str, ...] | None:
+        """The layer the network is read at: the whole set of ``outputLayers``, or the one layer (None: the output)."""
+        pairs = self.layer_columns()
+        return tuple(layer for layer, _ in pairs) if self.getOutputLayers() else pairs[0][0] or None
+
     def _make_batch_fn(self) -> BatchFn:
-        from irbis.kernels.inference import make_torch_predict_fn, resolve_source, task_threads
+        from irbis.kernels.inference import make_torch_predict_fn, task_threads
         from irbis.spark.resources import with_task_threads
 
-        source = resolve_source(self.getOrDefault(self.modelPath) or self.getModel())
+        source = self._source()
         pairs, several = self.layer_columns(), bool(self.getOutputLayers())
-        options = dict(output_layer=tuple(layer for layer, _ in pairs) if several else pairs[0][0] or None,
-                       batch_size=self.getMiniBatchSize(), device=self.getDevice(), precision=self.getPrecision(),
-                       engine=self.getEngine(), calibration_data=self.getCalibrationData())
+        options = dict(output_layer=self._network_layer(), batch_size=self.getMiniBatchSize(), device=self.getDevice(),
+                       precision=self.getPrecision(), engine=self.getEngine(), calibration_data=self.getCalibrationData())
         col, err_col = self.getInputCol(), self.getErrorCol()
         convert = self._converter()
         predictors: dict[int, BatchFn] = {}  # by thread count: made once, not per batch (a server's path)

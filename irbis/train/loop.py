@@ -20,7 +20,8 @@ import numpy as np
 import torch
 
 from irbis.train import checkpoint as ckpt
-from irbis.train.data import Augment, BatchRounds, Shard, batch_rng, drop_nonfinite, epoch_batches, iterate, split_validation
+from irbis.train.data import (Augment, BatchRounds, Shard, batch_rng, drop_nonfinite, epoch_batches, iterate,
+                              split_validation)
 from irbis.train.health import NAN_POLICIES, LossWatch, growth_warning, non_finite_error
 from irbis.train.networks import build_network
 from irbis.train.optim import LossFn, lr_at, make_loss, make_optimizer, set_lr

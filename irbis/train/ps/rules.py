@@ -102,4 +102,5 @@ def split_shards(sizes: list[int], k: int) -> list[tuple[int, int]]:
     return [(bounds[i], bounds[i + 1]) for i in range(k)]
 
 
-__all__ = ["MIN_SHARD_WEIGHTS", "SERVER_OPTIMIZERS", "default_shards", "delay_compensate", "split_shards", "sgd", "momentum", "adagrad"]
+__all__ = ["MIN_SHARD_WEIGHTS", "SERVER_OPTIMIZERS", "default_shards", "delay_compensate", "split_shards", "sgd",
+           "momentum", "adagrad"]

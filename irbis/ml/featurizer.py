@@ -245,8 +245,7 @@ class ImageFeaturizer(ImageFeaturizerNames, IrbisTransformer, _ColumnSetters, Ha
     def _transform_spark(self, df: DataFrame) -> DataFrame:
         out = super()._transform_spark(df)
         export_ahead_of_job(df, self._source(), list(get_entry(self.getModel()).input_shape),
-                            output_layer=self._network_layer(), device=self.getDevice(),
-                            precision=self.getPrecision(), engine=self.getEngine())
+                            **self._network_options())
         return out
 
     def _source(self) -> dict[str, Any]:
@@ -255,10 +254,12 @@ class ImageFeaturizer(ImageFeaturizerNames, IrbisTransformer, _ColumnSetters, Ha
 
         return resolve_source(self.getOrDefault(self.modelPath) or self.getModel())
 
-    def _network_layer(self) -> str | tuple[str, ...] | None:
-        """The layer the network is read at: the whole set of ``outputLayers``, or the one layer (None: the output)."""
+    def _network_options(self) -> dict[str, Any]:
+        """How the network is run (the options the workers and the export ahead share); it is read at the
+        whole set of ``outputLayers``, or at the one layer (None: its output)."""
         pairs = self.layer_columns()
-        return tuple(layer for layer, _ in pairs) if self.getOutputLayers() else pairs[0][0] or None
+        layer = tuple(name for name, _ in pairs) if self.getOutputLayers() else pairs[0][0] or None
+        return dict(output_layer=layer, device=self.getDevice(), precision=self.getPrecision(), engine=self.getEngine())
 
     def _make_batch_fn(self) -> BatchFn:
         from irbis.kernels.inference import make_torch_predict_fn, task_threads
@@ -266,8 +267,8 @@ class ImageFeaturizer(ImageFeaturizerNames, IrbisTransformer, _ColumnSetters, Ha
 
         source = self._source()
         pairs, several = self.layer_columns(), bool(self.getOutputLayers())
-        options = dict(output_layer=self._network_layer(), batch_size=self.getMiniBatchSize(), device=self.getDevice(),
-                       precision=self.getPrecision(), engine=self.getEngine(), calibration_data=self.getCalibrationData())
+        options = dict(self._network_options(), batch_size=self.getMiniBatchSize(),
+                       calibration_data=self.getCalibrationData())
         col, err_col = self.getInputCol(), self.getErrorCol()
         convert = self._converter()
         predictors: dict[int, BatchFn] = {}  # by thread count: made once, not per batch (a server's path)

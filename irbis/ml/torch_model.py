@@ -222,11 +222,13 @@ class TorchModel(_NetworkStageParams, HasPrecision, HasCalibrationSample, HasEng
 
     def _transform_spark(self, df: DataFrame) -> DataFrame:
         out = super()._transform_spark(df)
-        export_ahead_of_job(df, resolve_source(self.getModelPath()), self._row_shape(),
-                            output_layer=self.getOutputLayer() or None, device=self.getDevice(),
-                            precision=self.getPrecision(), engine=self.getEngine(),
-                            allow_pickle=self.getOrDefault(self.allowPickle))
+        export_ahead_of_job(df, resolve_source(self.getModelPath()), self._row_shape(), **self._network_options())
         return out
+
+    def _network_options(self) -> dict[str, Any]:
+        """How the network is loaded and run (the options the workers and the export ahead share)."""
+        return dict(output_layer=self.getOutputLayer() or None, device=self.getDevice(), precision=self.getPrecision(),
+                    engine=self.getEngine(), allow_pickle=self.getOrDefault(self.allowPickle))
 
     def _make_batch_fn(self) -> BatchFn:
         # The function runs in the Python workers: it refers to nothing of this module (whose import
@@ -236,9 +238,7 @@ class TorchModel(_NetworkStageParams, HasPrecision, HasCalibrationSample, HasEng
         shipped = ship_file(source["path"]) if "path" in source else None
         shape, convert = self._row_shape(), self._converter()
         col, out_col, stage = self.getInputCol(), self.getOutputCol(), type(self).__name__
-        options = dict(output_layer=self.getOutputLayer() or None, batch_size=self.getMiniBatchSize(),
-                       device=self.getDevice(), precision=self.getPrecision(),
-                       allow_pickle=self.getOrDefault(self.allowPickle), engine=self.getEngine(),
+        options = dict(self._network_options(), batch_size=self.getMiniBatchSize(),
                        calibration_data=self.getCalibrationData())
 
         def run(blocks: dict[str, Any]) -> dict[str, Any]:

@@ -75,8 +75,7 @@ class BatchRounds:
     """
 
     def __init__(self, n: int, batch_size: int, steps: int, seed: int, rank: int, epoch: int, rounds: int) -> None:
-        self._args, self.steps, self.rounds = (n, batch_size, steps, seed, rank), steps, max(1, rounds)
-        self._epoch = epoch
+        self._args, self.steps, self.rounds = (n, batch_size, steps, seed, rank, epoch), steps, max(1, rounds)
         self._cached: tuple[int, list[np.ndarray]] | None = None
 
     def __len__(self) -> int:
@@ -87,7 +86,7 @@ class BatchRounds:
             raise IndexError(f"batch {i} of {len(self)}")
         r = i // self.steps
         if self._cached is None or self._cached[0] != r:
-            self._cached = (r, epoch_batches(*self._args, self._epoch, r))
+            self._cached = (r, epoch_batches(*self._args, r))
         return self._cached[1][i % self.steps]
 
 

@@ -154,10 +154,10 @@ class Downpour(Strategy):
 
     def job_steps(self) -> int | None:
         """Shard 0's version as of this worker's last reply, times ``pushEvery``: every push reaches every
-        shard and is one version. None in groups (``mixed``: a group's members reduce together at every
-        step) and where the client's requests take turns in rank order (workers as threads)."""
+        shard and is one version. None where the client's requests take turns in rank order (workers as
+        threads)."""
         server = self.state.server
-        if server is None or getattr(self, "groupSize", 1) > 1 or not server.client.free_running:
+        if server is None or not server.client.free_running:
             return None
         return server.client.versions[0] * self.pushEvery
 

@@ -60,5 +60,9 @@ class MixedSync(Downpour):
         self.check_workers(ctx.world_size)
         super().setup(flat, ctx)
 
+    def job_steps(self) -> int | None:
+        """None: a group's members reduce together at every step, so every worker takes the same steps."""
+        return None
+
     def shard_options(self, ctx: WorkerContext) -> dict[str, Any]:
         return {**super().shard_options(ctx), "group_size": self.groupSize}

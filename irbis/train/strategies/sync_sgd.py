@@ -20,9 +20,9 @@ and applies the same update, so the replicas stay identical while the fast
 workers never wait for it. A worker that came late then checks, before
 computing its next gradient, whether that step is already decided; if it is,
 it takes the step without computing (its gradient would be dropped), so a
-straggler catches up rather than falling further behind. The exchange goes through the store (rank 0's
-host), not a ring all-reduce, so use backup workers when stragglers cost more
-than that detour.
+straggler catches up rather than falling further behind. The exchange goes
+through the store (rank 0's host), not a ring all-reduce, so use backup
+workers when stragglers cost more than that detour.
 """
 
 from __future__ import annotations

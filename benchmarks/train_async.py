@@ -16,7 +16,11 @@ and reports:
   ``downpour`` and ``dcasgd``. An epoch of the asynchronous strategies is the job's share of steps,
   taken by whichever worker is free (the straggler takes fewer); a late backup worker skips the
   steps already made without it;
-* accuracy under staleness: 8 workers, ``sync`` / ``downpour`` / ``dcasgd``, over several seeds.
+* accuracy under staleness: 8 workers, ``sync`` / ``downpour`` / ``dcasgd``, over several seeds;
+* a worker killed mid-run: ``dcasgd`` with its shards on the driver (``placement="driver"``, here the
+  benchmark's process), 4 workers, one of which is killed (SIGKILL) a third of the way through its
+  batches and started again, as Spark retries a task; beside the same run without the fault: the
+  run time a death costs, the accuracy, and the pushes lost (pushed minus applied, over every epoch).
 
 Workloads: scikit-learn digits (1437 train / 360 test, stratified, random_state=0), inputs X/16, with
 the MLP 64-128-10 and with ``small_cnn`` on the digits upscaled to 3x32x32. Every strategy uses plain
@@ -31,7 +35,9 @@ far as one synchronous step at N times the rate: the asynchronous runs use ``LR 
 which averages groups of 2, ``2 LR / N``). ``downpour`` and ``mixed`` use their default server rule,
 Adagrad, at ``2 ADAGRAD_LR / N`` (``mixed``: times its group size), ``dcasgd`` its SGD rule.
 ``downpour {'placement': 'dedicated'}`` runs the same N workers with the N shards on N extra server
-processes instead of inside the workers (co-located). The two base rates, ``LR`` = 0.4 and
+processes instead of inside the workers (co-located); ``dcasgd {'placement': 'driver'}`` with the
+shards in the benchmark's own process, which every push and pull then crosses (the price of workers
+that can die and rejoin). The two base rates, ``LR`` = 0.4 and
 ``ADAGRAD_LR`` = 0.02, are the same for every workload and row (each row prints its rate); they
 were chosen once by ``--sweep`` (2 workers, MLP, the grid ``SWEEP``), not tuned per row: at 0.2 plain
 SGD ended at training loss 0.12 and test accuracy 0.953 (sync and dcasgd), at 0.4 at 0.07 and 0.967.
@@ -55,6 +61,7 @@ import os
 import platform
 import sys
 import time
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -71,8 +78,10 @@ SCHEDULE = {"type": "cosine"}
 MLP_EPOCHS, CNN_EPOCHS = 30, 6
 SWEEP = {"LR": (0.05, 0.1, 0.2, 0.4), "ADAGRAD_LR": (0.01, 0.02, 0.04)}
 ASYNC = {"downpour": {}, "mixed": {"groupSize": 2}, "dcasgd": {}}
-# the same workers, with the shards on one dedicated server process each instead of inside the workers
+# the same workers, with the shards on one dedicated server process each instead of inside the workers,
+# and with the shards in this process (the "driver"), under which a worker that dies rejoins
 DEDICATED = ("downpour", {"placement": "dedicated"})
+ON_DRIVER = ("dcasgd", {"placement": "driver"})
 
 
 def learning_rate(strategy: str, options: dict, workers: int, rates: tuple[float, float] = (LR, ADAGRAD_LR)) -> float:
@@ -87,9 +96,23 @@ def learning_rate(strategy: str, options: dict, workers: int, rates: tuple[float
     return base * options.get("groupSize", 1) / workers
 
 
+def kill_once(marker: str, after: int, batch: np.ndarray, rng: object, _calls: list = [0]) -> np.ndarray:  # noqa: B006
+    """``augment``: the first worker process to reach its ``after``-th batch dies (SIGKILL), once per run."""
+    import signal
+
+    _calls[0] += 1
+    if _calls[0] == after:
+        try:
+            os.close(os.open(marker, os.O_CREAT | os.O_EXCL))
+        except FileExistsError:
+            return batch
+        os.kill(os.getpid(), signal.SIGKILL)
+    return batch
+
+
 def train(arch: str, options: dict, shape: list[int], data: tuple, epochs: int, strategy: str, sopts: dict,
           workers: int, seed: int = 0, slow: dict | None = None,
-          rates: tuple[float, float] = (LR, ADAGRAD_LR)) -> dict:
+          rates: tuple[float, float] = (LR, ADAGRAD_LR), augment: object = None) -> dict:
     from irbis.models import build_model
     from irbis.train.backends.local import run_processes, shard_rows
     from irbis.train.loop import TrainSpec
@@ -100,9 +123,9 @@ def train(arch: str, options: dict, shape: list[int], data: tuple, epochs: int, 
     spec = TrainSpec(network=network_spec(arch, options), epochs=epochs, batch_size=64 // workers, optimizer="sgd",
                      learning_rate=lr, lr_schedule=SCHEDULE, strategy=strategy,
                      strategy_options=sopts, seed=seed, input_shape=shape, torch_threads=1,
-                     slow_workers=dict(slow or {}))
+                     slow_workers=dict(slow or {}), augment=augment)
     t0 = time.perf_counter()
-    results = run_processes(spec, shard_rows(xtr, ytr, workers))
+    results = run_processes(spec, shard_rows(xtr, ytr, workers), retries=1)
     wall = time.perf_counter() - t0
     module = build_model(arch, **options)
     import io
@@ -116,7 +139,9 @@ def train(arch: str, options: dict, shape: list[int], data: tuple, epochs: int, 
     return {"strategy": strategy + ("" if not sopts else f" {sopts}"), "workers": workers, "lr": lr,
             "acc": accuracy(module, xte, yte, shape), "loop": used_samples(results[:workers], strategy, sopts, spec) / loop,
             "wall": wall,
-            "toTarget": reached[0] if reached else float("nan"), "loss": hist[-1]["loss"], "stale": stale}
+            "toTarget": reached[0] if reached else float("nan"), "loss": hist[-1]["loss"], "stale": stale,
+            "restarts": sum(r.info.get("attempt", 0) for r in results),
+            "lost": sum(h["psUpdates"]["pushed"] - h["psUpdates"]["applied"] for h in hist if "psUpdates" in h)}
 
 
 def used_samples(results: list, strategy: str, sopts: dict, spec: object) -> int:
@@ -198,7 +223,26 @@ def workload(arch: str, options: dict, shape: list[int], epochs: int, workers: l
             if n % sopts.get("groupSize", 1) == 0:
                 rows.append(train(arch, options, shape, data, epochs, name, sopts, n))
         rows.append(train(arch, options, shape, data, epochs, *DEDICATED, n))
+        rows.append(train(arch, options, shape, data, epochs, *ON_DRIVER, n))
     return rows
+
+
+def fault(epochs: int, workers: int = 4) -> list[str]:
+    """``ON_DRIVER`` on the MLP with and without one worker killed a third of the way through its batches."""
+    import tempfile
+
+    data = load_digits_split(False)
+    steps = -(-len(data[2]) // workers // (64 // workers))  # a worker's batches per epoch
+    with tempfile.TemporaryDirectory() as tmp:
+        killer = partial(kill_once, os.path.join(tmp, "killed"), epochs * steps // 3)
+        runs = [("no fault", train("mlp", MLP, [64], data, epochs, *ON_DRIVER, workers)),
+                ("one worker killed, restarted", train("mlp", MLP, [64], data, epochs, *ON_DRIVER, workers,
+                                                       augment=killer))]
+    lines = [f"a worker killed mid-run: {ON_DRIVER[0]} {ON_DRIVER[1]}, MLP, {workers} workers, {epochs} epochs",
+             f"{'run':30s} {'wall s':>7s} {'restarts':>8s} {'test acc':>9s} {'pushes lost':>11s}"]
+    for name, r in runs:
+        lines.append(f"{name:30s} {r['wall']:7.1f} {r['restarts']:8d} {r['acc']:9.3f} {r['lost']:11d}")
+    return lines
 
 
 def stragglers(epochs: int, workers: int = 4) -> list[dict]:
@@ -238,12 +282,12 @@ def main() -> None:
         return
     if args.quick:
         mlp, cnn = workload("mlp", MLP, [64], 1, [2]), workload("small_cnn", CNN, [3, 32, 32], 1, [2])
-        slow, seeds = stragglers(1, workers=2), seeds_table(1, 1, 2)
+        slow, seeds, faults = stragglers(1, workers=2), seeds_table(1, 1, 2), fault(3)
         baseline, skipped = sparktorch_hogwild(1)
     else:
         mlp = workload("mlp", MLP, [64], MLP_EPOCHS, [2, 4, 8])
         cnn = workload("small_cnn", CNN, [3, 32, 32], CNN_EPOCHS, [2, 4, 8])
-        slow, seeds = stragglers(MLP_EPOCHS), seeds_table(MLP_EPOCHS, 5, 8)
+        slow, seeds, faults = stragglers(MLP_EPOCHS), seeds_table(MLP_EPOCHS, 5, 8), fault(MLP_EPOCHS)
         baseline, skipped = sparktorch_hogwild(MLP_EPOCHS)
     if baseline is not None:
         mlp.append(baseline)
@@ -257,6 +301,7 @@ def main() -> None:
         *(["", table("small_cnn on 3x32x32 digits, global batch 64, equal samples", cnn)] if cnn else []),
         "", table("stragglers: rank 0 slowed 3x", slow),
         "", *seeds,
+        "", *faults,
         *(["", skipped] if skipped else []),
         "", f"run time {time.perf_counter() - t_start:.0f} s",
     ]

@@ -208,8 +208,9 @@ class TorchEstimator(IrbisEstimator, HasTrainParams):
     # -- fit -------------------------------------------------------------------------------------
     def _fit(self, dataset: Any) -> Any:
         from irbis.spark.barrier import SparkBarrierBackend
-        from irbis.spark.resources import check_device
+        from irbis.spark.resources import check_device, driver_host
         from irbis.spark.training import train_partition, training_frame
+        from irbis.train.ps.driver import served
 
         spec = self._spec()
         frame = training_frame(dataset, self.getFeaturesCol(), self.getLabelCol())
@@ -223,10 +224,12 @@ class TorchEstimator(IrbisEstimator, HasTrainParams):
         spec.torch_threads = int(session.conf.get("spark.task.cpus", "1") or 1)
         columns = (self.getFeaturesCol(), self.getLabelCol())
         server = self._progress_server(spec, session)
+        elastic = make_strategy(spec.strategy, **spec.strategy_options).elastic()
         try:
             workers = self.getNumWorkers()
             tasks = workers + server_tasks(spec, workers)
-            with SparkBarrierBackend(session, tasks, spec.device, data_ranks=workers) as backend:
+            with SparkBarrierBackend(session, tasks, spec.device, data_ranks=workers, elastic=elastic) as backend, \
+                    served(spec, workers, driver_host(session)) as spec:
                 results = backend.run(partial(train_partition, spec, columns, server.endpoint() if server else None,
                                               num_workers=workers), frame)
         finally:
@@ -246,6 +249,7 @@ class TorchEstimator(IrbisEstimator, HasTrainParams):
 
     def _progress_server(self, spec: TrainSpec, session: Any) -> Any:
         """The driver's progress bar; None through Spark Connect, whose executors may not reach this client."""
+        from irbis.spark.resources import driver_host
         from irbis.spark.session import is_connect
         from irbis.train.progress import ProgressServer
 
@@ -254,8 +258,8 @@ class TorchEstimator(IrbisEstimator, HasTrainParams):
                 _log.info("TorchEstimator: no progress bar on a Spark Connect session (the executors may not "
                           "reach the client); the per-epoch records are in the fitted model's training_summary")
             return None
-        host = session.conf.get("spark.driver.host", "127.0.0.1") or "127.0.0.1"
-        return ProgressServer(spec.epochs, host=host, show=self.getShowProgress(), desc=f"{spec.strategy}")
+        return ProgressServer(spec.epochs, host=driver_host(session), show=self.getShowProgress(),
+                              desc=f"{spec.strategy}")
 
     def _fitted(self, module: Any, network: dict[str, Any], results: list[Any], shape: list[int]) -> Any:
         import torch

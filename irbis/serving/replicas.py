@@ -111,13 +111,13 @@ def start_replicas(pipeline: str, spark: Any, replicas: int, host: str = "127.0.
                    addresses_file: str | None = None) -> Replicas:
     """Start ``replicas`` servers on the executors of ``spark``; return once they all answer."""
     from irbis.serving.predictor import load_predictor
+    from irbis.spark.resources import driver_host
 
     load_predictor(pipeline, outputs)  # refuse a pipeline without kernels before starting the stage
     handle = Replicas(spark, replicas, addresses_file)
     threading.Thread(target=handle._collect, daemon=True).start()
-    driver_host = spark.conf.get("spark.driver.host", "127.0.0.1")
     fn = _replica_task(str(Path(pipeline).resolve()), list(outputs or []), asdict(options or ServeOptions()),
-                       host, port, (driver_host, handle.driver_port))
+                       host, port, (driver_host(spark), handle.driver_port))
 
     def run_job() -> None:
         spark.addTag("irbis-serve")

@@ -18,6 +18,12 @@ Where the store lives:
   ``BarrierTaskContext.allGather``; a last ``barrier()`` keeps rank 0 (and its
   store) alive until every rank is done with it.
 
+An *elastic* job (a strategy whose shards live on the driver, see :mod:`irbis.train.ps.driver`)
+runs its ranks as an ordinary stage instead: each task joins the driver's store and exchanges its few
+collectives through it (:class:`~irbis.train.comm.StoreCommunicator`), so a task that dies is retried
+alone and rejoins while the others go on (Spark retries tasks up to ``spark.task.maxFailures`` times:
+4 on a cluster, and on ``local[N, F]`` masters F).
+
 A rank function's returned exception crosses as a JSON record
 (:mod:`irbis.errors`) and is raised on the driver with its class and message. A
 raised one fails the stage; Spark re-runs it and the workers resume from the last
@@ -39,10 +45,10 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from irbis.errors import from_record, to_record
-from irbis.spark.resources import conf, local_slots, master
+from irbis.spark.resources import conf, driver_host, local_slots, master
 from irbis.spark.session import is_connect
 from irbis.train.backends.base import Backend, Rank, RankFn
-from irbis.train.comm import connect_store, init_torch_group, serve_store
+from irbis.train.comm import StoreCommunicator, connect_store, init_torch_group, serve_store
 from irbis.train.loop import WorkerResult
 
 RESULT_SCHEMA = ("rank int, error string, history string, state binary, info string, loopSeconds double, "
@@ -138,6 +144,28 @@ def barrier_task(fn: RankFn, world: int, driver: tuple[str, int] | None, job: st
     yield _encode(rank, result, {"rendezvousSeconds": t1 - t0, "taskSeconds": time.perf_counter() - t0})
 
 
+def elastic_task(fn: RankFn, world: int, driver: tuple[str, int], job: str, device: str, timeout_s: float,
+                 batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """The body of each task of an elastic job (an ordinary stage): rank = partition, collectives through
+    the driver's store, so that a retried attempt replays them and rejoins (module level, pickles by
+    reference)."""
+    import torch.distributed as dist
+    from pyspark import TaskContext
+
+    from irbis.kernels.inference import resolve_device
+
+    t0 = time.perf_counter()
+    device = str(resolve_device(device))
+    ctx = TaskContext.get()
+    rank = ctx.partitionId()
+    store = connect_store(driver[0], driver[1], rank, world, timeout_s)
+    comm = StoreCommunicator(dist.PrefixStore(job, store), rank, world)
+    t1 = time.perf_counter()
+    result = fn(Rank(rank, world, comm, batches, device))
+    yield _encode(rank, result, {"rendezvousSeconds": t1 - t0, "taskSeconds": time.perf_counter() - t0,
+                                 "attempt": ctx.attemptNumber()})
+
+
 def _decode(rows: list[Any]) -> list[WorkerResult]:
     for r in rows:
         if r["error"]:
@@ -174,14 +202,22 @@ class SparkBarrierBackend(Backend[WorkerResult]):
     data_ranks : int, optional
         Ranks that get rows (the first ones; default all): the others, dedicated parameter servers,
         get empty partitions.
+    elastic : bool, default False
+        Run the ranks as an ordinary stage, with their collectives through the driver's store, so that
+        Spark retries a task that dies alone (a strategy whose shards live on the driver; classic
+        sessions only, whose executors reach the driver).
     """
 
     def __init__(self, session: SparkSession, num_workers: int, device: str = "cpu",
-                 timeout_s: float = 600.0, data_ranks: int | None = None) -> None:
+                 timeout_s: float = 600.0, data_ranks: int | None = None, elastic: bool = False) -> None:
         super().__init__(num_workers)
-        self.session, self.device, self.timeout_s = session, device, timeout_s
+        self.session, self.device, self.timeout_s, self.elastic = session, device, timeout_s, elastic
         self.data_ranks = num_workers if data_ranks is None else data_ranks
         self.connect = is_connect(session)
+        if elastic and self.connect:
+            raise ValueError("placement='driver' (parameter-server shards on the driver) needs a classic session: "
+                             "the executors of a Spark Connect session may not reach its client; use placement "
+                             "'colocated' or 'dedicated'")
         self._store: Any = None
 
     def start(self) -> None:
@@ -192,7 +228,7 @@ class SparkBarrierBackend(Backend[WorkerResult]):
                              f"stage needs all of them together); set numWorkers{self._servers_hint()} so that "
                              f"they make at most {slots}")
         if not self.connect:
-            self._store = serve_store(self._driver_host(), self.num_workers, self.timeout_s)
+            self._store = serve_store(driver_host(self.session), self.num_workers, self.timeout_s)
 
     def shutdown(self) -> None:
         self._store = None
@@ -229,9 +265,6 @@ class SparkBarrierBackend(Backend[WorkerResult]):
         slot = (start % used + 1).cast("int")
         return with_id.repartition(n, F.element_at(keys, slot)).sortWithinPartitions(row).drop(row)
 
-    def _driver_host(self) -> str:
-        return _conf(self.session, "spark.driver.host", "127.0.0.1") or "127.0.0.1"
-
     def _retriable(self) -> bool:
         master = _conf(self.session, "spark.master", "") or ""
         return not (master == "local" or (master.startswith("local[") and "," not in master))
@@ -239,8 +272,9 @@ class SparkBarrierBackend(Backend[WorkerResult]):
     def run(self, fn: RankFn, data: DataFrame) -> list[WorkerResult]:
         if self._store is None and not self.connect:
             raise RuntimeError("SparkBarrierBackend.run needs start() first (or a `with` block)")
-        driver = None if self.connect else (self._driver_host(), self._store.port)
-        task = partial(barrier_task, fn, self.num_workers, driver, uuid.uuid4().hex, self.device, self.timeout_s)
+        driver = None if self.connect else (driver_host(self.session), self._store.port)
+        body = elastic_task if self.elastic else barrier_task
+        task = partial(body, fn, self.num_workers, driver, uuid.uuid4().hex, self.device, self.timeout_s)
         # The barrier stage reads a shuffle of exactly num_workers partitions: a chain Spark always accepts
         # (one with a coalesce, union or limit inside the stage is refused), on classic and Connect alike.
         # (see _partitioned: round robin may leave a rank of a small frame with no rows).
@@ -257,10 +291,12 @@ class SparkBarrierBackend(Backend[WorkerResult]):
         return _decode(rows)
 
     def _collect(self, df: DataFrame, task: Any) -> list[Any]:
+        if self.elastic:  # an ordinary stage: Spark retries a failed task alone
+            return sorted(df.mapInArrow(task, RESULT_SCHEMA).collect(), key=lambda r: r["rank"])
         out = df.mapInArrow(task, RESULT_SCHEMA, barrier=True)
         # A shuffle after the barrier stage makes it a ShuffleMapStage, which Spark re-runs when a task
         # fails (a failed barrier ResultStage is never retried); local[N] never retries tasks anyway.
         return sorted((out.repartition(1) if self._retriable() else out).collect(), key=lambda r: r["rank"])
 
 
-__all__ = ["RESULT_SCHEMA", "SparkBarrierBackend", "available_slots", "barrier_task"]
+__all__ = ["RESULT_SCHEMA", "SparkBarrierBackend", "available_slots", "barrier_task", "elastic_task"]

@@ -29,6 +29,11 @@ def master(session: Any) -> str:
     return conf(session, "spark.master", "") or ""
 
 
+def driver_host(session: Any) -> str:
+    """The driver's address as its executors reach it (``spark.driver.host``; 127.0.0.1 when unset)."""
+    return conf(session, "spark.driver.host", "127.0.0.1") or "127.0.0.1"
+
+
 def is_local_master(session: Any) -> bool:
     """True for masters whose executors run on the driver's machine."""
     m = master(session)

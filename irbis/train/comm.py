@@ -11,7 +11,11 @@ Two implementations share the protocol:
 * :class:`ThreadCommunicator` runs ``N`` workers as threads of one process
   (millisecond unit tests of every strategy, and the local thread backend);
 * :class:`TorchCommunicator` wraps ``torch.distributed`` (gloo on CPU, NCCL on
-  GPU) and the rendezvous ``TCPStore`` (used for ``gather_first``).
+  GPU) and the rendezvous ``TCPStore`` (used for ``gather_first``);
+* :class:`StoreCommunicator` runs the few collectives of workers that are not
+  in lockstep (asynchronous strategies whose shards live on the driver) through
+  the rendezvous store alone, so that a worker retried after it died replays
+  them and rejoins.
 """
 
 from __future__ import annotations
@@ -284,6 +288,89 @@ class TorchCommunicator:
         return int(self._store.add(f"{tag}/n", 0))
 
 
+class StoreCommunicator:
+    """Collectives through the rendezvous store, which a retried worker replays to rejoin its peers.
+
+    The workers of an elastic job (see :meth:`~irbis.train.strategy.Strategy.elastic`) run as
+    ordinary Spark tasks: a task that dies is retried alone while the others go on. They exchange
+    little besides the parameter-server traffic (row counts, one record per epoch, the final
+    buffers), and this communicator runs those exchanges through the driver's ``TCPStore``:
+
+    * collective number ``i`` stores this rank's contribution under ``op<i>/<rank>`` *if no
+      contribution is there yet* (``compare_set``), waits for every rank's key and computes the
+      result from what is stored;
+    * keys are never overwritten, so a retried worker, which starts again from its first
+      collective, reads every completed one's original contributions and gets the very results its
+      peers got, whatever it contributes now; at the first collective its peers are still waiting
+      for, it contributes for real.
+
+    The loop calls the same collectives in the same order on every attempt (see
+    :func:`irbis.train.loop._run_epoch`), which is what makes a replay line up. A late
+    ``gather_first`` (backup workers) belongs to lockstep strategies and is not offered.
+
+    Parameters
+    ----------
+    store : torch.distributed.Store
+        The rendezvous store, prefixed for this job.
+    rank, world_size : int
+    """
+
+    def __init__(self, store: torch.distributed.Store, rank: int, world_size: int) -> None:
+        self._store, self.rank, self.world_size = store, rank, world_size
+        self.bytes_sent = 0
+        self.late = False
+        self._op = 0
+
+    def _contribute(self, payload: bytes) -> list[bytes]:
+        """This rank's ``payload`` for the next collective (unless an earlier attempt stored one); every
+        rank's stored payload, once all are there."""
+        self._op += 1
+        keys = [f"op{self._op}/{r}" for r in range(self.world_size)]
+        # one leading byte: an empty value would read as "no contribution yet" to compare_set
+        self._store.compare_set(keys[self.rank], "", b"\x01" + payload)
+        self._store.wait(keys)
+        return [raw[1:] for raw in self._store.multi_get(keys)]
+
+    @staticmethod
+    def _decode(raw: bytes, like: torch.Tensor) -> torch.Tensor:
+        flat = torch.frombuffer(bytearray(raw), dtype=like.dtype) if raw else like.new_empty(0).cpu()
+        return flat.view(like.shape).to(like.device)
+
+    def _exchange(self, tensor: torch.Tensor) -> list[torch.Tensor]:
+        return [self._decode(raw, tensor) for raw in self._contribute(_tensor_bytes(tensor))]
+
+    def _count(self, tensor: torch.Tensor) -> None:
+        if self.world_size > 1:
+            self.bytes_sent += tensor.numel() * tensor.element_size()
+
+    def all_reduce_sum(self, tensor: torch.Tensor) -> None:
+        self._count(tensor)
+        tensor.copy_(torch.stack(self._exchange(tensor)).sum(0))
+
+    def all_reduce_mean(self, tensor: torch.Tensor) -> None:
+        self.all_reduce_sum(tensor)
+        tensor.div_(self.world_size)
+
+    def all_gather(self, tensor: torch.Tensor) -> list[torch.Tensor]:
+        self._count(tensor)
+        return self._exchange(tensor)
+
+    def broadcast(self, tensor: torch.Tensor, src: int = 0) -> None:
+        if self.rank == src:
+            self._count(tensor)
+        got = self._contribute(_tensor_bytes(tensor) if self.rank == src else b"")
+        tensor.copy_(self._decode(got[src], tensor))
+
+    def barrier(self) -> None:
+        self._contribute(b"")
+
+    def gather_first(self, tensor: torch.Tensor, k: int, tag: str) -> list[torch.Tensor]:
+        raise NotImplementedError("gather_first (backup workers) needs workers in lockstep, not elastic ones")
+
+    def arrivals(self, tag: str) -> int:
+        raise NotImplementedError("arrivals (backup workers) needs workers in lockstep, not elastic ones")
+
+
 def connect_store(host: str, port: int, rank: int, world_size: int, timeout_s: float) -> torch.distributed.TCPStore:
     """Join (``rank > 0``) the rendezvous ``TCPStore`` served by rank 0."""
     import torch.distributed as dist
@@ -309,5 +396,5 @@ def init_torch_group(store, rank: int, world_size: int, device: str, timeout_s: 
     return TorchCommunicator(store)
 
 
-__all__ = ["Communicator", "ThreadCommunicator", "TorchCommunicator", "connect_store", "serve_store",
+__all__ = ["Communicator", "StoreCommunicator", "ThreadCommunicator", "TorchCommunicator", "connect_store", "serve_store",
            "init_torch_group"]

@@ -63,6 +63,7 @@ class TrainSpec:
     torch_threads: int | None = None
     slow_workers: dict[int, float] = field(default_factory=dict)  # tests/benchmarks: rank -> slowdown
     nan_policy: str = "error"  # one of NAN_POLICIES
+    ps_endpoint: dict[str, Any] | None = None  # the driver's shards (irbis.train.ps.driver), if placed there
 
 
 @dataclass
@@ -182,6 +183,10 @@ def _run_epoch(run: _Run, epoch: int, start: int, sums: torch.Tensor) -> tuple[t
     every = max(1, run.steps_per_epoch // PROGRESS_UPDATES)
     loss_sum, done = torch.zeros((), device=spec.device), 0
     run.watch = LossWatch(spec.device)
+    if free and dopt.strategy.job_steps() >= target:
+        # the job made this epoch's steps without this worker: it was retried after it died, and replays
+        # the epochs its peers finished (their records come back from the store) without taking steps
+        return sums, 0
     stream = iterate(x, y, batches, spec.augment, rng_of, spec.prefetch, start)
     try:
         for i, (xb, yb) in enumerate(stream, start + 1):
@@ -214,15 +219,15 @@ def _epoch_record(run: _Run, epoch: int, sums: torch.Tensor, done: int, seconds:
                   nbytes: int) -> dict[str, Any]:
     vloss, correct, nval = _evaluate(run)
     watched = run.watch.stats() if run.watch is not None else [0.0, 0.0, 0.0]
-    stats = torch.tensor([float(sums[0]), float(sums[1]), vloss, correct, nval, done, seconds, *watched],
+    stats = torch.tensor([float(sums[0]), float(sums[1]), vloss, correct, nval, done, seconds, nbytes, *watched],
                          dtype=torch.float64)
-    run.ctx.comm.all_reduce_sum(stats)
-    tl, tn, vl, vc, vn, dn, secs, first, last, bad_ranks = stats.tolist()
+    run.ctx.comm.all_reduce_sum(stats)  # the record is made of collective results only: alike on every worker
+    tl, tn, vl, vc, vn, dn, secs, sent, first, last, bad_ranks = stats.tolist()
     if bad_ranks:
         raise non_finite_error(run.ctx.comm, run.watch, run.train, epoch + 1, run.steps_per_epoch,
                                run.spec.learning_rate)
     rec = {"epoch": epoch + 1, "loss": tl / max(tn, 1), "samplesPerSecond": dn / max(secs / run.ctx.world_size, 1e-9),
-           "bytesPerStep": nbytes / max(run.steps_per_epoch, 1)}
+           "bytesPerStep": sent / run.ctx.world_size / max(run.steps_per_epoch, 1)}
     rec["validationLoss"] = vl / vn if vn else None
     rec["accuracy"] = vc / vn if vn else None
     rec.update(run.dopt.strategy.summary(run.ctx))

@@ -29,7 +29,8 @@ def run_rank(spec: TrainSpec, num_workers: int, shard: Shard | None, comm: Any, 
              model: torch.nn.Module | None = None) -> WorkerResult:
     """Train (ranks below ``num_workers``) or serve a shard (the others); ``comm`` spans every rank."""
     if comm.world_size == num_workers:
-        return train_worker(spec, shard, WorkerContext(comm, rank, num_workers, device, host), report, model)
+        ctx = WorkerContext(comm, rank, num_workers, device, host, endpoint=spec.ps_endpoint)
+        return train_worker(spec, shard, ctx, report, model)
     workers = comm.subgroup(list(range(num_workers)))
     if rank < num_workers:
         ctx = WorkerContext(workers, rank, num_workers, device, host, servers=comm)

@@ -26,7 +26,8 @@ class WorkerContext:
 
     ``servers`` is the communicator of the whole barrier stage (the workers, ranks ``0..N-1``, then the
     dedicated parameter servers) when the strategy has dedicated servers; None otherwise. ``comm`` always
-    spans the workers only.
+    spans the workers only. ``endpoint`` is where the driver serves the shards (addresses and the job's
+    secret, see :mod:`irbis.train.ps.driver`) when the strategy places them there; None otherwise.
     """
 
     comm: Communicator
@@ -35,6 +36,7 @@ class WorkerContext:
     device: str = "cpu"
     host: str = "127.0.0.1"
     servers: Communicator | None = None
+    endpoint: dict[str, Any] | None = None
 
 
 class FlatParams:
@@ -106,8 +108,16 @@ class Strategy(ABC):
         """Tasks the job needs beside its ``num_workers`` workers (dedicated parameter servers); 0 by default."""
         return 0
 
+    def elastic(self) -> bool:
+        """True where workers do not run in lockstep and the model lives outside them (shards on the
+        driver): the workers then run as ordinary tasks, one that dies is retried alone and rejoins
+        (see :mod:`irbis.train.ps.driver`), and :meth:`setup` gives a worker its starting weights.
+        False by default."""
+        return False
+
     def setup(self, flat: FlatParams, ctx: WorkerContext) -> None:
-        """Create the strategy's state; replicas already hold the same starting weights."""
+        """Create the strategy's state; replicas already hold the same starting weights (unless
+        :meth:`elastic`, where setup fetches them)."""
 
     def reduce_grads(self, flat: FlatParams, ctx: WorkerContext, step: int) -> None:
         """Turn the local gradient in ``flat.grads`` into the one to apply."""
@@ -193,7 +203,7 @@ class DistributedOptimizer:
         self.ctx = ctx
         self.flat = flat
         self.steps = 0
-        if broadcast:
+        if broadcast and not strategy.elastic():
             ctx.comm.broadcast(flat.weights, src=0)
         strategy.setup(flat, ctx)
 

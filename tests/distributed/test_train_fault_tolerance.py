@@ -80,3 +80,49 @@ def test_killed_async_worker_loses_no_parameter_server_update(cluster_spark, tmp
     assert all(c["pushed"] == c["applied"] and c["rejected"] == 0 and c["replayed"] == 0 for c in counts)
     assert len({c["applied"] for c in counts}) == 1 and counts[0]["applied"] > 0  # every epoch: every push once
     assert summary[-1]["accuracy"] > 0.85
+
+
+def kill_after(batches: int, marker: str):
+    """An ``augment`` callable that kills its Python worker at the task's ``batches``-th batch, once per run
+    (each task unpickles its own copy, so the count is per task)."""
+    calls = [0]
+
+    def kill_once(batch, rng):
+        import os
+        import signal
+
+        calls[0] += 1
+        if calls[0] == batches:
+            try:
+                os.close(os.open(marker, os.O_CREAT | os.O_EXCL))
+            except FileExistsError:
+                return batch
+            os.kill(os.getpid(), signal.SIGKILL)
+        return batch
+
+    return kill_once
+
+
+def test_killed_worker_with_shards_on_the_driver_is_retried_alone_and_rejoins(cluster_spark, tmp_path):
+    # placement="driver": an ordinary stage, so Spark retries the dead task alone; the other worker never
+    # restarts, the retried one rejoins from the shards' current weights, and no push is lost or doubled
+    x, y = load_digits(return_X_y=True)
+    df = cluster_spark.createDataFrame([(Vectors.dense(a), int(b)) for a, b in zip(x / 16, y)],
+                                       ["features", "label"]).repartition(2)
+    marker = str(tmp_path / "killed")
+    est = TorchEstimator(network="mlp", networkOptions=json.dumps({"in_features": 64, "hidden": 32,
+                                                                    "out_features": 10}),
+                         strategy="dcasgd", strategyOptions='{"placement": "driver"}', optimizer="sgd",
+                         epochs=4, batchSize=16, numWorkers=2, learningRate=0.1, validationFraction=0.1,
+                         showProgress=False, augment=kill_after(80, marker))  # in the second of ~51-step epochs
+    model = est.fit(df)
+    import os
+
+    assert os.path.exists(marker), "the fault was never injected"
+    assert sorted(r.info["attempt"] for r in est.last_results) == [0, 1]  # one task retried, the other untouched
+    summary = model.training_summary
+    assert [r["epoch"] for r in summary] == [1, 2, 3, 4]
+    assert est.last_results[0].history == est.last_results[1].history
+    counts = [r["psUpdates"] for r in summary]
+    assert all(c["pushed"] == c["applied"] and c["rejected"] == c["replayed"] == 0 for c in counts)
+    assert summary[-1]["accuracy"] > 0.85

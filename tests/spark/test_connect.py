@@ -117,6 +117,8 @@ def test_torch_estimator_bad_data_raises_the_same_error_on_connect(spark, connec
         _digits_estimator(featuresCol="pixels").fit(remote)
     with connect_mode(), pytest.raises(ValueError, match="only 2 tasks"):
         _digits_estimator(numWorkers=3).fit(remote)
+    with connect_mode(), pytest.raises(ValueError, match="placement=.driver. .parameter-server shards on the driver. needs a classic session"):
+        _digits_estimator(strategy="downpour", strategyOptions='{"placement": "driver"}').fit(remote)
 
 
 @pytest.mark.parametrize("remote", [False, True], ids=["classic", "connect"])

@@ -72,3 +72,16 @@ def test_dedicated_servers_beyond_the_slots_fail_before_training_naming_both_cou
     est = estimator(strategy="downpour", strategyOptions='{"numShards": 2, "placement": "dedicated"}')
     with pytest.raises(ValueError, match="numWorkers=2 and 2 dedicated parameter servers need 4 barrier tasks"):
         est.fit(train_df)
+
+
+def test_shards_on_the_driver_train_digits_in_an_ordinary_stage(train_df, digits):
+    # placement="driver": no barrier stage, collectives through the driver's store, ZeroMQ to the driver
+    est = estimator(strategy="dcasgd", strategyOptions='{"placement": "driver"}', learningRate=0.1)
+    model = est.fit(train_df)
+    _, xte, _, yte = digits
+    out = model.transform(pd.DataFrame({"features": list(xte.astype(np.float32))}))
+    assert float((np.stack(out["prediction"].map(np.asarray)).argmax(1) == yte).mean()) >= 0.9
+    assert [r.info["attempt"] for r in est.last_results] == [0, 0]  # ordinary tasks, each on its first attempt
+    assert est.last_results[0].history == est.last_results[1].history
+    summary = model.training_summary
+    assert all(r["psUpdates"]["pushed"] == r["psUpdates"]["applied"] > 0 for r in summary)

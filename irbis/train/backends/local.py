@@ -8,6 +8,7 @@ shards and run the same :func:`irbis.train.loop.train_worker` as the Spark backe
 from __future__ import annotations
 
 import multiprocessing as mp
+import queue
 import threading
 from functools import partial
 from typing import Any
@@ -16,7 +17,7 @@ import numpy as np
 import torch
 
 from irbis.train.backends.base import Backend, Rank, RankFn, raise_returned
-from irbis.train.comm import ThreadCommunicator, connect_store, init_torch_group, serve_store
+from irbis.train.comm import StoreCommunicator, ThreadCommunicator, connect_store, init_torch_group, serve_store
 from irbis.train.data import Shard
 from irbis.train.loop import Report, TrainSpec, WorkerResult
 from irbis.train.roles import run_rank, server_tasks
@@ -81,35 +82,71 @@ def run_threads(spec: TrainSpec, shards: list[Shard], report: Report | None = No
                 timeout: float = 300.0) -> list[WorkerResult]:
     """Train with one thread per shard (and one per dedicated server after them); re-raises the first
     worker error."""
+    from irbis.train.ps.driver import served
+
     servers = server_tasks(spec, len(shards))
-    with ThreadBackend(len(shards) + servers, timeout) as backend:
+    with served(spec, len(shards)) as spec, ThreadBackend(len(shards) + servers, timeout) as backend:
         return backend.run(partial(_train_rank, spec, len(shards), report), list(shards) + [None] * servers)
 
 
 def _process_main(spec: TrainSpec, num_workers: int, shard: Shard | None, rank: int, world: int, port: int,
-                  out: Any) -> None:
+                  out: Any, attempt: int = 0) -> None:
     store = connect_store("127.0.0.1", port, rank, world, 120.0)
-    comm = init_torch_group(store, rank, world, spec.device, 120.0)
+    if spec.ps_endpoint is not None:  # elastic: collectives a restarted worker replays (see StoreCommunicator)
+        import torch.distributed as dist
+
+        comm: Any = StoreCommunicator(dist.PrefixStore("job", store), rank, world)
+    else:
+        comm = init_torch_group(store, rank, world, spec.device, 120.0)
     try:
-        out.put((rank, run_rank(spec, num_workers, shard, comm, rank, spec.device)))
+        result = run_rank(spec, num_workers, shard, comm, rank, spec.device)
+        result.info["attempt"] = attempt
+        out.put((rank, result))
     except BaseException as err:
         out.put((rank, RuntimeError(f"worker {rank}: {type(err).__name__}: {err}")))
 
 
-def run_processes(spec: TrainSpec, shards: list[Shard]) -> list[WorkerResult]:
+def run_processes(spec: TrainSpec, shards: list[Shard], retries: int = 0) -> list[WorkerResult]:
     """Train with one spawned process per shard (and one per dedicated server) over gloo (factories must
-    be importable)."""
+    be importable).
+
+    Where the strategy places its shards on this process (``placement="driver"``), the workers exchange
+    their collectives through the store instead, and a worker process that dies without a result is
+    started again, up to ``retries`` times, as Spark retries a task: it rejoins the running job
+    (``info["attempt"]`` counts its restarts).
+    """
+    from irbis.train.ps.driver import served
+
     data = list(shards) + [None] * server_tasks(spec, len(shards))
     store = serve_store("127.0.0.1", len(data) + 1, 120.0)
     ctx = mp.get_context("spawn")
     out = ctx.Queue()
-    procs = [ctx.Process(target=_process_main, args=(spec, len(shards), s, r, len(data), store.port, out),
-                         daemon=True) for r, s in enumerate(data)]
-    for p in procs:
-        p.start()
-    results = dict(out.get() for _ in procs)
-    for p in procs:
-        p.join()
+    with served(spec, len(shards)) as spec:
+        def start(rank: int, attempt: int) -> Any:
+            proc = ctx.Process(target=_process_main, daemon=True,
+                               args=(spec, len(shards), data[rank], rank, len(data), store.port, out, attempt))
+            proc.start()
+            return proc
+
+        procs = {r: start(r, 0) for r in range(len(data))}
+        attempts = dict.fromkeys(procs, 0)
+        results: dict[int, Any] = {}
+        while len(results) < len(data):
+            try:
+                rank, result = out.get(timeout=0.2)
+                results[rank] = result
+                continue
+            except queue.Empty:
+                pass
+            for r, p in procs.items():
+                if r in results or p.is_alive() or p.exitcode == 0:
+                    continue
+                if spec.ps_endpoint is None or attempts[r] >= retries:
+                    raise RuntimeError(f"worker {r} died (exit code {p.exitcode}) with no retry left")
+                attempts[r] += 1
+                procs[r] = start(r, attempts[r])
+        for p in procs.values():
+            p.join()
     for r in sorted(results):
         if isinstance(results[r], BaseException):
             raise results[r]

@@ -18,7 +18,9 @@ The pieces:
   last pulls, staleness histogram, counters);
 * :mod:`~irbis.train.ps.transport`: ZeroMQ server and client (processes, Spark tasks);
 * :mod:`~irbis.train.ps.local`: the in-process hub used when the workers are threads;
-* :mod:`~irbis.train.ps.dedicated`: a dedicated server's body (serve, save at each cut, stop).
+* :mod:`~irbis.train.ps.dedicated`: a dedicated server's body (serve, save at each cut, stop);
+* :mod:`~irbis.train.ps.driver`: the shards of ``placement="driver"``, served by the driver
+  process, under which the workers are ordinary tasks and one that dies is retried alone.
 
 :func:`start` is what a strategy calls in its ``setup``, and :func:`connect` what it and a
 dedicated server run: collectively over every rank that hosts or reaches a shard, each builds its
@@ -26,7 +28,8 @@ shards from the (already broadcast) starting weights, rank 0's random secret rea
 through the job's rendezvous, the servers bind to the addresses the workers were given, every
 worker checks that every shard answers, and a barrier ends the setup.
 
-Faults. Training is one Spark barrier stage: when a task dies, Spark fails the stage and
+Faults. Under the co-located and dedicated placements training is one Spark barrier stage (under
+``placement="driver"`` it is not, see :mod:`~irbis.train.ps.driver`): when a task dies, Spark fails the stage and
 re-runs every task, so the shards (threads or tasks of that stage) restart too. With a
 ``checkpointDir`` nothing is lost: each checkpoint is a consistent cut (every worker has
 finished the step's pushes before any saves), each worker, or dedicated server, saves the shards it hosts
@@ -174,7 +177,15 @@ def start(weights: np.ndarray, sizes: list[int], ctx: Any, num_shards: int, **sh
     ``num_shards`` 0 means one shard per worker, none smaller than
     :data:`~irbis.train.ps.rules.MIN_SHARD_WEIGHTS` when co-located. With dedicated servers
     (``ctx.servers`` set) the servers run :func:`irbis.train.ps.dedicated.serve` at the same time.
+    With the driver's shards (``ctx.endpoint`` set) it is not collective: the worker joins them and
+    pulls their current weights into ``weights`` (see :mod:`~irbis.train.ps.driver`).
     """
+    if ctx.endpoint is not None:
+        from irbis.train.ps.driver import join
+
+        client = join(ctx.endpoint, weights, sizes, ctx.rank)
+        counted = [i for i in range(len(client.ranges)) if i % ctx.world_size == ctx.rank]
+        return ParameterServer(client, [], counted=counted)
     if ctx.servers is None:
         layout = Layout(ctx.comm, ctx.world_size, num_shards or default_shards(int(sum(sizes)), ctx.world_size))
     else:

@@ -117,8 +117,9 @@ class ShardServer:
         elif op == CONTROL:
             self.on_control(seq, version)
             self._send(ident, op=op, shard=sid, version=shard.version)
-        elif op == HELLO:
-            self._send(ident, op=op, shard=sid, version=shard.version, seq=shard.weights.size)
+        elif op == HELLO:  # the shard's size and version, and the last push it applied from this worker
+            self._send(ident, op=op, shard=sid, version=shard.version, seq=shard.weights.size,
+                       payload=np.array([shard.last_seq.get(worker, 0)], dtype=np.int64))
         elif op == STATS:
             self._send(ident, op=op, shard=sid, payload=shard.stats())
         elif op == PULL:
@@ -182,16 +183,23 @@ class PSClient:
         self.rejected = 0
 
     def hello(self, timeout_s: float = 10.0) -> None:
-        """Check that every shard answers, before training starts; ValueError names the one that does not."""
+        """Check that every shard answers, before training starts; ValueError names the one that does not.
+
+        A worker retried after it died rejoins here: it continues its sequence numbers after the last
+        push a shard applied from it, so that its new pushes are applied, not taken for replays.
+        """
         for sid, sock in enumerate(self._route):
             sock.send_multipart(_frames(self.secret, HELLO, worker=self.worker, shard=sid), copy=False)
             if not sock.poll(int(timeout_s * 1000)):
                 raise ValueError(f"parameter server {self._addresses[sid]} (shard {sid}) did not answer within "
                                  f"{timeout_s:g} s; check that the address is reachable from this worker")
-            fields, _ = self._receive(sock)
+            fields, body = self._receive(sock)
             lo, hi = self.ranges[sid]
             if fields[6] != hi - lo:
                 raise ValueError(f"shard {sid} at {self._addresses[sid]} holds {fields[6]} weights, expected {hi - lo}")
+            last = np.frombuffer(body, dtype=np.int64)
+            self.seq = max(self.seq, int(last[0]) if len(last) else 0)
+            self.versions[sid] = fields[7]
 
     def _receive(self, sock: zmq.Socket) -> tuple[tuple, memoryview]:
         frames = sock.recv_multipart(copy=False)

@@ -57,5 +57,5 @@ class DCASGD(Downpour):
     def options(self) -> dict[str, Any]:
         return {**super().options(), "lambda_": self.lambda_, "adaptive": self.adaptive}
 
-    def shard_options(self, ctx: WorkerContext) -> dict[str, Any]:
+    def shard_options(self, ctx: WorkerContext | None) -> dict[str, Any]:
         return {**super().shard_options(ctx), "lambda_": self.lambda_, "adaptive": self.adaptive}

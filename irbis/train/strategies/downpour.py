@@ -19,8 +19,9 @@ optimizer itself is never stepped. The worker side here is shared by
 :mod:`~irbis.train.strategies.dcasgd` (delay-compensated server rule).
 
 The shards run co-located (``placement="colocated"``: shard k on worker k mod N, in a thread of
-its training task) or on dedicated servers (``"dedicated"``: ``numShards`` extra barrier tasks,
-one shard each, see :mod:`irbis.train.ps.dedicated`).
+its training task), on dedicated servers (``"dedicated"``: ``numShards`` extra barrier tasks,
+one shard each, see :mod:`irbis.train.ps.dedicated`) or on the driver (``"driver"``: the workers
+are ordinary tasks, and one that dies is retried alone, see :mod:`irbis.train.ps.driver`).
 
 A checkpoint keeps, beside each worker's weights, the shards it hosts, its sequence
 number, versions and unpushed accumulation (:meth:`Downpour.state_dict`); a run resumed
@@ -54,7 +55,7 @@ class State:
     ctx: Any = field(default=None, repr=False)
 
 
-PLACEMENTS = ("colocated", "dedicated")
+PLACEMENTS = ("colocated", "dedicated", "driver")
 
 
 def _positive_int(name: str, value: Any, low: int = 1) -> int:
@@ -90,8 +91,10 @@ class Downpour(Strategy):
         Shards of the weight buffer. 0: one per worker; co-located, none smaller than
         :data:`~irbis.train.ps.rules.MIN_SHARD_WEIGHTS` weights (a small network gets fewer).
     placement : str, default "colocated"
-        Where the shards run: "colocated" (shard k on worker k mod N) or "dedicated" (one extra
-        barrier task per shard, which trains nothing).
+        Where the shards run: "colocated" (shard k on worker k mod N), "dedicated" (one extra
+        barrier task per shard, which trains nothing) or "driver" (threads of the driver process:
+        the workers run as ordinary tasks, and one that dies is retried alone and rejoins from the
+        shards' current weights, see :mod:`irbis.train.ps.driver`).
 
     Examples
     --------
@@ -123,7 +126,11 @@ class Downpour(Strategy):
         """``numShards`` (0: one per worker) dedicated servers, or none when co-located."""
         return (self.numShards or num_workers) if self.placement == "dedicated" else 0
 
-    def shard_options(self, ctx: WorkerContext) -> dict[str, Any]:
+    def elastic(self) -> bool:
+        """Whether the shards live on the driver, so that the workers need no barrier stage."""
+        return self.placement == "driver"
+
+    def shard_options(self, ctx: WorkerContext | None) -> dict[str, Any]:
         """What every shard is built with (the subclasses add grouping or delay compensation)."""
         return {"optimizer": self.serverOptimizer}
 

@@ -45,6 +45,9 @@ class MixedSync(Downpour):
 
     def __init__(self, groupSize: int = 2, fetchEvery: int = 1, pushEvery: int = 1,
                  serverOptimizer: str = "adagrad", numShards: int = 0, placement: str = "colocated") -> None:
+        if placement == "driver":
+            raise ValueError("placement='driver' is for workers that never wait for each other; mixed's groups "
+                             "reduce in lockstep: use 'colocated' or 'dedicated'")
         super().__init__(fetchEvery, pushEvery, serverOptimizer, numShards, placement)
         self.groupSize = _positive_int("groupSize", groupSize)
 
@@ -64,5 +67,5 @@ class MixedSync(Downpour):
         """None: a group's members reduce together at every step, so every worker takes the same steps."""
         return None
 
-    def shard_options(self, ctx: WorkerContext) -> dict[str, Any]:
+    def shard_options(self, ctx: WorkerContext | None) -> dict[str, Any]:
         return {**super().shard_options(ctx), "group_size": self.groupSize}

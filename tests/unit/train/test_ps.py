@@ -125,7 +125,7 @@ def test_an_unreachable_server_is_named_before_training():
     ("dcasgd", {"lambda_": -0.1}, "lambda_ must be a number >= 0, found -0.1"),
     ("downpour", {"lambda_": 1.0}, "bad strategyOptions for 'downpour'.*lambda_"),
     ("downpour", {"serverOptimizer": "adam"}, "serverOptimizer must be one of"),
-    ("downpour", {"placement": "remote"}, r"placement must be one of \['colocated', 'dedicated'\]"),
+    ("downpour", {"placement": "remote"}, r"placement must be one of \['colocated', 'dedicated', 'driver'\]"),
     ("sync", {"placement": "dedicated"}, "bad strategyOptions for 'sync'.*placement"),  # no servers to place
 ])
 def test_bad_options_fail_at_construction(name, options, message):
@@ -315,3 +315,52 @@ def test_dedicated_servers_save_their_shard_at_each_cut(digits, tmp_path):
     assert saved == ["rank-0.pt", "rank-1.pt", "rank-2.pt", "rank-3.pt"]
     shard = torch.load(next(tmp_path.glob("step-*")) / "rank-3.pt", weights_only=True)["server"]["shards"]
     assert list(shard) == [1] and shard[1]["version"] == 2 * 2 * steps  # both workers' pushes, both epochs
+
+
+def kill_once(marker: str, after: int, batch, rng, _calls=[0]):  # noqa: B006 - a per-process call count
+    """``augment``: the first worker process to reach its ``after``-th batch dies (SIGKILL), once per run."""
+    import os
+    import signal
+
+    _calls[0] += 1
+    if _calls[0] == after:
+        try:
+            os.close(os.open(marker, os.O_CREAT | os.O_EXCL))
+        except FileExistsError:
+            return batch
+        os.kill(os.getpid(), signal.SIGKILL)
+    return batch
+
+
+@pytest.mark.parametrize("name", ["downpour", "dcasgd"])
+def test_a_killed_worker_is_restarted_alone_and_rejoins_losing_no_update(digits, tmp_path, name):
+    # shards on this process (the "driver"), workers as processes: one is killed in its second epoch; the
+    # restart replays the finished epoch's collectives, pulls the current weights and trains on, while the
+    # other two never stop. Every push is applied once: none lost, none taken for a replay.
+    from functools import partial
+
+    x, y = digits
+    marker = str(tmp_path / "killed")
+    epochs, steps = 4, -(-160 // 16)
+    res = run_processes(spec(name, {"placement": "driver", "serverOptimizer": "adagrad"}, epochs=epochs,
+                             learning_rate=0.05, torch_threads=1, augment=partial(kill_once, marker, steps + 4)),
+                        shard_rows(x, y, 3), retries=1)
+    import os
+
+    assert os.path.exists(marker), "the fault was never injected"
+    assert sorted(r.info["attempt"] for r in res) == [0, 0, 1]  # only the killed worker started again
+    hist = [r.history for r in res]
+    assert hist[0] == hist[1] == hist[2]  # the restarted worker's records are its peers' (replayed)
+    assert [h["epoch"] for h in hist[0]] == [1, 2, 3, 4]
+    counts = [h["psUpdates"] for h in hist[0]]
+    assert all(c["pushed"] == c["applied"] and c["rejected"] == c["replayed"] == 0 for c in counts)
+    assert sum(c["applied"] for c in counts) >= epochs * steps * 3  # the job made all its steps
+    assert hist[0][-1]["accuracy"] > 0.8  # 0.9 without the fault; chance is 0.1
+
+
+def test_driver_shards_refuse_a_checkpoint_dir_and_mixed_refuses_them(digits, tmp_path):
+    x, y = digits
+    with pytest.raises(ValueError, match="placement='driver' keeps its shards in the driver.*unset it"):
+        run_threads(spec("downpour", {"placement": "driver"}, checkpoint_dir=str(tmp_path)), shard_rows(x, y, 2))
+    with pytest.raises(ValueError, match="mixed's groups reduce in lockstep"):
+        make_strategy("mixed", placement="driver")

@@ -96,20 +96,6 @@ def learning_rate(strategy: str, options: dict, workers: int, rates: tuple[float
     return base * options.get("groupSize", 1) / workers
 
 
-def kill_once(marker: str, after: int, batch: np.ndarray, rng: object, _calls: list = [0]) -> np.ndarray:  # noqa: B006
-    """``augment``: the first worker process to reach its ``after``-th batch dies (SIGKILL), once per run."""
-    import signal
-
-    _calls[0] += 1
-    if _calls[0] == after:
-        try:
-            os.close(os.open(marker, os.O_CREAT | os.O_EXCL))
-        except FileExistsError:
-            return batch
-        os.kill(os.getpid(), signal.SIGKILL)
-    return batch
-
-
 def train(arch: str, options: dict, shape: list[int], data: tuple, epochs: int, strategy: str, sopts: dict,
           workers: int, seed: int = 0, slow: dict | None = None,
           rates: tuple[float, float] = (LR, ADAGRAD_LR), augment: object = None) -> dict:
@@ -233,6 +219,8 @@ def fault(epochs: int, workers: int = 4) -> list[str]:
 
     data = load_digits_split(False)
     steps = -(-len(data[2]) // workers // (64 // workers))  # a worker's batches per epoch
+    from irbis.train.faults import kill_once
+
     with tempfile.TemporaryDirectory() as tmp:
         killer = partial(kill_once, os.path.join(tmp, "killed"), epochs * steps // 3)
         runs = [("no fault", train("mlp", MLP, [64], data, epochs, *ON_DRIVER, workers)),

@@ -76,7 +76,35 @@ class _Shared:
         self.children: list[_Shared] = []  # subgroups, aborted with this group
 
 
-class ThreadCommunicator:
+class _Exchanging:
+    """The collectives of a communicator built on one primitive, :meth:`_exchange` (every rank's tensor, in
+    rank order), with the byte counts of the :class:`Communicator` protocol."""
+
+    rank: int
+    world_size: int
+    bytes_sent: int
+
+    def _exchange(self, tensor: torch.Tensor) -> list[torch.Tensor]:
+        raise NotImplementedError
+
+    def _count(self, tensor: torch.Tensor) -> None:
+        if self.world_size > 1:
+            self.bytes_sent += tensor.numel() * tensor.element_size()
+
+    def all_reduce_sum(self, tensor: torch.Tensor) -> None:
+        self._count(tensor)
+        tensor.copy_(torch.stack(self._exchange(tensor)).sum(0))
+
+    def all_reduce_mean(self, tensor: torch.Tensor) -> None:
+        self.all_reduce_sum(tensor)
+        tensor.div_(self.world_size)
+
+    def all_gather(self, tensor: torch.Tensor) -> list[torch.Tensor]:
+        self._count(tensor)
+        return self._exchange(tensor)
+
+
+class ThreadCommunicator(_Exchanging):
     """``N`` workers as threads of one process; build them with :meth:`group`.
 
     Examples
@@ -108,23 +136,6 @@ class ThreadCommunicator:
         out = list(s.slots)  # type: ignore[arg-type]
         s.barrier.wait()
         return out  # type: ignore[return-value]
-
-    def _count(self, tensor: torch.Tensor) -> None:
-        if self.world_size > 1:
-            self.bytes_sent += tensor.numel() * tensor.element_size()
-
-    def all_reduce_sum(self, tensor: torch.Tensor) -> None:
-        self._count(tensor)
-        parts = self._exchange(tensor)
-        tensor.copy_(torch.stack(parts).sum(0))
-
-    def all_reduce_mean(self, tensor: torch.Tensor) -> None:
-        self.all_reduce_sum(tensor)
-        tensor.div_(self.world_size)
-
-    def all_gather(self, tensor: torch.Tensor) -> list[torch.Tensor]:
-        self._count(tensor)
-        return self._exchange(tensor)
 
     def broadcast(self, tensor: torch.Tensor, src: int = 0) -> None:
         if self.rank == src:
@@ -288,7 +299,7 @@ class TorchCommunicator:
         return int(self._store.add(f"{tag}/n", 0))
 
 
-class StoreCommunicator:
+class StoreCommunicator(_Exchanging):
     """Collectives through the rendezvous store, which a retried worker replays to rejoin its peers.
 
     The workers of an elastic job (see :meth:`~irbis.train.strategy.Strategy.elastic`) run as
@@ -338,22 +349,6 @@ class StoreCommunicator:
 
     def _exchange(self, tensor: torch.Tensor) -> list[torch.Tensor]:
         return [self._decode(raw, tensor) for raw in self._contribute(_tensor_bytes(tensor))]
-
-    def _count(self, tensor: torch.Tensor) -> None:
-        if self.world_size > 1:
-            self.bytes_sent += tensor.numel() * tensor.element_size()
-
-    def all_reduce_sum(self, tensor: torch.Tensor) -> None:
-        self._count(tensor)
-        tensor.copy_(torch.stack(self._exchange(tensor)).sum(0))
-
-    def all_reduce_mean(self, tensor: torch.Tensor) -> None:
-        self.all_reduce_sum(tensor)
-        tensor.div_(self.world_size)
-
-    def all_gather(self, tensor: torch.Tensor) -> list[torch.Tensor]:
-        self._count(tensor)
-        return self._exchange(tensor)
 
     def broadcast(self, tensor: torch.Tensor, src: int = 0) -> None:
         if self.rank == src:

@@ -2,6 +2,7 @@
 training resumes from the last checkpoint with every epoch run exactly once."""
 
 import json
+from functools import partial
 
 import numpy as np
 import pytest
@@ -9,6 +10,7 @@ from pyspark.ml.linalg import Vectors
 from sklearn.datasets import load_digits
 
 from irbis.ml import TorchEstimator
+from irbis.train.faults import kill_once
 
 pytestmark = [pytest.mark.slow, pytest.mark.spark]
 
@@ -82,26 +84,6 @@ def test_killed_async_worker_loses_no_parameter_server_update(cluster_spark, tmp
     assert summary[-1]["accuracy"] > 0.85
 
 
-def kill_after(batches: int, marker: str):
-    """An ``augment`` callable that kills its Python worker at the task's ``batches``-th batch, once per run
-    (each task unpickles its own copy, so the count is per task)."""
-    calls = [0]
-
-    def kill_once(batch, rng):
-        import os
-        import signal
-
-        calls[0] += 1
-        if calls[0] == batches:
-            try:
-                os.close(os.open(marker, os.O_CREAT | os.O_EXCL))
-            except FileExistsError:
-                return batch
-            os.kill(os.getpid(), signal.SIGKILL)
-        return batch
-
-    return kill_once
-
 
 def test_killed_worker_with_shards_on_the_driver_is_retried_alone_and_rejoins(cluster_spark, tmp_path):
     # placement="driver": an ordinary stage, so Spark retries the dead task alone; the other worker never
@@ -114,7 +96,7 @@ def test_killed_worker_with_shards_on_the_driver_is_retried_alone_and_rejoins(cl
                                                                     "out_features": 10}),
                          strategy="dcasgd", strategyOptions='{"placement": "driver"}', optimizer="sgd",
                          epochs=4, batchSize=16, numWorkers=2, learningRate=0.1, validationFraction=0.1,
-                         showProgress=False, augment=kill_after(80, marker))  # in the second of ~51-step epochs
+                         showProgress=False, augment=partial(kill_once, marker, 80))  # 2nd of ~51-step epochs
     model = est.fit(df)
     import os
 

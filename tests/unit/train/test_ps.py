@@ -317,20 +317,6 @@ def test_dedicated_servers_save_their_shard_at_each_cut(digits, tmp_path):
     assert list(shard) == [1] and shard[1]["version"] == 2 * 2 * steps  # both workers' pushes, both epochs
 
 
-def kill_once(marker: str, after: int, batch, rng, _calls=[0]):  # noqa: B006 - a per-process call count
-    """``augment``: the first worker process to reach its ``after``-th batch dies (SIGKILL), once per run."""
-    import os
-    import signal
-
-    _calls[0] += 1
-    if _calls[0] == after:
-        try:
-            os.close(os.open(marker, os.O_CREAT | os.O_EXCL))
-        except FileExistsError:
-            return batch
-        os.kill(os.getpid(), signal.SIGKILL)
-    return batch
-
 
 @pytest.mark.parametrize("name", ["downpour", "dcasgd"])
 def test_a_killed_worker_is_restarted_alone_and_rejoins_losing_no_update(digits, tmp_path, name):
@@ -338,6 +324,8 @@ def test_a_killed_worker_is_restarted_alone_and_rejoins_losing_no_update(digits,
     # restart replays the finished epoch's collectives, pulls the current weights and trains on, while the
     # other two never stop. Every push is applied once: none lost, none taken for a replay.
     from functools import partial
+
+    from irbis.train.faults import kill_once
 
     x, y = digits
     marker = str(tmp_path / "killed")

@@ -346,13 +346,6 @@ def make_torch_predict_fn(
     return lambda x: chain.predict(x, batch_size, output_layer)
 
 
-#: The niceness of the driver's export-ahead thread. The workers run eager PyTorch until the export is written,
-#: on the same cores: at 0 the export slowed them (a first-ever featurizer job of 192 JPEGs on 2 cores took
-#: 8.8-9.0 s, eager alone 6.7 s); at 10, 6.7-7.0 s, and the export still gets a share of a busy machine (it
-#: ended after 10-11 s instead of 8), so a long first job moves to it.
-EXPORT_AHEAD_NICE = 10
-
-
 def export_ahead(source: dict[str, Any], input_shape: list[int] | tuple[int, ...], *, output_layer: Layers = None,
                  device: str = "cpu", precision: str = "fp32", engine: str = "auto",
                  allow_pickle: bool = False) -> threading.Thread | None:
@@ -360,11 +353,9 @@ def export_ahead(source: dict[str, Any], input_shape: list[int] | tuple[int, ...
     engine will need; None where there is nothing to write (an eager engine first, or the file exists).
 
     Meant for a driver that shares the machine's cache with its Python workers (a local master): the
-    export (seconds, once per network) then runs while Spark starts the job and its workers, which do not
-    export it again: where ``auto`` ends with eager PyTorch they run that until the file is written (see
-    :class:`~irbis.kernels.engines.exported.Chain`), a pinned engine waits for it. The thread runs at a
-    lower priority (:data:`EXPORT_AHEAD_NICE`). A failure here is only logged: the workers meet the same
-    error and handle it as they always do.
+    export (seconds, once per network) then runs while Spark starts the job and its workers, which wait
+    on the file's lock and load the finished file instead of exporting it themselves. A failure here is
+    only logged: the workers meet the same error and handle it as they always do.
     """
     names = candidates(engine, device, precision)
     if not names or names[0] == "torch":
@@ -379,10 +370,6 @@ def export_ahead(source: dict[str, Any], input_shape: list[int] | tuple[int, ...
     def export() -> None:
         from irbis.kernels.engines.export import export_onnx
 
-        try:  # this thread only (Linux): the job's workers come first
-            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), EXPORT_AHEAD_NICE)
-        except (AttributeError, OSError):
-            pass
         try:
             export_onnx(load, layer, shape, key)
         except Exception as err:  # noqa: BLE001 - the workers report it; the driver only started early
@@ -413,8 +400,7 @@ class _Network:
         self.autocast = precision == "bf16"
         self.lock = threading.Lock()
 
-    def predict(self, x: np.ndarray, batch_size: int, layer: Layers, wait: bool = True) -> np.ndarray | list[np.ndarray]:
-        """The outputs for ``x`` (a list for several layers); ``wait`` is the exported engines' (nothing to wait for)."""
+    def predict(self, x: np.ndarray, batch_size: int, layer: Layers) -> np.ndarray | list[np.ndarray]:
         import torch
 
         check_output_layer(self.module, layer)

@@ -86,12 +86,11 @@ def _package_file(package: str, relative: str, uri: str) -> Path:
 
 
 @contextmanager
-def file_lock(lock_path: Path, wait: bool = True) -> Iterator[None]:
-    """Exclusive inter-process lock on ``lock_path`` (created if needed); with ``wait=False``,
-    :class:`BlockingIOError` at once where another process holds it."""
+def file_lock(lock_path: Path) -> Iterator[None]:
+    """Exclusive inter-process lock on ``lock_path`` (created if needed)."""
     lock_path.parent.mkdir(parents=True, exist_ok=True)
     with open(lock_path, "a+b") as f:
-        fcntl.flock(f.fileno(), fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fcntl.flock(f.fileno(), fcntl.LOCK_EX)
         try:
             yield
         finally:

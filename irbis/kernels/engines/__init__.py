@@ -48,11 +48,6 @@ class InputShapeError(RuntimeError):
     """
 
 
-class ExportPending(Exception):
-    """Another process is writing this network's export right now (raised only to a caller that asked not
-    to wait, see :class:`~irbis.kernels.engines.exported.Chain`)."""
-
-
 def onnx_path(key: str, cache_dir: Path | None = None) -> Path:
     """Where the ONNX export of ``key`` lives: the folder of the prepared weights, shared by the machine."""
     from irbis.models.fetch import default_cache_dir

@@ -15,6 +15,7 @@ thread on a busy machine (see :func:`out_of_place`).
 from __future__ import annotations
 
 import contextlib
+import io
 import logging
 import warnings
 from collections.abc import Iterator
@@ -24,7 +25,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from irbis.kernels.engines import EngineError, ExportPending, InputShapeError, onnx_path
+from irbis.kernels.engines import EngineError, InputShapeError, onnx_path
 from irbis.models.fetch import atomic_path, file_lock
 
 
@@ -57,7 +58,7 @@ class CutNetwork(nn.Module):
 
 
 def export_onnx(load: Any, layer: str | tuple[str, ...] | None, input_shape: tuple[int, ...], key: str,
-                cache_dir: Path | None = None, wait: bool = True) -> Path:
+                cache_dir: Path | None = None) -> Path:
     """The ONNX file of ``load()`` (a callable returning the eager network) cut at ``layer`` (or with one
     output per layer of a tuple of them).
 
@@ -65,14 +66,9 @@ def export_onnx(load: Any, layer: str | tuple[str, ...] | None, input_shape: tup
     the eager network. A network the exporter cannot capture raises :class:`EngineError` with the
     exporter's reason (which names the unsupported operator); a network that refuses rows of
     ``input_shape`` when run eagerly raises :class:`InputShapeError` instead (no engine would take them).
-    With ``wait=False``, where another process is writing the file, :class:`ExportPending` at once.
     """
     path = onnx_path(key, cache_dir)
-    with contextlib.ExitStack() as held:
-        try:
-            held.enter_context(file_lock(path.parent / ".locks" / f"{key}.lock", wait=wait))
-        except BlockingIOError:
-            raise ExportPending(f"another process is writing {path.name}") from None
+    with file_lock(path.parent / ".locks" / f"{key}.lock"):
         if path.exists():
             return path
         network = CutNetwork(load(), layer).eval()
@@ -85,7 +81,7 @@ def export_onnx(load: Any, layer: str | tuple[str, ...] | None, input_shape: tup
         try:
             with torch.no_grad(), warnings.catch_warnings(), _quiet(), out_of_place(network):
                 warnings.simplefilter("ignore")
-                program = torch.onnx.export(network, (example,), dynamo=True, optimize=True, verbose=False,
+                program = torch.onnx.export(network, (example,), dynamo=True, optimize=True,
                                             dynamic_shapes=({0: torch.export.Dim("batch")},))
         except Exception as err:  # noqa: BLE001 - the exporter fails in many ways; report its reason
             raise EngineError(f"the network cannot be exported to ONNX: {_first_line(err)}") from err
@@ -115,14 +111,13 @@ def out_of_place(module: nn.Module) -> Iterator[None]:
 
 @contextlib.contextmanager
 def _quiet():
-    """Silence the exporter's log lines (they would flood a Spark worker's log); its progress prints are off
-    by ``verbose=False``, not by redirecting ``sys.stdout``, which would swallow every other thread's output
-    meanwhile (the driver's, when it exports ahead of a job)."""
+    """Silence the exporter's progress prints and log lines (they would flood a Spark worker's log)."""
     logger = logging.getLogger("torch.onnx")
     level = logger.level
     logger.setLevel(logging.ERROR)
     try:
-        yield
+        with contextlib.redirect_stdout(io.StringIO()):
+            yield
     finally:
         logger.setLevel(level)
 

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from irbis.kernels.engines import ENGINES, EngineError, ExportPending, InputShapeError, Runner, onnx_path
+from irbis.kernels.engines import ENGINES, EngineError, InputShapeError, Runner, onnx_path
 
 if TYPE_CHECKING:
     from torch import nn
@@ -56,34 +56,18 @@ class Chain:
     run the network (:class:`EngineError`, or its package missing) is marked on its cached network and
     skipped from then on, after one log line naming the reason and the engine used instead; the last
     engine's error is raised.
-
-    While another process writes the export an exported engine needs (the driver exporting ahead of a
-    job, or the worker beside this one), a call does not wait for it where a later engine can run the
-    network (eager PyTorch, last in ``auto``'s order): that engine runs the call, and every call tries
-    the first engine again, so the worker moves to the export once it is written. A first job on a
-    machine that never exported the network thus starts at once, at eager speed.
     """
 
     def __init__(self, networks: list[tuple[str, Callable[[], Any]]], engine: str) -> None:
         self.networks, self.engine = networks, engine
 
     def predict(self, x: np.ndarray, batch_size: int, layer: Any) -> np.ndarray | list[np.ndarray]:
-        pending = False  # the exported engines share one export: while it is written, go to the last engine
         for i, (name, get) in enumerate(self.networks):
-            last = i + 1 == len(self.networks)
-            if pending and not last:
-                continue
-            network = get()
+            last, network = i + 1 == len(self.networks), get()
             if getattr(network, "failed", False) and not last:
                 continue
             try:
-                return network.predict(x, batch_size, layer, wait=last)
-            except ExportPending:
-                pending = True
-                if not getattr(network, "said_pending", False):  # once per process (a stage makes a chain per batch)
-                    network.said_pending = True
-                    _LOG.info("engine=%r: the export %s needs is being written by another process; running "
-                              "%s until it is there", self.engine, name, self.networks[-1][0])
+                return network.predict(x, batch_size, layer)
             except (EngineError, ImportError) as err:
                 if last:
                     raise
@@ -114,12 +98,10 @@ class ExportedNetwork:
         self.runners: dict[tuple[int, ...], Runner] = {}
         self.lock = threading.Lock()
 
-    def predict(self, x: np.ndarray, batch_size: int, layer: Any, wait: bool = True) -> np.ndarray | list[np.ndarray]:
-        """The outputs for ``x`` (a list for several layers); an engine refusing a batch at run time raises
-        :class:`InputShapeError`. With ``wait=False``, :class:`ExportPending` where another process is
-        writing the export this call needs."""
+    def predict(self, x: np.ndarray, batch_size: int, layer: Any) -> np.ndarray | list[np.ndarray]:
+        """The outputs for ``x`` (a list for several layers); an engine refusing a batch at run time raises :class:`InputShapeError`."""
         with self.lock:
-            runner = self._runner(tuple(x.shape[1:]), wait)
+            runner = self._runner(tuple(x.shape[1:]))
             try:
                 return in_batches(runner, x, batch_size)
             except Exception as err:  # noqa: BLE001 - each engine raises its own types (ORT: not RuntimeError)
@@ -127,14 +109,14 @@ class ExportedNetwork:
                 raise InputShapeError(f"{self.engine} refused a batch of shape {list(x.shape)}: "
                                       f"{lines[0][:500]}") from err
 
-    def _runner(self, shape: tuple[int, ...], wait: bool = True) -> Runner:
+    def _runner(self, shape: tuple[int, ...]) -> Runner:
         if shape not in self.runners:
             key = export_key(self.identity, self.layer, shape)
             path = onnx_path(key)
             if not path.exists():  # written atomically, so an existing file is whole
                 from irbis.kernels.engines.export import export_onnx
 
-                path = export_onnx(self.load, self.layer, shape, key, wait=wait)
+                path = export_onnx(self.load, self.layer, shape, key)
             self.runners[shape] = ENGINES[self.engine].load(str(path), threads=self.threads, device=self.device,
                                                             precision=self.precision, **self._int8_options(shape))
         return self.runners[shape]

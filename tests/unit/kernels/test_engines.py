@@ -360,39 +360,3 @@ def test_engines_give_the_same_outputs_when_they_free_their_buffers_after_each_c
     assert len(released) == 4  # the two large calls of each setting
     if engine == "openvino":
         assert [r.free_buffers for r in released] == [False, False, True, True]
-
-
-@pytest.mark.skipif(not EXPORTED, reason="no exported engine installed")
-def test_while_another_process_writes_the_export_auto_runs_eager_then_moves_to_the_export(mlp_bundle, tmp_path,
-                                                                                          monkeypatch, caplog):
-    from irbis.kernels.engines import ExportPending, onnx_path
-    from irbis.kernels.engines.export import export_onnx
-    from irbis.kernels.engines.exported import ExportedNetwork, export_key
-    from irbis.kernels.inference import source_identity
-    from irbis.models.fetch import file_lock
-
-    monkeypatch.setenv("IRBIS_HOME", str(tmp_path))
-    folder, net = mlp_bundle
-    source = resolve_source(str(folder))
-    x = np.random.default_rng(2).normal(size=(4, 64)).astype(np.float32)
-    want = net(torch.from_numpy(x)).detach().numpy()
-    key = export_key(source_identity(source), None, (64,))
-    with file_lock(onnx_path(key).parent / ".locks" / f"{key}.lock"):  # another process is writing the export
-        with pytest.raises(ExportPending):
-            export_onnx(lambda: net, None, (64,), key, wait=False)
-        with caplog.at_level(logging.INFO, logger="irbis.inference"):
-            for _ in range(3):  # a stage makes its predict fn per batch
-                _close(make_torch_predict_fn(source, engine="auto")(x), want)
-        assert not onnx_path(key).exists()
-    assert len([r for r in caplog.records if "being written by another process" in r.getMessage()]) == 1
-    assert not [n for n in _cached_values() if isinstance(n, ExportedNetwork) and n.runners]  # nothing exported ran
-    _close(make_torch_predict_fn(source, engine="auto")(x), want)  # the lock is free: the export is written and run
-    assert onnx_path(key).exists()
-    assert [n for n in _cached_values() if isinstance(n, ExportedNetwork) and n.runners]
-
-
-def _cached_values():
-    from irbis.kernels import inference
-
-    with inference._CACHE_LOCK:
-        return list(inference._CACHE.values())

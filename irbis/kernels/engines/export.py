@@ -15,7 +15,6 @@ thread on a busy machine (see :func:`out_of_place`).
 from __future__ import annotations
 
 import contextlib
-import io
 import logging
 import warnings
 from collections.abc import Iterator
@@ -81,7 +80,7 @@ def export_onnx(load: Any, layer: str | tuple[str, ...] | None, input_shape: tup
         try:
             with torch.no_grad(), warnings.catch_warnings(), _quiet(), out_of_place(network):
                 warnings.simplefilter("ignore")
-                program = torch.onnx.export(network, (example,), dynamo=True, optimize=True,
+                program = torch.onnx.export(network, (example,), dynamo=True, optimize=True, verbose=False,
                                             dynamic_shapes=({0: torch.export.Dim("batch")},))
         except Exception as err:  # noqa: BLE001 - the exporter fails in many ways; report its reason
             raise EngineError(f"the network cannot be exported to ONNX: {_first_line(err)}") from err
@@ -111,13 +110,14 @@ def out_of_place(module: nn.Module) -> Iterator[None]:
 
 @contextlib.contextmanager
 def _quiet():
-    """Silence the exporter's progress prints and log lines (they would flood a Spark worker's log)."""
+    """Silence the exporter's log lines (they would flood a Spark worker's log); its progress prints are off
+    by ``verbose=False``, not by redirecting ``sys.stdout``, which would swallow every other thread's output
+    meanwhile (the driver's, when it exports ahead of a job)."""
     logger = logging.getLogger("torch.onnx")
     level = logger.level
     logger.setLevel(logging.ERROR)
     try:
-        with contextlib.redirect_stdout(io.StringIO()):
-            yield
+        yield
     finally:
         logger.setLevel(level)
 

@@ -360,3 +360,27 @@ def test_engines_give_the_same_outputs_when_they_free_their_buffers_after_each_c
     assert len(released) == 4  # the two large calls of each setting
     if engine == "openvino":
         assert [r.free_buffers for r in released] == [False, False, True, True]
+
+
+def test_an_export_in_a_thread_does_not_swallow_the_other_threads_output(mlp_bundle, tmp_path, capsys):
+    # the driver exports ahead of a job in a thread: whatever the main thread prints meanwhile must show
+    import threading
+
+    from irbis.kernels.engines.export import export_onnx
+
+    _, net = mlp_bundle
+    printed = threading.Event()
+
+    def main_thread_prints():
+        while not printed.is_set():
+            print("still here")
+
+    talker = threading.Thread(target=main_thread_prints)
+    talker.start()
+    try:
+        export_onnx(lambda: net, None, (64,), "talk", cache_dir=tmp_path)
+    finally:
+        printed.set()
+        talker.join()
+    out = capsys.readouterr().out
+    assert out.count("still here") > 10 and "[torch.onnx]" not in out  # the exporter's own prints stay off

@@ -248,18 +248,19 @@ class TorchEstimator(IrbisEstimator, HasTrainParams):
                              "training tasks needs rows; give more data or set numWorkers lower")
 
     def _progress_server(self, spec: TrainSpec, session: Any) -> Any:
-        """The driver's progress bar; None through Spark Connect, whose executors may not reach this client."""
+        """The driver's progress bar; None with ``showProgress=False`` (rank 0 then sends nothing) and through
+        Spark Connect, whose executors may not reach this client."""
         from irbis.spark.resources import driver_host
         from irbis.spark.session import is_connect
         from irbis.train.progress import ProgressServer
 
-        if is_connect(session):
-            if self.getShowProgress():
-                _log.info("TorchEstimator: no progress bar on a Spark Connect session (the executors may not "
-                          "reach the client); the per-epoch records are in the fitted model's training_summary")
+        if not self.getShowProgress():
             return None
-        return ProgressServer(spec.epochs, host=driver_host(session), show=self.getShowProgress(),
-                              desc=f"{spec.strategy}")
+        if is_connect(session):
+            _log.info("TorchEstimator: no progress bar on a Spark Connect session (the executors may not "
+                      "reach the client); the per-epoch records are in the fitted model's training_summary")
+            return None
+        return ProgressServer(spec.epochs, host=driver_host(session), desc=f"{spec.strategy}")
 
     def _fitted(self, module: Any, network: dict[str, Any], results: list[Any], shape: list[int]) -> Any:
         import torch

@@ -239,6 +239,29 @@ def _epoch_record(run: _Run, epoch: int, sums: torch.Tensor, done: int, seconds:
     return rec
 
 
+#: Batches of a worker's rows that BatchNorm's running statistics are recomputed over after model averaging.
+BATCHNORM_BATCHES = 50
+
+
+def _recompute_batchnorm(run: _Run) -> None:
+    """Recompute BatchNorm's running statistics under the final weights, where the strategy averaged models.
+
+    Each replica gathered its statistics under its own weights, which the average is not: with them the
+    averaged network evaluated far below its training accuracy (block momentum on the small CNN: 0.79
+    test accuracy). ``torch.optim.swa_utils.update_bn`` (the same fix for weight averaging) recomputes
+    them as a plain mean over up to :data:`BATCHNORM_BATCHES` batches of this worker's rows, unaugmented,
+    as the model will see data; :func:`_average_buffers` then averages them over the workers.
+    """
+    from torch.optim.swa_utils import update_bn
+
+    if not run.dopt.strategy.averages_models or not any(
+            isinstance(m, torch.nn.modules.batchnorm._BatchNorm) for m in run.model.modules()):
+        return
+    x, size = run.train[0], run.spec.batch_size
+    with torch.no_grad():
+        update_bn([x[i:i + size] for i in range(0, min(len(x), BATCHNORM_BATCHES * size), size)], run.model)
+
+
 def _average_buffers(model: torch.nn.Module, ctx: WorkerContext) -> None:
     """Average floating-point buffers (BatchNorm statistics) so every replica returns the same model."""
     bufs = [b for b in model.buffers() if b.is_floating_point()]
@@ -287,6 +310,7 @@ def train_worker(spec: TrainSpec, shard: Shard, ctx: WorkerContext, report: Repo
         t_loop = _train(run, resume)
     finally:
         run.dopt.strategy.close()  # stops dedicated servers also when training stopped early
+    _recompute_batchnorm(run)
     _average_buffers(run.model, ctx)
     loop_seconds = time.perf_counter() - t_loop
     state = None

@@ -96,6 +96,9 @@ class Strategy(ABC):
 
     name: ClassVar[str] = ""
     owns_update: ClassVar[bool] = False
+    #: True where the final model is an average of replicas that trained apart (model averaging, BMUF): no
+    #: replica's BatchNorm running statistics were gathered under those weights, so the loop recomputes them.
+    averages_models: ClassVar[bool] = False
 
     @abstractmethod
     def options(self) -> dict[str, Any]:

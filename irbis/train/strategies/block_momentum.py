@@ -70,6 +70,7 @@ class BlockMomentum(Strategy):
     """
 
     name = "block_momentum"
+    averages_models = True
 
     def __init__(self, blockSize: int = 8, blockLearningRate: float = 1.0,
                  blockMomentum: float | None = None, nesterov: bool = False) -> None:

@@ -43,6 +43,7 @@ class ModelAveraging(Strategy):
     """
 
     name = "model_averaging"
+    averages_models = True
 
     def __init__(self, period: int = 4) -> None:
         if not isinstance(period, int) or isinstance(period, bool) or period < 1:

@@ -154,3 +154,30 @@ def test_a_loss_growing_by_orders_of_magnitude_warns_in_the_summary(digits):
     x, y = digits
     hist = run_threads(spec(epochs=1, optimizer="adam", learning_rate=1e6), shard_rows(x, y, 2))[0].history
     assert "the loss grew from" in hist[0]["warning"] and "learning rate (1e+06)" in hist[0]["warning"]
+
+
+@pytest.mark.parametrize("strategy", ["model_averaging", "sync"])
+def test_batchnorm_statistics_follow_the_final_weights_after_model_averaging(digits, strategy):
+    # the averaged model's running statistics are recomputed under its own weights (each worker over its
+    # rows, then averaged); a strategy whose replicas share their weights at every step keeps its own
+    from torch.optim.swa_utils import update_bn
+
+    from irbis.models import build_model
+
+    x, y = digits
+    images = np.repeat(np.kron(x[:160].reshape(-1, 1, 8, 8), np.ones((1, 1, 4, 4), np.float32)), 3, axis=1)
+    shards = shard_rows(images.reshape(160, -1), y[:160], 2)
+    res = run_threads(spec(network=network_spec("small_cnn", {"width": 4}), input_shape=[3, 32, 32], epochs=1,
+                           strategy=strategy, optimizer="sgd"), shards)
+    state = final_weights(res)
+    net = build_model("small_cnn", width=4)
+    net.load_state_dict(state)
+    expected = {}
+    for shard in shards:  # the statistics every worker computes under the final weights, averaged
+        with torch.no_grad():
+            update_bn([torch.from_numpy(shard.x[i:i + 16]).view(-1, 3, 32, 32) for i in range(0, len(shard), 16)], net)
+        for k, v in net.state_dict().items():
+            if "running_" in k:
+                expected[k] = expected.get(k, 0) + v / len(shards)
+    recomputed = all(torch.allclose(state[k], v, atol=1e-5) for k, v in expected.items())
+    assert recomputed == (strategy == "model_averaging")

@@ -214,6 +214,9 @@ class SparkBarrierBackend(Backend[WorkerResult]):
         self.session, self.device, self.timeout_s, self.elastic = session, device, timeout_s, elastic
         self.data_ranks = num_workers if data_ranks is None else data_ranks
         self.connect = is_connect(session)
+        if elastic and (_conf(session, "spark.speculation", "false") or "").lower() == "true":
+            raise ValueError("placement='driver' runs each worker as one ordinary task, and spark.speculation=true "
+                             "would start a second copy of a slow one beside it; turn speculation off for training")
         if elastic and self.connect:
             raise ValueError("placement='driver' (parameter-server shards on the driver) needs a classic session: "
                              "the executors of a Spark Connect session may not reach its client; use placement "

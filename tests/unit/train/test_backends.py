@@ -37,3 +37,18 @@ def test_backends_validate_eagerly():
         ThreadBackend(0)
     with pytest.raises(ValueError, match="2 workers but got 3"):
         ThreadBackend(2).run(lambda r: None, data=[1, 2, 3])
+
+
+def test_an_elastic_job_refuses_speculative_copies_of_its_workers():
+    # checked before any job starts, from the session's configuration alone
+    from irbis.spark.barrier import SparkBarrierBackend
+
+    class Conf:
+        def get(self, key, default=None):
+            return {"spark.speculation": "true", "spark.master": "local[2]"}.get(key, default)
+
+    class Session:
+        conf = Conf()
+
+    with pytest.raises(ValueError, match="spark.speculation=true would start a second copy"):
+        SparkBarrierBackend(Session(), 2, elastic=True)

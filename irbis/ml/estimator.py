@@ -59,7 +59,8 @@ TRAIN_PARAMS: list[Row] = [
      '{"type": "constant"}'),
     ("batchSize", "minibatch size per worker", T.toInt, 32, at_least(1)),
     ("epochs", "passes over the data", T.toInt, 10, at_least(1)),
-    ("numWorkers", "training tasks (one barrier stage, all run at once)", T.toInt, 2, at_least(1)),
+    ("numWorkers", "training tasks, all run at once (one barrier stage; an ordinary stage, whose dead tasks are "
+                   "retried alone, when the strategy places its shards on the driver)", T.toInt, 2, at_least(1)),
     ("strategy", "name in irbis.train.strategies.STRATEGIES", T.toString, "sync", one_of(*STRATEGIES)),
     ("strategyOptions", "JSON object of the strategy's options", T.toString, "{}"),
     ("featuresCol", "features column (vector or array of numbers)", T.toString, "features"),

@@ -3,7 +3,9 @@
 The estimator is a thin adapter: it checks the input on the driver, turns its
 Params into a :class:`~irbis.train.loop.TrainSpec` of plain values, runs the
 one training loop on every rank of a :class:`~irbis.spark.barrier.SparkBarrierBackend`
-(one barrier stage, on a classic or a Spark Connect session) and wraps rank 0's
+(one barrier stage, on a classic or a Spark Connect session; an ordinary stage whose
+dead tasks are retried alone when the strategy serves its shards from the driver,
+:mod:`irbis.train.ps.driver`) and wraps rank 0's
 final weights in a fitted ``TorchModel`` with the per-epoch training summary.
 Its Params are table rows (:data:`TRAIN_PARAMS`) turned into a mixin by the one
 Param mechanism of :mod:`irbis.ml.params`, which also declares the Params it

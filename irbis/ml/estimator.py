@@ -227,12 +227,12 @@ class TorchEstimator(IrbisEstimator, HasTrainParams):
         spec.torch_threads = int(session.conf.get("spark.task.cpus", "1") or 1)
         columns = (self.getFeaturesCol(), self.getLabelCol())
         server = self._progress_server(spec, session)
-        elastic = make_strategy(spec.strategy, **spec.strategy_options).elastic()
         try:
             workers = self.getNumWorkers()
             tasks = workers + server_tasks(spec, workers)
-            with SparkBarrierBackend(session, tasks, spec.device, data_ranks=workers, elastic=elastic) as backend, \
-                    served(spec, workers, driver_host(session)) as spec:
+            with served(spec, workers, driver_host(session)) as spec, \
+                    SparkBarrierBackend(session, tasks, spec.device, data_ranks=workers,
+                                        elastic=spec.ps_endpoint is not None) as backend:
                 results = backend.run(partial(train_partition, spec, columns, server.endpoint() if server else None,
                                               num_workers=workers), frame)
         finally:

@@ -137,8 +137,10 @@ def is_connect(session: Any) -> bool:
 def shares_machine(session: Any) -> bool:
     """Whether the driver and the Python workers of ``session`` run on this machine and see its files: a
     classic session on a local master (``local``, ``local[N]``, ``local-cluster[...]``)."""
+    from irbis.spark.resources import is_local_master
+
     session = getattr(session, "sparkSession", session)
-    return not is_connect(session) and session.sparkContext.master.startswith("local")
+    return not is_connect(session) and is_local_master(session)
 
 
 def require_classic(session: Any, feature: str, what: str) -> None:

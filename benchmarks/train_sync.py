@@ -1,17 +1,25 @@
-"""Benchmark: distributed training strategies on Spark executors against plain PyTorch.
+"""Benchmark: distributed training strategies on Spark executors against plain PyTorch and the peers.
 
 Two workloads, each trained for equal epochs with the same global batch:
 
 * digits: scikit-learn handwritten digits (1437 train / 360 test, stratified, random_state=0),
   inputs X/16, MLP 64-128-10, Adam lr 1e-3, 30 epochs, global batch 64 (1 worker x 64 or
-  2 workers x 32): the setup of research/baselines.md section 4, whose peer figures are quoted;
+  2 workers x 32);
 * cnn: the same digits upscaled to 3x32x32 images, ``small_cnn`` (width 32, BatchNorm), a
-  compute-bound network, 3 epochs, global batch 64.
+  compute-bound network, 8 epochs, global batch 64.
 
 For every strategy it prints samples/s end to end (the ``fit`` call) and inside the training loop,
 payload bytes per step and worker, and test accuracy; and the 2-worker scaling efficiency
 (2-worker loop throughput / (2 x 1-worker loop throughput)). Spark runs local[2]; each worker is
-one Spark task with one torch thread. Run: ``python benchmarks/train_sync.py [--quick]``.
+one Spark task with one torch thread.
+
+The peers on the digits MLP are measured in the same run, on the same rows, samples and global batch,
+each with Adam at 1e-3 (every side reaches about the same test accuracy there, printed beside it):
+plain single-process PyTorch (one thread), sparktorch's synchronous mode (``pip install
+'irbis[bench]'``, :mod:`peers`) and ``TorchDistributor(local_mode=True, num_processes=2)`` (DDP over
+gloo, in pyspark). A peer that cannot run is printed as "not run" with the reason. Every side gets
+one untimed 1-epoch run before its timed one (the output says so).
+Run: ``python benchmarks/train_sync.py [--quick]``.
 """
 
 from __future__ import annotations
@@ -31,6 +39,8 @@ RESULTS = Path(__file__).parent / "results"
 STRATEGIES = {"sync": "{}", "model_averaging": '{"period": 4}', "block_momentum": '{"blockSize": 4}',
               "one_bit": "{}"}
 MLP = {"in_features": 64, "hidden": 128, "out_features": 10}
+WARM_UP = ("warm-up: every side had one untimed 1-epoch run before its timed one (plain PyTorch; Irbis, one "
+           "2-worker sync fit per workload; sparktorch; TorchDistributor)")
 CNN = {"num_classes": 10, "width": 32}
 
 
@@ -75,44 +85,81 @@ def plain_pytorch(arch: str, options: dict, data: tuple, shape: list[int], epoch
 
 
 def spark_fit(train_df, arch: str, options: dict, data: tuple, shape: list[int], epochs: int, strategy: str,
-              workers: int) -> tuple[dict, list]:
+              workers: int, **params: object) -> tuple[dict, list]:
+    """One ``TorchEstimator.fit`` on ``train_df``: its row (samples/s end to end and in the loop, bytes per step,
+    accuracy on ``data``'s test half) and training summary. ``params`` override the estimator's Params
+    (by default Adam at 1e-3 and ``STRATEGIES``' options)."""
+    import io
+
     from irbis.ml import TorchEstimator
+    from irbis.models import build_model
 
     _, xte, _, yte = data
+    settings = {"learningRate": 1e-3, "strategyOptions": STRATEGIES.get(strategy, "{}"), **params}
     est = TorchEstimator(network=arch, networkOptions=json.dumps(options), epochs=epochs,
-                         batchSize=64 // workers, numWorkers=workers, learningRate=1e-3, strategy=strategy,
-                         strategyOptions=STRATEGIES[strategy], inputShape=shape, showProgress=False)
+                         batchSize=64 // workers, numWorkers=workers, strategy=strategy, inputShape=shape,
+                         showProgress=False, **settings)
     df = train_df.coalesce(workers) if workers < 2 else train_df
     t0 = time.perf_counter()
     model = est.fit(df)
     secs = time.perf_counter() - t0
     n = epochs * train_df.count()
-    from irbis.models import build_model
-
     module = build_model(arch, **options)
-    import io
-
     module.load_state_dict(torch.load(io.BytesIO(est.last_results[0].state), weights_only=True))
-    loop = max(r.loop_seconds for r in est.last_results)
+    loop = max(r.loop_seconds for r in est.last_results[:workers])
     summary = model.training_summary
     return ({"mode": f"irbis {strategy}", "workers": workers, "e2e": n / secs, "loop": n / loop,
-             "bytes": summary[-1]["bytesPerStep"], "acc": accuracy(module, xte, yte, shape)}, summary)
+             "bytes": summary[-1].get("bytesPerStep", 0.0), "acc": accuracy(module, xte, yte, shape)}, summary)
 
 
 def torch_distributor(data: tuple, epochs: int) -> dict:
+    """TorchDistributor(local_mode=True, num_processes=2): DDP over gloo under torchrun on the driver, Adam 1e-3,
+    32 rows per process; after one untimed 1-epoch run (its warm-up)."""
     from pyspark.ml.torch.distributor import TorchDistributor
 
+    from irbis.models import build_model
+
     xtr, xte, ytr, yte = data
+    TorchDistributor(num_processes=2, local_mode=True, use_gpu=False).run(_td_train, xtr, ytr, 1)
     t0 = time.perf_counter()
     out = TorchDistributor(num_processes=2, local_mode=True, use_gpu=False).run(_td_train, xtr, ytr, epochs)
     secs = time.perf_counter() - t0
-    from irbis.models import build_model
-
     module = build_model("mlp", **MLP)
     module.load_state_dict({k: torch.tensor(v) for k, v in out["state"].items()})
     n = epochs * len(ytr)
     return {"mode": "TorchDistributor local, DDP", "workers": 2, "e2e": n / secs, "loop": n / out["loop"],
             "bytes": float("nan"), "acc": accuracy(module, xte, yte, [64])}
+
+
+def sparktorch_sync(df, data: tuple, epochs: int) -> dict:
+    """sparktorch's synchronous mode (barrier stage, gloo all-reduce of the mean gradient), Adam 1e-3,
+    ``epochs * rows / 64`` iterations of 32 random rows per task; after one untimed 1-epoch run."""
+    from peers import sparktorch_fit
+
+    from irbis.models import build_model
+
+    _, xte, ytr, yte = data
+    iters = epochs * len(ytr) // 64
+    sparktorch_fit(df, build_model("mlp", **MLP), "synchronous", "adam", 1e-3, len(ytr) // 64)
+    torch.manual_seed(0)
+    module, secs = sparktorch_fit(df, build_model("mlp", **MLP), "synchronous", "adam", 1e-3, iters)
+    return {"mode": "sparktorch synchronous", "workers": 2, "e2e": iters * 64 / secs, "loop": float("nan"),
+            "bytes": float("nan"), "acc": accuracy(module, xte, yte, [64])}
+
+
+def peer_rows(df, data: tuple, epochs: int) -> tuple[list[dict], list[str]]:
+    """The measured peers' rows on the digits MLP, and a "not run" line for each that could not run."""
+    from peers import not_run
+
+    rows, missing = [], []
+    for name, run in (("sparktorch synchronous", lambda: sparktorch_sync(df, data, epochs)),
+                      ("TorchDistributor local", lambda: torch_distributor(data, epochs))):
+        try:
+            rows.append(run())
+        except Exception as err:  # noqa: BLE001 - a peer that does not run here is reported, not hidden
+            missing.append(not_run(name, err))
+        print(rows[-1] if rows else missing[-1], flush=True)
+    return rows, missing
 
 
 def _td_train(xtr, ytr, epochs):
@@ -156,15 +203,16 @@ def table(title: str, rows: list[dict]) -> str:
 
 def workload(spark, name: str, arch: str, options: dict, shape: list[int], epochs: int, strategies: list[str],
              curves: dict) -> list[dict]:
+    """Plain PyTorch and every strategy at 1 and 2 workers, each after one untimed 1-epoch run of its kind
+    (one 2-worker sync fit warms the Spark Python workers for all of Irbis's rows)."""
+    from peers import digits_frame
+
     data = load_digits_split(images=arch != "mlp")
     xtr, _, ytr, _ = data
-    from pyspark.ml.linalg import Vectors
-
-    df = spark.createDataFrame([(Vectors.dense(a.astype(float)), int(b)) for a, b in zip(xtr, ytr)],
-                               ["features", "label"]).repartition(2).cache()
-    df.count()
+    df = digits_frame(spark, xtr, ytr)
+    plain_pytorch(arch, options, data, shape, 1)
     rows = [plain_pytorch(arch, options, data, shape, epochs)]
-    spark_fit(df, arch, options, data, shape, 1, "sync", 2)  # warm the Python workers (torch import)
+    spark_fit(df, arch, options, data, shape, 1, "sync", 2)
     for strategy in strategies:
         for workers in (1, 2):
             row, summary = spark_fit(df, arch, options, data, shape, epochs, strategy, workers)
@@ -172,6 +220,7 @@ def workload(spark, name: str, arch: str, options: dict, shape: list[int], epoch
             if workers == 2:
                 curves[f"{name} {strategy}"] = summary
             print(row, flush=True)
+    df.unpersist()
     return rows
 
 
@@ -222,16 +271,19 @@ def main() -> None:
     from irbis.spark.session import get_spark
     from irbis.train import plot_loss_curves
 
-    load_before = os.getloadavg()
+    t_start, load_before = time.perf_counter(), os.getloadavg()
     spark = get_spark("local[2]", app_name="irbis-train-bench", **{"spark.ui.enabled": "false",
                                                                     "spark.sql.shuffle.partitions": "2"})
     curves: dict = {}
     digits_epochs, cnn_epochs = (5, 1) if args.quick else (30, 8)
     digits = workload(spark, "digits", "mlp", MLP, [64], digits_epochs, list(STRATEGIES), curves)
-    try:
-        digits.append(torch_distributor(load_digits_split(False), digits_epochs))
-    except Exception as err:  # noqa: BLE001 - report, do not hide, a peer that does not run here
-        print(f"TorchDistributor failed: {type(err).__name__}: {err}")
+    from peers import digits_frame
+
+    data = load_digits_split(False)
+    df = digits_frame(spark, data[0], data[2])
+    measured, missing = peer_rows(df, data, digits_epochs)
+    digits += measured
+    df.unpersist()
     cnn = workload(spark, "cnn", "small_cnn", CNN, [3, 32, 32], cnn_epochs, list(STRATEGIES), curves)
     spark.stop()
     seeds = accuracy_over_seeds(digits_epochs, seeds=2 if args.quick else 5)
@@ -239,15 +291,19 @@ def main() -> None:
         "# benchmarks/train_sync.py",
         f"python {platform.python_version()}, torch {torch.__version__}, {platform.machine()}, "
         f"{os.cpu_count()} cores; Spark local[2], one torch thread per task",
-        f"load average (1 min) before {load_before[0]:.1f}, after {os.getloadavg()[0]:.1f}",
+        f"load average (1 min) before {load_before[0]:.1f}, after {os.getloadavg()[0]:.1f}; "
+        f"run time {time.perf_counter() - t_start:.0f} s",
+        WARM_UP,
         "", table(f"digits: MLP 64-128-10, {digits_epochs} epochs, global batch 64", digits),
+        *[f"  {line}" for line in missing],
+        "every row in this table was measured in this run" + ("" if not missing else
+                                                              "; the peers named above did not run"),
         "scaling efficiency, 2 workers vs 1:", *efficiency(digits),
         "", *seeds,
         "", table(f"cnn: small_cnn on 3x32x32 digits, {cnn_epochs} epochs, global batch 64", cnn),
         "scaling efficiency, 2 workers vs 1:", *efficiency(cnn),
-        "", "quoted from research/baselines.md section 4 (same digits setup, measured earlier on this machine):",
-        "  sparktorch synchronous 6,108 samples/s end to end (acc 0.964); hogwild 2,107 (0.91-0.93);",
-        "  TorchDistributor local 3,773 end to end, about 25,000 inside its loop; plain PyTorch 101,237.",
+        "", "loop samples/s: samples over the training loop's own time (nan where a peer reports none); "
+        "e2e: over the whole fit/run call.",
         "bytes/step: payload bytes each worker hands to collectives per step, counted by the communicator.",
     ]
     text = "\n".join(report) + "\n"

@@ -1,4 +1,5 @@
-"""Errors shared by every layer: the missing-column error, and error records that cross processes.
+"""Errors shared by every layer: the missing-column error, a Param's refused value, and error records
+that cross processes.
 
 A worker of a Spark task cannot raise into the driver: what crosses is a string. An
 error crosses as a JSON record (its type name, its message and the fields it knows,
@@ -46,6 +47,24 @@ class ColumnNotFoundError(ValueError):
         return type(self), (self.stage, self.column, self.found, self.role)
 
 
+class ParamValueError(ValueError):
+    """A Param was set to a value outside its allowed set or range (raised at set time, on the driver).
+
+    Parameters
+    ----------
+    name : str
+        The Param.
+    value : Any
+        The value refused.
+    allowed : str
+        What the Param accepts, in words (e.g. ``"one of 'cpu', 'cuda'"``).
+    """
+
+    def __init__(self, name: str, value: Any, allowed: str) -> None:
+        self.name, self.value, self.allowed = name, value, allowed
+        super().__init__(f"Param {name}={value!r} is not allowed; expected {allowed}.")
+
+
 def require_columns(stage: str, columns: Iterable[str], wanted: Iterable[str], role: str = "input column") -> None:
     """Raise :class:`ColumnNotFoundError` for the first of ``wanted`` that is not in ``columns``."""
     names = list(columns)
@@ -62,6 +81,26 @@ def with_fields(err: BaseException, **fields: Any) -> BaseException:
 
 class NonFiniteLossError(ValueError):
     """Training produced a NaN or infinite loss (the message names the epoch, the step and the data's part)."""
+
+
+class NoKernelError(ValueError):
+    """A stage without a batch kernel: it runs inside a Spark job only, not in serving, LIME or ``fuse``.
+
+    Parameters
+    ----------
+    classes : str or iterable of str
+        The class names of the stages that have no kernel (``cls`` holds the first).
+    message : str
+        What has no kernel, and what to do instead.
+    """
+
+    def __init__(self, classes: str | Iterable[str], message: str) -> None:
+        self.classes = [classes] if isinstance(classes, str) else list(classes)
+        self.cls = self.classes[0] if self.classes else ""
+        super().__init__(message)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return type(self), (self.classes, str(self))
 
 
 #: Exception classes a record may name; any other name is raised as a RuntimeError.

@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from irbis.ml.params import ParamValueError
+from irbis.errors import ParamValueError
 
 __all__ = ["Alias", "alias_mixin", "resolve_aliases", "one_of_any_case", "flag"]
 
@@ -39,7 +39,7 @@ class Alias:
     """SynapseML's name ``name`` for the Irbis Param ``target``.
 
     ``to_irbis`` turns a value given under SynapseML's name into the Irbis Param's value (raising
-    :class:`irbis.ml.params.ParamValueError` for a value SynapseML would refuse); ``from_irbis``
+    :class:`irbis.errors.ParamValueError` for a value SynapseML would refuse); ``from_irbis``
     turns it back. ``note`` says how the meaning differs from SynapseML's (empty: the same).
     """
 

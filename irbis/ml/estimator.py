@@ -27,14 +27,14 @@ from typing import Any
 from pyspark import keyword_only
 from pyspark.ml.param import TypeConverters as T
 
+from irbis.errors import ParamValueError
 from irbis.ml.base import IrbisEstimator
-from irbis.ml.params import HasDevice, HasInputShape, ParamValueError, Row, at_least, in_range, one_of, table_mixin
+from irbis.ml.params import HasDevice, HasInputShape, Row, at_least, in_range, one_of, table_mixin
 from irbis.ml.torch_model import TorchModel
 from irbis.train.health import NAN_POLICIES
 from irbis.train.loop import TrainSpec
 from irbis.train.networks import build_network, network_spec
 from irbis.train.optim import LOSSES, OPTIMIZERS, make_loss, validate_schedule
-from irbis.train.roles import server_tasks
 from irbis.train.refs import callable_ref, is_ref, resolve_ref
 from irbis.train.strategies import STRATEGIES, make_strategy
 from irbis.train.strategy import Strategy
@@ -189,14 +189,16 @@ class TorchEstimator(IrbisEstimator, HasTrainParams):
             raise ValueError(f"{name} must be a JSON object, found {raw!r}")
         return value
 
-    def _spec(self) -> TrainSpec:
+    def _spec(self) -> tuple[TrainSpec, Strategy]:
+        """The job's plain-value spec, and the strategy it names (built once, checked against numWorkers)."""
         if not self.isDefined(self.network):
             raise ValueError("TorchEstimator: set network (an architecture name, TorchScript path or factory)")
         opt = self._resolved("optimizer")
         if not callable(opt) and opt not in OPTIMIZERS:
             raise ValueError(f"optimizer must be one of {list(OPTIMIZERS)} or a callable, found {opt!r}")
         make_loss(self._resolved("loss"))
-        make_strategy(self.getStrategy(), **self._options("strategyOptions")).check_workers(self.getNumWorkers())
+        strategy = make_strategy(self.getStrategy(), **self._options("strategyOptions"))
+        strategy.check_workers(self.getNumWorkers())
         return TrainSpec(
             network=network_spec(self._resolved("network"), self._options("networkOptions")),
             epochs=self.getEpochs(), batch_size=self.getBatchSize(), optimizer=opt,
@@ -206,7 +208,7 @@ class TorchEstimator(IrbisEstimator, HasTrainParams):
             validation_fraction=self.getValidationFraction(), seed=self.getSeed(), device=self.getDevice(),
             input_shape=self.getOrDefault("inputShape") if self.isDefined(self.inputShape) else None,
             checkpoint_every=self.getCheckpointInterval(), augment=self.augment, prefetch=self.augment is not None,
-            slow_workers=dict(self._slow_workers), nan_policy=self.getNanPolicy())
+            slow_workers=dict(self._slow_workers), nan_policy=self.getNanPolicy()), strategy
 
     # -- fit -------------------------------------------------------------------------------------
     def _fit(self, dataset: Any) -> Any:
@@ -215,7 +217,7 @@ class TorchEstimator(IrbisEstimator, HasTrainParams):
         from irbis.spark.training import train_partition, training_frame
         from irbis.train.ps.driver import served
 
-        spec = self._spec()
+        spec, strategy = self._spec()
         frame = training_frame(dataset, self.getFeaturesCol(), self.getLabelCol())
         check_device(dataset.sparkSession, spec.device)
         self._check_rows(frame)
@@ -229,8 +231,8 @@ class TorchEstimator(IrbisEstimator, HasTrainParams):
         server = self._progress_server(spec, session)
         try:
             workers = self.getNumWorkers()
-            tasks = workers + server_tasks(spec, workers)
-            with served(spec, workers, driver_host(session)) as spec, \
+            tasks = workers + strategy.server_tasks(workers)
+            with served(spec, strategy, workers, driver_host(session)) as spec, \
                     SparkBarrierBackend(session, tasks, spec.device, data_ranks=workers,
                                         elastic=spec.ps_endpoint is not None) as backend:
                 results = backend.run(partial(train_partition, spec, columns, server.endpoint() if server else None,

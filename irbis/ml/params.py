@@ -14,6 +14,7 @@ from typing import Any
 from pyspark.ml.param import Param, Params, TypeConverters
 from pyspark.ml.param.shared import HasInputCol, HasOutputCol
 
+from irbis.errors import ParamValueError
 from irbis.kernels.batching import TENSOR_DTYPES
 from irbis.kernels.engines import ENGINE_NAMES
 from irbis.kernels.inference import DEVICES, PRECISIONS
@@ -21,14 +22,6 @@ from irbis.kernels.inference import DEVICES, PRECISIONS
 #: A Param as a table row: name, doc, type converter, default (None: no default), and optionally a
 #: check (:func:`one_of`, :func:`at_least`, :func:`in_range`) run eagerly whenever the Param is set.
 Row = tuple[Any, ...]
-
-
-class ParamValueError(ValueError):
-    """A Param was set to a value outside its allowed set or range (raised at set time, on the driver)."""
-
-    def __init__(self, name: str, value: Any, allowed: str) -> None:
-        self.name, self.value, self.allowed = name, value, allowed
-        super().__init__(f"Param {name}={value!r} is not allowed; expected {allowed}.")
 
 
 Check = Callable[[str, Any], None]

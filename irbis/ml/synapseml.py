@@ -15,9 +15,9 @@ from typing import Any
 
 from pyspark.sql.types import DataType, FloatType
 
+from irbis.errors import ParamValueError
 from irbis.kernels.image_chain import ImageChain
 from irbis.ml.aliases import Alias, alias_mixin, flag, one_of_any_case
-from irbis.ml.params import ParamValueError
 from irbis.models import default_cache_dir
 
 __all__ = ["ONNX_ALIASES", "IMAGE_TRANSFORMER_ALIASES", "IMAGE_FEATURIZER_ALIASES", "TEXT_FEATURIZER_ALIASES",

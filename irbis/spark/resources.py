@@ -12,6 +12,8 @@ import os
 import re
 from typing import Any, Callable
 
+from irbis.errors import ParamValueError
+
 _LOCAL = re.compile(r"local(?:\[(\d+|\*)(?:,\d+)?\])?")
 _LOCAL_CLUSTER = re.compile(r"local-cluster\[\s*(\d+)\s*,\s*(\d+)\s*,\s*\d+\s*\]")
 
@@ -57,12 +59,10 @@ def check_device(session: Any, device: str) -> None:
 
     Raises
     ------
-    irbis.ml.params.ParamValueError
+    irbis.errors.ParamValueError
         On a local master without a visible CUDA device, or where Spark's resource scheduling gives the
         executors no GPU. Elsewhere the first task checks (see ``irbis.kernels.inference.resolve_device``).
     """
-    from irbis.ml.params import ParamValueError
-
     if device != "cuda":
         return
     gpus = conf(session, "spark.executor.resource.gpu.amount")

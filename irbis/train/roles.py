@@ -19,11 +19,6 @@ from irbis.train.strategies import make_strategy
 from irbis.train.strategy import WorkerContext
 
 
-def server_tasks(spec: TrainSpec, num_workers: int) -> int:
-    """How many ranks beside the ``num_workers`` workers the job needs (its dedicated servers)."""
-    return make_strategy(spec.strategy, **spec.strategy_options).server_tasks(num_workers)
-
-
 def run_rank(spec: TrainSpec, num_workers: int, shard: Shard | None, comm: Any, rank: int, device: str = "cpu",
              host: str = "127.0.0.1", report: Report | None = None,
              model: torch.nn.Module | None = None) -> WorkerResult:
@@ -45,4 +40,4 @@ def run_rank(spec: TrainSpec, num_workers: int, shard: Shard | None, comm: Any, 
     return WorkerResult(rank, [], info=info)
 
 
-__all__ = ["run_rank", "server_tasks"]
+__all__ = ["run_rank"]

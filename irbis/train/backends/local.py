@@ -20,7 +20,8 @@ from irbis.train.backends.base import Backend, Rank, RankFn, raise_returned
 from irbis.train.comm import StoreCommunicator, ThreadCommunicator, connect_store, init_torch_group, serve_store
 from irbis.train.data import Shard
 from irbis.train.loop import Report, TrainSpec, WorkerResult
-from irbis.train.roles import run_rank, server_tasks
+from irbis.train.roles import run_rank
+from irbis.train.strategies import make_strategy
 from irbis.train.strategy import WorkerContext
 
 
@@ -84,8 +85,9 @@ def run_threads(spec: TrainSpec, shards: list[Shard], report: Report | None = No
     worker error."""
     from irbis.train.ps.driver import served
 
-    servers = server_tasks(spec, len(shards))
-    with served(spec, len(shards)) as spec, ThreadBackend(len(shards) + servers, timeout) as backend:
+    strategy = make_strategy(spec.strategy, **spec.strategy_options)
+    servers = strategy.server_tasks(len(shards))
+    with served(spec, strategy, len(shards)) as spec, ThreadBackend(len(shards) + servers, timeout) as backend:
         return backend.run(partial(_train_rank, spec, len(shards), report), list(shards) + [None] * servers)
 
 
@@ -117,11 +119,12 @@ def run_processes(spec: TrainSpec, shards: list[Shard], retries: int = 0) -> lis
     """
     from irbis.train.ps.driver import served
 
-    data = list(shards) + [None] * server_tasks(spec, len(shards))
+    strategy = make_strategy(spec.strategy, **spec.strategy_options)
+    data = list(shards) + [None] * strategy.server_tasks(len(shards))
     store = serve_store("127.0.0.1", len(data) + 1, 120.0)
     ctx = mp.get_context("spawn")
     out = ctx.Queue()
-    with served(spec, len(shards)) as spec:
+    with served(spec, strategy, len(shards)) as spec:
         def start(rank: int, attempt: int) -> Any:
             proc = ctx.Process(target=_process_main, daemon=True,
                                args=(spec, len(shards), data[rank], rank, len(data), store.port, out, attempt))

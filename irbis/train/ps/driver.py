@@ -117,13 +117,11 @@ def join(endpoint: dict[str, Any], weights: np.ndarray, sizes: list[int], rank: 
 
 
 @contextmanager
-def served(spec: Any, num_workers: int, host: str = "127.0.0.1") -> Iterator[Any]:
+def served(spec: Any, strategy: Any, num_workers: int, host: str = "127.0.0.1") -> Iterator[Any]:
     """``spec`` (a :class:`~irbis.train.loop.TrainSpec`) joined to fresh driver shards while the block
-    runs, when its strategy places the shards on the driver (:meth:`~irbis.train.strategy.Strategy.elastic`);
-    else ``spec`` as it is. The shards stop when the block ends."""
-    from irbis.train.strategies import make_strategy
-
-    strategy = make_strategy(spec.strategy, **spec.strategy_options)
+    runs, when ``strategy`` (the one ``spec`` names, as the caller built it) places the shards on the
+    driver (:meth:`~irbis.train.strategy.Strategy.elastic`); else ``spec`` as it is. The shards stop when
+    the block ends."""
     if not strategy.elastic():
         yield spec
         return

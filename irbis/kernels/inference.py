@@ -31,7 +31,6 @@ from __future__ import annotations
 import difflib
 import hashlib
 import json
-import logging
 import os
 import sys
 import threading
@@ -42,8 +41,8 @@ from typing import TYPE_CHECKING, Any, Callable
 import numpy as np
 
 from irbis.kernels.calibration import Calibration, make_calibration
-from irbis.kernels.engines import EngineError, candidates, onnx_path
-from irbis.kernels.engines.exported import Chain, ExportedNetwork, export_key, in_batches
+from irbis.kernels.engines import EngineError, candidates
+from irbis.kernels.engines.exported import Chain, ExportedNetwork, in_batches
 
 if TYPE_CHECKING:
     import torch
@@ -54,7 +53,6 @@ BatchFn = Callable[[np.ndarray], np.ndarray]
 PRECISIONS = ("fp32", "bf16", "int8")
 DEVICES = ("cpu", "cuda", "auto")
 
-_LOG = logging.getLogger("irbis.inference")
 _CACHE: dict[str, Any] = {}
 _CACHE_LOCK = threading.Lock()
 _THREADS: list[int] = []  # the task's cores, as set_threads last recorded them
@@ -344,40 +342,6 @@ def make_torch_predict_fn(
     if isinstance(output_layer, tuple):
         return lambda x: dict(zip(output_layer, chain.predict(x, batch_size, output_layer)))
     return lambda x: chain.predict(x, batch_size, output_layer)
-
-
-def export_ahead(source: dict[str, Any], input_shape: list[int] | tuple[int, ...], *, output_layer: Layers = None,
-                 device: str = "cpu", precision: str = "fp32", engine: str = "auto",
-                 allow_pickle: bool = False) -> threading.Thread | None:
-    """Start writing, in a daemon thread of this process, the ONNX export that the workers' first exported
-    engine will need; None where there is nothing to write (an eager engine first, or the file exists).
-
-    Meant for a driver that shares the machine's cache with its Python workers (a local master): the
-    export (seconds, once per network) then runs while Spark starts the job and its workers, which wait
-    on the file's lock and load the finished file instead of exporting it themselves. A failure here is
-    only logged: the workers meet the same error and handle it as they always do.
-    """
-    names = candidates(engine, device, precision)
-    if not names or names[0] == "torch":
-        return None
-    layer = tuple(output_layer) if output_layer and not isinstance(output_layer, str) else output_layer
-    shape = tuple(int(d) for d in input_shape)
-    key = export_key(source_identity(source), layer, shape)
-    if onnx_path(key).exists():
-        return None
-    load = partial(_load_for_export, source, allow_pickle, layer)
-
-    def export() -> None:
-        from irbis.kernels.engines.export import export_onnx
-
-        try:
-            export_onnx(load, layer, shape, key)
-        except Exception as err:  # noqa: BLE001 - the workers report it; the driver only started early
-            _LOG.info("exporting ahead of the job did not succeed (%s); the workers will try", err)
-
-    thread = threading.Thread(target=export, daemon=True, name="irbis-export-ahead")
-    thread.start()
-    return thread
 
 
 def _cached(key: str, make: Callable[[], Any]) -> Any:

@@ -24,10 +24,10 @@ from irbis.kernels.image_features import preprocess_images
 from irbis.ml.base import IrbisTransformer
 from irbis.ml.image import HasErrorCol, _ColumnSetters, with_opencv_threads
 from irbis.ml.calibration import HasCalibrationSample
+from irbis.ml.export_ahead import export_ahead_of_job
 from irbis.ml.params import (HasDevice, HasEngine, HasMiniBatchSize, HasOutputLayer, HasPrecision,
                               at_least, checked, in_registry, table_mixin)
 from irbis.ml.synapseml import ImageFeaturizerNames
-from irbis.ml.torch_model import export_ahead_of_job
 from irbis.models import MODELS, get_entry, module_names
 
 __all__ = ["ImageFeaturizer"]

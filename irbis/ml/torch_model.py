@@ -20,9 +20,10 @@ from torch import nn
 from irbis.kernels.batching import network_batch, refused_shape
 from irbis.kernels.blocks import BatchFn, Tensor, flat_rows
 from irbis.kernels.engines import EngineError
-from irbis.kernels.inference import export_ahead, make_torch_predict_fn, resolve_source
+from irbis.kernels.inference import make_torch_predict_fn, resolve_source
 from irbis.ml.base import IrbisModel
 from irbis.ml.calibration import HasCalibrationSample
+from irbis.ml.export_ahead import export_ahead_of_job
 from irbis.ml.params import (
     ColumnSetters,
     HasDevice,
@@ -40,7 +41,6 @@ from irbis.models import CatalogueEntry, default_cache_dir, sha256_file
 from irbis.models.module_files import write_module
 from irbis.spark.files import localize, ship_file
 from irbis.spark.resources import with_task_threads
-from irbis.spark.session import shares_machine
 
 IMAGE_FIELDS = ("height", "width", "nChannels", "data")
 
@@ -85,14 +85,6 @@ class _NetworkStageParams(ColumnSetters, HasModelPath, HasMiniBatchSize, HasDevi
         if source["kind"] == "repository":
             return list(CatalogueEntry.from_dict(source["entry"]).input_shape) or None
         return None
-
-
-def export_ahead_of_job(df: DataFrame, source: dict[str, Any], shape: list[int] | None, **options: Any) -> None:
-    """On a local master, start the network's ONNX export on the driver while Spark starts the job
-    (:func:`irbis.kernels.inference.export_ahead`); the first job on a machine then no longer waits for
-    a worker to export. Elsewhere the executors' own caches are not the driver's: nothing happens."""
-    if shape and shares_machine(df):
-        export_ahead(source, shape, **options)
 
 
 def check_network_input(stage: str, column: str, dtype: DataType, shape: list[int] | None = None) -> None:

@@ -235,11 +235,11 @@ def test_static_int8_stage_persists_its_calibration_and_equals_the_kernel(spark,
 
 @pytest.mark.spark
 def test_a_local_session_starts_the_export_on_the_driver_ahead_of_the_job(spark, digits, monkeypatch):
-    import irbis.ml.torch_model as torch_model
+    import irbis.ml.export_ahead as ahead
     from irbis.spark.session import is_connect
 
     calls = []
-    monkeypatch.setattr(torch_model, "export_ahead", lambda source, shape, **kw: calls.append((shape, kw)))
+    monkeypatch.setattr(ahead, "export_ahead", lambda source, shape, **kw: calls.append((shape, kw)))
     torch.manual_seed(2)
     net = build_model("mlp", **OPTIONS).eval()
     df = spark.createDataFrame([(x.tolist(),) for x in digits[:4]], "x array<float>")

@@ -55,6 +55,11 @@ def onnx_path(key: str, cache_dir: Path | None = None) -> Path:
     return (cache_dir or default_cache_dir()) / "prepared" / f"{key}.onnx"
 
 
+def export_lock_path(path: Path) -> Path:
+    """The lock file that whoever writes the ONNX file at ``path`` holds while writing it."""
+    return path.parent / ".locks" / f"{path.stem}.lock"
+
+
 @dataclass(frozen=True)
 class Engine:
     """An engine that runs ONNX files: its import name, its pip package and its loader's module."""

@@ -24,7 +24,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from irbis.kernels.engines import EngineError, InputShapeError, onnx_path
+from irbis.kernels.engines import EngineError, InputShapeError, export_lock_path, onnx_path
 from irbis.models.fetch import atomic_path, file_lock
 
 
@@ -62,31 +62,40 @@ def export_onnx(load: Any, layer: str | tuple[str, ...] | None, input_shape: tup
     output per layer of a tuple of them).
 
     ``load`` is called only when the file does not exist yet, so workers that find it skip loading
-    the eager network. A network the exporter cannot capture raises :class:`EngineError` with the
-    exporter's reason (which names the unsupported operator); a network that refuses rows of
-    ``input_shape`` when run eagerly raises :class:`InputShapeError` instead (no engine would take them).
+    the eager network; the file is written under its lock (:func:`irbis.kernels.engines.export_lock_path`),
+    so a process that finds the lock taken waits for the file. The errors are :func:`write_onnx`'s.
     """
     path = onnx_path(key, cache_dir)
-    with file_lock(path.parent / ".locks" / f"{key}.lock"):
-        if path.exists():
-            return path
-        network = CutNetwork(load(), layer).eval()
-        example = torch.zeros(2, *input_shape)
-        try:
-            with torch.no_grad():
-                network(example)
-        except RuntimeError as err:
-            raise InputShapeError(_first_line(err)) from err
-        try:
-            with torch.no_grad(), warnings.catch_warnings(), _quiet(), out_of_place(network):
-                warnings.simplefilter("ignore")
-                program = torch.onnx.export(network, (example,), dynamo=True, optimize=True, verbose=False,
-                                            dynamic_shapes=({0: torch.export.Dim("batch")},))
-        except Exception as err:  # noqa: BLE001 - the exporter fails in many ways; report its reason
-            raise EngineError(f"the network cannot be exported to ONNX: {_first_line(err)}") from err
-        with atomic_path(path) as tmp:
-            program.save(str(tmp))
+    with file_lock(export_lock_path(path)):
+        if not path.exists():
+            write_onnx(load(), layer, input_shape, path)
     return path
+
+
+def write_onnx(module: nn.Module, layer: str | tuple[str, ...] | None, input_shape: tuple[int, ...],
+               path: Path) -> None:
+    """Write the ONNX export of ``module`` cut at ``layer`` to ``path`` (atomically); the caller holds its lock.
+
+    A network the exporter cannot capture raises :class:`EngineError` with the exporter's reason (which
+    names the unsupported operator); a network that refuses rows of ``input_shape`` when run eagerly
+    raises :class:`InputShapeError` instead (no engine would take them).
+    """
+    network = CutNetwork(module, layer).eval()
+    example = torch.zeros(2, *input_shape)
+    try:
+        with torch.no_grad():
+            network(example)
+    except RuntimeError as err:
+        raise InputShapeError(_first_line(err)) from err
+    try:
+        with torch.no_grad(), warnings.catch_warnings(), _quiet(), out_of_place(network):
+            warnings.simplefilter("ignore")
+            program = torch.onnx.export(network, (example,), dynamo=True, optimize=True, verbose=False,
+                                        dynamic_shapes=({0: torch.export.Dim("batch")},))
+    except Exception as err:  # noqa: BLE001 - the exporter fails in many ways; report its reason
+        raise EngineError(f"the network cannot be exported to ONNX: {_first_line(err)}") from err
+    with atomic_path(path) as tmp:
+        program.save(str(tmp))
 
 
 @contextlib.contextmanager
@@ -112,7 +121,7 @@ def out_of_place(module: nn.Module) -> Iterator[None]:
 def _quiet():
     """Silence the exporter's log lines (they would flood a Spark worker's log); its progress prints are off
     by ``verbose=False``, not by redirecting ``sys.stdout``, which would swallow every other thread's output
-    meanwhile (the driver's, when it exports ahead of a job)."""
+    meanwhile."""
     logger = logging.getLogger("torch.onnx")
     level = logger.level
     logger.setLevel(logging.ERROR)

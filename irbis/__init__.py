@@ -45,7 +45,7 @@ _EXPORTS: dict[str, str] = {
     "get_entry": "irbis.models",
     "register_model": "irbis.models",
     "register_catalogue": "irbis.models",
-    "preprocess_rgb": "irbis.models",
+    "preprocess_rgb": "irbis.kernels.image_features",
 }
 
 __all__ = sorted(_EXPORTS) + ["__version__"]

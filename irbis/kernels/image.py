@@ -30,6 +30,7 @@ import numpy as np
 
 from irbis.kernels.image_header import header_size, sniff_format
 from irbis.kernels.image_chain import OPS, ImageChain  # noqa: F401  (re-exported)
+from irbis.kernels.image_ops import as_hwc
 from irbis.kernels.image_ops import (  # noqa: F401  (re-exported)
     ImageOpError, blur, center_crop, color_format, crop, flip, normalize, resize, threshold,
     to_chw,
@@ -74,17 +75,13 @@ def ocv_mode(dtype: np.dtype | type, channels: int) -> int:
     return _DEPTHS[dtype] + 8 * (channels - 1)
 
 
-def _as_hwc(img: np.ndarray) -> np.ndarray:
-    return img[:, :, None] if img.ndim == 2 else img
-
-
 def array_to_struct(img: np.ndarray, origin: str = "") -> dict[str, Any]:
     """Pack a ``(H, W[, C])`` ndarray into a Spark image struct (a dict).
 
     The channel order is not changed: pass BGR(A) pixels to match Spark's
     image source.
     """
-    img = _as_hwc(np.asarray(img))
+    img = as_hwc(np.asarray(img))
     if img.ndim != 3:
         raise ValueError(f"image array must have shape (H, W) or (H, W, C), found {img.shape}")
     height, width, channels = img.shape
@@ -160,7 +157,7 @@ def decode_image(data: bytes, max_pixels: int | None = DEFAULT_MAX_PIXELS,
         fmt = sniff_format(data)
         what = f"corrupt or truncated {fmt} data" if fmt else "unknown format, not an image"
         raise ImageDecodeError(f"OpenCV could not decode {len(data)} bytes: {what}")
-    img = _as_hwc(img)
+    img = as_hwc(img)
     _check_pixels(img.shape[:2], max_pixels, "decoded image has")
     return img
 

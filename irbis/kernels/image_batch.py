@@ -21,7 +21,7 @@ import numpy as np
 
 from irbis.kernels.image import DEFAULT_MAX_PIXELS, decode_image, struct_to_array
 from irbis.kernels.image_chain import ImageChain
-from irbis.kernels.image_ops import ImageOpError, flip, to_chw
+from irbis.kernels.image_ops import ImageOpError, as_hwc, flip, to_chw
 
 __all__ = [
     "AUGMENTATIONS", "OUTPUT_FORMATS", "augment_images", "pixels_of", "transform_images", "unroll_images",
@@ -128,7 +128,7 @@ def augment_images(images: Sequence[Any], augmentations: Sequence[str], *, crop:
         if crop > 0.0:
             copies.append(("crop", _central_crop(img, crop)))
         if exposure != 1.0:
-            copies.append(("exposure", _hwc(np.clip(img * np.float32(exposure), 0, 255).astype(img.dtype))))
+            copies.append(("exposure", as_hwc(np.clip(img * np.float32(exposure), 0, 255).astype(img.dtype))))
         result.append(copies)
     return result
 
@@ -137,8 +137,4 @@ def _central_crop(img: np.ndarray, share: float) -> np.ndarray:
     h, w = img.shape[:2]
     ch, cw = max(int(round(h * share)), 1), max(int(round(w * share)), 1)
     y, x = (h - ch) // 2, (w - cw) // 2
-    return _hwc(cv2.resize(img[y:y + ch, x:x + cw], (w, h), interpolation=cv2.INTER_LINEAR))
-
-
-def _hwc(img: np.ndarray) -> np.ndarray:
-    return img[..., None] if img.ndim == 2 else img
+    return as_hwc(cv2.resize(img[y:y + ch, x:x + cw], (w, h), interpolation=cv2.INTER_LINEAR))

@@ -1,8 +1,9 @@
 """Images (Spark image structs or encoded bytes) to a network's input batch, as a model's preprocessing says.
 
 The body of :class:`irbis.ml.ImageFeaturizer` before the network: decode (for bytes), convert the
-BGR(A)/grey pixels of any depth to RGB uint8, then :func:`irbis.models.preprocess_rgb` (resize the
-shorter side, centre crop, colour order, mean/std, CHW), writing straight into one float32 batch.
+BGR(A)/grey pixels of any depth to RGB uint8, then :func:`preprocess_rgb` (resize the shorter side,
+centre crop, colour order, mean/std, CHW, as the catalogue's
+:class:`~irbis.models.preprocess.Preprocessing` record says), writing straight into one float32 batch.
 
 Examples
 --------
@@ -23,9 +24,10 @@ import numpy as np
 
 from irbis.kernels.image import DEFAULT_MAX_PIXELS, ImageDecodeError, decode_image, struct_to_array
 from irbis.kernels.image_header import header_size, sniff_format
-from irbis.models.preprocess import Preprocessing, preprocess_rgb
+from irbis.kernels.image_ops import as_hwc, center_crop, color_format, normalize, resize, to_chw
+from irbis.models.preprocess import Preprocessing
 
-__all__ = ["decode_flags", "preprocess_images", "to_rgb8"]
+__all__ = ["decode_flags", "preprocess_images", "preprocess_rgb", "to_rgb8"]
 
 _REDUCED = {False: {2: cv2.IMREAD_REDUCED_COLOR_2, 4: cv2.IMREAD_REDUCED_COLOR_4,
                     8: cv2.IMREAD_REDUCED_COLOR_8},
@@ -76,7 +78,7 @@ def to_rgb8(img: np.ndarray) -> np.ndarray:
 def _load(value: Any, spec: Preprocessing, encoded: bool, max_pixels: int | None,
           fast: bool) -> np.ndarray:
     if encoded:
-        flags = decode_flags(value, spec, spec.color_order == "L", fast)
+        flags = decode_flags(value, spec, spec.channels == 1, fast)
         return to_rgb8(decode_image(value, max_pixels, flags))
     return to_rgb8(value if isinstance(value, np.ndarray) else struct_to_array(value))
 
@@ -112,8 +114,7 @@ def preprocess_images(values: Sequence[Any], spec: Preprocessing, *, encoded: bo
     errors : list of str or None
         Why a non-null row could not be used (``None`` for good and for null rows).
     """
-    channels = 1 if spec.color_order == "L" else 3
-    batch = np.empty((len(values), channels, *spec.input_size), np.float32)
+    batch = np.empty((len(values), *spec.input_shape), np.float32)
     valid = np.zeros(len(values), bool)
     errors: list[str | None] = [None] * len(values)
     count = 0
@@ -131,3 +132,50 @@ def preprocess_images(values: Sequence[Any], spec: Preprocessing, *, encoded: bo
         valid[i] = True
         count += 1
     return batch[:count], valid, errors
+
+
+def preprocess_rgb(image: np.ndarray, spec: Preprocessing) -> np.ndarray:
+    """Preprocess one RGB (or grey) uint8 image as ``spec`` (a model's preprocessing) prescribes.
+
+    Parameters
+    ----------
+    image : numpy.ndarray
+        uint8 array of shape (H, W, 3) in RGB order, or (H, W) / (H, W, 1) greyscale.
+    spec : Preprocessing
+        A catalogue entry's ``preprocessing``; supplies ``input_size``, ``resize_to``, ``interpolation``,
+        ``color_order``, ``mean``, ``std``.
+
+    Returns
+    -------
+    numpy.ndarray
+        float32 array of shape (C, H, W), C-contiguous.
+
+    Examples
+    --------
+    >>> from irbis.models import get_entry
+    >>> preprocess_rgb(np.zeros((300, 400, 3), np.uint8), get_entry("efficientnet_lite0").preprocessing).shape
+    (3, 224, 224)
+    """
+    image = _check_image(image)
+    height, width = spec.input_size
+    if spec.resize_to is None:
+        image = resize(image, height, width, interpolation=spec.interpolation)
+    else:
+        image = resize(image, spec.resize_to, spec.resize_to, keep_aspect_ratio=True,
+                       interpolation=spec.interpolation)
+        if image.shape[0] < height or image.shape[1] < width:
+            raise ValueError(f"cannot crop {height}x{width} from an image of {image.shape[0]}x"
+                             f"{image.shape[1]}; resize_to must be at least the input size")
+        image = center_crop(image, height, width)
+    source = "GRAY" if image.shape[2] == 1 else "RGB"
+    return to_chw(normalize(color_format(image, spec.color_order, source), spec.mean, spec.std))
+
+
+def _check_image(image: np.ndarray) -> np.ndarray:
+    image = np.asarray(image)
+    if image.dtype != np.uint8:
+        raise TypeError(f"image must be uint8, found dtype {image.dtype}; convert 0..255 pixels to uint8")
+    image = as_hwc(image)
+    if image.ndim != 3 or image.shape[2] not in (1, 3):
+        raise ValueError(f"image must have shape (H, W, 3), (H, W, 1) or (H, W), found {image.shape}")
+    return image

@@ -23,20 +23,24 @@ from typing import Sequence
 import cv2
 import numpy as np
 
+from irbis.models import preprocess as _vocabulary
+
 __all__ = [
-    "COLOR_FORMATS", "INTERPOLATIONS", "THRESHOLD_TYPES", "ImageOpError", "blur", "center_crop",
+    "COLOR_FORMATS", "INTERPOLATIONS", "THRESHOLD_TYPES", "ImageOpError", "as_hwc", "blur", "center_crop",
     "color_format", "crop", "describe", "flip", "normalize", "resize", "threshold", "to_chw",
 ]
 
-INTERPOLATIONS = {"nearest": cv2.INTER_NEAREST, "linear": cv2.INTER_LINEAR,
-                  "bilinear": cv2.INTER_LINEAR, "cubic": cv2.INTER_CUBIC,
-                  "bicubic": cv2.INTER_CUBIC, "area": cv2.INTER_AREA,
-                  "lanczos": cv2.INTER_LANCZOS4}
+_OPENCV_FLAGS = {"nearest": cv2.INTER_NEAREST, "linear": cv2.INTER_LINEAR, "bilinear": cv2.INTER_LINEAR,
+                 "cubic": cv2.INTER_CUBIC, "bicubic": cv2.INTER_CUBIC, "area": cv2.INTER_AREA,
+                 "lanczos": cv2.INTER_LANCZOS4}
+#: The interpolations the catalogue names (:data:`irbis.models.preprocess.INTERPOLATIONS`), as OpenCV flags.
+INTERPOLATIONS = {name: _OPENCV_FLAGS[name] for name in _vocabulary.INTERPOLATIONS}
 THRESHOLD_TYPES = {"binary": cv2.THRESH_BINARY, "binary_inv": cv2.THRESH_BINARY_INV,
                    "trunc": cv2.THRESH_TRUNC, "tozero": cv2.THRESH_TOZERO,
                    "tozero_inv": cv2.THRESH_TOZERO_INV}
-COLOR_FORMATS = ("BGR", "RGB", "GRAY", "BGRA", "RGBA")
-_CHANNELS = {"BGR": 3, "RGB": 3, "GRAY": 1, "BGRA": 4, "RGBA": 4}
+#: Colour formats and their channel counts: the one vocabulary, :data:`irbis.models.preprocess.COLOR_FORMATS`.
+COLOR_FORMATS = tuple(_vocabulary.COLOR_FORMATS)
+_CHANNELS = _vocabulary.COLOR_FORMATS
 
 
 class ImageOpError(ValueError):
@@ -55,7 +59,8 @@ def _fail(op: str, img: np.ndarray | None, args: dict, reason: str) -> ImageOpEr
     return ImageOpError(f"{call}{where}: {reason}")
 
 
-def _hwc(img: np.ndarray) -> np.ndarray:
+def as_hwc(img: np.ndarray) -> np.ndarray:
+    """The image with its channel axis: ``(H, W)`` becomes ``(H, W, 1)`` (a view); others as they are."""
     return img[:, :, None] if img.ndim == 2 else img
 
 
@@ -93,7 +98,7 @@ def resize(img: np.ndarray, height: int, width: int, keep_aspect_ratio: bool = F
             height = max(height, int(width * h / w))
     if (height, width) == img.shape[:2]:
         return img
-    return _hwc(cv2.resize(img, (width, height), interpolation=INTERPOLATIONS[interpolation]))
+    return as_hwc(cv2.resize(img, (width, height), interpolation=INTERPOLATIONS[interpolation]))
 
 
 def crop(img: np.ndarray, x: int, y: int, height: int, width: int) -> np.ndarray:
@@ -123,7 +128,7 @@ def flip(img: np.ndarray, flip_code: int = 1) -> np.ndarray:
     if flip_code not in (-1, 0, 1) or isinstance(flip_code, bool):
         raise _fail("flip", img, {"flip_code": flip_code},
                     "flip_code must be 1 (left-right), 0 (up-down) or -1 (both)")
-    return _hwc(cv2.flip(img, int(flip_code)))
+    return as_hwc(cv2.flip(img, int(flip_code)))
 
 
 def blur(img: np.ndarray, height: int, width: int, sigma: float = 0.0) -> np.ndarray:
@@ -132,7 +137,7 @@ def blur(img: np.ndarray, height: int, width: int, sigma: float = 0.0) -> np.nda
     _positive("blur", img, args, "height", "width")
     if height % 2 == 0 or width % 2 == 0:
         raise _fail("blur", img, args, "the kernel height and width must be odd")
-    return _hwc(cv2.GaussianBlur(img, (int(width), int(height)), float(sigma)))
+    return as_hwc(cv2.GaussianBlur(img, (int(width), int(height)), float(sigma)))
 
 
 def threshold(img: np.ndarray, threshold: float, max_val: float, type: str = "binary") -> np.ndarray:
@@ -140,7 +145,7 @@ def threshold(img: np.ndarray, threshold: float, max_val: float, type: str = "bi
     args = {"threshold": threshold, "max_val": max_val, "type": type}
     _choice("threshold", img, args, "type", THRESHOLD_TYPES)
     _, out = cv2.threshold(img, float(threshold), float(max_val), THRESHOLD_TYPES[type])
-    return _hwc(out)
+    return as_hwc(out)
 
 
 def color_format(img: np.ndarray, format: str, source: str | None = None) -> np.ndarray:
@@ -161,7 +166,7 @@ def color_format(img: np.ndarray, format: str, source: str | None = None) -> np.
     code = getattr(cv2, f"COLOR_{source}2{format}", None)
     if code is None:  # e.g. RGB2RGBA is spelled via the BGR codes on swapped data
         code = getattr(cv2, f"COLOR_{source.replace('RGB', 'BGR')}2{format.replace('RGB', 'BGR')}")
-    return _hwc(cv2.cvtColor(img, code))
+    return as_hwc(cv2.cvtColor(img, code))
 
 
 def normalize(img: np.ndarray, mean: float | Sequence[float], std: float | Sequence[float],
@@ -191,4 +196,4 @@ def normalize(img: np.ndarray, mean: float | Sequence[float], std: float | Seque
 
 def to_chw(img: np.ndarray, dtype: type = np.float32) -> np.ndarray:
     """Reorder ``(H, W, C)`` to a contiguous ``(C, H, W)`` array of ``dtype``."""
-    return np.ascontiguousarray(_hwc(img).transpose(2, 0, 1), dtype=dtype)
+    return np.ascontiguousarray(as_hwc(img).transpose(2, 0, 1), dtype=dtype)

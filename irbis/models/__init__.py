@@ -1,8 +1,11 @@
-"""Pure model layer: architectures, the model catalogue and registry, preprocessing and the repository.
+"""Pure model layer, the ground: architectures, the model catalogue and registry, the preprocessing record
+and the repository.
 
-Imports torch (and cv2 for preprocessing), never pyspark. The names below are imported on first use
-(PEP 562), so a process that needs only the file helpers (:mod:`irbis.models.fetch`: the cache folder,
-locks, checksums), such as a Spark worker running an exported network, does not load torch.
+Imports torch, never pyspark, and nothing of Irbis above it: the pixels are preprocessed by
+:func:`irbis.kernels.image_features.preprocess_rgb`, which reads the catalogue's record. The names below
+are imported on first use (PEP 562), so a process that needs only the file helpers
+(:mod:`irbis.models.fetch`: the cache folder, locks, checksums), such as a Spark worker running an
+exported network, does not load torch.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ _SOURCES = {
     "module_names": "architectures",
     "CatalogueEntry": "catalogue", "read_catalogue": "catalogue",
     "ChecksumMismatchError": "fetch", "default_cache_dir": "fetch",
-    "Preprocessing": "preprocess", "preprocess_rgb": "preprocess",
+    "Preprocessing": "preprocess",
     "MODELS": "registry", "get_entry": "registry", "register_catalogue": "registry", "register_model": "registry",
     "unregister_model": "registry",
     "ModelRepository": "repository",
@@ -26,6 +29,9 @@ __all__ = sorted(_SOURCES)
 
 
 def __getattr__(name: str) -> Any:
+    if name == "preprocess_rgb":
+        raise AttributeError("irbis.models.preprocess_rgb moved to the image kernels: import it from "
+                             "irbis.kernels.image_features (or use irbis.preprocess_rgb)")
     if name not in _SOURCES:
         raise AttributeError(f"module 'irbis.models' has no attribute {name!r}")
     value = getattr(importlib.import_module(f"irbis.models.{_SOURCES[name]}"), name)

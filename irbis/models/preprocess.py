@@ -1,12 +1,13 @@
-"""Turn an RGB uint8 photo into a model's input tensor, as the model's catalogue entry prescribes.
+"""How an RGB uint8 photo becomes a model's input tensor: the catalogue's ``Preprocessing`` record,
+and the pixel vocabulary (colour formats, interpolations) that the image operations speak too.
 
 The reference preprocessing for ImageNet models: resize the shorter side to ``resize_to`` (keeping the
 aspect ratio, the longer side truncated as torchvision does), crop the centre ``input_size``, convert to
 the model's colour order, subtract ``mean`` and divide by ``std`` (0..255 units), and lay out as CHW.
-
-The geometry and arithmetic are those of :mod:`irbis.kernels.image_ops`, the one image module that
-``ImageTransformer`` uses too, so a chain ``resize(resize_to, resize_to, keepAspectRatio=True)``,
-``centerCrop``, ``colorFormat``, ``normalize`` gives exactly the same tensor as a catalogue entry.
+This module only describes it (plain data, no OpenCV); :func:`irbis.kernels.image_features.preprocess_rgb`
+does it with the image operations of :mod:`irbis.kernels.image_ops`, the ones ``ImageTransformer`` uses,
+so a chain ``resize(resize_to, resize_to, keepAspectRatio=True)``, ``centerCrop``, ``colorFormat``,
+``normalize`` gives exactly the same tensor as a catalogue entry.
 """
 
 from __future__ import annotations
@@ -15,14 +16,14 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
-import cv2
-import numpy as np
-
-from irbis.kernels.image_ops import INTERPOLATIONS as _OPENCV_INTERPOLATIONS
-from irbis.kernels.image_ops import center_crop, normalize, resize, to_chw
-
-COLOR_ORDERS = ("RGB", "BGR", "L")
-INTERPOLATIONS = tuple(_OPENCV_INTERPOLATIONS)  # the names image_ops knows, one table for both
+#: Channel orders of an image, and each one's channel count (OpenCV's names; OpenCV decodes to BGR).
+COLOR_FORMATS = {"BGR": 3, "RGB": 3, "GRAY": 1, "BGRA": 4, "RGBA": 4}
+#: The colour formats a network input may have (a catalogue entry's ``color_order``).
+COLOR_ORDERS = ("RGB", "BGR", "GRAY")
+#: Names the catalogue once used, still read: name -> the name of :data:`COLOR_FORMATS`.
+_OLD_COLOR_NAMES = {"L": "GRAY"}
+#: Resampling filters by name (each one an OpenCV interpolation flag in the image operations).
+INTERPOLATIONS = ("nearest", "linear", "bilinear", "cubic", "bicubic", "area", "lanczos")
 
 
 @dataclass(frozen=True)
@@ -31,7 +32,8 @@ class Preprocessing:
 
     The shorter side is resized to ``resize_to`` and the centre ``input_size`` (H, W) cropped; with
     ``resize_to=None`` the image is resized straight to ``input_size``. Then ``(x - mean) / std`` per
-    channel, with mean and std in 0..255 pixel units, in ``color_order`` ("RGB", "BGR" or "L").
+    channel, with mean and std in 0..255 pixel units, in ``color_order`` ("RGB", "BGR" or "GRAY";
+    "L", the name catalogues used before, is read as "GRAY").
     """
 
     input_size: tuple[int, int]
@@ -42,6 +44,7 @@ class Preprocessing:
     color_order: str = "RGB"
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "color_order", _OLD_COLOR_NAMES.get(self.color_order, self.color_order))
         if self.color_order not in COLOR_ORDERS:
             raise ValueError(f"color_order must be one of {COLOR_ORDERS}, found {self.color_order!r}")
         if self.interpolation not in INTERPOLATIONS:
@@ -58,8 +61,8 @@ class Preprocessing:
 
     @property
     def channels(self) -> int:
-        """Number of input channels (1 for "L", else 3)."""
-        return 1 if self.color_order == "L" else 3
+        """Number of input channels (1 for "GRAY", else 3)."""
+        return COLOR_FORMATS[self.color_order]
 
     @property
     def input_shape(self) -> tuple[int, int, int]:
@@ -78,58 +81,3 @@ class Preprocessing:
             if k in d:
                 d[k] = tuple(d[k])
         return cls(**d)
-
-
-def preprocess_rgb(image: np.ndarray, spec: Preprocessing) -> np.ndarray:
-    """Preprocess one RGB (or grey) uint8 image as ``spec`` (a model's preprocessing) prescribes.
-
-    Parameters
-    ----------
-    image : numpy.ndarray
-        uint8 array of shape (H, W, 3) in RGB order, or (H, W) / (H, W, 1) greyscale.
-    spec : Preprocessing
-        A catalogue entry's ``preprocessing``; supplies ``input_size``, ``resize_to``, ``interpolation``, ``color_order``, ``mean``, ``std``.
-
-    Returns
-    -------
-    numpy.ndarray
-        float32 array of shape (C, H, W), C-contiguous.
-
-    Examples
-    --------
-    >>> from irbis.models import get_entry
-    >>> preprocess_rgb(np.zeros((300, 400, 3), np.uint8), get_entry("efficientnet_lite0").preprocessing).shape
-    (3, 224, 224)
-    """
-    image = _check_image(image)
-    height, width = spec.input_size
-    if spec.resize_to is None:
-        image = resize(image, height, width, interpolation=spec.interpolation)
-    else:
-        image = resize(image, spec.resize_to, spec.resize_to, keep_aspect_ratio=True,
-                       interpolation=spec.interpolation)
-        if image.shape[0] < height or image.shape[1] < width:
-            raise ValueError(f"cannot crop {height}x{width} from an image of {image.shape[0]}x"
-                             f"{image.shape[1]}; resize_to must be at least the input size")
-        image = center_crop(image, height, width)
-    return to_chw(normalize(_to_color_order(image, spec.color_order), spec.mean, spec.std))
-
-
-def _check_image(image: np.ndarray) -> np.ndarray:
-    image = np.asarray(image)
-    if image.dtype != np.uint8:
-        raise TypeError(f"image must be uint8, found dtype {image.dtype}; convert 0..255 pixels to uint8")
-    if image.ndim == 2:
-        image = image[:, :, None]
-    if image.ndim != 3 or image.shape[2] not in (1, 3):
-        raise ValueError(f"image must have shape (H, W, 3), (H, W, 1) or (H, W), found {image.shape}")
-    return image
-
-
-def _to_color_order(image: np.ndarray, color_order: str) -> np.ndarray:
-    channels = image.shape[2]
-    if color_order == "L":
-        return image if channels == 1 else cv2.cvtColor(image, cv2.COLOR_RGB2GRAY)[:, :, None]
-    if channels == 1:
-        image = np.repeat(image, 3, axis=2)
-    return image[:, :, ::-1] if color_order == "BGR" else image

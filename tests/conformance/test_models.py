@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from irbis.models import MODELS, CatalogueEntry, layer_output_shapes, preprocess_rgb, read_catalogue
+from irbis.kernels.image_features import preprocess_rgb
+from irbis.models import MODELS, CatalogueEntry, layer_output_shapes, read_catalogue
 
 
 @pytest.fixture(params=sorted(MODELS))

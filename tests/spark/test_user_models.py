@@ -12,11 +12,11 @@ import torch
 from skimage import data as skdata
 
 from irbis import ImageFeaturizer, TorchModel
+from irbis.kernels.image_features import preprocess_rgb
 from irbis.models import (
     ModelRepository,
     build_model,
     get_entry,
-    preprocess_rgb,
     register_catalogue,
     sha256_file,
     unregister_model,

@@ -8,6 +8,7 @@ import json
 import numpy as np
 import pytest
 
+from irbis.kernels.image_features import preprocess_rgb
 from irbis.models import (
     MODELS,
     CatalogueEntry,
@@ -16,7 +17,6 @@ from irbis.models import (
     build_model,
     get_entry,
     layer_output_shapes,
-    preprocess_rgb,
     register_catalogue,
     register_model,
     unregister_model,
@@ -138,3 +138,16 @@ def test_preprocess_colour_orders_and_bad_input():
     with pytest.raises(ValueError, match=r"found \(8, 8, 4\)"):
         preprocess_rgb(np.zeros((8, 8, 4), np.uint8), digits)
     assert isinstance(digits, Preprocessing) and digits.input_shape == (1, 8, 8)
+
+
+def test_colour_orders_speak_the_image_operations_vocabulary_and_old_names_still_load():
+    from irbis.kernels.image_ops import COLOR_FORMATS
+
+    assert set(get_entry("lenet_digits").preprocessing.to_dict()["color_order"].split()) <= set(COLOR_FORMATS)
+    old = {**get_entry("lenet_digits").preprocessing.to_dict(), "color_order": "L"}
+    pre = Preprocessing.from_dict(old)
+    assert pre.color_order == "GRAY" and pre.channels == 1 and pre == get_entry("lenet_digits").preprocessing
+    with pytest.raises(ValueError, match="color_order must be one of .*'GRAY'"):
+        Preprocessing.from_dict({**old, "color_order": "BGRA"})
+    with pytest.raises(AttributeError, match="irbis.kernels.image_features"):
+        __import__("irbis.models", fromlist=["x"]).preprocess_rgb

@@ -22,6 +22,7 @@ from pyspark.ml import Pipeline, PipelineModel
 from pyspark.ml.classification import LogisticRegression
 from pyspark.ml.feature import SQLTransformer, VectorAssembler
 
+from irbis.errors import NoKernelError
 from irbis.ml.featurizer import ImageFeaturizer
 from irbis.serving.predictor import load_predictor
 from irbis.serving.server import BackgroundServer, build_app
@@ -100,8 +101,9 @@ def test_outputs_and_refused_stage(spark, tabular, tmp_path):
     frame = spark.createDataFrame([(1.0,)], "a double")
     PipelineModel(stages=[SQLTransformer(statement="SELECT a * 2 AS b FROM __THIS__")]).write().save(path)
     assert frame.count() == 1
-    with pytest.raises(ValueError, match=r"no serving kernel: SQLTransformer \(SQLTransformer_.*--spark"):
+    with pytest.raises(NoKernelError, match=r"no kernel: SQLTransformer \(SQLTransformer_.*--spark") as info:
         load_predictor(path)
+    assert info.value.classes == ["SQLTransformer"]
 
 
 def test_reading_a_saved_pipeline_starts_no_spark(tabular):
@@ -224,15 +226,23 @@ def test_two_replicas_on_a_local_cluster(cluster_spark, tmp_path):
     from irbis.serving.replicas import start_replicas
 
     tabular = _save_tabular(cluster_spark, str(tmp_path / "model"))
+    rows = _rows(12, 2)
+    frame = cluster_spark.createDataFrame(rows, "a double, b double, c double")
+    expected = PipelineModel.load(tabular).transform(frame).select("probability", "prediction").collect()
+    assert len({r.prediction for r in expected}) > 1  # the rows reach more than one class
     listing = tmp_path / "addresses.txt"
-    replicas = start_replicas(tabular, cluster_spark, 2, port=0, outputs=["prediction"],
+    replicas = start_replicas(tabular, cluster_spark, 2, port=0, outputs=["probability", "prediction"],
                               addresses_file=str(listing))
     try:
         addresses = listing.read_text().split()
         assert len(set(addresses)) == 2 and sorted(addresses) == sorted(replicas.addresses.values())
-        row = {"a": 1.0, "b": 1.0, "c": 0.0}
-        answers = [httpx.post(f"http://{a}/predict", json=row, timeout=60).json() for a in addresses]
-        assert answers[0] == answers[1] and set(answers[0]) == {"prediction"}
+        queries = [dict(zip("abc", r)) for r in rows]
+        answers = [httpx.post(f"http://{a}/predict", json=queries, timeout=60).json() for a in addresses]
+        for answer in answers:
+            assert len(answer) == len(expected)
+            for got, want in zip(answer, expected):
+                np.testing.assert_allclose(got["probability"], want.probability.toArray(), rtol=1e-9, atol=1e-12)
+                assert got["prediction"] == want.prediction
     finally:
         replicas.stop()
     assert not replicas.job.is_alive()  # the barrier stage ended: the executors are free again

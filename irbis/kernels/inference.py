@@ -31,8 +31,6 @@ from __future__ import annotations
 import difflib
 import hashlib
 import json
-import os
-import sys
 import threading
 from functools import partial
 from pathlib import Path
@@ -43,6 +41,7 @@ import numpy as np
 from irbis.kernels.calibration import Calibration, make_calibration
 from irbis.kernels.engines import EngineError, candidates
 from irbis.kernels.engines.exported import Chain, ExportedNetwork, in_batches
+from irbis.kernels.threads import set_threads, task_threads  # noqa: F401  (re-exported)
 
 if TYPE_CHECKING:
     import torch
@@ -54,8 +53,7 @@ PRECISIONS = ("fp32", "bf16", "int8")
 DEVICES = ("cpu", "cuda", "auto")
 
 _CACHE: dict[str, Any] = {}
-_CACHE_LOCK = threading.Lock()
-_THREADS: list[int] = []  # the task's cores, as set_threads last recorded them
+_CACHE_LOCK = threading.RLock()  # a predictor in the cache loads its networks through it
 
 
 class _StopForward(Exception):
@@ -344,6 +342,17 @@ def make_torch_predict_fn(
     return lambda x: chain.predict(x, batch_size, output_layer)
 
 
+def cached_predict_fn(source: dict[str, Any], **options: Any) -> BatchFn:
+    """:func:`make_torch_predict_fn`'s function, made once per process for what makes one differ: the
+    source and its files, the options, and the thread count that the runner set (:func:`set_threads`).
+
+    A network stage's kernel asks for it on every batch, so that each Spark task, server or LIME loop
+    of a process shares one predictor (and its engine's session) per network and thread count.
+    """
+    key = json.dumps(["predict", source_identity(source), options, task_threads()], sort_keys=True, default=str)
+    return _cached(key, lambda: make_torch_predict_fn(source, **options))
+
+
 def _cached(key: str, make: Callable[[], Any]) -> Any:
     with _CACHE_LOCK:
         if key not in _CACHE:
@@ -419,31 +428,6 @@ def cached_networks() -> list[nn.Module]:
     """The networks this process holds in its cache (to inspect them)."""
     with _CACHE_LOCK:
         return [network.module for network in _CACHE.values() if isinstance(network, _Network)]
-
-
-def set_threads(num_threads: int | None) -> None:
-    """Record the cores the task owns (Spark gives each task ``spark.task.cpus``) for every engine.
-
-    Exported engines read them from :func:`task_threads`; torch gets them at once when it is loaded
-    (and when an eager network runs), but is not imported for this.
-    """
-    if not num_threads or num_threads <= 0:
-        return
-    _THREADS[:] = [num_threads]
-    torch = sys.modules.get("torch")
-    if torch is not None and torch.get_num_threads() != num_threads:
-        torch.set_num_threads(num_threads)
-
-
-def task_threads() -> int:
-    """The intra-op threads of a network here: the task's cores when recorded, else what torch would use
-    (``OMP_NUM_THREADS``, which PySpark sets to the task's cores in its workers, or every core)."""
-    if _THREADS:
-        return _THREADS[0]
-    if "torch" in sys.modules:
-        return sys.modules["torch"].get_num_threads()
-    env = os.environ.get("OMP_NUM_THREADS", "")
-    return int(env) if env.isdigit() and int(env) > 0 else len(os.sched_getaffinity(0))
 
 
 def clear_cache() -> None:

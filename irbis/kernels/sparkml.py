@@ -34,7 +34,7 @@ from irbis.kernels.sparkml_predictors import (linear_regression_kernel, logistic
 from irbis.kernels.sparkml_state import NoKernelError, StageKernel, StageState, read_stage
 from irbis.kernels.sparkml_trees import tree_classifier, tree_regressor
 
-__all__ = ["SPARKML_KERNELS", "NoKernelError", "StageKernel", "assemble_vectors", "kernel_from_state",
+__all__ = ["INPUT_KINDS", "SPARKML_KERNELS", "NoKernelError", "StageKernel", "assemble_vectors", "kernel_from_state",
            "load_sparkml_kernel", "logistic_regression", "sparkml_kernel"]
 
 
@@ -79,7 +79,7 @@ def _assembler_kernel(state: StageState) -> StageKernel:
                              "handleInvalid to 'skip' or 'keep' to accept it.")
         return {output: out}
 
-    return StageKernel(inputs, [output], run, drops_rows=policy == "skip")
+    return StageKernel(inputs, [output], run, drops_rows=policy == "skip", nulls=policy != "error")
 
 
 #: SparkML class name -> builder of its kernel from the fitted stage's state.
@@ -112,12 +112,27 @@ LIVE_DATA: dict[str, Callable[[Any], dict[str, Any]]] = {
 }
 
 
+#: SparkML class name -> the kinds of value (:data:`~irbis.kernels.sparkml_state.KINDS`) its input
+#: columns accept; a class not listed reads vectors (its ``featuresCol``, or a vector ``inputCol``).
+INPUT_KINDS: dict[str, frozenset[str]] = {
+    "VectorAssembler": frozenset({"number", "vector"}),
+    "StringIndexerModel": frozenset({"string", "number"}),
+    "ImputerModel": frozenset({"number"}),
+    "OneHotEncoderModel": frozenset({"number"}),
+}
+
+
 def kernel_from_state(state: StageState) -> StageKernel:
     """The kernel of a stage's state; :class:`NoKernelError` naming the class where it has none."""
     builder = SPARKML_KERNELS.get(state.cls)
     if builder is None:
-        raise NoKernelError(state.cls, list(SPARKML_KERNELS))
-    return builder(state)
+        raise NoKernelError(state.cls, f"SparkML stage {state.cls} has no kernel; stages with kernels: "
+                                       f"{', '.join(sorted(SPARKML_KERNELS))}. Serve it through Spark, or "
+                                       "replace the stage.")
+    kernel = builder(state)
+    kinds = INPUT_KINDS.get(state.cls, frozenset({"vector"}))
+    kernel.kinds = {c: kinds for c in kernel.inputs}
+    return kernel
 
 
 def load_sparkml_kernel(path: str) -> StageKernel:

@@ -21,33 +21,39 @@ from typing import Any
 
 import numpy as np
 
+from irbis.errors import NoKernelError
 from irbis.kernels.blocks import BatchFn, Tensor
 
-__all__ = ["NoKernelError", "StageKernel", "StageState", "number_column", "read_metadata", "read_stage",
+__all__ = ["ANY_VALUE", "KINDS", "NoKernelError", "StageKernel", "StageState", "number_column", "read_metadata", "read_stage",
            "vector_block"]
+
+
+#: Kinds of value an input column may hold, as a runtime without Spark sees them: a number, a vector
+#: (an array of numbers), a string, or an image (decoded pixels, or the bytes of an encoded file).
+KINDS = ("number", "vector", "string", "image")
+#: What an input column accepts where its stage declares nothing: any value but an image.
+ANY_VALUE = frozenset({"number", "vector", "string"})
 
 
 @dataclass
 class StageKernel:
     """A stage as a kernel: the columns it reads, the columns it writes, and its batch function.
 
-    ``drops_rows`` is true for a stage that removes rows (``handleInvalid="skip"``): its kernel gives
-    nulls at those rows, and a runtime that serves rows drops the rows where any output is null.
+    ``kinds`` gives, for each input column, the :data:`KINDS` the stage accepts there (declared by the
+    stage); ``types`` gives each output column's Spark type (a ``pyspark.sql.types.DataType``) where the
+    stage's layer knows it. ``drops_rows`` is true for a stage that removes rows
+    (``handleInvalid="skip"``): its kernel gives nulls at those rows, and a runtime that serves rows
+    drops the rows where any output is null. ``nulls`` is false for a stage that fails on a null (or
+    NaN) input, so that a runtime can refuse one up front.
     """
 
     inputs: list[str]
     outputs: list[str]
     fn: BatchFn
     drops_rows: bool = False
-
-
-class NoKernelError(ValueError):
-    """A saved stage whose class has no kernel in :data:`~irbis.kernels.sparkml.SPARKML_KERNELS`."""
-
-    def __init__(self, cls: str, known: list[str]) -> None:
-        self.cls = cls
-        super().__init__(f"SparkML stage {cls} has no kernel; stages with kernels: {', '.join(sorted(known))}. "
-                         "Serve it through Spark, or replace the stage.")
+    nulls: bool = True
+    kinds: dict[str, frozenset[str]] = field(default_factory=dict)
+    types: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass

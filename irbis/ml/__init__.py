@@ -1,46 +1,55 @@
 """Spark ML stages of Irbis (the adapters over the pure kernels).
 
-``__all__`` lists every public stage; the conformance suite (tests/conformance) tests each one.
+``__all__`` lists every public stage; the conformance suite (tests/conformance) tests each one. The names
+are imported on first use, so that a runtime that needs one module (the HTTP server reading a tabular
+pipeline with :func:`load_local`) does not import every stage, torch included.
 """
 
-from irbis.ml.assembler import FastVectorAssembler
-from irbis.ml.basic import Cache, DropColumns, Lambda, RenameColumn, Repartition, SelectColumns
-from irbis.ml.ensemble import EnsembleByKey
-from irbis.ml.estimator import TorchEstimator
-from irbis.ml.featurize import Featurize, FeaturizeModel
-from irbis.ml.featurizer import ImageFeaturizer
-from irbis.ml.fuse import FusedStages, fuse
-from irbis.ml.image import ImageDecoder, ImageSetAugmenter, ImageTransformer, UnrollImage
-from irbis.ml.lime import ImageLIME, TabularLIME, TabularLIMEModel
-from irbis.ml.onnx_model import ONNXModel
-from irbis.ml.text import TextFeaturizer, TextFeaturizerModel
-from irbis.ml.torch_model import TorchModel
+from __future__ import annotations
 
-__all__ = [
-    "Cache",
-    "DropColumns",
-    "EnsembleByKey",
-    "FastVectorAssembler",
-    "Featurize",
-    "FeaturizeModel",
-    "FusedStages",
-    "ImageDecoder",
-    "ImageFeaturizer",
-    "ImageLIME",
-    "ImageSetAugmenter",
-    "ImageTransformer",
-    "Lambda",
-    "ONNXModel",
-    "RenameColumn",
-    "Repartition",
-    "SelectColumns",
-    "TabularLIME",
-    "TabularLIMEModel",
-    "TextFeaturizer",
-    "TextFeaturizerModel",
-    "TorchEstimator",
-    "TorchModel",
-    "UnrollImage",
-    "fuse",
-]
+import importlib
+from typing import Any
 
+#: public name -> module that defines it
+_EXPORTS: dict[str, str] = {
+    "Cache": "irbis.ml.basic",
+    "DropColumns": "irbis.ml.basic",
+    "EnsembleByKey": "irbis.ml.ensemble",
+    "FastVectorAssembler": "irbis.ml.assembler",
+    "Featurize": "irbis.ml.featurize",
+    "FeaturizeModel": "irbis.ml.featurize",
+    "FusedStages": "irbis.ml.fuse",
+    "ImageDecoder": "irbis.ml.image",
+    "ImageFeaturizer": "irbis.ml.featurizer",
+    "ImageLIME": "irbis.ml.lime",
+    "ImageSetAugmenter": "irbis.ml.image",
+    "ImageTransformer": "irbis.ml.image",
+    "Lambda": "irbis.ml.basic",
+    "ONNXModel": "irbis.ml.onnx_model",
+    "RenameColumn": "irbis.ml.basic",
+    "Repartition": "irbis.ml.basic",
+    "SelectColumns": "irbis.ml.basic",
+    "TabularLIME": "irbis.ml.lime",
+    "TabularLIMEModel": "irbis.ml.lime",
+    "TextFeaturizer": "irbis.ml.text",
+    "TextFeaturizerModel": "irbis.ml.text",
+    "TorchEstimator": "irbis.ml.estimator",
+    "TorchModel": "irbis.ml.torch_model",
+    "UnrollImage": "irbis.ml.image",
+    "fuse": "irbis.ml.fuse",
+    "load_local": "irbis.ml.kernel_pipeline",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        value = getattr(importlib.import_module(_EXPORTS[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'irbis.ml' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -9,6 +9,10 @@ A stage is three hooks over a pure function (the kernel/adapter split of the des
   ...) to a dict of output blocks, row for row. Stages whose work is per-row Python (text, tables)
   implement ``_make_transform_fn()`` instead: a function over a pandas DataFrame.
 
+A stage whose whole work is its batch function answers :meth:`~_StageMixin.kernel`: the public seam
+through which serving, LIME and ``fuse`` run it without Spark. It declares the kinds of value its
+inputs accept in ``_accepts``. Any other stage raises :class:`irbis.errors.NoKernelError`.
+
 The base runs the function on a pandas DataFrame directly, or on a Spark DataFrame through an
 iterator Arrow UDF (a pandas UDF for ``_make_transform_fn`` stages), so that only the input columns
 cross to Python and every other column stays in the JVM. Arrow buffers become numpy blocks without a
@@ -38,7 +42,8 @@ from pyspark.sql.types import ArrayType, DataType, DoubleType, FloatType, Struct
 from irbis.kernels.blocks import (
     BatchFn, block_to_rows, bounded_slices, from_arrow, rows_in, to_arrow,
 )
-from irbis.errors import require_columns
+from irbis.errors import NoKernelError, require_columns
+from irbis.kernels.sparkml_state import StageKernel
 from irbis.ml.persistence import IrbisPersistable
 from irbis.spark.resources import check_device
 from irbis.spark.columns import column
@@ -79,6 +84,43 @@ class _StageMixin(_KeywordParams, IrbisPersistable):
 
     def _has_batch_fn(self) -> bool:
         return type(self)._make_batch_fn is not _StageMixin._make_batch_fn
+
+    #: Kinds of value (:data:`irbis.kernels.sparkml_state.KINDS`) the input columns accept; declared by
+    #: every stage that has a kernel.
+    _accepts: frozenset[str] = frozenset()
+
+    def _input_kinds(self) -> dict[str, frozenset[str]]:
+        """The kinds of value each input column accepts (``_accepts`` for each, unless overridden)."""
+        return {c: self._accepts for c in self._input_columns()}
+
+    def _has_kernel(self) -> bool:
+        """Whether the stage's whole work is its batch function (a stage with its own ``_transform``
+        works on whole DataFrames)."""
+        return self._has_batch_fn() and type(self)._transform is _StageMixin._transform
+
+    def kernel(self) -> StageKernel:
+        """The stage as a kernel: its input columns with the kinds each accepts, its output columns
+        with their Spark types, and its batch function, to run without Spark.
+
+        Raises
+        ------
+        irbis.errors.NoKernelError
+            For a stage that works on whole DataFrames or per row in pandas (e.g. ``Repartition``,
+            ``EnsembleByKey``, ``TextFeaturizerModel``).
+
+        Examples
+        --------
+        >>> k = ImageTransformer(inputCol="image", outputCol="small").resize(8, 8).kernel()  # doctest: +SKIP
+        >>> k.inputs, k.kinds, k.outputs                                                    # doctest: +SKIP
+        (['image'], {'image': frozenset({'image'})}, ['small'])
+        """
+        name = type(self).__name__
+        if not self._has_kernel():
+            raise NoKernelError(name, f"{name} has no kernel: it works on whole DataFrames or per row in "
+                                      "pandas; run it in Spark, or leave it out of what runs without Spark")
+        outputs = self._output_columns()
+        return StageKernel(self._input_columns(), [n for n, _ in outputs], self._make_batch_fn(),
+                           kinds=self._input_kinds(), types=dict(outputs))
 
     def _validate_schema(self, schema: StructType) -> None:
         """Stage-specific checks of input types; raise ``ValueError``/``TypeError`` naming the column."""
@@ -186,6 +228,18 @@ def _max_batch_bytes(df: DataFrame) -> int:
         return DEFAULT_MAX_BATCH_BYTES
 
 
+def set_task_threads() -> None:
+    """Give the kernels of this Spark task the cores the task owns (``spark.task.cpus``): torch, OpenCV
+    and the engines (:func:`irbis.kernels.threads.set_threads`, which imports neither torch nor OpenCV)."""
+    from pyspark import TaskContext
+
+    from irbis.kernels.threads import set_threads
+
+    context = TaskContext.get()
+    if context is not None:
+        set_threads(context.cpus())
+
+
 def _make_arrow_udf(fn: BatchFn, in_cols: list[str], wire: list[tuple[str, DataType]],
                     max_bytes: int):
     """An iterator Arrow UDF running ``fn`` on blocks, its output batches kept under ``max_bytes``."""
@@ -201,6 +255,7 @@ def _make_arrow_udf(fn: BatchFn, in_cols: list[str], wire: list[tuple[str, DataT
         return arrays[0] if len(arrays) == 1 else pa.StructArray.from_arrays(arrays, [n for n, _ in types])
 
     def run(batches: Iterator[Any]) -> Iterator[Any]:
+        set_task_threads()
         for batch in batches:
             arrays = batch if isinstance(batch, tuple) else (batch,)
 
@@ -229,6 +284,7 @@ def _make_udf(fn: TransformFn, in_cols: list[str], wire: list[tuple[str, DataTyp
     out_name = wire[0][0]
 
     def run(batches: Iterator[tuple[Any, ...]]) -> Iterator[Any]:
+        set_task_threads()
         for batch in batches:
             cols = batch if isinstance(batch, tuple) else (batch,)
             frame = pd.DataFrame(

@@ -22,7 +22,7 @@ from irbis.kernels.blocks import BatchFn, Binary, Tensor, flat_rows
 from irbis.kernels.image import DEFAULT_MAX_PIXELS, IMAGE_FIELDS
 from irbis.kernels.image_features import preprocess_images
 from irbis.ml.base import IrbisTransformer
-from irbis.ml.image import HasErrorCol, _ColumnSetters, with_opencv_threads
+from irbis.ml.image import HasErrorCol, _ColumnSetters
 from irbis.ml.calibration import HasCalibrationSample
 from irbis.ml.export_ahead import export_ahead_of_job
 from irbis.ml.params import (HasDevice, HasEngine, HasMiniBatchSize, HasOutputLayer, HasPrecision,
@@ -228,6 +228,8 @@ class ImageFeaturizer(ImageFeaturizerNames, IrbisTransformer, _ColumnSetters, Ha
             if name not in known:
                 raise unknown_layer_error(name, [n for n in known if n], "outputLayers: layer")
 
+    _accepts = frozenset({"image"})
+
     def _input_columns(self) -> list[str]:
         return [self.getInputCol()]
 
@@ -262,8 +264,7 @@ class ImageFeaturizer(ImageFeaturizerNames, IrbisTransformer, _ColumnSetters, Ha
         return dict(output_layer=layer, device=self.getDevice(), precision=self.getPrecision(), engine=self.getEngine())
 
     def _make_batch_fn(self) -> BatchFn:
-        from irbis.kernels.inference import make_torch_predict_fn, task_threads
-        from irbis.spark.resources import with_task_threads
+        from irbis.kernels.inference import cached_predict_fn
 
         source = self._source()
         pairs, several = self.layer_columns(), bool(self.getOutputLayers())
@@ -271,19 +272,15 @@ class ImageFeaturizer(ImageFeaturizerNames, IrbisTransformer, _ColumnSetters, Ha
                        calibration_data=self.getCalibrationData())
         col, err_col = self.getInputCol(), self.getErrorCol()
         convert = self._converter()
-        predictors: dict[int, BatchFn] = {}  # by thread count: made once, not per batch (a server's path)
 
         def run(blocks: dict[str, Any]) -> dict[str, Any]:
             batch, valid, errors = convert(blocks[col], not err_col)
-            threads = task_threads()
-            if threads not in predictors:
-                predictors[threads] = make_torch_predict_fn(source, **options)
-            found = predictors[threads](batch) if len(batch) else None
+            found = cached_predict_fn(source, **options)(batch) if len(batch) else None
             outputs = {layer: found[layer] if several and found else found for layer, _ in pairs}
             out = {c: Tensor(flat_rows(outputs[layer]), valid) for layer, c in pairs}
             return {**out, err_col: errors} if err_col else out
 
-        return with_task_threads(with_opencv_threads(run))
+        return run
 
     def _converter(self) -> Any:
         """The input conversion of ``transform``: ``convert(block, raise_errors)`` gives (batch, valid, errors)."""

@@ -24,14 +24,14 @@ from pyspark.sql.types import DataType, StructType
 
 from irbis.kernels.blocks import BatchFn, run_steps
 from irbis.ml.base import IrbisTransformer, _StageMixin
+from irbis.ml.persistence import load_local_stage
 
 __all__ = ["FusedStages", "fuse"]
 
 
 def fusable(stage: Any) -> bool:
-    """Whether ``stage`` is an Irbis stage whose whole work is one block kernel."""
-    return (isinstance(stage, _StageMixin) and stage._has_batch_fn()
-            and type(stage)._transform is _StageMixin._transform)
+    """Whether ``stage`` is an Irbis stage that answers :meth:`~irbis.ml.base._StageMixin.kernel`."""
+    return isinstance(stage, _StageMixin) and stage._has_kernel()
 
 
 class FusedStages(IrbisTransformer):
@@ -86,8 +86,15 @@ class FusedStages(IrbisTransformer):
         for stage in self.stages:
             schema = stage.transform_schema(schema)
 
+    def _input_kinds(self) -> dict[str, frozenset[str]]:
+        kinds: dict[str, frozenset[str]] = {}
+        for stage in self.stages:
+            for column, accepted in stage._input_kinds().items():
+                kinds[column] = kinds[column] & accepted if column in kinds else accepted
+        return {c: kinds[c] for c in self._input_columns()}
+
     def _make_batch_fn(self) -> BatchFn:
-        steps = [(s._input_columns(), s._make_batch_fn()) for s in self.stages]
+        steps = [(k.inputs, k.fn) for k in (s.kernel() for s in self.stages)]
         outputs = [n for n, _ in self._output_columns()]
 
         def run(blocks: dict[str, Any]) -> dict[str, Any]:
@@ -131,12 +138,21 @@ class _FusedReader(MLReader[Any]):
 
     def load(self, path: str) -> FusedStages:
         metadata = DefaultParamsReader.loadMetadata(path, self.sparkSession)
-        fused = FusedStages()
-        fused._resetUid(metadata["uid"])
-        DefaultParamsReader.getAndSetParams(fused, metadata)
-        fused.stages = [DefaultParamsReader.loadParamsInstance(_stage_path(path, i, uid), self.sparkSession)
-                        for i, uid in enumerate(metadata["stageUids"])]
-        return fused
+        return _fused(metadata, [DefaultParamsReader.loadParamsInstance(_stage_path(path, i, uid), self.sparkSession)
+                                 for i, uid in enumerate(metadata["stageUids"])])
+
+    def local(self, path: str, metadata: dict[str, Any]) -> FusedStages:
+        """The stages saved in the local folder ``path``, read without Spark."""
+        return _fused(metadata, [load_local_stage(_stage_path(path, i, uid))
+                                 for i, uid in enumerate(metadata["stageUids"])])
+
+
+def _fused(metadata: dict[str, Any], stages: list[Any]) -> FusedStages:
+    fused = FusedStages()
+    fused._resetUid(metadata["uid"])
+    DefaultParamsReader.getAndSetParams(fused, metadata)
+    fused.stages = stages
+    return fused
 
 
 def _columns_read(stage: Any) -> set[str]:

@@ -14,7 +14,7 @@ Examples
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any
 
 import pandas as pd
 from pyspark import keyword_only
@@ -66,26 +66,13 @@ def _check_image_column(stage: Any, schema: StructType, col: str) -> None:
                         f"read images with irbis.read_images or decode bytes with ImageDecoder")
 
 
-def with_opencv_threads(fn: Callable[[Any], Any]) -> Callable[[Any], Any]:
-    """Keep OpenCV to the cores of the Spark task (by default it starts a thread per core)."""
-
-    def run(frame: Any) -> Any:
-        import cv2
-        from pyspark import TaskContext
-
-        context = TaskContext.get()
-        if context is not None:
-            cv2.setNumThreads(context.cpus())
-        return fn(frame)
-
-    return run
-
-
 _ColumnSetters = ColumnSetters
 
 
 class _ImageStage(IrbisTransformer, _ColumnSetters):
     """Shared by the image stages: null image structs read back as ``None`` in pandas."""
+
+    _accepts = frozenset({"image"})
 
     def _transform_pandas(self, pdf: pd.DataFrame) -> pd.DataFrame:
         out = super()._transform_pandas(pdf)
@@ -296,7 +283,7 @@ class ImageTransformer(ImageTransformerNames, _ImageStage, HasErrorCol):
                    else stack_rows(values)}
             return {**out, err_col: errors} if err_col else out
 
-        return with_opencv_threads(transform)
+        return transform
 
 
 class UnrollImage(_ImageStage):

@@ -68,6 +68,8 @@ class ImageLIME(LIMEParams, _IMAGE_PARAMS, IrbisTransformer):
     >>> lime.transform(images).select("path", "weights", "superpixels")  # doctest: +SKIP
     """
 
+    _accepts = frozenset({"image"})
+
     @keyword_only
     def __init__(self, *, model: Any = None, inputCol: str = "image", outputCol: str = "weights",
                  targetCol: str = "probability", targetClasses: list[int] | None = None,

@@ -14,6 +14,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, DataType, DoubleType, LongType, StringType, StructField, StructType
 
+from irbis.errors import NoKernelError
 from irbis.kernels.blocks import BatchFn, rows_in
 from irbis.ml.image import HasErrorCol
 from irbis.ml.lime_scoring import local_kernels, local_score_fn, spark_score_fn
@@ -102,8 +103,8 @@ class LIMEParams(ColumnSetters, HasErrorCol, HasMiniBatchSize, HasSeed,
     def _local_score(self) -> Callable[[np.ndarray], np.ndarray]:
         kernels, missing = local_kernels(self.getModel())
         if missing:
-            raise ValueError(f"{type(self).__name__}: the model's stages {missing} have no pandas kernel; "
-                             f"explain a Spark DataFrame instead (a Spark job per batch of perturbations)")
+            raise NoKernelError(missing, f"{type(self).__name__}: the model's stages {missing} have no kernel; "
+                                         "explain a Spark DataFrame instead (a Spark job per batch of perturbations)")
         score, to_block = local_score_fn(kernels, self.getInputCol(), self.getTargetCol()), type(self)._to_block
         return lambda batch: score(to_block(batch))
 

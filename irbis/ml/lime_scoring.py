@@ -1,11 +1,10 @@
 """The model behind a LIME stage, as a scoring function over perturbed inputs.
 
 A model (a fitted stage or a ``PipelineModel``) runs inside the Spark task when every stage has a
-batch kernel: Irbis block-kernel stages (:func:`irbis.ml.fuse.fusable`) and the SparkML stages of
-:data:`irbis.kernels.sparkml.SPARKML_KERNELS`. ``EnsembleByKey`` is skipped: LIME scores single
-inputs, and a row alone in its group keeps its value, so the stage is the identity per row. Any
-other stage makes the model run as a Spark job per batch of perturbations instead
-(:func:`spark_score_fn`).
+kernel (:func:`irbis.ml.kernel_pipeline.stage_kernel`). ``EnsembleByKey`` is skipped: LIME scores single
+inputs, and a row alone in its group keeps its value, so the stage is the identity per row. Any other
+stage makes the model run as a Spark job per batch of perturbations instead (:func:`spark_score_fn`,
+over :class:`irbis.ml.kernel_pipeline.SparkBatches`).
 """
 from __future__ import annotations
 
@@ -13,38 +12,28 @@ import logging
 from typing import Any, Callable
 
 import numpy as np
-from pyspark.ml import PipelineModel
 
+from irbis.errors import NoKernelError
 from irbis.kernels.blocks import Tensor, run_steps
-from irbis.kernels.sparkml import StageKernel, sparkml_kernel
+from irbis.kernels.sparkml_state import StageKernel
 from irbis.ml.ensemble import EnsembleByKey
-from irbis.ml.fuse import fusable
+from irbis.ml.kernel_pipeline import SparkBatches, flatten, stage_kernel
 
 __all__ = ["local_kernels", "local_score_fn", "spark_score_fn"]
 
 LOG = logging.getLogger("irbis.explain")
 
 
-def _flatten(model: Any) -> list[Any]:
-    if isinstance(model, PipelineModel):
-        return [s for stage in model.stages for s in _flatten(stage)]
-    return [model]
-
-
 def local_kernels(model: Any) -> tuple[list[StageKernel], list[str]]:
     """The kernels of the model's stages, and the names of the stages that have none."""
     kernels, missing = [], []
-    for stage in _flatten(model):
+    for stage in flatten(model):
         if isinstance(stage, EnsembleByKey):
             continue
-        kernel = sparkml_kernel(stage)
-        if kernel is None and fusable(stage):
-            kernel = StageKernel(stage._input_columns(), [n for n, _ in stage._output_columns()],
-                                 stage._make_batch_fn())
-        if kernel is None:
-            missing.append(type(stage).__name__)
-        else:
-            kernels.append(kernel)
+        try:
+            kernels.append(stage_kernel(stage))
+        except NoKernelError as err:
+            missing.append(err.cls)
     return kernels, missing
 
 
@@ -86,28 +75,20 @@ def local_score_fn(kernels: list[StageKernel], input_col: str,
 
 def spark_score_fn(model: Any, spark: Any, input_col: str, field: Any,
                    target_col: str) -> Callable[[np.ndarray], np.ndarray]:
-    """Score perturbed inputs with one Spark job per batch (for models without pandas kernels).
+    """Score perturbed inputs with one Spark job per batch (for models without kernels).
 
     The batch is an array of images (S, H, W, C) or of rows (S, D); ``field`` is the input column's
     Spark field.
     """
-    from pyspark.ml.linalg import Vectors
-    from pyspark.sql.types import StructType
-
-    from irbis.kernels.image import array_to_struct
+    batches = SparkBatches(model, spark, [field], ordered=False)
+    written = batches.columns()
+    if target_col not in written:
+        raise ValueError(f"the model does not produce targetCol {target_col!r}; it writes {written}")
 
     def score(batch: np.ndarray) -> np.ndarray:
-        if batch.ndim == 4:
-            rows = [(array_to_struct(img, ""),) for img in batch]
-        else:
-            rows = [(Vectors.dense(v),) for v in np.asarray(batch, np.float64)]
-        frame = spark.createDataFrame(rows, StructType([field]))
-        out = model.transform(frame)
-        if target_col not in out.columns:
-            raise ValueError(f"the model does not produce targetCol {target_col!r}; it writes {out.columns}")
-        return np.array([np.asarray(r[0].toArray() if hasattr(r[0], "toArray") else [r[0]], np.float64)
-                         for r in out.select(target_col).collect()])
+        values = batches.run({field.name: list(batch)}, [target_col])[target_col]
+        return np.array([np.asarray(v.toArray() if hasattr(v, "toArray") else [v], np.float64) for v in values])
 
-    LOG.warning("LIME: the model has stages without a pandas kernel; scoring each batch of "
+    LOG.warning("LIME: the model has stages without a kernel; scoring each batch of "
                 "perturbations as a Spark job on the driver (slower)")
     return score

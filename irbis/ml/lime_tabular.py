@@ -133,6 +133,8 @@ _STATS_PARAMS = table_mixin("HasFeatureStats", [
 class TabularLIMEModel(LIMEParams, _STATS_PARAMS, IrbisModel):
     """Explain table rows: a weight per feature (of the standardised values) and target class."""
 
+    _accepts = frozenset({"vector"})
+
     @keyword_only
     def __init__(self, *, featureMeans: list[float] | None = None, featureStds: list[float] | None = None) -> None:
         super().__init__()

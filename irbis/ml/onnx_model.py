@@ -167,12 +167,10 @@ class ONNXModel(_NetworkStageParams, HasOnnxEngine, table_mixin("_ONNXParams", _
         level, softmax, argmax = self.getOptimizationLevel(), self.getSoftMaxDict(), self.getArgMaxDict()
 
         def run(blocks: dict[str, Any]) -> dict[str, Any]:
-            from pyspark import TaskContext
+            from irbis.kernels.threads import task_threads
 
-            context = TaskContext.get()
             predict = make_onnx_predict_fn(localize(path, shipped), list(fetches.values()),
-                                           batch_size=batch_size, device=device,
-                                           num_threads=context.cpus() if context else 1,
+                                           batch_size=batch_size, device=device, num_threads=task_threads(),
                                            engine=engine, optimization_level=level)
             batches = {k: network_batch(blocks[col], col, shapes[k], input_dtype=input_dtype, dtype=dtypes[k],
                                         stage="ONNXModel") for k, col in feeds.items()}

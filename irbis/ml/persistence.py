@@ -33,6 +33,8 @@ from pyspark.ml.util import (
     MLWriter,
 )
 
+from irbis.kernels.sparkml_state import read_metadata
+
 S = TypeVar("S", bound="IrbisPersistable")
 
 
@@ -99,7 +101,12 @@ class IrbisWriter(MLWriter):
 
 
 class IrbisReader(MLReader[S], Generic[S]):
-    """Reads what :class:`IrbisWriter` wrote, building the class named in the metadata."""
+    """Reads what :class:`IrbisWriter` wrote, building the class named in the metadata.
+
+    :meth:`load` reads through Spark (any URI); :meth:`local` reads a local folder with no Spark at all
+    (what :func:`irbis.ml.load_local` and the HTTP server use). Both build the stage the same way: the
+    class check, the Params, the sidecar files and the sidecar Params.
+    """
 
     def __init__(self, cls: type[S]) -> None:
         super().__init__()
@@ -107,6 +114,17 @@ class IrbisReader(MLReader[S], Generic[S]):
 
     def load(self, path: str) -> S:
         metadata = DefaultParamsReader.loadMetadata(path, self.sparkSession)
+        return self._build(metadata, path)
+
+    def local(self, path: str, metadata: dict[str, Any] | None = None) -> S:
+        """The stage saved in the local folder ``path``, read without a SparkSession."""
+        metadata = metadata or read_metadata(path)
+        if metadata.get(_THROUGH_SPARK):
+            raise ValueError(f"{metadata['class']} {metadata['uid']} in {path!r}: its files were saved through "
+                             "Spark (a URI path); load it with load(), or save it to a local folder")
+        return self._build(metadata, path)
+
+    def _build(self, metadata: dict[str, Any], path: str) -> S:
         module_name, _, class_name = metadata["class"].rpartition(".")
         module = __import__(module_name, fromlist=[class_name])
         py_type = getattr(module, class_name)
@@ -119,16 +137,32 @@ class IrbisReader(MLReader[S], Generic[S]):
         instance._resetUid(metadata["uid"])
         restored = [n for n in instance._sidecar_params() if n in metadata["paramMap"]]
         DefaultParamsReader.getAndSetParams(instance, metadata, skipParams=restored)
-        if metadata.get(_THROUGH_SPARK):
-            instance._load_extra(read_files(self.sparkSession, path.rstrip("/") + "/data"))
-        else:
-            local = urlparse(path).path if urlparse(path).scheme == "file" else path
-            if (is_local_path(path) or local != path) and os.path.isdir(os.path.join(local, "data")):
-                instance._load_extra(os.path.join(local, "data"))
+        data = self._data_folder(metadata, path)
+        if data is not None:
+            instance._load_extra(data)
         for name in restored:  # not restored from the sidecar files (a stage saved without them): as saved
             if not instance.isSet(name):
                 instance.set(instance.getParam(name), metadata["paramMap"][name])
         return instance
+
+    def _data_folder(self, metadata: dict[str, Any], path: str) -> str | None:
+        """The local folder of the stage's sidecar files (brought from ``path`` through Spark if need be)."""
+        if metadata.get(_THROUGH_SPARK):
+            return read_files(self.sparkSession, path.rstrip("/") + "/data")
+        local = urlparse(path).path if urlparse(path).scheme == "file" else path
+        if (is_local_path(path) or local != path) and os.path.isdir(os.path.join(local, "data")):
+            return os.path.join(local, "data")
+        return None
+
+
+def load_local_stage(path: str) -> Any:
+    """The Irbis stage saved in the local folder ``path``, read without Spark by its class's reader."""
+    metadata = read_metadata(path)
+    module_name, _, class_name = metadata["class"].rpartition(".")
+    reader = getattr(__import__(module_name, fromlist=[class_name]), class_name).read()
+    if not hasattr(reader, "local"):
+        raise TypeError(f"{metadata['class']} in {path!r} cannot be read without Spark")
+    return reader.local(path, metadata)
 
 
 class IrbisPersistable(MLWritable, MLReadable):

@@ -20,7 +20,7 @@ from torch import nn
 from irbis.kernels.batching import network_batch, refused_shape
 from irbis.kernels.blocks import BatchFn, Tensor, flat_rows
 from irbis.kernels.engines import EngineError
-from irbis.kernels.inference import make_torch_predict_fn, resolve_source
+from irbis.kernels.inference import cached_predict_fn, resolve_source
 from irbis.ml.base import IrbisModel
 from irbis.ml.calibration import HasCalibrationSample
 from irbis.ml.export_ahead import export_ahead_of_job
@@ -40,13 +40,13 @@ from irbis.ml.params import (
 from irbis.models import CatalogueEntry, default_cache_dir, sha256_file
 from irbis.models.module_files import write_module
 from irbis.spark.files import localize, ship_file
-from irbis.spark.resources import with_task_threads
 
 IMAGE_FIELDS = ("height", "width", "nChannels", "data")
 
 
 class _NetworkStageParams(ColumnSetters, HasModelPath, HasMiniBatchSize, HasDevice,
                           HasInputShape, HasInputDtype, HasOutputLayer):
+    _accepts = frozenset({"vector", "image"})  # vectors and arrays of numbers, images, tensor bytes
     outputType = Param(Params._dummy(), "outputType", "vector (Spark ML vector) or array (array<float>)",
                        typeConverter=checked("outputType", TypeConverters.toString, one_of("vector", "array")))
 
@@ -235,7 +235,7 @@ class TorchModel(_NetworkStageParams, HasPrecision, HasCalibrationSample, HasEng
 
         def run(blocks: dict[str, Any]) -> dict[str, Any]:
             src = dict(source, path=localize(source["path"], shipped)) if shipped else source
-            predict = make_torch_predict_fn(src, **options)
+            predict = cached_predict_fn(src, **options)
             batch = convert(blocks[col])
             try:
                 out = predict(batch.values) if len(batch.values) else None
@@ -245,7 +245,7 @@ class TorchModel(_NetworkStageParams, HasPrecision, HasCalibrationSample, HasEng
                 raise refused_shape(stage, col, batch.values.shape[1:], shape, err) from err
             return {out_col: Tensor(flat_rows(out), batch.valid)}
 
-        return with_task_threads(run)
+        return run
 
     def _converter(self) -> Any:
         """The input conversion of ``transform``: ``convert(block)`` gives the network's batch (values, valid)."""

@@ -47,6 +47,8 @@ class ServeOptions:
     max_body_bytes: int = 16 * 1024 * 1024
     timeout_s: float = 30.0
     token: str | None = None
+    #: Threads of the pipeline's kernels (torch, OpenCV, the engines); None: ``OMP_NUM_THREADS``, else every core.
+    threads: int | None = None
 
     def __post_init__(self) -> None:
         for name in ("max_batch_size", "max_queue", "max_body_bytes"):

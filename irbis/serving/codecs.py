@@ -3,7 +3,7 @@
 A request is a JSON object (one row) or a JSON array of objects (many rows), keyed by the
 pipeline's input columns, or image files (a raw body, or multipart parts) for a pipeline with one
 image input. Every value is checked against the kinds its column accepts
-(:data:`irbis.serving.predictor.KINDS`); anything wrong is a :class:`RequestError` carrying the HTTP
+(:data:`irbis.kernels.sparkml_state.KINDS`); anything wrong is a :class:`RequestError` carrying the HTTP
 status and a message naming the column, the row and what was expected.
 """
 from __future__ import annotations
@@ -17,10 +17,11 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from irbis.kernels.blocks import mixed_shapes
+from irbis.kernels.blocks import Images, Tensor, block_to_rows, mixed_shapes
 from irbis.kernels.image import ImageDecodeError, decode_image
 
-__all__ = ["Parsed", "RequestError", "encode_response", "parse_files", "parse_json"]
+__all__ = ["Parsed", "RequestError", "check_outputs", "encode_response", "json_rows", "json_value", "parse_files",
+           "parse_json"]
 
 #: Content types of a raw image body.
 IMAGE_TYPES = ("image/", "application/octet-stream")
@@ -164,3 +165,43 @@ def encode_response(outputs: dict[str, list[Any]], single: bool) -> bytes:
     names = list(outputs)
     rows = [dict(zip(names, values)) for values in zip(*outputs.values())]
     return json.dumps(rows[0] if single else rows, allow_nan=False, separators=(",", ":")).encode()
+
+
+def check_outputs(produced: Sequence[str], outputs: Sequence[str] | None) -> list[str]:
+    """The columns a response carries: ``outputs`` (each one the pipeline writes), else all it writes."""
+    if not outputs:
+        return list(dict.fromkeys(produced))
+    unknown = [c for c in outputs if c not in produced]
+    if unknown:
+        raise ValueError(f"--outputs names {unknown}, which the pipeline does not produce; it writes {list(produced)}")
+    return list(outputs)
+
+
+def json_rows(block: Any) -> list[Any]:
+    """A block as JSON values: vectors as lists, NaN as null, images as dicts with base64 data."""
+    if isinstance(block, Images):
+        return [None if r is None else {**r, "data": base64.b64encode(r["data"]).decode()}
+                for r in block_to_rows(block)]
+    rows = block_to_rows(block) if isinstance(block, Tensor) or not isinstance(block, np.ndarray) else block
+    return [json_value(v) for v in rows]
+
+
+def json_value(value: Any) -> Any:
+    """One value as JSON takes it (vectors and arrays as lists, bytes as base64, NaN as null)."""
+    if value is None:
+        return None
+    if hasattr(value, "toArray"):
+        value = value.toArray()
+    if isinstance(value, np.ndarray):
+        return [json_value(v) for v in value.tolist()] if value.ndim else json_value(value.item())
+    if isinstance(value, (list, tuple)):
+        return [json_value(v) for v in value]
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return base64.b64encode(bytes(value)).decode()
+    if isinstance(value, (np.floating, float)):
+        return None if value != value else float(value)
+    if isinstance(value, np.integer):
+        return int(value)
+    if isinstance(value, np.bool_):
+        return bool(value)
+    return value

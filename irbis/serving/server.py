@@ -39,9 +39,11 @@ def build_app(pipeline: Any, outputs: Sequence[str] | None = None, spark: str | 
               options: ServeOptions | None = None) -> Any:
     """Load ``pipeline`` (a saved folder, or a fitted stage) and return its ASGI app."""
     from irbis.kernels.engines.ort import set_thread_spinning
+    from irbis.kernels.threads import default_threads, set_threads
 
     set_thread_spinning(False)  # requests arrive with gaps: idle engine threads must not hold the cores
     options = options or ServeOptions()
+    set_threads(options.threads or default_threads())  # the server is the kernels' runner: it sets their threads
     if options.token is None and os.environ.get(TOKEN_ENV):
         options.token = os.environ[TOKEN_ENV]
     return make_app(load_predictor(_pipeline_path(pipeline), outputs, spark), options)

@@ -1,49 +1,56 @@
 """The slower path: a pipeline with stages that have no kernel, served through an embedded Spark session.
 
-Every batch of requests becomes one small Spark job (``createDataFrame`` → ``transform`` →
-``collect``) on the driver's local session: it serves any pipeline Spark can load, at tens of
-milliseconds per batch instead of the kernels' fraction of a millisecond.
+Every batch of requests becomes one small Spark job
+(:class:`irbis.ml.kernel_pipeline.SparkBatches`) on the driver's local session: it serves any pipeline
+Spark can load, at tens of milliseconds per batch instead of the kernels' fraction of a millisecond.
 """
 from __future__ import annotations
 
 from typing import Any, Sequence
 
-from irbis.serving.predictor import _SPARKML_INPUT_KINDS, _check_outputs, _json_value, _probe_kinds
-from irbis.serving.saved import read_metadata
+from irbis.errors import NoKernelError
+from irbis.kernels.sparkml import INPUT_KINDS
+from irbis.kernels.sparkml_state import ANY_VALUE, read_metadata
+from irbis.ml.kernel_pipeline import SparkBatches, flatten, spark_field, stage_kernel
+from irbis.serving.codecs import check_outputs, json_value
 
 __all__ = ["SparkPredictor"]
 
-_ROW = "__irbis_row"
-
-
-def _stages(model: Any) -> list[Any]:
-    from pyspark.ml import PipelineModel
-
-    if isinstance(model, PipelineModel):
-        return [s for stage in model.stages for s in _stages(stage)]
-    return [model]
-
-
-def _reads(stage: Any) -> tuple[list[str], set[str]]:
-    """The columns a loaded stage reads, and the kinds it accepts for them."""
+def _params_io(stage: Any) -> tuple[dict[str, frozenset[str]], set[str]]:
+    """The columns a stage without a kernel reads (with the kinds it declares) and writes, from its
+    column hooks (Irbis) or its column Params (SparkML)."""
     if hasattr(stage, "_input_columns"):
-        columns = stage._input_columns()
-        return columns, set()
-    for name, kinds in (("inputCols", None), ("inputCol", None), ("featuresCol", {"vector"})):
+        return ({c: stage._accepts or ANY_VALUE for c in stage._input_columns()},
+                {n for n, _ in stage._output_columns()})
+    reads: dict[str, frozenset[str]] = {}
+    for name in ("inputCols", "inputCol", "featuresCol"):
         if stage.hasParam(name) and stage.isDefined(stage.getParam(name)):
             value = stage.getOrDefault(stage.getParam(name))
-            default = _SPARKML_INPUT_KINDS.get(type(stage).__name__, {"number", "vector", "string"})
-            return ([value] if isinstance(value, str) else list(value)), set(kinds or default)
-    return [], set()
-
-
-def _writes(stage: Any) -> set[str]:
-    if hasattr(stage, "_output_columns"):
-        return {n for n, _ in stage._output_columns()}
+            default = frozenset({"vector"}) if name == "featuresCol" else ANY_VALUE
+            reads = dict.fromkeys([value] if isinstance(value, str) else value,
+                                  INPUT_KINDS.get(type(stage).__name__, default))
+            break
     names = ("outputCol", "outputCols", "predictionCol", "probabilityCol", "rawPredictionCol")
     values = [stage.getOrDefault(stage.getParam(n)) for n in names
               if stage.hasParam(n) and stage.isDefined(stage.getParam(n))]
-    return {c for v in values for c in ([v] if isinstance(v, str) else v)}
+    return reads, {c for v in values for c in ([v] if isinstance(v, str) else v)}
+
+
+def _inputs(stages: list[Any]) -> dict[str, frozenset[str]]:
+    """The columns the pipeline reads from a request, with the kinds each accepts."""
+    inputs: dict[str, frozenset[str]] = {}
+    produced: set[str] = set()
+    for stage in stages:
+        try:
+            kernel = stage_kernel(stage)
+            reads, writes = {c: kernel.kinds.get(c) or ANY_VALUE for c in kernel.inputs}, set(kernel.outputs)
+        except NoKernelError:
+            reads, writes = _params_io(stage)
+        for column, kinds in reads.items():
+            if column not in produced and column not in inputs:
+                inputs[column] = kinds
+        produced |= writes
+    return inputs
 
 
 class SparkPredictor:
@@ -63,54 +70,15 @@ class SparkPredictor:
             self.model = PipelineModel.load(path)
         else:
             self.model = DefaultParamsReader.loadParamsInstance(path, self.spark)
-        self.inputs, produced = {}, set()
-        for stage in _stages(self.model):
-            columns, kinds = _reads(stage)
-            for column in columns:
-                if column not in produced and column not in self.inputs:
-                    self.inputs[column] = kinds or _probe_kinds(stage, column)
-            produced |= _writes(stage)
+        self.inputs = {c: set(k) for c, k in _inputs(flatten(self.model)).items()}
         if not self.inputs:
             raise ValueError("cannot tell which columns the pipeline reads; no stage names its input columns")
         self.nullable = {c: True for c in self.inputs}
-        written = [c for c in self.model.transform(self.spark.createDataFrame([], self.schema())).columns
-                   if c not in self.inputs and c != _ROW]
-        self.outputs = _check_outputs(written, outputs)
-
-    def schema(self) -> Any:
-        """The Spark schema of the request rows: one field per input column, and the row number."""
-        from pyspark.ml.linalg import VectorUDT
-        from pyspark.sql.types import DoubleType, LongType, StringType, StructField, StructType
-
-        from irbis.spark.images import IMAGE_STRUCT
-
-        def dtype(kinds: set[str]) -> Any:
-            if "image" in kinds:
-                return IMAGE_STRUCT
-            if "number" in kinds:
-                return DoubleType()
-            return VectorUDT() if "vector" in kinds else StringType()
-
-        return StructType([StructField(c, dtype(k), True) for c, k in self.inputs.items()]
-                          + [StructField(_ROW, LongType(), False)])
+        self.batches = SparkBatches(self.model, self.spark, [spark_field(c, k) for c, k in self.inputs.items()])
+        self.outputs = check_outputs([c for c in self.batches.columns() if c not in self.inputs], outputs)
 
     def predict(self, columns: dict[str, list[Any]]) -> dict[str, list[Any]]:
         """Run one Spark job on the batch; JSON-ready output columns."""
-        from pyspark.ml.linalg import Vectors
-
-        from irbis.kernels.image import array_to_struct
-
-        def cell(value: Any, kinds: set[str]) -> Any:
-            if value is None:
-                return None
-            if "image" in kinds and getattr(value, "dtype", None) is not None and value.dtype.kind == "u":
-                return array_to_struct(value, "")
-            return Vectors.dense(value) if hasattr(value, "shape") else value
-
-        names = list(self.inputs)
-        rows = [tuple(cell(columns[c][i], self.inputs[c]) for c in names) + (i,)
-                for i in range(len(columns[names[0]]))]
-        frame = self.spark.createDataFrame(rows, self.schema())
-        out = self.model.transform(frame).orderBy(_ROW).select(*self.outputs).collect()
-        return {c: [_json_value(r[c].asDict() if hasattr(r[c], "asDict") else r[c]) for r in out]
-                for c in self.outputs}
+        out = self.batches.run(columns, self.outputs)
+        return {c: [json_value(v.asDict() if hasattr(v, "asDict") else v) for v in values]
+                for c, values in out.items()}

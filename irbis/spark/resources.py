@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Any, Callable
+from typing import Any
 
 from irbis.errors import ParamValueError
 
@@ -79,24 +79,4 @@ def check_device(session: Any, device: str) -> None:
                               f"{gpus}, so the executors have no GPU")
 
 
-def with_task_threads(fn: Callable[[Any], Any]) -> Callable[[Any], Any]:
-    """Run ``fn`` (in a Spark task) with its networks using the cores the task owns (``spark.task.cpus``).
-
-    Records them with :func:`irbis.kernels.inference.set_threads`, which imports no torch, so a worker
-    running an exported network stays free of it.
-    """
-
-    def run(frame: Any) -> Any:
-        from pyspark import TaskContext
-
-        from irbis.kernels.inference import set_threads
-
-        context = TaskContext.get()
-        if context is not None:
-            set_threads(context.cpus())
-        return fn(frame)
-
-    return run
-
-
-__all__ = ["check_device", "conf", "is_local_master", "local_slots", "master", "with_task_threads"]
+__all__ = ["check_device", "conf", "is_local_master", "local_slots", "master"]

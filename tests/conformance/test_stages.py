@@ -1,7 +1,8 @@
 """The stage harness: every public Irbis stage meets the same contract.
 
 For each entry of ``stage_cases.STAGE_CASES``: persistence round trip alone and inside a
-Pipeline (same outputs after load), random inputs from hypothesis (nulls, NaN, unicode, long
+Pipeline (same outputs after load), the stage's kernel (``kernel()``, and ``load_local`` of the saved
+stage) against its Spark rows, random inputs from hypothesis (nulls, NaN, unicode, long
 strings, empty frames and partitions, single rows), errors naming a missing or wrongly typed
 column, and input DataFrames (Spark and pandas) left with the same schema and rows. A public
 stage without an entry fails the suite, and so does a stale docs/api.md.
@@ -170,6 +171,52 @@ def test_pandas_gives_the_spark_results(spark, name):
     assert len(got) == len(want)
     for g, w in zip(got, want):
         assert _same(g, w), f"pandas row {g!r:.300}\n != Spark row {w!r:.300}"
+
+
+#: The cases whose stage (or fitted model) is one batch kernel: serving, LIME and fuse run it without Spark.
+WITH_KERNEL = {"TorchModel", "ONNXModel", "TorchEstimator", "ImageDecoder", "ImageTransformer", "UnrollImage",
+               "ImageFeaturizer", "FusedStages", "ImageLIME", "TabularLIME"}
+
+
+def _kernel_rows(kernel, pdf: pd.DataFrame) -> list[tuple]:
+    """The kernel's output rows on the frame's input columns, as blocks are made without Spark."""
+    from irbis.kernels.blocks import block_to_rows, rows_in
+
+    out = kernel.fn({c: rows_in(pdf[c].tolist(), c) for c in kernel.inputs})
+    return list(zip(*[[_norm(v) for v in block_to_rows(out[c])] for c in kernel.outputs]))
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("name", NAMES)
+def test_kernel_and_load_local_give_the_spark_results(spark, tmp_path, name):
+    """Every stage answers kernel(): its kernel (and the one load_local reads from the saved stage, with no
+    JVM) gives Spark's rows on the same input, declares the kinds of each input and the type of each
+    output; a stage without one raises NoKernelError naming its class, and so does load_local."""
+    from irbis.errors import NoKernelError
+    from irbis.kernels.sparkml_state import KINDS
+    from irbis.ml import load_local
+
+    case = STAGE_CASES[name]
+    df = case.make_frame(spark)
+    model = fit_stage(case, df)[1]
+    model.save(str(tmp_path / "model"))
+    cls = type(model).__name__
+    if name not in WITH_KERNEL:
+        for answer in (model.kernel, lambda: load_local(str(tmp_path / "model"))):
+            with pytest.raises(NoKernelError, match=cls) as info:
+                answer()
+            assert info.value.classes == [cls]
+        return
+    kernel, saved = model.kernel(), load_local(str(tmp_path / "model"))
+    assert len(saved) == 1 and saved[0].inputs == kernel.inputs and saved[0].kinds == kernel.kinds
+    assert kernel.types == saved[0].types == dict(model._output_columns())
+    assert all(kernel.kinds[c] and kernel.kinds[c] <= set(KINDS) for c in kernel.inputs)
+    want = [tuple(_norm(v) for v in r) for r in model.transform(df).select(*kernel.outputs).collect()]
+    pdf = to_pandas(df)
+    for got in (_kernel_rows(kernel, pdf), _kernel_rows(saved[0], pdf)):
+        assert len(got) == len(want)
+        for g, w in zip(got, want):
+            assert _same(g, w), f"kernel row {g!r:.300}\n != Spark row {w!r:.300}"
 
 
 def _same(a: object, b: object) -> bool:

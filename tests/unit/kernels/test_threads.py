@@ -1,0 +1,57 @@
+"""The thread count a runner gives its kernels, and the one predictor cache keyed by it."""
+from __future__ import annotations
+
+import json
+import pickle
+
+import cv2
+import numpy as np
+import pytest
+import torch
+
+from irbis.errors import NoKernelError
+from irbis.kernels import threads
+from irbis.kernels.inference import cached_predict_fn, make_torch_predict_fn
+from irbis.kernels.threads import set_threads, task_threads
+from irbis.models import build_model
+
+
+@pytest.fixture
+def kept_threads():
+    before = (torch.get_num_threads(), cv2.getNumThreads(), list(threads._THREADS))
+    yield
+    torch.set_num_threads(before[0])
+    cv2.setNumThreads(before[1])
+    threads._THREADS[:] = before[2]
+
+
+def test_set_threads_reaches_torch_opencv_and_the_engines(kept_threads):
+    set_threads(1)
+    assert (task_threads(), torch.get_num_threads(), cv2.getNumThreads()) == (1, 1, 1)
+    set_threads(0)  # no count: everything stays as it was
+    set_threads(None)
+    assert (task_threads(), torch.get_num_threads()) == (1, 1)
+
+
+def test_one_predictor_per_network_options_and_threads(kept_threads, tmp_path):
+    options = {"in_features": 8, "hidden": 4, "out_features": 3}
+    (tmp_path / "architecture.json").write_text(json.dumps({"architecture": "mlp", "options": options}))
+    torch.save(build_model("mlp", **options).state_dict(), tmp_path / "weights.pt")
+    source = {"kind": "bundle", "path": str(tmp_path)}
+    set_threads(1)
+    first = cached_predict_fn(source, engine="torch", batch_size=4)
+    assert cached_predict_fn(source, engine="torch", batch_size=4) is first
+    assert cached_predict_fn(source, engine="torch", batch_size=8) is not first
+    set_threads(2)
+    other = cached_predict_fn(source, engine="torch", batch_size=4)
+    assert other is not first
+    x = np.random.default_rng(0).normal(size=(5, 8)).astype(np.float32)
+    want = make_torch_predict_fn(source, engine="torch")(x)
+    np.testing.assert_allclose(first(x), want, rtol=1e-6)
+    np.testing.assert_allclose(other(x), want, rtol=1e-6)
+
+
+def test_no_kernel_error_crosses_processes_whole():
+    err = pickle.loads(pickle.dumps(NoKernelError(["A", "B"], "these stages have no kernel: A, B")))
+    assert (type(err), err.classes, err.cls, str(err)) == (NoKernelError, ["A", "B"], "A",
+                                                           "these stages have no kernel: A, B")

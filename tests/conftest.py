@@ -114,11 +114,20 @@ def tiny_images(tmp_path_factory):
 
 
 def pytest_collection_modifyitems(config, items):
-    """Run the slow multi-executor tests last: they replace the local session with a cluster.
+    """Run the slow multi-executor tests last: they replace the local session with a cluster; skip the
+    ``gpu`` tests where torch sees no CUDA device.
 
     Under ``--connect`` the multi-executor tests are skipped: they start classic clusters of their own.
     """
     items.sort(key=lambda item: item.get_closest_marker("slow") is not None)
+    gpu = [item for item in items if item.get_closest_marker("gpu") is not None]
+    if gpu:
+        import torch
+
+        if not torch.cuda.is_available():
+            skip = pytest.mark.skip(reason="needs a CUDA device (torch.cuda.is_available() is False)")
+            for item in gpu:
+                item.add_marker(skip)
     if on_connect(config):
         skip = pytest.mark.skip(reason="starts a classic local-cluster of its own")
         for item in items:

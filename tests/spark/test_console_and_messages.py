@@ -102,15 +102,25 @@ def test_an_engine_shape_error_is_turned_into_a_named_one(spark):
     assert np.isfinite(model.transform(ok).first()["out"].toArray()).all()
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without a GPU (the gpu test runs there)")
 def test_cuda_on_a_cpu_local_master_fails_at_transform_on_the_driver(spark):
     from irbis.ml.params import ParamValueError
 
-    if torch.cuda.is_available():
-        pytest.skip("needs a machine without a GPU")
     model = TorchModel.from_module(torch.nn.Linear(2, 2), inputCol="v", outputCol="out", device="cuda")
     df = spark.createDataFrame([(Vectors.dense([1.0, 2.0]),)], ["v"])
     with pytest.raises(ParamValueError, match="device='cuda'.*no CUDA device"):
         model.transform(df)  # before any job starts
+
+
+@pytest.mark.gpu
+def test_cuda_transform_gives_the_outputs_of_the_cpu(spark):
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(4, 16), torch.nn.ReLU(), torch.nn.Linear(16, 3))
+    df = spark.createDataFrame([(Vectors.dense(v),) for v in np.random.default_rng(0).normal(size=(20, 4))], ["v"])
+    out = {device: np.array([r.out.toArray() for r in TorchModel.from_module(
+        net, inputCol="v", outputCol="out", device=device).transform(df).collect()]) for device in ("cpu", "cuda")}
+    assert out["cuda"].shape == (20, 3)
+    np.testing.assert_allclose(out["cuda"], out["cpu"], rtol=1e-3, atol=1e-4)  # TF32 matmuls may round
 
 
 def test_mini_batch_size_and_precision_fail_when_set():

@@ -69,11 +69,23 @@ def test_huge_learning_rate_warns_in_the_summary(spark, rows):
     assert "the loss grew from" in model.training_summary[0]["warning"]
 
 
-@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without a GPU")
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without a GPU (the gpu test runs there)")
 def test_cuda_on_a_cpu_local_master_fails_at_fit_start_on_the_driver(spark, rows):
     df = spark.createDataFrame(rows, ["vec", "label"])
     with pytest.raises(ParamValueError, match="device='cuda'.*no CUDA device"):
         estimator(device="cuda").fit(df)
+
+
+@pytest.mark.gpu
+def test_cuda_fit_learns_the_label(spark, rows):
+    # one worker: NCCL refuses two ranks on one GPU
+    model = estimator(device="cuda", numWorkers=1, epochs=8, learningRate=0.05).fit(
+        spark.createDataFrame(rows, ["vec", "label"]))
+    losses = [r["loss"] for r in model.training_summary]
+    assert len(losses) == 8 and np.isfinite(losses).all() and losses[-1] < losses[0]
+    scores = model.transform(pd.DataFrame({"vec": [np.array(v.toArray(), np.float32) for v, _ in rows]}))
+    accuracy = np.mean([int(np.argmax(s)) == y for s, (_, y) in zip(scores["prediction"], rows)])
+    assert accuracy > 0.9, accuracy  # the label is the second feature
 
 
 def test_strategy_options_are_checked_against_the_registry_when_set():

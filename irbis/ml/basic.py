@@ -5,7 +5,6 @@ no-ops), persists inside a ``Pipeline``, and names the column when one is missin
 """
 from __future__ import annotations
 
-import importlib
 from typing import Any, Callable
 
 import pandas as pd
@@ -18,6 +17,7 @@ from pyspark.sql.types import DataType, StructType
 from irbis.errors import require_columns
 from irbis.ml.base import IrbisTransformer
 from irbis.ml.params import at_least, checked, one_of
+from irbis.refs import is_reference, reference, resolve
 from irbis.spark.columns import column
 
 #: The names of pyspark's storage levels (the values of Cache's storageLevel).
@@ -195,35 +195,6 @@ class _Names:
         self.columns = schema.fieldNames()
 
 
-def function_reference(fn: Callable[..., Any]) -> tuple[str | None, str]:
-    """Return ``("module:qualname", "")`` for an importable function, else ``(None, reason)``."""
-    module, qualname = getattr(fn, "__module__", None), getattr(fn, "__qualname__", None)
-    if not module or not qualname:
-        return None, f"{fn!r} has no __module__/__qualname__"
-    if "<lambda>" in qualname or "<locals>" in qualname:
-        return None, f"{qualname!r} is a lambda or a closure (defined inside another function)"
-    if module == "__main__":
-        return None, f"{qualname!r} is defined in __main__ (a script or notebook)"
-    try:
-        found = resolve_function(f"{module}:{qualname}")
-    except (ImportError, AttributeError):
-        return None, f"{module}:{qualname} cannot be imported back"
-    if found is not fn:
-        return None, f"{module}:{qualname} imports back as a different object"
-    return f"{module}:{qualname}", ""
-
-
-def resolve_function(reference: str) -> Callable[..., Any]:
-    """Import the function named ``"module:qualname"``."""
-    module_name, _, qualname = reference.partition(":")
-    if not module_name or not qualname:
-        raise ValueError(f"Lambda: function reference must look like 'package.module:function', found {reference!r}")
-    obj: Any = importlib.import_module(module_name)
-    for part in qualname.split("."):
-        obj = getattr(obj, part)
-    return obj
-
-
 class Lambda(_ReshapeStage):
     """Apply a user function ``f(DataFrame) -> DataFrame`` as a pipeline stage.
 
@@ -252,17 +223,21 @@ class Lambda(_ReshapeStage):
     def setFunction(self, value: Callable[..., Any] | str) -> "Lambda":
         """Set the function: a callable or a ``"module:qualname"`` reference."""
         if isinstance(value, str):
-            self._fn = resolve_function(value)
+            if not is_reference(value):
+                raise ValueError(f"Lambda: function reference must look like 'package.module:function', "
+                                 f"found {value!r}")
+            self._fn = resolve(value)
             return self._set(function=value)
         if not callable(value):
             raise TypeError(f"Lambda: function must be callable or a 'module:qualname' string, found {type(value).__name__}")
         self._fn = value
-        reference, self._not_saveable = function_reference(value)
-        if reference is not None:
-            self._set(function=reference)
-        else:
+        try:
+            ref, self._not_saveable = reference(value), ""
+        except ValueError as err:
+            self._not_saveable = str(err)
             self.clear(self.function)
-        return self
+            return self
+        return self._set(function=ref)
 
     def setParams(self, **kwargs: Any) -> "Lambda":
         """Set the function by keyword."""
@@ -287,7 +262,7 @@ class Lambda(_ReshapeStage):
 
     def _call(self, dataset: Any) -> Any:
         if self._fn is None and self.isSet("function"):
-            self._fn = resolve_function(self.getOrDefault("function"))
+            self._fn = resolve(self.getOrDefault("function"))
         if self._fn is None:
             raise ValueError("Lambda: no function set; pass function=... first")
         return self._fn(dataset)

@@ -31,27 +31,33 @@ from irbis.errors import ParamValueError
 from irbis.ml.base import IrbisEstimator
 from irbis.ml.params import HasDevice, HasInputShape, Row, at_least, in_range, one_of, table_mixin
 from irbis.ml.torch_model import TorchModel
+from irbis.refs import canonical, is_reference, is_unsaved, reference, resolve, unsaved
 from irbis.train.health import NAN_POLICIES
 from irbis.train.loop import TrainSpec
 from irbis.train.networks import build_network, network_spec
 from irbis.train.optim import LOSSES, OPTIMIZERS, make_loss, validate_schedule
-from irbis.train.refs import callable_ref, is_ref, resolve_ref
 from irbis.train.strategies import STRATEGIES, make_strategy
 from irbis.train.strategy import Strategy
 
 _log = logging.getLogger(__name__)
 _CALLABLE_PARAMS = ("network", "loss", "optimizer")
 
+
+def to_name_or_reference(value: Any) -> str:
+    """A callable Param's converter: a string, its reference in the one format (saves of older stages too)."""
+    return canonical(T.toString(value))
+
+
 #: TorchEstimator's own Params (name, doc, converter, default; None: unset); inputShape and device are
 #: the shared rows of :mod:`irbis.ml.params`.
 TRAIN_PARAMS: list[Row] = [
     ("network", "architecture name (irbis.models.ARCHITECTURES), TorchScript file path, or "
-                "'python:module:function' naming a module factory", T.toString, None),
+                "'package.module:function' naming a module factory", to_name_or_reference, None),
     ("networkOptions", "JSON object of keyword arguments for the architecture", T.toString, "{}"),
-    ("loss", "'cross_entropy', 'mse', or 'python:module:function'", T.toString, "cross_entropy",
+    ("loss", "'cross_entropy', 'mse', or 'package.module:function'", to_name_or_reference, "cross_entropy",
      one_of(*LOSSES, or_ref=True)),
     ("optimizer", "'sgd', 'momentum', 'nesterov', 'adagrad', 'rmsprop', 'adam', or "
-                  "'python:module:function' (params -> torch.optim.Optimizer)", T.toString, "adam",
+                  "'package.module:function' (params -> torch.optim.Optimizer)", to_name_or_reference, "adam",
      one_of(*OPTIMIZERS, or_ref=True)),
     ("learningRate", "learning rate", T.toFloat, 1e-3, in_range(0, low_open=True)),
     ("momentum", "momentum of 'momentum' and 'nesterov'", T.toFloat, 0.9, in_range(0, 1)),
@@ -109,8 +115,9 @@ class TorchEstimator(IrbisEstimator, HasTrainParams):
 
     ``network``, ``loss`` and ``optimizer`` also accept Python callables (a module
     factory, ``f(output, target)``, ``f(params)``) and ``strategy`` a strategy
-    object; importable functions are persisted as ``python:module:function``
-    references and a strategy as its name + ``strategyOptions``. ``augment``
+    object; importable functions are persisted as ``package.module:function``
+    references (:mod:`irbis.refs`; the ``python:package.module:function`` of older saves still loads)
+    and a strategy as its name + ``strategyOptions``. ``augment``
     (``f(batch: ndarray, rng) -> ndarray``, run in the prefetch thread) is not a
     Param and is not persisted.
 
@@ -143,9 +150,11 @@ class TorchEstimator(IrbisEstimator, HasTrainParams):
         for name in _CALLABLE_PARAMS:
             value = kwargs.get(name)
             if callable(value) and not isinstance(value, str):
-                ref = callable_ref(value)
                 self._callables[name] = value
-                kwargs[name] = ref or f"python:<unsaved {name}>"
+                try:
+                    kwargs[name] = reference(value)
+                except ValueError as err:
+                    kwargs[name] = unsaved(str(err))
         unknown = set(kwargs) - {p.name for p in self.params}
         if unknown:
             raise TypeError(f"TorchEstimator got unknown arguments {sorted(unknown)}")
@@ -166,10 +175,11 @@ class TorchEstimator(IrbisEstimator, HasTrainParams):
         return self._paramMap.get(param, self._defaultParamMap.get(param))
 
     def write(self) -> Any:
-        unsaved = [n for n in _CALLABLE_PARAMS if self.isSet(n) and "<unsaved" in self.getOrDefault(n)]
-        if unsaved:
-            raise ValueError(f"TorchEstimator: {unsaved} are lambdas or closures and cannot be saved; "
-                             "pass importable top-level functions (saved as python:module:function)")
+        reasons = {n: self.getOrDefault(n) for n in _CALLABLE_PARAMS
+                   if self.isSet(n) and is_unsaved(self.getOrDefault(n))}
+        if reasons:
+            raise ValueError(f"TorchEstimator: {sorted(reasons)} cannot be saved ({'; '.join(reasons.values())}); "
+                             "pass importable top-level functions (saved as package.module:function)")
         return super().write()
 
     # -- driver-side resolution --------------------------------------------------------------
@@ -177,7 +187,7 @@ class TorchEstimator(IrbisEstimator, HasTrainParams):
         value = self.getOrDefault(name)
         if name in self._callables:
             return self._callables[name]
-        return resolve_ref(value) if is_ref(value) else value
+        return resolve(value) if is_reference(value) else value
 
     def _options(self, name: str) -> dict[str, Any]:
         raw = self.getOrDefault(name)

@@ -18,6 +18,7 @@ from irbis.errors import ParamValueError
 from irbis.kernels.batching import TENSOR_DTYPES
 from irbis.kernels.engines import ENGINE_NAMES
 from irbis.kernels.inference import DEVICES, PRECISIONS
+from irbis.refs import is_reference, is_unsaved
 
 #: A Param as a table row: name, doc, type converter, default (None: no default), and optionally a
 #: check (:func:`one_of`, :func:`at_least`, :func:`in_range`) run eagerly whenever the Param is set.
@@ -28,10 +29,11 @@ Check = Callable[[str, Any], None]
 
 
 def one_of(*values: Any, or_ref: bool = False) -> Check:
-    """A check that the value is one of ``values`` (or, with ``or_ref``, a ``python:module:function`` reference)."""
+    """A check that the value is one of ``values`` (or, with ``or_ref``, a ``package.module:function``
+    reference, :mod:`irbis.refs`, or the placeholder of a callable that has none)."""
     def check(name: str, value: Any) -> None:
-        if value not in values and not (or_ref and str(value).startswith("python:")):
-            extra = " or 'python:module:function'" if or_ref else ""
+        if value not in values and not (or_ref and (is_reference(value) or is_unsaved(value))):
+            extra = " or 'package.module:function'" if or_ref else ""
             raise ParamValueError(name, value, "one of " + ", ".join(repr(v) for v in values) + extra)
     check.allowed = values  # type: ignore[attr-defined]
     return check
@@ -115,7 +117,8 @@ SHARED_PARAMS: list[Row] = [
      TypeConverters.toString, "cpu", one_of(*DEVICES)),
     ("precision", "numeric precision: fp32, bf16 (bfloat16 matrix products by autocast, fp32 weights, first "
      "and last layer in fp32; on openvino the stem in fp32 and the rest in bf16) or int8 (on onnxruntime static "
-     "quantisation of the network calibrated on calibrationData; on torch dynamic quantisation of Linear layers)",
+     "quantisation of the network calibrated on calibrationData; on torch dynamic quantisation of the Linear layers, "
+     "run by ONNX Runtime on the network's export)",
      TypeConverters.toString, "fp32", one_of(*PRECISIONS)),
     ("calibrationData", "the sample that sets int8 activation ranges on an exported engine: a folder, seen by "
      "every worker, of images (preprocessed as the repository model prescribes) or .npy arrays of input rows; "

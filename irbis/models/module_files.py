@@ -16,7 +16,6 @@
 
 from __future__ import annotations
 
-import importlib
 import json
 import logging
 import warnings
@@ -25,6 +24,8 @@ from typing import Any
 
 import torch
 from torch import nn
+
+from irbis.refs import reference, resolve
 
 _LOG = logging.getLogger("irbis.models")
 
@@ -104,30 +105,18 @@ def _first_linear_shape(module: nn.Module) -> list[int] | None:
 
 def class_reference(module: nn.Module) -> str | None:
     """``package.module:Class`` when the module's class can be imported back by that name, else None."""
-    cls = type(module)
-    if cls.__module__ in ("__main__", "builtins") or "<locals>" in cls.__qualname__:
-        return None
     try:
-        found = _resolve(f"{cls.__module__}:{cls.__qualname__}")
-    except (ImportError, AttributeError):
+        return reference(type(module))
+    except ValueError:
         return None
-    return f"{cls.__module__}:{cls.__qualname__}" if found is cls else None
 
 
-def build_from_reference(reference: str, options: dict[str, Any]) -> nn.Module:
+def build_from_reference(ref: str, options: dict[str, Any]) -> nn.Module:
     """Build the network class named ``package.module:Class`` with ``options``; only nn.Module classes."""
-    cls = _resolve(reference)
+    cls = resolve(ref)
     if not (isinstance(cls, type) and issubclass(cls, nn.Module)):
-        raise TypeError(f"{reference} is not a torch.nn.Module class; a model folder's class must be one")
+        raise TypeError(f"{ref} is not a torch.nn.Module class; a model folder's class must be one")
     return cls(**options)
-
-
-def _resolve(reference: str) -> Any:
-    module_name, _, qualname = reference.partition(":")
-    target: Any = importlib.import_module(module_name)
-    for part in qualname.split("."):
-        target = getattr(target, part)
-    return target
 
 
 def load_exported(path: Path) -> nn.Module:

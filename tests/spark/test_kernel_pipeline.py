@@ -68,7 +68,7 @@ def test_stages_saved_before_load_with_load_and_load_local(spark):
     assert Path(network.getModelPath()).is_relative_to(SAVED / "torch_model")  # the sidecar, not the saved path
     (kernel,) = load_local(str(SAVED / "torch_model"))
     x = np.array([[0.5, -1.0, 2.0]])
-    want = network.transform(spark.createDataFrame([(list(x[0]),)], "scaled array<double>")).first()["scores"]
+    want = network.transform(spark.createDataFrame([(x[0].tolist(),)], "scaled array<double>")).first()["scores"]
     np.testing.assert_allclose(kernel.fn({"scaled": rows_in(list(x), "scaled")})["scores"].values[0],
                                want.toArray(), rtol=1e-6)
     photo = data.chelsea()[::8, ::8, ::-1].copy()

@@ -27,7 +27,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from irbis.kernels.engines import EngineError, candidates, export_lock_path, onnx_path
+from irbis.kernels.engines import EngineError, candidates, export_lock_path, exported_engine, onnx_path
 from irbis.kernels.engines.exported import export_key
 from irbis.kernels.inference import Layers, source_identity
 
@@ -83,13 +83,13 @@ def export_ahead(source: dict[str, Any], input_shape: list[int] | tuple[int, ...
                  device: str = "cpu", precision: str = "fp32", engine: str = "auto",
                  allow_pickle: bool = False) -> ExportAhead | None:
     """Start writing, in a child process, the ONNX export that the workers' first engine will need; None
-    where there is nothing to write (an eager engine first, the file written, or another process writing it).
+    where there is nothing to write (eager torch first, the file written, or another process writing it).
 
     The lock of the file is taken here, before this returns, so the workers of a job started next wait
     for the file rather than export it themselves.
     """
     names = candidates(engine, device, precision)
-    if not names or names[0] == "torch":
+    if not names or exported_engine(names[0], precision) is None:
         return None
     layer = tuple(output_layer) if output_layer and not isinstance(output_layer, str) else output_layer
     shape = tuple(int(d) for d in input_shape)

@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import numpy as np
 
 from irbis.kernels.calibration import Calibration, make_calibration
-from irbis.kernels.engines import EngineError, candidates
+from irbis.kernels.engines import EngineError, candidates, exported_engine
 from irbis.kernels.engines.exported import Chain, ExportedNetwork, in_batches
 from irbis.kernels.threads import set_threads, task_threads  # noqa: F401  (re-exported)
 
@@ -150,27 +150,24 @@ def resolve_device(device: str) -> torch.device:
 
 
 def prepare_network(module: nn.Module, precision: str, device: torch.device) -> nn.Module:
-    """Make a network fast for inference: channels-last layout, frozen parameters, int8 when asked for.
+    """Make a network fast for inference: channels-last layout, frozen parameters.
 
     ``bf16`` is applied at run time by autocast (see :func:`make_torch_predict_fn`): matrix products
     and convolutions run in bfloat16 while weights stay fp32 (so they stay shared between processes)
     and numerically sensitive ops (reductions, softmax, batch norm) stay in fp32, which keeps top-1
     agreement with fp32 higher than casting the whole network; the first and last layers stay in fp32
-    (:func:`keep_ends_in_fp32`). ``int8`` quantises Linear (and
-    LSTM/GRU) layers dynamically; convolutions stay in fp32, so it helps fully connected networks most.
+    (:func:`keep_ends_in_fp32`). ``int8`` is not run eagerly: :func:`make_torch_predict_fn` runs it on the
+    network's export.
     """
     import torch
 
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
+    if precision == "int8":
+        raise ValueError("precision='int8' runs on the network's ONNX export, not eagerly; use make_torch_predict_fn")
     if isinstance(module, torch.jit.ScriptModule):
         return module.to(device)
     module.requires_grad_(False)
-    if precision == "int8":
-        if device.type != "cpu":
-            raise ValueError("precision='int8' runs on the CPU only; use bf16 on a GPU")
-        module = torch.ao.quantization.quantize_dynamic(module, {torch.nn.Linear, torch.nn.LSTM, torch.nn.GRU},
-                                                     dtype=torch.qint8)
     module = module.to(device)
     if any(p.dim() == 4 for p in module.parameters()):
         module = module.to(memory_format=torch.channels_last)
@@ -311,7 +308,9 @@ def make_torch_predict_fn(
     ``engine`` (:data:`irbis.kernels.engines.ENGINE_NAMES`) runs it eagerly (``torch``), or exports it
     once per machine to ONNX, cut at ``output_layer``, for ONNX Runtime or OpenVINO; ``auto`` takes the
     first engine of :func:`irbis.kernels.engines.auto_order` that runs the network. For int8 on an exported
-    engine, ``calibration_data`` is the folder of the calibration sample (:mod:`irbis.kernels.calibration`).
+    engine, ``calibration_data`` is the folder of the calibration sample (:mod:`irbis.kernels.calibration`);
+    int8 on ``torch`` quantises the fully connected layers dynamically and runs on the export too
+    (:func:`irbis.kernels.engines.exported_engine`).
 
     Examples
     --------
@@ -322,20 +321,23 @@ def make_torch_predict_fn(
     identity, threads = source_identity(source), task_threads()
 
     def cached(name: str) -> Callable[[], Any]:
-        parts = [identity, device, precision, allow_pickle] + ([] if name == "torch" else
+        runner = exported_engine(name, precision)
+        parts = [identity, device, precision, allow_pickle] + ([] if runner is None else
                                                                [name, output_layer, threads, calibration_data])
         key = hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:24]
-        if name == "torch":
+        if runner is None:
             return lambda: _cached(key, lambda: _Network(source, key, device, precision, allow_pickle))
+        if runner != name and _engine_device(device) != "cpu":
+            raise ValueError("precision='int8' runs on the CPU only; use bf16 on a GPU")
         load = partial(_load_for_export, source, allow_pickle, output_layer)
-        calibration = partial(_calibration, source, calibration_data)
-        return lambda: _cached(key, lambda: ExportedNetwork(load, identity, name, output_layer,
+        calibration = partial(_calibration, source, calibration_data) if runner == name else None
+        return lambda: _cached(key, lambda: ExportedNetwork(load, identity, runner, output_layer,
                                                              _engine_device(device), precision, threads, calibration))
 
     if output_layer and not isinstance(output_layer, str):
         output_layer = tuple(output_layer)
     chain = Chain([(name, cached(name)) for name in candidates(engine, device, precision)], engine)
-    if engine == "torch":
+    if engine == "torch" and exported_engine(engine, precision) is None:
         check_output_layer(chain.networks[0][1]().module, output_layer)
     if isinstance(output_layer, tuple):
         return lambda x: dict(zip(output_layer, chain.predict(x, batch_size, output_layer)))

@@ -14,9 +14,13 @@ Runtime at 127 and OpenVINO at 108. (In one process with 2 threads OpenVINO lead
 ``openvino``, then ``torch``, taking the first that is installed and runs the network. For bf16 on a
 CPU with native bf16 instructions it tries ``openvino`` (stem in fp32, the rest in bf16: top-1
 agreement 1.000 with fp32 on the crops of ``irbis models check``), then ``torch``; for int8 it tries
-``onnxruntime`` (static, calibrated), then ``torch``; on CUDA it picks ``torch``. The rule costs nothing
+``onnxruntime`` (static, calibrated), then ``torch`` (dynamic); on CUDA it picks ``torch``. The rule costs nothing
 at run time: no measurement, one import check per engine (and, for bf16, one look at OpenVINO's CPU
 capabilities).
+
+PyTorch's own dynamic int8 (``torch.ao.quantization``) is deprecated, so ``engine="torch"`` at int8 runs
+the same recipe on the export: :func:`exported_engine` names ONNX Runtime for it, with the fully
+connected layers quantised dynamically (:func:`irbis.kernels.engines.quantize.dynamic_path`).
 """
 
 from __future__ import annotations
@@ -110,6 +114,14 @@ def native_bf16() -> bool:
     import openvino as ov
 
     return "BF16" in ov.Core().get_property("CPU", "OPTIMIZATION_CAPABILITIES")
+
+
+def exported_engine(name: str, precision: str) -> str | None:
+    """The engine of :data:`ENGINES` that runs the export of the network for the engine ``name`` at
+    ``precision``: None for eager ``torch``, ONNX Runtime for ``torch`` at int8 (dynamic), else ``name``."""
+    if name == "torch":
+        return "onnxruntime" if precision == "int8" else None
+    return name
 
 
 def candidates(engine: str, device: str, precision: str) -> tuple[str, ...]:

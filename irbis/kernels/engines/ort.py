@@ -1,7 +1,9 @@
-"""The ONNX Runtime engine: one session per exported file, fp32 on the CPU or CUDA, or static int8 on the CPU.
+"""The ONNX Runtime engine: one session per exported file, fp32 on the CPU or CUDA, or int8 on the CPU.
 
 ``precision="int8"`` runs the file quantised by :func:`irbis.kernels.engines.quantize.quantized_path`
-(calibrated on the ``calibration`` sample, cached beside the export).
+(static, calibrated on the ``calibration`` sample), or without a sample by
+:func:`irbis.kernels.engines.quantize.dynamic_path` (dynamic, fully connected layers only); both are cached
+beside the export.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ def load(path: str, *, threads: int, device: str, precision: str, calibration: C
     """A runner over an ONNX Runtime session of ``path`` with ``threads`` intra-op threads.
 
     For int8, ``calibration`` is the sample that sets the activation ranges and ``shape`` the input
-    row shape it must have.
+    row shape it must have; without a sample the file is quantised dynamically.
     """
     import onnxruntime as ort
 
@@ -81,10 +83,8 @@ def session_options(threads: int, level: str = "ORT_ENABLE_ALL") -> Any:
 
 
 def _int8_path(path: str, device: str, calibration: Calibration | None, shape: tuple[int, ...]) -> str:
-    from irbis.kernels.engines.quantize import quantized_path
+    from irbis.kernels.engines.quantize import dynamic_path, quantized_path
 
     if device == "cuda":
         raise EngineError("engine='onnxruntime' runs precision='int8' on the CPU only")
-    if calibration is None:
-        raise EngineError("engine='onnxruntime' needs a calibration sample for precision='int8'")
-    return str(quantized_path(path, calibration, shape))
+    return str(dynamic_path(path) if calibration is None else quantized_path(path, calibration, shape))

@@ -42,6 +42,10 @@ _EXPORTS: dict[str, str] = {
 
 __all__ = sorted(_EXPORTS)
 
+# ``fuse`` is also the name of a submodule, and the first import of a submodule binds the module here:
+# the function is imported now, after that first import, so that ``irbis.ml.fuse`` stays the function.
+from irbis.ml.fuse import fuse  # noqa: E402
+
 
 def __getattr__(name: str) -> Any:
     if name in _EXPORTS:

@@ -1,26 +1,38 @@
-"""Benchmark: the parameter-server strategies (downpour, mixed, dcasgd) against synchronous SGD.
+"""Benchmark: the parameter-server strategies (downpour, mixed, dcasgd) against synchronous SGD and sparktorch.
 
-Workers are spawned processes joined by gloo, the parameter-server shards co-located in them (or on dedicated server processes) and
-reached over the ZeroMQ transport (:func:`irbis.train.backends.local.run_processes`), so staleness
-is real even where 4 or 8 workers share this machine's cores. Every run takes the same number of
-batches (equal epochs over the same rows; asynchronous workers share each epoch's batches by speed)
-and reports:
+Two kinds of figures, printed in separate, labelled tables:
 
-* test accuracy after those samples, and loop samples/s: the samples whose gradient reached the model
-  (with ``backupWorkers=1`` each step uses ``N - 1`` of the ``N`` batches) over the slowest worker's
-  loop time;
-* time to a target training loss (the first epoch whose mean loss is at or below it);
-* the staleness distribution of the server updates (mean, 90th percentile, max);
-* a straggler scenario: 4 workers, rank 0 slowed 3x (a sleep of twice its compute time each step,
-  the estimator's internal ``_slow_workers`` hook), for ``sync``, ``sync`` with ``backupWorkers=1``,
-  ``downpour`` and ``dcasgd``. An epoch of the asynchronous strategies is the job's share of steps,
-  taken by whichever worker is free (the straggler takes fewer); a late backup worker skips the
-  steps already made without it;
-* accuracy under staleness: 8 workers, ``sync`` / ``downpour`` / ``dcasgd``, over several seeds;
-* a worker killed mid-run: ``dcasgd`` with its shards on the driver (``placement="driver"``, here the
-  benchmark's process), 4 workers, one of which is killed (SIGKILL) a third of the way through its
-  batches and started again, as Spark retries a task; beside the same run without the fault: the
-  run time a death costs, the accuracy, and the pushes lost (pushed minus applied, over every epoch).
+* END TO END ON SPARK (:mod:`async_e2e`): Irbis's asynchronous strategies through
+  ``TorchEstimator(...).fit(df)`` against sparktorch 0.2.0's hogwild mode (``SparkTorch(mode="hogwild")``,
+  :mod:`peers`), both on one ``local[2]`` session, 2 workers, the digits MLP, the same rows, global batch
+  and samples, each side at the learning rate of its own sweep (chosen by validation accuracy), both
+  warm, samples/s over the ``fit`` call and test accuracy; the output says when the baseline does not
+  learn. sparktorch is no dependency of the project (``pip install 'irbis[bench]'``); without it its
+  row is printed as not run, with the reason.
+* LOOP ONLY, NO SPARK: workers are spawned processes joined by gloo, the parameter-server shards
+  co-located in them (or on dedicated server processes) and reached over the ZeroMQ transport
+  (:func:`irbis.train.backends.local.run_processes`), so staleness is real even where 4 or 8 workers
+  share this machine's cores. No warm-up run. Every run takes the same number of batches (equal
+  epochs over the same rows; asynchronous workers share each epoch's batches by speed) and reports:
+
+  - test accuracy after those samples, and loop samples/s: the samples whose gradient reached the model
+    (with ``backupWorkers=1`` each step uses ``N - 1`` of the ``N`` batches) over the slowest worker's
+    loop time;
+  - time to a target training loss (the first epoch whose mean loss is at or below it);
+  - the staleness distribution of the server updates (mean, 90th percentile, max);
+  - stragglers: 2 workers on the 2 cores (no oversubscription), each strategy with and without rank 0
+    slowed 3x (a sleep of twice its compute time each step, the estimator's internal ``_slow_workers``
+    hook): sync's samples/s with and without it, and each strategy's gain over sync in both cases, whose
+    ratio is the straggler's share of the gain. An epoch of the asynchronous strategies is the job's
+    share of steps, taken by whichever worker is free (the straggler takes fewer); a late backup worker
+    skips the steps already made without it;
+  - accuracy under staleness: 8 workers over several seeds, each row labelled with its server rule and
+    rate (downpour: Adagrad, dcasgd: SGD), and downpour with an SGD server at dcasgd's rate, which differs
+    from dcasgd only in the delay compensation (the comparison of the DC-ASGD paper);
+  - a worker killed mid-run: ``dcasgd`` with its shards on the driver (``placement="driver"``, here the
+    benchmark's process), 4 workers, one of which is killed (SIGKILL) a third of the way through its
+    batches and started again, as Spark retries a task; beside the same run without the fault: the
+    run time a death costs, the accuracy, and the pushes lost (pushed minus applied, over every epoch).
 
 Workloads: scikit-learn digits (1437 train / 360 test, stratified, random_state=0), inputs X/16, with
 the MLP 64-128-10 and with ``small_cnn`` on the digits upscaled to 3x32x32. Every strategy uses plain
@@ -42,15 +54,6 @@ that can die and rejoin). The two base rates, ``LR`` = 0.4 and
 were chosen once by ``--sweep`` (2 workers, MLP, the grid ``SWEEP``), not tuned per row: at 0.2 plain
 SGD ended at training loss 0.12 and test accuracy 0.953 (sync and dcasgd), at 0.4 at 0.07 and 0.967.
 
-The baseline: sparktorch 0.2.0's hogwild mode, 2 workers (Spark ``local[2]`` tasks) pushing to one
-Flask server on the driver, on the same MLP, rows, global batch (32 per worker) and number of
-samples, with plain SGD at ``LR / 2`` on its server and its default ``acquireLock=True``. Its
-samples/s is end to end (Spark job, the server's fixed 5 s start-up sleep and every step's HTTP
-round trips of dill-pickled weights and gradients): sparktorch reports no loop time. Two shims, in
-this script only: the optimizer is handed over as a factory defined here (dill 0.4 cannot pickle
-``torch.optim.SGD`` by reference), and the session comes from ``get_spark`` (its workers use this
-interpreter). sparktorch is no dependency of the project: without it (``pip install sparktorch
-flask dill requests``) the row is skipped with the reason printed.
 Run: ``python benchmarks/train_async.py [--quick | --sweep]``; it prints its own run time.
 """
 
@@ -75,12 +78,21 @@ LR, ADAGRAD_LR, TARGET_LOSS = 0.4, 0.02, 0.3
 # every strategy's rate decays to zero over the run (per epoch): BatchNorm's running statistics then
 # settle on the final weights, which a constant rate leaves them lagging (the CNN evaluates with them)
 SCHEDULE = {"type": "cosine"}
-MLP_EPOCHS, CNN_EPOCHS = 30, 6
+MLP_EPOCHS, CNN_EPOCHS, SEEDS = 30, 6, 2
 SWEEP = {"LR": (0.05, 0.1, 0.2, 0.4), "ADAGRAD_LR": (0.01, 0.02, 0.04)}
 ASYNC = {"downpour": {}, "mixed": {"groupSize": 2}, "dcasgd": {}}
 # the same workers, with the shards on one dedicated server process each instead of inside the workers,
 # and with the shards in this process (the "driver"), under which a worker that dies rejoins
 DEDICATED = ("downpour", {"placement": "dedicated"})
+STRAGGLER_RUNS = [("sync", {}), ("downpour", {}), ("mixed", {"groupSize": 2}), ("dcasgd", {})]
+# the full run's loop-only worker counts (MLP, CNN): each run spawns its processes afresh, which on 2 shared
+# cores costs far more than the loop; 4 workers and the CNN beyond 2 were cut to keep the run near 20 minutes
+MLP_WORKERS, CNN_WORKERS = [2, 8], [2]
+# (strategy, options, what the row compares): downpour's default server rule is Adagrad, dcasgd's SGD; the last
+# row is downpour on dcasgd's rule and rate, so that it and dcasgd differ only in the delay compensation
+SEED_RUNS = [("sync", {}, "mean gradient, SGD at {lr:g}"), ("downpour", {}, "Adagrad server at {lr:g}"),
+             ("dcasgd", {}, "SGD server at {lr:g}"),
+             ("downpour", {"serverOptimizer": "sgd"}, "SGD server at {lr:g}, dcasgd's rule and rate")]
 ON_DRIVER = ("dcasgd", {"placement": "driver"})
 
 
@@ -139,49 +151,6 @@ def used_samples(results: list, strategy: str, sopts: dict, spec: object) -> int
     return sum(steps) * spec.batch_size
 
 
-def _sparktorch_sgd(params: object, lr: float) -> torch.optim.Optimizer:
-    import torch  # dill sends this function by value, without its module's globals
-
-    return torch.optim.SGD(params, lr=lr)
-
-
-def sparktorch_hogwild(epochs: int, workers: int = 2) -> tuple[dict | None, str]:
-    """sparktorch's hogwild row on the digits MLP, or None and the reason it was not run."""
-    try:
-        from sparktorch import SparkTorch, serialize_torch_obj
-    except ImportError as err:
-        return None, f"sparktorch hogwild: skipped, sparktorch is not installed ({err})"
-    import socket
-
-    from pyspark.ml.linalg import Vectors
-
-    from irbis.models import build_model
-    from irbis.spark.session import get_spark
-
-    xtr, xte, ytr, yte = load_digits_split(False)
-    spark = get_spark(f"local[{workers}]", **{"spark.ui.enabled": "false"})
-    df = spark.createDataFrame([(Vectors.dense(a.astype(float)), float(b)) for a, b in zip(xtr, ytr)],
-                               ["features", "label"]).repartition(workers).cache()
-    df.count()
-    torch.manual_seed(0)
-    obj = serialize_torch_obj(build_model("mlp", **MLP), torch.nn.CrossEntropyLoss(), _sparktorch_sgd,
-                              lr=learning_rate("downpour", {"serverOptimizer": "sgd"}, workers))
-    with socket.socket() as sock:
-        sock.bind(("", 0))
-        port = sock.getsockname()[1]
-    iters = max(1, epochs * len(ytr) // 64)  # equal samples: global batch 64, 32 per worker
-    est = SparkTorch(inputCol="features", labelCol="label", predictionCol="pred", torchObj=obj, iters=iters,
-                     mode="hogwild", partitions=workers, port=port, miniBatch=64 // workers, verbose=0)
-    t0 = time.perf_counter()
-    module = est.fit(df).getPytorchModel()
-    wall = time.perf_counter() - t0
-    df.unpersist()
-    return {"strategy": "sparktorch hogwild (end to end)", "workers": workers,
-            "lr": learning_rate("downpour", {"serverOptimizer": "sgd"}, workers), "acc": accuracy(module, xte, yte, [64]),
-            "loop": iters * 64 / wall, "wall": wall, "toTarget": float("nan"), "loss": float("nan"),
-            "stale": None}, ""
-
-
 def stale_text(hist: object) -> str:
     if not isinstance(hist, np.ndarray) or hist.size == 0 or hist.sum() == 0:
         return "-"
@@ -233,18 +202,37 @@ def fault(epochs: int, workers: int = 4) -> list[str]:
     return lines
 
 
-def stragglers(epochs: int, workers: int = 4) -> list[dict]:
-    data, slow = load_digits_split(False), {0: 3.0}
-    runs = [("sync", {}), ("sync", {"backupWorkers": 1}), ("downpour", {}), ("dcasgd", {})]
-    return [train("mlp", MLP, [64], data, epochs, name, sopts, workers, slow=slow) for name, sopts in runs]
+def stragglers(epochs: int, workers: int = 2, factor: float = 3.0) -> list[str]:
+    """Every strategy of ``STRAGGLER_RUNS`` with and without rank 0 slowed ``factor`` times (loop only): samples/s,
+    test accuracy, and each strategy's speed over sync's in both cases, whose ratio is the straggler's share."""
+    data = load_digits_split(False)
+    runs = {(name, str(sopts)): [train("mlp", MLP, [64], data, epochs, name, sopts, workers, slow=slow)
+                                 for slow in (None, {0: factor})] for name, sopts in STRAGGLER_RUNS}
+    sync = runs[("sync", "{}")]
+    lines = [f"STRAGGLERS, loop only, no Spark: MLP, {workers} workers on {os.cpu_count()} cores, rank 0 slowed "
+             f"{factor:g}x (a sleep of {factor - 1:g}x its compute each step), {epochs} epochs",
+             f"{'strategy':24s} {'samples/s (none)':>16s} {'(straggler)':>11s} {'acc (none)':>10s} {'(straggler)':>11s} "
+             f"{'gain over sync (none)':>21s} {'(straggler)':>11s} {'straggler share':>15s}"]
+    for r, slow in runs.values():
+        gain, gain_slow = r["loop"] / sync[0]["loop"], slow["loop"] / sync[1]["loop"]
+        lines.append(f"{r['strategy']:24s} {r['loop']:16,.0f} {slow['loop']:11,.0f} {r['acc']:10.3f} {slow['acc']:11.3f} "
+                     f"{gain:20.2f}x {gain_slow:10.2f}x {gain_slow / gain:14.2f}x")
+    lines.append(f"sync pays the straggler: {sync[0]['loop']:,.0f} samples/s without it, {sync[1]['loop']:,.0f} with "
+                 f"it ({sync[1]['loop'] / sync[0]['loop']:.2f}x); straggler share = gain with / gain without")
+    return lines
 
 
 def seeds_table(epochs: int, seeds: int, workers: int) -> list[str]:
+    """Test accuracy over seeds at ``workers`` workers, each row labelled with its server rule and rate; the
+    last row runs downpour with dcasgd's rule and rate, the same-optimizer comparison of the DC-ASGD paper."""
     data = load_digits_split(False)
-    out = [f"accuracy under staleness: MLP, {workers} workers, {epochs} epochs, {seeds} seeds (mean ± std)"]
-    for name in ("sync", "downpour", "dcasgd"):
-        accs = [train("mlp", MLP, [64], data, epochs, name, {}, workers, seed=s)["acc"] for s in range(seeds)]
-        out.append(f"  {name:10s} {np.mean(accs):.4f} ± {np.std(accs):.4f}  {[round(a, 4) for a in accs]}")
+    out = [f"accuracy under staleness (loop only, no Spark): MLP, {workers} workers, {epochs} epochs, {seeds} seeds "
+           "(mean ± std); each strategy at its own server rule and rate, as in the tables above:"]
+    for name, sopts, what in SEED_RUNS:
+        lr = learning_rate(name, sopts, workers)
+        accs = [train("mlp", MLP, [64], data, epochs, name, sopts, workers, seed=s)["acc"] for s in range(seeds)]
+        label = f"{name} ({what.format(lr=lr)})"
+        out.append(f"  {label:56s} {np.mean(accs):.4f} ± {np.std(accs):.4f}  {[round(a, 4) for a in accs]}")
     return out
 
 
@@ -259,9 +247,24 @@ def sweep(epochs: int, workers: int = 2) -> list[str]:
     return out
 
 
+def end_to_end(epochs: int, quick: bool) -> list[str]:
+    """Irbis's asynchronous strategies and sparktorch hogwild, both fit on Spark (:mod:`async_e2e`)."""
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    from async_e2e import contenders, report, sweep_and_measure
+
+    from irbis.spark.session import get_spark
+
+    spark = get_spark("local[2]", app_name="irbis-async-bench", **{"spark.ui.enabled": "false",
+                                                                    "spark.sql.shuffle.partitions": "2"})
+    sides = contenders(ASYNC, lambda name, sopts: learning_rate(name, sopts, 2), SCHEDULE, quick)
+    lines, rows = sweep_and_measure(spark, load_digits_split(False), epochs, sides)
+    spark.stop()
+    return report(epochs, lines, rows)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--quick", action="store_true", help="2 workers, 1 epoch (MLP and CNN): a smoke run")
+    parser.add_argument("--quick", action="store_true", help="2 workers, 1-2 epochs (MLP and CNN): a smoke run")
     parser.add_argument("--sweep", action="store_true", help="the base-rate sweep behind LR and ADAGRAD_LR")
     args = parser.parse_args()
     t_start, load_before = time.perf_counter(), os.getloadavg()
@@ -269,29 +272,29 @@ def main() -> None:
         print("\n".join(sweep(2 if args.quick else MLP_EPOCHS)), f"\nrun time {time.perf_counter() - t_start:.0f} s")
         return
     if args.quick:
+        e2e = end_to_end(2, quick=True)
         mlp, cnn = workload("mlp", MLP, [64], 1, [2]), workload("small_cnn", CNN, [3, 32, 32], 1, [2])
-        slow, seeds, faults = stragglers(1, workers=2), seeds_table(1, 1, 2), fault(3)
-        baseline, skipped = sparktorch_hogwild(1)
+        slow, seeds, faults = stragglers(1), seeds_table(1, 1, 2), fault(3)
     else:
-        mlp = workload("mlp", MLP, [64], MLP_EPOCHS, [2, 4, 8])
-        cnn = workload("small_cnn", CNN, [3, 32, 32], CNN_EPOCHS, [2, 4, 8])
-        slow, seeds, faults = stragglers(MLP_EPOCHS), seeds_table(MLP_EPOCHS, 5, 8), fault(MLP_EPOCHS)
-        baseline, skipped = sparktorch_hogwild(MLP_EPOCHS)
-    if baseline is not None:
-        mlp.append(baseline)
+        e2e = end_to_end(MLP_EPOCHS, quick=False)
+        mlp = workload("mlp", MLP, [64], MLP_EPOCHS, MLP_WORKERS)
+        cnn = workload("small_cnn", CNN, [3, 32, 32], CNN_EPOCHS, CNN_WORKERS)
+        slow, seeds, faults = stragglers(MLP_EPOCHS), seeds_table(MLP_EPOCHS, SEEDS, 8), fault(MLP_EPOCHS)
     rates = f"base rates LR {LR}, ADAGRAD_LR {ADAGRAD_LR}, {SCHEDULE['type']} schedule"
+    loop_only = "LOOP ONLY, NO SPARK (run_processes, no warm-up run): "
     report = [
         "# benchmarks/train_async.py",
         f"python {platform.python_version()}, torch {torch.__version__}, {platform.machine()}, "
         f"{os.cpu_count()} cores; workers are processes (gloo + ZeroMQ), one torch thread each",
-        f"load average (1 min) before {load_before[0]:.1f}, after {os.getloadavg()[0]:.1f}; {rates}",
-        "", table("digits MLP 64-128-10, global batch 64, equal samples", mlp),
-        *(["", table("small_cnn on 3x32x32 digits, global batch 64, equal samples", cnn)] if cnn else []),
-        "", table("stragglers: rank 0 slowed 3x", slow),
+        f"load average (1 min) before {load_before[0]:.1f}, after {os.getloadavg()[0]:.1f}; "
+        f"run time {time.perf_counter() - t_start:.0f} s",
+        "", *e2e,
+        "", f"loop-only tables: {rates}",
+        "", table(loop_only + "digits MLP 64-128-10, global batch 64, equal samples", mlp),
+        "", table(loop_only + "small_cnn on 3x32x32 digits, global batch 64, equal samples", cnn),
+        "", *slow,
         "", *seeds,
         "", *faults,
-        *(["", skipped] if skipped else []),
-        "", f"run time {time.perf_counter() - t_start:.0f} s",
     ]
     text = "\n".join(report) + "\n"
     print(text)

@@ -16,7 +16,7 @@ from pyspark.sql.types import BooleanType, DataType, FractionalType, NumericType
 from irbis.errors import require_columns
 from irbis.kernels.assemble import HANDLE_INVALID, InputSpec, assemble_frame, assembled_attributes, check_handle_invalid
 from irbis.ml.base import IrbisTransformer
-from irbis.ml.ensemble import vector_size
+from irbis.ml.columns import vector_size
 from irbis.ml.params import checked, one_of
 from irbis.spark.columns import column, quote
 

@@ -15,6 +15,7 @@ from pyspark.sql.types import DataType, DoubleType, NumericType, StructField, St
 
 from irbis.kernels.ensemble import ENSEMBLE_STRATEGIES, check_strategy, default_output_names, ensemble_frame
 from irbis.ml.base import IrbisTransformer
+from irbis.ml.columns import vector_size
 from irbis.ml.params import checked, one_of, table_mixin
 from irbis.ml.synapseml import EnsembleByKeyNames, int_map
 from irbis.spark.columns import column
@@ -142,17 +143,6 @@ class EnsembleByKey(EnsembleByKeyNames, table_mixin("_EnsembleParams", _ENSEMBLE
         out = df.select("*", *prepared)
         temps = [name for name in out.columns if name.startswith(prefix)]
         return out.select("*", *[make(window).alias(n) for (_, make), n in zip(specs, names)]).drop(*temps)
-
-
-def vector_size(df: DataFrame, col: str) -> int:
-    """Size of the vectors of ``col``: from its ``ml_attr`` metadata, else from its first non-null row."""
-    attrs = df.schema[col].metadata.get("ml_attr", {})
-    if "num_attrs" in attrs:
-        return int(attrs["num_attrs"])
-    if "size" in attrs:
-        return int(attrs["size"])
-    first = df.where(column(col).isNotNull()).select(column(col)).first()
-    return 0 if first is None else int(first[0].size)
 
 
 #: Vectors up to this size are combined element by element with SQL aggregates (about 2x faster than

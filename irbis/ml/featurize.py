@@ -20,7 +20,7 @@ from pyspark.sql.types import (
 from irbis.errors import require_columns
 from irbis.kernels.featurize import build_column_plan, column_stats, infer_kind, slot_names, transform_frame
 from irbis.ml.base import IrbisEstimator, IrbisModel
-from irbis.ml.ensemble import vector_size
+from irbis.ml.columns import vector_size
 from irbis.ml.params import at_least, checked
 from irbis.spark.columns import column
 

@@ -33,7 +33,8 @@ from irbis.kernels.image_batch import (
 from irbis.kernels.image_chain import ImageChain
 from irbis.kernels.image_ops import THRESHOLD_TYPES
 from irbis.ml.base import IrbisTransformer
-from irbis.ml.params import ColumnSetters, at_least, checked, in_range, one_of, table_mixin
+from irbis.ml.columns import is_image_struct
+from irbis.ml.params import ColumnSetters, HasErrorCol, at_least, checked, in_range, one_of, table_mixin
 from irbis.ml.synapseml import ImageTransformerNames
 from irbis.spark.images import IMAGE_STRUCT
 
@@ -60,16 +61,13 @@ def _to_ops(value: Any) -> list[dict[str, Any]]:
 
 def _check_image_column(stage: Any, schema: StructType, col: str) -> None:
     found = schema[col].dataType
-    if not isinstance(found, StructType) or set(IMAGE_FIELDS) - set(found.names):
+    if not is_image_struct(found):
         raise TypeError(f"{type(stage).__name__}: input column {col!r} must be an image struct "
                         f"{IMAGE_STRUCT.simpleString()}, found {found.simpleString()}; "
                         f"read images with irbis.read_images or decode bytes with ImageDecoder")
 
 
-_ColumnSetters = ColumnSetters
-
-
-class _ImageStage(IrbisTransformer, _ColumnSetters):
+class _ImageStage(IrbisTransformer, ColumnSetters):
     """Shared by the image stages: null image structs read back as ``None`` in pandas."""
 
     _accepts = frozenset({"image"})
@@ -81,19 +79,6 @@ class _ImageStage(IrbisTransformer, _ColumnSetters):
                 out[name] = [None if isinstance(v, dict) and all(x is None for x in v.values())
                              else v for v in out[name]]
         return out
-
-
-class HasErrorCol(Params):
-    """Mixin for ``errorCol``: where per-row failures go (empty: fail the job instead)."""
-
-    errorCol = Param(Params._dummy(), "errorCol", "column for per-row error messages; empty to "
-                     "raise on the first bad row", typeConverter=TypeConverters.toString)
-
-    def getErrorCol(self) -> str:
-        return self.getOrDefault(self.errorCol)
-
-    def setErrorCol(self, value: str) -> "HasErrorCol":
-        return self._set(errorCol=value)
 
 
 class ImageDecoder(_ImageStage, HasErrorCol):

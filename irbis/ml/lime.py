@@ -99,10 +99,10 @@ class ImageLIME(LIMEParams, _IMAGE_PARAMS, IrbisTransformer):
         return cols[:2] + ([(spx, ArrayType(IntegerType()))] if spx else []) + cols[2:]
 
     def _validate_schema(self, schema: StructType) -> None:
-        from irbis.kernels.image import IMAGE_FIELDS
+        from irbis.ml.columns import is_image_struct
 
         found = schema[self.getInputCol()].dataType
-        if not (isinstance(found, StructType) and not set(IMAGE_FIELDS) - set(found.names)):
+        if not is_image_struct(found):
             raise TypeError(f"ImageLIME: input column {self.getInputCol()!r} must be an image struct, "
                             f"found {found.simpleString()}")
 

@@ -16,9 +16,8 @@ from pyspark.sql.types import ArrayType, DataType, DoubleType, LongType, StringT
 
 from irbis.errors import NoKernelError
 from irbis.kernels.blocks import BatchFn, rows_in
-from irbis.ml.image import HasErrorCol
 from irbis.ml.lime_scoring import local_kernels, local_score_fn, spark_score_fn
-from irbis.ml.params import ColumnSetters, HasMiniBatchSize, Row, at_least, table_mixin
+from irbis.ml.params import ColumnSetters, HasErrorCol, HasMiniBatchSize, Row, at_least, table_mixin
 
 __all__ = ["LIMEParams"]
 

@@ -19,9 +19,9 @@ from irbis.kernels.onnx import (
 )
 from irbis.ml.aliases import resolve_aliases
 from irbis.ml.base import IrbisModel
+from irbis.ml.network_params import NetworkStageParams, check_network_input
 from irbis.ml.params import one_of, param_mixin, table_mixin
 from irbis.ml.synapseml import ONNX_ALIASES, ONNXModelNames
-from irbis.ml.torch_model import _NetworkStageParams, check_network_input
 from irbis.spark.files import localize, ship_file
 
 
@@ -47,7 +47,7 @@ HasOnnxEngine = param_mixin("engine", "what runs the graph: onnxruntime or openv
                             TypeConverters.toString, "onnxruntime", one_of("onnxruntime", "openvino"))
 
 
-class ONNXModel(_NetworkStageParams, HasOnnxEngine, table_mixin("_ONNXParams", _ONNX_ROWS), ONNXModelNames,
+class ONNXModel(NetworkStageParams, HasOnnxEngine, table_mixin("_ONNXParams", _ONNX_ROWS), ONNXModelNames,
                 IrbisModel):
     """Run an ONNX graph over one or more columns with ONNX Runtime (or OpenVINO: ``engine``).
 

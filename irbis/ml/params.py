@@ -138,6 +138,8 @@ SHARED_PARAMS: list[Row] = [
      "column types ignore it", TypeConverters.toString, "float32", one_of(*TENSOR_DTYPES)),
     ("outputLayer", "name of an inner module (torch) or graph node output (ONNX) whose activation is "
      "returned instead of the final output; empty for the final output", TypeConverters.toString, ""),
+    ("errorCol", "column for per-row error messages; empty to raise on the first bad row",
+     TypeConverters.toString, None),
 ]
 
 
@@ -173,7 +175,7 @@ def param_mixin(name: str, doc: str, converter: Any, default: Any, check: Check 
 
 
 (HasModelPath, HasMiniBatchSize, HasDevice, HasPrecision, HasCalibrationData, HasEngine, HasInputShape,
- HasInputDtype, HasOutputLayer) = (
+ HasInputDtype, HasOutputLayer, HasErrorCol) = (
     param_mixin(*row) for row in SHARED_PARAMS
 )
 
@@ -205,4 +207,4 @@ class ColumnSetters(HasInputCol, HasOutputCol):
         return self._set(outputCol=value)
 
 
-__all__ = ["SHARED_PARAMS", "ParamValueError", "one_of", "in_registry", "in_range", "at_least", "checked", "param_check", "invalid_values", "ColumnSetters", "param_mixin", "table_mixin", "HasModelPath", "HasMiniBatchSize", "HasDevice", "HasPrecision", "HasCalibrationData", "HasEngine", "local_folder", "HasInputShape", "HasInputDtype", "HasOutputLayer"]
+__all__ = ["SHARED_PARAMS", "ParamValueError", "one_of", "in_registry", "in_range", "at_least", "checked", "param_check", "invalid_values", "ColumnSetters", "param_mixin", "table_mixin", "HasModelPath", "HasMiniBatchSize", "HasDevice", "HasPrecision", "HasCalibrationData", "HasEngine", "local_folder", "HasInputShape", "HasInputDtype", "HasOutputLayer", "HasErrorCol"]

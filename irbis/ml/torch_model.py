@@ -11,10 +11,8 @@ from typing import Any
 import numpy as np
 import torch
 from pyspark import keyword_only
-from pyspark.ml.linalg import VectorUDT
 from pyspark.ml.param import Param, Params, TypeConverters
 from pyspark.sql import DataFrame
-from pyspark.sql.types import ArrayType, BinaryType, DataType, FloatType, NumericType, StructType
 from torch import nn
 
 from irbis.kernels.batching import network_batch, refused_shape
@@ -24,88 +22,14 @@ from irbis.kernels.inference import cached_predict_fn, resolve_source
 from irbis.ml.base import IrbisModel
 from irbis.ml.calibration import HasCalibrationSample
 from irbis.ml.export_ahead import export_ahead_of_job
-from irbis.ml.params import (
-    ColumnSetters,
-    HasDevice,
-    HasEngine,
-    HasInputDtype,
-    HasInputShape,
-    HasMiniBatchSize,
-    HasModelPath,
-    HasOutputLayer,
-    HasPrecision,
-    checked,
-    one_of,
-)
-from irbis.models import CatalogueEntry, default_cache_dir, sha256_file
+from irbis.ml.network_params import NetworkStageParams
+from irbis.ml.params import HasEngine, HasPrecision
+from irbis.models import default_cache_dir, sha256_file
 from irbis.models.module_files import write_module
 from irbis.spark.files import localize, ship_file
 
-IMAGE_FIELDS = ("height", "width", "nChannels", "data")
 
-
-class _NetworkStageParams(ColumnSetters, HasModelPath, HasMiniBatchSize, HasDevice,
-                          HasInputShape, HasInputDtype, HasOutputLayer):
-    _accepts = frozenset({"vector", "image"})  # vectors and arrays of numbers, images, tensor bytes
-    outputType = Param(Params._dummy(), "outputType", "vector (Spark ML vector) or array (array<float>)",
-                       typeConverter=checked("outputType", TypeConverters.toString, one_of("vector", "array")))
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._setDefault(outputType="vector")
-
-    def getOutputType(self) -> str:
-        """Gets the value of outputType."""
-        return self.getOrDefault(self.outputType)
-
-    def setOutputType(self, value: str) -> Any:
-        """Sets the value of outputType: vector or array."""
-        return self._set(outputType=value)
-
-    def _output_columns(self) -> list[tuple[str, DataType]]:
-        out = VectorUDT() if self.getOutputType() == "vector" else ArrayType(FloatType())
-        return [(self.getOutputCol(), out)]
-
-    def _validate_network_params(self) -> None:
-        if self.getOutputType() not in ("vector", "array"):
-            raise ValueError(f"outputType must be 'vector' or 'array', got {self.getOutputType()!r}")
-        if not self.isDefined(self.modelPath):
-            raise ValueError(f"{type(self).__name__}: set modelPath (or build the stage with from_module)")
-
-    def _validate_schema(self, schema: StructType) -> None:
-        self._validate_network_params()
-        col = self.getInputCol()
-        check_network_input(type(self).__name__, col, schema[col].dataType, self._row_shape())
-
-    def _row_shape(self) -> list[int] | None:
-        """inputShape, or the input shape of a repository model's card; None when neither is known."""
-        if self.isDefined(self.inputShape):
-            return self.getOrDefault(self.inputShape)
-        source = resolve_source(self.getModelPath())
-        if source["kind"] == "repository":
-            return list(CatalogueEntry.from_dict(source["entry"]).input_shape) or None
-        return None
-
-
-def check_network_input(stage: str, column: str, dtype: DataType, shape: list[int] | None = None) -> None:
-    """Accept Spark ML vectors, (nested) numeric arrays, image structs and tensor bytes (binary, with
-    ``shape`` known); name the column otherwise."""
-    inner = dtype
-    while isinstance(inner, ArrayType):
-        inner = inner.elementType
-    ok = isinstance(dtype, (VectorUDT, BinaryType)) or (isinstance(dtype, ArrayType) and isinstance(inner, NumericType))
-    ok = ok or (isinstance(dtype, StructType) and all(f in dtype.names for f in IMAGE_FIELDS))
-    if not ok:
-        raise TypeError(
-            f"{stage}: column {column!r} has type {dtype.simpleString()}; expected a Spark ML vector, "
-            f"an array of numbers (nested arrays allowed), an image struct or tensor bytes (binary)"
-        )
-    if isinstance(dtype, BinaryType) and not shape:
-        raise ValueError(f"{stage}: column {column!r} holds tensor bytes (binary), which carry no shape; "
-                         f"set inputShape (e.g. [3, 224, 224]) and inputDtype")
-
-
-class TorchModel(_NetworkStageParams, HasPrecision, HasCalibrationSample, HasEngine, IrbisModel):
+class TorchModel(NetworkStageParams, HasPrecision, HasCalibrationSample, HasEngine, IrbisModel):
     """Run a PyTorch network over a column: the network's output (or an inner layer's) per row.
 
     The network runs in every Spark Python worker on Arrow batches of ``miniBatchSize`` rows, under

@@ -1,0 +1,89 @@
+"""The Params and input checks that the stages running a network over a column share (TorchModel, ONNXModel)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pyspark.ml.linalg import VectorUDT
+from pyspark.ml.param import Param, Params, TypeConverters
+from pyspark.sql.types import ArrayType, BinaryType, DataType, FloatType, NumericType, StructType
+
+from irbis.kernels.inference import resolve_source
+from irbis.ml.columns import is_image_struct
+from irbis.ml.params import (
+    ColumnSetters,
+    HasDevice,
+    HasInputDtype,
+    HasInputShape,
+    HasMiniBatchSize,
+    HasModelPath,
+    HasOutputLayer,
+    checked,
+    one_of,
+)
+from irbis.models import CatalogueEntry
+
+__all__ = ["NetworkStageParams", "check_network_input"]
+
+
+class NetworkStageParams(ColumnSetters, HasModelPath, HasMiniBatchSize, HasDevice,
+                         HasInputShape, HasInputDtype, HasOutputLayer):
+    """Params and input checks of a stage that runs a network over one column (TorchModel, ONNXModel)."""
+
+    _accepts = frozenset({"vector", "image"})  # vectors and arrays of numbers, images, tensor bytes
+    outputType = Param(Params._dummy(), "outputType", "vector (Spark ML vector) or array (array<float>)",
+                       typeConverter=checked("outputType", TypeConverters.toString, one_of("vector", "array")))
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._setDefault(outputType="vector")
+
+    def getOutputType(self) -> str:
+        """Gets the value of outputType."""
+        return self.getOrDefault(self.outputType)
+
+    def setOutputType(self, value: str) -> Any:
+        """Sets the value of outputType: vector or array."""
+        return self._set(outputType=value)
+
+    def _output_columns(self) -> list[tuple[str, DataType]]:
+        out = VectorUDT() if self.getOutputType() == "vector" else ArrayType(FloatType())
+        return [(self.getOutputCol(), out)]
+
+    def _validate_network_params(self) -> None:
+        if self.getOutputType() not in ("vector", "array"):
+            raise ValueError(f"outputType must be 'vector' or 'array', got {self.getOutputType()!r}")
+        if not self.isDefined(self.modelPath):
+            raise ValueError(f"{type(self).__name__}: set modelPath (or build the stage with from_module)")
+
+    def _validate_schema(self, schema: StructType) -> None:
+        self._validate_network_params()
+        col = self.getInputCol()
+        check_network_input(type(self).__name__, col, schema[col].dataType, self._row_shape())
+
+    def _row_shape(self) -> list[int] | None:
+        """inputShape, or the input shape of a repository model's card; None when neither is known."""
+        if self.isDefined(self.inputShape):
+            return self.getOrDefault(self.inputShape)
+        source = resolve_source(self.getModelPath())
+        if source["kind"] == "repository":
+            return list(CatalogueEntry.from_dict(source["entry"]).input_shape) or None
+        return None
+
+
+def check_network_input(stage: str, column: str, dtype: DataType, shape: list[int] | None = None) -> None:
+    """Accept Spark ML vectors, (nested) numeric arrays, image structs and tensor bytes (binary, with
+    ``shape`` known); name the column otherwise."""
+    inner = dtype
+    while isinstance(inner, ArrayType):
+        inner = inner.elementType
+    ok = isinstance(dtype, (VectorUDT, BinaryType)) or (isinstance(dtype, ArrayType) and isinstance(inner, NumericType))
+    ok = ok or is_image_struct(dtype)
+    if not ok:
+        raise TypeError(
+            f"{stage}: column {column!r} has type {dtype.simpleString()}; expected a Spark ML vector, "
+            f"an array of numbers (nested arrays allowed), an image struct or tensor bytes (binary)"
+        )
+    if isinstance(dtype, BinaryType) and not shape:
+        raise ValueError(f"{stage}: column {column!r} holds tensor bytes (binary), which carry no shape; "
+                         f"set inputShape (e.g. [3, 224, 224]) and inputDtype")

@@ -52,9 +52,8 @@ import torch
 
 from irbis.train.ps.local import LocalClient, LocalHub
 from irbis.train.ps.rules import default_shards, split_shards
-from irbis.train.ps.shard import STALENESS_BINS, ShardState
+from irbis.train.ps.shard import SECRET_BYTES, STALENESS_BINS, ShardState
 
-SECRET_BYTES = 32
 DONE = 2  # see irbis.train.ps.dedicated
 ADDRESS_BYTES = 128
 

@@ -27,9 +27,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from irbis.train.ps import SECRET_BYTES
 from irbis.train.ps.rules import default_shards, split_shards
-from irbis.train.ps.shard import ShardState
+from irbis.train.ps.shard import SECRET_BYTES, ShardState
 
 
 class DriverServers:

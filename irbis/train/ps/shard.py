@@ -32,6 +32,8 @@ import torch
 from irbis.train.ps.rules import SERVER_OPTIMIZERS, State, delay_compensate
 
 STALENESS_BINS = 32
+#: Length of the job's random secret, under which every message to and from a shard is authenticated.
+SECRET_BYTES = 32
 APPLIED, PENDING, REJECTED, REPLAYED = 0, 1, 2, 3
 
 

@@ -344,15 +344,34 @@ def make_torch_predict_fn(
     return lambda x: chain.predict(x, batch_size, output_layer)
 
 
-def cached_predict_fn(source: dict[str, Any], **options: Any) -> BatchFn:
-    """:func:`make_torch_predict_fn`'s function, made once per process for what makes one differ: the
-    source and its files, the options, and the thread count that the runner set (:func:`set_threads`).
+class CachedPredictor:
+    """:func:`make_torch_predict_fn`'s function for ``source`` and ``options``, taken from the process's one
+    predictor cache, keyed by what makes a predictor differ: the source and its files, the options, and
+    the thread count that the runner set (:func:`set_threads`). Picklable; called like the function.
 
-    A network stage's kernel asks for it on every batch, so that each Spark task, server or LIME loop
-    of a process shares one predictor (and its engine's session) per network and thread count.
+    Every network stage's kernel calls it on each batch, so each Spark task, server or LIME loop of a
+    process shares one predictor (and its engine's session) per network, options and thread count. The
+    part of the key that reads the source's files is worked out once per process, at the first call.
     """
-    key = json.dumps(["predict", source_identity(source), options, task_threads()], sort_keys=True, default=str)
-    return _cached(key, lambda: make_torch_predict_fn(source, **options))
+
+    def __init__(self, source: dict[str, Any], **options: Any) -> None:
+        self.source, self.options = source, options
+        self._key: str | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"source": self.source, "options": self.options, "_key": None}
+
+    def __call__(self, x: np.ndarray) -> Any:
+        if self._key is None:
+            self._key = json.dumps(["predict", source_identity(self.source), self.options], sort_keys=True,
+                                   default=str)
+        key = f"{self._key}|{task_threads()}"
+        return _cached(key, lambda: make_torch_predict_fn(self.source, **self.options))(x)
+
+
+def cached_predict_fn(source: dict[str, Any], **options: Any) -> CachedPredictor:
+    """The :class:`CachedPredictor` of ``source`` and ``options``."""
+    return CachedPredictor(source, **options)
 
 
 def _cached(key: str, make: Callable[[], Any]) -> Any:

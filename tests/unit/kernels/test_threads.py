@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from irbis.errors import NoKernelError
-from irbis.kernels import threads
+from irbis.kernels import inference, threads
 from irbis.kernels.inference import cached_predict_fn, make_torch_predict_fn
 from irbis.kernels.threads import set_threads, task_threads
 from irbis.models import build_model
@@ -38,17 +38,24 @@ def test_one_predictor_per_network_options_and_threads(kept_threads, tmp_path):
     (tmp_path / "architecture.json").write_text(json.dumps({"architecture": "mlp", "options": options}))
     torch.save(build_model("mlp", **options).state_dict(), tmp_path / "weights.pt")
     source = {"kind": "bundle", "path": str(tmp_path)}
-    set_threads(1)
-    first = cached_predict_fn(source, engine="torch", batch_size=4)
-    assert cached_predict_fn(source, engine="torch", batch_size=4) is first
-    assert cached_predict_fn(source, engine="torch", batch_size=8) is not first
-    set_threads(2)
-    other = cached_predict_fn(source, engine="torch", batch_size=4)
-    assert other is not first
     x = np.random.default_rng(0).normal(size=(5, 8)).astype(np.float32)
     want = make_torch_predict_fn(source, engine="torch")(x)
-    np.testing.assert_allclose(first(x), want, rtol=1e-6)
-    np.testing.assert_allclose(other(x), want, rtol=1e-6)
+
+    def predictors() -> int:
+        return sum(key.startswith('["predict"') for key in inference._CACHE)
+
+    before = predictors()
+    set_threads(1)
+    predict = cached_predict_fn(source, engine="torch", batch_size=4)
+    np.testing.assert_allclose(predict(x), want, rtol=1e-6)
+    np.testing.assert_allclose(cached_predict_fn(source, engine="torch", batch_size=4)(x), want, rtol=1e-6)
+    assert predictors() == before + 1  # the same network and options: one predictor
+    pickle.loads(pickle.dumps(predict))(x)
+    assert predictors() == before + 1  # a copy sent to a worker finds the same one
+    cached_predict_fn(source, engine="torch", batch_size=8)(x)
+    set_threads(2)
+    np.testing.assert_allclose(predict(x), want, rtol=1e-6)
+    assert predictors() == before + 3  # other options, another thread count: a predictor each
 
 
 def test_no_kernel_error_crosses_processes_whole():

@@ -19,14 +19,14 @@ from pyspark.sql import DataFrame
 from pyspark.sql.types import BinaryType, DataType, StringType, StructType
 
 from irbis.kernels.blocks import BatchFn, Binary, Tensor, flat_rows
-from irbis.kernels.image import DEFAULT_MAX_PIXELS, IMAGE_FIELDS
+from irbis.kernels.image import DEFAULT_MAX_PIXELS
 from irbis.kernels.image_features import preprocess_images
 from irbis.ml.base import IrbisTransformer
-from irbis.ml.image import HasErrorCol, _ColumnSetters
 from irbis.ml.calibration import HasCalibrationSample
+from irbis.ml.columns import is_image_struct
 from irbis.ml.export_ahead import export_ahead_of_job
-from irbis.ml.params import (HasDevice, HasEngine, HasMiniBatchSize, HasOutputLayer, HasPrecision,
-                              at_least, checked, in_registry, table_mixin)
+from irbis.ml.params import (ColumnSetters, HasDevice, HasEngine, HasErrorCol, HasMiniBatchSize, HasOutputLayer,
+                              HasPrecision, at_least, checked, in_registry, table_mixin)
 from irbis.ml.synapseml import ImageFeaturizerNames
 from irbis.models import MODELS, get_entry, module_names
 
@@ -42,7 +42,7 @@ _LAYERS_PARAMS = table_mixin("_HasOutputLayers", [
 ])
 
 
-class ImageFeaturizer(ImageFeaturizerNames, IrbisTransformer, _ColumnSetters, HasMiniBatchSize, HasDevice,
+class ImageFeaturizer(ImageFeaturizerNames, IrbisTransformer, ColumnSetters, HasMiniBatchSize, HasDevice,
                       HasPrecision, HasCalibrationSample, HasEngine, HasErrorCol, HasOutputLayer, _LAYERS_PARAMS):
     """Featurize images with a pretrained network, cutting its last ``cutOutputLayers`` layers.
 
@@ -239,7 +239,7 @@ class ImageFeaturizer(ImageFeaturizerNames, IrbisTransformer, _ColumnSetters, Ha
 
     def _validate_schema(self, schema: StructType) -> None:
         found = schema[self.getInputCol()].dataType
-        is_image = isinstance(found, StructType) and not set(IMAGE_FIELDS) - set(found.names)
+        is_image = is_image_struct(found)
         if not (is_image or isinstance(found, BinaryType)):
             raise TypeError(f"ImageFeaturizer: input column {self.getInputCol()!r} must be an image "
                             f"struct or binary (encoded files), found {found.simpleString()}")

@@ -184,3 +184,36 @@ def test_options_are_checked_when_made():
         ServeOptions(max_queue=0)
     with pytest.raises(ValueError, match="timeout_s above 0"):
         ServeOptions(timeout_s=0)
+
+
+
+def test_the_server_sets_its_kernels_threads_and_reads_saved_stages_without_spark():
+    """build_app is the kernels' runner: it gives them its configured thread count; the stage it serves,
+    saved by an earlier Irbis (tests/data/saved_v0), is read through load_local with no JVM."""
+    import sys
+    from pathlib import Path
+
+    import cv2
+
+    from irbis.kernels import threads
+    from irbis.serving.predictor import load_predictor
+    from irbis.serving.server import build_app
+
+    saved = Path(__file__).resolve().parents[2] / "data" / "saved_v0" / "image_transformer"
+    torch = sys.modules.get("torch")
+    before = (cv2.getNumThreads(), list(threads._THREADS), torch.get_num_threads() if torch else None)
+    try:
+        build_app(str(saved), options=ServeOptions(threads=1))
+        assert threads.task_threads() == 1 and cv2.getNumThreads() == 1
+    finally:
+        cv2.setNumThreads(before[0])
+        threads._THREADS[:] = before[1]
+        if torch is not None:
+            torch.set_num_threads(before[2])
+    predictor = load_predictor(str(saved))
+    assert predictor.inputs == {"image": {"image"}} and predictor.outputs == ["small"]
+    photo = np.zeros((8, 6, 3), np.uint8)
+    photo[:4] = 200
+    small = predictor.predict({"image": [photo]})["small"][0]
+    assert len(small) == 4 * 4 * 3 and max(small) == 200 and min(small) == 0
+    assert "pyspark.context" not in sys.modules or sys.modules["pyspark"].SparkContext._active_spark_context is None

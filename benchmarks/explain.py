@@ -40,7 +40,7 @@ MODIFIER, TARGET = 130.0, 0
 # -- the lime package ------------------------------------------------------------------------------
 def _featurizer_fn():
     from irbis.kernels.blocks import Images
-    from irbis.ml.featurizer import ImageFeaturizer
+    from irbis.ml.image_featurizer import ImageFeaturizer
 
     fn = ImageFeaturizer(inputCol="image", outputCol="logits", cutOutputLayers=0)._make_batch_fn()
     return lambda batch: fn({"image": Images.from_arrays(list(np.asarray(batch, np.uint8)))})["logits"].values
@@ -108,7 +108,7 @@ def _timed_job(stage, data) -> float:
 
 
 def irbis_images(spark, folder: str, samples: int, batch: int, cell: int) -> float:
-    from irbis.ml.featurizer import ImageFeaturizer
+    from irbis.ml.image_featurizer import ImageFeaturizer
     from irbis.ml.lime import ImageLIME
     from irbis.spark.images import read_images
 

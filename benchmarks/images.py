@@ -216,7 +216,7 @@ def run_plain_loop(run, repeats: int) -> dict:
 
 # -- Spark ---------------------------------------------------------------------------------------
 def spark_job(kind: str, spark, folder: str, precision: str, engine: str):
-    from irbis.ml.featurizer import ImageFeaturizer
+    from irbis.ml.image_featurizer import ImageFeaturizer
     from irbis.ml.image import ImageTransformer
     from irbis.spark.images import read_images
 

@@ -56,7 +56,7 @@ def build_pipelines(folder: Path, images: int) -> dict[str, Path]:
     from pyspark.sql import functions as F
 
     from irbis.demo.data import build_camera_trap_set
-    from irbis.ml.featurizer import ImageFeaturizer
+    from irbis.ml.image_featurizer import ImageFeaturizer
     from irbis.spark.images import read_images
     from irbis.spark.session import get_spark
 

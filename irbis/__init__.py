@@ -26,7 +26,7 @@ _EXPORTS: dict[str, str] = {
     "read_images": "irbis.spark.images",
     "read_images_stream": "irbis.spark.images",
     "ImageReadStats": "irbis.spark.images",
-    "ImageFeaturizer": "irbis.ml.featurizer",
+    "ImageFeaturizer": "irbis.ml.image_featurizer",
     "ImageTransformer": "irbis.ml.image",
     "ImageDecoder": "irbis.ml.image",
     "ImageSetAugmenter": "irbis.ml.image",

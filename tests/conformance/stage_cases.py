@@ -209,7 +209,7 @@ def tiny_estimator() -> Any:
 
 
 def _image_stages() -> dict[str, StageCase]:
-    from irbis.ml.featurizer import ImageFeaturizer
+    from irbis.ml.image_featurizer import ImageFeaturizer
     from irbis.ml.image import ImageDecoder, ImageSetAugmenter, UnrollImage
 
     no_gen = dict(wrong_type="string", generated=False)

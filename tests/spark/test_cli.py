@@ -24,7 +24,7 @@ def test_featurize_writes_the_features_that_image_featurizer_gives(spark, tiny_i
     import shutil
     from pathlib import Path
 
-    from irbis.ml.featurizer import ImageFeaturizer
+    from irbis.ml.image_featurizer import ImageFeaturizer
     from irbis.spark.images import read_images
 
     folder = tmp_path / "photos"

@@ -14,7 +14,7 @@ pytestmark = pytest.mark.spark
 
 
 def test_explain_writes_one_overlay_per_image_and_a_page(spark, tiny_images, tmp_path, capsys):
-    from irbis.ml.featurizer import ImageFeaturizer
+    from irbis.ml.image_featurizer import ImageFeaturizer
     from irbis.spark.images import read_images
 
     folder = tmp_path / "photos"

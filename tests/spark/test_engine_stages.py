@@ -17,7 +17,7 @@ from skimage import data as skdata
 
 from irbis import TorchModel
 from irbis.kernels.engines import ENGINES
-from irbis.ml.featurizer import ImageFeaturizer
+from irbis.ml.image_featurizer import ImageFeaturizer
 from irbis.ml.params import ParamValueError
 from irbis.models import build_model
 

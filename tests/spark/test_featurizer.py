@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 from skimage import data as skdata
 
-from irbis.ml.featurizer import ImageFeaturizer
+from irbis.ml.image_featurizer import ImageFeaturizer
 from irbis.spark.images import read_images
 
 # ImageNet-1k indices accepted in the top 5 (see the research baselines: same weights, same photos).

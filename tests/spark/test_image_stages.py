@@ -9,7 +9,7 @@ from pyspark.ml import Pipeline, PipelineModel
 from skimage import data as skdata
 
 from irbis.kernels.image import ImageChain, array_to_struct, struct_to_array
-from irbis.ml.featurizer import ImageFeaturizer
+from irbis.ml.image_featurizer import ImageFeaturizer
 from irbis.ml.image import ImageDecoder, ImageSetAugmenter, ImageTransformer, UnrollImage
 from irbis.spark.images import IMAGE_STRUCT
 

@@ -174,7 +174,7 @@ def test_image_lime_finds_the_cat_that_efficientnet_sees(spark, tmp_path):
     import cv2
     from skimage import data
 
-    from irbis.ml.featurizer import ImageFeaturizer
+    from irbis.ml.image_featurizer import ImageFeaturizer
     from irbis.spark.images import read_images
 
     cat = data.chelsea()[::2, ::2, ::-1]

@@ -23,7 +23,7 @@ from pyspark.ml.classification import LogisticRegression
 from pyspark.ml.feature import SQLTransformer, VectorAssembler
 
 from irbis.errors import NoKernelError
-from irbis.ml.featurizer import ImageFeaturizer
+from irbis.ml.image_featurizer import ImageFeaturizer
 from irbis.serving.predictor import load_predictor
 from irbis.serving.server import BackgroundServer, build_app
 from irbis.spark.images import read_images

@@ -18,7 +18,7 @@ from pyspark.sql.types import FloatType
 
 from irbis import ONNXModel
 from irbis.ml.ensemble import EnsembleByKey
-from irbis.ml.featurizer import ImageFeaturizer
+from irbis.ml.image_featurizer import ImageFeaturizer
 from irbis.ml.image import ImageTransformer
 from irbis.ml.params import ParamValueError
 from irbis.ml.synapseml import IMAGE_FEATURIZER_ALIASES, IMAGE_TRANSFORMER_ALIASES, ONNX_ALIASES

@@ -35,7 +35,7 @@ _LOG = logging.getLogger("irbis.inference")
 
 
 class ExportAhead:
-    """The child process writing one export: :meth:`wait` for its file, or :meth:`stop` it.
+    """The child process writing one export: :meth:`wait` for its file.
 
     A daemon thread of the driver waits for the child (it runs no torch) and logs a failure as a warning
     with the child's reason, which :meth:`wait` raises as :class:`EngineError`.
@@ -72,12 +72,6 @@ class ExportAhead:
             raise EngineError(f"the export ahead of the job failed: {self.error}")
         return self.path
 
-    def stop(self) -> None:
-        """End the child now (its lock goes with it; the file is not written)."""
-        if self.running():
-            self.process.kill()
-        self._done.wait()
-
 
 def export_ahead(source: dict[str, Any], input_shape: list[int] | tuple[int, ...], *, output_layer: Layers = None,
                  device: str = "cpu", precision: str = "fp32", engine: str = "auto",
@@ -94,19 +88,29 @@ def export_ahead(source: dict[str, Any], input_shape: list[int] | tuple[int, ...
     layer = tuple(output_layer) if output_layer and not isinstance(output_layer, str) else output_layer
     shape = tuple(int(d) for d in input_shape)
     path = onnx_path(export_key(source_identity(source), layer, shape))
-    lock = None if path.exists() else _try_lock(export_lock_path(path))
-    if lock is None:
-        return None
+    job = {"source": source, "layer": layer, "shape": shape, "allow_pickle": allow_pickle, "path": str(path)}
     try:
-        if path.exists():  # written between the first look and the lock
+        lock = None if path.exists() else _try_lock(export_lock_path(path))
+        if lock is None:
             return None
-        job = {"source": source, "layer": layer, "shape": shape, "allow_pickle": allow_pickle, "path": str(path)}
-        process = subprocess.Popen([sys.executable, "-m", __name__, json.dumps(job)], stdin=subprocess.PIPE,
-                                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, pass_fds=(lock,),
-                                   env=dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p)))
-    finally:
-        os.close(lock)  # the child's copy of the locked file keeps the lock
+        try:
+            if path.exists():  # written between the first look and the lock
+                return None
+            process = _spawn(job, lock)
+        finally:
+            os.close(lock)  # the child's copy of the locked file keeps the lock
+    except OSError as err:  # a cache folder it cannot write, no process to spare: the workers export as before
+        _LOG.warning("cannot export the network ahead of the job (%s); a worker will export it", err)
+        return None
     return ExportAhead(process, path)
+
+
+def _spawn(job: dict[str, Any], lock: int) -> subprocess.Popen:
+    """A fresh interpreter running :func:`main` on ``job``, holding a copy of the locked descriptor ``lock``,
+    with this interpreter's module path (a network class named by reference imports there as here)."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    return subprocess.Popen([sys.executable, "-m", __name__, json.dumps(job)], stdin=subprocess.PIPE,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, pass_fds=(lock,), env=env)
 
 
 def _try_lock(lock_path: Path) -> int | None:

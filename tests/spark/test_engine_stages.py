@@ -234,6 +234,26 @@ def test_static_int8_stage_persists_its_calibration_and_equals_the_kernel(spark,
 
 
 @pytest.mark.spark
+def test_dynamic_int8_on_torch_equals_the_kernel_and_is_quantised(spark, digits):
+    from irbis.kernels.inference import make_torch_predict_fn, resolve_source
+
+    torch.manual_seed(4)
+    net = build_model("mlp", **OPTIONS).eval()
+    stage = TorchModel.from_module(net, architecture="mlp", options=OPTIONS, inputCol="x", outputCol="y",
+                                   inputShape=[64], engine="torch", precision="int8", miniBatchSize=1)
+    df = spark.createDataFrame([(i, Vectors.dense(x.tolist())) for i, x in enumerate(digits)], ["id", "x"])
+    got = np.stack([r.y.toArray() for r in stage.transform(df).orderBy("id").collect()])
+    # the inputs' ranges are measured per batch, so the kernel meets the same batches: one row each
+    kernel = make_torch_predict_fn(resolve_source(stage.getModelPath()), engine="torch", precision="int8",
+                                   batch_size=1)(digits)
+    np.testing.assert_allclose(got, kernel, rtol=1e-5, atol=1e-5)
+    with torch.no_grad():
+        fp32 = net(torch.from_numpy(digits)).numpy()
+    assert not np.allclose(got, fp32, atol=1e-6)  # quantised, not fp32
+    assert np.abs(got - fp32).max() <= 0.05 * np.abs(fp32).max()
+
+
+@pytest.mark.spark
 def test_a_local_session_starts_the_export_on_the_driver_ahead_of_the_job(spark, digits, monkeypatch):
     import irbis.ml.export_ahead as ahead
     from irbis.spark.session import is_connect

@@ -77,6 +77,13 @@ def test_a_failed_export_is_reported_and_the_workers_meet_it_instead_of_waiting(
         make_torch_predict_fn(source, engine="onnxruntime")(np.zeros((1, 64), np.float32))
 
 
+def test_an_export_that_cannot_start_is_left_to_the_workers(mlp_bundle, tmp_path, monkeypatch, caplog):
+    (tmp_path / "a-file").write_text("")
+    monkeypatch.setenv("IRBIS_HOME", str(tmp_path / "a-file" / "home"))  # a cache folder that cannot be made
+    assert export_ahead(resolve_source(str(mlp_bundle[0])), [64], engine="onnxruntime") is None
+    assert "cannot export the network ahead of the job" in caplog.text
+
+
 _DRIVER = """
 import json, os, signal, sys
 from irbis.kernels.export_ahead import export_ahead

@@ -72,6 +72,16 @@ def contenders(strategies: dict, rate: Callable[[str, dict], float], schedule: d
     return out
 
 
+def swept(run: Callable, df: object, data: tuple, epochs: int, lr: float) -> float:
+    """Validation accuracy of one sweep run, or NaN where the loss diverged at that rate."""
+    from irbis.errors import NonFiniteLossError
+
+    try:
+        return run(df, data, epochs, lr)["acc"]
+    except NonFiniteLossError:
+        return float("nan")
+
+
 def sweep_and_measure(spark: object, data: tuple, epochs: int, sides: dict) -> tuple[list[str], list[dict]]:
     """The sweep's lines and each side's measured row at its chosen rate (or a "not run" line)."""
     xfit, xval, yfit, yval = split_validation(data)
@@ -79,11 +89,11 @@ def sweep_and_measure(spark: object, data: tuple, epochs: int, sides: dict) -> t
     lines, chosen = [], {}
     for label, (grid, run) in sides.items():
         try:
-            accs = [run(fit_df, (xfit, xval, yfit, yval), epochs, lr)["acc"] for lr in grid]
+            accs = [swept(run, fit_df, (xfit, xval, yfit, yval), epochs, lr) for lr in grid]
         except PeerNotRun as err:
             lines.append("  " + not_run(label, err))
             continue
-        chosen[label] = grid[int(np.argmax(accs))]
+        chosen[label] = grid[int(np.nanargmax(accs))] if not np.isnan(accs).all() else grid[0]
         lines.append(f"  {label:34s} " + "  ".join(f"{lr:.4g}: {a:.3f}" for lr, a in zip(grid, accs))
                      + f"  -> {chosen[label]:.4g}"
                      + (" (an edge of its grid)" if chosen[label] in (grid[0], grid[-1]) else ""))

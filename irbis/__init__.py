@@ -12,8 +12,7 @@ Examples
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from irbis.refs import lazy_exports
 
 __version__ = "0.1.0"
 
@@ -51,12 +50,7 @@ _EXPORTS: dict[str, str] = {
 __all__ = sorted(_EXPORTS) + ["__version__"]
 
 
-def __getattr__(name: str) -> Any:
-    if name in _EXPORTS:
-        value = getattr(importlib.import_module(_EXPORTS[name]), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'irbis' has no attribute {name!r}")
+__getattr__ = lazy_exports(__name__, _EXPORTS, globals())
 
 
 def __dir__() -> list[str]:

@@ -19,8 +19,10 @@ True
 
 from __future__ import annotations
 
+import importlib
 import pkgutil
 import re
+from collections.abc import Callable
 from typing import Any
 
 #: The format of a reference, in words.
@@ -96,4 +98,19 @@ def resolve(ref: str) -> Any:
     return pkgutil.resolve_name(canonical(ref))
 
 
-__all__ = ["FORMAT", "OLD_PREFIX", "canonical", "is_reference", "is_unsaved", "reference", "resolve", "unsaved"]
+
+def lazy_exports(package: str, exports: dict[str, str], namespace: dict[str, Any]) -> Callable[[str], Any]:
+    """A package's module ``__getattr__`` (PEP 562) that imports each public name from the module
+    ``exports`` maps it to on first use and keeps it in ``namespace``, the package's globals."""
+    def __getattr__(name: str) -> Any:
+        if name in exports:
+            value = getattr(importlib.import_module(exports[name]), name)
+            namespace[name] = value
+            return value
+        raise AttributeError(f"module {package!r} has no attribute {name!r}")
+
+    return __getattr__
+
+
+__all__ = ["FORMAT", "OLD_PREFIX", "canonical", "is_reference", "is_unsaved", "lazy_exports", "reference", "resolve",
+           "unsaved"]

@@ -7,8 +7,7 @@ pipeline with :func:`load_local`) does not import every stage, torch included.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from irbis.refs import lazy_exports
 
 #: public name -> module that defines it
 _EXPORTS: dict[str, str] = {
@@ -47,12 +46,7 @@ __all__ = sorted(_EXPORTS)
 from irbis.ml.fuse import fuse  # noqa: E402
 
 
-def __getattr__(name: str) -> Any:
-    if name in _EXPORTS:
-        value = getattr(importlib.import_module(_EXPORTS[name]), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'irbis.ml' has no attribute {name!r}")
+__getattr__ = lazy_exports(__name__, _EXPORTS, globals())
 
 
 def __dir__() -> list[str]:

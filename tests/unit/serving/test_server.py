@@ -216,4 +216,20 @@ def test_the_server_sets_its_kernels_threads_and_reads_saved_stages_without_spar
     photo[:4] = 200
     small = predictor.predict({"image": [photo]})["small"][0]
     assert len(small) == 4 * 4 * 3 and max(small) == 200 and min(small) == 0
-    assert "pyspark.context" not in sys.modules or sys.modules["pyspark"].SparkContext._active_spark_context is None
+    # The suite shares one SparkSession, so whether this process has a SparkContext depends on test order;
+    # a fresh interpreter shows what a server process does on its own.
+    import subprocess
+    import textwrap
+
+    probe = textwrap.dedent(f"""
+        import sys
+        import numpy as np
+        from irbis.serving.predictor import load_predictor
+        predictor = load_predictor({str(saved)!r})
+        predictor.predict({{"image": [np.zeros((8, 6, 3), np.uint8)]}})
+        started = "pyspark.context" in sys.modules and sys.modules["pyspark"].SparkContext._active_spark_context is not None
+        print("spark-started" if started else "no-spark")
+    """)
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().splitlines()[-1] == "no-spark"

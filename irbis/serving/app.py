@@ -216,4 +216,5 @@ def make_app(predictor: Any, options: ServeOptions | None = None) -> Starlette:
               Route("/ready", ready), Route("/metrics", metrics_route), Route("/openapi.json", openapi)]
     app = Starlette(routes=routes, lifespan=lifespan)
     app.state.batcher = batcher
+    app.state.options = options  # the server reads the body limit (how long a refused connection lingers)
     return app

@@ -26,10 +26,11 @@ def _replica_task(path: str, outputs: list[str], options: dict[str, Any], host: 
         import uvicorn
         from pyspark import BarrierTaskContext
 
-        from irbis.serving.server import UVICORN, build_app
+        from irbis.serving.server import build_app, uvicorn_settings
 
         ctx = BarrierTaskContext.get()
-        app = build_app(path, outputs or None, None, ServeOptions(**options))
+        served = ServeOptions(**options)
+        app = build_app(path, outputs or None, None, served)
         sock = socket.socket()
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((host, port))
@@ -38,7 +39,7 @@ def _replica_task(path: str, outputs: list[str], options: dict[str, Any], host: 
         address = f"{public}:{sock.getsockname()[1]}"
         report = socket.create_connection(driver, timeout=30)
         report.sendall(f"{ctx.partitionId()} {address}\n".encode())
-        server = uvicorn.Server(uvicorn.Config(app, **UVICORN))
+        server = uvicorn.Server(uvicorn.Config(app, **uvicorn_settings(served)))
         threading.Thread(target=_stop_when_driver_leaves, args=(report, server), daemon=True).start()
         server.run(sockets=[sock])
         yield from ()

@@ -1,7 +1,9 @@
 """Running the server: :func:`serve` (blocking, as ``irbis serve`` does) and :class:`BackgroundServer`.
 
 Uvicorn runs the app; on SIGTERM or Ctrl-C it stops accepting connections, lets the requests it has
-accepted finish (the batcher drains its queue before it stops), then exits.
+accepted finish (the batcher drains its queue before it stops), then exits. Its HTTP protocol closes a
+refused connection by lingering (:mod:`irbis.serving.linger`), so that a client still sending a body
+over the limit reads its 413.
 """
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ from typing import Any, Sequence
 from irbis.serving.app import ServeOptions, make_app
 from irbis.serving.predictor import load_predictor
 
-__all__ = ["BackgroundServer", "build_app", "serve"]
+__all__ = ["BackgroundServer", "build_app", "serve", "uvicorn_settings"]
 
 #: Environment variable holding the bearer token that guards ``/predict``.
 TOKEN_ENV = "IRBIS_SERVE_TOKEN"
@@ -25,6 +27,13 @@ GRACE_S = 30
 #: How uvicorn runs every server: warnings only, no access log (a log record per request costs more
 #: than a small pipeline), and a grace period for the accepted requests on shutdown.
 UVICORN = {"log_level": "warning", "access_log": False, "timeout_graceful_shutdown": GRACE_S}
+
+
+def uvicorn_settings(options: ServeOptions | None = None) -> dict[str, Any]:
+    """:data:`UVICORN`, and the HTTP protocol with lingering close for ``options``' body limit."""
+    from irbis.serving.linger import http_protocol
+
+    return {**UVICORN, "http": http_protocol((options or ServeOptions()).max_body_bytes)}
 
 
 def _pipeline_path(pipeline: Any) -> str:
@@ -90,23 +99,30 @@ def serve(pipeline: Any, host: str = "127.0.0.1", port: int = 8080, workers: int
         raise ValueError(f"workers must be at least 1, got {workers}")
     if workers == 1:
         app = build_app(path, outputs, spark, options)
-        uvicorn.run(app, host=host, port=port, **UVICORN)
+        uvicorn.run(app, host=host, port=port, **uvicorn_settings(options))
         return
     load_predictor(path, outputs, spark)  # refuse a pipeline without kernels before forking
     os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // workers)))
     os.environ[_CONFIG_ENV] = json.dumps({"pipeline": path, "outputs": list(outputs or []), "spark": spark,
                                           "options": asdict(options)})
     uvicorn.run("irbis.serving.server:app_from_env", factory=True, host=host, port=port, workers=workers,
-                **UVICORN)
+                **uvicorn_settings(options))
 
 
 class BackgroundServer:
-    """A server on a thread of this process (tests, notebooks): ``with BackgroundServer(app) as url``."""
+    """A server on a thread of this process (tests, notebooks): ``with BackgroundServer(app) as url``.
 
-    def __init__(self, app: Any, host: str = "127.0.0.1", port: int = 0) -> None:
+    A refused connection lingers by the body limit of the options :func:`~irbis.serving.app.make_app` gave
+    ``app``; ``http`` replaces the HTTP protocol (uvicorn's ``http`` setting).
+    """
+
+    def __init__(self, app: Any, host: str = "127.0.0.1", port: int = 0, http: Any = None) -> None:
         import uvicorn
 
-        self.config = uvicorn.Config(app, host=host, port=port, **UVICORN)
+        settings = uvicorn_settings(getattr(getattr(app, "state", None), "options", None))
+        if http is not None:
+            settings["http"] = http
+        self.config = uvicorn.Config(app, host=host, port=port, **settings)
         self.server = uvicorn.Server(self.config)
         self.thread = threading.Thread(target=self.server.run, daemon=True)
 

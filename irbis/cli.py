@@ -179,13 +179,17 @@ def _add_serve(sub: Any) -> None:
     serve = sub.add_parser("serve", help="serve a saved pipeline over HTTP (its kernels, no Spark job per request)",
                            description="Serve a saved PipelineModel (or one saved stage) over HTTP: POST /predict "
                            "takes a JSON object or array of objects keyed by the input columns (or image bytes), "
-                           "and answers with the output columns.")
+                           "and answers with the last stage's output columns (--outputs to choose). A body over "
+                           "--max-body-bytes gets a 413 that the client reads even while it is still sending.")
     serve.add_argument("pipeline", help="folder of a saved PipelineModel or stage")
     serve.add_argument("--host", default="127.0.0.1", help="address to bind (loopback by default)")
     serve.add_argument("--port", type=int, default=8080, help="with --replicas, 0 picks a free port per replica")
     serve.add_argument("--workers", type=int, default=1,
                        help="server processes (default 1, whose network takes every core; N: cores // N each)")
-    serve.add_argument("--outputs", default=None, help="comma-separated output columns (default: all)")
+    serve.add_argument("--outputs", default=None, metavar="COLUMNS|all",
+                       help="comma-separated output columns to answer with, or 'all' for every column the "
+                       "pipeline writes (default: the last stage's output columns, e.g. a classifier's "
+                       "rawPrediction, probability and prediction)")
     serve.add_argument("--token", default=None, help="bearer token for /predict (default: $IRBIS_SERVE_TOKEN)")
     serve.add_argument("--spark", default=None, metavar="MASTER", help="serve stages without a kernel "
                        "through an embedded Spark session (slower); with --replicas, the cluster to run on")
@@ -195,7 +199,9 @@ def _add_serve(sub: Any) -> None:
     serve.add_argument("--max-batch-size", type=int, default=64, help="rows per pipeline call")
     serve.add_argument("--max-wait-ms", type=float, default=2.0, help="wait for more requests under load")
     serve.add_argument("--max-queue", type=int, default=1024, help="waiting requests before 503")
-    serve.add_argument("--max-body-bytes", type=int, default=16 * 1024 * 1024, help="413 above this")
+    serve.add_argument("--max-body-bytes", type=int, default=16 * 1024 * 1024,
+                       help="413 above this (the rest of the body is read and discarded, up to 4x this or 128 MiB "
+                       "and 2 s, so that a client still sending reads the 413)")
     serve.add_argument("--timeout", type=float, default=30.0, help="seconds per request before 504")
     serve.set_defaults(func=_cmd_serve)
 

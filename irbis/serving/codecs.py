@@ -20,8 +20,8 @@ import numpy as np
 from irbis.kernels.blocks import Images, Tensor, block_to_rows, mixed_shapes
 from irbis.kernels.image import ImageDecodeError, decode_image
 
-__all__ = ["Parsed", "RequestError", "check_outputs", "encode_response", "json_rows", "json_value", "parse_files",
-           "parse_json"]
+__all__ = ["ALL_OUTPUTS", "Parsed", "RequestError", "check_outputs", "encode_response", "json_rows", "json_value",
+           "parse_files", "parse_json"]
 
 #: Content types of a raw image body.
 IMAGE_TYPES = ("image/", "application/octet-stream")
@@ -167,14 +167,23 @@ def encode_response(outputs: dict[str, list[Any]], single: bool) -> bytes:
     return json.dumps(rows[0] if single else rows, allow_nan=False, separators=(",", ":")).encode()
 
 
-def check_outputs(produced: Sequence[str], outputs: Sequence[str] | None) -> list[str]:
-    """The columns a response carries: ``outputs`` (each one the pipeline writes), else all it writes."""
+#: The ``outputs`` value (``--outputs all``) that answers with every column the pipeline writes.
+ALL_OUTPUTS = "all"
+
+
+def check_outputs(produced: Sequence[str], outputs: Sequence[str] | None, default: Sequence[str]) -> list[str]:
+    """The columns a response carries: ``outputs`` (each one the pipeline writes); ``["all"]``: every column
+    the pipeline writes; none: ``default`` (the last stage's output columns)."""
+    produced = list(dict.fromkeys(produced))
     if not outputs:
-        return list(dict.fromkeys(produced))
+        return list(dict.fromkeys(default)) or produced
+    if list(outputs) == [ALL_OUTPUTS]:
+        return produced
     unknown = [c for c in outputs if c not in produced]
     if unknown:
-        raise ValueError(f"--outputs names {unknown}, which the pipeline does not produce; it writes {list(produced)}")
-    return list(outputs)
+        raise ValueError(f"--outputs names {unknown}, which the pipeline does not produce; it writes {produced} "
+                         f"(or --outputs {ALL_OUTPUTS} for every one)")
+    return list(dict.fromkeys(outputs))
 
 
 def json_rows(block: Any) -> list[Any]:

@@ -1,4 +1,5 @@
-"""The OpenAPI document of a served pipeline, generated from its input columns and their kinds."""
+"""The OpenAPI document of a served pipeline, generated from its input columns and their kinds, and the
+output columns it answers with."""
 from __future__ import annotations
 
 from typing import Any
@@ -20,7 +21,8 @@ def _column_schema(kinds: set[str], nullable: bool) -> dict[str, Any]:
 
 
 def openapi_document(predictor: Any) -> dict[str, Any]:
-    """OpenAPI 3.1 for ``POST /predict``: a row object or an array of rows, and the responses."""
+    """OpenAPI 3.1 for ``POST /predict``: a row object or an array of rows, and the responses (an answer
+    names the predictor's output columns)."""
     row = {"type": "object", "additionalProperties": False, "required": list(predictor.inputs),
            "properties": {c: _column_schema(k, predictor.nullable[c]) for c, k in predictor.inputs.items()}}
     content: dict[str, Any] = {"application/json": {"schema": {"oneOf": [
@@ -32,11 +34,15 @@ def openapi_document(predictor: Any) -> dict[str, Any]:
             column: {"type": "string", "format": "binary"}}}}
     error = {"content": {"application/json": {"schema": {
         "type": "object", "properties": {"error": {"type": "string"}}}}}}
-    responses = {"200": {"description": "the output columns, in the request's shape: "
-                                        + ", ".join(predictor.outputs),
-                         "content": {"application/json": {"schema": {}}}}}
+    answer = {"type": "object", "required": list(predictor.outputs),
+              "properties": {c: {} for c in predictor.outputs}}
+    responses = {"200": {"description": "the output columns, in the request's shape (an object for an object, "
+                                        "an array for an array): " + ", ".join(predictor.outputs),
+                         "content": {"application/json": {"schema": {"oneOf": [
+                             answer, {"type": "array", "items": answer}]}}}}}
     for status, text in (("400", "malformed body"), ("401", "missing or wrong bearer token"),
-                         ("413", "body over the limit"), ("415", "content type not accepted"),
+                         ("413", "body over the limit (the answer closes the connection)"),
+                         ("415", "content type not accepted"),
                          ("422", "a value the pipeline cannot take"), ("503", "queue full; retry"),
                          ("504", "the pipeline did not answer in time")):
         responses[status] = {"description": text, **error}

@@ -37,7 +37,8 @@ class Predictor:
     nullable : dict of str to bool
         Whether a column may be null (or NaN); ``False`` where a stage would fail on it.
     outputs : list of str
-        The columns a response carries.
+        The columns a response carries: the ``outputs`` asked for, ``["all"]`` for every column the
+        kernels write, or by default the last kernel's (the last stage's) output columns.
     """
 
     slow = False
@@ -47,7 +48,7 @@ class Predictor:
         self.kernels = kernels
         self.inputs, self.nullable = inputs, nullable
         produced = [c for k in kernels for c in k.outputs]
-        self.outputs = check_outputs(produced, outputs)
+        self.outputs = check_outputs(produced, outputs, kernels[-1].outputs if kernels else [])
 
     def predict(self, columns: dict[str, list[Any]]) -> dict[str, list[Any]]:
         """Run the pipeline on decoded column values (images as ``(H, W, C)`` arrays); JSON-ready rows."""
@@ -62,8 +63,9 @@ def _are_images(values: list[Any]) -> bool:
 
 
 def compile_stages(path: str, outputs: Sequence[str] | None = None) -> Predictor:
-    """The :class:`Predictor` of the pipeline saved in ``path``; :class:`NoKernelError` naming the stages
-    without a kernel."""
+    """The :class:`Predictor` of the pipeline saved in ``path``, answering with ``outputs`` (default: the last
+    stage's output columns; ``["all"]``: every column); :class:`NoKernelError` naming the stages without a
+    kernel."""
     try:
         kernels = load_local(path)
     except NoKernelError as err:
@@ -83,7 +85,15 @@ def compile_stages(path: str, outputs: Sequence[str] | None = None) -> Predictor
 
 
 def load_predictor(path: str, outputs: Sequence[str] | None = None, spark: str | None = None) -> Predictor:
-    """A predictor for the pipeline saved in ``path`` (see the module docstring)."""
+    """A predictor for the pipeline saved in ``path`` (see the module docstring), answering with ``outputs``:
+    by default the last stage's output columns (a classifier's ``rawPrediction``, ``probability`` and
+    ``prediction``, not the feature vectors before it), ``["all"]`` for every column the pipeline writes.
+
+    Raises
+    ------
+    ValueError
+        ``outputs`` names a column the pipeline does not write (the message lists those it writes).
+    """
     try:
         return compile_stages(path, outputs)
     except NoKernelError as err:

@@ -80,7 +80,8 @@ def serve(pipeline: Any, host: str = "127.0.0.1", port: int = 8080, workers: int
         network uses every core). With more, each network gets ``cores // workers`` threads unless
         ``OMP_NUM_THREADS`` says otherwise; more than one helps a cheap tabular pipeline under load.
     outputs : list of str, optional
-        Output columns to return (default: every column the pipeline writes).
+        Output columns to return (default: the last stage's output columns, e.g. a classifier's
+        ``rawPrediction``, ``probability`` and ``prediction``); ``["all"]``: every column the pipeline writes.
     token : str, optional
         Bearer token guarding ``/predict`` (default: the ``IRBIS_SERVE_TOKEN`` variable).
     spark : str, optional

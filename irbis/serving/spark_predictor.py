@@ -53,8 +53,21 @@ def _inputs(stages: list[Any]) -> dict[str, frozenset[str]]:
     return inputs
 
 
+def _last_stage_outputs(model: Any, spark: Any, fields: list[Any], produced: list[str]) -> list[str]:
+    """The columns the pipeline's last stage adds (in ``produced``' order), from the schemas the pipeline
+    gives an empty batch with and without that stage."""
+    from pyspark.ml import PipelineModel
+
+    stages = flatten(model)
+    if len(stages) == 1:
+        return produced
+    before = set(SparkBatches(PipelineModel(stages[:-1]), spark, fields).columns())
+    return [c for c in produced if c not in before]
+
+
 class SparkPredictor:
-    """A :class:`~irbis.serving.predictor.Predictor` whose batches run as Spark jobs (see the module)."""
+    """A :class:`~irbis.serving.predictor.Predictor` whose batches run as Spark jobs (see the module); it
+    answers with ``outputs``, by default the columns the last stage adds, ``["all"]`` for every column."""
 
     slow = True
 
@@ -74,8 +87,10 @@ class SparkPredictor:
         if not self.inputs:
             raise ValueError("cannot tell which columns the pipeline reads; no stage names its input columns")
         self.nullable = {c: True for c in self.inputs}
-        self.batches = SparkBatches(self.model, self.spark, [spark_field(c, k) for c, k in self.inputs.items()])
-        self.outputs = check_outputs([c for c in self.batches.columns() if c not in self.inputs], outputs)
+        fields = [spark_field(c, k) for c, k in self.inputs.items()]
+        self.batches = SparkBatches(self.model, self.spark, fields)
+        produced = [c for c in self.batches.columns() if c not in self.inputs]
+        self.outputs = check_outputs(produced, outputs, _last_stage_outputs(self.model, self.spark, fields, produced))
 
     def predict(self, columns: dict[str, list[Any]]) -> dict[str, list[Any]]:
         """Run one Spark job on the batch; JSON-ready output columns."""

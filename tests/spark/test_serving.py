@@ -59,6 +59,7 @@ def test_tabular_answers_equal_transform(spark, tabular):
         answer = httpx.post(f"{url}/predict", json=[dict(zip("abc", r)) for r in rows]).json()
         single = httpx.post(f"{url}/predict", json=dict(zip("abc", rows[0]))).json()
     assert len(answer) == 20 and single == answer[0]
+    assert list(single) == ["rawPrediction", "probability", "prediction"]  # the last stage's; no "features"
     for got, want in zip(answer, expected):
         np.testing.assert_allclose(got["probability"], want.probability.toArray(), rtol=1e-9, atol=1e-12)
         np.testing.assert_allclose(got["rawPrediction"], want.rawPrediction.toArray(), rtol=1e-9)
@@ -95,7 +96,9 @@ def test_mixed_pipeline_answers_equal_transform(spark, tmp_path):
 def test_outputs_and_refused_stage(spark, tabular, tmp_path):
     predictor = load_predictor(tabular, outputs=["prediction"])
     assert predictor.outputs == ["prediction"] and set(predictor.inputs) == {"a", "b", "c"}
-    with pytest.raises(ValueError, match=r"does not produce; it writes \['features'"):
+    assert load_predictor(tabular).outputs == ["rawPrediction", "probability", "prediction"]
+    assert load_predictor(tabular, ["all"]).outputs == ["features", "rawPrediction", "probability", "prediction"]
+    with pytest.raises(ValueError, match=r"does not produce; it writes \['features', 'rawPrediction'.*--outputs all"):
         load_predictor(tabular, outputs=["nope"])
     path = str(tmp_path / "sql")
     frame = spark.createDataFrame([(1.0,)], "a double")
@@ -214,6 +217,8 @@ def test_spark_path_serves_a_stage_without_kernel(spark, tmp_path):
     PipelineModel(stages=stages).write().save(path)
     predictor = load_predictor(path, spark="local[2]")
     assert predictor.slow and set(predictor.inputs) == {"a", "b"}
+    assert predictor.outputs == ["twice"]  # by default the column the last stage adds
+    assert load_predictor(path, ["all"], spark="local[2]").outputs == ["features", "twice"]
     with BackgroundServer(build_app(path, outputs=["twice", "features"], spark="local[2]")) as url:
         answer = httpx.post(f"{url}/predict", json=[{"a": 1.5, "b": 2}, {"a": -1, "b": 0}], timeout=120).json()
         ready = httpx.get(f"{url}/ready").json()

@@ -114,7 +114,8 @@ def test_a_body_sent_in_chunks_over_the_limit_reads_the_413(url):
     """No Content-Length: the limit trips while the body streams in."""
     chunk = bytes(256 << 10)
     framed = b"".join(b"%x\r\n%s\r\n" % (len(chunk), chunk) for _ in range(BIG // len(chunk))) + b"0\r\n\r\n"
-    head = b"POST /predict HTTP/1.1\r\nHost: test\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
+    head = (b"POST /predict HTTP/1.1\r\nHost: test\r\nContent-Type: application/json\r\n"
+            b"Transfer-Encoding: chunked\r\n\r\n")
     with socket.create_connection(_address(url), timeout=60) as sock:
         sock.sendall(head + framed)
         status, _, body = _read_answer(sock)

@@ -22,6 +22,8 @@ _EXPORTS: dict[str, str] = {
     "TorchModel": "irbis.ml.torch_model",
     "ONNXModel": "irbis.ml.onnx_model",
     "TorchEstimator": "irbis.ml.estimator",
+    "ImageClassifier": "irbis.ml.image_classifier",
+    "ImageClassifierModel": "irbis.ml.image_classifier_model",
     "read_images": "irbis.spark.images",
     "read_images_stream": "irbis.spark.images",
     "ImageReadStats": "irbis.spark.images",

@@ -27,7 +27,7 @@ from irbis.kernels.image_header import header_size, sniff_format
 from irbis.kernels.image_ops import as_hwc, center_crop, color_format, normalize, resize, to_chw
 from irbis.models.preprocess import Preprocessing
 
-__all__ = ["decode_flags", "preprocess_images", "preprocess_rgb", "to_rgb8"]
+__all__ = ["decode_flags", "finish_rgb", "fit_geometry", "load_rgb", "preprocess_images", "preprocess_rgb", "to_rgb8"]
 
 _REDUCED = {False: {2: cv2.IMREAD_REDUCED_COLOR_2, 4: cv2.IMREAD_REDUCED_COLOR_4,
                     8: cv2.IMREAD_REDUCED_COLOR_8},
@@ -75,8 +75,9 @@ def to_rgb8(img: np.ndarray) -> np.ndarray:
     return cv2.cvtColor(img, code)
 
 
-def _load(value: Any, spec: Preprocessing, encoded: bool, max_pixels: int | None,
-          fast: bool) -> np.ndarray:
+def load_rgb(value: Any, spec: Preprocessing, encoded: bool, max_pixels: int | None = DEFAULT_MAX_PIXELS,
+             fast: bool = False) -> np.ndarray:
+    """One row's pixels as RGB (or grey) uint8: encoded bytes decoded, a struct or array converted."""
     if encoded:
         flags = decode_flags(value, spec, spec.channels == 1, fast)
         return to_rgb8(decode_image(value, max_pixels, flags))
@@ -123,7 +124,7 @@ def preprocess_images(values: Sequence[Any], spec: Preprocessing, *, encoded: bo
             value = values[i]
             if value is None:
                 continue
-            batch[count] = preprocess_rgb(_load(value, spec, encoded, max_pixels, fast_decode), spec)
+            batch[count] = preprocess_rgb(load_rgb(value, spec, encoded, max_pixels, fast_decode), spec)
         except (ImageDecodeError, ValueError, TypeError, cv2.error) as exc:
             if raise_errors:
                 raise
@@ -156,7 +157,12 @@ def preprocess_rgb(image: np.ndarray, spec: Preprocessing) -> np.ndarray:
     >>> preprocess_rgb(np.zeros((300, 400, 3), np.uint8), get_entry("efficientnet_lite0").preprocessing).shape
     (3, 224, 224)
     """
-    image = _check_image(image)
+    return finish_rgb(fit_geometry(_check_image(image), spec), spec)
+
+
+def fit_geometry(image: np.ndarray, spec: Preprocessing) -> np.ndarray:
+    """The geometric half of :func:`preprocess_rgb`: resize (and centre-crop) an ``(H, W, C)`` uint8 image to
+    the spec's input size."""
     height, width = spec.input_size
     if spec.resize_to is None:
         image = resize(image, height, width, interpolation=spec.interpolation)
@@ -167,6 +173,12 @@ def preprocess_rgb(image: np.ndarray, spec: Preprocessing) -> np.ndarray:
             raise ValueError(f"cannot crop {height}x{width} from an image of {image.shape[0]}x"
                              f"{image.shape[1]}; resize_to must be at least the input size")
         image = center_crop(image, height, width)
+    return image
+
+
+def finish_rgb(image: np.ndarray, spec: Preprocessing) -> np.ndarray:
+    """The pixel half of :func:`preprocess_rgb`: an RGB (or grey) uint8 image of the input size to the
+    network's colour order, mean/std-normalised, as float32 CHW."""
     source = "GRAY" if image.shape[2] == 1 else "RGB"
     return to_chw(normalize(color_format(image, spec.color_order, source), spec.mean, spec.std))
 

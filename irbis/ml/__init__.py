@@ -33,6 +33,8 @@ _EXPORTS: dict[str, str] = {
     "TextFeaturizer": "irbis.ml.text",
     "TextFeaturizerModel": "irbis.ml.text",
     "TorchEstimator": "irbis.ml.estimator",
+    "ImageClassifier": "irbis.ml.image_classifier",
+    "ImageClassifierModel": "irbis.ml.image_classifier_model",
     "TorchModel": "irbis.ml.torch_model",
     "UnrollImage": "irbis.ml.image",
     "fuse": "irbis.ml.fuse",

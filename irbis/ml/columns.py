@@ -1,6 +1,6 @@
 """What the stages ask of a DataFrame's columns: is a column an image struct, how long are its vectors.
 
-One answer for every stage: an image column is a struct with every field of Spark's image schema
+One answer for every stage: an image column (:func:`irbis.spark.columns.is_image_struct`) is a struct with every field of Spark's image schema
 (:data:`irbis.kernels.image.IMAGE_FIELDS`, the fields the Arrow blocks read), and a vector column's
 size comes from its ``ml_attr`` metadata when Spark ML wrote one.
 """
@@ -8,17 +8,10 @@ size comes from its ``ml_attr`` metadata when Spark ML wrote one.
 from __future__ import annotations
 
 from pyspark.sql import DataFrame
-from pyspark.sql.types import DataType, StructType
 
-from irbis.kernels.image import IMAGE_FIELDS
-from irbis.spark.columns import column
+from irbis.spark.columns import column, is_image_struct
 
 __all__ = ["is_image_struct", "vector_size"]
-
-
-def is_image_struct(dtype: DataType) -> bool:
-    """Whether ``dtype`` is an image struct: a struct holding every field of Spark's image schema."""
-    return isinstance(dtype, StructType) and not set(IMAGE_FIELDS) - set(dtype.names)
 
 
 def vector_size(df: DataFrame, col: str) -> int:

@@ -29,7 +29,7 @@ from pyspark.ml.param import TypeConverters as T
 
 from irbis.errors import ParamValueError
 from irbis.ml.base import IrbisEstimator
-from irbis.ml.params import HasDevice, HasInputShape, Row, at_least, in_range, one_of, table_mixin
+from irbis.ml.params import HasDevice, HasInputDtype, HasInputShape, Row, at_least, in_range, one_of, table_mixin
 from irbis.ml.torch_model import TorchModel
 from irbis.refs import canonical, is_reference, is_unsaved, reference, resolve, unsaved
 from irbis.train.health import NAN_POLICIES
@@ -41,6 +41,62 @@ from irbis.train.strategy import Strategy
 
 _log = logging.getLogger(__name__)
 _CALLABLE_PARAMS = ("network", "loss", "optimizer")
+
+
+def preprocessing_record(value: str) -> Any:
+    """The :class:`~irbis.models.preprocess.Preprocessing` an ``imagePreprocessing`` value names (None: empty)."""
+    from irbis.models import MODELS, Preprocessing, get_entry
+
+    if not value:
+        return None
+    if value in MODELS:
+        found = get_entry(value).preprocessing
+        if found is None:
+            raise ValueError(f"catalogue model {value!r} has no preprocessing record")
+        return found
+    return Preprocessing.from_dict(json.loads(value))
+
+
+def check_preprocessing(name: str, value: Any) -> None:
+    try:
+        preprocessing_record(value)
+    except (ValueError, TypeError) as err:
+        raise ParamValueError(name, value, f"a catalogue model name or a JSON preprocessing record ({err})") from None
+
+
+def check_augmentation(name: str, value: Any) -> None:
+    from irbis.kernels.image_augment import parse_augmentation
+
+    try:
+        parse_augmentation(value)
+    except (ValueError, TypeError) as err:
+        raise ParamValueError(name, value, f"a JSON list of augmentation ops ({err})") from None
+
+
+def parse_class_weights(value: str) -> str | list[float] | None:
+    """``classWeights`` as the loop takes it: None, ``"balanced"`` or a list of floats."""
+    if not value:
+        return None
+    if value == "balanced":
+        return value
+    weights = json.loads(value)
+    if not isinstance(weights, list) or not weights or not all(isinstance(w, (int, float)) and w >= 0
+                                                                for w in weights):
+        raise ValueError("a non-empty list of weights >= 0")
+    return [float(w) for w in weights]
+
+
+def check_class_weights(name: str, value: Any) -> None:
+    try:
+        parse_class_weights(value)
+    except (ValueError, TypeError) as err:
+        raise ParamValueError(name, value, f"'', 'balanced' or a JSON list of one weight >= 0 per class ({err})") \
+            from None
+
+
+check_preprocessing.allowed = ("a catalogue model or a JSON preprocessing record",)  # type: ignore[attr-defined]
+check_augmentation.allowed = ("a JSON list of augmentation ops",)  # type: ignore[attr-defined]
+check_class_weights.allowed = ("balanced", "a JSON list of weights")  # type: ignore[attr-defined]
 
 
 def to_name_or_reference(value: Any) -> str:
@@ -71,7 +127,24 @@ TRAIN_PARAMS: list[Row] = [
                    "retried alone, when the strategy places its shards on the driver)", T.toInt, 2, at_least(1)),
     ("strategy", "name in irbis.train.strategies.STRATEGIES", T.toString, "sync", one_of(*STRATEGIES)),
     ("strategyOptions", "JSON object of the strategy's options", T.toString, "{}"),
-    ("featuresCol", "features column (vector or array of numbers)", T.toString, "features"),
+    ("featuresCol", "features column: a vector or an array of numbers, a Spark image struct (irbis.read_images), "
+                    "or binary: encoded image files (binaryFile's content) when imagePreprocessing is set, else "
+                    "tensor bytes of inputShape and inputDtype", T.toString, "features"),
+    ("imagePreprocessing", "for image inputs: a catalogue model whose preprocessing (resize, centre crop, colour "
+                           "order, mean/std) the images get, or that record as JSON; empty: image structs are "
+                           "read as they are (CHW, their own channel order, as TorchModel reads them)",
+     T.toString, "", check_preprocessing),
+    ("augmentation", "JSON list of training-time image augmentations drawn per row, epoch and worker from seed "
+                     "(irbis.kernels.image_augment: random_resized_crop, flip, rotate, color_jitter, grey, "
+                     "each with a probability p); needs imagePreprocessing", T.toString, "[]", check_augmentation),
+    ("shuffleBuffer", "rows a worker holds in memory: a share of numbers up to this many rows trains from "
+                      "memory; a larger one, and images always, stream from a worker-local spill file, "
+                      "reshuffled every epoch a window of about this many rows at a time", T.toInt, 10_000,
+     at_least(1)),
+    ("classWeights", "cross_entropy class weights: empty (none), 'balanced' (n / (K * n_c) over the training "
+                     "rows), or a JSON list of one weight per class", T.toString, "", check_class_weights),
+    ("earlyStoppingPatience", "stop after this many epochs without a lower validation loss and keep the best "
+                              "epoch's weights (0: never; needs validationFraction)", T.toInt, 0, at_least(0)),
     ("labelCol", "label column (numeric)", T.toString, "label"),
     ("predictionCol", "output column of the fitted model", T.toString, "prediction"),
     ("validationFraction", "fraction of each worker's rows held out for per-epoch validation",
@@ -86,7 +159,7 @@ TRAIN_PARAMS: list[Row] = [
                   "drops them (counted in the training summary)", T.toString, "error", one_of(*NAN_POLICIES)),
 ]
 
-HasTrainParams = table_mixin("HasTrainParams", TRAIN_PARAMS, (HasInputShape, HasDevice))
+HasTrainParams = table_mixin("HasTrainParams", TRAIN_PARAMS, (HasInputShape, HasInputDtype, HasDevice))
 
 
 def check_strategy(name: Any, options: Any) -> None:
@@ -135,6 +208,9 @@ class TorchEstimator(IrbisEstimator, HasTrainParams):
         self._callables: dict[str, Callable[..., Any]] = {}
         self.augment: Callable[..., Any] | None = None
         self._slow_workers: dict[int, float] = {}  # tests and benchmarks only: rank -> slowdown factor
+        self._lr_factors: dict[str, float] = {}  # parameter-name prefix -> learning-rate factor (ImageClassifier)
+        self.last_spec: TrainSpec | None = None
+        self._architecture: dict[str, Any] | None = None  # the network as a catalogue architecture, when it is one
         self.last_results: list[Any] | None = None
         self.setParams(**self._input_kwargs)
 
@@ -218,7 +294,40 @@ class TorchEstimator(IrbisEstimator, HasTrainParams):
             validation_fraction=self.getValidationFraction(), seed=self.getSeed(), device=self.getDevice(),
             input_shape=self.getOrDefault("inputShape") if self.isDefined(self.inputShape) else None,
             checkpoint_every=self.getCheckpointInterval(), augment=self.augment, prefetch=self.augment is not None,
-            slow_workers=dict(self._slow_workers), nan_policy=self.getNanPolicy()), strategy
+            slow_workers=dict(self._slow_workers), nan_policy=self.getNanPolicy(),
+            buffer_rows=self.getShuffleBuffer(), class_weights=parse_class_weights(self.getClassWeights()),
+            early_stopping_patience=self.getEarlyStoppingPatience(), lr_factors=dict(self._lr_factors)), strategy
+
+    def _input_format(self, dataset: Any, spec: TrainSpec) -> Any:
+        """How the workers read the features column (:class:`~irbis.train.stream.InputFormat`); sets
+        ``spec.input_shape`` for images. Raises naming the Param for a combination that cannot work."""
+        from irbis.kernels.image_augment import parse_augmentation
+        from irbis.spark.training import input_kind
+        from irbis.train.stream import InputFormat
+
+        preprocessing = preprocessing_record(self.getImagePreprocessing())
+        augmentation = parse_augmentation(self.getAugmentation())
+        kind = input_kind(dataset, self.getFeaturesCol(), "encoded" if preprocessing is not None else "tensor")
+        col = self.getFeaturesCol()
+        if (augmentation or preprocessing is not None) and kind not in ("image", "encoded"):
+            raise ParamValueError("imagePreprocessing" if preprocessing is not None else "augmentation",
+                                  self.getImagePreprocessing() or self.getAugmentation(),
+                                  f"empty for featuresCol {col!r}, which holds numbers, not images")
+        if augmentation and preprocessing is None:
+            raise ParamValueError("augmentation", self.getAugmentation(),
+                                  "'[]' unless imagePreprocessing is set (the augmentation draws the images' "
+                                  "geometry at the network's input size)")
+        if kind == "image" and preprocessing is None and spec.input_shape is None:
+            raise ValueError(f"TorchEstimator: featuresCol {col!r} holds images; set imagePreprocessing (a "
+                             f"catalogue model, e.g. 'efficientnet_lite0') or inputShape (C, H, W) of images of "
+                             f"one size")
+        if kind == "tensor" and spec.input_shape is None:
+            raise ValueError(f"TorchEstimator: featuresCol {col!r} is binary: set imagePreprocessing when it holds "
+                             f"encoded image files, or inputShape (and inputDtype) when it holds tensor bytes")
+        if preprocessing is not None:
+            spec.input_shape = list(preprocessing.input_shape)
+        return InputFormat(kind, spec.input_shape, self.getInputDtype(),
+                           None if preprocessing is None else preprocessing.to_dict(), augmentation)
 
     # -- fit -------------------------------------------------------------------------------------
     def _fit(self, dataset: Any) -> Any:
@@ -228,7 +337,12 @@ class TorchEstimator(IrbisEstimator, HasTrainParams):
         from irbis.train.ps.driver import served
 
         spec, strategy = self._spec()
-        frame = training_frame(dataset, self.getFeaturesCol(), self.getLabelCol())
+        frame = training_frame(dataset, self.getFeaturesCol(), self.getLabelCol(),
+                               binary_as="encoded" if self.getImagePreprocessing() else "tensor")
+        spec.input_format = self._input_format(dataset, spec)
+        if spec.early_stopping_patience and not spec.validation_fraction:
+            raise ParamValueError("earlyStoppingPatience", spec.early_stopping_patience,
+                                  "0 unless validationFraction > 0 (early stopping watches the validation loss)")
         check_device(dataset.sparkSession, spec.device)
         self._check_rows(frame)
         module = build_network(spec.network)
@@ -251,7 +365,23 @@ class TorchEstimator(IrbisEstimator, HasTrainParams):
             if server is not None:
                 server.close()
         self.last_results = results
+        self.last_spec = spec
+        if spec.input_format.images and spec.input_format.preprocessing is not None:
+            return self._fitted_images(module, spec, results)
         return self._fitted(module, spec.network, results, spec.input_shape or [results[0].info["features"]])
+
+    def _fitted_images(self, module: Any, spec: TrainSpec, results: list[Any]) -> Any:
+        """A network trained on preprocessed images scores images the same way: an ImageClassifierModel."""
+        import torch
+
+        from irbis.ml.image_classifier_model import ImageClassifierModel
+
+        module.load_state_dict(torch.load(io.BytesIO(results[0].state), weights_only=True))
+        model = ImageClassifierModel.from_module(
+            module.eval(), spec.input_format.preprocessing, architecture=self._architecture,
+            inputCol=self.getFeaturesCol(), predictionCol=self.getPredictionCol(), device=self.getDevice())
+        model.training_summary = results[0].history
+        return model
 
     def _check_rows(self, frame: Any) -> None:
         """Refuse, before the barrier stage, a frame with fewer rows than numWorkers (one small job)."""

@@ -246,8 +246,7 @@ class ImageFeaturizer(ImageFeaturizerNames, IrbisTransformer, ColumnSetters, Has
 
     def _transform_spark(self, df: DataFrame) -> DataFrame:
         out = super()._transform_spark(df)
-        export_ahead_of_job(df, self._source(), list(get_entry(self.getModel()).input_shape),
-                            **self._network_options())
+        export_ahead_of_job(df, self._source(), list(self._preprocessing().input_shape), **self._network_options())
         return out
 
     def _source(self) -> dict[str, Any]:
@@ -284,7 +283,7 @@ class ImageFeaturizer(ImageFeaturizerNames, IrbisTransformer, ColumnSetters, Has
 
     def _converter(self) -> Any:
         """The input conversion of ``transform``: ``convert(block, raise_errors)`` gives (batch, valid, errors)."""
-        preprocessing = get_entry(self.getModel()).preprocessing
+        preprocessing = self._preprocessing()
         limit, fast = self.getOrDefault(self.maxPixels) or None, self.getOrDefault(self.fastDecode)
 
         def convert(values: Any, raise_errors: bool) -> tuple[Any, Any, Any]:
@@ -292,6 +291,10 @@ class ImageFeaturizer(ImageFeaturizerNames, IrbisTransformer, ColumnSetters, Has
                                      raise_errors=raise_errors, fast_decode=fast)
 
         return convert
+
+    def _preprocessing(self) -> Any:
+        """How an image becomes the network's input: the catalogue entry's record."""
+        return get_entry(self.getModel()).preprocessing
 
     def _network_rows(self, block: Any) -> np.ndarray:
         return self._converter()(block, True)[0]

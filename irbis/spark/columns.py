@@ -9,6 +9,9 @@ from __future__ import annotations
 
 from pyspark.sql import Column
 from pyspark.sql import functions as F
+from pyspark.sql.types import DataType, StructType
+
+from irbis.kernels.image import IMAGE_FIELDS
 
 
 def quote(name: str) -> str:
@@ -27,4 +30,10 @@ def column(name: str) -> Column:
     return F.col(quote(name))
 
 
-__all__ = ["column", "quote"]
+def is_image_struct(dtype: DataType) -> bool:
+    """Whether ``dtype`` is an image struct: a struct holding every field of Spark's image schema
+    (:data:`irbis.kernels.image.IMAGE_FIELDS`, the fields the Arrow blocks read)."""
+    return isinstance(dtype, StructType) and not set(IMAGE_FIELDS) - set(dtype.names)
+
+
+__all__ = ["column", "is_image_struct", "quote"]

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import replace
-from typing import Iterator
+from typing import Any, Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -20,29 +20,45 @@ from pyspark.ml.functions import vector_to_array
 from pyspark.ml.linalg import VectorUDT
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
-from pyspark.sql.types import ArrayType, NumericType
+from pyspark.sql.types import ArrayType, BinaryType, NumericType
 
 from irbis.errors import NonFiniteLossError, require_columns, with_fields
 from irbis.train.backends.base import Rank
 from irbis.train.data import Shard
 from irbis.train.loop import TrainSpec, WorkerResult
-from irbis.spark.columns import column
+from irbis.spark.columns import column, is_image_struct
+from irbis.train.stream import FEATURES, LABEL, SpilledShard
 
-FEATURES, LABEL = "__features", "__label"
+def input_kind(df: DataFrame, features_col: str, binary_as: str = "tensor") -> str:
+    """The :data:`~irbis.train.stream.INPUT_KINDS` entry of a features column: ``vector`` (a vector or an array
+    of numbers), ``image`` (a Spark image struct), or for a binary column ``binary_as`` (``tensor`` bytes
+    or ``encoded`` image files). Raises ``TypeError`` naming the column for anything else."""
+    ftype = df.schema[features_col].dataType
+    if isinstance(ftype, VectorUDT) or (isinstance(ftype, ArrayType) and isinstance(ftype.elementType, NumericType)):
+        return "vector"
+    if is_image_struct(ftype):
+        return "image"
+    if isinstance(ftype, BinaryType):
+        return binary_as
+    raise with_fields(TypeError(f"featuresCol {features_col!r} must be a vector or an array of numbers, a Spark "
+                                f"image struct, or binary (encoded image files or tensor bytes), found "
+                                f"{ftype.simpleString()}"), column=features_col, expected="vector", found=str(ftype))
 
 
-def training_frame(df: DataFrame, features_col: str, label_col: str, stage: str = "TorchEstimator") -> DataFrame:
-    """Select features as ``array<float>`` and the label as double, under fixed names."""
+def training_frame(df: DataFrame, features_col: str, label_col: str, stage: str = "TorchEstimator",
+                   binary_as: str = "tensor") -> DataFrame:
+    """Select the features (numbers as ``array<float>``; images and bytes as they are) and the label as
+    double, under fixed names."""
     require_columns(stage, df.columns, [features_col], role="featuresCol")
     require_columns(stage, df.columns, [label_col], role="labelCol")
+    kind = input_kind(df, features_col, binary_as)
     ftype = df.schema[features_col].dataType
     if isinstance(ftype, VectorUDT):
         feats = vector_to_array(column(features_col), "float32")
-    elif isinstance(ftype, ArrayType) and isinstance(ftype.elementType, NumericType):
+    elif kind == "vector":
         feats = column(features_col).cast("array<float>")
     else:
-        raise with_fields(TypeError(f"featuresCol {features_col!r} must be a vector or an array of numbers, "
-                                    f"found {ftype}"), column=features_col, expected="vector", found=str(ftype))
+        feats = column(features_col)
     ltype = df.schema[label_col].dataType
     if not isinstance(ltype, NumericType):
         raise with_fields(TypeError(f"labelCol {label_col!r} must be numeric, found {ltype}; index string labels "
@@ -52,27 +68,11 @@ def training_frame(df: DataFrame, features_col: str, label_col: str, stage: str 
 
 
 def arrow_to_shard(batches: Iterator[pa.RecordBatch]) -> tuple[Shard | None, np.ndarray]:
-    """A partition's record batches as dense numpy arrays, and its profile for the checks.
+    """A partition of numbers as dense numpy arrays, and its profile for the checks (see
+    :func:`irbis.train.stream.read_partition`, which this is with no bound on the rows held)."""
+    from irbis.train.stream import InputFormat, read_partition
 
-    The shard is None when rows are null or of unequal length (the checks then fail on every worker).
-    """
-    import pyarrow.compute as pc
-
-    from irbis.train.checks import shard_profile
-
-    got = list(batches)
-    if got:
-        feats = pa.chunked_array([b.column(FEATURES) for b in got]).combine_chunks()
-        labels = pa.chunked_array([b.column(LABEL) for b in got]).combine_chunks()
-    else:
-        feats, labels = pa.array([], pa.list_(pa.float32())), pa.array([], pa.float64())
-    y = pc.fill_null(labels, float("nan")).to_numpy(zero_copy_only=False)
-    lengths = pc.list_value_length(feats).drop_null().to_numpy(zero_copy_only=False)
-    if feats.null_count or (len(lengths) and lengths.min() != lengths.max()):
-        return None, shard_profile(lengths, y, feats.null_count)
-    x = feats.flatten().to_numpy(zero_copy_only=False).reshape(len(y), -1 if len(y) else 0)
-    nonfinite = int((~np.isfinite(x).all(axis=1) | ~np.isfinite(y)).sum()) if len(y) else 0
-    return Shard(x, y), shard_profile(lengths, y, 0, nonfinite)
+    return read_partition(batches, InputFormat("vector"), buffer_rows=2 ** 62)
 
 
 def train_partition(spec: TrainSpec, columns: tuple[str, str], progress: tuple[str, int, str] | None,
@@ -83,17 +83,30 @@ def train_partition(spec: TrainSpec, columns: tuple[str, str], progress: tuple[s
     is the driver's progress endpoint (rank 0 reports to it), or None. Ranks from ``num_workers`` on
     (default: none) are dedicated parameter servers, with empty partitions.
     """
-    import torch
-
-    from irbis.train.checks import merge_profiles, validation_error
-    from irbis.train.roles import run_rank
-    from irbis.train.networks import build_network
-    from irbis.train.progress import ProgressClient
+    from irbis.train.stream import InputFormat, read_partition
 
     spec = replace(spec, device=rank.device)
     t0 = time.perf_counter()
-    shard, profile = arrow_to_shard(rank.data)
+
+    shard, profile = read_partition(rank.data, spec.input_format or InputFormat("vector"), spec.buffer_rows,
+                                    spec.spill_dir)
     read_s = time.perf_counter() - t0
+    try:
+        return _train_shard(spec, columns, progress, rank, num_workers, shard, profile, read_s)
+    finally:
+        if isinstance(shard, SpilledShard):
+            shard.close()
+
+
+def _train_shard(spec: TrainSpec, columns: tuple[str, str], progress: tuple[str, int, str] | None, rank: Rank,
+                 num_workers: int | None, shard: Any, profile: np.ndarray, read_s: float) -> WorkerResult | Exception:
+    import torch
+
+    from irbis.train.checks import merge_profiles, validation_error
+    from irbis.train.networks import build_network
+    from irbis.train.progress import ProgressClient
+    from irbis.train.roles import run_rank
+
     workers = rank.world_size if num_workers is None else num_workers
     profiles = rank.comm.all_gather(torch.from_numpy(profile))[:workers]  # the servers' partitions are empty
     merged = merge_profiles([t.numpy() for t in profiles])
@@ -113,4 +126,4 @@ def train_partition(spec: TrainSpec, columns: tuple[str, str], progress: tuple[s
     return result
 
 
-__all__ = ["FEATURES", "LABEL", "arrow_to_shard", "train_partition", "training_frame"]
+__all__ = ["FEATURES", "LABEL", "arrow_to_shard", "input_kind", "train_partition", "training_frame"]

@@ -23,30 +23,35 @@ from irbis.train.loop import TrainSpec
 
 
 PROFILE_KEYS = ("rows", "null_labels", "null_features", "min_len", "max_len", "min_label", "max_label",
-                "fractional_labels", "nonfinite_rows")
+                "fractional_labels", "nonfinite_rows", "bad_images", "first_bad_image")
 
 
 def shard_profile(x_lengths: np.ndarray, labels: np.ndarray, null_features: int,
-                  nonfinite_rows: int = 0) -> np.ndarray:
+                  nonfinite_rows: int = 0, bad_images: int = 0, first_bad_image: int = -1) -> np.ndarray:
     """One worker's profile (see :data:`PROFILE_KEYS`) as a float64 vector for an all-gather.
 
-    ``nonfinite_rows`` counts the rows whose features or label are NaN or infinite.
+    ``nonfinite_rows`` counts the rows whose features or label are NaN or infinite, ``bad_images`` the
+    images that could not be read, the first of them row ``first_bad_image`` of the partition (-1: none).
     """
     ok = labels[np.isfinite(labels)]
     lens = x_lengths if len(x_lengths) else np.array([np.inf])
     return np.array([len(labels), len(labels) - len(ok), null_features, lens.min(),
                      x_lengths.max() if len(x_lengths) else -np.inf,
                      ok.min() if len(ok) else np.inf, ok.max() if len(ok) else -np.inf,
-                     int((ok != np.floor(ok)).sum()), nonfinite_rows], dtype=np.float64)
+                     int((ok != np.floor(ok)).sum()), nonfinite_rows, bad_images, first_bad_image],
+                    dtype=np.float64)
 
 
 def merge_profiles(profiles: list[np.ndarray]) -> dict[str, Any]:
     """Combine the workers' profiles into one dict for :func:`check_profile`."""
     p = np.stack(profiles)
+    firsts = [(w, int(row)) for w, row in enumerate(p[:, 10]) if row >= 0]
     merged = {"rows": p[:, 0].sum(), "null_labels": p[:, 1].sum(), "null_features": p[:, 2].sum(),
               "min_len": p[:, 3].min(), "max_len": p[:, 4].max(), "min_label": p[:, 5].min(),
               "max_label": p[:, 6].max(), "fractional_labels": p[:, 7].sum(), "min_rows": p[:, 0].min(),
-              "nonfinite_rows": p[:, 8].sum(), "min_finite_rows": (p[:, 0] - p[:, 8]).min()}
+              "nonfinite_rows": p[:, 8].sum(), "min_finite_rows": (p[:, 0] - p[:, 8] - p[:, 9]).min(),
+              "bad_images": p[:, 9].sum(), "first_bad_worker": firsts[0][0] if firsts else -1,
+              "first_bad_row": firsts[0][1] if firsts else -1}
     return {k: (int(v) if np.isfinite(v) and float(v).is_integer() else float(v)) for k, v in merged.items()}
 
 
@@ -61,6 +66,12 @@ def check_profile(p: dict[str, Any], spec: TrainSpec, features_col: str, label_c
                                      f"{p['nonfinite_rows']} rows with NaN or infinite values of {features_col!r} "
                                      f"or {label_col!r}; use fewer workers or clean the data"),
                           column=features_col, expected="finite rows on every task", found=p["nonfinite_rows"])
+    if p.get("bad_images") and spec.nan_policy == "error":
+        raise with_fields(ValueError(f"{p['bad_images']} images of featuresCol {features_col!r} cannot be read "
+                                     f"(the first: row {p['first_bad_row']} of training task "
+                                     f"{p['first_bad_worker']}'s partition); drop them, or set nanPolicy='skip' "
+                                     "to train without them"),
+                          column=features_col, expected="readable images", found=p["bad_images"])
     if p["null_labels"] and spec.nan_policy != "skip":
         raise with_fields(ValueError(f"labelCol {label_col!r} has {p['null_labels']} null/NaN values; "
                                      "drop or impute them before fitting"), column=label_col,
@@ -74,6 +85,12 @@ def check_profile(p: dict[str, Any], spec: TrainSpec, features_col: str, label_c
                                      f"{label_col!r} hold NaN or infinite values, which would make the loss NaN; "
                                      "drop or impute them, or set nanPolicy='skip' to train without them"),
                           column=features_col, expected="finite values", found=p["nonfinite_rows"])
+    images = spec.input_format is not None and spec.input_format.images
+    if p["min_len"] != p["max_len"] and images:
+        raise with_fields(ValueError(f"featuresCol {features_col!r} holds images of different sizes (from "
+                                     f"{p['min_len']} to {p['max_len']} values) and no preprocessing resizes "
+                                     "them; set imagePreprocessing (a catalogue model, or its JSON record)"),
+                          column=features_col, expected="one image size", found=[p["min_len"], p["max_len"]])
     if p["min_len"] != p["max_len"]:
         raise with_fields(ValueError(f"featuresCol {features_col!r} rows must all have the same length, found "
                                      f"lengths from {p['min_len']} to {p['max_len']}"), column=features_col,
@@ -105,6 +122,11 @@ def check_network(module: torch.nn.Module, spec: TrainSpec, n_features: int, max
                           expected="an input the network accepts", found=shape) from None
     if spec.loss == "cross_entropy":
         classes = out.shape[1] if out.dim() == 2 else None
+        weights = spec.class_weights
+        if isinstance(weights, list) and classes is not None and len(weights) != classes:
+            raise with_fields(ValueError(f"classWeights has {len(weights)} weights but the network outputs {classes} "
+                                         "classes; give one weight per class"), column=label_col,
+                              expected=classes, found=len(weights))
         if classes is None or max_label >= classes:
             raise with_fields(ValueError(f"the network outputs {tuple(out.shape[1:])} values per row but "
                                          f"labelCol {label_col!r} has class indices up to {int(max_label)}; it "

@@ -5,6 +5,7 @@ from __future__ import annotations
 import queue
 import threading
 from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 from dataclasses import dataclass
 
 import numpy as np
@@ -114,19 +115,28 @@ def iterate(x: torch.Tensor, y: torch.Tensor, batches: Sequence[np.ndarray], aug
             xb = torch.from_numpy(np.ascontiguousarray(augment(xb.numpy(), rng_of(i)), dtype=np.float32))
         return xb, y.index_select(0, t)
 
+    made = (make(i) for i in range(start, len(batches)))
     if not prefetch:
-        for i in range(start, len(batches)):
-            yield make(i)
+        yield from made
         return
-    q: queue.Queue = queue.Queue(maxsize=2)
+    yield from prefetched(made)
+
+
+def prefetched(items: Iterator[Any], depth: int = 2) -> Iterator[Any]:
+    """``items``, each made on a thread while the consumer works on the one before (up to ``depth`` ahead).
+
+    A consumer that stops early (closes the generator) also stops the thread; an error raised while
+    making an item is raised in the consumer.
+    """
+    q: queue.Queue = queue.Queue(maxsize=depth)
     stop = threading.Event()
 
     def produce() -> None:
         try:
-            for i in range(start, len(batches)):
+            for item in items:
                 if stop.is_set():
                     return
-                q.put(make(i))
+                q.put(item)
             q.put(None)
         except BaseException as err:  # re-raised in the consumer
             q.put(err)

@@ -21,7 +21,7 @@ import torch
 
 from irbis.train import checkpoint as ckpt
 from irbis.train.data import (Augment, BatchRounds, Shard, batch_rng, drop_nonfinite, epoch_batches, iterate,
-                              split_validation)
+                              prefetched, split_validation)
 from irbis.train.health import NAN_POLICIES, LossWatch, growth_warning, non_finite_error
 from irbis.train.networks import build_network
 from irbis.train.optim import LossFn, lr_at, make_loss, make_optimizer, set_lr
@@ -64,6 +64,12 @@ class TrainSpec:
     slow_workers: dict[int, float] = field(default_factory=dict)  # tests/benchmarks: rank -> slowdown
     nan_policy: str = "error"  # one of NAN_POLICIES
     ps_endpoint: dict[str, Any] | None = None  # the driver's shards (irbis.train.ps.driver), if placed there
+    input_format: Any = None  # irbis.train.stream.InputFormat of the features column (None: numbers)
+    buffer_rows: int = 10_000  # rows a worker holds in memory: its whole share below it, a shuffle window above
+    spill_dir: str | None = None  # worker-local folder of the spill file (None: the temporary folder)
+    class_weights: str | list[float] | None = None  # cross-entropy weights: "balanced" or one per class
+    early_stopping_patience: int = 0  # epochs without a better validation loss before stopping (0: never)
+    lr_factors: dict[str, float] = field(default_factory=dict)  # parameter-name prefix -> learning-rate factor
 
 
 @dataclass
@@ -88,14 +94,15 @@ class _Run:
     model: torch.nn.Module
     dopt: DistributedOptimizer
     loss_fn: LossFn
-    train: tuple[torch.Tensor, torch.Tensor]
-    val: tuple[torch.Tensor, torch.Tensor]
+    train: Any  # (x, y) tensors, or StreamRows (irbis.train.stream)
+    val: Any
     steps_per_epoch: int
     history: list[dict[str, Any]] = field(default_factory=list)
     report: Report | None = None
     skipped: int = 0
     watch: LossWatch | None = None
     computed: int = 0  # steps this worker computed a gradient for (see Strategy.step_decided)
+    best: tuple[float, int, dict[str, torch.Tensor]] | None = None  # early stopping: loss, epoch, weights
 
 
 def _tensors(shard: Shard, spec: TrainSpec, loss: str | LossFn) -> tuple[torch.Tensor, torch.Tensor]:
@@ -116,10 +123,16 @@ def _setup(spec: TrainSpec, shard: Shard, ctx: WorkerContext,
         model = model if model is not None else build_network(spec.network)
     model = model.to(spec.device).train()
     flat = FlatParams(list(model.parameters()))
-    opt = make_optimizer(spec.optimizer, model.parameters(), spec.learning_rate, spec.momentum, spec.unit_gain)
+    opt = make_optimizer(spec.optimizer, _param_groups(model, spec), spec.learning_rate, spec.momentum,
+                         spec.unit_gain)
     strategy = make_strategy(spec.strategy, **spec.strategy_options)
-    shard, skipped = drop_nonfinite(shard) if spec.nan_policy == "skip" else (shard, 0)
-    tr, va = split_validation(shard, spec.validation_fraction, spec.seed + 7919 * ctx.rank)
+    if isinstance(shard, Shard):
+        shard, skipped = drop_nonfinite(shard) if spec.nan_policy == "skip" else (shard, 0)
+        tr, va = split_validation(shard, spec.validation_fraction, spec.seed + 7919 * ctx.rank)
+        train, val = _tensors(tr, spec, spec.loss), _tensors(va, spec, spec.loss)
+    else:  # a SpilledShard (irbis.train.stream): rows read back a batch at a time
+        tr, va, skipped = shard.split(spec.validation_fraction, spec.seed + 7919 * ctx.rank, spec.nan_policy)
+        train, val = tr, va
     counts = [c.tolist() for c in ctx.comm.all_gather(torch.tensor([len(tr), skipped], dtype=torch.int64))]
     steps = -(-max(c[0] for c in counts) // spec.batch_size)
     if min(c[0] for c in counts) == 0:
@@ -137,10 +150,55 @@ def _setup(spec: TrainSpec, shard: Shard, ctx: WorkerContext,
                                 slowdown=spec.slow_workers.get(ctx.rank, 1.0))
     if resume is not None:
         dopt.load_state_dict(resume["optimizer"])
-    run = _Run(spec, ctx, model, dopt, make_loss(spec.loss), _tensors(tr, spec, spec.loss),
-               _tensors(va, spec, spec.loss), steps, list(manifest["history"]) if manifest else [],
+    loss_fn = make_loss(spec.loss)
+    if spec.class_weights is not None and spec.loss == "cross_entropy":
+        loss_fn = WeightedCrossEntropy(class_weights(spec.class_weights, _labels(train), ctx.comm).to(spec.device))
+    run = _Run(spec, ctx, model, dopt, loss_fn, train, val, steps, list(manifest["history"]) if manifest else [],
                skipped=sum(c[1] for c in counts))
     return run, resume
+
+
+class WeightedCrossEntropy:
+    """Cross-entropy with class weights; classes the labels never reach (outputs beyond the weights) weigh 1."""
+
+    def __init__(self, weight: torch.Tensor) -> None:
+        self.weight = weight
+
+    def __call__(self, output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        classes = output.shape[1]
+        if len(self.weight) < classes:
+            self.weight = torch.cat([self.weight, self.weight.new_ones(classes - len(self.weight))])
+        return torch.nn.functional.cross_entropy(output, target, weight=self.weight[:classes])
+
+
+def _param_groups(model: torch.nn.Module, spec: TrainSpec) -> Any:
+    """The optimizer's parameters: one group, or one per ``spec.lr_factors`` prefix (its rate times the
+    factor; the rest at the base rate). Frozen parameters (``requires_grad=False``) are left out."""
+    named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    if not spec.lr_factors:
+        return [p for _, p in named]
+    groups: dict[float, list[torch.nn.Parameter]] = {}
+    for name, p in named:
+        factor = next((f for prefix, f in spec.lr_factors.items() if name.startswith(prefix)), 1.0)
+        groups.setdefault(factor, []).append(p)
+    return [{"params": ps, "lr": spec.learning_rate * f} for f, ps in groups.items()]
+
+
+def _labels(rows: Any) -> np.ndarray:
+    return rows.labels() if not isinstance(rows, tuple) else rows[1].cpu().numpy()
+
+
+def class_weights(weights: str | list[float], labels: np.ndarray, comm: Any) -> torch.Tensor:
+    """Cross-entropy class weights: ``"balanced"`` gives class ``c`` the weight ``n / (K * n_c)`` over every
+    worker's training rows (scikit-learn's rule; K is the largest label + 1), a list gives its own."""
+    if not isinstance(weights, str):
+        return torch.tensor(weights, dtype=torch.float32)
+    labels = labels[np.isfinite(labels)].astype(np.int64)
+    top = torch.tensor([float(labels.max()) if len(labels) else 0.0], dtype=torch.float64)
+    k = int(max(t.item() for t in comm.all_gather(top))) + 1
+    counts = torch.from_numpy(np.bincount(labels, minlength=k)[:k].astype(np.float64))
+    comm.all_reduce_sum(counts)
+    return (counts.sum() / (k * counts.clamp(min=1))).float()
 
 
 def _checkpoint(run: _Run, epoch: int, step_in_epoch: int, sums: torch.Tensor) -> None:
@@ -154,31 +212,63 @@ def _checkpoint(run: _Run, epoch: int, step_in_epoch: int, sums: torch.Tensor) -
         ckpt.commit(spec.checkpoint_dir, run.dopt.steps, {"worldSize": ctx.world_size, "history": run.history})
 
 
-def _evaluate(run: _Run) -> tuple[float, float, int]:
-    xv, yv = run.val
-    if len(yv) == 0:
-        return 0.0, 0.0, 0
+#: Score bins of the two-class ROC AUC of the validation rows (histograms summed over the workers).
+AUC_BINS = 1000
+
+
+def _evaluate(run: _Run) -> tuple[float, float, int, torch.Tensor]:
+    """Validation loss·n, correct rows, rows, and the histograms of the positive class's probability of the
+    negative and the positive rows (for the AUC; zeros unless the network has two outputs)."""
+    hist = torch.zeros(2, AUC_BINS, dtype=torch.float64)
+    if len(run.val) == 0 or (isinstance(run.val, tuple) and len(run.val[1]) == 0):
+        return 0.0, 0.0, 0, hist
+    batches = [run.val] if isinstance(run.val, tuple) else run.val.in_order(
+        max(run.spec.batch_size, 64), run.spec.device, _label_dtype(run.spec))
+    loss = correct = 0.0
+    n = 0
     run.model.eval()
     with torch.no_grad():
-        out = run.model(xv)
-        loss = float(run.loss_fn(out, yv)) * len(yv)
-        correct = float((out.argmax(1) == yv).sum()) if out.dim() == 2 and yv.dtype == torch.int64 else 0.0
+        for xv, yv in batches:
+            out = run.model(xv)
+            loss += float(run.loss_fn(out, yv)) * len(yv)
+            n += len(yv)
+            if out.dim() == 2 and yv.dtype == torch.int64:
+                correct += float((out.argmax(1) == yv).sum())
+                if out.shape[1] == 2:
+                    score = torch.softmax(out.float(), 1)[:, 1].cpu()
+                    bins = (score * AUC_BINS).long().clamp(0, AUC_BINS - 1)
+                    for c in (0, 1):
+                        hist[c] += torch.bincount(bins[yv.cpu() == c], minlength=AUC_BINS).double()
     run.model.train()
-    return loss, correct, len(yv)
+    return loss, correct, n, hist
+
+
+def auc_from_histograms(hist: torch.Tensor) -> float | None:
+    """ROC AUC from score histograms of the negative and positive rows (ties within a bin count half)."""
+    neg, pos = hist[0], hist[1]
+    if neg.sum() == 0 or pos.sum() == 0:
+        return None
+    below = torch.cumsum(neg, 0) - neg  # negatives in lower bins
+    return float(((below + 0.5 * neg) * pos).sum() / (neg.sum() * pos.sum()))
+
+
+def _label_dtype(spec: TrainSpec) -> Any:
+    return np.int64 if spec.loss == "cross_entropy" else np.float32
 
 
 def _run_epoch(run: _Run, epoch: int, start: int, sums: torch.Tensor) -> tuple[torch.Tensor, int]:
     """Train one epoch from batch ``start``; ``sums`` = [loss·n, n] so far; also rows done now."""
     spec, ctx, dopt = run.spec, run.ctx, run.dopt
-    x, y = run.train
+    x, y = run.train if isinstance(run.train, tuple) else (None, None)
+    n_rows = len(run.train[1]) if isinstance(run.train, tuple) else len(run.train)
     cuts = bool(spec.checkpoint_dir and spec.checkpoint_every)  # mid-epoch cuts need every worker at one step
     free = not cuts and dopt.strategy.job_steps() is not None
     if free:  # the job's steps for the epoch, shared out by speed (see Strategy.job_steps)
-        batches: Sequence[np.ndarray] = BatchRounds(len(y), spec.batch_size, run.steps_per_epoch, spec.seed,
+        batches: Sequence[np.ndarray] = BatchRounds(n_rows, spec.batch_size, run.steps_per_epoch, spec.seed,
                                                     ctx.rank, epoch, ctx.world_size)
         target = (epoch + 1) * run.steps_per_epoch * ctx.world_size
     else:
-        batches = epoch_batches(len(y), spec.batch_size, run.steps_per_epoch, spec.seed, ctx.rank, epoch)
+        batches = epoch_batches(n_rows, spec.batch_size, run.steps_per_epoch, spec.seed, ctx.rank, epoch)
     rng_of = partial(batch_rng, spec.seed, ctx.rank, epoch)
     every = max(1, run.steps_per_epoch // PROGRESS_UPDATES)
     loss_sum, done = torch.zeros((), device=spec.device), 0
@@ -187,7 +277,13 @@ def _run_epoch(run: _Run, epoch: int, start: int, sums: torch.Tensor) -> tuple[t
         # the job made this epoch's steps without this worker: it was retried after it died, and replays
         # the epochs its peers finished (their records come back from the store) without taking steps
         return sums, 0
-    stream = iterate(x, y, batches, spec.augment, rng_of, spec.prefetch, start)
+    if isinstance(run.train, tuple):
+        stream = iterate(x, y, batches, spec.augment, rng_of, spec.prefetch, start)
+    else:  # decoded (and augmented) on a thread while the step runs
+        count = run.steps_per_epoch * (ctx.world_size if free else 1)
+        hook = None if spec.augment is None else (lambda xb, i: spec.augment(xb, rng_of(i)))
+        stream = prefetched(run.train.batches(spec.batch_size, count, spec.seed, ctx.rank, epoch, start,
+                                              spec.device, _label_dtype(spec), augment=True, hook=hook))
     try:
         for i, (xb, yb) in enumerate(stream, start + 1):
             dopt.zero_grad()
@@ -217,19 +313,23 @@ def _run_epoch(run: _Run, epoch: int, start: int, sums: torch.Tensor) -> tuple[t
 
 def _epoch_record(run: _Run, epoch: int, sums: torch.Tensor, done: int, seconds: float,
                   nbytes: int) -> dict[str, Any]:
-    vloss, correct, nval = _evaluate(run)
+    vloss, correct, nval, hist = _evaluate(run)
     watched = run.watch.stats() if run.watch is not None else [0.0, 0.0, 0.0]
-    stats = torch.tensor([float(sums[0]), float(sums[1]), vloss, correct, nval, done, seconds, nbytes, *watched],
-                         dtype=torch.float64)
+    stats = torch.cat([torch.tensor([float(sums[0]), float(sums[1]), vloss, correct, nval, done, seconds, nbytes,
+                                     *watched], dtype=torch.float64), hist.reshape(-1)])
     run.ctx.comm.all_reduce_sum(stats)  # the record is made of collective results only: alike on every worker
-    tl, tn, vl, vc, vn, dn, secs, sent, first, last, bad_ranks = stats.tolist()
+    tl, tn, vl, vc, vn, dn, secs, sent, first, last, bad_ranks = stats[:11].tolist()
     if bad_ranks:
-        raise non_finite_error(run.ctx.comm, run.watch, run.train, epoch + 1, run.steps_per_epoch,
+        train = run.train if isinstance(run.train, tuple) else (torch.zeros(0, 1), torch.zeros(0))
+        raise non_finite_error(run.ctx.comm, run.watch, train, epoch + 1, run.steps_per_epoch,
                                run.spec.learning_rate)
     rec = {"epoch": epoch + 1, "loss": tl / max(tn, 1), "samplesPerSecond": dn / max(secs / run.ctx.world_size, 1e-9),
            "bytesPerStep": sent / run.ctx.world_size / max(run.steps_per_epoch, 1)}
     rec["validationLoss"] = vl / vn if vn else None
     rec["accuracy"] = vc / vn if vn else None
+    auc = auc_from_histograms(stats[11:].reshape(2, AUC_BINS))
+    if auc is not None:
+        rec["auc"] = auc
     rec.update(run.dopt.strategy.summary(run.ctx))
     if run.spec.nan_policy == "skip":
         rec["skippedRows"] = run.skipped
@@ -257,9 +357,15 @@ def _recompute_batchnorm(run: _Run) -> None:
     if not run.dopt.strategy.averages_models or not any(
             isinstance(m, torch.nn.modules.batchnorm._BatchNorm) for m in run.model.modules()):
         return
-    x, size = run.train[0], run.spec.batch_size
+    size = run.spec.batch_size
+    if isinstance(run.train, tuple):
+        x = run.train[0]
+        loader: Any = [x[i:i + size] for i in range(0, min(len(x), BATCHNORM_BATCHES * size), size)]
+    else:
+        loader = (xb for xb, _ in run.train.in_order(size, run.spec.device, _label_dtype(run.spec),
+                                                     BATCHNORM_BATCHES * size))
     with torch.no_grad():
-        update_bn([x[i:i + size] for i in range(0, min(len(x), BATCHNORM_BATCHES * size), size)], run.model)
+        update_bn(loader, run.model)
 
 
 def _average_buffers(model: torch.nn.Module, ctx: WorkerContext) -> None:
@@ -294,8 +400,25 @@ def _train(run: _Run, resume: dict[str, Any] | None) -> float:
             run.report(run.history[-1])
         if spec.checkpoint_dir and not spec.checkpoint_every:
             _checkpoint(run, epoch + 1, 0, torch.zeros(2, dtype=torch.float64))
+        if spec.early_stopping_patience and _stop_early(run, epoch):
+            break
     run.dopt.finalize()
+    if run.best is not None and run.best[1] != len(run.history):
+        run.model.load_state_dict(run.best[2])
+        run.history[-1]["restoredEpoch"] = run.best[1]
     return t_loop
+
+
+def _stop_early(run: _Run, epoch: int) -> bool:
+    """Keep the weights of the epoch with the lowest validation loss; True once ``early_stopping_patience``
+    epochs passed without a lower one. The loss is a collective result, so every worker decides alike."""
+    loss = run.history[-1]["validationLoss"]
+    if loss is None:
+        return False
+    if run.best is None or loss < run.best[0]:
+        run.best = (loss, epoch + 1, {k: v.detach().clone() for k, v in run.model.state_dict().items()})
+        return False
+    return epoch + 1 - run.best[1] >= run.spec.early_stopping_patience
 
 
 def train_worker(spec: TrainSpec, shard: Shard, ctx: WorkerContext, report: Report | None = None,

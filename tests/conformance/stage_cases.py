@@ -247,6 +247,53 @@ STAGE_CASES["TorchEstimator"] = StageCase(tiny_estimator, labelled_frame, "vec",
                                           generated=False, pandas=False)
 
 
+#: 8x8 RGB inputs, mean 127.5 and std 64 per channel: a preprocessing record small enough for the harness.
+TINY_PREPROCESSING = {"input_size": [8, 8], "mean": [127.5] * 3, "std": [64.0] * 3, "resize_to": None,
+                      "interpolation": "area", "color_order": "RGB"}
+
+
+def tiny_image_classifier_model() -> Any:
+    """A seeded 2-class network over 8x8 RGB images, scoring encoded files (one is no image: errorCol)."""
+    import torch
+
+    from irbis.ml.image_classifier import ImageClassifierModel
+
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(192, 2))
+    return ImageClassifierModel.from_module(net, TINY_PREPROCESSING, inputCol="content", errorCol="why")
+
+
+def labelled_images(spark: SparkSession) -> DataFrame:
+    """Twelve 40x40 JPEG crops of two photographs, labelled by photograph, as image structs."""
+    import cv2
+    from skimage import data
+
+    from irbis.kernels.image import array_to_struct
+    from irbis.spark.images import IMAGE_STRUCT
+
+    rows = []
+    for label, photo in enumerate([data.chelsea(), data.coffee()]):
+        for i in range(6):
+            crop = cv2.resize(photo[i * 20:i * 20 + 200, i * 30:i * 30 + 200, ::-1], (40, 40))
+            rows.append((array_to_struct(crop, f"p{label}-{i}"), label))
+    return spark.createDataFrame(rows, StructType([StructField("image", IMAGE_STRUCT, True),
+                                                   StructField("label", IntegerType())]))
+
+
+def tiny_image_classifier() -> Any:
+    """ImageClassifier on the catalogue's small CIFAR network (32x32 inputs, no shipped weights), one epoch."""
+    from irbis.ml.image_classifier import ImageClassifier
+
+    return ImageClassifier(backbone="small_cnn_cifar", inputCol="image", numClasses=2, epochs=1, batchSize=4,
+                           numWorkers=1, showProgress=False)
+
+
+STAGE_CASES["ImageClassifierModel"] = StageCase(tiny_image_classifier_model, image_frame, "content",
+                                                wrong_type="string", generated=False)
+STAGE_CASES["ImageClassifier"] = StageCase(tiny_image_classifier, labelled_images, "image", "string",
+                                           fitted="ImageClassifierModel", generated=False, pandas=False)
+
+
 def tiny_image_lime() -> Any:
     """ImageLIME over an 8x8-pixel network (the fused stages' pipeline), few samples."""
     from pyspark.ml import PipelineModel

@@ -1,0 +1,157 @@
+"""``ImageClassifierModel``: images to class scores, probabilities and the predicted class.
+
+It scores images through the fast inference path of :class:`~irbis.ml.ImageFeaturizer` (decoding,
+preprocessing and the network in one Arrow batch, the network exported once per machine, ``engine`` and
+``precision``) and writes ``rawPrediction``, ``probability`` and ``prediction`` as Spark ML classifiers
+do. :class:`~irbis.ml.ImageClassifier` fits one; so does :class:`~irbis.ml.TorchEstimator` trained on
+images with ``imagePreprocessing``.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from pyspark import keyword_only
+from pyspark.ml.linalg import VectorUDT
+from pyspark.ml.param import Param, Params, TypeConverters
+from pyspark.sql.types import DataType, DoubleType, StringType
+
+from irbis.kernels.blocks import BatchFn, Tensor
+from irbis.ml.image_featurizer import ImageFeaturizer
+from irbis.ml.params import Row, table_mixin
+from irbis.models import MODELS
+
+__all__ = ["ImageClassifierModel"]
+
+_PREDICTION_ROWS: list[Row] = [
+    ("rawPredictionCol", "column of the network's class scores (logits), a vector", TypeConverters.toString,
+     "rawPrediction"),
+    ("probabilityCol", "column of the class probabilities (softmax of the scores), a vector",
+     TypeConverters.toString, "probability"),
+]
+
+
+class ImageClassifierModel(ImageFeaturizer, table_mixin("_HasPredictionCols", _PREDICTION_ROWS)):
+    """Images to class scores, probabilities and the predicted class, with a fine-tuned network.
+
+    Made by :class:`ImageClassifier` (or by :class:`~irbis.ml.TorchEstimator` trained on images with
+    ``imagePreprocessing``); ``training_summary`` holds the per-epoch records of that fit. It reads the same
+    inputs as :class:`~irbis.ml.ImageFeaturizer` and runs the network the same way (``engine``,
+    ``precision``, ``device``, ``miniBatchSize``); ``modelPath`` is the network (a model folder or file,
+    saved with the stage), ``preprocessing`` the record its images get (empty: the catalogue entry
+    ``model``'s).
+    """
+
+    preprocessing = Param(Params._dummy(), "preprocessing", "JSON preprocessing record of the images (empty: "
+                          "the catalogue entry of model)", typeConverter=TypeConverters.toString)
+    predictionCol = Param(Params._dummy(), "predictionCol", "column of the predicted class index (double)",
+                          typeConverter=TypeConverters.toString)
+
+    @keyword_only
+    def __init__(self, *, inputCol: str = "image", model: str = "efficientnet_lite0", modelPath: str = "",
+                 preprocessing: str = "", rawPredictionCol: str = "rawPrediction",
+                 probabilityCol: str = "probability", predictionCol: str = "prediction", miniBatchSize: int = 64,
+                 device: str = "cpu", precision: str = "fp32", engine: str = "auto", errorCol: str = "",
+                 maxPixels: int = 100_000_000, fastDecode: bool = False,
+                 calibrationData: str = "") -> None:
+        kwargs = dict(self._input_kwargs)
+        super().__init__(cutOutputLayers=0)
+        self._setDefault(preprocessing="", predictionCol="prediction", cutOutputLayers=0)
+        self.training_summary: list[dict[str, Any]] | None = None
+        self._set(**kwargs)
+
+    @classmethod
+    def from_module(cls, module: Any, preprocessing: dict[str, Any], *, architecture: dict[str, Any] | None = None,
+                    **params: Any) -> ImageClassifierModel:
+        """Wrap an in-memory network trained on images preprocessed as ``preprocessing`` (a record's dict);
+        its files go to the Irbis cache as :meth:`irbis.ml.TorchModel.from_module` writes them."""
+        from irbis.ml.torch_model import TorchModel
+
+        arch = architecture or {}
+        files = TorchModel.from_module(module, inputShape=[len(preprocessing["mean"]), *preprocessing["input_size"]],
+                                       **({"architecture": arch["architecture"], "options": arch["options"]}
+                                          if arch else {}))
+        return cls(modelPath=files.getModelPath(), preprocessing=json.dumps(preprocessing), **params)
+
+    def getPredictionCol(self) -> str:
+        return self.getOrDefault(self.predictionCol)
+
+    def setPredictionCol(self, value: str) -> ImageClassifierModel:
+        return self._set(predictionCol=value)
+
+    # -- what ImageFeaturizer asks of its subclass ---------------------------------------------------
+    def _preprocessing(self) -> Any:
+        from irbis.models import Preprocessing
+
+        raw = self.getOrDefault(self.preprocessing)
+        return Preprocessing.from_dict(json.loads(raw)) if raw else super()._preprocessing()
+
+    def _check_layers(self) -> None:
+        if self.isDefined(self.preprocessing) and self.getOrDefault(self.preprocessing):
+            self._preprocessing()
+        elif self.getModel() not in MODELS:
+            raise ValueError(f"ImageClassifierModel: model {self.getModel()!r} is not in the catalogue; set "
+                             "preprocessing")
+
+    def layer_columns(self) -> list[tuple[str, str]]:
+        return [("", self.getOrDefault(self.rawPredictionCol))]
+
+    def _source(self) -> dict[str, Any]:
+        from irbis.kernels.inference import resolve_source
+
+        path = self.getOrDefault(self.modelPath)
+        if not path:
+            raise ValueError("ImageClassifierModel: modelPath is empty; fit an ImageClassifier, or set modelPath")
+        return resolve_source(path)
+
+    def _output_columns(self) -> list[tuple[str, DataType]]:
+        err = self.getErrorCol()
+        return [(self.getOrDefault(self.rawPredictionCol), VectorUDT()),
+                (self.getOrDefault(self.probabilityCol), VectorUDT()),
+                (self.getPredictionCol(), DoubleType())] + ([(err, StringType())] if err else [])
+
+    def _make_batch_fn(self) -> BatchFn:
+        scores = super()._make_batch_fn()
+        raw_col, prob_col = self.getOrDefault(self.rawPredictionCol), self.getOrDefault(self.probabilityCol)
+        pred_col = self.getPredictionCol()
+
+        def run(blocks: dict[str, Any]) -> dict[str, Any]:
+            out = scores(blocks)
+            raw: Tensor = out[raw_col]
+            logits = raw.values.astype(np.float64, copy=False).reshape(len(raw.values), -1)
+            shifted = np.exp(logits - logits.max(axis=1, keepdims=True)) if len(logits) else logits
+            prob = shifted / shifted.sum(axis=1, keepdims=True) if len(logits) else logits
+            pred = np.full(len(raw.valid), None, dtype=object)
+            pred[raw.valid] = logits.argmax(axis=1).astype(np.float64) if len(logits) else []
+            return {**out, prob_col: Tensor(prob.astype(np.float32), raw.valid),
+                    pred_col: pred.tolist() if not raw.valid.all() else pred.astype(np.float64)}
+
+        return run
+
+    # -- persistence: the network's files and the training summary -----------------------------------
+    def _has_extra(self) -> bool:
+        return True
+
+    def _save_extra(self, path: str) -> None:
+        import shutil
+
+        source = self._source()
+        if "path" in source:
+            src = Path(source["path"])
+            if src.is_dir():
+                shutil.copytree(src, Path(path) / "network")
+            else:
+                shutil.copy2(src, Path(path) / f"network{src.suffix}")
+        if self.training_summary is not None:
+            (Path(path) / "summary.json").write_text(json.dumps(self.training_summary))
+        super()._save_extra(path)
+
+    def _load_extra(self, path: str) -> None:
+        saved = sorted(Path(path).glob("network*"))
+        if saved:
+            self._set(modelPath=str(saved[0]))
+        summary = Path(path) / "summary.json"
+        self.training_summary = json.loads(summary.read_text()) if summary.exists() else None
+        super()._load_extra(path)

@@ -1,0 +1,434 @@
+"""A worker's rows streamed from disk: training on data larger than a worker's memory, and on images.
+
+A worker reads its partition's Arrow batches once (:func:`read_partition`). While they fit in
+``buffer_rows`` rows of numbers they stay in memory and become the dense :class:`~irbis.train.data.Shard`
+of small jobs; past that, and always for images, they are spilled as they arrive to a worker-local Arrow
+IPC file of fixed blocks (:class:`Spill`), and the worker trains from there (:class:`SpilledShard`):
+
+* every epoch visits the blocks in a fresh seeded permutation, a window of blocks (about ``buffer_rows``
+  rows) at a time, and shuffles the rows of each window: memory holds two windows, whatever the data;
+* each batch is read back from the file and decoded on the prefetch thread
+  (:class:`InputFormat`): numbers as they are, tensor bytes with their dtype and shape, Spark image
+  structs and encoded image files through the model's one image geometry
+  (:mod:`irbis.kernels.image_features`), with the augmentation of :mod:`irbis.kernels.image_augment`
+  drawn from a generator seeded by the run's seed, the worker, the epoch and the row;
+* the read pass profiles the rows for the checks (:mod:`irbis.train.checks`), and decodes each image
+  once, so that a corrupt file is known (skipped and counted, or named) before the first step.
+
+Reading the file back costs a disk read per epoch, served from the page cache while the file fits in it.
+The other way to stream, asking Spark for the partition again every epoch, would need one Spark job per
+epoch and a barrier stage each time; the spill keeps the one stage.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import shutil
+import tempfile
+from collections import OrderedDict
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import torch
+
+from irbis.train.data import Shard
+
+#: Column names of the training frame (see :func:`irbis.spark.training.training_frame`).
+FEATURES, LABEL = "__features", "__label"
+#: Input kinds a training frame's features column may have.
+INPUT_KINDS = ("vector", "tensor", "image", "encoded")
+#: Rows per block of the spill file.
+BLOCK_ROWS = 256
+
+
+@dataclass
+class InputFormat:
+    """How a features value becomes one network input row.
+
+    ``kind``: ``"vector"`` (a list of numbers), ``"tensor"`` (raw little-endian bytes of ``dtype``, reshaped
+    to ``shape``), ``"image"`` (a Spark image struct) or ``"encoded"`` (the bytes of an image file).
+    ``preprocessing`` is a :class:`~irbis.models.preprocess.Preprocessing` as a dict (None: images keep their
+    size, RGB 0..255, CHW), ``augmentation`` the parsed list of :func:`~irbis.kernels.image_augment.parse_augmentation`.
+    """
+
+    kind: str = "vector"
+    shape: list[int] | None = None
+    dtype: str = "float32"
+    preprocessing: dict[str, Any] | None = None
+    augmentation: list[dict[str, Any]] = field(default_factory=list)
+    max_pixels: int | None = 100_000_000
+
+    @property
+    def images(self) -> bool:
+        return self.kind in ("image", "encoded")
+
+    def _spec(self) -> Any:
+        from irbis.models.preprocess import Preprocessing
+
+        return None if self.preprocessing is None else Preprocessing.from_dict(self.preprocessing)
+
+    def decode(self, column: pa.Array, rngs: list[np.random.Generator] | None = None) -> np.ndarray:
+        """The rows of ``column`` as one float32 array ``(n, *row shape)``; ``rngs`` (one per row) augments
+        images. Raises ``ValueError`` naming the row for a value that cannot be read."""
+        if isinstance(column, pa.ChunkedArray):
+            column = column.combine_chunks()
+        n = len(column)
+        if self.kind == "vector":
+            return column.flatten().to_numpy(zero_copy_only=False).astype(np.float32, copy=False).reshape(n, -1)
+        from irbis.kernels.batching import network_batch
+        from irbis.kernels.blocks import from_arrow
+        from irbis.kernels.image_features import preprocess_images
+
+        spec = self._spec()
+        values = from_arrow(column, FEATURES)
+        if spec is None:  # tensor bytes, or image structs as they are: what TorchModel's transform reads
+            return network_batch(values, FEATURES, self.shape, input_dtype=self.dtype).values
+        if rngs is None or not self.augmentation:  # what ImageFeaturizer's transform reads
+            return preprocess_images(values, spec, encoded=self.kind == "encoded", max_pixels=self.max_pixels,
+                                     raise_errors=True)[0]
+        return self._augmented(values, spec, rngs)
+
+    def _augmented(self, values: Any, spec: Any, rngs: list[np.random.Generator]) -> np.ndarray:
+        from irbis.kernels.image_augment import augment_rgb
+        from irbis.kernels.image_features import load_rgb
+
+        batch = np.empty((len(values), *spec.input_shape), np.float32)
+        for i in range(len(values)):
+            try:
+                batch[i] = augment_rgb(load_rgb(values[i], spec, self.kind == "encoded", self.max_pixels), spec,
+                                       self.augmentation, rngs[i])
+            except Exception as err:  # noqa: BLE001 - named with its row
+                raise ValueError(f"row {i} of the batch: {str(err).strip() or type(err).__name__}") from err
+        return batch
+
+    def check_row(self, value: Any) -> tuple[int, str | None]:
+        """One row's feature length as the network will see it, and why it cannot be read (None: it can);
+        images are decoded once here."""
+        from irbis.kernels.image_features import load_rgb
+
+        spec = self._spec()
+        try:
+            if spec is not None:
+                load_rgb(value, spec, self.kind == "encoded", self.max_pixels, fast=True)
+                return int(np.prod(spec.input_shape)), None
+            return int(np.asarray(value).size), None  # an image struct's pixels, read as they are
+        except Exception as err:  # noqa: BLE001 - reported, not raised
+            return 0, str(err).strip().splitlines()[-1] if str(err).strip() else type(err).__name__
+
+
+class Spill:
+    """An Arrow IPC file of fixed blocks of rows, written once and read back a block at a time.
+
+    Blocks are read with plain file reads (not a memory map), so what a worker holds is the blocks it
+    asked for, not every page it ever touched.
+    """
+
+    def __init__(self, schema: pa.Schema, folder: str | None = None, block_rows: int = BLOCK_ROWS) -> None:
+        self.dir = tempfile.mkdtemp(prefix="irbis-spill-", dir=folder)
+        self.path = os.path.join(self.dir, "rows.arrow")
+        self.block_rows = block_rows
+        self._sink = pa.OSFile(self.path, "wb")
+        self._writer = pa.ipc.new_file(self._sink, schema)
+        self._pending: list[pa.RecordBatch] = []
+        self._pending_rows = 0
+        self.sizes: list[int] = []
+        self._reader: Any = None
+
+    def write(self, batch: pa.RecordBatch) -> None:
+        self._pending.append(batch)
+        self._pending_rows += batch.num_rows
+        while self._pending_rows >= self.block_rows:
+            self._flush(self.block_rows)
+
+    def _flush(self, rows: int) -> None:
+        table = pa.Table.from_batches(self._pending)
+        head, rest = table.slice(0, rows), table.slice(rows)
+        self._writer.write_batch(head.combine_chunks().to_batches()[0])
+        self.sizes.append(head.num_rows)
+        self._pending = rest.to_batches() if rest.num_rows else []
+        self._pending_rows = rest.num_rows
+
+    def close_writing(self) -> None:
+        if self._pending_rows:
+            self._flush(self._pending_rows)
+        self._writer.close()
+        self._sink.close()
+
+    def __len__(self) -> int:
+        return sum(self.sizes)
+
+    def block(self, i: int) -> pa.RecordBatch:
+        if self._reader is None:
+            self._reader = pa.ipc.open_file(pa.OSFile(self.path, "rb"))
+        return self._reader.get_batch(i)
+
+    def reader_copy(self) -> Spill:
+        """The same file with a reader of its own (one per thread)."""
+        other = object.__new__(Spill)
+        other.__dict__.update(self.__dict__)
+        other._reader = None
+        return other
+
+    def remove(self) -> None:
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def read_partition(batches: Iterator[pa.RecordBatch], fmt: InputFormat, buffer_rows: int,
+                   spill_dir: str | None = None) -> tuple[Shard | SpilledShard | None, np.ndarray]:
+    """Read a partition once: a dense :class:`Shard` while numbers fit in ``buffer_rows`` rows, else (and for
+    images) a :class:`SpilledShard`; and the partition's profile for the checks (see
+    :func:`irbis.train.checks.shard_profile`). The shard is None when rows are null or of unequal length
+    (the checks then fail on every worker)."""
+    from irbis.train.checks import shard_profile
+
+    held: list[pa.RecordBatch] = []
+    held_rows = 0
+    spill: Spill | None = None
+    lengths, labels, bad, reasons = [], [], [], []
+    null_features = 0
+    x_bad: list[np.ndarray] = []
+    offset = 0
+    for batch in batches:
+        if batch.num_rows == 0:
+            continue
+        feats, y = batch.column(FEATURES), batch.column(LABEL)
+        labels.append(pc.fill_null(y, float("nan")).to_numpy(zero_copy_only=False))
+        null_features += feats.null_count
+        if fmt.images:
+            values = feats.to_pylist() if fmt.kind == "encoded" else _struct_rows(feats)
+            for i in range(len(values)):
+                try:
+                    value = values[i]
+                except ValueError as err:  # a struct whose fields disagree with its bytes
+                    value, length, why = b"", 0, str(err)
+                else:
+                    if value is None:
+                        continue
+                    length, why = fmt.check_row(value)
+                if why is None:
+                    lengths.append(length)
+                else:
+                    bad.append(offset + i)
+                    reasons.append(why)
+        else:
+            lens = _lengths(feats, fmt)
+            lengths.append(lens)
+            if fmt.kind == "vector" and feats.null_count == 0 and len(lens) and lens.min() == lens.max():
+                x = feats.flatten().to_numpy(zero_copy_only=False).reshape(len(lens), -1)
+                x_bad.append(~np.isfinite(x).all(axis=1))
+        offset += batch.num_rows
+        if spill is None and not fmt.images and held_rows + batch.num_rows <= buffer_rows:
+            held.append(batch)
+            held_rows += batch.num_rows
+            continue
+        if spill is None:
+            spill = Spill(batch.schema, spill_dir)
+            for b in held:
+                spill.write(b)
+            held = []
+        spill.write(batch)
+    y = np.concatenate(labels) if labels else np.zeros(0)
+    lens = np.concatenate([np.atleast_1d(np.asarray(v)) for v in lengths]) if lengths else np.zeros(0)
+    valid_lens = lens[lens >= 0]
+    rows_bad = ~np.isfinite(y)
+    if x_bad and sum(len(b) for b in x_bad) == len(y):
+        rows_bad |= np.concatenate(x_bad)
+    nonfinite = int(rows_bad.sum())
+    profile = shard_profile(valid_lens, y, null_features, nonfinite, len(bad), bad[0] if bad else -1)
+    if spill is None and not fmt.images:
+        shard = _dense(held, fmt, y) if null_features == 0 and _one_length(valid_lens) else None
+        return shard, profile
+    if spill is None:  # an empty partition of images
+        spill = Spill(pa.schema([(FEATURES, pa.binary()), (LABEL, pa.float64())]), spill_dir)
+    spill.close_writing()
+    if null_features or not _one_length(valid_lens):
+        spill.remove()
+        return None, profile
+    skip = np.union1d(np.asarray(bad, np.int64), np.flatnonzero(rows_bad))
+    return SpilledShard(spill, y, fmt, skip, reasons, buffer_rows), profile
+
+
+def _struct_rows(feats: pa.Array) -> Any:
+    """Image structs as an indexable block of ``(H, W, C)`` views (None for a null row)."""
+    from irbis.kernels.blocks import from_arrow
+
+    return from_arrow(feats, FEATURES)
+
+
+def _lengths(feats: pa.Array, fmt: InputFormat) -> np.ndarray:
+    if fmt.kind == "tensor":
+        lens = pc.binary_length(feats).to_numpy(zero_copy_only=False)
+        return (lens // np.dtype(fmt.dtype).itemsize).astype(np.float64)
+    return pc.list_value_length(feats).drop_null().to_numpy(zero_copy_only=False).astype(np.float64)
+
+
+def _one_length(lens: np.ndarray) -> bool:
+    return not len(lens) or lens.min() == lens.max()
+
+
+def _dense(held: list[pa.RecordBatch], fmt: InputFormat, y: np.ndarray) -> Shard:
+    if not held:
+        return Shard(np.zeros((0, 0), np.float32), y)
+    feats = pa.chunked_array([b.column(FEATURES) for b in held]).combine_chunks()
+    x = fmt.decode(feats)
+    return Shard(x.reshape(len(y), -1), y)
+
+
+class SpilledShard:
+    """A worker's rows in a :class:`Spill`: labels in memory, features read back a batch at a time.
+
+    ``bad`` are the rows to leave out under ``nanPolicy="skip"``: images that could not be read (``reasons``
+    says why) and rows with non-finite numbers.
+    """
+
+    def __init__(self, spill: Spill, labels: np.ndarray, fmt: InputFormat, bad: np.ndarray,
+                 reasons: list[str], buffer_rows: int) -> None:
+        self.spill, self.labels, self.fmt, self.bad, self.reasons = spill, labels, fmt, bad, reasons
+        self.buffer_rows = buffer_rows
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def split(self, fraction: float, seed: int, nan_policy: str) -> tuple[StreamRows, StreamRows, int]:
+        """Training and validation rows (the same seeded split as :func:`~irbis.train.data.split_validation`),
+        without the rows to skip under ``nan_policy="skip"``; and how many were skipped."""
+        n = len(self)
+        keep = np.ones(n, bool)
+        if nan_policy == "skip":
+            keep[self.bad] = False
+            keep &= np.isfinite(self.labels)
+        ids = np.flatnonzero(keep)
+        n_val = int(round(len(ids) * fraction))
+        if fraction > 0 and n_val:
+            perm = np.random.default_rng(seed).permutation(len(ids))
+            val, train = np.sort(ids[perm[:n_val]]), np.sort(ids[perm[n_val:]])
+        else:
+            val, train = ids[:0], ids
+        return StreamRows(self, train), StreamRows(self, val), int(n - keep.sum())
+
+    def close(self) -> None:
+        self.spill.remove()
+
+
+class StreamRows:
+    """Some rows of a :class:`SpilledShard` (training or validation), read back in batches."""
+
+    def __init__(self, shard: SpilledShard, ids: np.ndarray) -> None:
+        self.shard, self.ids = shard, ids
+        sizes = np.asarray(shard.spill.sizes, np.int64)
+        self._starts = np.concatenate([[0], np.cumsum(sizes)])
+        block_of = np.searchsorted(self._starts, ids, side="right") - 1
+        self._by_block = [ids[block_of == b] for b in range(len(sizes))]
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def labels(self) -> np.ndarray:
+        return self.shard.labels[self.ids]
+
+    def _windows(self, seed: int, rank: int, epoch: int) -> Iterator[np.ndarray]:
+        """Row ids, pass after pass: blocks in a seeded permutation, a window of blocks (about
+        ``buffer_rows`` rows) at a time, the window's rows permuted."""
+        per_window = max(1, self.shard.buffer_rows // self.shard.spill.block_rows)
+        for r in itertools.count():
+            rng = np.random.default_rng([seed, rank, epoch, 5, r])
+            order = [b for b in rng.permutation(len(self._by_block)) if len(self._by_block[b])]
+            for start in range(0, len(order), per_window):
+                ids = np.concatenate([self._by_block[b] for b in order[start:start + per_window]])
+                yield rng.permutation(ids)
+
+    def order(self, batch_size: int, count: int, seed: int, rank: int, epoch: int) -> Iterator[np.ndarray]:
+        """The row ids of ``count`` batches of ``batch_size``: every row once per pass over the data, the
+        batches after the first pass drawn from the next (so that every worker takes ``count`` steps)."""
+        carry = np.zeros(0, np.int64)
+        made = 0
+        for window in self._windows(seed, rank, epoch):
+            carry = np.concatenate([carry, window])
+            while len(carry) >= batch_size and made < count:
+                yield carry[:batch_size]
+                carry = carry[batch_size:]
+                made += 1
+            if made >= count:
+                return
+
+    def read(self, ids: np.ndarray, reader: BlockCache) -> pa.Array:
+        """The features of rows ``ids`` (in that order), from the spill."""
+        blocks = np.searchsorted(self._starts, ids, side="right") - 1
+        pieces, where = [], np.empty(len(ids), np.int64)
+        pos = 0
+        for b in np.unique(blocks):
+            sel = np.flatnonzero(blocks == b)
+            pieces.append(reader.get(int(b)).column(FEATURES).take(pa.array(ids[sel] - self._starts[b])))
+            where[sel] = np.arange(pos, pos + len(sel))
+            pos += len(sel)
+        merged = pa.concat_arrays(pieces) if len(pieces) > 1 else pieces[0]
+        return merged.take(pa.array(where)) if len(pieces) > 1 else merged
+
+    def batches(self, batch_size: int, count: int, seed: int, rank: int, epoch: int, start: int, device: str,
+                label_dtype: Any, augment: bool,
+                hook: Callable[[np.ndarray, int], np.ndarray] | None = None) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        """Decoded ``(xb, yb)`` for batches ``start..count-1`` of the epoch (see :meth:`order`); images drawn
+        with the augmentation when ``augment``, then ``hook(batch, i)`` when given (the estimator's
+        ``augment`` callable). Runs on one thread (give it its own generator)."""
+        cache = BlockCache(self.shard.spill.reader_copy(), keep=2 * max(1, self.shard.buffer_rows
+                                                                       // self.shard.spill.block_rows) + 2)
+        for i, ids in enumerate(self.order(batch_size, count, seed, rank, epoch)):
+            if i < start:
+                continue
+            rngs = [np.random.default_rng([seed, rank, epoch, 6, int(r)]) for r in ids] \
+                if augment and self.shard.fmt.augmentation else None
+            xb, yb = self._tensors(ids, cache, "cpu" if hook else device, label_dtype, rngs)
+            if hook is not None:
+                xb = torch.from_numpy(np.require(hook(xb.numpy(), i), np.float32, ["C", "W"]))
+                xb, yb = (xb.to(device), yb.to(device)) if device != "cpu" else (xb, yb)
+            yield xb, yb
+
+    def in_order(self, batch_size: int, device: str, label_dtype: Any,
+                 limit: int | None = None) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        """The rows in file order, unaugmented, ``batch_size`` at a time (up to ``limit`` rows)."""
+        cache = BlockCache(self.shard.spill.reader_copy(), keep=2)
+        ids = self.ids if limit is None else self.ids[:limit]
+        for s in range(0, len(ids), batch_size):
+            yield self._tensors(ids[s:s + batch_size], cache, device, label_dtype, None)
+
+    def _tensors(self, ids: np.ndarray, cache: BlockCache, device: str, label_dtype: Any,
+                 rngs: list[np.random.Generator] | None) -> tuple[torch.Tensor, torch.Tensor]:
+        fmt = self.shard.fmt
+        try:
+            x = fmt.decode(self.read(ids, cache), rngs)
+        except ValueError as err:
+            raise ValueError(f"{err} (row {int(ids[0])}.. of this worker's partition)") from err
+        if fmt.shape and x.shape[1:] != tuple(fmt.shape):
+            x = x.reshape(len(ids), *fmt.shape)
+        xb = torch.from_numpy(np.require(x, np.float32, ["C", "W"]))
+        yb = torch.from_numpy(np.ascontiguousarray(self.shard.labels[ids], label_dtype))
+        if device != "cpu":
+            return xb.pin_memory().to(device, non_blocking=True), yb.to(device)
+        return xb, yb
+
+
+class BlockCache:
+    """The last ``keep`` blocks read from a spill (a window and the one before it)."""
+
+    def __init__(self, spill: Spill, keep: int) -> None:
+        self.spill, self.keep = spill, keep
+        self._blocks: OrderedDict[int, pa.RecordBatch] = OrderedDict()
+
+    def get(self, b: int) -> pa.RecordBatch:
+        if b in self._blocks:
+            self._blocks.move_to_end(b)
+            return self._blocks[b]
+        block = self.spill.block(b)
+        self._blocks[b] = block
+        while len(self._blocks) > self.keep:
+            self._blocks.popitem(last=False)
+        return block
+
+
+__all__ = ["BLOCK_ROWS", "FEATURES", "INPUT_KINDS", "LABEL", "BlockCache", "InputFormat", "Spill",
+           "SpilledShard", "StreamRows", "read_partition"]

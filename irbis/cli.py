@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from irbis.kernels.engines import ENGINE_NAMES
@@ -70,11 +71,72 @@ def _cmd_featurize(args: argparse.Namespace) -> int:
     return 0
 
 
+def _image_folder_frame(spark: Any, folder: str) -> tuple[Any, list[str]]:
+    """Image files with labels, from ``metadata.csv`` (columns ``path`` relative to the folder, ``label``) or
+    from sub-folders (``<label>/.../<image>``): a ``binaryFile`` frame with an integer ``label`` column (the
+    class names sorted), and the class names."""
+    import pandas as pd
+
+
+    root = Path(folder).resolve()
+    csv = root / "metadata.csv"
+    if csv.is_file():
+        meta = pd.read_csv(csv, dtype=str, keep_default_na=False)
+        if not {"path", "label"} <= set(meta.columns):
+            raise SystemExit(f"irbis train: {csv} needs columns path and label; found {list(meta.columns)}")
+        meta["path"] = [str((root / p).resolve()) for p in meta["path"]]
+    else:
+        files = [p for p in sorted(root.rglob("*")) if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES
+                 and p.parent != root]
+        meta = pd.DataFrame({"path": [str(p) for p in files], "label": [p.relative_to(root).parts[0] for p in files]})
+    if meta.empty:
+        raise SystemExit(f"irbis train: no images in {root}; put them in <label>/ sub-folders or list them in "
+                         "metadata.csv (path, label)")
+    names = sorted(meta["label"].unique())
+    index = {n: i for i, n in enumerate(names)}
+    labels = spark.createDataFrame(pd.DataFrame({"path": ["file:" + p for p in meta["path"]],
+                                                 "label": [index[n] for n in meta["label"]]}))
+    files = spark.read.format("binaryFile").load([f"file:{p}" for p in meta["path"]]).select("path", "content")
+    return files.join(labels, "path"), names
+
+
+#: Image file suffixes that ``irbis train`` picks up from a folder.
+IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp")
+
+
+def _train_images(args: argparse.Namespace, spark: Any) -> int:
+    from pyspark.ml import PipelineModel
+    from pyspark.ml.feature import IndexToString
+
+    from irbis.ml import ImageClassifier
+
+    data, names = _image_folder_frame(spark, args.data)
+    clf = ImageClassifier(backbone=args.backbone, imageCol="content", numClasses=max(2, len(names)),
+                          epochs=args.epochs, batchSize=args.batch_size, numWorkers=args.workers,
+                          strategy=args.strategy, strategyOptions=args.strategy_options,
+                          learningRate=args.learning_rate, optimizer=args.optimizer,
+                          validationFraction=args.validation_fraction, freezeUntil=args.freeze_until)
+    if args.augmentation is not None:
+        clf.setAugmentation(args.augmentation)
+    if args.checkpoint_dir:
+        clf.setCheckpointDir(args.checkpoint_dir)
+    model = clf.fit(data)
+    pipeline = PipelineModel([model, IndexToString(inputCol="prediction", outputCol="predictedLabel", labels=names)])
+    pipeline.write().overwrite().save(args.output)
+    for record in model.training_summary or []:
+        print("  ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in record.items()))
+    print(f"fitted PipelineModel (ImageClassifierModel, IndexToString over {names}) saved to {args.output}")
+    return 0
+
+
 def _cmd_train(args: argparse.Namespace) -> int:
     from irbis.spark.session import get_spark
     from irbis.ml import TorchEstimator
 
     spark = get_spark(args.master, app_name="irbis-train")
+    if Path(args.data).is_dir() and not (Path(args.data) / "_SUCCESS").exists() \
+            and not any(Path(args.data).glob("*.parquet")):
+        return _train_images(args, spark)
     data = spark.read.parquet(args.data)
     estimator = TorchEstimator(network=args.network, networkOptions=args.network_options,
                                featuresCol=args.features_col, labelCol=args.label_col, epochs=args.epochs,
@@ -240,9 +302,15 @@ def build_parser() -> argparse.ArgumentParser:
     feat.add_argument("--master", default="local[*]")
     feat.set_defaults(func=_cmd_featurize)
 
-    train = sub.add_parser("train", help="train a network data-parallel on Spark executors (TorchEstimator)")
-    train.add_argument("data", help="parquet with a features column (vector or array) and a numeric label")
-    train.add_argument("output", help="where the fitted TorchModel is saved")
+    train = sub.add_parser("train", help="train a network data-parallel on Spark executors: TorchEstimator on a "
+                           "parquet of features, or ImageClassifier (fine-tuning) on a folder of images")
+    train.add_argument("data", help="parquet with a features column (vector or array) and a numeric label; or a "
+                       "folder of images: <label>/.../<image> sub-folders, or metadata.csv (path, label)")
+    train.add_argument("output", help="where the fitted TorchModel (parquet) or PipelineModel (images) is saved")
+    train.add_argument("--backbone", default="efficientnet_lite0", help="images: the catalogue network fine-tuned")
+    train.add_argument("--freeze-until", default="", help="images: train only the layers after this one")
+    train.add_argument("--augmentation", default=None, help="images: JSON list of augmentation ops "
+                       "(default: ImageClassifier's)")
     train.add_argument("--network", default="mlp", help="architecture name or TorchScript file")
     train.add_argument("--network-options", default="{}", help='JSON, e.g. \'{"in_features": 64, '
                        '"hidden": 128, "out_features": 10}\'')
@@ -251,7 +319,10 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--epochs", type=int, default=10)
     train.add_argument("--batch-size", type=int, default=32, help="per worker")
     train.add_argument("--workers", type=int, default=2)
-    train.add_argument("--strategy", default="sync", help="sync, model_averaging, block_momentum, one_bit")
+    train.add_argument("--strategy", default="sync",
+                       help="data-parallel strategy, a name of irbis.train.strategies.STRATEGIES: sync, one_bit, "
+                            "block_momentum, model_averaging (synchronous); downpour, mixed, dcasgd (parameter "
+                            "server)")
     train.add_argument("--strategy-options", default="{}", help="JSON options of the strategy")
     train.add_argument("--optimizer", default="adam")
     train.add_argument("--learning-rate", type=float, default=1e-3)

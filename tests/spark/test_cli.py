@@ -9,7 +9,9 @@ import pytest
 
 from irbis.cli import main
 
-pytestmark = pytest.mark.spark
+pytestmark = [pytest.mark.spark,
+              pytest.mark.classic_only(reason="the command runs on its own session from --master local[2], a "
+                                              "classic one, which a Spark Connect client process cannot have")]
 
 
 def test_classify_names_the_photographs(spark, tiny_images, capsys):
@@ -73,3 +75,41 @@ def test_train_reports_a_missing_column(spark, tmp_path, capsys):
     spark.createDataFrame([(1.0, 0)], ["x", "label"]).write.parquet(str(data))
     assert main(["train", str(data), str(tmp_path / "m"), "--master", "local[2]"]) == 2
     assert "featuresCol 'features' not found" in capsys.readouterr().err
+
+
+def test_train_on_a_folder_of_images_saves_a_pipeline_that_names_the_classes(spark, tmp_path, capsys):
+    """``irbis train FOLDER OUT``: <label>/ sub-folders of photographs in, a fitted PipelineModel out, whose
+    predictions are the folders' names; it tells the cat from the coffee cup on held-out crops."""
+    import cv2
+    from pyspark.ml import PipelineModel
+    from skimage import data
+
+    rng = np.random.default_rng(0)
+    held_out = []
+    for name, photo in (("cat", data.chelsea()), ("cup", data.coffee())):
+        (tmp_path / "images" / name / "a").mkdir(parents=True)
+        h, w = photo.shape[:2]
+        for i in range(14):
+            s = int(rng.integers(min(h, w) // 3, min(h, w)))
+            y, x = int(rng.integers(0, h - s + 1)), int(rng.integers(0, w - s + 1))
+            jpeg = cv2.imencode(".jpg", cv2.resize(np.ascontiguousarray(photo[y:y + s, x:x + s, ::-1]), (128, 128)))[1]
+            if i < 10:
+                (tmp_path / "images" / name / "a" / f"{i}.jpg").write_bytes(jpeg.tobytes())
+            else:
+                held_out.append((jpeg.tobytes(), name))
+    out = str(tmp_path / "model")
+    assert main(["train", str(tmp_path / "images"), out, "--epochs", "1", "--batch-size", "8",
+                 "--freeze-until", "_blocks.14", "--master", "local[2]"]) == 0
+    assert "IndexToString over ['cat', 'cup']" in capsys.readouterr().out
+    model = PipelineModel.load(out)
+    scored = model.transform(spark.createDataFrame(held_out, "content binary, truth string")).toPandas()
+    assert (scored["predictedLabel"] == scored["truth"]).mean() >= 0.75
+
+
+def test_train_help_lists_every_strategy(capsys):
+    from irbis.train.strategies import STRATEGIES
+
+    with pytest.raises(SystemExit):
+        main(["train", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert all(name in text for name in STRATEGIES), text

@@ -108,3 +108,36 @@ def test_killed_worker_with_shards_on_the_driver_is_retried_alone_and_rejoins(cl
     counts = [r["psUpdates"] for r in summary]
     assert all(c["pushed"] == c["applied"] and c["rejected"] == c["replayed"] == 0 for c in counts)
     assert summary[-1]["accuracy"] > 0.85
+
+
+def test_killed_worker_resumes_image_training_streamed_from_its_spill(cluster_spark, tmp_path):
+    # images streamed from each worker's spill file, augmented per row: a worker dies after the first
+    # checkpoint, the retried stage spills its partition again and resumes mid-epoch from the checkpoint
+    import cv2
+    from skimage import data
+
+    from irbis.kernels.image import array_to_struct
+    from irbis.spark.images import IMAGE_STRUCT
+
+    rng = np.random.default_rng(0)
+    rows = []
+    for label, photo in enumerate([data.chelsea(), data.coffee()]):
+        for _ in range(48):
+            s = int(rng.integers(100, 300))
+            y, x = int(rng.integers(0, photo.shape[0] - s)), int(rng.integers(0, photo.shape[1] - s))
+            rows.append((array_to_struct(cv2.resize(np.ascontiguousarray(photo[y:y + s, x:x + s, ::-1]), (40, 40))),
+                         label))
+    df = cluster_spark.createDataFrame(rows, "image " + IMAGE_STRUCT.simpleString() + ", label int").repartition(2)
+    ckpt_root, marker = str(tmp_path / "ckpt"), str(tmp_path / "killed")
+    est = TorchEstimator(network="small_cnn", networkOptions='{"num_classes": 2}', featuresCol="image",
+                         imagePreprocessing="small_cnn_cifar", shuffleBuffer=16,
+                         augmentation='[{"op": "flip", "p": 0.5}]', epochs=4, batchSize=8, numWorkers=2,
+                         learningRate=3e-3, validationFraction=0.2, checkpointDir=ckpt_root, checkpointInterval=4,
+                         showProgress=False, augment=killer(ckpt_root, marker))
+    model = est.fit(df)
+    import os
+
+    assert os.path.exists(marker), "the fault was never injected"
+    assert est.last_results[0].resumed_from is not None and est.last_results[0].resumed_from % 4 == 0
+    assert [r["epoch"] for r in model.training_summary] == [1, 2, 3, 4]
+    assert model.training_summary[-1]["accuracy"] > 0.8

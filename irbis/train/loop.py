@@ -8,10 +8,11 @@ when, belongs to the strategy.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -122,6 +123,8 @@ def _setup(spec: TrainSpec, shard: Shard, ctx: WorkerContext,
         torch.manual_seed(spec.seed)
         model = model if model is not None else build_network(spec.network)
     model = model.to(spec.device).train()
+    if gpu_images(spec):
+        model = model.to(memory_format=torch.channels_last)
     flat = FlatParams(list(model.parameters()))
     opt = make_optimizer(spec.optimizer, _param_groups(model, spec), spec.learning_rate, spec.momentum,
                          spec.unit_gain)
@@ -199,6 +202,23 @@ def class_weights(weights: str | list[float], labels: np.ndarray, comm: Any) -> 
     counts = torch.from_numpy(np.bincount(labels, minlength=k)[:k].astype(np.float64))
     comm.all_reduce_sum(counts)
     return (counts.sum() / (k * counts.clamp(min=1))).float()
+
+
+def gpu_images(spec: TrainSpec) -> bool:
+    """Whether the step runs the GPU's image path: bf16 autocast on channels-last batches (decoding and
+    augmentation stay on the CPU threads, batches move through pinned memory)."""
+    return spec.device.startswith("cuda") and spec.input_format is not None and spec.input_format.images
+
+
+@contextlib.contextmanager
+def _step_precision(spec: TrainSpec, xb: torch.Tensor) -> Iterator[torch.Tensor]:
+    """The forward pass's setting: on the GPU's image path (:func:`gpu_images`) bf16 autocast and the batch
+    in channels-last; elsewhere the batch as it is, in fp32."""
+    if not gpu_images(spec):
+        yield xb
+        return
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        yield xb.contiguous(memory_format=torch.channels_last) if xb.dim() == 4 else xb
 
 
 def _checkpoint(run: _Run, epoch: int, step_in_epoch: int, sums: torch.Tensor) -> None:
@@ -289,7 +309,8 @@ def _run_epoch(run: _Run, epoch: int, start: int, sums: torch.Tensor) -> tuple[t
             dopt.zero_grad()
             computed = not dopt.step_decided()  # else faster workers made this step: take it as it is
             if computed:
-                loss = run.loss_fn(run.model(xb), yb)
+                with _step_precision(spec, xb) as xb:
+                    loss = run.loss_fn(run.model(xb), yb)
                 loss.backward()
             dopt.step()
             if computed:

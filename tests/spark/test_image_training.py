@@ -150,3 +150,18 @@ def test_image_structs_and_file_bytes_train_alike(spark):
     a = small_estimator(numWorkers=1, epochs=1).fit(structs).training_summary
     b = small_estimator(numWorkers=1, epochs=1).fit(files).training_summary
     assert a[0]["loss"] == pytest.approx(b[0]["loss"], rel=1e-5)
+
+
+@pytest.mark.gpu
+def test_fine_tuning_on_the_gpu_runs_bf16_channels_last_and_learns(photo_frames):
+    """device="cuda": decoding and augmentation on the CPU threads, the step in bf16 autocast on channels-last
+    batches through pinned memory; it learns as on the CPU. One worker: NCCL refuses two ranks on one GPU."""
+    from irbis.train.loop import gpu_images
+
+    train, test = photo_frames
+    clf = ImageClassifier(imageCol="content", numClasses=2, epochs=2, batchSize=16, numWorkers=1, device="cuda",
+                          showProgress=False, seed=3)
+    model = clf.fit(train)
+    assert gpu_images(clf.last_estimator.last_spec)
+    out = model.transform(test).toPandas()
+    assert float((out["prediction"] == out["label"]).mean()) >= 0.85

@@ -23,7 +23,8 @@ demo: setup
 test: setup
 	$(PY) -m pytest
 
-# The whole suite again with every Spark test on a Spark Connect session (sc://).
+# The Spark tests again (those on the spark fixture, tests/spark and tests/conformance), each on a
+# Spark Connect session (sc://); the tests marked classic_only are skipped, the others left out.
 test-connect: setup
 	$(PY) -m pytest --connect
 

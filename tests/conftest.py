@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 from connect_mode import connect_mode
@@ -25,7 +26,13 @@ CONNECT_PORT = _free_port()
 
 def pytest_addoption(parser):
     parser.addoption("--connect", action="store_true",
-                     help="run every Spark test on a Spark Connect session (sc://) instead of classic Spark")
+                     help="run the Spark tests only, each on a Spark Connect session (sc://) instead of classic Spark")
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "classic_only(reason): needs the classic PySpark API (sparkContext, a session of its own); "
+                   "skipped under --connect with the reason given")
 
 
 def on_connect(config) -> bool:
@@ -39,7 +46,8 @@ def spark(request):
 
     Its context also serves Spark Connect on a free loopback port (the ``connect`` fixture), so
     classic and Connect tests share one JVM. With ``pytest --connect`` the fixture gives the Connect
-    session instead, and the whole run is a Connect client: every Spark test runs on Connect.
+    session instead, and the whole run is a Connect client: every Spark test runs on Connect (those
+    marked ``classic_only`` are skipped, and the tests without Spark are left out).
     """
     from irbis.spark.session import get_spark
 
@@ -113,12 +121,34 @@ def tiny_images(tmp_path_factory):
     return paths
 
 
+TESTS = Path(__file__).resolve().parent
+#: Folders of TESTS whose tests all run under ``--connect``, whether or not they take the ``spark`` fixture.
+SPARK_FOLDERS = ("spark", "conformance")
+
+
+def uses_spark(item) -> bool:
+    """Whether a test runs on the test run's Spark session: it takes the ``spark`` fixture (directly or
+    through another fixture), or lies in one of :data:`SPARK_FOLDERS`."""
+    if "spark" in getattr(item, "fixturenames", ()):
+        return True
+    path = Path(str(item.path)).resolve()
+    return any(path.is_relative_to(TESTS / folder) for folder in SPARK_FOLDERS)
+
+
 def pytest_collection_modifyitems(config, items):
     """Run the slow multi-executor tests last: they replace the local session with a cluster; skip the
     ``gpu`` tests where torch sees no CUDA device.
 
-    Under ``--connect`` the multi-executor tests are skipped: they start classic clusters of their own.
+    Under ``--connect`` only the Spark tests run (:func:`uses_spark`; the others gain nothing from a
+    second run), and the multi-executor tests and the ``classic_only`` ones are skipped: the former start
+    classic clusters of their own, the latter say why they need classic Spark.
     """
+    if on_connect(config):
+        kept = [item for item in items if uses_spark(item)]
+        dropped = [item for item in items if not uses_spark(item)]
+        if dropped:
+            config.hook.pytest_deselected(items=dropped)
+            items[:] = kept
     items.sort(key=lambda item: item.get_closest_marker("slow") is not None)
     gpu = [item for item in items if item.get_closest_marker("gpu") is not None]
     if gpu:
@@ -129,10 +159,13 @@ def pytest_collection_modifyitems(config, items):
             for item in gpu:
                 item.add_marker(skip)
     if on_connect(config):
-        skip = pytest.mark.skip(reason="starts a classic local-cluster of its own")
+        cluster = pytest.mark.skip(reason="starts a classic local-cluster of its own")
         for item in items:
             if "cluster_spark" in getattr(item, "fixturenames", ()):
-                item.add_marker(skip)
+                item.add_marker(cluster)
+            elif (marker := item.get_closest_marker("classic_only")) is not None:
+                reason = marker.kwargs.get("reason") or (marker.args[0] if marker.args else "needs classic Spark")
+                item.add_marker(pytest.mark.skip(reason=f"classic only: {reason}"))
 
 
 @pytest.fixture(scope="session")

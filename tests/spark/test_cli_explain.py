@@ -10,7 +10,9 @@ from pyspark.sql import functions as F
 
 from irbis.cli import main
 
-pytestmark = pytest.mark.spark
+pytestmark = [pytest.mark.spark,
+              pytest.mark.classic_only(reason="the command runs on its own session from --master local[2], a "
+                                              "classic one, which a Spark Connect client process cannot have")]
 
 
 def test_explain_writes_one_overlay_per_image_and_a_page(spark, tiny_images, tmp_path, capsys):

@@ -39,6 +39,8 @@ NORMAL_RUN = textwrap.dedent(f"""
 NOISE = ("WARN", "Warning", "warning", "Traceback", "Exception", "\tat ", "ERROR")
 
 
+@pytest.mark.classic_only(reason="a fresh driver process with a classic session of its own: it takes no "
+                                 "Spark session from the test run")
 def test_a_normal_fit_and_transform_print_no_warning_or_stack_trace(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "PYTHONWARNINGS"}  # Python's default filters, as a user has
     run = subprocess.run([sys.executable, "-c", NORMAL_RUN], cwd=tmp_path, env=env, capture_output=True,

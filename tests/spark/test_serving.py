@@ -210,6 +210,8 @@ def test_lone_and_batched_image_requests_give_the_same_answers(image_pipeline):
     assert "irbis_batch_rows_sum 16.0" in rows  # both paths count their rows
 
 
+@pytest.mark.classic_only(reason="the server's Spark path starts an embedded classic session (local[2]), which a "
+                                 "Spark Connect client process cannot have")
 def test_spark_path_serves_a_stage_without_kernel(spark, tmp_path):
     path = str(tmp_path / "sql")
     stages = [VectorAssembler(inputCols=["a", "b"], outputCol="features"),

@@ -7,16 +7,20 @@ from irbis.spark.session import get_spark
 pytestmark = pytest.mark.spark
 
 
+@pytest.mark.classic_only(reason="get_spark's classic session: PySpark gives a Spark Connect client process none")
 def test_get_spark_reuses_the_session_and_enables_arrow(spark):
     assert get_spark("local[2]") is spark
     assert spark.conf.get("spark.sql.execution.arrow.pyspark.enabled") == "true"
 
 
+@pytest.mark.classic_only(reason="get_spark's classic session: PySpark gives a Spark Connect client process none")
 def test_get_spark_refuses_a_different_master_while_one_runs(spark):
     with pytest.raises(RuntimeError, match="already running.*spark.stop"):
         get_spark("local-cluster[2,1,1024]")
 
 
+@pytest.mark.classic_only(reason="a local master's Python workers get spark.executorEnv.* from the classic "
+                                 "client's UDF environment only; a Connect client sends none")
 def test_python_workers_get_huge_pages_for_malloc(spark):
     """The engines free their buffers after each call only where malloc gives huge pages."""
     import os

@@ -74,6 +74,8 @@ def test_dedicated_servers_beyond_the_slots_fail_before_training_naming_both_cou
         est.fit(train_df)
 
 
+@pytest.mark.classic_only(reason="placement='driver' needs a classic session, whose executors reach the driver "
+                                 "(test_connect checks the error on Connect)")
 def test_shards_on_the_driver_train_digits_in_an_ordinary_stage(train_df, digits):
     # placement="driver": no barrier stage, collectives through the driver's store, ZeroMQ to the driver
     est = estimator(strategy="dcasgd", strategyOptions='{"placement": "driver"}', learningRate=0.1)

@@ -128,11 +128,12 @@ class LIMEParams(ColumnSetters, HasErrorCol, HasMiniBatchSize, HasSeed,
 
     def _load_extra(self, path: str) -> None:
         from pyspark.ml.util import DefaultParamsReader
-        from pyspark.sql import SparkSession
+
+        from irbis.spark.session import active_session
 
         folder = os.path.join(path, "model")
-        if os.path.isdir(folder):
-            spark = SparkSession.builder.getOrCreate()
+        if os.path.isdir(folder):  # the model may hold JVM stages: read in the session in use (Connect too)
+            spark = active_session(f"loading a saved {type(self).__name__}")
             self._model = DefaultParamsReader.loadParamsInstance(folder, spark)
 
 

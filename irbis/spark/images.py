@@ -62,9 +62,9 @@ class ImageReadStats:
     """
 
     def __init__(self, spark: SparkSession | None = None) -> None:
-        from irbis.spark.session import require_classic
+        from irbis.spark.session import active_session, require_classic
 
-        spark = spark or SparkSession.builder.getOrCreate()
+        spark = spark or active_session("ImageReadStats")
         require_classic(spark, "ImageReadStats", "accumulators")
         sc = spark.sparkContext
         self._files = sc.accumulator(0)
@@ -180,7 +180,9 @@ def read_images(path: str | list[str], recursive: bool = True, sampleRatio: floa
     """
     if not 0.0 < sampleRatio <= 1.0:
         raise ValueError(f"sampleRatio must be in (0, 1], found {sampleRatio}")
-    spark = spark or SparkSession.builder.getOrCreate()
+    from irbis.spark.session import active_session
+
+    spark = spark or active_session("read_images")
     paths = [path] if isinstance(path, str) else list(path)
     require_local_paths(spark, paths, "read_images")
     listing = _binary_reader(spark, recursive, pathGlobFilter).load(paths)
@@ -245,7 +247,9 @@ def read_images_stream(path: str, recursive: bool = True, dropInvalid: bool = Fa
     New files in ``path`` become rows of ``path``, ``image``, ``error`` as in :func:`read_images`.
     ``maxFilesPerTrigger`` bounds each micro-batch.
     """
-    spark = spark or SparkSession.builder.getOrCreate()
+    from irbis.spark.session import active_session
+
+    spark = spark or active_session("read_images_stream")
     reader = (spark.readStream.format("binaryFile").schema(_BINARY_FILE_SCHEMA)
               .option("recursiveFileLookup", str(recursive).lower()))
     if pathGlobFilter:

@@ -55,7 +55,8 @@ def get_spark(master: str | None = None, app_name: str = "irbis", **conf: Any) -
     Raises
     ------
     RuntimeError
-        When a session with a different master is already running in this process.
+        When a session with a different master is already running in this process, or a classic
+        master is asked for in a process that runs as a Spark Connect client.
 
     Examples
     --------
@@ -66,6 +67,12 @@ def get_spark(master: str | None = None, app_name: str = "irbis", **conf: Any) -
     if master.startswith("sc://"):
         return _connect(master, app_name, conf)
     active = SparkSession.getActiveSession()
+    if active is not None and is_connect(active):
+        raise RuntimeError(
+            f"A Spark Connect session is active: this process is a Spark Connect client, and PySpark gives "
+            f"such a process no classic session; ask for the server's sc:// URL instead of master "
+            f"{master!r}, or run classic Spark in another process."
+        )
     if active is not None:
         running = active.sparkContext.master
         if running != master:
@@ -122,6 +129,26 @@ def _connect(url: str, app_name: str, conf: dict[str, Any]) -> SparkSession:
     for key, value in settings.items():
         session.conf.set(key, value)
     return session
+
+
+def active_session(caller: str) -> SparkSession:
+    """The session this thread works in, for ``caller`` (a function given no session and no DataFrame).
+
+    Library code never creates a session: only :func:`get_spark` does. On a Spark Connect client this is
+    the Connect session (``SparkSession.builder.getOrCreate()`` would start or find a classic one).
+
+    Raises
+    ------
+    RuntimeError
+        When no session is active, naming ``caller``.
+    """
+    from pyspark.errors import PySparkRuntimeError
+
+    try:
+        return SparkSession.active()
+    except PySparkRuntimeError as err:
+        raise RuntimeError(f"{caller} needs a Spark session and none is active: start one with "
+                           "irbis.get_spark(...) or pass spark=...") from err
 
 
 class ClassicOnlyError(NotImplementedError):

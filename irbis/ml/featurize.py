@@ -199,7 +199,10 @@ class FeaturizeModel(IrbisModel, _FeaturizeParams):
         names = self.feature_names
         meta = {"ml_attr": {"attrs": {"numeric": [{"idx": i, "name": n} for i, n in enumerate(names)]}, "num_attrs": len(names)}}
         result = super()._transform_spark(df)
-        return result.withColumn(out, column(out).alias(out, metadata=meta))
+        # A top-level alias carries its metadata on classic and Connect sessions alike; on Connect the
+        # metadata of an alias given to withColumn is lost.
+        return result.select(*[column(c).alias(c, metadata=meta) if c == out else column(c)
+                               for c in result.columns])
 
     def _save_extra(self, path: str) -> None:
         with open(os.path.join(path, "plan.json"), "w", encoding="utf-8") as f:

@@ -19,6 +19,7 @@ from irbis.ml.base import IrbisTransformer
 from irbis.ml.params import at_least, checked, one_of
 from irbis.refs import is_reference, reference, resolve
 from irbis.spark.columns import column
+from irbis.spark.session import is_connect
 
 #: The names of pyspark's storage levels (the values of Cache's storageLevel).
 STORAGE_LEVELS = tuple(sorted(k for k, v in vars(StorageLevel).items() if isinstance(v, StorageLevel)))
@@ -271,4 +272,10 @@ class Lambda(_ReshapeStage):
         return self._call(pdf.copy())
 
     def _reshape_spark(self, df: DataFrame) -> DataFrame:
-        return self._call(df)
+        out = self._call(df)
+        if is_connect(df) and isinstance(out, DataFrame):
+            # The function names its columns itself. Classic Spark analyses each step as it is built,
+            # so a missing column fails here; a Connect client builds the plan unanalysed: ask the
+            # server for the schema now, for the same error (naming the column) before any action.
+            out.schema  # noqa: B018 - the analysis is the point
+        return out

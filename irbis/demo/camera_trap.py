@@ -40,6 +40,7 @@ from irbis.demo.progress import spark_progress
 from irbis.demo.report import Scores, Step, format_table, score_variants, write_report
 from irbis.ml.image import ImageSetAugmenter
 from irbis.spark.images import read_images
+from irbis.spark.resources import default_parallelism
 
 __all__ = ["AUGMENT", "DemoResult", "PAPER", "run_demo"]
 
@@ -137,7 +138,7 @@ def run_demo(spark: SparkSession, output: str | Path, images: str | Path | None 
     clock["generate"] = time.perf_counter() - start
     meta = _prepare(load_metadata(images), positive, test_fraction, folds, seed)
     stages = feature_stages(precision, raw_size)
-    parts = max(2 * spark.sparkContext.defaultParallelism, 8)
+    parts = max(2 * default_parallelism(spark), 8)
     with _timed(clock, "decode"), spark_progress(spark, "decode", len(meta), progress):
         cached, data = _load_images(spark, meta, parts)
     feats = None

@@ -54,6 +54,16 @@ def local_slots(session: Any) -> int | None:
     return None
 
 
+def default_parallelism(session: Any) -> int:
+    """The session's default number of partitions: ``sparkContext.defaultParallelism`` on a classic
+    session; through Spark Connect (no SparkContext) ``spark.default.parallelism`` where the server sets
+    it, else the tasks a local master runs at once, else 2."""
+    if not type(session).__module__.startswith("pyspark.sql.connect"):  # a classic session
+        return int(session.sparkContext.defaultParallelism)
+    given = conf(session, "spark.default.parallelism")
+    return int(given) if given else local_slots(session) or 2
+
+
 def check_device(session: Any, device: str) -> None:
     """Refuse ``device="cuda"`` on the driver when the cluster surely has no GPU.
 
@@ -79,4 +89,4 @@ def check_device(session: Any, device: str) -> None:
                               f"{gpus}, so the executors have no GPU")
 
 
-__all__ = ["check_device", "conf", "is_local_master", "local_slots", "master"]
+__all__ = ["check_device", "conf", "default_parallelism", "is_local_master", "local_slots", "master"]

@@ -59,6 +59,21 @@ def test_classic_only_features_say_so(connect):
             ImageReadStats(connect)
 
 
+def test_default_parallelism_is_known_on_connect(spark, connect):
+    from irbis.spark.resources import default_parallelism
+
+    expected = default_parallelism(spark)  # spark.default.parallelism of the test run's session
+    with connect_mode():
+        assert default_parallelism(connect) == expected == 2
+
+
+def test_get_spark_asks_a_connect_client_for_the_server_url(connect):
+    from irbis.spark.session import get_spark
+
+    with connect_mode(), pytest.raises(RuntimeError, match="Spark Connect client.*sc:// URL instead of master 'local.2.'"):
+        get_spark("local[2]")
+
+
 # -- TorchEstimator ------------------------------------------------------------------------------
 def _digits_frames(spark, connect):
     from sklearn.datasets import load_digits

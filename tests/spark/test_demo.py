@@ -60,7 +60,7 @@ def test_artefacts_and_saved_pipeline(demo, spark):
 
 
 def test_head_selection_does_not_depend_on_the_partition_layout(spark):
-    from pyspark.ml.linalg import Vectors
+    from pyspark.ml.functions import array_to_vector
 
     from irbis.demo.ladder import select_head
 
@@ -70,9 +70,13 @@ def test_head_selection_does_not_depend_on_the_partition_layout(spark):
     x = rng.normal(size=(n, 6)) + np.outer(y, [1.0, 0.5, 0, 0, 0, 0])
     rows = pd.DataFrame({"path": [f"img{i // 2:03d}.png" for i in range(n)],
                          "augmentation": ["original", "flip"] * (n // 2), "y": y, "fold": (np.arange(n) // 2) % 3})
-    rows["f"] = [Vectors.dense(v) for v in x]
-    one = spark.createDataFrame(rows).repartition(3)
-    other = spark.createDataFrame(rows.sample(frac=1.0, random_state=1)).repartition(5)
+    rows["f"] = list(x)  # arrays: Arrow (and so Spark Connect) takes no DenseVector objects in a pandas frame
+
+    def frame(pdf):
+        return spark.createDataFrame(pdf).withColumn("f", array_to_vector("f"))
+
+    one = frame(rows).repartition(3)
+    other = frame(rows.sample(frac=1.0, random_state=1)).repartition(5)
     first, second = select_head(one, "f", seed=0), select_head(other, "f", seed=0)
     assert first == second  # the same choice, the same scores of every setting
     assert first[2] == 6 and len(set(first[1].values())) > 1

@@ -1,0 +1,166 @@
+"""The seeds' experiment in miniature: a pretrained network fine-tuned on camera-trap images under
+synchronous, asynchronous and mixed parameter-server training (after ICCS 2017, which fine-tuned an
+ImageNet-pretrained ResNet-50 with random crops and flips run on the CPU while the previous batch trained).
+
+At the scale of this machine: EfficientNet-Lite0 (the pretrained network the catalogue ships; ResNet-50's
+weights are not shipped) fine-tuned by ``ImageClassifier`` on the demo's camera-trap JPEGs (binaryFile
+bytes, decoded, cropped and flipped in the workers on the prefetch thread), with ``sync``, ``downpour``,
+``mixed`` and ``dcasgd`` at 2 and 4 workers on ``local[4]`` (4 workers oversubscribe the 2 cores: the
+figures show what staleness costs, not a speed-up). Every cell runs over the same seeds; the table gives
+images per second end to end (the fit, Spark job start included) and inside the loop, the test accuracy
+(mean and the range over seeds), and the parameter servers' mean staleness. The scaling chart
+(``benchmarks/results/iccs_finetune.png``) sits beside the simulator's.
+
+Run: ``flock /tmp/irbis-bench.lock .venv/bin/python benchmarks/iccs_finetune.py`` (``--quick`` to check it runs).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
+STRATEGIES = {"sync": ("adam", 1e-3, "{}"),
+              "downpour": ("sgd", 0.01, "{}"),
+              "mixed": ("sgd", 0.01, "{}"),
+              "dcasgd": ("sgd", 0.01, "{}")}
+
+
+def camera_frames(spark, folder: Path, size: tuple[int, int, int], seed: int):
+    """The demo's camera-trap set: training and test cameras as binaryFile frames with a 0/1 label."""
+    from pyspark.sql import functions as F
+
+    from irbis.demo.data import build_camera_trap_set
+    from irbis.demo.dataset import load_metadata
+
+    cameras, bursts, frames = size
+    build_camera_trap_set(folder, cameras=cameras, bursts_per_camera=bursts, frames_per_burst=frames, seed=seed)
+    meta = load_metadata(folder)
+    meta["y"] = (meta["label"] == "animal").astype(int)
+    test_cameras = sorted(meta["camera"].unique())[::4]
+    meta["is_test"] = meta["camera"].isin(test_cameras)
+    labels = spark.createDataFrame(meta[["path", "y", "is_test"]].assign(path=lambda d: "file:" + d["path"]))
+    files = spark.read.format("binaryFile").load([f"file:{p}" for p in meta["path"]]).select("path", "content")
+    data = files.join(labels, "path").repartition(4).cache()
+    data.count()
+    return data.where(~F.col("is_test")), data.where(F.col("is_test")), meta
+
+
+def run_cell(train, test, strategy: str, workers: int, seed: int, epochs: int, batch: int) -> dict:
+    from irbis.ml import ImageClassifier
+
+    optimizer, rate, options = STRATEGIES[strategy]
+    clf = ImageClassifier(imageCol="content", labelCol="y", numClasses=2, epochs=epochs, batchSize=batch,
+                          numWorkers=workers, strategy=strategy, strategyOptions=options, optimizer=optimizer,
+                          learningRate=rate, freezeUntil="_blocks.12", seed=seed, showProgress=False,
+                          augmentation=json.dumps([{"op": "random_resized_crop", "scale": [0.6, 1.0]},
+                                                   {"op": "flip", "flip_code": 1, "p": 0.5}]))
+    t0 = time.perf_counter()
+    model = clf.fit(train)
+    seconds = time.perf_counter() - t0
+    images = sum(r.get("samplesPerSecond", 0) > 0 for r in model.training_summary)  # epochs recorded
+    scored = model.transform(test).select("y", "prediction").toPandas()
+    summary = model.training_summary
+    loop = statistics.mean(r["samplesPerSecond"] for r in summary)
+    stale = [r["staleness"]["mean"] for r in summary if isinstance(r.get("staleness"), dict)
+             and "mean" in r["staleness"]]
+    return {"seconds": seconds, "epochs": images, "loop_ips": loop,
+            "accuracy": float((scored["y"] == scored["prediction"]).mean()),
+            "staleness": statistics.mean(stale) if stale else None,
+            "loss": [r["loss"] for r in summary]}
+
+
+def plot(rows: list[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (a, b) = plt.subplots(1, 2, figsize=(10, 4))
+    for name in STRATEGIES:
+        mine = sorted((r for r in rows if r["strategy"] == name), key=lambda r: r["workers"])
+        a.plot([r["workers"] for r in mine], [r["e2e_ips"] for r in mine], marker="o", label=name)
+        b.errorbar([r["workers"] for r in mine], [r["accuracy"] for r in mine],
+                   yerr=[[r["accuracy"] - r["acc_lo"] for r in mine], [r["acc_hi"] - r["accuracy"] for r in mine]],
+                   marker="o", capsize=3, label=name)
+    a.set(xlabel="workers (2 cores)", ylabel="images/s end to end", title="fine-tuning throughput")
+    b.set(xlabel="workers (2 cores)", ylabel="test accuracy (mean, range over seeds)", title="accuracy")
+    for ax in (a, b):
+        ax.set_xticks(sorted({r["workers"] for r in rows}))
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--epochs", type=int, default=2)
+    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--workers", default="2,4")
+    parser.add_argument("--quick", action="store_true", help="a small set, 1 seed, 1 epoch, 2 workers")
+    args = parser.parse_args()
+    size, seeds, epochs, workers = (4, 4, 4), args.seeds, args.epochs, [int(w) for w in args.workers.split(",")]
+    if args.quick:
+        size, seeds, epochs, workers = (4, 2, 3), 1, 1, [2]
+    import pyspark
+    import torch
+
+    from irbis import get_spark
+
+    load0 = os.getloadavg()[0]
+    spark = get_spark("local[4]", app_name="iccs-finetune", **{"spark.ui.showConsoleProgress": "false"})
+    spark.sparkContext.setLogLevel("ERROR")
+    with tempfile.TemporaryDirectory() as tmp:
+        train, test, meta = camera_frames(spark, Path(tmp) / "traps", size, 0)
+        n_train = int((~meta["is_test"]).sum())
+        rows = []
+        run_cell(train, test, "sync", 2, 99, 1, args.batch)  # warm-up: workers, imports, the exported network
+        for name in STRATEGIES:
+            for w in workers:
+                cells = [run_cell(train, test, name, w, seed, epochs, args.batch) for seed in range(seeds)]
+                accs = [c["accuracy"] for c in cells]
+                stale = [c["staleness"] for c in cells if c["staleness"] is not None]
+                rows.append({"strategy": name, "workers": w,
+                             "e2e_ips": statistics.median(n_train * epochs / c["seconds"] for c in cells),
+                             "loop_ips": statistics.median(c["loop_ips"] for c in cells),
+                             "accuracy": statistics.mean(accs), "acc_lo": min(accs), "acc_hi": max(accs),
+                             "staleness": statistics.mean(stale) if stale else None})
+                print(rows[-1], flush=True)
+    lines = [f"# benchmarks/iccs_finetune.py  {time.strftime('%Y-%m-%d %H:%M')}",
+             f"# machine: {platform.machine()}, {os.cpu_count()} cores; python {platform.python_version()}; "
+             f"torch {torch.__version__}, pyspark {pyspark.__version__}; load average {load0:.1f} before, "
+             f"{os.getloadavg()[0]:.1f} after",
+             f"# EfficientNet-Lite0 (pretrained) fine-tuned by ImageClassifier after _blocks.12 on the demo's camera "
+             f"traps ({len(meta)} JPEGs 320x240, {n_train} from the training cameras, the rest test), "
+             f"{epochs} epoch(s), batch {args.batch} per worker, random resized crop + flip in the workers; "
+             f"local[4] on {os.cpu_count()} cores; {seeds} seed(s) per cell; sync with Adam 1e-3, the parameter "
+             "servers with SGD 0.01 (each strategy's server default otherwise)",
+             "",
+             "| strategy | workers | images/s end to end (median) | images/s in the loop | test accuracy (mean) "
+             "| range over seeds | mean staleness |",
+             "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        stale = "-" if r["staleness"] is None else f"{r['staleness']:.2f}"
+        lines.append(f"| {r['strategy']} | {r['workers']} | {r['e2e_ips']:.1f} | {r['loop_ips']:.1f} | "
+                     f"{r['accuracy']:.3f} | {r['acc_lo']:.3f}-{r['acc_hi']:.3f} | {stale} |")
+    text = "\n".join(lines)
+    print(text)
+    if not args.quick:
+        RESULTS.mkdir(parents=True, exist_ok=True)
+        (RESULTS / "iccs_finetune.txt").write_text(text + "\n")
+        plot(rows, RESULTS / "iccs_finetune.png")
+    spark.stop()
+
+
+
+if __name__ == "__main__":
+    main()

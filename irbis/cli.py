@@ -180,7 +180,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
         spark.sparkContext.setLogLevel("ERROR")
     result = run_demo(spark, args.output, args.images, size=args.size, positive=args.positive,
                       precision=args.precision, seed=args.seed, explain=args.explain,
-                      progress=not args.no_progress)
+                      progress=not args.no_progress, fine_tune=args.fine_tune)
     print(result.table)
     print(f"best: {result.best}; report {result.output / 'report.html'}, pipeline {result.output / 'model'}")
     print(f"wall time {time.perf_counter() - start:.0f} s")
@@ -289,6 +289,8 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--explain", type=int, default=3, help="test images explained with LIME (0: none)")
     demo.add_argument("--seed", type=int, default=0, help="seed of the built set and of the camera split")
     demo.add_argument("--no-progress", action="store_true", help="no progress bars")
+    demo.add_argument("--fine-tune", action="store_true", help="one more rung, +F: EfficientNet-Lite0 fine-tuned "
+                      "on the training cameras' images (several minutes more)")
     demo.set_defaults(func=_cmd_demo)
 
     feat = sub.add_parser("featurize", help="images to pretrained-network features, written as parquet")

@@ -89,15 +89,14 @@ def _featurize(df: DataFrame, stages: dict[str, list[Any]], names: list[str], co
 
 def _copies(images: DataFrame, stages: dict[str, list[Any]], col: str) -> DataFrame:
     """The augmented copies (not the originals) of every image, featurized with ``col``'s stages (cached)."""
-    aug = ImageSetAugmenter(inputCol="image", outputCol="image", variantCol="augmentation", **AUGMENT)
-    copies = aug.transform(images).where(F.col("augmentation") != "original")
+    copies = _with_copies(images).where(F.col("augmentation") != "original")
     return _featurize(copies, stages, [col], [col])
 
 
 def run_demo(spark: SparkSession, output: str | Path, images: str | Path | None = None, *,
              size: str = "default", positive: str = "animal", precision: str = "fp32", raw_size: int = 120,
              test_fraction: float = 0.25, folds: int = 3, seed: int = 0, n_boot: int = 1000,
-             explain: int = 3, progress: bool = True) -> DemoResult:
+             explain: int = 3, progress: bool = True, fine_tune: bool = False) -> DemoResult:
     """Fit and evaluate the ladder; write the report, the figures and the best pipeline to ``output``.
 
     Parameters
@@ -127,6 +126,10 @@ def run_demo(spark: SparkSession, output: str | Path, images: str | Path | None 
         Test images explained with LIME in the report (0: none).
     progress : bool
         Show progress bars.
+    fine_tune : bool
+        Climb one more rung, +F: EfficientNet-Lite0 fine-tuned on the training cameras' images by
+        :class:`irbis.ml.ImageClassifier` (augmented in the workers), scored over the copies and bursts as
+        +E. It takes several minutes on 2 cores, so the default demo leaves it out.
     """
     dims = check_size(size)
     out = Path(output)
@@ -156,6 +159,11 @@ def run_demo(spark: SparkSession, output: str | Path, images: str | Path | None 
         better = max(("EN1", "EN2"), key=lambda n: max(chosen[n]["cv_auc"].values()))
         _augmented_rungs(spark, data, feats, stages, better, (folds, seed), scored, chosen, models, clock,
                          (len(meta), progress))
+        if fine_tune:
+            with _timed(clock, "+F"), spark_progress(spark, "fine-tune EfficientNet-Lite0 (+F)", len(meta), progress):
+                models[FINE_TUNED], chosen[FINE_TUNED] = _fine_tuned_rung(data, seed)
+                scored[FINE_TUNED] = score_test_set(models[FINE_TUNED], _with_copies(data.where(F.col("is_test"))),
+                                                    "image", True, True)
     finally:
         if feats is not None:
             feats.unpersist()
@@ -205,6 +213,31 @@ def _augmented_rungs(spark: SparkSession, data: DataFrame, feats: DataFrame, sta
         augmented.unpersist()
 
 
+#: The fine-tuned rung's name in the table.
+FINE_TUNED = "+F"
+#: +F's training: the layers after this one train (the rest keeps its pretrained weights), for this many epochs.
+FINE_TUNE = {"freezeUntil": "_blocks.10", "epochs": 3, "batchSize": 16}
+
+
+def _with_copies(images: DataFrame) -> DataFrame:
+    """The originals and their augmented copies (AUGMENT), as images with an ``augmentation`` column."""
+    aug = ImageSetAugmenter(inputCol="image", outputCol="image", variantCol="augmentation", **AUGMENT)
+    return aug.transform(images)
+
+
+def _fine_tuned_rung(data: DataFrame, seed: int) -> tuple[Any, dict[str, Any]]:
+    """+F: EfficientNet-Lite0 fine-tuned on the training cameras' images (random crops, flips, darker and grey
+    frames drawn in the workers), two data-parallel Spark tasks."""
+    from irbis.ml.image_classifier import ImageClassifier
+
+    augmentation = [{"op": "random_resized_crop", "scale": [0.6, 1.0]}, {"op": "flip", "flip_code": 1, "p": 0.5},
+                    {"op": "color_jitter", "brightness": 0.4, "contrast": 0.2, "p": 0.5}, {"op": "grey", "p": 0.2}]
+    clf = ImageClassifier(imageCol="image", labelCol="y", numClasses=2, seed=seed, numWorkers=2, showProgress=False,
+                          classWeights="balanced", augmentation=json.dumps(augmentation), **FINE_TUNE)
+    model = clf.fit(data.where(~F.col("is_test")).select("image", "y"))
+    return model, {**FINE_TUNE, "final training loss": round(model.training_summary[-1]["loss"], 4)}
+
+
 def _prepare(meta: pd.DataFrame, positive: str, test_fraction: float, folds: int, seed: int) -> pd.DataFrame:
     """Labels, the camera split and the camera-grouped folds (checked before any Spark job)."""
     meta["y"] = check_labels(meta, positive)
@@ -221,7 +254,7 @@ def _finish(spark: SparkSession, out: Path, meta: pd.DataFrame, images: Any, sco
                                  seed=opts["seed"])
     best = max(rows, key=lambda r: (r.roc_auc, r.accuracy)).variant
     col = _FEATURES["EN1" if best.startswith("EN1") else "EN2" if best.startswith("EN2") else "LR120"]
-    _save_model(out, best, stages[col], models[best], opts["positive"])
+    _save_model(out, best, [] if best == FINE_TUNED else stages[col], models[best], opts["positive"])
     table = format_table(rows, steps)
     (out / "table.txt").write_text(table + "\n")
     with _timed(clock, "report"):
@@ -246,6 +279,9 @@ def _descriptions(better: str) -> dict[str, str]:
             "EN2": "EfficientNet-Lite0, 2 layers cut (pooled 320-d last block, before the 1x1 head conv) + LR",
             a: f"{better} trained on flipped, closer (80% crop) and darker (x0.6) copies; test scores averaged",
             f"{a}+E": f"{a} with scores averaged over each burst (EnsembleByKey)",
+            FINE_TUNED: f"EfficientNet-Lite0 fine-tuned after {FINE_TUNE['freezeUntil']} on the training cameras' "
+                        f"images ({FINE_TUNE['epochs']} epochs, ImageClassifier, augmented in the workers); scores "
+                        "averaged over the copies and each burst as +E",
             f"{a}+E+T": f"{a}+E with an MLP head (standardised features; width, weight decay and epochs by "
                         "grouped CV, the simplest within one standard error of the best) trained data-parallel by "
                         "TorchEstimator instead of LR"}
@@ -268,7 +304,7 @@ def _head_note(steps: list[Step], head: str) -> dict[str, str]:
 
 def _builds_on(better: str) -> dict[str, str]:
     a = f"{better}+A"
-    return {"EN1": "LR120", "EN2": "EN1", a: better, f"{a}+E": a, f"{a}+E+T": f"{a}+E"}
+    return {"EN1": "LR120", "EN2": "EN1", a: better, f"{a}+E": a, f"{a}+E+T": f"{a}+E", FINE_TUNED: f"{a}+E+T"}
 
 
 def _paper(better: str) -> dict[str, float]:

@@ -40,6 +40,8 @@ def photo_frames(spark):
     return train, test
 
 
+@pytest.mark.classic_only(reason="a slow fit of EfficientNet-Lite0; the conformance harness fits ImageClassifier "
+                                 "on Spark Connect")
 def test_fine_tuning_a_pretrained_network_on_photographs_beats_chance(photo_frames, tmp_path):
     train, test = photo_frames
     clf = ImageClassifier(imageCol="content", numClasses=2, epochs=1, batchSize=8, freezeUntil="_blocks.14",

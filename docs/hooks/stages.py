@@ -1,0 +1,65 @@
+"""MkDocs hook: the reference page of every Spark ML stage, generated from the code at build time.
+
+For each stage that :func:`irbis.ml._docgen.stage_classes` finds, the page holds the class's docstring
+and public methods (rendered by mkdocstrings) and its Param table, as :func:`irbis.ml._docgen.render`
+writes it: name, type, default and doc of every Param, read from the stage itself. A stage or Param
+added to the code is on the next build's page; nothing is checked in.
+"""
+from __future__ import annotations
+
+from mkdocs.structure.files import File, Files
+
+PAGE = "reference/stages.md"
+
+
+def _tables(rendered: str) -> dict[str, list[str]]:
+    """Each stage's Param table (its lines) from the text :func:`irbis.ml._docgen.render` gives."""
+    tables: dict[str, list[str]] = {}
+    for section in rendered.split("\n## ")[1:]:
+        name, _, body = section.partition("\n")
+        tables[name.strip()] = [line for line in body.splitlines() if line.startswith("|")]
+    return tables
+
+
+def stages_page() -> str:
+    """The Markdown of the stages' reference page."""
+    from irbis.ml import _docgen
+
+    classes = _docgen.stage_classes()
+    tables = _tables(_docgen.render())
+    lines = [
+        "# Stages and their Params",
+        "",
+        "Every Spark ML stage of Irbis: its docstring and methods, and the table of its Params (name, type,",
+        "default and doc), generated from the code when the site is built. Every stage works inside a",
+        "`Pipeline`, saves with `stage.save(path)` and loads with `Class.load(path)`; each Param has a",
+        "`setX` setter and a `getX` getter, and is checked when it is set.",
+        "",
+        *[f"- [{cls.__name__}](#{cls.__name__.lower()})" for cls in classes],
+        "",
+    ]
+    for cls in classes:
+        name, path = cls.__name__, f"{cls.__module__}.{cls.__name__}"
+        lines += [
+            f"## {name}",
+            "",
+            f"`{path}` ({_docgen._kind(cls)})",
+            "",
+            f"::: {path}",
+            "    options:",
+            "      show_root_heading: false",
+            "      show_root_toc_entry: false",
+            "      heading_level: 3",
+            "",
+            f"### Params of {name}",
+            "",
+            *tables[name],
+            "",
+        ]
+    return "\n".join(lines)
+
+
+def on_files(files: Files, config) -> Files:
+    """Add the generated stages page to the site's files."""
+    files.append(File.generated(config, PAGE, content=stages_page()))
+    return files

@@ -4,12 +4,24 @@ For each stage that :func:`irbis.ml._docgen.stage_classes` finds, the page holds
 and public methods (rendered by mkdocstrings) and its Param table, as :func:`irbis.ml._docgen.render`
 writes it: name, type, default and doc of every Param, read from the stage itself. A stage or Param
 added to the code is on the next build's page; nothing is checked in.
+
+The hook also holds the reference to the public API: an object that a page renders (``::: name``)
+without a docstring, and a public class or function of ``irbis`` or ``irbis.ml`` that no page renders,
+are warnings, which fail ``mkdocs build --strict``.
 """
 from __future__ import annotations
+
+import inspect
+import logging
+import pkgutil
+import re
 
 from mkdocs.structure.files import File, Files
 
 PAGE = "reference/stages.md"
+DIRECTIVE = re.compile(r"^::: ([\w.]+)\s*$", re.M)
+log = logging.getLogger("mkdocs.plugins.irbis")
+_rendered: set[str] = set()
 
 
 def _tables(rendered: str) -> dict[str, list[str]]:
@@ -63,3 +75,27 @@ def on_files(files: Files, config) -> Files:
     """Add the generated stages page to the site's files."""
     files.append(File.generated(config, PAGE, content=stages_page()))
     return files
+
+
+def on_page_markdown(markdown: str, page, config, files) -> str:
+    """Warn about a rendered object without a docstring; note what each page renders."""
+    for name in DIRECTIVE.findall(markdown):
+        _rendered.add(name)
+        if not inspect.getdoc(pkgutil.resolve_name(name)):
+            log.warning("%s renders %s, which has no docstring", page.file.src_uri, name)
+    return markdown
+
+
+def on_post_build(config) -> None:
+    """Warn about a public class or function of ``irbis`` or ``irbis.ml`` that no page renders."""
+    import irbis
+    import irbis.ml
+
+    for package in (irbis, irbis.ml):
+        for name in package.__all__:
+            obj = getattr(package, name)
+            if inspect.isclass(obj) or inspect.isfunction(obj):
+                path = f"{obj.__module__}.{obj.__qualname__}"
+                if path not in _rendered:
+                    log.warning("%s.%s (%s) is in no page of the API reference", package.__name__, name, path)
+    _rendered.clear()

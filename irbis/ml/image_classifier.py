@@ -33,7 +33,8 @@ __all__ = ["ImageClassifier", "ImageClassifierModel"]
 _SHARED = ("labelCol", "predictionCol", "optimizer", "learningRate", "momentum", "learningRateSchedule",
            "batchSize", "epochs", "numWorkers", "strategy", "strategyOptions", "validationFraction",
            "checkpointDir", "checkpointInterval", "seed", "showProgress", "nanPolicy", "shuffleBuffer",
-           "classWeights", "earlyStoppingPatience", "augmentation")
+           "classWeights", "earlyStoppingPatience", "augmentation", "recomputeBatchNorm", "lrScaling",
+           "referenceBatchSize", "warmupEpochs")
 _DEFAULTS = {"optimizer": "adam", "learningRate": 1e-3, "batchSize": 16, "epochs": 5,
              "augmentation": json.dumps([{"op": "random_resized_crop", "scale": [0.6, 1.0]},
                                          {"op": "flip", "flip_code": 1, "p": 0.5},
@@ -126,30 +127,19 @@ class ImageClassifier(IrbisEstimator, table_mixin("_HasImageClassifierParams", _
                                                          if self.isDefined(getattr(self, n))})
         est._lr_factors = {head_name(layers): 1.0, "": self.getBackboneLearningRateFactor()}
         est._architecture = head_architecture(backbone, classes)
+        est._classes_param = "numClasses"  # labels outside [0, numClasses) are named by the workers' checks
         return est
 
     def _fit(self, dataset: Any) -> ImageClassifierModel:
         est = self._estimator()
-        self._check_labels(dataset)
+        if self.getLabelCol() not in dataset.columns:
+            raise ValueError(f"ImageClassifier: labelCol {self.getLabelCol()!r} is not a column; columns: "
+                             f"{dataset.columns}")
         model = est.fit(dataset)
         model._set(model=self.getBackbone(), rawPredictionCol=self.getRawPredictionCol(),
                    probabilityCol=self.getProbabilityCol())
         self.last_estimator = est
         return model
-
-    def _check_labels(self, dataset: Any) -> None:
-        """Labels outside ``[0, numClasses)`` are named before any training job (one small Spark job)."""
-        from pyspark.sql import functions as F
-
-        from irbis.spark.columns import column
-
-        col, k = self.getLabelCol(), self.getNumClasses()
-        if col not in dataset.columns:
-            raise ValueError(f"ImageClassifier: labelCol {col!r} is not a column; columns: {dataset.columns}")
-        low, high = dataset.select(F.min(column(col)), F.max(column(col))).first()
-        if low is not None and (low < 0 or high >= k):
-            raise ValueError(f"ImageClassifier: labelCol {col!r} holds labels from {low} to {high}, outside "
-                             f"[0, numClasses={k}); index the labels 0..{k - 1} (StringIndexer) or set numClasses")
 
 
 def _meta_network(backbone: str) -> Any:

@@ -174,16 +174,34 @@ def _decode(rows: list[Any]) -> list[WorkerResult]:
                          json.loads(r["info"])) for r in rows]
 
 
-_KEYS: dict[int, dict[int, int]] = {}
+def spark_hash_long(value: int, seed: int = 42) -> int:
+    """Spark's ``hash()`` of a long (``Murmur3_x86_32.hashLong`` with the expression's seed, 42): the hash
+    that hash partitioning (``repartition(n, col)``) takes ``pmod(_, n)`` of."""
+    mask = 0xFFFFFFFF
+
+    def rotl(x: int, r: int) -> int:
+        return ((x << r) | (x >> (32 - r))) & mask
+
+    def mix(h: int, k: int) -> int:
+        k = rotl((k * 0xCC9E2D51) & mask, 15) * 0x1B873593 & mask
+        return (rotl(h ^ k, 13) * 5 + 0xE6546B64) & mask
+
+    h = mix(mix(seed & mask, value & mask), (value >> 32) & mask) ^ 8
+    h = ((h ^ (h >> 16)) * 0x85EBCA6B) & mask
+    h = ((h ^ (h >> 13)) * 0xC2B2AE35) & mask
+    h ^= h >> 16
+    return h - (1 << 32) if h & 0x80000000 else h
 
 
-def _partition_keys(session: SparkSession, n: int) -> dict[int, int]:
-    """For each of ``n`` hash partitions, the smallest long key that Spark sends there (one small job per
-    ``n`` and process: Spark's hash, Murmur3 with a fixed seed, is the same in every session)."""
-    if n not in _KEYS:
-        probe = session.range(64 * n).select("id", F.pmod(F.hash("id"), F.lit(n)).alias("p"))
-        _KEYS[n] = {r["p"]: r["k"] for r in probe.groupBy("p").agg(F.min("id").alias("k")).collect()}
-    return _KEYS[n]
+def partition_keys(n: int) -> dict[int, int]:
+    """For each of ``n`` hash partitions, the smallest long key that Spark's hash partitioning sends there
+    (``pmod(hash(key), n)``), computed here rather than by a Spark job."""
+    found: dict[int, int] = {}
+    key = 0
+    while len(found) < n:
+        found.setdefault(spark_hash_long(key) % n, key)  # Python's % of a positive n is Spark's pmod
+        key += 1
+    return found
 
 
 class SparkBarrierBackend(Backend[WorkerResult]):
@@ -256,7 +274,7 @@ class SparkBarrierBackend(Backend[WorkerResult]):
         id) depend only on the input, so a seeded run is repeatable.
         """
         n, used = self.num_workers, self.data_ranks
-        found = _partition_keys(self.session, n)
+        found = partition_keys(n)
         if any(p not in found for p in range(used)):
             raise RuntimeError(f"no partitioning key found for {used} of {n} partitions")
         keys = F.array(*[F.lit(found[p]).cast("long") for p in range(used)])

@@ -16,8 +16,6 @@ from typing import Any, Iterator
 
 import numpy as np
 import pyarrow as pa
-from pyspark.ml.functions import vector_to_array
-from pyspark.ml.linalg import VectorUDT
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, BinaryType, NumericType
@@ -33,6 +31,8 @@ def input_kind(df: DataFrame, features_col: str, binary_as: str = "tensor") -> s
     """The :data:`~irbis.train.stream.INPUT_KINDS` entry of a features column: ``vector`` (a vector or an array
     of numbers), ``image`` (a Spark image struct), or for a binary column ``binary_as`` (``tensor`` bytes
     or ``encoded`` image files). Raises ``TypeError`` naming the column for anything else."""
+    from pyspark.ml.linalg import VectorUDT  # here, not at the top: the workers that import this module
+    # to train need no pyspark.ml, whose import costs them seconds
     ftype = df.schema[features_col].dataType
     if isinstance(ftype, VectorUDT) or (isinstance(ftype, ArrayType) and isinstance(ftype.elementType, NumericType)):
         return "vector"
@@ -51,6 +51,9 @@ def training_frame(df: DataFrame, features_col: str, label_col: str, stage: str 
     double, under fixed names."""
     require_columns(stage, df.columns, [features_col], role="featuresCol")
     require_columns(stage, df.columns, [label_col], role="labelCol")
+    from pyspark.ml.functions import vector_to_array
+    from pyspark.ml.linalg import VectorUDT
+
     kind = input_kind(df, features_col, binary_as)
     ftype = df.schema[features_col].dataType
     if isinstance(ftype, VectorUDT):
@@ -107,6 +110,7 @@ def _train_shard(spec: TrainSpec, columns: tuple[str, str], progress: tuple[str,
     from irbis.train.progress import ProgressClient
     from irbis.train.roles import run_rank
 
+    t0 = time.perf_counter()
     workers = rank.world_size if num_workers is None else num_workers
     profiles = rank.comm.all_gather(torch.from_numpy(profile))[:workers]  # the servers' partitions are empty
     merged = merge_profiles([t.numpy() for t in profiles])
@@ -115,6 +119,7 @@ def _train_shard(spec: TrainSpec, columns: tuple[str, str], progress: tuple[str,
     if error is not None:
         return error
     report = ProgressClient(progress) if rank.rank == 0 else None
+    prepare_s = time.perf_counter() - t0
     try:
         result = run_rank(spec, workers, shard, rank.comm, rank.rank, spec.device, rank.host, report, module)
     except NonFiniteLossError as err:
@@ -122,7 +127,7 @@ def _train_shard(spec: TrainSpec, columns: tuple[str, str], progress: tuple[str,
     finally:
         if report is not None:
             report.close()
-    result.info.update(readSeconds=read_s, features=merged["max_len"])
+    result.info.update(readSeconds=read_s, prepareSeconds=prepare_s, features=merged["max_len"])
     return result
 
 

@@ -104,7 +104,7 @@ def check_profile(p: dict[str, Any], spec: TrainSpec, features_col: str, label_c
 
 
 def check_network(module: torch.nn.Module, spec: TrainSpec, n_features: int, max_label: float,
-                  features_col: str, label_col: str) -> None:
+                  features_col: str, label_col: str, min_label: float = 0.0) -> None:
     """Run the network on a zero batch: input shape, and output width against the labels."""
     shape = list(spec.input_shape or [n_features])
     if int(torch.tensor(shape).prod()) != n_features:
@@ -127,6 +127,12 @@ def check_network(module: torch.nn.Module, spec: TrainSpec, n_features: int, max
             raise with_fields(ValueError(f"classWeights has {len(weights)} weights but the network outputs {classes} "
                                          "classes; give one weight per class"), column=label_col,
                               expected=classes, found=len(weights))
+        if classes is not None and max_label >= classes and spec.classes_param:
+            name = spec.classes_param
+            raise with_fields(ValueError(f"labelCol {label_col!r} holds labels from {min_label:g} to {max_label:g}, "
+                                         f"outside [0, {name}={classes}); index the labels 0..{classes - 1} "
+                                         f"(StringIndexer) or set {name}"), column=label_col,
+                              expected=f"0..{classes - 1}", found=[min_label, max_label])
         if classes is None or max_label >= classes:
             raise with_fields(ValueError(f"the network outputs {tuple(out.shape[1:])} values per row but "
                                          f"labelCol {label_col!r} has class indices up to {int(max_label)}; it "
@@ -139,7 +145,8 @@ def validation_error(profile: dict[str, Any], module: torch.nn.Module, spec: Tra
     """Every check on the merged profile and the network; the error (with its fields), or None."""
     try:
         n_features = check_profile(profile, spec, features_col, label_col, num_workers)
-        check_network(module, spec, n_features, profile["max_label"], features_col, label_col)
+        check_network(module, spec, n_features, profile["max_label"], features_col, label_col,
+                      profile["min_label"])
     except (ValueError, TypeError) as err:
         return err
     return None

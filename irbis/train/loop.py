@@ -70,6 +70,7 @@ class TrainSpec:
     spill_dir: str | None = None  # worker-local folder of the spill file (None: the temporary folder)
     class_weights: str | list[float] | None = None  # cross-entropy weights: "balanced" or one per class
     early_stopping_patience: int = 0  # epochs without a better validation loss before stopping (0: never)
+    classes_param: str | None = None  # the user's Param that set the network's classes, for the label error
     lr_factors: dict[str, float] = field(default_factory=dict)  # parameter-name prefix -> learning-rate factor
     recompute_batchnorm: str = "auto"  # one of BATCHNORM_RECOMPUTE, see _recompute_batchnorm
     lr_scaling: str = "none"  # irbis.train.optim.LR_SCALINGS: the rate times the batch scaling
@@ -523,12 +524,14 @@ def train_worker(spec: TrainSpec, shard: Shard, ctx: WorkerContext, report: Repo
 
     ``model`` is the network already built from ``spec.network`` (built here when None).
     """
+    t_setup = time.perf_counter()
     run, resume = _setup(spec, shard, ctx, model)
     run.report = report if ctx.rank == 0 else None
     try:
         t_loop = _train(run, resume)
     finally:
         run.dopt.strategy.close()  # stops dedicated servers also when training stopped early
+    t_after = time.perf_counter()
     _recompute_batchnorm(run)
     _average_buffers(run.model, ctx)
     loop_seconds = time.perf_counter() - t_loop
@@ -539,4 +542,5 @@ def train_worker(spec: TrainSpec, shard: Shard, ctx: WorkerContext, report: Repo
         state = buf.getvalue()
     return WorkerResult(ctx.rank, run.history, state, loop_seconds,
                         None if resume is None else int(resume["optimizer"]["steps"]),
-                        {"steps": run.dopt.steps, "computedSteps": run.computed})
+                        {"steps": run.dopt.steps, "computedSteps": run.computed,
+                         "setupSeconds": t_loop - t_setup, "afterEpochsSeconds": time.perf_counter() - t_after})

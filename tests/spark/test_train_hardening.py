@@ -11,7 +11,7 @@ from pyspark.ml.linalg import Vectors
 from irbis.errors import NonFiniteLossError
 from irbis.ml import TorchEstimator
 from irbis.ml.params import ParamValueError
-from irbis.spark.barrier import available_slots
+from irbis.spark.barrier import available_slots, partition_keys, spark_hash_long
 
 pytestmark = pytest.mark.spark
 
@@ -106,3 +106,17 @@ def test_non_finite_loss_error_crosses_from_the_workers_with_its_fields():
 
     err = from_record(to_record(with_fields(NonFiniteLossError("loss NaN at epoch 1, step 2"), epoch=1, step=2)))
     assert isinstance(err, NonFiniteLossError) and err.fields == {"epoch": 1, "step": 2}
+
+
+def test_partition_keys_land_where_sparks_hash_partitioning_sends_them(spark):
+    from pyspark.sql import functions as F
+
+    ids = list(range(-3, 40)) + [2 ** 40 + 7, -(2 ** 50)]
+    got = spark.createDataFrame([(i,) for i in ids], "id long").select("id", F.hash("id").alias("h")).collect()
+    assert {r["id"]: r["h"] for r in got} == {i: spark_hash_long(i) for i in ids}
+    for n in (1, 2, 3, 5):
+        keys = partition_keys(n)
+        assert sorted(keys) == list(range(n))
+        rows = (spark.createDataFrame([(k,) for k in keys.values()], "k long").repartition(n, "k")
+                .select("k", F.spark_partition_id().alias("p")).collect())
+        assert {r["p"]: r["k"] for r in rows} == keys

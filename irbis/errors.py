@@ -103,6 +103,40 @@ class NoKernelError(ValueError):
         return type(self), (self.classes, str(self))
 
 
+class ExecutorImportError(RuntimeError):
+    """The executors' Python cannot import Irbis (or one of its modules): a Spark job of Irbis failed on
+    them with ``ModuleNotFoundError``. The message names the module and the fix.
+
+    Parameters
+    ----------
+    module : str
+        The module the executors could not import, e.g. ``"irbis"``.
+    """
+
+    def __init__(self, module: str = "irbis") -> None:
+        self.module = module
+        super().__init__(
+            f"The Spark executors cannot import {module!r} (ModuleNotFoundError: No module named {module!r} in "
+            f"their Python workers): the executors' Python is not the environment Irbis is installed in. "
+            f"Install irbis and its dependencies (torch) into the executors' Python, or ship this environment "
+            f"with the application as PySpark's Python package management describes: pack it (PEX, "
+            f"conda-pack or venv-pack), pass the archive in spark.archives or spark.files, and point "
+            f"spark.pyspark.python (PYSPARK_PYTHON) at the Python inside it.")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return type(self), (self.module,)
+
+
+def executor_import_error(err: BaseException) -> ExecutorImportError | None:
+    """The :class:`ExecutorImportError` that ``err`` (a Spark job's error as the driver sees it: a
+    ``PythonException`` or ``Py4JJavaError`` whose text holds the executor's traceback) stands for, or
+    ``None`` when it is no failed import of Irbis."""
+    import re
+
+    found = re.search(r"No module named '(irbis(?:\.[\w.]+)?)'", str(err))
+    return ExecutorImportError(found.group(1)) if found else None
+
+
 #: Exception classes a record may name; any other name is raised as a RuntimeError.
 ERROR_TYPES: dict[str, type[BaseException]] = {
     cls.__name__: cls for cls in (ValueError, TypeError, ColumnNotFoundError, RuntimeError, NonFiniteLossError)

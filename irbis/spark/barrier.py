@@ -44,7 +44,7 @@ import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from irbis.errors import from_record, to_record
+from irbis.errors import executor_import_error, from_record, to_record
 from irbis.spark.resources import conf, driver_host, local_slots, master
 from irbis.spark.session import is_connect
 from irbis.train.backends.base import Backend, Rank, RankFn
@@ -303,7 +303,9 @@ class SparkBarrierBackend(Backend[WorkerResult]):
         try:
             rows = self._collect(df, task)
         except Exception as err:  # noqa: BLE001 - the JVM's error, wrapped by py4j or gRPC
-            if any(m in str(err) for m in ("BarrierJobSlotsNumberCheckFailed", "SPARK-24819")):
+            if (missing := executor_import_error(err)) is not None:
+                raise missing from err
+            elif any(m in str(err) for m in ("BarrierJobSlotsNumberCheckFailed", "SPARK-24819")):
                 raise ValueError(f"{self._tasks()}: Spark could not run {self.num_workers} barrier tasks at "
                                  f"once; set numWorkers{self._servers_hint()} within the cluster's task slots "
                                  f"({str(err).splitlines()[0]})") from err

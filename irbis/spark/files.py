@@ -29,8 +29,9 @@ def ship_file(path: str) -> str | None:
 
     On ``local[...]`` masters the executors share the driver's filesystem and nothing is shipped
     (``None``). Elsewhere (``local-cluster``, real clusters) the file goes through
-    ``SparkContext.addFile`` under a name derived from its content: two different files called
-    ``network.pt`` never collide, a file rewritten at the same path ships anew, and the same content
+    ``SparkContext.addFile`` (a folder as a zip through ``SparkContext.addArchive``) under a name
+    derived from its content: two different files called ``network.pt`` never collide, a file
+    rewritten at the same path ships anew, and the same content
     at another path (a stage saved and loaded again) is not added twice.
     """
     from pyspark import SparkContext
@@ -44,8 +45,10 @@ def ship_file(path: str) -> str | None:
         return name
     staged = Path(tempfile.mkdtemp(prefix="irbis-ship-")) / name
     if src.is_dir():
-        shutil.copytree(src, staged)
-        sc.addFile(str(staged), recursive=True)
+        # Spark adds no local folder on a cluster master: the folder travels as a zip archive, which
+        # each executor unpacks into a folder called ``name``.
+        archive = shutil.make_archive(str(staged), "zip", root_dir=src)
+        sc.addArchive(f"{archive}#{name}")
     else:
         try:
             os.link(src, staged)

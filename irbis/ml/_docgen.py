@@ -3,8 +3,7 @@
 The Params declared on each stage are the one source of truth: name, type (from the type
 converter), default and doc. The documentation site's build (``mkdocs build``; its hook
 docs/hooks/stages.py) renders every stage's table from :func:`render` each time, so nothing is
-checked in. ``python -m irbis.ml._docgen`` writes the same text to docs/api.md for a look; that file
-is not part of the site (the strict build refuses it: delete it after reading).
+checked in. ``python -m irbis.ml._docgen`` prints the same text, for a look without building the site.
 """
 from __future__ import annotations
 
@@ -12,12 +11,9 @@ import importlib
 import inspect
 import pkgutil
 import sys
-from pathlib import Path
 from typing import Any
 
 from pyspark.ml import Estimator, Model, Transformer
-
-DOC_PATH = Path(__file__).resolve().parents[2] / "docs" / "api.md"
 
 TYPE_NAMES: dict[str, str] = {
     "toInt": "int", "toFloat": "float", "toString": "str", "toBoolean": "bool",
@@ -73,11 +69,11 @@ def _kind(cls: type) -> str:
 
 
 def render() -> str:
-    """The full text of docs/api.md."""
+    """The Params reference of every stage, as Markdown."""
     lines = [
         "# Irbis API reference: Spark ML stages",
         "",
-        "Generated from the stages' Params by `python -m irbis.ml._docgen`; do not edit by hand.",
+        "Generated from the stages' Params each time the site is built.",
         "Every stage works inside a `Pipeline`, saves with `stage.save(path)` and loads with "
         "`Class.load(path)`.",
         "",
@@ -100,14 +96,8 @@ def render() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Write docs/api.md (or, with ``--check``, exit 1 when it is stale)."""
-    argv = sys.argv[1:] if argv is None else argv
-    text = render()
-    if "--check" in argv:
-        current = DOC_PATH.read_text(encoding="utf-8") if DOC_PATH.exists() else ""
-        return 0 if current == text else 1
-    DOC_PATH.parent.mkdir(parents=True, exist_ok=True)
-    DOC_PATH.write_text(text, encoding="utf-8")
+    """Print the reference (:func:`render`) to stdout."""
+    sys.stdout.write(render())
     return 0
 
 

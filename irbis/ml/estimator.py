@@ -14,6 +14,7 @@ shares with the inference stages (``inputShape``, ``device``).
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import io
 import json
@@ -389,7 +390,7 @@ class TorchEstimator(IrbisEstimator, HasTrainParams):
     def _fit(self, dataset: Any) -> Any:
         from irbis.spark.barrier import SparkBarrierBackend
         from irbis.spark.resources import check_device, driver_host
-        from irbis.spark.training import train_partition, training_frame
+        from irbis.spark.training import IMAGE_BATCH_ROWS, arrow_batch_rows, train_partition, training_frame
         from irbis.train.ps.driver import served
 
         spec, strategy = self._spec()
@@ -413,7 +414,9 @@ class TorchEstimator(IrbisEstimator, HasTrainParams):
         try:
             workers = self.getNumWorkers()
             tasks = workers + strategy.server_tasks(workers)
+            rows = IMAGE_BATCH_ROWS if spec.input_format.images else None
             with served(spec, strategy, workers, driver_host(session)) as spec, \
+                    arrow_batch_rows(session, rows) if rows else contextlib.nullcontext(), \
                     SparkBarrierBackend(session, tasks, spec.device, data_ranks=workers,
                                         elastic=spec.ps_endpoint is not None) as backend:
                 results = backend.run(partial(train_partition, spec, columns, server.endpoint() if server else None,

@@ -15,6 +15,7 @@ and ``prediction`` as Spark ML classifiers do.
 from __future__ import annotations
 
 import json
+import logging
 from functools import partial
 from typing import Any
 
@@ -24,10 +25,12 @@ from pyspark.ml.param import TypeConverters
 from irbis.ml.base import IrbisEstimator
 from irbis.ml.estimator import TRAIN_PARAMS, TorchEstimator
 from irbis.ml.image_classifier_model import ImageClassifierModel
-from irbis.ml.params import HasDevice, Row, at_least, in_registry, table_mixin
+from irbis.ml.params import HasDevice, Row, at_least, in_registry, one_of, table_mixin
 from irbis.models import MODELS
 
 __all__ = ["ImageClassifier", "ImageClassifierModel"]
+
+_log = logging.getLogger(__name__)
 
 #: The TorchEstimator Params ImageClassifier shares, with their docs and checks (one source of truth).
 _SHARED = ("labelCol", "predictionCol", "optimizer", "learningRate", "momentum", "learningRateSchedule",
@@ -54,6 +57,11 @@ _CLASSIFIER_ROWS: list[Row] = [
                                    "learningRate)", TypeConverters.toFloat, 0.1, at_least(0)),
     ("dropout", "dropout before the new head, where the backbone has one (EfficientNet-Lite0)",
      TypeConverters.toFloat, 0.2, at_least(0)),
+    ("cacheFrozen", "'auto': when freezeUntil is set, augmentation is '[]' (fixed copies, as ImageSetAugmenter "
+                    "makes them, are rows like any other) and the network cuts there, the frozen layers run once "
+                    "per image, on the inference engine (ImageFeaturizer's path), and the epochs train the layers "
+                    "after them on that output; 'never': every epoch runs the whole network",
+     TypeConverters.toString, "auto", one_of("auto", "never")),
     ("rawPredictionCol", "output column of the class scores", TypeConverters.toString, "rawPrediction"),
     ("probabilityCol", "output column of the class probabilities", TypeConverters.toString, "probability"),
 ]
@@ -135,11 +143,81 @@ class ImageClassifier(IrbisEstimator, table_mixin("_HasImageClassifierParams", _
         if self.getLabelCol() not in dataset.columns:
             raise ValueError(f"ImageClassifier: labelCol {self.getLabelCol()!r} is not a column; columns: "
                              f"{dataset.columns}")
-        model = est.fit(dataset)
+        suffix = self._frozen_suffix()
+        model = est.fit(dataset) if suffix is None else self._fit_after_frozen(est, dataset, suffix)
         model._set(model=self.getBackbone(), rawPredictionCol=self.getRawPredictionCol(),
                    probabilityCol=self.getProbabilityCol())
         self.last_estimator = est
         return model
+
+
+    def _frozen_suffix(self) -> Any:
+        """The network after freezeUntil when the frozen layers can run once per image (cacheFrozen), else
+        None: built on the meta device, only to learn that it cuts and the shape at the cut."""
+        from irbis.train.finetune import finetune_network, frozen_suffix
+
+        freeze = self.getFreezeUntil()
+        if self.getCacheFrozen() == "never" or not freeze or json.loads(self.getAugmentation() or "[]"):
+            return None
+        import torch
+
+        with torch.device("meta"):
+            net = finetune_network(self.getBackbone(), self.getNumClasses(), freeze, self.getSeed(), False,
+                                   self.getDropout())
+        suffix, why = frozen_suffix(net, freeze)
+        if suffix is None:
+            _log.info("ImageClassifier: every epoch runs the whole network: %s", why)
+            return None
+        return net
+
+    def _fit_after_frozen(self, est: TorchEstimator, dataset: Any, net: Any) -> Any:
+        """Fit the layers after freezeUntil on the frozen layers' output, computed once per image by
+        ImageFeaturizer's inference path; the model returned scores images with the whole network."""
+        import io
+
+        import torch
+
+        from irbis.ml.image_featurizer import ImageFeaturizer
+        from irbis.models import get_entry
+        from irbis.spark.columns import column
+        from irbis.train.finetune import finetune_network, finetune_suffix
+
+        backbone, classes, freeze = self.getBackbone(), self.getNumClasses(), self.getFreezeUntil()
+        shape = _output_shape(net, freeze, get_entry(backbone).preprocessing)
+        frozen = f"{self.getInputCol()}_frozen"
+        featurizer = ImageFeaturizer(model=backbone, inputCol=self.getInputCol(), outputLayer=freeze,
+                                     outputCol=frozen, device=self.getDevice())
+        rows = featurizer.transform(dataset.select(column(self.getInputCol()), column(self.getLabelCol())))
+        rows = rows.where(column(frozen).isNotNull()) if est.getNanPolicy() == "skip" else rows
+        est.setParams(network=partial(finetune_suffix, backbone, classes, freeze, self.getSeed(), True,
+                                      self.getDropout()),
+                      featuresCol=frozen, inputShape=shape, augmentation="[]")
+        est.clear(est.imagePreprocessing)
+        est.fit(rows)
+        full = finetune_network(backbone, classes, freeze, self.getSeed(), True, self.getDropout())
+        trained = torch.load(io.BytesIO(est.last_results[0].state), weights_only=True)
+        unexpected = full.load_state_dict(trained, strict=False).unexpected_keys  # the frozen ones stay
+        if unexpected:
+            raise RuntimeError(f"ImageClassifier: the trained layers do not fit {backbone}: {unexpected}")
+        model = ImageClassifierModel.from_module(
+            full.eval(), get_entry(backbone).preprocessing.to_dict(), architecture=est._architecture,
+            inputCol=self.getInputCol(), predictionCol=self.getPredictionCol(), device=self.getDevice())
+        model.training_summary = est.last_results[0].history
+        return model
+
+
+def _output_shape(net: Any, layer: str, preprocessing: Any) -> list[int]:
+    """The shape of ``layer``'s output for one preprocessed image (``net`` on the meta device)."""
+    import torch
+
+    seen: list[Any] = []
+    handle = net.get_submodule(layer).register_forward_hook(lambda m, i, o: seen.append(o.shape))
+    try:
+        with torch.no_grad():
+            net.eval()(torch.empty(1, len(preprocessing.mean), *preprocessing.input_size, device="meta"))
+    finally:
+        handle.remove()
+    return [int(d) for d in seen[0][1:]]
 
 
 def _meta_network(backbone: str) -> Any:

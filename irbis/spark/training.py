@@ -10,6 +10,7 @@ then the one training loop.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import replace
 from typing import Any, Iterator
@@ -68,6 +69,33 @@ def training_frame(df: DataFrame, features_col: str, label_col: str, stage: str 
                                     "first (e.g. pyspark.ml.feature.StringIndexer)"),
                           column=label_col, expected="numeric", found=str(ltype))
     return df.select(feats.alias(FEATURES), column(label_col).cast("double").alias(LABEL))
+
+
+#: Rows per Arrow batch that Spark sends a training task when the rows are images. Spark bounds these
+#: batches by rows only (``spark.sql.execution.arrow.maxRecordsPerBatch``), and a batch of decoded image
+#: structs (230 KiB for 320x240) at the session's 4096 rows would hold a whole partition's pixels at once.
+IMAGE_BATCH_ROWS = 64
+
+
+@contextlib.contextmanager
+def arrow_batch_rows(session: Any, rows: int) -> Iterator[None]:
+    """Run the jobs started inside with at most ``rows`` rows per Arrow batch sent to Python (the session's
+    ``maxRecordsPerBatch`` lowered for the while, then put back)."""
+    from irbis.spark.resources import conf
+
+    key = "spark.sql.execution.arrow.maxRecordsPerBatch"
+    old = conf(session, key)
+    if old is not None and 0 < int(old) <= rows:
+        yield
+        return
+    session.conf.set(key, str(rows))
+    try:
+        yield
+    finally:
+        if old is None:
+            session.conf.unset(key)
+        else:
+            session.conf.set(key, old)
 
 
 def arrow_to_shard(batches: Iterator[pa.RecordBatch]) -> tuple[Shard | None, np.ndarray]:
@@ -131,4 +159,4 @@ def _train_shard(spec: TrainSpec, columns: tuple[str, str], progress: tuple[str,
     return result
 
 
-__all__ = ["FEATURES", "LABEL", "arrow_to_shard", "input_kind", "train_partition", "training_frame"]
+__all__ = ["FEATURES", "IMAGE_BATCH_ROWS", "LABEL", "arrow_batch_rows", "arrow_to_shard", "input_kind", "train_partition", "training_frame"]

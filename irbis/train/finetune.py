@@ -13,7 +13,7 @@ from typing import Any
 import torch
 from torch import nn
 
-__all__ = ["finetune_network", "freeze_until", "head_architecture", "head_name"]
+__all__ = ["finetune_network", "finetune_suffix", "freeze_until", "frozen_suffix", "head_architecture", "head_name"]
 
 
 def head_name(module: nn.Module) -> str:
@@ -86,3 +86,78 @@ def finetune_network(backbone: str, num_classes: int, freeze: str = "", seed: in
     if freeze:
         freeze_until(net, freeze)
     return net
+
+
+class _CutTracer(torch.fx.Tracer):
+    """A tracer that keeps ``layer`` as one call (a leaf), so its output is one node to cut at."""
+
+    def __init__(self, layer: str) -> None:
+        super().__init__()
+        self.layer = layer
+
+    def is_leaf_module(self, m: nn.Module, qualname: str) -> bool:
+        return qualname == self.layer or super().is_leaf_module(m, qualname)
+
+
+def frozen_suffix(net: nn.Module, layer: str) -> tuple[nn.Module | None, str]:
+    """The part of ``net`` after ``layer``, as a module whose input is ``layer``'s output, when ``net`` is
+    frozen up to ``layer`` (:func:`freeze_until`) and cuts there: ``(suffix, "")``, or ``(None, why not)``.
+
+    The suffix shares ``net``'s sub-modules and keeps their names, so its ``state_dict`` keys are ``net``'s
+    keys for the layers after the cut. It cuts where everything computed after ``layer`` depends on no value
+    computed before it other than ``layer``'s output (a skip connection across the cut would), and where
+    everything before it is frozen and deterministic: no trainable parameter, no BatchNorm in training mode,
+    no dropout. The frozen part is then a fixed function of the image, which can be computed once per image
+    (:class:`irbis.ml.ImageClassifier`'s ``cacheFrozen``)."""
+    try:
+        graph = _CutTracer(layer).trace(net)
+    except Exception as err:  # noqa: BLE001 - data-dependent control flow and the like
+        return None, f"{type(net).__name__} cannot be traced by torch.fx ({type(err).__name__}: {err})"
+    nodes = list(graph.nodes)
+    cut = next((n for n in nodes if n.op == "call_module" and n.target == layer), None)
+    if cut is None:
+        return None, f"{layer!r} is not called by {type(net).__name__}.forward"
+    before = set(nodes[:nodes.index(cut)])
+    modules = dict(net.named_modules())
+    for n in before:
+        owner = modules.get(n.target) if n.op == "call_module" else None
+        if owner is not None and (any(p.requires_grad for p in owner.parameters())
+                                  or (owner.training and isinstance(owner, (nn.modules.batchnorm._BatchNorm,
+                                                                             nn.Dropout)))):
+            return None, f"{n.target!r}, before {layer!r}, trains or draws at random"
+        if n.op == "get_attr" and isinstance(getattr_path(net, n.target), nn.Parameter) \
+                and getattr_path(net, n.target).requires_grad:
+            return None, f"{n.target!r}, before {layer!r}, trains"
+    if any(p.requires_grad for p in modules[layer].parameters()):
+        return None, f"{layer!r} itself trains"
+    new = torch.fx.Graph()
+    env: dict[torch.fx.Node, torch.fx.Node] = {cut: new.placeholder("x")}
+    for n in nodes[nodes.index(cut) + 1:]:
+        for arg in n.all_input_nodes:
+            if arg in before and arg.op != "get_attr":
+                return None, f"{n.name!r}, after {layer!r}, reads {arg.name!r} from before it (a skip connection)"
+            if arg not in env:  # a weight read before the cut in the node order
+                env[arg] = new.node_copy(arg)
+        env[n] = new.node_copy(n, lambda a: env[a])
+    suffix = torch.fx.GraphModule(net, new, class_name=f"{type(net).__name__}After")
+    suffix.train(net.training)
+    return suffix, ""
+
+
+def getattr_path(module: nn.Module, target: str) -> Any:
+    """``module``'s attribute at the dotted ``target`` (an fx ``get_attr`` node's)."""
+    obj: Any = module
+    for part in target.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def finetune_suffix(backbone: str, num_classes: int, freeze: str, seed: int = 0, pretrained: bool = True,
+                    dropout: float | None = None) -> nn.Module:
+    """:func:`finetune_network` after ``freeze``: the layers that train, taking ``freeze``'s output as input
+    (the module factory of ImageClassifier's cached-frozen path). Raises ``ValueError`` saying why when the
+    network does not cut at ``freeze``."""
+    suffix, why = frozen_suffix(finetune_network(backbone, num_classes, freeze, seed, pretrained, dropout), freeze)
+    if suffix is None:
+        raise ValueError(f"{backbone} does not cut at freezeUntil {freeze!r}: {why}")
+    return suffix

@@ -63,6 +63,21 @@ def test_fine_tuning_a_pretrained_network_on_photographs_beats_chance(photo_fram
     np.testing.assert_allclose(probs2, probs, atol=1e-5)
 
 
+@pytest.mark.classic_only(reason="a slow fit of EfficientNet-Lite0; the conformance harness fits ImageClassifier "
+                                 "on Spark Connect")
+def test_frozen_layers_run_once_and_the_model_scores_with_the_whole_network(photo_frames):
+    train, test = photo_frames
+    clf = ImageClassifier(imageCol="content", numClasses=2, epochs=2, batchSize=8, freezeUntil="_blocks.14",
+                          augmentation="[]", showProgress=False, seed=3)
+    model = clf.fit(train)
+    est = clf.last_estimator
+    assert est.getFeaturesCol() == "content_frozen" and est.getOrDefault("inputShape") == [192, 7, 7]  # the cached path
+    assert len(model.training_summary) == 2
+    out = model.transform(test).toPandas()  # images in: the whole network, the trained layers loaded
+    assert float((out["prediction"] == out["label"]).mean()) >= 0.85
+    assert ImageClassifier(freezeUntil="_blocks.14", numClasses=2)._frozen_suffix() is None  # augmentation on
+
+
 def small_images(spark, n=48, size=40, seed=0):
     rows = [(array_to_struct(img, f"i{i}"), label) for i, (img, label) in enumerate(crops(n // 2, size, seed, False))]
     return spark.createDataFrame(rows, "image " + IMAGE_STRUCT.simpleString() + ", label int").repartition(2)

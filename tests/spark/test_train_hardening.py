@@ -3,6 +3,7 @@
 import json
 
 import numpy as np
+import pyarrow as pa
 import pandas as pd
 import pytest
 import torch
@@ -120,3 +121,17 @@ def test_partition_keys_land_where_sparks_hash_partitioning_sends_them(spark):
         rows = (spark.createDataFrame([(k,) for k in keys.values()], "k long").repartition(n, "k")
                 .select("k", F.spark_partition_id().alias("p")).collect())
         assert {r["p"]: r["k"] for r in rows} == keys
+
+
+def test_image_training_jobs_send_small_arrow_batches_and_the_session_setting_comes_back(spark):
+    from irbis.spark.training import arrow_batch_rows
+
+    key = "spark.sql.execution.arrow.maxRecordsPerBatch"
+    before = spark.conf.get(key)
+    with arrow_batch_rows(spark, 64):
+        assert spark.conf.get(key) == "64"
+        sizes = (spark.range(1000, numPartitions=1)
+                 .mapInArrow(lambda batches: (pa.RecordBatch.from_pydict({"n": [b.num_rows]}) for b in batches),
+                             "n long").collect())
+        assert max(r["n"] for r in sizes) == 64
+    assert spark.conf.get(key) == before

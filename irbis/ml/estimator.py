@@ -158,7 +158,8 @@ TRAIN_PARAMS: list[Row] = [
                      "each with a probability p); needs imagePreprocessing", T.toString, "[]", check_augmentation),
     ("shuffleBuffer", "rows a worker holds in memory: a share of numbers up to this many rows trains from "
                       "memory; a larger one, and images always, stream from a worker-local spill file, "
-                      "reshuffled every epoch a window of about this many rows at a time", T.toInt, 10_000,
+                      "reshuffled every epoch a window of about this many rows at a time (images: also at most "
+                      "about 64 MiB of rows)", T.toInt, 10_000,
      at_least(1)),
     ("classWeights", "cross_entropy class weights: empty (none), 'balanced' (n / (K * n_c) over the training "
                      "rows), or a JSON list of one weight per class", T.toString, "", check_class_weights),

@@ -44,6 +44,11 @@ FEATURES, LABEL = "__features", "__label"
 INPUT_KINDS = ("vector", "tensor", "image", "encoded")
 #: Rows per block of the spill file.
 BLOCK_ROWS = 256
+#: Image rows are held by bytes as well as by rows: a spill block holds at most about BLOCK_BYTES of them,
+#: and a shuffle window (``buffer_rows``) at most about WINDOW_BYTES, so that decoded images (a 320x240
+#: struct is 230 KiB) keep a worker's memory flat however many rows its share has.
+BLOCK_BYTES = 16 * 2 ** 20
+WINDOW_BYTES = 64 * 2 ** 20
 
 
 @dataclass
@@ -227,7 +232,12 @@ def read_partition(batches: Iterator[pa.RecordBatch], fmt: InputFormat, buffer_r
             held_rows += batch.num_rows
             continue
         if spill is None:
-            spill = Spill(batch.schema, spill_dir)
+            block_rows = BLOCK_ROWS
+            if fmt.images and batch.num_rows:
+                row_bytes = max(1, batch.nbytes // batch.num_rows)
+                block_rows = int(np.clip(BLOCK_BYTES // row_bytes, 16, BLOCK_ROWS))
+                buffer_rows = min(buffer_rows, max(block_rows, WINDOW_BYTES // row_bytes))
+            spill = Spill(batch.schema, spill_dir, block_rows)
             for b in held:
                 spill.write(b)
             held = []

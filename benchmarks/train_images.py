@@ -626,6 +626,9 @@ def main() -> None:
     parser.add_argument("--frozen", action="store_true",
                         help="only the frozen-layers-once rows (no augmentation, FROZEN_EPOCHS epochs); writes "
                              "train_images_frozen.txt")
+    parser.add_argument("--memory", action="store_true",
+                        help="only the memory rows: ImageClassifier at 1x (EPOCHS epochs) and 8x (1 epoch) on each "
+                             "input; writes train_images_memory.txt")
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -638,6 +641,8 @@ def main() -> None:
     try:
         if args.frozen:
             report, payload = run_frozen(root, size, args.epochs or (1 if args.quick else FROZEN_EPOCHS))
+        elif args.memory:
+            report, payload = run_memory(root, size, repeats, epochs)
         else:
             report, payload = run_all(root, size, repeats, epochs, args.quick)
     finally:
@@ -654,8 +659,8 @@ def main() -> None:
     if args.quick:
         return
     RESULTS.mkdir(parents=True, exist_ok=True)
-    if args.frozen:
-        (RESULTS / "train_images_frozen.txt").write_text(text)
+    if args.frozen or args.memory:
+        (RESULTS / f"train_images_{'frozen' if args.frozen else 'memory'}.txt").write_text(text)
         return
     (RESULTS / "train_images.txt").write_text(text)
     (RESULTS / "train_images.json").write_text(json.dumps(payload, indent=1))
@@ -666,6 +671,28 @@ def main() -> None:
 
 
 FROZEN_EPOCHS = 4
+
+
+def run_memory(root: Path, size: tuple[int, int, int], repeats: int, epochs: int) -> tuple[list[str], dict]:
+    """The workers' memory as the data grows: ImageClassifier on each input at 1x and ``repeats``x."""
+    folders = build_files(root, size, repeats)
+    lines = [f"memory as the training files grow {repeats}x (ImageClassifier, numWorkers=2, local[2]; 1x: "
+             f"{len(list_files(folders['train'])[0])} files, {epochs} epochs; {repeats}x: each file repeated, 1 "
+             "epoch): the peak of the Spark Python workers' summed RSS, and the largest one's (VmHWM), MiB", "",
+             f"  {'input':12s} {'RSS peak 1x':>11s} {f'{repeats}x':>7s} {'ratio':>6s}   {'largest 1x':>10s} "
+             f"{f'{repeats}x':>7s} {'ratio':>6s}   {f'{repeats}x img/s e2e':>15s}"]
+    out = {}
+    for source in ("binaryFile", "read_images"):
+        one, grown = (spawn("spark", folder=folders[k], epochs=e, stage_kind="ImageClassifier", source=source,
+                            state_path=str(root / "state.pt")) for k, e in (("train", epochs), ("grown", 1)))
+        a, b = one["memory"], grown["memory"]
+        out[source] = {"one": a, "grown": b}
+        lines.append(f"  {source:12s} {a['peak_sum_mib']:11.0f} {b['peak_sum_mib']:7.0f} "
+                     f"{b['peak_sum_mib'] / a['peak_sum_mib']:6.2f}   {a['largest_mib']:10.0f} {b['largest_mib']:7.0f} "
+                     f"{b['largest_mib'] / a['largest_mib']:6.2f}   "
+                     f"{grown['result']['images'] / grown['result']['seconds']:15.1f}")
+        print(lines[-1], flush=True)
+    return lines, out
 
 
 def run_frozen(root: Path, size: tuple[int, int, int], epochs: int) -> tuple[list[str], dict]:

@@ -212,7 +212,7 @@ def _mlflow_tracked(asked: bool) -> bool:
     is active (which needs the caller to have imported mlflow: Irbis never imports it otherwise)."""
     if asked:
         try:
-            import irbis.mlflow  # noqa: F401
+            import mlflow  # noqa: F401
         except ImportError as err:
             raise ImportError(f"TorchEstimator: mlflowRun=True needs MLflow ({err})") from None
         return True
@@ -221,9 +221,10 @@ def _mlflow_tracked(asked: bool) -> bool:
 
 
 def _log_to_mlflow(estimator: Any, summary: list[dict[str, Any]]) -> None:
-    """Log a finished fit (:func:`irbis.mlflow.log_training`); a tracking failure warns and keeps the model."""
+    """Log a finished fit (:func:`irbis.ml.tracking.log_training`); a tracking failure warns and keeps the
+    model."""
     try:
-        from irbis.mlflow import log_training
+        from irbis.ml.tracking import log_training
 
         log_training(estimator, summary, start_run=estimator.getMlflowRun())
     except Exception as err:  # noqa: BLE001 - the fitted model matters more than its record

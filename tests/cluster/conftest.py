@@ -148,6 +148,14 @@ def base_env(home: Path) -> dict[str, str]:
     return env
 
 
+def worker_env(home: Path) -> dict[str, str]:
+    """A worker's environment: no PYTHONPATH of the test run's (a worker's executors find their packages
+    through their own Python, as on a real cluster, so a bare Python stays bare)."""
+    env = base_env(home)
+    env.pop("PYTHONPATH", None)
+    return env
+
+
 @pytest.fixture(scope="session")
 def standalone(tmp_path_factory):
     """A master and two one-core workers on 127.0.0.1, as separate processes; the master is waited for,
@@ -163,7 +171,7 @@ def standalone(tmp_path_factory):
             home = root / f"worker{i}"
             cluster.start(f"worker{i}", ["org.apache.spark.deploy.worker.Worker", cluster.url, "--host", "127.0.0.1",
                                          "--cores", "1", "--memory", "2g", "--work-dir", str(home / "work"),
-                                         "--webui-port", str(free_port())], base_env(home))
+                                         "--webui-port", str(free_port())], worker_env(home))
         cluster.status_url = f"http://127.0.0.1:{ui}/json/"
         wait_for_port(cluster, port, timeout_s=60)  # what irbis.get_spark checks before it starts a driver
         yield cluster

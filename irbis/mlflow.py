@@ -131,7 +131,7 @@ def save_model(irbis_model: Any, path: str, mlflow_model: Any = None, *, input_e
         raise FileExistsError(f"{path!r} already holds files; save the model into a new folder")
     os.makedirs(path, exist_ok=True)
     data = os.path.join(path, MODEL_DATA)
-    model.write().overwrite().save(data)
+    model.write().save(data)  # a new folder: no overwrite, whose check needs a classic session
     config = {"outputs": list(outputs) if outputs else None}
     try:  # the pyfunc as it will load (unknown outputs are refused here)
         pyfunc_model, missing = _load_kernels(data, config), []

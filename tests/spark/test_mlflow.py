@@ -179,6 +179,8 @@ def test_mlflow_models_serve_answers_without_spark(spark, tracking, pipeline):
             server.wait()
 
 
+@pytest.mark.classic_only(reason="its pyfunc scores through a local Spark session, which a Spark Connect client "
+                                 "process cannot start")
 def test_stage_without_kernel_logs_for_spark_with_a_warning(spark, tracking, pipeline):
     model = PipelineModel([Repartition(numPartitions=2), *pipeline.stages])
     with mlflow.start_run():

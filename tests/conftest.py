@@ -135,6 +135,14 @@ def uses_spark(item) -> bool:
     return any(path.is_relative_to(TESTS / folder) for folder in SPARK_FOLDERS)
 
 
+def run_order(item) -> int:
+    """0 for the ordinary tests, 1 for the slow ones on the local session, 2 for those on
+    ``cluster_spark``, which stops the local session: every test that needs it must run before."""
+    if "cluster_spark" in getattr(item, "fixturenames", ()):
+        return 2
+    return 1 if item.get_closest_marker("slow") is not None else 0
+
+
 def pytest_collection_modifyitems(config, items):
     """Run the slow multi-executor tests last: they replace the local session with a cluster; skip the
     ``gpu`` tests where torch sees no CUDA device.
@@ -149,7 +157,7 @@ def pytest_collection_modifyitems(config, items):
         if dropped:
             config.hook.pytest_deselected(items=dropped)
             items[:] = kept
-    items.sort(key=lambda item: item.get_closest_marker("slow") is not None)
+    items.sort(key=run_order)
     gpu = [item for item in items if item.get_closest_marker("gpu") is not None]
     if gpu:
         import torch
@@ -172,7 +180,7 @@ def pytest_collection_modifyitems(config, items):
 def cluster_spark():
     """A ``local-cluster[2,1,1024]`` session: two real executor JVMs with one core each.
 
-    Only one SparkContext can live in a process, so this stops the local session; slow tests run
+    Only one SparkContext can live in a process, so this stops the local session; the tests on it run
     last (see ``pytest_collection_modifyitems``) and are the only users of this fixture.
     """
     from pyspark.sql import SparkSession

@@ -89,6 +89,12 @@ def _strategies() -> Any:
     return STRATEGIES
 
 
+def _lr_scalings() -> Any:
+    from irbis.train.optim import LR_SCALINGS
+
+    return LR_SCALINGS
+
+
 def _all_models() -> list[str]:
     from irbis.models import MODELS
 
@@ -240,7 +246,8 @@ def _train_images(args: argparse.Namespace, spark: Any) -> int:
                           epochs=args.epochs, batchSize=args.batch_size, numWorkers=args.workers,
                           strategy=args.strategy, strategyOptions=args.strategy_options,
                           learningRate=args.learning_rate, optimizer=args.optimizer,
-                          validationFraction=args.validation_fraction, freezeUntil=args.freeze_until)
+                          validationFraction=args.validation_fraction, freezeUntil=args.freeze_until,
+                          lrScaling=args.lr_scaling)
     if args.augmentation is not None:
         clf.setAugmentation(args.augmentation)
     if args.checkpoint_dir:
@@ -252,6 +259,19 @@ def _train_images(args: argparse.Namespace, spark: Any) -> int:
         print("  ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in record.items()))
     print(f"fitted PipelineModel (ImageClassifierModel, IndexToString over {names}) saved to {args.output}")
     return 0
+
+
+def _batch_size(text: str) -> int | str:
+    """``--batch-size``: ``auto`` or a positive integer."""
+    if text == "auto":
+        return text
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'auto' or an integer >= 1, found {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"'auto' or an integer >= 1, found {text!r}")
+    return value
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
@@ -267,7 +287,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
                                featuresCol=args.features_col, labelCol=args.label_col, epochs=args.epochs,
                                batchSize=args.batch_size, numWorkers=args.workers, strategy=args.strategy,
                                strategyOptions=args.strategy_options, learningRate=args.learning_rate,
-                               optimizer=args.optimizer, validationFraction=args.validation_fraction)
+                               optimizer=args.optimizer, validationFraction=args.validation_fraction,
+                               lrScaling=args.lr_scaling)
     if args.checkpoint_dir:
         estimator.setParams(checkpointDir=args.checkpoint_dir)
     model = estimator.fit(data)
@@ -448,7 +469,10 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--features-col", default="features")
     train.add_argument("--label-col", default="label")
     train.add_argument("--epochs", type=int, default=10)
-    train.add_argument("--batch-size", type=int, default=32, help="per worker")
+    train.add_argument("--batch-size", type=_batch_size, default=32,
+                       help="per worker, or auto (synchronous strategies: searched from autoBatchSizes)")
+    train.add_argument("--lr-scaling", default="none", choices=_Lazy(_lr_scalings), metavar="SCALING",
+                       help="scale the learning rate with the batch one update averages")
     train.add_argument("--workers", type=int, default=2)
     _help_later(train.add_argument("--strategy", default="sync", choices=_Lazy(_strategies), metavar="STRATEGY",
                                    help="data-parallel strategy"), _strategy_help)

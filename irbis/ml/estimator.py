@@ -35,6 +35,7 @@ from irbis.ml.base import IrbisEstimator
 from irbis.ml.params import HasDevice, HasInputDtype, HasInputShape, Row, at_least, in_range, one_of, table_mixin
 from irbis.ml.torch_model import TorchModel
 from irbis.refs import canonical, is_reference, is_unsaved, reference, resolve, unsaved
+from irbis.train.auto_batch import DEFAULT_CANDIDATES, AutoBatch
 from irbis.train.health import NAN_POLICIES
 from irbis.train.loop import BATCHNORM_RECOMPUTE, TrainSpec
 from irbis.train.networks import build_network, network_spec
@@ -102,6 +103,42 @@ check_augmentation.allowed = ("a JSON list of augmentation ops",)  # type: ignor
 check_class_weights.allowed = ("balanced", "a JSON list of weights")  # type: ignore[attr-defined]
 
 
+def to_batch_size(value: Any) -> int | str:
+    """``batchSize``'s converter: ``"auto"``, or an integer."""
+    if value == "auto":
+        return "auto"
+    try:
+        return T.toInt(value)
+    except TypeError:
+        raise ParamValueError("batchSize", value, "'auto' or an integer >= 1") from None
+
+
+def check_batch_size(name: str, value: Any) -> None:
+    if value != "auto" and value < 1:
+        raise ParamValueError(name, value, "'auto' or an integer >= 1")
+
+
+check_batch_size.bounds = (1, None, False, False)  # type: ignore[attr-defined]
+
+
+def parse_auto_sizes(value: str) -> tuple[int, ...]:
+    """``autoBatchSizes`` as the loop takes it: the candidate sizes, ascending."""
+    sizes = json.loads(value)
+    if not isinstance(sizes, list) or not sizes or not all(isinstance(b, int) and b >= 1 for b in sizes):
+        raise ValueError("a non-empty list of integers >= 1")
+    return tuple(sorted(set(sizes)))
+
+
+def check_auto_sizes(name: str, value: Any) -> None:
+    try:
+        parse_auto_sizes(value)
+    except (ValueError, TypeError) as err:
+        raise ParamValueError(name, value, f"a JSON list of batch sizes, e.g. '[16, 32, 64]' ({err})") from None
+
+
+check_auto_sizes.allowed = ("a JSON list of batch sizes",)  # type: ignore[attr-defined]
+
+
 def to_name_or_reference(value: Any) -> str:
     """A callable Param's converter: a string, its reference in the one format (saves of older stages too)."""
     return canonical(T.toString(value))
@@ -140,7 +177,16 @@ TRAIN_PARAMS: list[Row] = [
                            "worker's rows, then averaged over the workers; layers frozen in eval mode keep "
                            "theirs), 'always', or 'never' (the running averages as training left them)",
      T.toString, "auto", one_of(*BATCHNORM_RECOMPUTE)),
-    ("batchSize", "minibatch size per worker", T.toInt, 32, at_least(1)),
+    ("batchSize", "minibatch size per worker, or 'auto' (synchronous strategies: the largest of autoBatchSizes "
+                  "that learns about as much as the smallest, searched on a held sample at the start and every "
+                  "autoBatchEvery epochs, after Seide et al. 2014; pair it with lrScaling 'linear' or 'sqrt')",
+     to_batch_size, 32, check_batch_size),
+    ("autoBatchSizes", "batchSize='auto': JSON list of the candidate sizes per worker",
+     T.toString, json.dumps(list(DEFAULT_CANDIDATES)), check_auto_sizes),
+    ("autoBatchEvery", "batchSize='auto': epochs between searches", T.toInt, 1, at_least(1)),
+    ("autoBatchTolerance", "batchSize='auto': a size is kept while it makes at least 1 - this of the smallest "
+                           "size's progress on the sample", T.toFloat, 0.1, in_range(0, 1, low_open=True,
+                                                                                       high_open=True)),
     ("epochs", "passes over the data", T.toInt, 10, at_least(1)),
     ("numWorkers", "training tasks, all run at once (one barrier stage; an ordinary stage, whose dead tasks are "
                    "retried alone, when the strategy places its shards on the driver)", T.toInt, 2, at_least(1)),
@@ -341,9 +387,19 @@ class TorchEstimator(IrbisEstimator, HasTrainParams):
         if warmup and self.getLrScaling() == "none":
             raise ParamValueError("warmupEpochs", warmup, "0 while lrScaling is 'none' (the warm-up climbs from "
                                   "learningRate to the rate lrScaling gives: set lrScaling 'linear' or 'sqrt')")
+        auto, batch = None, self.getBatchSize()
+        if batch == "auto":
+            if strategy.owns_update:
+                raise ParamValueError("batchSize", batch, f"an integer with strategy {self.getStrategy()!r}: 'auto' "
+                                      "suits the synchronous strategies (sync, one_bit, block_momentum, "
+                                      "model_averaging); under a parameter server the staleness already depends "
+                                      "on the step size, so a size changed mid-run moves both at once")
+            auto = AutoBatch(parse_auto_sizes(self.getAutoBatchSizes()), self.getAutoBatchEvery(),
+                             self.getAutoBatchTolerance())
+            batch = auto.smallest
         return TrainSpec(
             network=network_spec(self._resolved("network"), self._options("networkOptions")),
-            epochs=self.getEpochs(), batch_size=self.getBatchSize(), optimizer=opt,
+            epochs=self.getEpochs(), batch_size=batch, auto_batch=auto, optimizer=opt,
             learning_rate=self.getLearningRate(), momentum=self.getMomentum(), unit_gain=self.getUnitGain(),
             lr_schedule=validate_schedule(self._options("learningRateSchedule")), loss=self._resolved("loss"),
             strategy=self.getStrategy(), strategy_options=self._options("strategyOptions"),

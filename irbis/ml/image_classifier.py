@@ -37,7 +37,8 @@ _SHARED = ("labelCol", "predictionCol", "optimizer", "learningRate", "momentum",
            "batchSize", "epochs", "numWorkers", "strategy", "strategyOptions", "validationFraction",
            "checkpointDir", "checkpointInterval", "seed", "showProgress", "nanPolicy", "shuffleBuffer",
            "classWeights", "earlyStoppingPatience", "augmentation", "recomputeBatchNorm", "lrScaling",
-           "referenceBatchSize", "warmupEpochs", "mlflowRun")
+           "referenceBatchSize", "warmupEpochs", "mlflowRun", "autoBatchSizes", "autoBatchEvery",
+           "autoBatchTolerance")
 _DEFAULTS = {"optimizer": "adam", "learningRate": 1e-3, "batchSize": 16, "epochs": 5,
              "augmentation": json.dumps([{"op": "random_resized_crop", "scale": [0.6, 1.0]},
                                          {"op": "flip", "flip_code": 1, "p": 0.5},

@@ -9,11 +9,12 @@ when, belongs to the strategy.
 from __future__ import annotations
 
 import contextlib
+import copy
 import io
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any
 
@@ -21,6 +22,7 @@ import numpy as np
 import torch
 
 from irbis.train import checkpoint as ckpt
+from irbis.train.auto_batch import AutoBatch, chosen, max_rows_in_memory, mean_loss, sample_size, seeded_rows, trial
 from irbis.train.data import (Augment, BatchRounds, Shard, batch_rng, drop_nonfinite, epoch_batches, iterate,
                               prefetched, split_validation)
 from irbis.train.health import NAN_POLICIES, LossWatch, growth_warning, non_finite_error
@@ -76,6 +78,7 @@ class TrainSpec:
     lr_scaling: str = "none"  # irbis.train.optim.LR_SCALINGS: the rate times the batch scaling
     warmup_epochs: float = 0.0  # epochs over which the batch scaling climbs from 1, step by step
     reference_batch_size: int = 0  # the batch learning_rate is meant for (0: batch_size, one worker's)
+    auto_batch: AutoBatch | None = None  # batchSize="auto": how the size is searched (batch_size: the first)
 
 
 @dataclass
@@ -109,6 +112,8 @@ class _Run:
     watch: LossWatch | None = None
     computed: int = 0  # steps this worker computed a gradient for (see Strategy.step_decided)
     best: tuple[float, int, dict[str, torch.Tensor]] | None = None  # early stopping: loss, epoch, weights
+    rows: int = 0  # the most training rows a worker has (steps_per_epoch: this over the batch size)
+    search: dict[str, Any] | None = None  # the epoch's batch-size search (batchSize="auto"), for its record
 
 
 def _tensors(shard: Shard, spec: TrainSpec, loss: str | LossFn) -> tuple[torch.Tensor, torch.Tensor]:
@@ -162,7 +167,9 @@ def _setup(spec: TrainSpec, shard: Shard, ctx: WorkerContext,
     if spec.class_weights is not None and spec.loss == "cross_entropy":
         loss_fn = WeightedCrossEntropy(class_weights(spec.class_weights, _labels(train), ctx.comm).to(spec.device))
     run = _Run(spec, ctx, model, dopt, loss_fn, train, val, steps, list(manifest["history"]) if manifest else [],
-               skipped=sum(c[1] for c in counts))
+               skipped=sum(c[1] for c in counts), rows=max(c[0] for c in counts))
+    if resume is not None and "batchSize" in resume:  # the size the search had chosen when the cut was made
+        _use_batch(run, int(resume["batchSize"]))
     return run, resume
 
 
@@ -239,7 +246,7 @@ def _checkpoint(run: _Run, epoch: int, step_in_epoch: int, sums: torch.Tensor) -
     spec, ctx = run.spec, run.ctx
     ctx.comm.barrier()  # a consistent cut: every worker's pushes to the parameter server are done
     payload = {"weights": run.dopt.flat.weights, "optimizer": run.dopt.state_dict(),
-               "epoch": epoch, "stepInEpoch": step_in_epoch, "sums": sums}
+               "epoch": epoch, "stepInEpoch": step_in_epoch, "sums": sums, "batchSize": spec.batch_size}
     ckpt.save_worker(spec.checkpoint_dir, run.dopt.steps, ctx.rank, payload)
     ctx.comm.barrier()
     if ctx.rank == 0:
@@ -368,6 +375,10 @@ def _epoch_record(run: _Run, epoch: int, sums: torch.Tensor, done: int, seconds:
     if auc is not None:
         rec["auc"] = auc
     rec.update(run.dopt.strategy.summary(run.ctx))
+    rec["batchSize"] = run.spec.batch_size
+    if run.search is not None:
+        rec["batchTrials"] = run.search["losses"]
+        rec["trialSamples"] = run.search["samples"]
     if run.spec.nan_policy == "skip":
         rec["skippedRows"] = run.skipped
     warning = growth_warning(first, last, epoch + 1, run.spec.learning_rate, run.ctx.world_size)
@@ -472,9 +483,84 @@ def _rate(run: _Run, epoch: int, progress: float) -> float:
     ``lr_scaling`` scales it by the rows of one update (:func:`irbis.train.optim.update_batch`) over
     ``reference_batch_size`` (0: one worker's batch)."""
     spec = run.spec
-    rows = update_batch(run.dopt.strategy, spec.batch_size, run.ctx.world_size)
-    scale = batch_scale(spec.lr_scaling, rows, spec.reference_batch_size or spec.batch_size)
+    return _rate_for(run, spec.batch_size, epoch, progress)
+
+
+def _rate_for(run: _Run, batch_size: int, epoch: int, progress: float) -> float:
+    """:func:`_rate` for a batch of ``batch_size`` per worker (the search's candidates); the reference batch
+    under ``batchSize="auto"`` is the smallest candidate unless ``reference_batch_size`` is set."""
+    spec = run.spec
+    rows = update_batch(run.dopt.strategy, batch_size, run.ctx.world_size)
+    reference = spec.reference_batch_size or (spec.auto_batch.smallest if spec.auto_batch else batch_size)
+    scale = batch_scale(spec.lr_scaling, rows, reference)
     return rate_factor(epoch, progress, spec.lr_schedule, spec.epochs, scale, spec.warmup_epochs)
+
+
+def _use_batch(run: _Run, batch_size: int) -> None:
+    """Train on with ``batch_size`` rows per worker and step: the spec and the steps of an epoch follow."""
+    if batch_size != run.spec.batch_size:
+        run.spec = replace(run.spec, batch_size=batch_size)
+        run.steps_per_epoch = -(-run.rows // batch_size)
+
+
+def _search_batch(run: _Run, epoch: int) -> dict[str, Any]:
+    """``batchSize="auto"``: try the candidate sizes on a held sample of this worker's rows from the current
+    weights and keep the largest that learns about as much as the smallest (:mod:`irbis.train.auto_batch`).
+    Returns ``{"batchSize", "losses": {size: loss after its trial, "start": loss before}, "samples"}``, alike
+    on every worker (the losses are averaged over them); the weights and the optimizer are left as found."""
+    spec, ctx, model = run.spec, run.ctx, run.model
+    auto = spec.auto_batch
+    assert auto is not None
+    dtype = _label_dtype(spec)
+    if isinstance(run.train, tuple):
+        x, y = run.train
+        n = count = sample_size(auto, x[0].numel() * x.element_size() if len(x) else 4, len(y))
+        ids = torch.from_numpy(seeded_rows(len(y), count, spec.seed, ctx.rank, epoch)).to(x.device)
+        x, y = x[ids], y[ids]
+    else:
+        row_bytes = 4 * int(np.prod(spec.input_shape)) if spec.input_shape else 4096
+        n = sample_size(auto, row_bytes, len(run.train))
+        x, y = next(iter(run.train.batches(n, 1, spec.seed + 0xA07B, ctx.rank, epoch, 0, spec.device, dtype,
+                                           augment=False)))
+    if channels_last(spec) and x.dim() == 4:
+        x = x.contiguous(memory_format=torch.channels_last)
+    # every worker tries the same sizes: the smallest sample and the least memory among them decide
+    memory = max_rows_in_memory(model, x[:2], spec.device)
+    mine = torch.tensor([float(n), float("inf") if memory is None else float(memory)], dtype=torch.float64)
+    least = torch.stack(ctx.comm.all_gather(mine)).min(0).values.tolist()
+    fits = [b for b in auto.candidates if b <= least[1]] or [auto.smallest]
+    updates = {b: int(update_batch(run.dopt.strategy, b, ctx.world_size)) for b in fits}
+    tried = [b for b in fits if b == fits[0] or least[0] // max(updates[b], 1) >= auto.min_steps]
+    flat = run.dopt.flat
+    opt = run.dopt.optimizer
+    weights = flat.weights.clone()
+    buffers = {k: v.clone() for k, v in model.named_buffers()}
+    state = copy.deepcopy(opt.state_dict())
+    chunk = auto.smallest
+    samples = 0
+    found: dict[int, float] = {}
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(spec.seed * 1_000_003 + epoch)
+        start = torch.tensor([mean_loss(model, run.loss_fn, x, y, chunk)], dtype=torch.float64)
+        ctx.comm.all_reduce_mean(start)  # every worker decides alike: on the losses averaged over them
+        for b in tried:  # upward, stopping at the first size that does not keep up
+            samples += trial(model, opt, run.loss_fn, x, y, min(updates[b], len(y)), b,
+                             _rate_for(run, b, epoch, epoch))
+            loss = torch.tensor([mean_loss(model, run.loss_fn, x, y, chunk)], dtype=torch.float64)
+            samples += len(y)
+            flat.weights.copy_(weights)
+            for k, v in model.named_buffers():
+                v.copy_(buffers[k])
+            opt.load_state_dict(state)
+            ctx.comm.all_reduce_mean(loss)
+            found[b] = float(loss)
+            if chosen(found, float(start), auto.tolerance) != b:
+                break
+    total = torch.tensor([float(samples)], dtype=torch.float64)
+    ctx.comm.all_reduce_sum(total)
+    size = chosen(found, float(start), auto.tolerance)
+    return {"batchSize": size, "losses": {"start": float(start), **{str(b): v for b, v in found.items()}},
+            "samples": int(total.item())}
 
 
 def _progress(run: _Run, epoch: int, i: int, free: bool) -> float:
@@ -495,10 +581,15 @@ def _train(run: _Run, resume: dict[str, Any] | None) -> float:
         start_epoch, start_step = int(resume["epoch"]), int(resume["stepInEpoch"])
     t_loop = time.perf_counter()
     for epoch in range(start_epoch, spec.epochs):
-        set_lr(run.dopt.optimizer, _rate(run, epoch, epoch))
         first = resume is not None and epoch == start_epoch
-        sums = resume["sums"].clone() if first else torch.zeros(2, dtype=torch.float64)
         t0, b0 = time.perf_counter(), ctx.comm.bytes_sent
+        run.search = None
+        auto = run.spec.auto_batch
+        if auto is not None and epoch % auto.every == 0 and not (first and start_step > 0):
+            run.search = _search_batch(run, epoch)
+            _use_batch(run, run.search["batchSize"])
+        set_lr(run.dopt.optimizer, _rate(run, epoch, epoch))
+        sums = resume["sums"].clone() if first else torch.zeros(2, dtype=torch.float64)
         sums, done = _run_epoch(run, epoch, start_step if first else 0, sums)
         nbytes, secs = ctx.comm.bytes_sent - b0, time.perf_counter() - t0
         run.history.append(_epoch_record(run, epoch, sums, done, secs, nbytes))

@@ -1,0 +1,185 @@
+"""Automatic minibatch sizing for the synchronous strategies (``batchSize="auto"``).
+
+After Seide et al., "On parallelizability of stochastic gradient descent for speech DNNs" (ICASSP 2014),
+and CNTK's AutoAdjust (``shared/papers/cntk-slides-parallel-training.txt``, "Automatic MB sizing"): at a
+given learning rate there is a largest minibatch that still converges, so at the start of training, and
+again every ``every`` epochs, the workers try candidate sizes on a small held sample of their rows from
+the current weights and keep the largest one that still learns about as much as the smallest.
+
+One search (:func:`search`), on every worker at once:
+
+1. A seeded sample of up to ``sample_rows`` of the worker's training rows (by bytes too, for images).
+2. The sample's loss under the current weights, ``L0``.
+3. For each candidate ``b`` (ascending): from the same weights and optimizer state, one pass over the
+   sample in updates of ``update_batch(b)`` rows (every worker's batch under ``sync``: the rows one update
+   of the job averages, :func:`irbis.train.optim.update_batch`) at the rate ``lrScaling`` gives that
+   update, its gradient accumulated ``b`` rows at a time so the memory is one step's; then the sample's
+   loss ``L_b``. The weights and optimizer state are put back after each candidate.
+4. The losses are averaged over the workers (every worker decides alike), and the size kept is the
+   largest ``b``, scanning upward and stopping at the first that fails, with
+   ``L0 - L_b >= (1 - tolerance) * (L0 - L_min)``: it makes at least ``1 - tolerance`` of the smallest
+   size's progress on the sample. A candidate whose update would take fewer than ``min_steps`` steps of
+   the sample, or whose step would not fit the worker's memory (:func:`max_rows_in_memory`), is not tried.
+
+With ``lrScaling="none"`` a larger batch takes fewer steps at the same rate, so it rarely keeps up: the
+search then mostly keeps the smallest size. It pays with ``"linear"`` (SGD, momentum: Seide et al. sum
+the gradient, which is the linear rule) or ``"sqrt"`` (Adam, Adagrad, RMSProp).
+
+The trials run on the worker alone (no communication but the averaged losses), in a forked torch RNG
+seeded from ``(seed, epoch)``, and their rows count toward the samples seen (``trialSamples`` in the
+epoch's record), so one seed reproduces the sizes and the weights.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+#: Candidate sizes per worker when the estimator's ``autoBatchSizes`` is not set.
+DEFAULT_CANDIDATES = (16, 32, 64, 128, 256, 512)
+#: At most this many bytes of the sample's inputs are held at once (images: about 100 rows at 224 px).
+SAMPLE_BYTES = 64 * 1024 * 1024
+#: Share of the memory available when a search starts that one step's activations may take.
+MEMORY_SHARE = 0.25
+
+
+@dataclass(frozen=True)
+class AutoBatch:
+    """How ``batchSize="auto"`` searches: candidate sizes per worker (ascending), epochs between searches,
+    the tolerance on progress (in (0, 1)), the sample's rows, and the fewest updates a candidate must make
+    over the sample to be tried."""
+
+    candidates: tuple[int, ...] = DEFAULT_CANDIDATES
+    every: int = 1
+    tolerance: float = 0.1
+    sample_rows: int = 1024
+    min_steps: int = 4
+
+    def __post_init__(self) -> None:
+        if not self.candidates or any(int(c) < 1 for c in self.candidates):
+            raise ValueError(f"autoBatchSizes must be sizes >= 1, found {list(self.candidates)}")
+        if not 0.0 < self.tolerance < 1.0:
+            raise ValueError(f"autoBatchTolerance must lie in (0, 1), found {self.tolerance}")
+        object.__setattr__(self, "candidates", tuple(sorted({int(c) for c in self.candidates})))
+
+    @property
+    def smallest(self) -> int:
+        return self.candidates[0]
+
+
+def chosen(trial_losses: dict[int, float], start_loss: float, tolerance: float) -> int:
+    """The largest size, scanning upward from the smallest and stopping at the first that fails, whose loss
+    makes at least ``1 - tolerance`` of the smallest size's progress from ``start_loss``. A non-finite loss
+    fails."""
+    sizes = sorted(trial_losses)
+    best = sizes[0]
+    gain = start_loss - trial_losses[best]
+    for b in sizes[1:]:
+        loss = trial_losses[b]
+        if not math.isfinite(loss):
+            break
+        if gain > 0:
+            ok = start_loss - loss >= (1.0 - tolerance) * gain
+        else:  # the smallest made no progress: a larger one must at least match it
+            ok = loss <= trial_losses[sizes[0]]
+        if not ok:
+            break
+        best = b
+    return best
+
+
+def available_bytes(device: str) -> int | None:
+    """Memory free for a step on ``device``: the GPU's free memory, or the host's available memory (Linux's
+    ``MemAvailable``); None where it cannot be read."""
+    if device.startswith("cuda"):
+        free, _ = torch.cuda.mem_get_info(torch.device(device))
+        return int(free)
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def activation_bytes_per_row(model: torch.nn.Module, xb: torch.Tensor) -> float:
+    """Bytes of the tensors the network's modules output for one row (measured on ``xb``, without
+    gradients): what a training step keeps for its backward pass, per row."""
+    total = 0
+
+    def hook(_module: Any, _inputs: Any, output: Any) -> None:
+        nonlocal total
+        for t in output if isinstance(output, (tuple, list)) else (output,):
+            if isinstance(t, torch.Tensor):
+                total += t.numel() * t.element_size()
+
+    leaves = [m for m in model.modules() if not list(m.children())]
+    handles = [m.register_forward_hook(hook) for m in leaves]
+    try:
+        with torch.no_grad():
+            model(xb)
+    finally:
+        for h in handles:
+            h.remove()
+    return total / max(len(xb), 1)
+
+
+def max_rows_in_memory(model: torch.nn.Module, xb: torch.Tensor, device: str) -> int | None:
+    """The largest batch whose step fits: :data:`MEMORY_SHARE` of the free memory over three times the
+    activations per row (kept for backward, their gradients, and the working space); None: no bound known."""
+    free = available_bytes(device)
+    per_row = activation_bytes_per_row(model, xb)
+    if free is None or per_row <= 0:
+        return None
+    return max(1, int(MEMORY_SHARE * free / (3.0 * per_row)))
+
+
+def sample_size(auto: AutoBatch, row_bytes: int, rows: int) -> int:
+    """Rows of the held sample: ``auto.sample_rows``, at most :data:`SAMPLE_BYTES` of inputs and the rows."""
+    by_bytes = max(1, SAMPLE_BYTES // max(row_bytes, 1))
+    return max(1, min(auto.sample_rows, by_bytes, rows))
+
+
+def mean_loss(model: torch.nn.Module, loss_fn: Any, x: torch.Tensor, y: torch.Tensor, chunk: int) -> float:
+    """The loss over ``(x, y)``, ``chunk`` rows a forward pass, in training mode (BatchNorm on each chunk's
+    statistics, as the trials trained) and without gradients."""
+    total = 0.0
+    with torch.no_grad():
+        for s in range(0, len(y), chunk):
+            xb, yb = x[s:s + chunk], y[s:s + chunk]
+            total += float(loss_fn(model(xb), yb)) * len(yb)
+    return total / max(len(y), 1)
+
+
+def trial(model: torch.nn.Module, optimizer: torch.optim.Optimizer, loss_fn: Any, x: torch.Tensor,
+          y: torch.Tensor, update_rows: int, step_rows: int, rate: float) -> int:
+    """One pass over the sample in updates of ``update_rows`` rows, the gradient accumulated ``step_rows`` at
+    a time, every parameter group at its initial rate times ``rate``; returns the rows computed."""
+    for group in optimizer.param_groups:
+        group.setdefault("initial_lr", group["lr"])
+        group["lr"] = group["initial_lr"] * rate
+    done = 0
+    for s in range(0, len(y) - update_rows + 1, update_rows):
+        optimizer.zero_grad(set_to_none=True)
+        for c in range(s, s + update_rows, step_rows):
+            xb, yb = x[c:min(c + step_rows, s + update_rows)], y[c:min(c + step_rows, s + update_rows)]
+            (loss_fn(model(xb), yb) * (len(yb) / update_rows)).backward()
+            done += len(yb)
+        optimizer.step()
+    return done
+
+
+def seeded_rows(n: int, count: int, seed: int, rank: int, epoch: int) -> np.ndarray:
+    """``count`` of ``n`` row ids, drawn from ``(seed, rank, epoch)`` apart from the training order's draws."""
+    rng = np.random.default_rng([seed, rank, epoch, 0xA07B])
+    return np.sort(rng.choice(n, size=min(count, n), replace=False))

@@ -185,7 +185,7 @@ TRAIN_PARAMS: list[Row] = [
      T.toString, json.dumps(list(DEFAULT_CANDIDATES)), check_auto_sizes),
     ("autoBatchEvery", "batchSize='auto': epochs between searches", T.toInt, 1, at_least(1)),
     ("autoBatchTolerance", "batchSize='auto': a size is kept while it makes at least 1 - this of the smallest "
-                           "size's progress on the sample", T.toFloat, 0.1, in_range(0, 1, low_open=True,
+                           "size's progress on the sample", T.toFloat, 0.05, in_range(0, 1, low_open=True,
                                                                                        high_open=True)),
     ("epochs", "passes over the data", T.toInt, 10, at_least(1)),
     ("numWorkers", "training tasks, all run at once (one barrier stage; an ordinary stage, whose dead tasks are "

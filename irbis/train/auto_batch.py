@@ -6,28 +6,35 @@ given learning rate there is a largest minibatch that still converges, so at the
 again every ``every`` epochs, the workers try candidate sizes on a small held sample of their rows from
 the current weights and keep the largest one that still learns about as much as the smallest.
 
-One search (:func:`search`), on every worker at once:
+One search (``irbis.train.loop._search_batch``), on every worker at once:
 
-1. A seeded sample of up to ``sample_rows`` of the worker's training rows (by bytes too, for images).
-2. The sample's loss under the current weights, ``L0``.
-3. For each candidate ``b`` (ascending): from the same weights and optimizer state, one pass over the
-   sample in updates of ``update_batch(b)`` rows (every worker's batch under ``sync``: the rows one update
-   of the job averages, :func:`irbis.train.optim.update_batch`) at the rate ``lrScaling`` gives that
-   update, its gradient accumulated ``b`` rows at a time so the memory is one step's; then the sample's
-   loss ``L_b``. The weights and optimizer state are put back after each candidate.
-4. The losses are averaged over the workers (every worker decides alike), and the size kept is the
-   largest ``b``, scanning upward and stopping at the first that fails, with
-   ``L0 - L_b >= (1 - tolerance) * (L0 - L_min)``: it makes at least ``1 - tolerance`` of the smallest
-   size's progress on the sample. A candidate whose update would take fewer than ``min_steps`` steps of
-   the sample, or whose step would not fit the worker's memory (:func:`max_rows_in_memory`), is not tried.
+1. A seeded sample of up to ``sample_rows`` of each worker's training rows (by bytes too, for images) to
+   train on, and a quarter as many more to judge on: a size is judged by the loss on rows its trial did
+   not train on, so a size that fits the sample but generalises worse loses.
+2. The judged rows' loss under the current weights, ``L0``.
+3. For the size in use, then each larger candidate (ascending): from the same weights and optimizer state,
+   synchronous steps of ``b`` rows per worker over the sample (the gradient averaged over the workers, as
+   ``sync`` steps it) at the rate ``lrScaling`` gives that update (:func:`irbis.train.optim.update_batch`),
+   every size over the same rows; then the judged rows' loss ``L_b``. The weights, BatchNorm statistics and
+   optimizer state are put back after each size.
+4. The losses are averaged over the workers (every worker decides alike). The size kept is the largest
+   ``b``, scanning upward and stopping at the first that fails, with
+   ``L0 - L_b >= (1 - tolerance) * (L0 - L_in_use)``: it makes at least ``1 - tolerance`` of the size in
+   use's progress on the sample. A candidate that would take fewer than ``min_steps`` steps over the
+   sample, or whose step would not fit the memory of the worker with the least
+   (:func:`max_rows_in_memory`), is not tried.
+
+The size only grows, as CNTK's does: early in training, when the weights move fast, large batches at a
+proportionally larger rate lose to small ones; later they keep up, and the search moves to them. A search
+costs a pass over the sample per size tried plus a forward pass per size, so it pays on epochs much
+larger than the sample (``autoBatchEvery`` spaces searches out on small data).
 
 With ``lrScaling="none"`` a larger batch takes fewer steps at the same rate, so it rarely keeps up: the
 search then mostly keeps the smallest size. It pays with ``"linear"`` (SGD, momentum: Seide et al. sum
 the gradient, which is the linear rule) or ``"sqrt"`` (Adam, Adagrad, RMSProp).
 
-The trials run on the worker alone (no communication but the averaged losses), in a forked torch RNG
-seeded from ``(seed, epoch)``, and their rows count toward the samples seen (``trialSamples`` in the
-epoch's record), so one seed reproduces the sizes and the weights.
+The trials run in a forked torch RNG seeded from ``(seed, epoch)``, and their rows count toward the
+samples seen (``trialSamples`` in the epoch's record), so one seed reproduces the sizes and the weights.
 """
 
 from __future__ import annotations
@@ -56,9 +63,9 @@ class AutoBatch:
 
     candidates: tuple[int, ...] = DEFAULT_CANDIDATES
     every: int = 1
-    tolerance: float = 0.1
-    sample_rows: int = 1024
-    min_steps: int = 4
+    tolerance: float = 0.05
+    sample_rows: int = 512
+    min_steps: int = 8
 
     def __post_init__(self) -> None:
         if not self.candidates or any(int(c) < 1 for c in self.candidates):
@@ -161,22 +168,22 @@ def mean_loss(model: torch.nn.Module, loss_fn: Any, x: torch.Tensor, y: torch.Te
     return total / max(len(y), 1)
 
 
-def trial(model: torch.nn.Module, optimizer: torch.optim.Optimizer, loss_fn: Any, x: torch.Tensor,
-          y: torch.Tensor, update_rows: int, step_rows: int, rate: float) -> int:
-    """One pass over the sample in updates of ``update_rows`` rows, the gradient accumulated ``step_rows`` at
-    a time, every parameter group at its initial rate times ``rate``; returns the rows computed."""
+def trial(model: torch.nn.Module, optimizer: torch.optim.Optimizer, flat: Any, comm: Any, loss_fn: Any,
+          x: torch.Tensor, y: torch.Tensor, batch: int, steps: int, rate: float) -> int:
+    """``steps`` synchronous steps of ``batch`` rows of the sample on every worker: the gradient averaged
+    over the workers (one all-reduce of the flat buffer, as ``sync`` steps), every parameter group at its
+    initial rate times ``rate``; returns the rows this worker computed."""
     for group in optimizer.param_groups:
         group.setdefault("initial_lr", group["lr"])
         group["lr"] = group["initial_lr"] * rate
-    done = 0
-    for s in range(0, len(y) - update_rows + 1, update_rows):
-        optimizer.zero_grad(set_to_none=True)
-        for c in range(s, s + update_rows, step_rows):
-            xb, yb = x[c:min(c + step_rows, s + update_rows)], y[c:min(c + step_rows, s + update_rows)]
-            (loss_fn(model(xb), yb) * (len(yb) / update_rows)).backward()
-            done += len(yb)
+    for s in range(steps):
+        xb, yb = x[s * batch:(s + 1) * batch], y[s * batch:(s + 1) * batch]
+        flat.grads.zero_()
+        loss_fn(model(xb), yb).backward()
+        flat.sync_grads_in()
+        comm.all_reduce_mean(flat.grads)
         optimizer.step()
-    return done
+    return steps * batch
 
 
 def seeded_rows(n: int, count: int, seed: int, rank: int, epoch: int) -> np.ndarray:

@@ -504,8 +504,9 @@ def _use_batch(run: _Run, batch_size: int) -> None:
 
 
 def _search_batch(run: _Run, epoch: int) -> dict[str, Any]:
-    """``batchSize="auto"``: try the candidate sizes on a held sample of this worker's rows from the current
-    weights and keep the largest that learns about as much as the smallest (:mod:`irbis.train.auto_batch`).
+    """``batchSize="auto"``: try the size in use and the larger candidates on a held sample of the workers'
+    rows from the current weights, and keep the largest that learns about as much as the size in use
+    (:mod:`irbis.train.auto_batch`).
     Returns ``{"batchSize", "losses": {size: loss after its trial, "start": loss before}, "samples"}``, alike
     on every worker (the losses are averaged over them); the weights and the optimizer are left as found."""
     spec, ctx, model = run.spec, run.ctx, run.model
@@ -514,48 +515,48 @@ def _search_batch(run: _Run, epoch: int) -> dict[str, Any]:
     dtype = _label_dtype(spec)
     if isinstance(run.train, tuple):
         x, y = run.train
-        n = count = sample_size(auto, x[0].numel() * x.element_size() if len(x) else 4, len(y))
-        ids = torch.from_numpy(seeded_rows(len(y), count, spec.seed, ctx.rank, epoch)).to(x.device)
+        n = sample_size(auto, x[0].numel() * x.element_size() if len(x) else 4, len(y) * 4 // 5)
+        ids = torch.from_numpy(seeded_rows(len(y), n + max(n // 4, 1), spec.seed, ctx.rank, epoch)).to(x.device)
         x, y = x[ids], y[ids]
     else:
         row_bytes = 4 * int(np.prod(spec.input_shape)) if spec.input_shape else 4096
-        n = sample_size(auto, row_bytes, len(run.train))
-        x, y = next(iter(run.train.batches(n, 1, spec.seed + 0xA07B, ctx.rank, epoch, 0, spec.device, dtype,
-                                           augment=False)))
+        n = sample_size(auto, row_bytes, len(run.train) * 4 // 5)
+        x, y = next(iter(run.train.batches(n + max(n // 4, 1), 1, spec.seed + 0xA07B, ctx.rank, epoch, 0,
+                                           spec.device, dtype, augment=False)))
     if channels_last(spec) and x.dim() == 4:
         x = x.contiguous(memory_format=torch.channels_last)
+    (x, y), (xe, ye) = (x[:n], y[:n]), (x[n:], y[n:])  # the trials train on the first part, are judged on the rest
     # every worker tries the same sizes: the smallest sample and the least memory among them decide
     memory = max_rows_in_memory(model, x[:2], spec.device)
     mine = torch.tensor([float(n), float("inf") if memory is None else float(memory)], dtype=torch.float64)
-    least = torch.stack(ctx.comm.all_gather(mine)).min(0).values.tolist()
-    fits = [b for b in auto.candidates if b <= least[1]] or [auto.smallest]
-    updates = {b: int(update_batch(run.dopt.strategy, b, ctx.world_size)) for b in fits}
-    tried = [b for b in fits if b == fits[0] or least[0] // max(updates[b], 1) >= auto.min_steps]
-    flat = run.dopt.flat
-    opt = run.dopt.optimizer
+    rows, room = torch.stack(ctx.comm.all_gather(mine)).min(0).values.tolist()
+    current = spec.batch_size
+    tried = [current] + [b for b in auto.candidates if current < b <= room and rows // b >= auto.min_steps]
+    rows = int(rows) - int(rows) % tried[-1]  # every size sees the same rows: whole steps of the largest
+    flat, opt = run.dopt.flat, run.dopt.optimizer
     weights = flat.weights.clone()
     buffers = {k: v.clone() for k, v in model.named_buffers()}
     state = copy.deepcopy(opt.state_dict())
     chunk = auto.smallest
     samples = 0
     found: dict[int, float] = {}
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(spec.seed * 1_000_003 + epoch)
-        start = torch.tensor([mean_loss(model, run.loss_fn, x, y, chunk)], dtype=torch.float64)
+    with torch.random.fork_rng(devices=[]):  # the trials' draws (dropout) leave training's as they were
+        start = torch.tensor([mean_loss(model, run.loss_fn, xe, ye, chunk)], dtype=torch.float64)
         ctx.comm.all_reduce_mean(start)  # every worker decides alike: on the losses averaged over them
-        for b in tried:  # upward, stopping at the first size that does not keep up
-            samples += trial(model, opt, run.loss_fn, x, y, min(updates[b], len(y)), b,
+        for b in tried:  # upward from the size in use, stopping at the first that does not keep up
+            samples += trial(model, opt, flat, ctx.comm, run.loss_fn, x, y, b, max(rows // b, 1),
                              _rate_for(run, b, epoch, epoch))
-            loss = torch.tensor([mean_loss(model, run.loss_fn, x, y, chunk)], dtype=torch.float64)
-            samples += len(y)
+            loss = torch.tensor([mean_loss(model, run.loss_fn, xe, ye, chunk)], dtype=torch.float64)
+            samples += len(ye)
             flat.weights.copy_(weights)
             for k, v in model.named_buffers():
                 v.copy_(buffers[k])
-            opt.load_state_dict(state)
+            opt.load_state_dict(copy.deepcopy(state))  # a copy: load_state_dict keeps the tensors it is given
             ctx.comm.all_reduce_mean(loss)
             found[b] = float(loss)
             if chosen(found, float(start), auto.tolerance) != b:
                 break
+    flat.grads.zero_()
     total = torch.tensor([float(samples)], dtype=torch.float64)
     ctx.comm.all_reduce_sum(total)
     size = chosen(found, float(start), auto.tolerance)

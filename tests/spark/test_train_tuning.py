@@ -1,5 +1,5 @@
-"""TorchEstimator's tuning Params on Spark: learning-rate scaling with warm-up, BatchNorm statistics recomputed
-after training, and bad values refused naming the Param."""
+"""TorchEstimator's tuning Params on Spark: learning-rate scaling with warm-up, the batch size searched
+(batchSize="auto"), BatchNorm statistics recomputed after training, and bad values refused naming the Param."""
 
 import io
 import json
@@ -79,6 +79,8 @@ def test_recompute_always_under_sync_gives_update_bn_statistics(image_df):
     ({"recomputeBatchNorm": "sometimes"}, "recomputeBatchNorm", "one of 'auto', 'always', 'never'"),
     ({"warmupEpochs": -1.0}, "warmupEpochs", "a number >= 0"),
     ({"referenceBatchSize": -8}, "referenceBatchSize", "a number >= 0"),
+    ({"batchSize": 0}, "batchSize", "'auto' or an integer >= 1"),
+    ({"autoBatchTolerance": 1.0}, "autoBatchTolerance", "a number > 0 and < 1"),
 ])
 def test_bad_values_are_refused_when_set(params, param, allowed):
     with pytest.raises(ParamValueError, match=param) as info:
@@ -91,3 +93,18 @@ def test_warm_up_not_shorter_than_training_or_without_scaling_is_refused_at_fit(
         estimator(lrScaling="linear", warmupEpochs=2.0).fit(train_df)
     with pytest.raises(ParamValueError, match=r"warmupEpochs=1\.0 .* while lrScaling is 'none'"):
         estimator(warmupEpochs=1.0).fit(train_df)
+
+
+def test_auto_batch_size_is_searched_on_the_workers_and_saved_with_the_model(train_df, tmp_path):
+    est = estimator(batchSize="auto", autoBatchSizes="[8, 16, 32]", autoBatchEvery=2, epochs=3,
+                    lrScaling="linear")
+    model = est.fit(train_df)
+    summary = model.training_summary
+    assert [("batchTrials" in r) for r in summary] == [True, False, True]  # epochs 1 and 3
+    assert all(r["batchSize"] in (8, 16, 32) for r in summary)
+    assert summary[1]["batchSize"] == summary[0]["batchSize"]
+    assert summary[0]["trialSamples"] > 0 and "start" in summary[0]["batchTrials"]
+    est.write().overwrite().save(str(tmp_path / "est"))
+    assert TorchEstimator.load(str(tmp_path / "est")).getBatchSize() == "auto"
+    with pytest.raises(ParamValueError, match="batchSize.*staleness"):
+        estimator(batchSize="auto", strategy="downpour").fit(train_df)

@@ -56,19 +56,21 @@ def test_auto_picks_a_large_batch_where_large_batches_are_harmless():
 
 
 def test_auto_keeps_the_small_batch_where_large_batches_hurt():
-    """The rate is tuned near the edge of stability for the smallest update: under linear scaling every
-    larger candidate's rate (2x, 4x, 8x) steps past it and the loss grows instead of falling, so the search
-    must keep the smallest size, where a blind large batch would diverge."""
-    x, _ = load_digits(return_X_y=True)
-    y = load_digits().target
+    """The rate is tuned near the edge of stability for the smallest update (plain SGD at 0.3 on the digits
+    MLP): under linear scaling the next size steps at twice that rate, past the edge, and on the judged rows
+    its loss falls far less than the smallest size's. The search must keep the smallest size, and stop
+    there without trying the larger ones."""
+    x, y = load_digits(return_X_y=True)
     x = (x / 16).astype(np.float32)
     spec = TrainSpec(network=network_spec("mlp", {"in_features": 64, "hidden": 32, "out_features": 10}),
-                     epochs=1, batch_size=16, optimizer="sgd", learning_rate=2.0, lr_scaling="linear",
+                     epochs=1, batch_size=16, optimizer="sgd", learning_rate=0.3, lr_scaling="linear",
                      auto_batch=AutoBatch((16, 32, 64), sample_rows=512))
     record = run_threads(spec, shard_rows(x, y, 2))[0].history[0]
     trials = record["batchTrials"]
     assert record["batchSize"] == 16, trials
-    assert trials["64"] > trials["16"]
+    gain16, gain32 = trials["start"] - trials["16"], trials["start"] - trials["32"]
+    assert gain16 > 0.3 * trials["start"] and gain32 < 0.75 * gain16
+    assert "64" not in trials
 
 
 def test_one_seed_reproduces_the_sizes_and_the_weights():

@@ -29,9 +29,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 STRATEGIES = {"sync": ("adam", 1e-3, "{}"),
-              "downpour": ("sgd", 0.01, "{}"),
-              "mixed": ("sgd", 0.01, "{}"),
-              "dcasgd": ("sgd", 0.01, "{}")}
+              "downpour": ("sgd", 0.05, "{}"),
+              "mixed": ("sgd", 0.05, "{}"),
+              "dcasgd": ("sgd", 0.05, "{}")}
 
 
 def camera_frames(spark, folder: Path, size: tuple[int, int, int], seed: int):
@@ -103,12 +103,14 @@ def plot(rows: list[dict], path: Path) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=3)
-    parser.add_argument("--epochs", type=int, default=2)
+    parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--cameras", type=int, default=8, help="cameras of the set (a quarter of them test)")
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--workers", default="2,4")
     parser.add_argument("--quick", action="store_true", help="a small set, 1 seed, 1 epoch, 2 workers")
     args = parser.parse_args()
-    size, seeds, epochs, workers = (4, 4, 4), args.seeds, args.epochs, [int(w) for w in args.workers.split(",")]
+    size, seeds, epochs = (args.cameras, 8, 4), args.seeds, args.epochs
+    workers = [int(w) for w in args.workers.split(",")]
     if args.quick:
         size, seeds, epochs, workers = (4, 2, 3), 1, 1, [2]
     import pyspark
@@ -143,7 +145,7 @@ def main() -> None:
              f"traps ({len(meta)} JPEGs 320x240, {n_train} from the training cameras, the rest test), "
              f"{epochs} epoch(s), batch {args.batch} per worker, random resized crop + flip in the workers; "
              f"local[4] on {os.cpu_count()} cores; {seeds} seed(s) per cell; sync with Adam 1e-3, the parameter "
-             "servers with SGD 0.01 (each strategy's server default otherwise)",
+             "servers with SGD 0.05 (each strategy's server default otherwise)",
              "",
              "| strategy | workers | images/s end to end (median) | images/s in the loop | test accuracy (mean) "
              "| range over seeds | mean staleness |",

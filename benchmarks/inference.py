@@ -444,6 +444,8 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--barrier", default="")
     parser.add_argument("--quick", action="store_true", help="64 images, 1 timed run, EfficientNet-Lite0")
+    parser.add_argument("--output", default=str(RESULTS / "inference.txt"),
+                        help="the results file (its .json and .png beside it)")
     args = parser.parse_args()
     if args.child:
         child(args)
@@ -474,10 +476,11 @@ def main() -> None:
     print(text)
     if args.quick:
         return
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "inference.txt").write_text(text + "\n")
-    (RESULTS / "inference.json").write_text(json.dumps(report, indent=1))
-    plot(report, RESULTS / "inference.png")
+    out = Path(args.output)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(text + "\n")
+    out.with_suffix(".json").write_text(json.dumps(report, indent=1))
+    plot(report, out.with_suffix(".png"))
 
 
 def plot(report: dict, path: Path) -> None:

@@ -26,8 +26,8 @@ import threading
 import time
 from pathlib import Path
 
-import numpy as np
 import torch
+from train_sync import load_digits_split  # the same split and inputs as the training benchmark
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
@@ -36,18 +36,6 @@ WORKLOADS = {
     "mlp": ("mlp", {"in_features": 64, "hidden": 128, "out_features": 10}, [64], 20),
     "cnn": ("small_cnn", {"num_classes": 10, "width": 32}, [3, 32, 32], 6),
 }
-
-
-def digits(images: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    from sklearn.datasets import load_digits
-    from sklearn.model_selection import train_test_split
-
-    x, y = load_digits(return_X_y=True)
-    x = (x / 16).astype(np.float32)
-    if images:
-        t = torch.nn.functional.interpolate(torch.from_numpy(x).view(-1, 1, 8, 8), size=32, mode="bilinear")
-        x = t.repeat(1, 3, 1, 1).reshape(len(x), -1).numpy()
-    return train_test_split(x, y, test_size=0.2, stratify=y, random_state=0)
 
 
 def run(workload: str, batch: int | str, data: tuple, epochs: int, seed: int = 0, every: int = 1) -> dict:
@@ -117,7 +105,7 @@ def main() -> None:
         if args.quick and workload != "mlp":
             continue
         epochs = 4 if args.quick else epochs
-        data = digits(images=workload == "cnn")
+        data = load_digits_split(images=workload == "cnn")
         run(workload, 32, data, 1)  # warm-up, untimed
         rows = {b: run(workload, b, data, epochs) for b in SWEEP}
         rows["auto"] = run(workload, "auto", data, epochs)

@@ -299,6 +299,15 @@ def _cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_pack(args: argparse.Namespace) -> int:
+    from irbis.spark.environment import pack
+
+    packed = pack(args.output)
+    print(f"{packed.path}: {packed.bytes / 2**20:.0f} MiB, built in {packed.seconds:.0f} s; executors need "
+          f"Python {packed.python}. Ship it with irbis.get_spark(master, environment={str(packed.path)!r})")
+    return 0
+
+
 def _cmd_photos(args: argparse.Namespace) -> int:
     from irbis.demo.photos import classify_photos, write_sample_photos
 
@@ -483,6 +492,11 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--checkpoint-dir", default=None, help="shared folder: resume after a failed task")
     train.add_argument("--master", default="local[*]")
     train.set_defaults(func=_cmd_train)
+
+    pack = sub.add_parser("pack", help="build one PEX file of Irbis and what it needs, for executors whose Python "
+                          "lacks them: irbis.get_spark(master, environment=FILE) ships it")
+    pack.add_argument("--output", default="irbis-env.pex", help="the PEX file written")
+    pack.set_defaults(func=_cmd_pack)
 
     photos = sub.add_parser("photos", help="score the sample photographs with EfficientNet-Lite0 on Spark")
     photos.add_argument("--output", default="irbis-demo-output", help="folder for the photographs")

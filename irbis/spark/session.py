@@ -9,6 +9,7 @@ from typing import Any
 from pyspark.sql import SparkSession
 
 from irbis.kernels.engines.exported import HUGE_PAGE_TUNABLE
+from irbis.spark.environment import environment_conf, merge_conf
 from irbis.spark.java import use_java
 
 #: Defaults applied unless the caller sets the key. Arrow is what every Irbis stage moves data with;
@@ -66,7 +67,8 @@ def probe_master(master: str, timeout_s: float = MASTER_PROBE_TIMEOUT_S) -> None
                           f"master runs and that its host and port are right")
 
 
-def get_spark(master: str | None = None, app_name: str = "irbis", **conf: Any) -> SparkSession:
+def get_spark(master: str | None = None, app_name: str = "irbis", environment: str | None = None,
+              **conf: Any) -> SparkSession:
     """Return a SparkSession ready for Irbis stages.
 
     Parameters
@@ -78,6 +80,12 @@ def get_spark(master: str | None = None, app_name: str = "irbis", **conf: Any) -
         server as session settings).
     app_name : str
         The application name shown in the Spark UI.
+    environment : str, optional
+        A Python environment shipped to executors whose Python lacks Irbis: a PEX file built by
+        ``irbis pack`` (through ``spark.files``) or a packed virtual environment (``.tar.gz``, ``.zip``,
+        through ``spark.archives``); the executors' Python (``PYSPARK_PYTHON``) is set to run in it
+        (:mod:`irbis.spark.environment`). For cluster masters only: local masters run their Python
+        workers with the driver's Python.
     **conf
         Spark configuration, e.g. ``get_spark(**{"spark.driver.memory": "8g"})``. Keys given here
         override :data:`DEFAULT_CONF`.
@@ -98,6 +106,8 @@ def get_spark(master: str | None = None, app_name: str = "irbis", **conf: Any) -
     ConnectionError
         When a ``spark://`` master does not accept a connection within
         :data:`MASTER_PROBE_TIMEOUT_S` seconds (:func:`probe_master`).
+    FileNotFoundError
+        When ``environment`` names a local file that does not exist.
 
     Examples
     --------
@@ -105,6 +115,11 @@ def get_spark(master: str | None = None, app_name: str = "irbis", **conf: Any) -
     >>> spark = get_spark("local-cluster[2,1,2048]")          # doctest: +SKIP
     """
     master = master or "local[*]"
+    if environment is not None and (master.startswith("sc://") or master == "local"
+                                    or master.startswith("local[")):
+        where = "on the server" if master.startswith("sc://") else "with the driver's Python"
+        raise ValueError(f"environment= ships a Python environment to a cluster's executors; master {master!r} "
+                         f"runs its Python workers {where}")
     if master.startswith("sc://"):
         return _connect(master, app_name, conf)
     active = SparkSession.getActiveSession()
@@ -134,6 +149,10 @@ def get_spark(master: str | None = None, app_name: str = "irbis", **conf: Any) -
         settings["spark.scheduler.minRegisteredResourcesRatio"] = "1.0"
         settings["spark.scheduler.maxRegisteredResourcesWaitingTime"] = "120s"
     settings.update({k: str(v) for k, v in conf.items()})
+    if environment is not None:
+        shipped, python = environment_conf(environment)
+        settings = merge_conf(settings, shipped)
+        os.environ["PYSPARK_PYTHON"] = python  # read by the SparkContext: the executors' Python workers
     builder = SparkSession.builder.master(master).appName(app_name)
     for key, value in settings.items():
         builder = builder.config(key, value)

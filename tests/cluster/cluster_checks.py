@@ -6,7 +6,8 @@ own process keeps its local session. Usage::
 
     python cluster_checks.py --master spark://127.0.0.1:7077 --out DIR --images DIR featurize sync dcasgd
 
-``fit_bare`` fits on an application of its own whose executors run the Python given by ``--bare-python``.
+``fit_bare`` fits on an application of its own whose executors run the Python given by ``--bare-python``;
+``fit_packed`` does the same with Irbis's environment shipped as the PEX given by ``--environment``.
 """
 
 from __future__ import annotations
@@ -73,23 +74,25 @@ def featurize(spark, images: str) -> np.ndarray:
     return np.stack([r.features.toArray() for r in rows])
 
 
-def session(master: str, python: str | None = None):
-    """A session on ``master`` whose executors run ``python`` (default: this interpreter)."""
+def session(master: str, python: str | None = None, environment: str | None = None):
+    """A session on ``master`` whose executors run ``python`` (default: this interpreter), or the Python of
+    the shipped ``environment`` (``irbis pack``'s PEX)."""
     import os
 
     import irbis
 
     os.environ["PYSPARK_PYTHON"] = python or sys.executable  # read when the SparkContext starts
-    return irbis.get_spark(master, app_name="irbis-cluster-checks",
+    one = bool(python or environment)
+    return irbis.get_spark(master, app_name="irbis-cluster-checks", environment=environment,
                            **{"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2",
                               "spark.driver.memory": "1g", "spark.executor.memory": "1g",
                               # wait for every core asked for: one (one executor) without irbis, else two
-                              "spark.cores.max": "1" if python else "2",
+                              "spark.cores.max": "1" if one else "2",
                               "spark.scheduler.minRegisteredResourcesRatio": "1.0",
                               "spark.scheduler.maxRegisteredResourcesWaitingTime": "120s",
                               # a task that fails fails its job: no retries of a failed import
                               **({"spark.task.maxFailures": "1", "spark.stage.maxConsecutiveAttempts": "1"}
-                                 if python else {})})
+                                 if one else {})})
 
 
 def fit_bare(master: str, python: str) -> None:
@@ -106,13 +109,31 @@ def fit_bare(master: str, python: str) -> None:
         spark.stop()
 
 
+def fit_packed(master: str, environment: str) -> None:
+    """The same fit as :func:`fit_bare`, its executor's Python lacking irbis as there, but with Irbis's
+    environment shipped as a PEX (``get_spark(environment=...)``): the executor runs the fit in it."""
+    from pyspark.sql import functions as F
+
+    spark = session(master, environment=environment)
+    try:
+        df = spark.range(64, numPartitions=2).select(F.array(*[F.rand(i) for i in range(64)]).alias("features"),
+                                                     (F.col("id") % 10).cast("int").alias("label"))
+        model = estimator("sync").setNumWorkers(1).setEpochs(1).fit(df)
+        assert model.training_summary[-1]["loss"] > 0
+        python = spark.sparkContext.parallelize([0], 1).map(lambda _: sys.executable).collect()[0]
+        assert python != sys.executable, python  # the PEX's environment, not this driver's
+    finally:
+        spark.stop()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--master", required=True)
     parser.add_argument("--out", required=True)
     parser.add_argument("--images", default="")
     parser.add_argument("--bare-python", default="", help="the executors' Python of the fit_bare check")
-    parser.add_argument("checks", nargs="+", choices=["featurize", "sync", "dcasgd", "fit_bare"])
+    parser.add_argument("--environment", default="", help="the PEX the fit_packed check ships")
+    parser.add_argument("checks", nargs="+", choices=["featurize", "sync", "dcasgd", "fit_bare", "fit_packed"])
     args = parser.parse_args()
     out = Path(args.out)
     results: dict = {}
@@ -120,11 +141,14 @@ def main() -> None:
     for check in args.checks:
         t = time.perf_counter()
         try:
-            if check == "fit_bare":  # an application of its own
+            if check in ("fit_bare", "fit_packed"):  # an application of its own
                 if spark is not None:
                     spark.stop()
                     spark = None
-                fit_bare(args.master, args.bare_python)
+                if check == "fit_bare":
+                    fit_bare(args.master, args.bare_python)
+                else:
+                    fit_packed(args.master, args.environment)
             else:
                 if spark is None:
                     spark = session(args.master)

@@ -184,7 +184,7 @@ class App:
     :meth:`result` waits for it."""
 
     def __init__(self, cluster: Standalone, name: str, checks: list[str], images: str = "",
-                 bare_python: str = "") -> None:
+                 bare_python: str = "", environment: str = "") -> None:
         self.cluster, self.home = cluster, cluster.root / name
         self.out = self.home / "out"
         self.out.mkdir(parents=True)
@@ -195,7 +195,7 @@ class App:
         with open(self.log, "wb") as sink:
             self.proc = subprocess.Popen(
                 [sys.executable, str(CHECKS), "--master", cluster.url, "--out", str(self.out), "--images", images,
-                 "--bare-python", bare_python, *checks],
+                 "--bare-python", bare_python, "--environment", environment, *checks],
                 env=env, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True)
         cluster.procs.append(self.proc)
         self._result: dict | None = None
@@ -251,12 +251,23 @@ def bare_python(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def cluster_app(standalone, cluster_images, bare_python):
+def packed_env(tmp_path_factory):
+    """``irbis pack``'s PEX of this environment (Irbis and its packages, without pyspark and py4j)."""
+    from irbis.spark.environment import pack
+
+    packed = pack(tmp_path_factory.mktemp("packed") / "irbis-env.pex")
+    print(f"irbis pack: {packed.bytes / 2**20:.0f} MiB in {packed.seconds:.0f} s")
+    return str(packed.path)
+
+
+@pytest.fixture(scope="session")
+def cluster_app(standalone, cluster_images, bare_python, packed_env):
     """The cluster's drivers, started at once and left running while the tests compute the local
-    results. First an application of one executor whose Python is ``bare_python`` fits (and fails);
+    results. First an application of one executor whose Python is ``bare_python`` fits (and fails), then
+    one whose executor's Python also lacks irbis fits with ``packed_env`` shipped (and succeeds);
     once it is registered the main application's driver starts, and waits for both cores: it runs the featurizer
     and the two fits. Its :meth:`App.result` holds the main application's results and ``fit_bare``."""
-    bare = App(standalone, "bare", ["fit_bare"], bare_python=bare_python)
+    bare = App(standalone, "bare", ["fit_bare", "fit_packed"], bare_python=bare_python, environment=packed_env)
     wait_for_apps(standalone, 1, timeout_s=90)  # registered first, so that it gets its core first
     main = App(standalone, "checks", ["featurize", "sync", "dcasgd"], images=str(cluster_images))
     main.companions.append(bare)

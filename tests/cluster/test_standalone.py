@@ -91,3 +91,9 @@ def test_a_master_that_does_not_answer_fails_at_once_naming_the_url():
     assert time.perf_counter() - t0 < 30
     assert done.returncode != 0
     assert f"ConnectionError: Spark master {url} does not answer" in done.stderr, done.stderr[-2000:]
+
+
+def test_executors_without_irbis_fit_with_the_packed_environment_shipped(cluster_app):
+    # irbis pack's PEX shipped by get_spark(environment=...): the executor's Python runs inside it.
+    result = cluster_app.result()["fit_packed"]
+    assert result["ok"], result

@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from irbis.kernels.engines import ENGINES, EngineError, InputShapeError, Runner, onnx_path
+from irbis.kernels.engines import ENGINES, EngineError, InputShapeError, Runner, export_lock_path, onnx_path
+from irbis.models.fetch import file_lock
 
 if TYPE_CHECKING:
     from torch import nn
@@ -114,6 +115,11 @@ class ExportedNetwork:
             key = export_key(self.identity, self.layer, shape)
             path = onnx_path(key)
             if not path.exists():  # written atomically, so an existing file is whole
+                # another process may be writing it (the export ahead of the job): wait on its lock first,
+                # without importing torch, which only a process that must export the network needs
+                with file_lock(export_lock_path(path)):
+                    pass
+            if not path.exists():
                 from irbis.kernels.engines.export import export_onnx
 
                 path = export_onnx(self.load, self.layer, shape, key)

@@ -148,3 +148,31 @@ def test_torch_in_the_drivers_threads_runs_undisturbed_while_the_export_runs(mlp
         rounds += 1
         time.sleep(0.2)
     assert ahead.wait().exists()
+
+
+_WORKER = """
+import json, sys
+import numpy as np
+from irbis.kernels.engines import onnx_path
+from irbis.kernels.engines.exported import export_key
+from irbis.kernels.inference import make_torch_predict_fn, source_identity
+source = json.loads(sys.argv[1])  # resolved on the driver, as a job's workers get it
+written = onnx_path(export_key(source_identity(source), "0", (64,))).exists()
+out = make_torch_predict_fn(source, engine="onnxruntime", output_layer="0")(np.zeros((4, 64), np.float32))
+print(json.dumps({"written_before": written, "torch": "torch" in sys.modules, "shape": list(out.shape)}))
+"""
+
+
+def test_a_worker_waits_for_the_file_written_ahead_without_importing_torch(mlp_bundle):
+    # A worker that meets the export still running waits on its lock; only a process that must export the
+    # network itself needs torch (about 400 MiB and seconds to import in each Python worker).
+    folder, _ = mlp_bundle
+    source = resolve_source(str(folder))
+    ahead = export_ahead(source, [64], output_layer="0", engine="onnxruntime")
+    worker = subprocess.run([sys.executable, "-c", _WORKER, json.dumps(source)], capture_output=True, text=True,
+                            timeout=180)
+    assert ahead.wait(timeout=120) == ahead.path
+    assert worker.returncode == 0, worker.stderr[-3000:]
+    seen = json.loads(worker.stdout.strip().splitlines()[-1])
+    assert seen["written_before"] is False  # it arrived while the child was writing
+    assert seen["torch"] is False and seen["shape"][0] == 4

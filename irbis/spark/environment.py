@@ -81,9 +81,7 @@ def pack(output: str | os.PathLike[str], requirements: tuple[str, ...] = ("irbis
 def _irbis_wheel(folder: Path) -> list[Path]:
     """A wheel of the Irbis this interpreter imports, when it is an editable install from a source tree
     (a wheel installed from an index needs none: the repository has it)."""
-    import irbis
-
-    source = Path(irbis.__file__).resolve().parents[1]
+    source = Path(__file__).resolve().parents[2]  # irbis/spark/environment.py -> the source tree
     if not (source / "pyproject.toml").exists():
         return []
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--quiet",

@@ -104,7 +104,7 @@ def test_auto_batch_size_is_searched_on_the_workers_and_saved_with_the_model(tra
     assert all(r["batchSize"] in (8, 16, 32) for r in summary)
     assert summary[1]["batchSize"] == summary[0]["batchSize"]
     assert summary[0]["trialSamples"] > 0 and "start" in summary[0]["batchTrials"]
-    est.write().overwrite().save(str(tmp_path / "est"))
+    est.save(str(tmp_path / "est"))
     assert TorchEstimator.load(str(tmp_path / "est")).getBatchSize() == "auto"
     with pytest.raises(ParamValueError, match="batchSize.*staleness"):
         estimator(batchSize="auto", strategy="downpour").fit(train_df)

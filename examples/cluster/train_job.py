@@ -3,12 +3,11 @@ workers, the model saved to cluster storage (pass its URL as the first argument)
 import sys
 
 from pyspark.ml.linalg import Vectors
-from pyspark.sql import SparkSession
 from sklearn.datasets import load_digits
 
 import irbis
 
-spark = SparkSession.builder.getOrCreate()  # the master and settings spark-submit was given
+spark = irbis.get_spark()  # under spark-submit: the master and settings it was given
 x, y = load_digits(return_X_y=True)
 df = spark.createDataFrame([(Vectors.dense(a / 16), int(b)) for a, b in zip(x, y)], ["features", "label"])
 model = irbis.TorchEstimator(network="mlp", networkOptions='{"in_features": 64, "hidden": 128, "out_features": 10}',

@@ -74,7 +74,8 @@ def get_spark(master: str | None = None, app_name: str = "irbis", environment: s
     Parameters
     ----------
     master : str, optional
-        Any Spark master URL. ``None`` gives an embedded ``local[*]`` session;
+        Any Spark master URL. ``None`` gives an embedded ``local[*]`` session, or, in a script that
+        ``spark-submit`` started, the session of the master and settings it was given;
         ``"local-cluster[2,1,2048]"`` starts two real executor JVMs on this machine;
         ``"sc://host:port"`` connects to a Spark Connect server (``conf`` is then sent to the
         server as session settings).
@@ -114,6 +115,8 @@ def get_spark(master: str | None = None, app_name: str = "irbis", environment: s
     >>> spark = get_spark()                                   # doctest: +SKIP
     >>> spark = get_spark("local-cluster[2,1,2048]")          # doctest: +SKIP
     """
+    if master is None and os.environ.get("PYSPARK_GATEWAY_PORT") and SparkSession.getActiveSession() is None:
+        return _submitted(environment, conf)
     master = master or "local[*]"
     if environment is not None and (master.startswith("sc://") or master == "local"
                                     or master.startswith("local[")):
@@ -154,6 +157,26 @@ def get_spark(master: str | None = None, app_name: str = "irbis", environment: s
         settings = merge_conf(settings, shipped)
         os.environ["PYSPARK_PYTHON"] = python  # read by the SparkContext: the executors' Python workers
     builder = SparkSession.builder.master(master).appName(app_name)
+    for key, value in settings.items():
+        builder = builder.config(key, value)
+    return builder.getOrCreate()
+
+
+def _submitted(environment: str | None, conf: dict[str, Any]) -> SparkSession:
+    """The session of a script that ``spark-submit`` started (its JVM gateway is this process's): the master,
+    application name and settings it was given, with Irbis's defaults where it set none and ``conf`` over
+    both."""
+    from pyspark import SparkConf, SparkContext
+
+    SparkContext._ensure_initialized()  # connects to spark-submit's JVM, whose properties hold its settings
+    given = SparkConf()
+    settings = {k: v for k, v in (dict(DEFAULT_CONF) | worker_environment()).items() if not given.contains(k)}
+    settings.update({k: str(v) for k, v in conf.items()})
+    if environment is not None:
+        shipped, python = environment_conf(environment)
+        settings = merge_conf(settings | {k: given.get(k) for k in shipped if given.contains(k)}, shipped)
+        os.environ["PYSPARK_PYTHON"] = python
+    builder = SparkSession.builder
     for key, value in settings.items():
         builder = builder.config(key, value)
     return builder.getOrCreate()

@@ -47,3 +47,41 @@ def test_worker_environment_adds_huge_pages_to_the_tunables_given(monkeypatch, g
     else:
         monkeypatch.setenv("GLIBC_TUNABLES", given)
     assert worker_environment() == {"spark.executorEnv.GLIBC_TUNABLES": expected}
+
+
+_SUBMITTED = """
+import json
+import irbis
+spark = irbis.get_spark()
+conf = spark.sparkContext.getConf()
+print("SESSION " + json.dumps({"master": spark.sparkContext.master, "name": conf.get("spark.app.name"),
+                               "arrow": conf.get("spark.sql.execution.arrow.pyspark.enabled"),
+                               "records": conf.get("spark.sql.execution.arrow.maxRecordsPerBatch"),
+                               "rows": spark.range(5).count()}))
+spark.stop()
+"""
+
+
+@pytest.mark.classic_only(reason="runs spark-submit, a classic application of its own")
+def test_get_spark_in_a_script_spark_submit_started_keeps_its_master_and_settings(tmp_path):
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from pyspark.find_spark_home import _find_spark_home
+
+    script = tmp_path / "job.py"
+    script.write_text(_SUBMITTED)
+    submit = os.path.join(_find_spark_home(), "bin", "spark-submit")
+    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
+    done = subprocess.run([submit, "--master", "local[1]", "--name", "submitted-job",
+                           "--conf", "spark.sql.execution.arrow.maxRecordsPerBatch=512", str(script)],
+                          capture_output=True, text=True, env=env, timeout=180)
+    assert done.returncode == 0, done.stderr[-3000:]
+    line = next(line for line in done.stdout.splitlines() if line.startswith("SESSION "))
+    seen = json.loads(line.removeprefix("SESSION "))
+    assert seen["master"] == "local[1]" and seen["name"] == "submitted-job"  # spark-submit's, not local[*]
+    assert seen["records"] == "512"  # its settings win over Irbis's defaults (4096)
+    assert seen["arrow"] == "true"  # Irbis's defaults fill in what it did not set
+    assert seen["rows"] == 5

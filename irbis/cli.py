@@ -262,15 +262,18 @@ def _train_images(args: argparse.Namespace, spark: Any) -> int:
 
 
 def _batch_size(text: str) -> int | str:
-    """``--batch-size``: ``auto`` or a positive integer."""
-    if text == "auto":
-        return text
+    """``--batch-size``: ``auto`` or a positive integer, checked as the ``batchSize`` Param checks it."""
+    from irbis.ml.estimator import check_batch_size, to_batch_size
+
     try:
-        value = int(text)
+        number: int | str = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"'auto' or an integer >= 1, found {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"'auto' or an integer >= 1, found {text!r}")
+        number = text  # "auto", or refused by the converter below
+    try:
+        value = to_batch_size(number)
+        check_batch_size("batchSize", value)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
     return value
 
 

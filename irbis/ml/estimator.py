@@ -122,11 +122,11 @@ check_batch_size.bounds = (1, None, False, False)  # type: ignore[attr-defined]
 
 
 def parse_auto_sizes(value: str) -> tuple[int, ...]:
-    """``autoBatchSizes`` as the loop takes it: the candidate sizes, ascending."""
+    """``autoBatchSizes`` as the loop takes it: the candidate sizes (:class:`AutoBatch` orders them)."""
     sizes = json.loads(value)
     if not isinstance(sizes, list) or not sizes or not all(isinstance(b, int) and b >= 1 for b in sizes):
         raise ValueError("a non-empty list of integers >= 1")
-    return tuple(sorted(set(sizes)))
+    return tuple(sizes)
 
 
 def check_auto_sizes(name: str, value: Any) -> None:

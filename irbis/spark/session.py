@@ -152,14 +152,8 @@ def get_spark(master: str | None = None, app_name: str = "irbis", environment: s
         settings["spark.scheduler.minRegisteredResourcesRatio"] = "1.0"
         settings["spark.scheduler.maxRegisteredResourcesWaitingTime"] = "120s"
     settings.update({k: str(v) for k, v in conf.items()})
-    if environment is not None:
-        shipped, python = environment_conf(environment)
-        settings = merge_conf(settings, shipped)
-        os.environ["PYSPARK_PYTHON"] = python  # read by the SparkContext: the executors' Python workers
-    builder = SparkSession.builder.master(master).appName(app_name)
-    for key, value in settings.items():
-        builder = builder.config(key, value)
-    return builder.getOrCreate()
+    settings = _shipping(settings, environment)
+    return SparkSession.builder.master(master).appName(app_name).config(map=settings).getOrCreate()
 
 
 def _submitted(environment: str | None, conf: dict[str, Any]) -> SparkSession:
@@ -169,17 +163,22 @@ def _submitted(environment: str | None, conf: dict[str, Any]) -> SparkSession:
     from pyspark import SparkConf, SparkContext
 
     SparkContext._ensure_initialized()  # connects to spark-submit's JVM, whose properties hold its settings
-    given = SparkConf()
-    settings = {k: v for k, v in (dict(DEFAULT_CONF) | worker_environment()).items() if not given.contains(k)}
+    given = dict(SparkConf().getAll())
+    settings = {k: v for k, v in (dict(DEFAULT_CONF) | worker_environment()).items() if k not in given}
     settings.update({k: str(v) for k, v in conf.items()})
-    if environment is not None:
-        shipped, python = environment_conf(environment)
-        settings = merge_conf(settings | {k: given.get(k) for k in shipped if given.contains(k)}, shipped)
-        os.environ["PYSPARK_PYTHON"] = python
-    builder = SparkSession.builder
-    for key, value in settings.items():
-        builder = builder.config(key, value)
-    return builder.getOrCreate()
+    if environment is not None:  # files spark-submit ships already stay in the lists
+        settings |= {k: given[k] for k in ("spark.files", "spark.archives") if k in given}
+    return SparkSession.builder.config(map=_shipping(settings, environment)).getOrCreate()
+
+
+def _shipping(settings: dict[str, str], environment: str | None) -> dict[str, str]:
+    """``settings`` with ``environment`` shipped to the executors (:func:`environment_conf`), whose Python
+    workers then run in it: ``PYSPARK_PYTHON``, which the SparkContext reads when it starts."""
+    if environment is None:
+        return settings
+    shipped, python = environment_conf(environment)
+    os.environ["PYSPARK_PYTHON"] = python
+    return merge_conf(settings, shipped)
 
 
 def worker_environment() -> dict[str, str]:

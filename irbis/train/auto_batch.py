@@ -33,8 +33,9 @@ With ``lrScaling="none"`` a larger batch takes fewer steps at the same rate, so 
 search then mostly keeps the smallest size. It pays with ``"linear"`` (SGD, momentum: Seide et al. sum
 the gradient, which is the linear rule) or ``"sqrt"`` (Adam, Adagrad, RMSProp).
 
-The trials run in a forked torch RNG seeded from ``(seed, epoch)``, and their rows count toward the
-samples seen (``trialSamples`` in the epoch's record), so one seed reproduces the sizes and the weights.
+The sample is drawn from ``(seed, rank, epoch)`` and the trials run in a forked torch RNG (their draws
+leave training's as they were); their rows count toward the samples seen (``trialSamples`` in the epoch's
+record). One seed reproduces the sizes and the weights.
 """
 
 from __future__ import annotations
@@ -46,6 +47,8 @@ from typing import Any
 
 import numpy as np
 import torch
+
+from irbis.train.optim import set_lr
 
 #: Candidate sizes per worker when the estimator's ``autoBatchSizes`` is not set.
 DEFAULT_CANDIDATES = (16, 32, 64, 128, 256, 512)
@@ -172,10 +175,8 @@ def trial(model: torch.nn.Module, optimizer: torch.optim.Optimizer, flat: Any, c
           x: torch.Tensor, y: torch.Tensor, batch: int, steps: int, rate: float) -> int:
     """``steps`` synchronous steps of ``batch`` rows of the sample on every worker: the gradient averaged
     over the workers (one all-reduce of the flat buffer, as ``sync`` steps), every parameter group at its
-    initial rate times ``rate``; returns the rows this worker computed."""
-    for group in optimizer.param_groups:
-        group.setdefault("initial_lr", group["lr"])
-        group["lr"] = group["initial_lr"] * rate
+    initial rate times ``rate`` (:func:`irbis.train.optim.set_lr`); returns the rows this worker computed."""
+    set_lr(optimizer, rate)
     for s in range(steps):
         xb, yb = x[s * batch:(s + 1) * batch], y[s * batch:(s + 1) * batch]
         flat.grads.zero_()

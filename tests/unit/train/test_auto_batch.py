@@ -2,7 +2,6 @@
 reproduces under one seed, resumes, and is refused where it cannot apply (thread backend, then the estimator)."""
 
 import io
-import threading
 
 import numpy as np
 import pytest
@@ -15,6 +14,7 @@ from irbis.train.auto_batch import AutoBatch, chosen, max_rows_in_memory
 from irbis.train.backends.local import run_threads, shard_rows
 from irbis.train.loop import TrainSpec
 from irbis.train.networks import network_spec
+from train_helpers import CrashOnce
 
 
 def separable(n=1024, seed=0):
@@ -85,20 +85,12 @@ def test_one_seed_reproduces_the_sizes_and_the_weights():
 
 def test_a_crash_mid_epoch_resumes_at_the_size_the_search_chose(tmp_path):
     x, y = separable()
-    calls, armed, lock = [0], [False], threading.Lock()
-
-    def crash_once(batch, rng):
-        with lock:
-            calls[0] += 1
-            if armed[0] and calls[0] == 9:
-                armed[0] = False
-                raise RuntimeError("injected failure")
-        return batch
+    crash_once = CrashOnce(at=9)
 
     kw = dict(augment=crash_once, prefetch=True, epochs=3)
     ref = run_threads(linear_spec(**kw), shard_rows(x, y, 2))
     assert ref[0].history[0]["batchSize"] > 8
-    calls[0], armed[0] = 0, True
+    crash_once.arm()
     with pytest.raises(RuntimeError, match="injected"):
         run_threads(linear_spec(checkpoint_dir=str(tmp_path), checkpoint_every=2, **kw), shard_rows(x, y, 2))
     assert ckpt.latest(str(tmp_path)) is not None

@@ -1,7 +1,6 @@
 """The parameter server: update rules, shards, the ZeroMQ transport, and the asynchronous strategies."""
 
 import io
-import threading
 
 import numpy as np
 import pytest
@@ -15,6 +14,7 @@ from irbis.train.ps.rules import MIN_SHARD_WEIGHTS, SERVER_OPTIMIZERS, default_s
 from irbis.train.ps.shard import APPLIED, PENDING, REJECTED, REPLAYED, ShardState
 from irbis.train.ps.transport import PSClient, ShardServer
 from irbis.train.strategies import make_strategy
+from train_helpers import CrashOnce
 
 SECRET = b"k" * 32
 
@@ -262,19 +262,11 @@ def test_a_shard_state_round_trips_through_a_weights_only_checkpoint(tmp_path):
                                            ("mixed", {"groupSize": 2}), ("dcasgd", {"lambda_": 2.0})])
 def test_a_crash_mid_epoch_resumes_from_the_saved_shards_losing_no_update(digits, tmp_path, name, options):
     x, y = digits
-    calls, armed, lock = [0], [False], threading.Lock()
-
-    def crash_once(batch, rng):
-        with lock:
-            calls[0] += 1
-            if armed[0] and calls[0] == 25:
-                armed[0] = False
-                raise RuntimeError("injected failure")
-        return batch
+    crash_once = CrashOnce(at=25)
 
     kw = dict(augment=crash_once, prefetch=True, epochs=3)
     ref = run_threads(spec(name, options, **kw), shard_rows(x, y, 2))
-    calls[0], armed[0] = 0, True
+    crash_once.arm()
     with pytest.raises(RuntimeError, match="injected"):
         run_threads(spec(name, options, checkpoint_dir=str(tmp_path), checkpoint_every=5, **kw), shard_rows(x, y, 2))
     res = run_threads(spec(name, options, checkpoint_dir=str(tmp_path), checkpoint_every=5, **kw),

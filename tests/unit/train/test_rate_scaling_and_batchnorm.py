@@ -2,7 +2,6 @@
 
 import io
 import math
-import threading
 
 import numpy as np
 import pytest
@@ -17,6 +16,7 @@ from irbis.train.networks import network_spec
 from irbis.train.optim import batch_scale, rate_factor, update_batch, warmup_factor
 from irbis.train.strategies import (DCASGD, BlockMomentum, Downpour, MixedSync, ModelAveraging, OneBitSGD,
                                     SyncSGD)
+from train_helpers import CrashOnce
 
 
 @pytest.fixture(scope="module")
@@ -104,19 +104,11 @@ def test_scaled_rate_equals_the_rate_set_by_hand(digits):
 
 def test_crash_during_warm_up_resumes_exactly(digits, tmp_path):
     x, y = digits
-    calls, armed, lock = [0], [False], threading.Lock()
-
-    def crash_once(batch, rng):
-        with lock:
-            calls[0] += 1
-            if armed[0] and calls[0] == 25:
-                armed[0] = False
-                raise RuntimeError("injected failure")
-        return batch
+    crash_once = CrashOnce(at=25)
 
     kw = dict(augment=crash_once, prefetch=True, lr_scaling="linear", warmup_epochs=2.0)
     ref = final_weights(run_threads(spec(**kw), shard_rows(x, y, 2)))
-    calls[0], armed[0] = 0, True
+    crash_once.arm()
     with pytest.raises(RuntimeError, match="injected"):
         run_threads(spec(checkpoint_dir=str(tmp_path), checkpoint_every=5, **kw), shard_rows(x, y, 2))
     assert ckpt.latest(str(tmp_path))["step"] in (5, 10)  # mid-epoch, mid-warm-up

@@ -76,3 +76,24 @@ def plain_sgd(steps: int, batch: int = 8, opt: Callable = lambda p: torch.optim.
 
 def weights(model: torch.nn.Module) -> torch.Tensor:
     return torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+
+
+class CrashOnce:
+    """An ``augment`` hook that passes batches through and, once :meth:`arm` is called, raises at its
+    ``at``-th call after that: a worker dying mid-epoch (the crash-and-resume tests)."""
+
+    def __init__(self, at: int) -> None:
+        self.at, self.calls, self.armed = at, 0, False
+        self.lock = threading.Lock()
+
+    def arm(self) -> None:
+        with self.lock:
+            self.calls, self.armed = 0, True
+
+    def __call__(self, batch, rng):
+        with self.lock:
+            self.calls += 1
+            if self.armed and self.calls == self.at:
+                self.armed = False
+                raise RuntimeError("injected failure")
+        return batch

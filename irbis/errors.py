@@ -103,9 +103,22 @@ class NoKernelError(ValueError):
         return type(self), (self.classes, str(self))
 
 
+def executor_import_message(module: str = "irbis") -> str:
+    """What a Spark job says when the executors' Python cannot import ``module``: the cause and the fix.
+    It quotes Python's own ``No module named '...'``, which :func:`executor_import_error` finds again in a
+    failed job's text on the driver."""
+    return (f"The Spark executors cannot import {module!r} (ModuleNotFoundError: No module named {module!r} in "
+            f"their Python workers): the executors' Python is not the environment Irbis is installed in. "
+            f"Ship this environment with the application: `irbis pack --output irbis-env.pex`, then "
+            f"irbis.get_spark(master, environment='irbis-env.pex'), which puts the file in spark.files and "
+            f"points spark.pyspark.python (PYSPARK_PYTHON) at it (a packed virtual environment goes through "
+            f"spark.archives instead); or install irbis and its dependencies (torch) into the executors' Python.")
+
+
 class ExecutorImportError(RuntimeError):
     """The executors' Python cannot import Irbis (or one of its modules): a Spark job of Irbis failed on
-    them with ``ModuleNotFoundError``. The message names the module and the fix.
+    them with ``ModuleNotFoundError``. The message names the module and the fix
+    (:func:`executor_import_message`).
 
     Parameters
     ----------
@@ -115,13 +128,7 @@ class ExecutorImportError(RuntimeError):
 
     def __init__(self, module: str = "irbis") -> None:
         self.module = module
-        super().__init__(
-            f"The Spark executors cannot import {module!r} (ModuleNotFoundError: No module named {module!r} in "
-            f"their Python workers): the executors' Python is not the environment Irbis is installed in. "
-            f"Install irbis and its dependencies (torch) into the executors' Python, or ship this environment "
-            f"with the application as PySpark's Python package management describes: pack it (PEX, "
-            f"conda-pack or venv-pack), pass the archive in spark.archives or spark.files, and point "
-            f"spark.pyspark.python (PYSPARK_PYTHON) at the Python inside it.")
+        super().__init__(executor_import_message(module))
 
     def __reduce__(self) -> tuple[Any, ...]:
         return type(self), (self.module,)
@@ -133,7 +140,9 @@ def executor_import_error(err: BaseException) -> ExecutorImportError | None:
     ``None`` when it is no failed import of Irbis."""
     import re
 
-    found = re.search(r"No module named '(irbis(?:\.[\w.]+)?)'", str(err))
+    text = str(err)
+    found = (re.search(r"The Spark executors cannot import '([\w.]+)'", text)  # irbis.spark.guard's message
+             or re.search(r"No module named '(irbis(?:\.[\w.]+)?)'", text))
     return ExecutorImportError(found.group(1)) if found else None
 
 

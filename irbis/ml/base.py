@@ -47,6 +47,7 @@ from irbis.kernels.sparkml_state import StageKernel
 from irbis.ml.persistence import IrbisPersistable
 from irbis.spark.resources import check_device
 from irbis.spark.columns import column
+from irbis.spark.guard import on_executors
 
 TransformFn = Callable[[pd.DataFrame], pd.DataFrame]
 P = TypeVar("P")
@@ -307,7 +308,7 @@ def _make_udf(fn: TransformFn, in_cols: list[str], wire: list[tuple[str, DataTyp
     with warnings.catch_warnings():
         # The eval type is given explicitly because the number of input columns varies per stage.
         warnings.simplefilter("ignore", UserWarning)
-        return pandas_udf(run, return_type, PythonEvalType.SQL_SCALAR_PANDAS_ITER_UDF)
+        return pandas_udf(on_executors(run), return_type, PythonEvalType.SQL_SCALAR_PANDAS_ITER_UDF)
 
 
 class IrbisTransformer(_StageMixin, Transformer):

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 from irbis.serving.app import ServeOptions
+from irbis.spark.guard import on_executors
 
 __all__ = ["Replicas", "serve_on_spark", "start_replicas"]
 
@@ -123,7 +124,8 @@ def start_replicas(pipeline: str, spark: Any, replicas: int, host: str = "127.0.
     def run_job() -> None:
         spark.addTag("irbis-serve")
         try:
-            spark.range(replicas, numPartitions=replicas).mapInArrow(fn, "id long", barrier=True).collect()
+            spark.range(replicas, numPartitions=replicas).mapInArrow(on_executors(fn), "id long",
+                                                                     barrier=True).collect()
         except Exception as err:  # noqa: BLE001 (cancelled on stop, or failed for good)
             handle.error = err
             handle.ready.set()

@@ -45,6 +45,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from irbis.errors import executor_import_error, from_record, to_record
+from irbis.spark.guard import on_executors
 from irbis.spark.resources import conf, driver_host, local_slots, master
 from irbis.spark.session import is_connect
 from irbis.train.backends.base import Backend, Rank, RankFn
@@ -295,7 +296,8 @@ class SparkBarrierBackend(Backend[WorkerResult]):
             raise RuntimeError("SparkBarrierBackend.run needs start() first (or a `with` block)")
         driver = None if self.connect else (driver_host(self.session), self._store.port)
         body = elastic_task if self.elastic else barrier_task
-        task = partial(body, fn, self.num_workers, driver, uuid.uuid4().hex, self.device, self.timeout_s)
+        task = on_executors(partial(body, fn, self.num_workers, driver, uuid.uuid4().hex, self.device,
+                                            self.timeout_s))
         # The barrier stage reads a shuffle of exactly num_workers partitions: a chain Spark always accepts
         # (one with a coalesce, union or limit inside the stage is refused), on classic and Connect alike.
         # (see _partitioned: round robin may leave a rank of a small frame with no rows).

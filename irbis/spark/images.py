@@ -27,6 +27,7 @@ from pyspark.sql.types import (
 
 from irbis.kernels.blocks import Images, bounded_slices, from_arrow, to_arrow
 from irbis.kernels.image import DEFAULT_MAX_PIXELS, decode_batch
+from irbis.spark.guard import on_executors
 from irbis.spark.resources import conf
 
 __all__ = ["IMAGE_STRUCT", "ImageReadStats", "decode_frames", "read_images", "read_images_stream"]
@@ -195,7 +196,8 @@ def read_images(path: str | list[str], recursive: bool = True, sampleRatio: floa
         listing = _binary_reader(spark, False, None).load(files)
     empty = _zero_byte_files(listing, files) if not dropInvalid or stats is not None else []
     counters = (stats._files, stats._bad) if stats is not None else None
-    out = listing.select("path", "content").mapInArrow(decode_frames(maxPixels, counters), _READ_SCHEMA)
+    out = listing.select("path", "content").mapInArrow(on_executors(decode_frames(maxPixels, counters)),
+                                                        _READ_SCHEMA)
     if stats is not None:
         stats._files.add(len(empty))
         stats._bad.add(len(empty))
@@ -257,5 +259,5 @@ def read_images_stream(path: str, recursive: bool = True, dropInvalid: bool = Fa
     if maxFilesPerTrigger:
         reader = reader.option("maxFilesPerTrigger", int(maxFilesPerTrigger))
     files = reader.load(path).select("path", "content")
-    out = files.mapInArrow(decode_frames(maxPixels), _READ_SCHEMA)
+    out = files.mapInArrow(on_executors(decode_frames(maxPixels)), _READ_SCHEMA)
     return out.filter(out.error.isNull()) if dropInvalid else out

@@ -95,15 +95,22 @@ def session(master: str, python: str | None = None, environment: str | None = No
                                  if one else {})})
 
 
-def fit_bare(master: str, python: str) -> None:
+def fit_bare(master: str, python: str, out: Path) -> None:
     """Fit on an application whose one executor runs ``python``, a Python without irbis. The data is made
-    in the JVM alone, so the fit's barrier stage is the first Python work on the executors."""
+    in the JVM alone, so a transform's pandas UDF is the first Python work on the executors (its error's
+    text is saved to ``transform_bare.txt``), the fit's barrier stage the second."""
     from pyspark.sql import functions as F
+
+    from irbis.ml import FastVectorAssembler
 
     spark = session(master, python)
     try:
         df = spark.range(64, numPartitions=2).select(F.array(*[F.rand(i) for i in range(64)]).alias("features"),
                                                      (F.col("id") % 10).cast("int").alias("label"))
+        try:  # a transform's job first: a pandas UDF of Irbis on the executor
+            FastVectorAssembler(inputCols=["features"], outputCol="v").transform(df).collect()
+        except Exception as err:  # noqa: BLE001 - the text the user reads, judged by the test
+            (out / "transform_bare.txt").write_text(str(err))
         estimator("sync").setNumWorkers(1).fit(df)
     finally:
         spark.stop()
@@ -146,7 +153,7 @@ def main() -> None:
                     spark.stop()
                     spark = None
                 if check == "fit_bare":
-                    fit_bare(args.master, args.bare_python)
+                    fit_bare(args.master, args.bare_python, out)
                 else:
                     fit_packed(args.master, args.environment)
             else:

@@ -74,7 +74,11 @@ def test_executors_without_irbis_fail_the_first_job_naming_the_fix(cluster_app):
     result = cluster_app.result()["fit_bare"]
     assert not result["ok"] and result["type"] == "ExecutorImportError", result
     assert "The Spark executors cannot import 'irbis'" in result["message"]
-    assert "spark.archives" in result["message"] and "spark.pyspark.python" in result["message"]
+    assert "irbis pack --output" in result["message"] and "environment=" in result["message"]
+    # A transform's job on the same executor: the user's action fails with the same cause and fix.
+    transform = (cluster_app.result()["out"].parent.parent / "bare" / "out" / "transform_bare.txt").read_text()
+    assert "The Spark executors cannot import 'irbis'" in transform, transform[-2000:]
+    assert "irbis pack --output" in transform
 
 
 def test_the_applications_ran_on_both_workers(cluster_app, standalone):

@@ -271,7 +271,7 @@ def _make_arrow_udf(fn: BatchFn, in_cols: list[str], wire: list[tuple[str, DataT
     with warnings.catch_warnings():
         # The eval type is given explicitly because the number of input columns varies per stage.
         warnings.simplefilter("ignore", UserWarning)
-        return arrow_udf(run, return_type, PythonEvalType.SQL_SCALAR_ARROW_ITER_UDF)
+        return arrow_udf(on_executors(run), return_type, PythonEvalType.SQL_SCALAR_ARROW_ITER_UDF)
 
 
 def _struct_to_records(frame: pd.DataFrame) -> pd.Series:

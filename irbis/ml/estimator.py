@@ -19,7 +19,7 @@ import inspect
 import io
 import json
 import logging
-import os
+import posixpath
 import sys
 import uuid
 import warnings
@@ -35,6 +35,7 @@ from irbis.ml.base import IrbisEstimator
 from irbis.ml.params import HasDevice, HasInputDtype, HasInputShape, Row, at_least, in_range, one_of, table_mixin
 from irbis.ml.torch_model import TorchModel
 from irbis.refs import canonical, is_reference, is_unsaved, reference, resolve, unsaved
+from irbis.train import checkpoint as ckpt
 from irbis.train.auto_batch import DEFAULT_CANDIDATES, AutoBatch
 from irbis.train.health import NAN_POLICIES
 from irbis.train.loop import BATCHNORM_RECOMPUTE, TrainSpec
@@ -215,7 +216,8 @@ TRAIN_PARAMS: list[Row] = [
     ("predictionCol", "output column of the fitted model", T.toString, "prediction"),
     ("validationFraction", "fraction of each worker's rows held out for per-epoch validation",
      T.toFloat, 0.0, in_range(0, 1, high_open=True)),
-    ("checkpointDir", "shared directory for checkpoints (enables resume after a failed task)",
+    ("checkpointDir", "directory for checkpoints that every executor sees, a shared mount or a URI pyarrow opens "
+     "(hdfs://, s3://, gs://, abfs://); enables resume after a failed task",
      T.toString, None),
     ("checkpointInterval", "steps between checkpoints; 0 checkpoints at the end of every epoch",
      T.toInt, 0, at_least(0)),
@@ -447,7 +449,7 @@ class TorchEstimator(IrbisEstimator, HasTrainParams):
     # -- fit -------------------------------------------------------------------------------------
     def _fit(self, dataset: Any) -> Any:
         from irbis.spark.barrier import SparkBarrierBackend
-        from irbis.spark.resources import check_device, driver_host
+        from irbis.spark.resources import check_device, driver_host, is_local_master
         from irbis.spark.training import IMAGE_BATCH_ROWS, arrow_batch_rows, train_partition, training_frame
         from irbis.train.ps.driver import served
 
@@ -463,8 +465,12 @@ class TorchEstimator(IrbisEstimator, HasTrainParams):
         self._check_rows(frame)
         module = build_network(spec.network)
         if self.isDefined(self.checkpointDir):
-            spec.checkpoint_dir = os.path.join(self.getCheckpointDir(), f"{self.uid}-{uuid.uuid4().hex[:8]}")
-            os.makedirs(spec.checkpoint_dir, exist_ok=True)
+            spec.checkpoint_dir = posixpath.join(self.getCheckpointDir(), f"{self.uid}-{uuid.uuid4().hex[:8]}")
+            ckpt.make_run_dir(spec.checkpoint_dir)
+            if "://" not in spec.checkpoint_dir and not is_local_master(dataset.sparkSession):
+                _log.warning("TorchEstimator: checkpointDir %r is a local path; the workers write it on the "
+                             "executors' hosts and a retried task may run on another, so it must be a mount every "
+                             "host shares, or give a URI (hdfs://, s3://, gs://, abfs://)", self.getCheckpointDir())
         session = dataset.sparkSession
         spec.torch_threads = int(session.conf.get("spark.task.cpus", "1") or 1)
         columns = (self.getFeaturesCol(), self.getLabelCol())

@@ -20,18 +20,23 @@ from irbis.spark.guard import on_executors
 
 __all__ = ["Replicas", "serve_on_spark", "start_replicas"]
 
+#: Addresses that only their own host reaches.
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
-def _replica_task(path: str, outputs: list[str], options: dict[str, Any], host: str, port: int,
-                  driver: tuple[str, int]) -> Any:
+
+def _replica_task(path: str, shipped: str | None, outputs: list[str], options: dict[str, Any], host: str,
+                  port: int, driver: tuple[str, int]) -> Any:
     def run(batches: Iterator[Any]) -> Iterator[Any]:
         import uvicorn
         from pyspark import BarrierTaskContext
 
         from irbis.serving.server import build_app, uvicorn_settings
+        from irbis.spark.files import localize
 
         ctx = BarrierTaskContext.get()
+        where = localize(path, shipped)  # the executor's copy where it lacks the driver's folder
         served = ServeOptions(**options)
-        app = build_app(path, outputs or None, None, served)
+        app = build_app(where, outputs or None, None, served)
         sock = socket.socket()
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((host, port))
@@ -62,12 +67,12 @@ def _stop_when_driver_leaves(report: socket.socket, server: Any) -> None:
 class Replicas:
     """Running replicas: :attr:`addresses` (``host:port``, by partition) and :meth:`stop`."""
 
-    def __init__(self, spark: Any, count: int, addresses_file: str | None) -> None:
+    def __init__(self, spark: Any, count: int, addresses_file: str | None, listen: str = "127.0.0.1") -> None:
         self.spark, self.count, self.file = spark, count, addresses_file
         self.addresses: dict[int, str] = {}
         self.ready = threading.Event()
         self.error: BaseException | None = None
-        self._listener = socket.create_server(("0.0.0.0", 0))
+        self._listener = socket.create_server((listen, 0))  # the driver's address, as its executors reach it
         self._connections: list[socket.socket] = []  # one per replica, open while it should serve
         self.job: threading.Thread | None = None
 
@@ -111,15 +116,29 @@ class Replicas:
 def start_replicas(pipeline: str, spark: Any, replicas: int, host: str = "127.0.0.1", port: int = 0,
                    outputs: Sequence[str] | None = None, options: ServeOptions | None = None,
                    addresses_file: str | None = None) -> Replicas:
-    """Start ``replicas`` servers on the executors of ``spark``; return once they all answer."""
+    """Start ``replicas`` servers on the executors of ``spark``; return once they all answer.
+
+    Where the executors may not share the driver's disk the pipeline's folder is shipped to them
+    (:func:`irbis.spark.files.ship_file`). On a cluster (a master that is not local) ``host`` must be an
+    address others reach, such as ``0.0.0.0`` (each replica then reports its executor's address); loopback
+    is refused there, naming it.
+    """
     from irbis.serving.predictor import load_predictor
-    from irbis.spark.resources import driver_host
+    from irbis.spark.files import ship_file
+    from irbis.spark.resources import driver_host, is_local_master
 
     load_predictor(pipeline, outputs)  # refuse a pipeline without kernels before starting the stage
-    handle = Replicas(spark, replicas, addresses_file)
+    if not is_local_master(spark) and host in LOOPBACK:
+        raise ValueError(f"replicas on a cluster's executors bound to {host} answer nobody outside their own "
+                         f"host: pass --host 0.0.0.0 (each replica reports its executor's address) or an "
+                         f"address of the executors' network")
+    path = str(Path(pipeline).resolve())
+    shipped = ship_file(path)
+    listen = driver_host(spark)
+    handle = Replicas(spark, replicas, addresses_file, listen)
     threading.Thread(target=handle._collect, daemon=True).start()
-    fn = _replica_task(str(Path(pipeline).resolve()), list(outputs or []), asdict(options or ServeOptions()),
-                       host, port, (driver_host(spark), handle.driver_port))
+    fn = _replica_task(path, shipped, list(outputs or []), asdict(options or ServeOptions()), host, port,
+                       (listen, handle.driver_port))
 
     def run_job() -> None:
         spark.addTag("irbis-serve")

@@ -25,6 +25,7 @@ from pyspark.util import PythonEvalType
 from irbis.kernels.batching import TENSOR_DTYPES
 from irbis.kernels.blocks import from_arrow, tensor_bytes
 from irbis.spark.columns import column
+from irbis.spark.guard import on_executors
 
 __all__ = ["tensor_bytes", "tensor_bytes_column"]
 
@@ -87,4 +88,4 @@ def _packer(name: str, dtype: str) -> Any:
 
     with warnings.catch_warnings():  # the eval type is given, not inferred from type hints
         warnings.simplefilter("ignore", UserWarning)
-        return arrow_udf(run, BinaryType(), PythonEvalType.SQL_SCALAR_ARROW_ITER_UDF)
+        return arrow_udf(on_executors(run), BinaryType(), PythonEvalType.SQL_SCALAR_ARROW_ITER_UDF)

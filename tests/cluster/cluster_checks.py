@@ -74,6 +74,60 @@ def featurize(spark, images: str) -> np.ndarray:
     return np.stack([r.features.toArray() for r in rows])
 
 
+def cat_canvas(folder: Path) -> Path:
+    """The cat of scikit-image's ``chelsea`` in one corner of a black canvas four times its size (the
+    ImageLIME check's photograph), written as a PNG under ``folder``."""
+    import cv2
+    from skimage import data
+
+    cat = data.chelsea()[::2, ::2, ::-1]
+    h, w = cat.shape[:2]
+    canvas = np.zeros((2 * h, 2 * w, 3), np.uint8)
+    canvas[h:, w:] = cat
+    folder.mkdir(parents=True, exist_ok=True)
+    cv2.imwrite(str(folder / "cat.png"), canvas)
+    return folder / "cat.png"
+
+
+def explain(spark, image: Path) -> np.ndarray:
+    """ImageLIME's weights of the cat classes on ``image`` (EfficientNet-Lite0's logits, torch engine)."""
+    from irbis.ml.image_featurizer import ImageFeaturizer
+    from irbis.ml.lime import ImageLIME
+    from irbis.spark.images import read_images
+
+    net = ImageFeaturizer(inputCol="image", outputCol="logits", cutOutputLayers=0, engine="torch")
+    lime = ImageLIME(model=net, targetCol="logits", targetClasses=[285, 281], numSamples=48, cellSize=75.0,
+                     miniBatchSize=48, seed=0)
+    row = lime.transform(read_images(str(image), spark=spark)).collect()[0]
+    assert row.explainError is None, row.explainError
+    return np.array(row.weights)
+
+
+def serve(spark, model, out: Path) -> np.ndarray:
+    """The fitted ``model`` saved as a pipeline, served by two replicas on the executors (``irbis serve
+    --spark``'s path, bound to 0.0.0.0 as a cluster needs); each replica's answers on the test digits."""
+    import urllib.request
+
+    from pyspark.ml import PipelineModel
+
+    from irbis.serving.replicas import start_replicas
+
+    PipelineModel([model]).save(str(out / "pipeline"))
+    _, xte, _, _ = digits()
+    body = json.dumps([{"features": row.tolist()} for row in xte[:20]]).encode()
+    replicas = start_replicas(str(out / "pipeline"), spark, 2, host="0.0.0.0", outputs=["prediction"])
+    try:
+        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        answers = []
+        for address in sorted(replicas.addresses.values()):
+            request = urllib.request.Request(f"http://{address}/predict", body, {"Content-Type": "application/json"})
+            with opener.open(request, timeout=120) as reply:
+                answers.append([row["prediction"] for row in json.load(reply)])
+    finally:
+        replicas.stop()
+    return np.array(answers)
+
+
 def session(master: str, python: str | None = None, environment: str | None = None):
     """A session on ``master`` whose executors run ``python`` (default: this interpreter), or the Python of
     the shipped ``environment`` (``irbis pack``'s PEX)."""
@@ -101,14 +155,16 @@ def fit_bare(master: str, python: str, out: Path) -> None:
     text is saved to ``transform_bare.txt``), the fit's barrier stage the second."""
     from pyspark.sql import functions as F
 
-    from irbis.ml import FastVectorAssembler
+    import torch
+
+    from irbis.ml import TorchModel
 
     spark = session(master, python)
     try:
         df = spark.range(64, numPartitions=2).select(F.array(*[F.rand(i) for i in range(64)]).alias("features"),
                                                      (F.col("id") % 10).cast("int").alias("label"))
         try:  # a transform's job first: a pandas UDF of Irbis on the executor
-            FastVectorAssembler(inputCols=["features"], outputCol="v").transform(df).collect()
+            TorchModel.from_module(torch.nn.Linear(64, 10), inputCol="features", outputCol="v").transform(df).collect()
         except Exception as err:  # noqa: BLE001 - the text the user reads, judged by the test
             (out / "transform_bare.txt").write_text(str(err))
         estimator("sync").setNumWorkers(1).fit(df)
@@ -140,10 +196,12 @@ def main() -> None:
     parser.add_argument("--images", default="")
     parser.add_argument("--bare-python", default="", help="the executors' Python of the fit_bare check")
     parser.add_argument("--environment", default="", help="the PEX the fit_packed check ships")
-    parser.add_argument("checks", nargs="+", choices=["featurize", "sync", "dcasgd", "fit_bare", "fit_packed"])
+    parser.add_argument("checks", nargs="+", choices=["featurize", "sync", "dcasgd", "serve", "lime", "fit_bare",
+                                                         "fit_packed"])
     args = parser.parse_args()
     out = Path(args.out)
     results: dict = {}
+    fitted: dict = {}  # the models the training checks fitted, by check
     spark = None
     for check in args.checks:
         t = time.perf_counter()
@@ -165,8 +223,13 @@ def main() -> None:
                     results["executors"] = sc._jsc.sc().getExecutorMemoryStatus().size() - 1  # less the driver
                 if check == "featurize":
                     np.save(out / "featurize.npy", featurize(spark, args.images))
+                elif check == "lime":
+                    np.save(out / "lime.npy", explain(spark, cat_canvas(out / "cat")))
+                elif check == "serve":
+                    np.save(out / "serve.npy", serve(spark, fitted["sync"], out))
                 else:
-                    np.save(out / f"{check}.npy", scores(estimator(check).fit(train_frame(spark))))
+                    fitted[check] = estimator(check).fit(train_frame(spark))
+                    np.save(out / f"{check}.npy", scores(fitted[check]))
             results[check] = {"ok": True}
         except Exception as err:  # noqa: BLE001 - reported to the test, which judges it
             results[check] = {"ok": False, "type": type(err).__name__, "message": str(err)[:4000],

@@ -11,19 +11,12 @@ import time
 import numpy as np
 import pandas as pd
 import pytest
-from cluster_checks import digits, estimator, scores, train_frame
+from cluster_checks import cat_canvas, digits, estimator, explain, scores, train_frame
 
 from irbis.ml.image_featurizer import ImageFeaturizer
+from irbis.spark.standalone import free_port
 
 pytestmark = pytest.mark.cluster
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def test_sync_fit_on_the_cluster_scores_as_the_local_fit_does(cluster_app, spark):
@@ -66,6 +59,27 @@ def test_image_features_on_the_cluster_equal_the_local_ones(cluster_app, cluster
     assert remote.shape == local.shape == (6, 1280)
     np.testing.assert_allclose(remote, local, rtol=1e-4, atol=1e-4)
     assert np.ptp(local, axis=0).max() > 0  # the images differ, so the rows do
+
+
+def test_replicas_on_the_executors_answer_as_the_model_scores(cluster_app):
+    # The sync model, saved by the cluster's driver and shipped to the executors (a zip archive), served by two
+    # replicas bound to 0.0.0.0: each answers the test digits as the model scores them on the driver.
+    run = cluster_app.result()
+    assert run["serve"]["ok"], run["serve"]
+    answers, expected = np.load(run["out"] / "serve.npy"), np.load(run["out"] / "sync.npy")[:20]
+    assert answers.shape == (2, 20, 10)
+    for answer in answers:
+        np.testing.assert_allclose(answer, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_image_lime_on_the_cluster_equals_the_local_one(cluster_app, spark):
+    # The same photograph, model, seed and samples: the same weights, and they point at the cat.
+    run = cluster_app.result()
+    assert run["lime"]["ok"], run["lime"]
+    remote = np.load(run["out"] / "lime.npy")
+    local = explain(spark, cat_canvas(run["out"].parent / "local-cat"))
+    assert remote.shape == local.shape == (2, remote.shape[1]) and remote.shape[1] >= 4
+    np.testing.assert_allclose(remote, local, rtol=1e-3, atol=1e-4)
 
 
 def test_executors_without_irbis_fail_the_first_job_naming_the_fix(cluster_app):

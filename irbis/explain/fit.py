@@ -46,39 +46,46 @@ def euclidean_distance(codes: np.ndarray, origin: np.ndarray) -> np.ndarray:
 
 def weighted_ridge(codes: np.ndarray, targets: np.ndarray, weights: np.ndarray,
                    alpha: float = 0.0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Fit ``targets ≈ codes @ coef + intercept`` by weighted ridge regression, for K targets at once.
+    """Fit ``targets ≈ codes @ coef + intercept`` by weighted ridge regression, for K targets at once,
+    and for M independent problems at once when the inputs have a leading axis of M.
 
     Parameters
     ----------
-    codes : ndarray, shape (S, F)
+    codes : ndarray, shape (S, F) or (M, S, F)
         Interpretable representation of the S samples.
-    targets : ndarray, shape (S, K)
+    targets : ndarray, shape (S, K) or (M, S, K)
         The model's scores of the samples, one column per explained class.
-    weights : ndarray, shape (S,)
+    weights : ndarray, shape (S,) or (M, S)
         Sample weights (the kernel of the distances).
     alpha : float
         L2 penalty on the coefficients (not on the intercept); 0 is weighted least squares.
 
     Returns
     -------
-    coef : ndarray, shape (K, F)
-    intercept : ndarray, shape (K,)
-    r2 : ndarray, shape (K,)
+    coef : ndarray, shape (K, F) or (M, K, F)
+    intercept : ndarray, shape (K,) or (M, K)
+    r2 : ndarray, shape (K,) or (M, K)
         Weighted coefficient of determination of each fit (1 for a constant target fitted exactly).
     """
     x = np.asarray(codes, np.float64)
-    y = np.asarray(targets, np.float64).reshape(len(x), -1)
-    w = np.asarray(weights, np.float64)
+    single = x.ndim == 2
+    x = x[None] if single else x
+    y = np.asarray(targets, np.float64).reshape(*x.shape[:2], -1)
+    w = np.asarray(weights, np.float64).reshape(x.shape[:2])
     if alpha < 0:
         raise ValueError(f"the regularization must be >= 0, found {alpha}")
-    total = w.sum()
-    x_mean, y_mean = w @ x / total, w @ y / total
-    xc, yc = x - x_mean, y - y_mean
-    gram = (xc * w[:, None]).T @ xc
-    gram[np.diag_indices_from(gram)] += alpha + 1e-10 * (np.trace(gram) / max(len(gram), 1) + 1.0)
-    coef = np.linalg.solve(gram, (xc * w[:, None]).T @ yc)
-    intercept = y_mean - x_mean @ coef
-    residual = w @ (yc - xc @ coef) ** 2
-    spread = w @ yc ** 2
+    total = w.sum(axis=1)[:, None]
+    x_mean = (w[:, None] @ x)[:, 0] / total  # batched matrix products (BLAS), not einsum: M x (S, F) at once
+    y_mean = (w[:, None] @ y)[:, 0] / total
+    xc, yc = x - x_mean[:, None], y - y_mean[:, None]
+    wxt = (xc * w[:, :, None]).transpose(0, 2, 1)  # (M, F, S)
+    gram = wxt @ xc
+    diagonal = np.einsum("mff->mf", gram)  # a view: the ridge and a tiny jitter go on the diagonal
+    diagonal += alpha + 1e-10 * (diagonal.sum(axis=1, keepdims=True) / max(gram.shape[1], 1) + 1.0)
+    coef = np.linalg.solve(gram, wxt @ yc)  # (M, F, K)
+    intercept = y_mean - (x_mean[:, None] @ coef)[:, 0]
+    residual = (w[:, None] @ (yc - xc @ coef) ** 2)[:, 0]
+    spread = (w[:, None] @ yc ** 2)[:, 0]
     r2 = np.where(spread > 0, 1.0 - residual / np.where(spread > 0, spread, 1.0), 1.0)
-    return coef.T, intercept, r2
+    coef = coef.transpose(0, 2, 1)
+    return (coef[0], intercept[0], r2[0]) if single else (coef, intercept, r2)

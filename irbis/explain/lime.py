@@ -14,7 +14,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from irbis.explain.fit import (
-    cosine_distance, euclidean_distance, exponential_kernel, weighted_ridge,
+    cosine_distance, exponential_kernel, weighted_ridge,
 )
 from irbis.explain.segment import mask_images, superpixel_masks, superpixels
 
@@ -22,7 +22,7 @@ __all__ = ["Explanation", "FeatureStats", "ScoreFn", "check_num_samples", "check
            "explain_image", "explain_rows"]
 
 #: The model as LIME sees it: a batch of inputs (images (S, H, W, C) or rows (S, D)) to scores (S, n).
-ScoreFn = Callable[[np.ndarray], np.ndarray]
+ScoreFn = Callable[[np.ndarray], np.ndarray]  # or of what ``inputs`` makes (explain_image)
 
 #: Kernel width on the cosine distance of superpixel masks (the ``lime`` package's image default).
 IMAGE_KERNEL_WIDTH = 0.25
@@ -65,19 +65,22 @@ def explain_image(image: np.ndarray, score: ScoreFn, targets: Sequence[int], *, 
                   cell_size: int = 16, modifier: float = 130.0, fraction: float = 0.7,
                   alpha: float = 0.0, seed: int = 0, batch_size: int = 64,
                   kernel_width: float = IMAGE_KERNEL_WIDTH, segments: np.ndarray | None = None,
-                  target_name: str = "target") -> Explanation:
+                  target_name: str = "target",
+                  inputs: Callable[[np.ndarray], object] | None = None) -> Explanation:
     """Explain ``score`` at ``image`` (H, W, C): one weight per superpixel and explained class.
 
     Superpixels (:func:`~irbis.explain.segment.superpixels`, unless ``segments`` are given) are
     switched off at random (set to black) in ``num_samples`` copies of the image, scored in batches
     of ``batch_size``, and a weighted ridge fit on the on/off masks gives each superpixel's weight.
+    ``inputs`` turns a batch of masks (S, F) into what ``score`` takes; by default the masked
+    full-size images (:func:`~irbis.explain.segment.mask_images`).
     """
     segments = superpixels(image, cell_size, modifier) if segments is None else segments
     num_features = int(segments.max()) + 1
     check_num_samples(num_samples, num_features, "superpixels of this image")
     masks = superpixel_masks(np.random.default_rng(seed), num_samples, num_features, fraction)
-    scores = _score_batches(lambda a, b: mask_images(image, segments, masks[a:b]), num_samples,
-                            score, batch_size)
+    make = inputs or (lambda batch: mask_images(image, segments, batch))
+    scores = _score_batches(lambda a, b: make(masks[a:b]), num_samples, score, batch_size)
     check_targets(targets, scores.shape[1], target_name)
     weights = exponential_kernel(cosine_distance(masks), kernel_width)
     coef, _, r2 = weighted_ridge(masks, scores[:, list(targets)], weights, alpha)
@@ -127,9 +130,6 @@ def explain_rows(rows: np.ndarray, score: ScoreFn, stats: FeatureStats, targets:
     scores = _score_batches(lambda a, b: samples[a:b], len(samples), score, batch_size)
     check_targets(targets, scores.shape[1], target_name)
     scores = scores[:, list(targets)].reshape(len(rows), num_samples, -1)
-    weights = np.empty((len(rows), len(targets), num_features))
-    r2 = np.empty((len(rows), len(targets)))
-    for i in range(len(rows)):
-        kernel = exponential_kernel(euclidean_distance(codes[i], codes[i, 0]), width)
-        weights[i], _, r2[i] = weighted_ridge(codes[i], scores[i], kernel, alpha)
+    kernel = exponential_kernel(np.linalg.norm(codes - codes[:, :1], axis=2), width)  # (M, S)
+    weights, _, r2 = weighted_ridge(codes, scores, kernel, alpha)  # every row's fit at once
     return weights, r2

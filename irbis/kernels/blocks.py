@@ -35,7 +35,7 @@ import pyarrow as pa
 
 from irbis.kernels.image import IMAGE_FIELDS, image_view, ocv_mode
 
-__all__ = ["BatchFn", "Binary", "Images", "Tensor", "as_block", "block_to_rows", "bounded_slices", "stack_rows", "flat_rows", "from_arrow", "from_rows",
+__all__ = ["BatchFn", "Binary", "Images", "Prepared", "Tensor", "as_block", "block_to_rows", "bounded_slices", "stack_rows", "flat_rows", "from_arrow", "from_rows",
            "rows_in", "run_steps", "tensor_bytes", "to_arrow"]
 
 #: A stage's kernel: a dict of input blocks (one per column) to a dict of output blocks.
@@ -123,6 +123,22 @@ class Images:
                 data[offsets[i]:offsets[i + 1]] = np.ascontiguousarray(img).reshape(-1).view(np.uint8)
         origin = np.array(list(origins) if origins is not None else [""] * n, dtype=object)
         return cls(data, offsets, shapes[:, 0], shapes[:, 1], shapes[:, 2], modes, origin, valid)
+
+
+@dataclass
+class Prepared:
+    """Images already preprocessed into a network's input (N, C, H, W) float32, every row valid: what an
+    image network stage runs on without preprocessing again (LIME's masked inputs,
+    :func:`irbis.kernels.image_features.masked_inputs`)."""
+
+    values: np.ndarray
+
+    @property
+    def valid(self) -> np.ndarray:
+        return np.ones(len(self.values), bool)
+
+    def __len__(self) -> int:
+        return len(self.values)
 
 
 @dataclass

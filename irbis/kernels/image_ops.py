@@ -90,15 +90,25 @@ def resize(img: np.ndarray, height: int, width: int, keep_aspect_ratio: bool = F
             "interpolation": interpolation}
     _positive("resize", img, args, "height", "width")
     _choice("resize", img, args, "interpolation", INTERPOLATIONS)
+    height, width = resized_size(img.shape[0], img.shape[1], height, width, keep_aspect_ratio)
+    if (height, width) == img.shape[:2]:
+        return img
+    return as_hwc(cv2.resize(img, (width, height), interpolation=INTERPOLATIONS[interpolation]))
+
+
+def resized_size(h: int, w: int, height: int, width: int, keep_aspect_ratio: bool = False) -> tuple[int, int]:
+    """The size :func:`resize` gives an ``h`` x ``w`` image asked for ``height`` x ``width``."""
     if keep_aspect_ratio:
-        h, w = img.shape[:2]
         if height / h >= width / w:
             width = max(width, int(height * w / h))
         else:
             height = max(height, int(width * h / w))
-    if (height, width) == img.shape[:2]:
-        return img
-    return as_hwc(cv2.resize(img, (width, height), interpolation=INTERPOLATIONS[interpolation]))
+    return height, width
+
+
+def center_offsets(h: int, w: int, height: int, width: int) -> tuple[int, int]:
+    """The top row and left column of :func:`center_crop`'s ``height`` x ``width`` window in ``h`` x ``w``."""
+    return int(round((h - height) / 2.0)), int(round((w - width) / 2.0))
 
 
 def crop(img: np.ndarray, x: int, y: int, height: int, width: int) -> np.ndarray:
@@ -118,8 +128,7 @@ def center_crop(img: np.ndarray, height: int, width: int) -> np.ndarray:
     if height > img.shape[0] or width > img.shape[1]:
         raise _fail("center_crop", img, args, "the window is larger than the image; "
                     "resize first (resize with keep_aspect_ratio=True covers the window)")
-    top = int(round((img.shape[0] - height) / 2.0))
-    left = int(round((img.shape[1] - width) / 2.0))
+    top, left = center_offsets(img.shape[0], img.shape[1], height, width)
     return img[top:top + height, left:left + width]
 
 

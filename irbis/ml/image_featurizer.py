@@ -18,7 +18,7 @@ from pyspark.ml.param import Param, Params, TypeConverters
 from pyspark.sql import DataFrame
 from pyspark.sql.types import BinaryType, DataType, StringType, StructType
 
-from irbis.kernels.blocks import BatchFn, Binary, Tensor, flat_rows
+from irbis.kernels.blocks import BatchFn, Binary, Prepared, Tensor, flat_rows
 from irbis.kernels.image import DEFAULT_MAX_PIXELS
 from irbis.kernels.image_features import preprocess_images
 from irbis.ml.base import IrbisTransformer
@@ -287,6 +287,11 @@ class ImageFeaturizer(ImageFeaturizerNames, IrbisTransformer, ColumnSetters, Has
         limit, fast = self.getOrDefault(self.maxPixels) or None, self.getOrDefault(self.fastDecode)
 
         def convert(values: Any, raise_errors: bool) -> tuple[Any, Any, Any]:
+            if isinstance(values, Prepared):  # already the network's input (LIME's masked samples)
+                if values.values.shape[1:] != tuple(preprocessing.input_shape):
+                    raise ValueError(f"prepared inputs of shape {values.values.shape[1:]}, the network takes "
+                                     f"{tuple(preprocessing.input_shape)}")
+                return values.values, values.valid, [None] * len(values)
             return preprocess_images(values, preprocessing, encoded=isinstance(values, Binary), max_pixels=limit,
                                      raise_errors=raise_errors, fast_decode=fast)
 

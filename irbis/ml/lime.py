@@ -19,7 +19,8 @@ from pyspark.sql.types import ArrayType, DataType, IntegerType, StructType
 
 from irbis.explain.lime import check_num_samples, explain_image
 from irbis.explain.segment import superpixels
-from irbis.kernels.blocks import Images
+from irbis.kernels.blocks import Images, Prepared
+from irbis.kernels.image_features import masked_inputs
 from irbis.ml.base import IrbisTransformer
 from irbis.ml.lime_base import LIMEParams
 from irbis.ml.params import at_least, in_range, table_mixin
@@ -28,8 +29,26 @@ from irbis.ml.lime_tabular import TabularLIME, TabularLIMEModel
 __all__ = ["ImageLIME", "TabularLIME", "TabularLIMEModel"]
 
 
-def _images_block(batch: np.ndarray) -> Images:
-    return Images.from_arrays(list(batch))
+def _images_block(batch: Any) -> Any:
+    return batch if isinstance(batch, Prepared) else Images.from_arrays(list(batch))
+
+
+def _network_input(model: Any, column: str) -> Any:
+    """The preprocessing of the model's first stage when it is an image network reading ``column``
+    (an :class:`~irbis.ml.image_featurizer.ImageFeaturizer` or a fitted image classifier): LIME then
+    masks its preprocessed input instead of preprocessing every masked image. None otherwise."""
+    from irbis.ml.ensemble import EnsembleByKey
+    from irbis.ml.image_featurizer import ImageFeaturizer
+    from irbis.ml.kernel_pipeline import flatten
+
+    from irbis.ml.lime_scoring import local_kernels
+
+    stages = [s for s in flatten(model) if not isinstance(s, EnsembleByKey)]
+    first = stages[0] if stages else None
+    # Only when every stage runs in the task: a model scored by Spark jobs takes the images themselves.
+    if isinstance(first, ImageFeaturizer) and first.getInputCol() == column and not local_kernels(model)[1]:
+        return first._preprocessing()
+    return None
 
 _IMAGE_PARAMS = table_mixin("HasImageLIMEParams", [
     ("cellSize", "side of a superpixel in pixels", TypeConverters.toFloat, None, at_least(1)),
@@ -113,7 +132,8 @@ class ImageLIME(LIMEParams, _IMAGE_PARAMS, IrbisTransformer):
                         modifier=self.getOrDefault(self.modifier),
                         fraction=self.getOrDefault(self.samplingFraction),
                         superpixels=self.getOrDefault(self.superpixelCol),
-                        names=[n for n, _ in self._output_columns()])
+                        names=[n for n, _ in self._output_columns()],
+                        network_input=_network_input(self.getModel(), self.getInputCol()))
         return partial(_explain_images, settings=settings)
 
 
@@ -137,9 +157,14 @@ def _explain_images(block: Any, score: Callable[[np.ndarray], np.ndarray], setti
                 raise ValueError(f"ImageLIME: column {settings['column']!r}: {err}") from err
             _append(out, names, [None] * (len(names) - 1) + [str(err) if err_col else None])
             continue
+        inputs = None
+        if settings["network_input"] is not None:  # mask the network's input, preprocessed once
+            masked = masked_inputs(image, segments, settings["network_input"])
+            inputs = lambda masks: Prepared(masked(masks))  # noqa: E731
         found = explain_image(image, score, settings["targets"], num_samples=n, segments=segments,
                               fraction=settings["fraction"], alpha=settings["alpha"], seed=settings["seed"],
-                              batch_size=settings["batch_size"], target_name=settings["target_col"])
+                              batch_size=settings["batch_size"], target_name=settings["target_col"],
+                              inputs=inputs)
         values = [found.weights.tolist(), found.r2.tolist()]
         values += [segments.reshape(-1)] if settings["superpixels"] else []
         _append(out, names, values + ([None] if err_col else []))

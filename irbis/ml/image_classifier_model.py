@@ -22,6 +22,7 @@ from irbis.kernels.blocks import BatchFn, Tensor
 from irbis.ml.image_featurizer import ImageFeaturizer
 from irbis.ml.params import Row, table_mixin
 from irbis.models import MODELS
+from irbis.train.progress import SummaryAttribute
 
 __all__ = ["ImageClassifierModel"]
 
@@ -44,6 +45,9 @@ class ImageClassifierModel(ImageFeaturizer, table_mixin("_HasPredictionCols", _P
     ``model``'s).
     """
 
+    #: The fit's per-epoch records, a list of dicts that shows as a table in a notebook (TrainingSummary).
+    training_summary = SummaryAttribute()
+
     preprocessing = Param(Params._dummy(), "preprocessing", "JSON preprocessing record of the images (empty: "
                           "the catalogue entry of model)", typeConverter=TypeConverters.toString)
     predictionCol = Param(Params._dummy(), "predictionCol", "column of the predicted class index (double)",
@@ -59,7 +63,7 @@ class ImageClassifierModel(ImageFeaturizer, table_mixin("_HasPredictionCols", _P
         kwargs = dict(self._input_kwargs)
         super().__init__(cutOutputLayers=0)
         self._setDefault(preprocessing="", predictionCol="prediction", cutOutputLayers=0)
-        self.training_summary: list[dict[str, Any]] | None = None
+        self.training_summary = None
         self._set(**kwargs)
 
     @classmethod

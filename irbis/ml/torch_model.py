@@ -27,6 +27,7 @@ from irbis.ml.params import HasEngine, HasPrecision
 from irbis.models import default_cache_dir, sha256_file
 from irbis.models.module_files import write_module
 from irbis.spark.files import localize, ship_file
+from irbis.train.progress import SummaryAttribute
 
 
 class TorchModel(NetworkStageParams, HasPrecision, HasCalibrationSample, HasEngine, IrbisModel):
@@ -83,6 +84,9 @@ class TorchModel(NetworkStageParams, HasPrecision, HasCalibrationSample, HasEngi
         Pipeline(stages=[scorer, LogisticRegression(featuresCol="logits")]).fit(df)
     """
 
+    #: The fit's per-epoch records, a list of dicts that shows as a table in a notebook (TrainingSummary).
+    training_summary = SummaryAttribute()
+
     _vector_dtype = "float32"
     allowPickle = Param(Params._dummy(), "allowPickle", "allow model files that need full unpickling "
                         "(only for files you trust)", typeConverter=TypeConverters.toBoolean)
@@ -95,7 +99,7 @@ class TorchModel(NetworkStageParams, HasPrecision, HasCalibrationSample, HasEngi
                  calibrationData: "str | DataFrame" = "", inputDtype: str = "float32") -> None:
         super().__init__()
         self._setDefault(allowPickle=False)
-        self.training_summary: list[dict[str, Any]] | None = None
+        self.training_summary = None
         self._set(**self._input_kwargs)
 
     # -- building from an in-memory network ------------------------------------------------------

@@ -136,9 +136,13 @@ def uses_spark(item) -> bool:
 
 
 def run_order(item) -> int:
-    """0 for the ordinary tests, 1 for the slow ones on the local session, 2 for those on
-    ``cluster_spark``, which stops the local session: every test that needs it must run before."""
+    """0 for the ordinary tests, 1 for the slow ones on the local session, 2 for the ``notebooks`` (each runs
+    in a kernel process with a Spark driver of its own, so they run as a group after every other test on
+    the local session and before any cluster is started beside it), 3 for those on ``cluster_spark``, which
+    stops the local session: every test that needs it must run before."""
     if "cluster_spark" in getattr(item, "fixturenames", ()):
+        return 3
+    if item.get_closest_marker("notebooks") is not None:
         return 2
     return 1 if item.get_closest_marker("slow") is not None else 0
 

@@ -11,6 +11,14 @@ queued, no batch running) may instead hand its whole work, decoding included, to
 at once (:meth:`Batcher.run_alone`): one thread hop instead of three. A full queue refuses new requests
 (:class:`Overloaded`); a batch that fails is run again request by request, so one bad request fails
 alone. A request's timeout is one timer on its future, no task of its own.
+
+How many rows a batch may hold is decided from what the batches cost, up to ``max_batch_size``: the
+batcher keeps each batch size's cost per row (sizes by powers of two) and takes the smallest size whose
+cost per row is within :data:`BATCH_TOLERANCE` of the best it has seen. A pipeline that gains from
+batching (a tabular model, a network on a GPU) keeps large batches; one that gains nothing (a CNN on
+a few CPU cores, where a batch of 64 images costs 64 times one) runs small ones, so that no request
+waits behind a long batch that saves nothing. Every :data:`PROBE_EVERY` batches one batch tries half
+or twice the current size, so the choice follows the load and the machine.
 """
 from __future__ import annotations
 
@@ -24,6 +32,13 @@ __all__ = ["INLINE_S", "Batcher", "Overloaded"]
 
 #: Seconds a batch may be expected to take and still run on the event loop, without a thread hop.
 INLINE_S = 0.0005
+#: Batch sizes whose cost per row is within this share of the best count as equally good: the
+#: smallest of them is used.
+BATCH_TOLERANCE = 0.10
+#: Every this many batches, one tries half (then, the next time, twice) the current size.
+PROBE_EVERY = 8
+#: Weight of a new batch in a size's running cost per row.
+COST_WEIGHT = 0.3
 
 PredictFn = Callable[[dict[str, list[Any]]], dict[str, list[Any]]]
 
@@ -57,6 +72,9 @@ class Batcher:
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="irbis-predict")
         self._concurrent = False
         self._row_cost: float | None = None  # seconds per row of the last batch; None until one ran
+        self.limit = max_batch_size  # rows the next batch may hold (see the module docstring)
+        self._costs: dict[int, float] = {}  # batch size (a power of two) -> running seconds per row
+        self._batches = 0
         self._busy = 0  # batches and lone requests running or handed to the worker
         self.stopping = False
 
@@ -131,10 +149,33 @@ class Batcher:
             if stop:
                 return
 
+    def _next_limit(self) -> int:
+        """Rows for the next batch: the chosen size, or a probe of half or twice it. A size never measured
+        above the chosen one is tried as soon as requests fill a batch."""
+        self._batches += 1
+        larger = min(self.max_batch_size, self.limit * 2)
+        if self.depth >= self.limit and larger > self.limit and larger not in self._costs:
+            return larger
+        if self._batches % PROBE_EVERY:
+            return self.limit
+        down = (self._batches // PROBE_EVERY) % 2 == 1
+        return max(1, self.limit // 2) if down else min(self.max_batch_size, self.limit * 2)
+
+    def _learn(self, rows: int, seconds: float) -> None:
+        """Keep the cost per row of a batch of ``rows``; choose the size of the next batches."""
+        size = 1 << (rows.bit_length() - 1)
+        per_row = seconds / rows
+        old = self._costs.get(size)
+        self._costs[size] = per_row if old is None else old + COST_WEIGHT * (per_row - old)
+        best = min(self._costs.values())
+        good = min(b for b, c in self._costs.items() if c <= best * (1 + BATCH_TOLERANCE))
+        self.limit = max(1, min(self.max_batch_size, good))
+
     async def _gather(self, first: _Item) -> tuple[list[_Item], bool]:
         items, rows = [first], first.rows
+        limit = self._next_limit()
         deadline = asyncio.get_running_loop().time() + (self.max_wait if self._concurrent else 0)
-        while rows < self.max_batch_size:
+        while rows < limit:
             try:
                 item = self._queue.get_nowait()
             except asyncio.QueueEmpty:
@@ -183,7 +224,9 @@ class Batcher:
             out = self.predict(columns)
         else:
             out = await asyncio.get_running_loop().run_in_executor(self._executor, self.predict, columns)
-        self._row_cost = (time.perf_counter() - start) / rows
+        seconds = time.perf_counter() - start
+        self._row_cost = seconds / rows
+        self._learn(rows, seconds)
         return out
 
 

@@ -114,3 +114,44 @@ def test_a_lone_request_times_out_and_refuses_when_stopping():
     assert not batcher.idle
     with pytest.raises(Exception, match="stopping"):
         asyncio.run(batcher.run_alone(lambda: "late"))
+
+
+def _costed(per_call: float, per_row: float):
+    """A pipeline whose call costs ``per_call`` seconds plus ``per_row`` per row; records the batch sizes."""
+    sizes: list[int] = []
+
+    def predict(columns):
+        sizes.append(len(columns["a"]))
+        time.sleep(per_call + per_row * len(columns["a"]))
+        return {"b": columns["a"]}
+    return predict, sizes
+
+
+async def _load(batcher: Batcher, requests: int, clients: int = 48) -> None:
+    """``clients`` requests kept in flight until ``requests`` have been answered."""
+    left = iter(range(requests))
+
+    async def client():
+        for i in left:
+            assert await batcher.submit({"a": [i]}, 1, timeout=30) == {"b": [i]}
+    await asyncio.gather(*[client() for _ in range(clients)])
+
+
+def test_batches_stay_large_where_batching_pays():
+    """A call costs 8 ms whatever it holds (a fixed cost, as a tabular pipeline's or a GPU's): the batches
+    grow to the largest size the queue fills."""
+    predict, sizes = _costed(0.008, 0.00001)
+    batcher = Batcher(predict, max_batch_size=32)
+    asyncio.run(_with(batcher, lambda: _load(batcher, 600)))
+    assert batcher.limit == 32 and max(sizes[-10:]) == 32
+
+
+def test_batches_shrink_where_batching_gains_nothing():
+    """A call costs 2 ms per row and nothing more (a CNN on a few CPU cores): one large batch saves no
+    time, so the batcher settles on small ones, and requests stop waiting behind long batches."""
+    predict, sizes = _costed(0.0, 0.002)
+    batcher = Batcher(predict, max_batch_size=32)
+    asyncio.run(_with(batcher, lambda: _load(batcher, 1000)))
+    assert batcher.limit <= 8, (batcher.limit, batcher._costs)
+    assert max(sizes[:20]) >= 16  # it did try large batches first
+    assert sorted(sizes[-40:])[20] <= 8  # and then ran small ones

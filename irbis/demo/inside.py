@@ -15,20 +15,18 @@ import pandas as pd
 __all__ = ["explain_images", "gallery_of_mistakes", "ladder_chart"]
 
 
-def _pyplot() -> Any:
-    import matplotlib
+def _subplots(*grid: int, figsize: tuple[float, float], **options: Any) -> tuple[Any, Any]:
+    """A figure and its axes drawn off screen, outside pyplot: a notebook's backend is left alone."""
+    from matplotlib.figure import Figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
+    fig = Figure(figsize=figsize)
+    return fig, fig.subplots(*grid, **options)
 
 
 def ladder_chart(path: Path, rows: list[Any], paper: dict[str, float]) -> None:
     """Bars of accuracy and ROC AUC per variant with their 95 % intervals; the paper's accuracy as marks."""
-    plt = _pyplot()
     x = np.arange(len(rows))
-    fig, ax = plt.subplots(figsize=(max(6.0, 1.3 * len(rows)), 4.2))
+    fig, ax = _subplots(figsize=(max(6.0, 1.3 * len(rows)), 4.2))
     for offset, metric, colour in ((-0.2, "accuracy", "#4C72B0"), (0.2, "roc_auc", "#55A868")):
         values = np.array([getattr(r, metric) for r in rows])
         cis = np.array([getattr(r, f"{metric}_ci") for r in rows])
@@ -45,7 +43,6 @@ def ladder_chart(path: Path, rows: list[Any], paper: dict[str, float]) -> None:
     ax.legend(loc="lower right", fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
-    plt.close(fig)
 
 
 def gallery_of_mistakes(path: Path, scored: pd.DataFrame, variant: str, limit: int = 12) -> int:
@@ -54,10 +51,9 @@ def gallery_of_mistakes(path: Path, scored: pd.DataFrame, variant: str, limit: i
     wrong = scored[(scored["score"] >= 0.5) != (scored["y"] == 1)].copy()
     wrong["confidence"] = (wrong["score"] - 0.5).abs()
     shown = wrong.sort_values("confidence", ascending=False).head(limit)
-    plt = _pyplot()
     cols = 4
     rows = max(1, -(-len(shown) // cols))
-    fig, axes = plt.subplots(rows, cols, figsize=(3 * cols, 2.5 * rows), squeeze=False)
+    fig, axes = _subplots(rows, cols, figsize=(3 * cols, 2.5 * rows), squeeze=False)
     for ax in axes.ravel():
         ax.axis("off")
     for ax, item in zip(axes.ravel(), shown.itertuples()):
@@ -70,7 +66,6 @@ def gallery_of_mistakes(path: Path, scored: pd.DataFrame, variant: str, limit: i
         axes[0, 0].text(0.5, 0.5, f"{variant}: no mistakes on the test cameras", ha="center")
     fig.tight_layout()
     fig.savefig(path, dpi=80)
-    plt.close(fig)
     return len(wrong)
 
 

@@ -121,13 +121,11 @@ def _roc_points(y: np.ndarray, s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def _figures(folder: Path, rows: list[Scores], curves: dict[str, tuple[np.ndarray, np.ndarray]],
              class_names: tuple[str, str]) -> dict[str, str]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure  # off screen, outside pyplot: a notebook's backend is left alone
 
     files = {}
-    fig, ax = plt.subplots(figsize=(5.5, 5))
+    fig = Figure(figsize=(5.5, 5))
+    ax = fig.subplots()
     for r in rows:
         fpr, tpr = _roc_points(*curves[r.variant])
         ax.plot(fpr, tpr, label=f"{r.variant} (AUC {r.roc_auc:.3f})")
@@ -136,12 +134,12 @@ def _figures(folder: Path, rows: list[Scores], curves: dict[str, tuple[np.ndarra
     ax.legend(loc="lower right")
     fig.tight_layout()
     fig.savefig(folder / "roc.png", dpi=100)
-    plt.close(fig)
     files["roc"] = "roc.png"
     for r in rows:
         cm = np.asarray(r.confusion, np.float64)
         norm = cm / np.maximum(cm.sum(axis=1, keepdims=True), 1)
-        fig, ax = plt.subplots(figsize=(3.2, 3))
+        fig = Figure(figsize=(3.2, 3))
+        ax = fig.subplots()
         ax.imshow(norm, vmin=0, vmax=1, cmap="Blues")
         for i in range(2):
             for j in range(2):
@@ -152,7 +150,6 @@ def _figures(folder: Path, rows: list[Scores], curves: dict[str, tuple[np.ndarra
         fig.tight_layout()
         name = f"confusion_{_slug(r.variant)}.png"
         fig.savefig(folder / name, dpi=100)
-        plt.close(fig)
         files[r.variant] = name
     return files
 

@@ -10,12 +10,18 @@ import numpy as np
 __all__ = ["plot_feature_weights", "plot_image_explanation"]
 
 
-def _figure_png(fig: object, path: str | Path | None) -> bytes:
-    import matplotlib.pyplot as plt
+def _figure(width: float, height: float) -> tuple[object, object]:
+    """A figure drawn off screen, outside pyplot: the caller's backend (a notebook's inline one) is left
+    as it is, and nothing needs closing."""
+    from matplotlib.figure import Figure
 
+    fig = Figure(figsize=(width, height))
+    return fig, fig.subplots()
+
+
+def _figure_png(fig: object, path: str | Path | None) -> bytes:
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=100, bbox_inches="tight")  # type: ignore[attr-defined]
-    plt.close(fig)
     data = buffer.getvalue()
     if path is not None:
         Path(path).write_bytes(data)
@@ -49,10 +55,6 @@ def plot_image_explanation(image: np.ndarray, segments: np.ndarray, weights: Seq
     bytes
         The PNG file.
     """
-    import matplotlib
-
-    matplotlib.use("Agg", force=False)
-    import matplotlib.pyplot as plt
     from skimage.segmentation import mark_boundaries
 
     pixels = np.asarray(image)
@@ -61,7 +63,7 @@ def plot_image_explanation(image: np.ndarray, segments: np.ndarray, weights: Seq
     labels = np.asarray(segments).reshape(rgb.shape[:2])
     chosen = np.isin(labels, top_superpixels(np.asarray(weights), top))
     shown = np.where(chosen[..., None], rgb / 255.0, rgb / 255.0 * 0.3)
-    fig, ax = plt.subplots(figsize=(4, 4 * rgb.shape[0] / max(rgb.shape[1], 1)))
+    fig, ax = _figure(4, 4 * rgb.shape[0] / max(rgb.shape[1], 1))
     ax.imshow(mark_boundaries(shown, chosen.astype(int), color=(1, 0.85, 0)))
     ax.set_axis_off()
     if title:
@@ -72,17 +74,12 @@ def plot_image_explanation(image: np.ndarray, segments: np.ndarray, weights: Seq
 def plot_feature_weights(weights: Sequence[float], names: Sequence[str] | None = None, *, top: int = 10,
                          title: str = "", path: str | Path | None = None) -> bytes:
     """A horizontal bar chart of the ``top`` features by absolute weight (PNG bytes)."""
-    import matplotlib
-
-    matplotlib.use("Agg", force=False)
-    import matplotlib.pyplot as plt
-
     values = np.asarray(weights, np.float64)
     names = list(names) if names is not None else [f"feature {i}" for i in range(len(values))]
     if len(names) != len(values):
         raise ValueError(f"{len(names)} feature names for {len(values)} weights; give one name per weight")
     order = np.argsort(-np.abs(values))[:top][::-1]
-    fig, ax = plt.subplots(figsize=(5, 0.35 * len(order) + 1))
+    fig, ax = _figure(5, 0.35 * len(order) + 1)
     ax.barh([names[i] for i in order], values[order],
             color=["#2a7" if values[i] > 0 else "#c44" for i in order])
     ax.axvline(0, color="black", linewidth=0.8)

@@ -31,9 +31,20 @@ from typing import Any
 
 def free_port(host: str = "127.0.0.1") -> int:
     """A TCP port free on ``host`` now."""
-    with socket.socket() as sock:
-        sock.bind((host, 0))
-        return sock.getsockname()[1]
+    return free_ports(1, host)[0]
+
+
+def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
+    """``count`` different TCP ports free on ``host`` now (held open together while chosen, so that no two
+    are the same)."""
+    socks = [socket.socket() for _ in range(count)]
+    try:
+        for sock in socks:
+            sock.bind((host, 0))
+        return [sock.getsockname()[1] for sock in socks]
+    finally:
+        for sock in socks:
+            sock.close()
 
 
 def spark_home() -> str:
@@ -159,7 +170,7 @@ def start_standalone(root: str | os.PathLike[str], workers: int = 2, cores: int 
     worker has registered). Stop it with :meth:`Standalone.stop` or a ``with`` block."""
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
-    port, ui = free_port(host), free_port(host)
+    port, ui, *worker_uis = free_ports(2 + workers, host)
     cluster = Standalone(f"spark://{host}:{port}", root, status_url=f"http://{host}:{ui}/json/")
     try:
         cluster.start("master", ["org.apache.spark.deploy.master.Master", "--host", host, "--port", str(port),
@@ -168,7 +179,7 @@ def start_standalone(root: str | os.PathLike[str], workers: int = 2, cores: int 
             home = root / f"worker{i}"
             cluster.start(f"worker{i}", ["org.apache.spark.deploy.worker.Worker", cluster.url, "--host", host,
                                          "--cores", str(cores), "--memory", memory, "--work-dir", str(home / "work"),
-                                         "--webui-port", str(free_port(host))],
+                                         "--webui-port", str(worker_uis[i - 1])],
                           process_env(home, host, keep_pythonpath=False))
         cluster.wait_for_master()
         if wait:
@@ -179,4 +190,4 @@ def start_standalone(root: str | os.PathLike[str], workers: int = 2, cores: int 
     return cluster
 
 
-__all__ = ["Standalone", "free_port", "kill_group", "process_env", "spark_home", "start_standalone"]
+__all__ = ["Standalone", "free_port", "free_ports", "kill_group", "process_env", "spark_home", "start_standalone"]

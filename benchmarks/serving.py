@@ -11,6 +11,9 @@ Each is served two ways, each in its own server process on loopback:
   irbis     ``irbis serve`` (kernels, micro-batching)
   plain     a straightforward Starlette endpoint calling the same compiled pipeline once per request
             (no queue, no batching): what one writes by hand
+  mlflow    (tabular) the same pipeline logged with ``irbis.mlflow.log_model`` and served by
+            ``mlflow models serve --env-manager local`` (its pyfunc runs the stages' kernels, no JVM), sent
+            the same rows as ``dataframe_split`` JSON on ``/invocations``
 
 The load comes from separate processes pinned to the last core (``benchmarks/loadgen.py``: raw
 keep-alive HTTP/1.1 sockets, pre-encoded requests), keeping C requests in flight for a fixed time, C
@@ -50,7 +53,7 @@ def _free_port() -> int:
 
 # -- setup: fit and save the pipelines (the only Spark in this benchmark) ----------------------------
 def build_pipelines(folder: Path, images: int) -> dict[str, Path]:
-    from pyspark.ml import Pipeline
+    from pyspark.ml import Pipeline, PipelineModel
     from pyspark.ml.classification import LogisticRegression
     from pyspark.ml.feature import VectorAssembler
     from pyspark.sql import functions as F
@@ -76,8 +79,22 @@ def build_pipelines(folder: Path, images: int) -> dict[str, Path]:
     Pipeline(stages=[ImageFeaturizer(inputCol="image", outputCol="f1", cutOutputLayers=1, precision="fp32"),
                      LogisticRegression(featuresCol="f1", labelCol="y", regParam=0.05)]).fit(
         labelled).write().overwrite().save(str(folder / "image"))
+    mlflow_model = log_with_mlflow(PipelineModel.load(str(folder / "tabular")), folder)
     spark.stop()
-    return {"tabular": folder / "tabular", "image": folder / "image"}
+    return {"tabular": folder / "tabular", "image": folder / "image", "tabular-mlflow": mlflow_model}
+
+
+def log_with_mlflow(model, folder: Path) -> Path:
+    """``model`` logged by irbis.mlflow to a file store under ``folder``; the local folder of the logged model."""
+    import mlflow
+
+    import irbis.mlflow
+
+    os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")  # MLflow 3 keeps the file store behind this
+    mlflow.set_tracking_uri((folder / "mlruns").as_uri())
+    with mlflow.start_run():
+        info = irbis.mlflow.log_model(model, "model")
+    return Path(mlflow.artifacts.download_artifacts(info.model_uri, dst_path=str(folder / "mlflow-model")))
 
 
 # -- servers -----------------------------------------------------------------------------------------
@@ -111,6 +128,10 @@ def start_server(kind: str, path: Path, port: int, workers: int = 1) -> subproce
     if kind == "irbis":
         cmd = [sys.executable, "-m", "irbis.cli", "serve", str(path), "--port", str(port),
                "--outputs", "probability,prediction", "--workers", str(workers)]
+    elif kind == "mlflow":  # its uvicorn from this environment
+        env["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), env.get("PATH", "")])
+        cmd = [sys.executable, "-m", "mlflow", "models", "serve", "-m", str(path), "--env-manager", "local",
+               "--host", "127.0.0.1", "--port", str(port), "--workers", str(workers)]
     else:
         cmd = [sys.executable, __file__, "--plain-server", str(path), "--port", str(port)]
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -133,11 +154,13 @@ def _wait_up(url: str, proc: subprocess.Popen) -> None:
 
 
 # -- load generator (benchmarks/loadgen.py: raw keep-alive sockets, separate processes) ----------------
-def run_load(url: str, bodies: list[tuple[bytes, str]], clients: int, seconds: float) -> dict:
+def run_load(url: str, bodies: list[tuple[bytes, str]], clients: int, seconds: float,
+             path: str = "/predict") -> dict:
     """C requests in flight from one process (two past 16 clients), pinned to the last core."""
     from loadgen import run
 
-    return run(url, bodies, clients, seconds, procs=1 if clients <= 16 else 2, cores=[os.cpu_count() - 1])
+    return run(url, bodies, clients, seconds, procs=1 if clients <= 16 else 2, cores=[os.cpu_count() - 1],
+               path=path)
 
 
 def load_ceiling(seconds: float) -> str:
@@ -170,6 +193,11 @@ def _wait_port(port: int) -> None:
 
 
 def request_bodies(name: str, folder: Path) -> list[tuple[bytes, str]]:
+    if name == "tabular-mlflow":  # the same rows, as MLflow's scoring protocol takes them
+        rng = np.random.default_rng(1)
+        columns = [f"x{i}" for i in range(FEATURES)]
+        return [(json.dumps({"dataframe_split": {"columns": columns, "data": [[float(v) for v in row]]}}).encode(),
+                 "application/json") for row in rng.normal(size=(64, FEATURES))]
     if name == "tabular":
         rng = np.random.default_rng(1)
         return [(json.dumps({f"x{i}": float(v) for i, v in enumerate(row)}).encode(), "application/json")
@@ -257,13 +285,15 @@ def main() -> None:
                      f"{'req/s':>8s} {'errors':>6s}")
         for name, path in pipelines.items():
             bodies = request_bodies(name, folder)
-            for kind in ("irbis", "plain"):
+            mlflow = name == "tabular-mlflow"
+            for kind in ("mlflow",) if mlflow else ("irbis", "plain"):
                 port = _free_port()
                 proc = start_server(kind, path, port, args.workers)
                 try:
                     for c in clients:
-                        r = run_load(f"http://127.0.0.1:{port}", bodies, c, seconds)
-                        lines.append(f"{name:8s} {kind:6s} {c:7d} {r['p50']:8.2f} {r['p99']:8.2f} "
+                        r = run_load(f"http://127.0.0.1:{port}", bodies, c, seconds,
+                                     "/invocations" if mlflow else "/predict")
+                        lines.append(f"{name.split('-')[0]:8s} {kind:6s} {c:7d} {r['p50']:8.2f} {r['p99']:8.2f} "
                                      f"{r['rps']:8.0f} {r['errors']:6d}")
                         print(lines[-1], flush=True)
                 finally:

@@ -9,7 +9,6 @@ images with ``imagePreprocessing``.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -21,6 +20,7 @@ from pyspark.sql.types import DataType, DoubleType, StringType
 from irbis.kernels.blocks import BatchFn, Tensor
 from irbis.ml.image_featurizer import ImageFeaturizer
 from irbis.ml.params import Row, table_mixin
+from irbis.ml.persistence import load_network_files, save_network_files
 from irbis.models import MODELS
 from irbis.train.progress import SummaryAttribute
 
@@ -139,23 +139,11 @@ class ImageClassifierModel(ImageFeaturizer, table_mixin("_HasPredictionCols", _P
         return True
 
     def _save_extra(self, path: str) -> None:
-        import shutil
-
-        source = self._source()
-        if "path" in source:
-            src = Path(source["path"])
-            if src.is_dir():
-                shutil.copytree(src, Path(path) / "network")
-            else:
-                shutil.copy2(src, Path(path) / f"network{src.suffix}")
-        if self.training_summary is not None:
-            (Path(path) / "summary.json").write_text(json.dumps(self.training_summary))
+        save_network_files(self._source(), path, self.training_summary)
         super()._save_extra(path)
 
     def _load_extra(self, path: str) -> None:
-        saved = sorted(Path(path).glob("network*"))
-        if saved:
-            self._set(modelPath=str(saved[0]))
-        summary = Path(path) / "summary.json"
-        self.training_summary = json.loads(summary.read_text()) if summary.exists() else None
+        network, self.training_summary = load_network_files(path)
+        if network is not None:
+            self._set(modelPath=network)
         super()._load_extra(path)

@@ -76,6 +76,33 @@ def read_files(spark: Any, uri: str) -> str:
     return str(folder)
 
 
+def save_network_files(source: dict[str, Any], folder: str, summary: list[Any] | None) -> None:
+    """Into a saved stage's ``folder``: the network file or folder of ``source`` (a resolved model source;
+    a repository model has no file to copy) as ``network*``, and the training ``summary`` as
+    ``summary.json`` when there is one."""
+    import json
+    import shutil
+
+    if "path" in source:
+        src = Path(source["path"])
+        if src.is_dir():
+            shutil.copytree(src, Path(folder) / "network")
+        else:
+            shutil.copy2(src, Path(folder) / f"network{src.suffix}")
+    if summary is not None:
+        (Path(folder) / "summary.json").write_text(json.dumps(summary))
+
+
+def load_network_files(folder: str) -> tuple[str | None, list[Any] | None]:
+    """What :func:`save_network_files` wrote: the saved network's path (None when there is none) and the
+    training summary (None when there is none)."""
+    import json
+
+    saved = sorted(Path(folder).glob("network*"))
+    summary = Path(folder) / "summary.json"
+    return (str(saved[0]) if saved else None), (json.loads(summary.read_text()) if summary.exists() else None)
+
+
 class IrbisWriter(MLWriter):
     """Writes the JSON metadata, then lets the stage write its sidecar files (see the module doc)."""
 

@@ -24,6 +24,7 @@ from irbis.ml.calibration import HasCalibrationSample
 from irbis.ml.export_ahead import export_ahead_of_job
 from irbis.ml.network_params import NetworkStageParams
 from irbis.ml.params import HasEngine, HasPrecision
+from irbis.ml.persistence import load_network_files, save_network_files
 from irbis.models import default_cache_dir, sha256_file
 from irbis.models.module_files import write_module
 from irbis.spark.files import localize, ship_file
@@ -190,23 +191,13 @@ class TorchModel(NetworkStageParams, HasPrecision, HasCalibrationSample, HasEngi
 
     # -- persistence -----------------------------------------------------------------------------
     def _save_extra(self, path: str) -> None:
-        source = resolve_source(self.getModelPath())
-        if "path" in source:
-            src = Path(source["path"])
-            if src.is_dir():
-                shutil.copytree(src, Path(path) / "network")
-            else:
-                shutil.copy2(src, Path(path) / f"network{src.suffix}")
-        if self.training_summary is not None:
-            (Path(path) / "summary.json").write_text(json.dumps(self.training_summary))
+        save_network_files(resolve_source(self.getModelPath()), path, self.training_summary)
         self._save_calibration(path)
 
     def _load_extra(self, path: str) -> None:
-        saved = sorted(Path(path).glob("network*"))
-        if saved:
-            self._set(modelPath=str(saved[0]))
-        summary = Path(path) / "summary.json"
-        self.training_summary = json.loads(summary.read_text()) if summary.exists() else None
+        network, self.training_summary = load_network_files(path)
+        if network is not None:
+            self._set(modelPath=network)
         self._load_calibration(path)
 
 

@@ -174,7 +174,10 @@ def start_standalone(root: str | os.PathLike[str], workers: int = 2, cores: int 
     cluster = Standalone(f"spark://{host}:{port}", root, status_url=f"http://{host}:{ui}/json/")
     try:
         cluster.start("master", ["org.apache.spark.deploy.master.Master", "--host", host, "--port", str(port),
-                                 "--webui-port", str(ui)], process_env(root / "master", host))
+                                 "--webui-port", str(ui)],
+                      # no REST submission server: it listens on a fixed port (6066), which a second cluster on
+                      # the host would find taken, and nothing here submits through it
+                      {**process_env(root / "master", host), "SPARK_MASTER_OPTS": "-Dspark.master.rest.enabled=false"})
         for i in range(1, workers + 1):  # started at once: a worker retries until the master answers
             home = root / f"worker{i}"
             cluster.start(f"worker{i}", ["org.apache.spark.deploy.worker.Worker", cluster.url, "--host", host,

@@ -151,9 +151,10 @@ def pytest_collection_modifyitems(config, items):
     """Run the slow multi-executor tests last: they replace the local session with a cluster; skip the
     ``gpu`` tests where torch sees no CUDA device.
 
-    Under ``--connect`` only the Spark tests run (:func:`uses_spark`; the others gain nothing from a
-    second run), and the multi-executor tests and the ``classic_only`` ones are skipped: the former start
-    classic clusters of their own, the latter say why they need classic Spark.
+    Under ``--connect`` only the Spark tests run (:func:`uses_spark`; the others, the notebooks among them,
+    gain nothing from a second run), and the multi-executor tests, the ``cluster`` ones and the
+    ``classic_only`` ones are skipped: the first two start classic clusters and drivers of their own, the
+    last say why they need classic Spark.
     """
     if on_connect(config):
         kept = [item for item in items if uses_spark(item)]
@@ -172,9 +173,12 @@ def pytest_collection_modifyitems(config, items):
                 item.add_marker(skip)
     if on_connect(config):
         cluster = pytest.mark.skip(reason="starts a classic local-cluster of its own")
+        standalone = pytest.mark.skip(reason="starts a standalone cluster and classic drivers of its own")
         for item in items:
             if "cluster_spark" in getattr(item, "fixturenames", ()):
                 item.add_marker(cluster)
+            elif item.get_closest_marker("cluster") is not None:
+                item.add_marker(standalone)
             elif (marker := item.get_closest_marker("classic_only")) is not None:
                 reason = marker.kwargs.get("reason") or (marker.args[0] if marker.args else "needs classic Spark")
                 item.add_marker(pytest.mark.skip(reason=f"classic only: {reason}"))

@@ -24,15 +24,6 @@ HERE = Path(__file__).resolve().parent
 CHECKS = HERE / "cluster_checks.py"
 
 
-def pytest_collection_modifyitems(config, items):
-    """Skip the ``cluster`` tests under ``--connect``: they start classic drivers of their own."""
-    if config.getoption("--connect"):
-        skip = pytest.mark.skip(reason="starts a standalone cluster and classic drivers of its own")
-        for item in items:
-            if item.get_closest_marker("cluster") is not None:
-                item.add_marker(skip)
-
-
 @pytest.fixture(scope="session")
 def standalone(tmp_path_factory):
     """A master and two one-core workers on 127.0.0.1, as separate processes; the master is waited for,

@@ -245,7 +245,7 @@ def masked_inputs(image: np.ndarray, segments: np.ndarray, spec: Preprocessing) 
         r, c = slice(r[0], r[-1] + 1), slice(c[0], c[-1] + 1)
         part = np.where((labels[box] == label)[:, :, None], rgb[box], np.float32(0))
         block = np.einsum("ij,jkc,lk->ilc", rows[r, ys], part, cols[c, xs], optimize=True)
-        linear = finish_rgb(np.ascontiguousarray(block, np.float32), spec) - finish_rgb(np.zeros_like(block), spec)
+        linear = finish_rgb(np.ascontiguousarray(block, np.float32), spec) - off[:, r, c]
         found = np.flatnonzero(linear)
         at.append(index[:, r, c].reshape(-1)[found])
         to.append(np.full(len(found), label, np.int32))

@@ -61,8 +61,7 @@ def _loader() -> Callable[[bytes], Any]:
     """The function that unpickles a shipped function in the Python worker, naming the fix when a module
     is missing there. Nested, so cloudpickle ships it by value: it refers to builtins, the standard library
     and its cells only."""
-    messages = {name: executor_import_message(name) for name in ("irbis", "torch")}
-    fallback = executor_import_message("{module}")
+    template = executor_import_message("{module}")  # the worker lacks irbis.errors: the text travels along
 
     def load(payload: bytes) -> Any:
         import pickle
@@ -71,8 +70,7 @@ def _loader() -> Callable[[bytes], Any]:
             return pickle.loads(payload)
         except ModuleNotFoundError as err:
             name = (err.name or "").split(".")[0] or "irbis"
-            message = messages.get(name) or fallback.replace("'{module}'", repr(name))
-            raise ModuleNotFoundError(message, name=err.name) from err
+            raise ModuleNotFoundError(template.replace("'{module}'", repr(name)), name=err.name) from err
 
     return load
 

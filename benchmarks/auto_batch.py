@@ -26,16 +26,49 @@ import threading
 import time
 from pathlib import Path
 
+import numpy as np
 import torch
 from train_sync import load_digits_split  # the same split and inputs as the training benchmark
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 SWEEP = (16, 32, 64, 128, 256)
+MLP = ("mlp", {"in_features": 64, "hidden": 128, "out_features": 10}, [64])
+CNN = ("small_cnn", {"num_classes": 10, "width": 32}, [3, 32, 32])
+#: name: (architecture, options, input shape, epochs, training rows shifted into 9 copies)
 WORKLOADS = {
-    "mlp": ("mlp", {"in_features": 64, "hidden": 128, "out_features": 10}, [64], 20),
-    "cnn": ("small_cnn", {"num_classes": 10, "width": 32}, [3, 32, 32], 6),
+    "mlp": (*MLP, 20, False),
+    "cnn": (*CNN, 6, False),
+    "mlp, x9 shifted rows": (*MLP, 8, True),
+    "cnn, x9 shifted rows": (*CNN, 3, True),
 }
+
+
+def shifted_digits(images: bool) -> tuple:
+    """The digits split with each training image also shifted by one pixel in the 8 directions (zero
+    fill; the test rows as they are): 9 times the training rows, so that an epoch is 13 times a search's
+    sample rather than 1.4 times."""
+    from sklearn.datasets import load_digits
+    from sklearn.model_selection import train_test_split
+
+    x, y = load_digits(return_X_y=True)
+    xtr, xte, ytr, yte = train_test_split((x / 16).astype(np.float32), y, test_size=0.2, stratify=y,
+                                          random_state=0)
+    grid = xtr.reshape(-1, 8, 8)
+    copies = []
+    for dy in (-1, 0, 1):
+        for dx in (-1, 0, 1):
+            moved = np.zeros_like(grid)
+            moved[:, max(dy, 0):8 + min(dy, 0), max(dx, 0):8 + min(dx, 0)] = \
+                grid[:, max(-dy, 0):8 + min(-dy, 0), max(-dx, 0):8 + min(-dx, 0)]
+            copies.append(moved.reshape(len(grid), 64))
+    xtr, ytr = np.concatenate(copies), np.tile(ytr, 9)
+
+    def upscale(a: np.ndarray) -> np.ndarray:
+        t = torch.nn.functional.interpolate(torch.from_numpy(a).view(-1, 1, 8, 8), size=32, mode="bilinear")
+        return t.repeat(1, 3, 1, 1).reshape(len(a), -1).numpy()
+
+    return (upscale(xtr), upscale(xte), ytr, yte) if images else (xtr, xte, ytr, yte)
 
 
 def run(workload: str, batch: int | str, data: tuple, epochs: int, seed: int = 0, every: int = 1) -> dict:
@@ -46,7 +79,7 @@ def run(workload: str, batch: int | str, data: tuple, epochs: int, seed: int = 0
     from irbis.train.loop import TrainSpec
     from irbis.train.networks import network_spec
 
-    arch, options, shape, _ = WORKLOADS[workload]
+    arch, options, shape, _, _ = WORKLOADS[workload]
     xtr, xte, ytr, yte = data
     replicas: dict[int, torch.nn.Module] = {}
 
@@ -72,7 +105,8 @@ def run(workload: str, batch: int | str, data: tuple, epochs: int, seed: int = 0
         clock["eval"] += time.perf_counter() - t0
         sent = (curve[-1]["bytes"] if curve else 0.0) + record["bytesPerStep"] * steps(record["batchSize"])
         curve.append({"seconds": seconds, "bytes": sent, "accuracy": acc, "batchSize": record["batchSize"],
-                      "trialSamples": record.get("trialSamples", 0)})
+                      "trialSamples": record.get("trialSamples", 0),
+                      "searchSeconds": record.get("searchSeconds", 0.0)})
 
     def steps(b: int) -> int:
         return -(-((len(ytr) + 1) // 2) // b)
@@ -101,11 +135,12 @@ def main() -> None:
     load0, t_all = os.getloadavg()[0], time.perf_counter()
     lines = [f"# benchmarks/auto_batch.py  {time.strftime('%Y-%m-%d %H:%M')}"]
     body = []
-    for workload, (arch, _, _, epochs) in WORKLOADS.items():
+    for workload, (arch, _, _, epochs, shifted) in WORKLOADS.items():
         if args.quick and workload != "mlp":
             continue
         epochs = 4 if args.quick else epochs
-        data = load_digits_split(images=workload == "cnn")
+        images = arch == "small_cnn"
+        data = shifted_digits(images) if shifted else load_digits_split(images=images)
         run(workload, 32, data, 1)  # warm-up, untimed
         rows = {b: run(workload, b, data, epochs) for b in SWEEP}
         rows["auto"] = run(workload, "auto", data, epochs)
@@ -114,7 +149,7 @@ def main() -> None:
         reached = {b: to_target(r["curve"], target) for b, r in rows.items()}
         fixed = [b for b in SWEEP if reached[b][0] is not None and rows[b]["curve"][-1]["accuracy"] >= target]
         best = min(fixed, key=lambda b: reached[b][0]) if fixed else 32
-        body += ["", f"## {workload}: {arch}, {epochs} epochs, target test accuracy {target:.4f} "
+        body += ["", f"## {workload}: {arch}, {len(data[2])} training rows, {epochs} epochs, target test accuracy {target:.4f} "
                      f"(fixed 32's final {rows[32]['curve'][-1]['accuracy']:.4f} - 0.5 pts)", "",
                  "| row | batch per worker | loop s to target | MB sent per worker to target | final test accuracy "
                  "| loop s, all epochs | trial rows |",
@@ -130,19 +165,28 @@ def main() -> None:
                         f"{'-' if sent is None else f'{sent / 1e6:.2f}'} | {curve[-1]['accuracy']:.4f} | "
                         f"{curve[-1]['seconds']:.2f} | {sum(p['trialSamples'] for p in curve)} |")
         a, b32, bb = reached["auto"][0], reached[32][0], reached[best][0]
+        curve_a = rows["auto"]["curve"]
+        searched = [p for p in curve_a if p["trialSamples"]]
+        trained = len(data[2]) * epochs
+        body.append("")
+        body.append(f"auto (every epoch): {len(searched)} searches took {sum(p['searchSeconds'] for p in curve_a):.2f} s "
+                    f"of the loop's {rows['auto']['curve'][-1]['seconds']:.2f} s; their trials computed "
+                    f"{sum(p['trialSamples'] for p in searched)} rows against {trained} rows of training")
         if a is not None and b32 is not None and bb is not None:
-            body.append("")
-            body.append(f"auto reaches the target in {a:.2f} s: {b32 / a:.2f}x faster than fixed 32, "
-                        f"{bb / a:.2f}x the best fixed batch's speed; final accuracy "
+            body.append(f"time to target: auto {a:.2f} s, fixed 32 {b32:.2f} s (auto at {b32 / a:.2f}x its speed), "
+                        f"best fixed {bb:.2f} s ({bb / a:.2f}x); final accuracy "
                         f"{(rows['auto']['curve'][-1]['accuracy'] - rows[32]['curve'][-1]['accuracy']) * 100:+.2f} "
                         f"pts against fixed 32")
-        print("\n".join(body[-12:]), flush=True)
+        elif a is None:
+            body.append("auto did not reach the target")
+        print("\n".join(body[-14:]), flush=True)
     lines.append(f"# machine: {platform.machine()}, {os.cpu_count()} cores; python {platform.python_version()}; "
                  f"torch {torch.__version__}; load average {load0:.1f} before, {os.getloadavg()[0]:.1f} after; "
                  f"run time {time.perf_counter() - t_all:.0f} s")
     lines.append("# sync on 2 workers (thread backend, one torch thread each), momentum SGD 0.05 at batch 32, "
                  "lrScaling linear (reference 32); auto: candidates " + ", ".join(map(str, SWEEP)) +
-                 ", searched every epoch (and every 5) on a sample of up to 512 rows per worker (and 128 more to judge on), tolerance 0.05")
+                 ", searched every epoch (and every 5) on a sample of up to 512 rows per worker (and 128 more to judge on), tolerance 0.05; "
+                 "training goes on from the kept size's trial")
     text = "\n".join(lines + body)
     print(text)
     if not args.quick:

@@ -15,8 +15,8 @@ One search (``irbis.train.loop._search_batch``), on every worker at once:
 3. For the size in use, then each larger candidate (ascending): from the same weights and optimizer state,
    synchronous steps of ``b`` rows per worker over the sample (the gradient averaged over the workers, as
    ``sync`` steps it) at the rate ``lrScaling`` gives that update (:func:`irbis.train.optim.update_batch`),
-   every size over the same rows; then the judged rows' loss ``L_b``. The weights, BatchNorm statistics and
-   optimizer state are put back after each size.
+   every size over the same rows; then the judged rows' loss ``L_b``. Each size starts from the same
+   weights, BatchNorm statistics and optimizer state.
 4. The losses are averaged over the workers (every worker decides alike). The size kept is the largest
    ``b``, scanning upward and stopping at the first that fails, with
    ``L0 - L_b >= (1 - tolerance) * (L0 - L_in_use)``: it makes at least ``1 - tolerance`` of the size in
@@ -24,10 +24,16 @@ One search (``irbis.train.loop._search_batch``), on every worker at once:
    sample, or whose step would not fit the memory of the worker with the least
    (:func:`max_rows_in_memory`), is not tried.
 
+Training goes on from the kept size's trial: its steps were synchronous steps on training rows at the rate
+training would use, so only the other sizes' trials (and the judging passes) are spent on the search. Where
+no candidate larger than the size in use can be tried (memory, or fewer than ``min_steps`` steps over the
+sample), no trial runs.
+
 The size only grows, as CNTK's does: early in training, when the weights move fast, large batches at a
 proportionally larger rate lose to small ones; later they keep up, and the search moves to them. A search
-costs a pass over the sample per size tried plus a forward pass per size, so it pays on epochs much
-larger than the sample (``autoBatchEvery`` spaces searches out on small data).
+costs a pass over the sample per size tried but the one kept, plus a forward pass over the judged rows per
+size, so it pays on epochs much larger than the sample (``autoBatchEvery`` spaces searches out on small
+data).
 
 With ``lrScaling="none"`` a larger batch takes fewer steps at the same rate, so it rarely keeps up: the
 search then mostly keeps the smallest size. It pays with ``"linear"`` (SGD, momentum: Seide et al. sum

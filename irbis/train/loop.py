@@ -379,6 +379,7 @@ def _epoch_record(run: _Run, epoch: int, sums: torch.Tensor, done: int, seconds:
     if run.search is not None:
         rec["batchTrials"] = run.search["losses"]
         rec["trialSamples"] = run.search["samples"]
+        rec["searchSeconds"] = run.search["seconds"]
     if run.spec.nan_policy == "skip":
         rec["skippedRows"] = run.skipped
     warning = growth_warning(first, last, epoch + 1, run.spec.learning_rate, run.ctx.world_size)
@@ -503,12 +504,30 @@ def _use_batch(run: _Run, batch_size: int) -> None:
         run.steps_per_epoch = -(-run.rows // batch_size)
 
 
+def _snapshot(run: _Run) -> tuple[torch.Tensor, dict[str, torch.Tensor], dict[str, Any]]:
+    """The weights, buffers (BatchNorm statistics) and optimizer state, copied: what a trial starts from."""
+    return (run.dopt.flat.weights.clone(), {k: v.clone() for k, v in run.model.named_buffers()},
+            copy.deepcopy(run.dopt.optimizer.state_dict()))
+
+
+def _restore(run: _Run, snap: tuple[torch.Tensor, dict[str, torch.Tensor], dict[str, Any]]) -> None:
+    weights, buffers, state = snap
+    run.dopt.flat.weights.copy_(weights)
+    for k, v in run.model.named_buffers():
+        v.copy_(buffers[k])
+    run.dopt.optimizer.load_state_dict(copy.deepcopy(state))  # a copy: load_state_dict keeps what it is given
+
+
 def _search_batch(run: _Run, epoch: int) -> dict[str, Any]:
     """``batchSize="auto"``: try the size in use and the larger candidates on a held sample of the workers'
     rows from the current weights, and keep the largest that learns about as much as the size in use
     (:mod:`irbis.train.auto_batch`).
-    Returns ``{"batchSize", "losses": {size: loss after its trial, "start": loss before}, "samples"}``, alike
-    on every worker (the losses are averaged over them); the weights and the optimizer are left as found."""
+    Returns ``{"batchSize", "losses": {size: loss after its trial, "start": loss before}, "samples",
+    "seconds"}``, alike
+    on every worker (the losses are averaged over them). Training goes on from the kept size's trial (its
+    steps were synchronous steps on training rows); the other trials are undone. Where no larger candidate
+    can be tried there is nothing to compare and no trial runs (``losses`` is empty)."""
+    t0 = time.perf_counter()
     spec, ctx, model = run.spec, run.ctx, run.model
     auto = spec.auto_batch
     assert auto is not None
@@ -532,11 +551,11 @@ def _search_batch(run: _Run, epoch: int) -> dict[str, Any]:
     rows, room = torch.stack(ctx.comm.all_gather(mine)).min(0).values.tolist()
     current = spec.batch_size
     tried = [current] + [b for b in auto.candidates if current < b <= room and rows // b >= auto.min_steps]
+    if len(tried) == 1:
+        return {"batchSize": current, "losses": {}, "samples": 0, "seconds": _mean_seconds(ctx, t0)}
     rows = int(rows) - int(rows) % tried[-1]  # every size sees the same rows: whole steps of the largest
     flat, opt = run.dopt.flat, run.dopt.optimizer
-    weights = flat.weights.clone()
-    buffers = {k: v.clone() for k, v in model.named_buffers()}
-    state = copy.deepcopy(opt.state_dict())
+    start_state, kept = _snapshot(run), None
     chunk = auto.smallest
     samples = 0
     found: dict[int, float] = {}
@@ -544,24 +563,32 @@ def _search_batch(run: _Run, epoch: int) -> dict[str, Any]:
         start = torch.tensor([mean_loss(model, run.loss_fn, xe, ye, chunk)], dtype=torch.float64)
         ctx.comm.all_reduce_mean(start)  # every worker decides alike: on the losses averaged over them
         for b in tried:  # upward from the size in use, stopping at the first that does not keep up
+            if b != current:
+                _restore(run, start_state)
             samples += trial(model, opt, flat, ctx.comm, run.loss_fn, x, y, b, max(rows // b, 1),
                              _rate_for(run, b, epoch, epoch))
             loss = torch.tensor([mean_loss(model, run.loss_fn, xe, ye, chunk)], dtype=torch.float64)
             samples += len(ye)
-            flat.weights.copy_(weights)
-            for k, v in model.named_buffers():
-                v.copy_(buffers[k])
-            opt.load_state_dict(copy.deepcopy(state))  # a copy: load_state_dict keeps the tensors it is given
             ctx.comm.all_reduce_mean(loss)
             found[b] = float(loss)
             if chosen(found, float(start), auto.tolerance) != b:
                 break
+            kept = _snapshot(run) if b != tried[-1] else None  # the last size's state is the model's own
+    size = chosen(found, float(start), auto.tolerance)
+    if kept is not None:  # a later size failed: go on from the kept size's trial
+        _restore(run, kept)
     flat.grads.zero_()
     total = torch.tensor([float(samples)], dtype=torch.float64)
     ctx.comm.all_reduce_sum(total)
-    size = chosen(found, float(start), auto.tolerance)
     return {"batchSize": size, "losses": {"start": float(start), **{str(b): v for b, v in found.items()}},
-            "samples": int(total.item())}
+            "samples": int(total.item()), "seconds": _mean_seconds(ctx, t0)}
+
+
+def _mean_seconds(ctx: WorkerContext, t0: float) -> float:
+    """Seconds since ``t0``, averaged over the workers (alike in every worker's record)."""
+    seconds = torch.tensor([time.perf_counter() - t0], dtype=torch.float64)
+    ctx.comm.all_reduce_mean(seconds)
+    return float(seconds)
 
 
 def _progress(run: _Run, epoch: int, i: int, free: bool) -> float:

@@ -78,10 +78,38 @@ def _input_columns(model: Any) -> dict[str, frozenset[str]]:
     return _inputs(flatten(model))
 
 
+def _image_fields(value: Any) -> Mapping[str, Any] | None:
+    """The fields of a Spark image struct (a Row or a dict with Spark's image fields), else ``None``."""
+    from irbis.kernels.image import IMAGE_FIELDS
+
+    fields = value.asDict() if hasattr(value, "asDict") else value if isinstance(value, Mapping) else None
+    return fields if fields is not None and set(IMAGE_FIELDS) <= set(fields) else None
+
+
+def _png(fields: Mapping[str, Any]) -> bytes:
+    """A Spark image struct as PNG bytes (lossless: the pixels decode back unchanged)."""
+    import cv2
+
+    from irbis.kernels.image import struct_to_array
+
+    pixels = struct_to_array(fields)
+    ok, encoded = False, None
+    if pixels.dtype in (np.uint8, np.uint16) and pixels.shape[2] in (1, 3, 4):
+        ok, encoded = cv2.imencode(".png", pixels)
+    if not ok:
+        raise ValueError(f"image {fields.get('origin')!r}: {pixels.dtype} pixels with {pixels.shape[2]} channels "
+                         "have no PNG form; pass the image file's bytes instead")
+    return encoded.tobytes()
+
+
 def _plain(value: Any) -> Any:
-    """A value of a Spark row or a pandas cell as JSON takes it (vectors as lists, bytes kept)."""
+    """A value of a Spark row or a pandas cell as JSON takes it (vectors as lists, bytes kept, a Spark image
+    struct, as ``read_images`` gives it, as PNG bytes)."""
     if hasattr(value, "toArray"):
         return value.toArray().tolist()
+    fields = _image_fields(value)
+    if fields is not None:
+        return _png(fields)
     if isinstance(value, np.ndarray):
         return value.tolist()
     if isinstance(value, np.generic):
@@ -241,7 +269,9 @@ def log_model(model: Any, artifact_path: str = "model", *, input_example: Any = 
         The model's name in the run.
     input_example : pandas DataFrame, Spark DataFrame, dict or list of dicts, optional
         Rows of the model's input columns (of a Spark DataFrame, its first :data:`EXAMPLE_ROWS` rows), saved
-        as the input example; the signature is inferred from them and the pyfunc's answer to them.
+        as the input example; the signature is inferred from them and the pyfunc's answer to them. Images
+        (Spark image structs, as ``read_images`` gives them) are kept as PNG files' bytes, the form the pyfunc
+        and ``mlflow models serve`` take them in.
     signature : mlflow.models.ModelSignature, optional
         Without one and without an example, the input and output columns' types come from the stages'
         kernels.
@@ -288,8 +318,9 @@ def load_model(model_uri: str, dst_path: str | None = None) -> Any:
 # -- the pyfunc flavor ------------------------------------------------------------------------------------
 class IrbisPyfunc:
     """The pyfunc of a logged model: rows in (a pandas DataFrame, a dict or a list of dicts keyed by the input
-    columns; vectors as lists or arrays, images as bytes or base64 text), a pandas DataFrame of the output
-    columns out, computed by the serving predictor (:mod:`irbis.serving.predictor`)."""
+    columns; vectors as lists or arrays, images as an image file's bytes or base64 text, or as Spark image
+    structs), a pandas DataFrame of the output columns out, computed by the serving predictor
+    (:mod:`irbis.serving.predictor`)."""
 
     def __init__(self, predictor: Any) -> None:
         self.predictor = predictor

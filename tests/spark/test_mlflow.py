@@ -108,6 +108,41 @@ def test_single_stage_logs_and_answers_all_outputs(spark, tracking, pipeline):
     assert list(everything.predict({"features": rows[1]}).columns) == ["scores"]
 
 
+def test_image_pipeline_logs_with_read_images_rows_as_its_example(spark, tracking, tmp_path):
+    """A ``read_images`` DataFrame as the input example: its image structs are kept as PNG bytes, the signature
+    takes binary images, and the pyfunc answers base64 text, PNG bytes and Spark's image structs alike."""
+    import base64
+
+    import cv2
+
+    from irbis.ml.image import UnrollImage
+    from irbis.spark.images import read_images
+
+    folder = tmp_path / "images"
+    folder.mkdir()
+    rng = np.random.default_rng(0)
+    for i in range(3):
+        cv2.imwrite(str(folder / f"{i}.png"), rng.integers(0, 256, size=(6, 5, 3), dtype=np.uint8))
+    images = read_images(str(folder), spark=spark, dropInvalid=True).orderBy("path")
+    model = PipelineModel([UnrollImage(inputCol="image", outputCol="pixels")])
+    with mlflow.start_run():
+        info = irbis.mlflow.log_model(model, "model", input_example=images)
+    expected = np.stack([r.pixels.toArray() for r in model.transform(images).select("pixels").collect()])
+
+    assert info.signature.inputs.input_names() == ["image"]
+    assert info.signature.inputs.inputs[0].type.name == "binary"
+    local = Path(mlflow.artifacts.download_artifacts(info.model_uri))
+    example = json.loads((local / "input_example.json").read_text())
+    assert example["columns"] == ["image"] and len(example["data"]) == 3
+
+    pyfunc = mlflow.pyfunc.load_model(info.model_uri)
+    files = [(folder / f"{i}.png").read_bytes() for i in range(3)]
+    for rows in (pd.DataFrame({"image": [base64.b64encode(f).decode() for f in files]}),
+                 pd.DataFrame({"image": files}), images.select("image").toPandas()):
+        answer = pyfunc.predict(rows)
+        np.testing.assert_array_equal(np.stack(answer["pixels"].map(np.asarray)), expected)
+
+
 _NO_SPARK_SCRIPT = textwrap.dedent("""
     import json, sys
     import mlflow

@@ -1,26 +1,32 @@
-"""Benchmark: DC-ASGD's defaults against Downpour on the same server rule, under mild staleness.
+"""Benchmark: DC-ASGD's defaults against Downpour's, and DC-ASGD against ASGD on the same server rule.
 
-The question: DC-ASGD (SGD server at 0.05) tested 1.5-3 points below Downpour on 4 workers, each strategy
-at its own default server rule. Is it the delay compensation (DC-ASGD-a's mean square starts at zero
-with no bias correction, so λ is over-estimated in the first updates; or λ0 = 2 too strong for plain
-SGD), or the rule? Each cell of the grid (workers x rate) runs every seed with:
+The question: DC-ASGD on an SGD server at 0.05 tested 1.5-3 points below Downpour on 4 workers, each
+strategy at its own default server rule (then SGD and Adagrad). Is it the delay compensation (DC-ASGD-a's
+mean square starts at zero with no bias correction, so λ is over-estimated in the first updates; or
+λ0 = 2 too strong for plain SGD), or the rule? Two parts:
 
-* ``downpour sgd``: Downpour with an SGD server, i.e. DC-ASGD with ``lambda_=0``: the reference that
-  differs from DC-ASGD only in the delay compensation (the comparison of Zheng et al. 2017), and the
-  same run again, which on processes measures how far timing alone moves a run;
-* ``dcasgd (lambda_=2)``: the defaults; ``dcasgd lambda_=0.5``: a weaker compensation;
-* ``dcasgd bias-corrected``: the mean square divided by ``1 - 0.95^t``
-  (``irbis.train.ps.rules.delay_compensate(..., bias_correction=True)``);
-* ``downpour adagrad (its default)``: Downpour at its own default rule, Adagrad, at the same rate.
-
-Loop only, no Spark, two backends. PROCESSES: workers are processes joined by gloo, the shards co-located
-in them and reached over ZeroMQ, as :func:`irbis.train.backends.local.run_processes` runs them, so the
+PROCESSES, the suspects, on the digits MLP: workers are processes joined by gloo, the shards co-located in
+them and reached over ZeroMQ, as :func:`irbis.train.backends.local.run_processes` runs them, so the
 staleness is that of concurrent workers (about ``N - 1`` updates); they are spawned once and run every
 job in turn (a fresh rendezvous store and gloo group per job), since importing torch in fresh processes
-costs far more than a job's loop here. THREADS: the thread backend serves the requests in rank order,
-the same schedule every run (staleness ``(N - 1) / 2``), so there a difference between two rows is the
-rule's alone. Workload: scikit-learn digits (1437 train / 360 test, stratified, random_state=0, inputs
-X/16), the MLP 64-128-10, the server rule at a constant rate, batch 16 per worker, 10 epochs.
+costs far more than a job's loop here. Each cell (workers x rate) runs every seed with:
+
+* ``downpour sgd``: Downpour with an SGD server, i.e. DC-ASGD with ``lambda_=0``: the reference that
+  differs from DC-ASGD on SGD only in the delay compensation (the comparison of Zheng et al. 2017), and
+  the same run again, which measures how far timing alone moves a run;
+* ``dcasgd sgd (lambda_=2)``; ``dcasgd sgd lambda_=0.5``: a weaker compensation; ``dcasgd sgd
+  bias-corrected``: the mean square divided by ``1 - 0.95^t``
+  (``irbis.train.ps.rules.delay_compensate(..., bias_correction=True)``);
+* ``downpour adagrad (its default)`` and ``dcasgd adagrad (its default)``.
+
+THREADS, the sweep, on the digits MLP (10 epochs) and the small CNN (width 16, 3 epochs): the thread
+backend serves the requests in rank order, the same schedule every run (staleness ``(N - 1) / 2``), so a
+difference between two rows is the rule's alone. DC-ASGD and Downpour on an SGD and on an Adagrad server,
+at 2, 4 and 8 workers and every rate of the sweep, 3 seeds each; each row's best rate, the pairings at
+their own best rates, and dcasgd's default against downpour's default at each rate.
+
+Workload: scikit-learn digits (1437 train / 360 test, stratified, random_state=0, inputs X/16; the CNN's
+upscaled to 3x32x32), the server rule at a constant rate, batch 16 per worker.
 
 Run: ``python benchmarks/dcasgd_defaults.py [--quick]``; it writes ``results/dcasgd_defaults.txt``
 (not with ``--quick``) and prints its own run time.
@@ -50,10 +56,19 @@ WORKERS, RATES, SEEDS = (2, 4), (0.05, 0.1), (0, 1, 2)
 # (label, strategy, options, bias-corrected mean square); the first row is each cell's reference
 RUNS = [("downpour sgd", "downpour", {"serverOptimizer": "sgd"}, False),
         ("downpour sgd, run again", "downpour", {"serverOptimizer": "sgd"}, False),
-        ("dcasgd (lambda_=2)", "dcasgd", {}, False),
-        ("dcasgd lambda_=0.5", "dcasgd", {"lambda_": 0.5}, False),
-        ("dcasgd bias-corrected", "dcasgd", {}, True),
-        ("downpour adagrad (its default)", "downpour", {}, False)]
+        ("dcasgd sgd (lambda_=2)", "dcasgd", {"serverOptimizer": "sgd"}, False),
+        ("dcasgd sgd lambda_=0.5", "dcasgd", {"serverOptimizer": "sgd", "lambda_": 0.5}, False),
+        ("dcasgd sgd bias-corrected", "dcasgd", {"serverOptimizer": "sgd"}, True),
+        ("downpour adagrad (its default)", "downpour", {}, False),
+        ("dcasgd adagrad (its default)", "dcasgd", {}, False)]
+# The sweep (threads): each strategy on each server rule, at every rate; the cells' own best rates
+SWEEP_RUNS = [("downpour sgd", "downpour", {"serverOptimizer": "sgd"}),
+              ("dcasgd sgd", "dcasgd", {"serverOptimizer": "sgd"}),
+              ("downpour adagrad", "downpour", {"serverOptimizer": "adagrad"}),
+              ("dcasgd adagrad", "dcasgd", {"serverOptimizer": "adagrad"})]
+SWEEP_WORKERS, SWEEP_RATES = (2, 4, 8), (0.01, 0.03, 0.1)
+#: workload: (architecture, options, input shape, epochs)
+WORKLOADS = {"mlp": ("mlp", MLP, [64], EPOCHS), "cnn": ("small_cnn", {"num_classes": 10, "width": 16}, [3, 32, 32], 3)}
 
 
 class _Recorder:
@@ -145,7 +160,7 @@ def _threads(spec: Any, shards: list, corrected: bool = False) -> list:
 
 
 def train(run: Any, data: tuple, strategy: str, options: dict, workers: int, lr: float, seed: int,
-          corrected: bool = False, epochs: int = EPOCHS) -> dict:
+          corrected: bool = False, epochs: int = EPOCHS, workload: str = "mlp") -> dict:
     """One job through ``run`` (a :class:`Pool`'s ``run`` or :func:`_threads`): test accuracy, the last
     epoch's training loss, the mean staleness of the updates and the mean of ``|compensation| / |g|``."""
     from irbis.models import build_model
@@ -155,21 +170,22 @@ def train(run: Any, data: tuple, strategy: str, options: dict, workers: int, lr:
     from irbis.train.strategies.downpour import staleness_summary
 
     xtr, xte, ytr, yte = data
-    spec = TrainSpec(network=network_spec("mlp", MLP), epochs=epochs, batch_size=BATCH, optimizer="sgd",
-                     learning_rate=lr, strategy=strategy, strategy_options=options, seed=seed, input_shape=[64],
+    arch, arch_options, shape, _ = WORKLOADS[workload]
+    spec = TrainSpec(network=network_spec(arch, arch_options), epochs=epochs, batch_size=BATCH, optimizer="sgd",
+                     learning_rate=lr, strategy=strategy, strategy_options=options, seed=seed, input_shape=shape,
                      torch_threads=1)
     results = run(spec, shard_rows(xtr, ytr, workers), corrected)
-    module = build_model("mlp", **MLP)
+    module = build_model(arch, **arch_options)
     module.load_state_dict(torch.load(io.BytesIO(results[0].state), weights_only=True))
     hist = results[0].history
     stale = np.sum([h["staleness"]["histogram"] for h in hist if h.get("staleness", {}).get("updates")], axis=0)
     ratios = [x for r in results for x in r.info.get("dcRatios", [])]
-    return {"acc": accuracy(module, xte, yte, [64]), "loss": hist[-1]["loss"],
+    return {"acc": accuracy(module, xte, yte, shape), "loss": hist[-1]["loss"],
             "stale": staleness_summary(stale)["mean"], "dc": float(np.mean(ratios)) if ratios else 0.0}
 
 
 def grid(run: Any, data: tuple, workers: tuple, rates: tuple, seeds: tuple, epochs: int) -> list[str]:
-    lines = [f"{'run':30s} {'workers':>7s} {'lr':>5s} {'staleness':>9s} {'|dc|/|g|':>8s} {'final loss':>10s} "
+    lines = [f"{'run':32s} {'workers':>7s} {'lr':>5s} {'staleness':>9s} {'|dc|/|g|':>8s} {'final loss':>10s} "
              f"{'test acc':>8s} {'vs downpour sgd':>15s}  per seed"]
     for n in workers:
         for lr in rates:
@@ -178,11 +194,45 @@ def grid(run: Any, data: tuple, workers: tuple, rates: tuple, seeds: tuple, epoc
                 runs = [train(run, data, strategy, options, n, lr, s, corrected, epochs) for s in seeds]
                 accs = np.array([r["acc"] for r in runs])
                 base = accs if base is None else base
-                lines.append(f"{label:30s} {n:7d} {lr:5g} {np.mean([r['stale'] for r in runs]):9.2f} "
+                lines.append(f"{label:32s} {n:7d} {lr:5g} {np.mean([r['stale'] for r in runs]):9.2f} "
                              f"{np.mean([r['dc'] for r in runs]):8.4f} {np.mean([r['loss'] for r in runs]):10.3f} "
                              f"{accs.mean():8.4f} {(accs - base).mean() * 100:+11.2f} pts  "
                              f"{[round(float(a), 4) for a in accs]}")
             lines.append("")
+    return lines
+
+
+def sweep(workload: str, data: tuple, workers: tuple, rates: tuple, seeds: tuple, epochs: int) -> list[str]:
+    """Threads: every row of :data:`SWEEP_RUNS` at every rate, mean test accuracy over the seeds; then each
+    row's best rate, the pairings at their best rates, and dcasgd's default against downpour's default at
+    each rate."""
+    from irbis.train.strategies import DCASGD, Downpour
+
+    dc_default, dp_default = DCASGD().serverOptimizer, Downpour().serverOptimizer
+    head = f"{'run':18s} {'workers':>7s} " + " ".join(f"{'lr ' + format(r, 'g'):>9s}" for r in rates) + \
+        f"  {'best lr':>7s} {'best acc':>8s}"
+    lines = [head]
+    worst: list[tuple[float, int, float]] = []
+    for n in workers:
+        acc: dict[str, list[float]] = {}
+        for label, strategy, options in SWEEP_RUNS:
+            acc[label] = [float(np.mean([train(_threads, data, strategy, options, n, lr, s, False, epochs,
+                                               workload)["acc"] for s in seeds])) for lr in rates]
+            best = int(np.argmax(acc[label]))
+            lines.append(f"{label:18s} {n:7d} " + " ".join(f"{a:9.4f}" for a in acc[label]) +
+                         f"  {rates[best]:7g} {acc[label][best]:8.4f}")
+        pair = [f"dcasgd - downpour at each one's best rate: sgd "
+                f"{(max(acc['dcasgd sgd']) - max(acc['downpour sgd'])) * 100:+.2f} pts, adagrad "
+                f"{(max(acc['dcasgd adagrad']) - max(acc['downpour adagrad'])) * 100:+.2f} pts"]
+        gaps = [(a - b) * 100 for a, b in zip(acc[f"dcasgd {dc_default}"], acc[f"downpour {dp_default}"])]
+        worst += [(g, n, r) for g, r in zip(gaps, rates)]
+        pair.append(f"defaults (dcasgd {dc_default} - downpour {dp_default}) at the same rate: " +
+                    ", ".join(f"{g:+.2f}" for g in gaps) + " pts")
+        lines += [f"  {p}" for p in pair] + [""]
+    g, n, r = min(worst)
+    lines.append(f"{workload}: dcasgd's default at most {-g:.2f} pts below downpour's default at the same rate "
+                 f"(worst cell: {n} workers, lr {r:g})" if g < 0 else
+                 f"{workload}: dcasgd's default is never below downpour's default at the same rate")
     return lines
 
 
@@ -198,7 +248,15 @@ def main() -> None:
         processes = grid(pool.run, data, workers, rates, seeds, epochs)
     finally:
         pool.close()
-    threads = grid(_threads, data, workers, rates, seeds, epochs)
+    threads: list[str] = []
+    for workload, (arch, options, shape, w_epochs) in WORKLOADS.items():
+        images = arch == "small_cnn"
+        w_data = load_digits_split(images) if images else data
+        w_workers, w_rates = ((2,), SWEEP_RATES[1:2]) if args.quick else (SWEEP_WORKERS, SWEEP_RATES)
+        threads += ["", f"{workload}: {arch} {options}, {2 if args.quick else w_epochs} epochs, batch {BATCH} per "
+                        f"worker, mean test accuracy over seeds {list(seeds)}", ""]
+        threads += sweep(workload, w_data, w_workers, w_rates, seeds, 2 if args.quick else w_epochs)
+        print("\n".join(threads), flush=True)
     from irbis.train.strategies import DCASGD
 
     default = DCASGD()
@@ -216,7 +274,8 @@ def main() -> None:
         "(360 test rows: one row is 0.28 pts)",
         "", "PROCESSES (gloo + ZeroMQ, shards co-located): staleness of concurrent workers, timing-dependent",
         *processes,
-        "THREADS (requests served in rank order): the same schedule on every run, so a difference is the rule's",
+        "THREADS (requests served in rank order, staleness (N - 1) / 2): the same schedule on every run, so a "
+        "difference is the rule's. Each strategy on each server rule at every rate of the sweep",
         *threads,
     ])
     print(text)

@@ -8,7 +8,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parents[3] / "benchmarks"))
 from async_e2e import contenders, report  # noqa: E402
 from peers import PeerNotRun, not_run  # noqa: E402
-from train_async import ADAGRAD_LR, ASYNC, LR, SCHEDULE, learning_rate  # noqa: E402
+from train_async import ADAGRAD_LR, ASYNC, DCASGD_SGD, LR, SCHEDULE, learning_rate  # noqa: E402
 
 
 def row(mode, e2e, acc, wall=20.0):
@@ -19,15 +19,17 @@ def test_a_rate_follows_the_server_rule_the_strategy_runs():
     assert learning_rate("sync", {}, 8) == LR
     assert learning_rate("downpour", {}, 2) == pytest.approx(2 * ADAGRAD_LR / 2)
     # downpour on an SGD server gets dcasgd's rate: the two then differ only in the delay compensation
-    assert learning_rate("downpour", {"serverOptimizer": "sgd"}, 8) == learning_rate("dcasgd", {}, 8) == LR / 8
+    assert learning_rate("downpour", {"serverOptimizer": "sgd"}, 8) == learning_rate("dcasgd", DCASGD_SGD, 8) == LR / 8
+    assert learning_rate("dcasgd", {}, 2) == pytest.approx(2 * ADAGRAD_LR / 2)  # its default rule is Adagrad
     assert learning_rate("mixed", {"groupSize": 2}, 4) == pytest.approx(2 * ADAGRAD_LR * 2 / 4)
 
 
 def test_each_side_sweeps_its_own_grid_around_its_own_rate():
     sides = contenders(ASYNC, lambda name, sopts: learning_rate(name, sopts, 2), SCHEDULE, quick=False)
-    assert set(sides) == {"irbis downpour", "irbis mixed {'groupSize': 2}", "irbis dcasgd", "sparktorch hogwild"}
-    assert learning_rate("dcasgd", {}, 2) in sides["irbis dcasgd"][0]
-    assert sides["irbis downpour"][0] != sides["irbis dcasgd"][0] != sides["sparktorch hogwild"][0]
+    assert set(sides) == {"irbis downpour", "irbis mixed {'groupSize': 2}", "irbis dcasgd {'serverOptimizer': 'sgd'}",
+                          "sparktorch hogwild"}
+    assert learning_rate("dcasgd", DCASGD_SGD, 2) in sides["irbis dcasgd {'serverOptimizer': 'sgd'}"][0]
+    assert sides["irbis downpour"][0] != sides["irbis dcasgd {'serverOptimizer': 'sgd'}"][0] != sides["sparktorch hogwild"][0]
     assert all(len(grid) >= 3 for grid, _ in sides.values())
 
 

@@ -32,16 +32,22 @@ KERNEL = "irbis-notebook-tests"
 NOT_INHERITED = ("PYSPARK_GATEWAY_PORT", "PYSPARK_GATEWAY_SECRET", "SPARK_CONNECT_MODE_ENABLED", "SPARK_REMOTE",
                  "SPARK_LOCAL_REMOTE", "MPLBACKEND")
 
-#: Outputs each notebook must show: (MIME type, text the output holds, or None for any such output).
+#: The MIME type of a Jupyter widget's output: tqdm's bar in a notebook when ipywidgets is installed.
+WIDGET = "application/vnd.jupyter.widget-view+json"
+#: Outputs each notebook must show: (MIME type, text the output holds, or None for any such output). The
+#: long calls (the demo's ladder, the fits) show their progress bars as widgets.
 EXPECTED = {
-    "camera_trap": [("text/plain", "EN1+A+E"), ("image/png", None), ("text/html", "p_animal")],
+    "camera_trap": [("text/plain", "EN1+A+E"), ("image/png", None), ("text/html", "p_animal"), (WIDGET, None)],
     "fine_tuning": [("text/html", 'class="irbis-training-summary"'), ("image/png", None),
-                    ("text/plain", "test accuracy")],
+                    ("text/plain", "test accuracy"), (WIDGET, None)],
     "parameter_server": [("text/html", 'class="irbis-training-summary"'), ("image/png", None),
-                         ("text/html", "staleness.mean")],
+                         ("text/html", "staleness.mean"), (WIDGET, None)],
     "serving": [("text/plain", "HTTP answers equal Spark's: True"), ("text/plain", '"status"')],
     "lime_image": [("image/png", None), ("text/plain", "tabby cat")],
 }
+
+#: Text no notebook may show: tqdm's warning that it fell back on text bars for want of ipywidgets.
+UNWANTED = ("IProgress not found", "TqdmWarning")
 
 NAMES = sorted(path.stem for path in NOTEBOOKS.glob("*.py"))
 
@@ -78,7 +84,8 @@ def _texts(notebook, mime: str) -> list[str]:
             data = out.get("data", {})
             if mime in data:
                 value = data[mime]
-                found.append(value if isinstance(value, str) else "".join(value))
+                found.append(value if isinstance(value, str) else json.dumps(value) if isinstance(value, dict)
+                             else "".join(value))
     return found
 
 
@@ -127,6 +134,8 @@ def test_the_notebook_runs_and_shows_its_results(name, tmp_path, record_property
         assert outputs, f"{name}.py shows no {mime} output"
         if text is not None:
             assert any(text in out for out in outputs), f"{name}.py shows no {mime} output with {text!r}"
+    shown = [out for out in _texts(notebook, "text/plain") if any(text in out for text in UNWANTED)]
+    assert not shown, f"{name}.py shows {shown[0][:300]!r}"
 
 
 def test_a_failing_cell_is_named_with_its_notebook_index_first_line_and_error(tmp_path):

@@ -24,7 +24,10 @@ of 400 calls) is printed beside it, and so
 is the time to decode one request image, which every image request pays on top.
 
 Usage: ``python benchmarks/serving.py [--seconds 10] [--quick] [--workers N]``; results are printed
-and written to ``benchmarks/results/serving.txt``.
+and written to ``benchmarks/results/serving.txt``. ``--mlflow-breakdown`` instead splits a tabular
+request's time under ``mlflow models serve`` into MLflow's scoring function, its ``PyFuncModel.predict``,
+Irbis's pyfunc and the serving predictor, beside both servers' p50 at 1 client
+(``benchmarks/results/serving_mlflow.txt``).
 """
 from __future__ import annotations
 
@@ -55,7 +58,6 @@ def _free_port() -> int:
 def build_pipelines(folder: Path, images: int) -> dict[str, Path]:
     from pyspark.ml import Pipeline, PipelineModel
     from pyspark.ml.classification import LogisticRegression
-    from pyspark.ml.feature import VectorAssembler
     from pyspark.sql import functions as F
 
     from irbis.demo.data import build_camera_trap_set
@@ -64,14 +66,7 @@ def build_pipelines(folder: Path, images: int) -> dict[str, Path]:
     from irbis.spark.session import get_spark
 
     spark = get_spark("local[2]", app_name="bench-serving", **{"spark.ui.enabled": "false"})
-    rng = np.random.default_rng(0)
-    x = rng.normal(size=(400, FEATURES))
-    names = [f"x{i}" for i in range(FEATURES)]
-    y = (x[:, 0] > 0).astype(int) + (x[:, 1] > 0.5).astype(int)
-    frame = spark.createDataFrame([(*map(float, r), int(t)) for r, t in zip(x, y)], [*names, "y"])
-    Pipeline(stages=[VectorAssembler(inputCols=names, outputCol="features"),
-                     LogisticRegression(labelCol="y", regParam=0.01)]).fit(frame).write().overwrite().save(
-        str(folder / "tabular"))
+    build_tabular(spark, folder)
     # the demo's camera-trap frames (320x240 JPEGs of real photographs), labelled animal / empty
     build_camera_trap_set(folder / "photos", cameras=2, bursts_per_camera=max(2, images // 4), frames_per_burst=2)
     labelled = read_images(str(folder / "photos"), spark=spark, dropInvalid=True, pathGlobFilter="*.jpg").withColumn(
@@ -82,6 +77,23 @@ def build_pipelines(folder: Path, images: int) -> dict[str, Path]:
     mlflow_model = log_with_mlflow(PipelineModel.load(str(folder / "tabular")), folder)
     spark.stop()
     return {"tabular": folder / "tabular", "image": folder / "image", "tabular-mlflow": mlflow_model}
+
+
+def build_tabular(spark, folder: Path) -> Path:
+    """The tabular pipeline (VectorAssembler over 16 numeric columns + LogisticRegression), fitted and saved."""
+    from pyspark.ml import Pipeline
+    from pyspark.ml.classification import LogisticRegression
+    from pyspark.ml.feature import VectorAssembler
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(400, FEATURES))
+    names = [f"x{i}" for i in range(FEATURES)]
+    y = (x[:, 0] > 0).astype(int) + (x[:, 1] > 0.5).astype(int)
+    frame = spark.createDataFrame([(*map(float, r), int(t)) for r, t in zip(x, y)], [*names, "y"])
+    Pipeline(stages=[VectorAssembler(inputCols=names, outputCol="features"),
+                     LogisticRegression(labelCol="y", regParam=0.01)]).fit(frame).write().overwrite().save(
+        str(folder / "tabular"))
+    return folder / "tabular"
 
 
 def log_with_mlflow(model, folder: Path) -> Path:
@@ -249,12 +261,84 @@ def _network_time_here(path: str, folder: Path, repeats: int) -> float:
     return float(np.median(times) * 1000)
 
 
+def _median_ms(fn, repeats: int) -> float:
+    for _ in range(min(repeats, 50)):
+        fn()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return float(np.median(times) * 1000)
+
+
+def mlflow_breakdown(seconds: float, repeats: int) -> list[str]:
+    """Where a tabular request's time goes under ``mlflow models serve``, beside ``irbis serve``: each
+    server's p50 at 1 client over HTTP, then, in this process on the same one-row requests, MLflow's
+    scoring function without HTTP (``mlflow.pyfunc.scoring_server.invocations``: JSON to pandas, the
+    schema, the pyfunc, the response's JSON), MLflow's ``PyFuncModel.predict`` (schema enforcement, then
+    the pyfunc), Irbis's pyfunc (each value checked as ``irbis serve`` checks it) and the serving
+    predictor under it."""
+    import mlflow.pyfunc
+    import pandas as pd
+    from mlflow.pyfunc import scoring_server
+    from pyspark.ml import PipelineModel
+
+    from irbis.serving.predictor import load_predictor
+    from irbis.spark.session import get_spark
+
+    lines = []
+    with tempfile.TemporaryDirectory(prefix="bench-serving-mlflow-") as tmp:
+        folder = Path(tmp)
+        spark = get_spark("local[2]", app_name="bench-serving", **{"spark.ui.enabled": "false"})
+        tabular = build_tabular(spark, folder)
+        logged = log_with_mlflow(PipelineModel.load(str(tabular)), folder)
+        spark.stop()
+        p50 = {}
+        for kind, path, bodies, route in [("irbis", tabular, request_bodies("tabular", folder), "/predict"),
+                                          ("mlflow", logged, request_bodies("tabular-mlflow", folder),
+                                           "/invocations")]:
+            port = _free_port()
+            proc = start_server(kind, path, port)
+            try:
+                p50[kind] = run_load(f"http://127.0.0.1:{port}", bodies, 1, seconds, route)["p50"]
+            finally:
+                proc.terminate()
+                proc.wait(timeout=60)
+        model = mlflow.pyfunc.load_model(str(logged))
+        schema = model.metadata.get_input_schema()
+        body = request_bodies("tabular-mlflow", folder)[0][0].decode()
+        row = json.loads(body)["dataframe_split"]
+        frame = pd.DataFrame(row["data"], columns=row["columns"])
+        irbis_pyfunc = model._model_impl
+        predictor = load_predictor(str(tabular), ["probability", "prediction"])
+        columns = {c: [float(v)] for c, v in zip(row["columns"], row["data"][0])}
+        steps = [("MLflow's scoring function, no HTTP (scoring_server.invocations)",
+                  lambda: scoring_server.invocations(body, "application/json", model, schema)),
+                 ("MLflow PyFuncModel.predict (schema enforcement + the pyfunc)", lambda: model.predict(frame)),
+                 ("Irbis's pyfunc (values checked as irbis serve checks them)", lambda: irbis_pyfunc.predict(frame)),
+                 ("Irbis's serving predictor alone", lambda: predictor.predict(columns))]
+        lines.append(f"tabular pipeline, one row per request; HTTP p50 at 1 client over {seconds:g} s; in-process "
+                     f"steps: median of {repeats} calls")
+        lines.append(f"{'step':70s} {'ms':>8s}")
+        lines.append(f"{'irbis serve, HTTP p50':70s} {p50['irbis']:8.3f}")
+        lines.append(f"{'mlflow models serve, HTTP p50':70s} {p50['mlflow']:8.3f}")
+        for label, fn in steps:
+            lines.append(f"{label:70s} {_median_ms(fn, repeats):8.3f}")
+            print(lines[-1], flush=True)
+        lines.append(f"mlflow models serve at {p50['mlflow'] / p50['irbis']:.2f}x irbis serve's p50")
+    return lines
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=10.0, help="load time per row")
     parser.add_argument("--images", type=int, default=16)
     parser.add_argument("--workers", type=int, default=1, help="irbis serve --workers")
     parser.add_argument("--quick", action="store_true", help="a short check: 1 and 128 clients, 2 s each")
+    parser.add_argument("--mlflow-breakdown", action="store_true",
+                        help="only where a tabular request's time goes under mlflow models serve "
+                             "(results/serving_mlflow.txt)")
     parser.add_argument("--plain-server", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--network-time", default=None, help=argparse.SUPPRESS)
@@ -269,6 +353,12 @@ def main() -> None:
 
         uvicorn.run(plain_app(args.plain_server, ["probability", "prediction"]), host="127.0.0.1",
                     port=args.port, log_level="warning")
+        return
+    if args.mlflow_breakdown:
+        lines = [f"serving benchmark, MLflow breakdown: {platform.processor() or platform.machine()}, "
+                 f"{os.cpu_count()} cores, python {platform.python_version()}", *mlflow_breakdown(args.seconds, 2000)]
+        print("\n".join(lines))
+        (ROOT / "benchmarks" / "results" / "serving_mlflow.txt").write_text("\n".join(lines) + "\n")
         return
     clients = [1, 128] if args.quick else [1, 16, 128]
     seconds = 2.0 if args.quick else args.seconds

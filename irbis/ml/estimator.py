@@ -173,7 +173,7 @@ TRAIN_PARAMS: list[Row] = [
     ("warmupEpochs", "epochs over which lrScaling's factor climbs linearly, every step, from learningRate to the "
                      "scaled rate (Goyal et al.: 5); fewer than epochs; 0: the scaled rate from the first step",
      T.toFloat, 0.0, in_range(0)),
-    ("recomputeBatchNorm", "BatchNorm running statistics after training: 'auto' (today under every strategy, sync "
+    ("recomputeBatchNorm", "BatchNorm running statistics after training: 'auto' (under every strategy, sync "
                            "included: recomputed under the final weights over up to 50 unaugmented batches of each "
                            "worker's rows, then averaged over the workers; layers frozen in eval mode keep "
                            "theirs), 'always', or 'never' (the running averages as training left them)",

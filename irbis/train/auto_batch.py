@@ -8,8 +8,9 @@ the current weights and keep the largest one that still learns about as much as 
 
 One search (``irbis.train.loop._search_batch``), on every worker at once:
 
-1. A seeded sample of up to ``sample_rows`` of each worker's training rows (by bytes too, for images) to
-   train on, and a quarter as many more to judge on: a size is judged by the loss on rows its trial did
+1. A seeded sample of ``sample_rows`` of each worker's training rows, more on large data (up to 5% of
+   them, as many as ``min_steps`` steps of the largest candidate need), fewer where the inputs would
+   pass :data:`SAMPLE_BYTES` (images), to train on, and a quarter as many more to judge on: a size is judged by the loss on rows its trial did
    not train on, so a size that fits the sample but generalises worse loses.
 2. The judged rows' loss under the current weights, ``L0``.
 3. For the size in use, then each larger candidate (ascending): from the same weights and optimizer state,
@@ -60,6 +61,8 @@ from irbis.train.optim import set_lr
 DEFAULT_CANDIDATES = (16, 32, 64, 128, 256, 512)
 #: At most this many bytes of the sample's inputs are held at once (images: about 100 rows at 224 px).
 SAMPLE_BYTES = 64 * 1024 * 1024
+#: On large data the sample grows to this share of a worker's rows (see :func:`sample_size`).
+SAMPLE_SHARE = 0.05
 #: Share of the memory available when a search starts that one step's activations may take.
 MEMORY_SHARE = 0.25
 
@@ -161,9 +164,12 @@ def max_rows_in_memory(model: torch.nn.Module, xb: torch.Tensor, device: str) ->
 
 
 def sample_size(auto: AutoBatch, row_bytes: int, rows: int) -> int:
-    """Rows of the held sample: ``auto.sample_rows``, at most :data:`SAMPLE_BYTES` of inputs and the rows."""
+    """Rows of the held sample: ``auto.sample_rows``, or more on large data: up to :data:`SAMPLE_SHARE` of the
+    worker's ``rows``, as many as ``min_steps`` steps of the largest candidate need (so that it can be
+    tried); at most the rows and :data:`SAMPLE_BYTES` of inputs."""
+    wanted = max(auto.sample_rows, min(int(rows * SAMPLE_SHARE), auto.min_steps * auto.candidates[-1]))
     by_bytes = max(1, SAMPLE_BYTES // max(row_bytes, 1))
-    return max(1, min(auto.sample_rows, by_bytes, rows))
+    return max(1, min(wanted, by_bytes, rows))
 
 
 def mean_loss(model: torch.nn.Module, loss_fn: Any, x: torch.Tensor, y: torch.Tensor, chunk: int) -> float:

@@ -10,7 +10,7 @@ from sklearn.datasets import load_digits
 
 from irbis.errors import ParamValueError
 from irbis.train import checkpoint as ckpt
-from irbis.train.auto_batch import AutoBatch, chosen, max_rows_in_memory
+from irbis.train.auto_batch import SAMPLE_BYTES, AutoBatch, chosen, max_rows_in_memory, sample_size
 from irbis.train.backends.local import run_threads, shard_rows
 from irbis.train.loop import TrainSpec
 from irbis.train.networks import network_spec
@@ -99,6 +99,15 @@ def test_a_crash_mid_epoch_resumes_at_the_size_the_search_chose(tmp_path):
     got, want = weights(res), weights(ref)
     assert all(torch.allclose(got[k], want[k], atol=1e-6) for k in want)
     assert [h["batchSize"] for h in res[0].history] == [h["batchSize"] for h in ref[0].history]
+
+
+def test_the_sample_grows_on_large_data_until_the_largest_candidate_can_take_its_steps():
+    auto = AutoBatch((16, 32, 64, 128, 256), sample_rows=512, min_steps=8)
+    assert sample_size(auto, 256, 5_000) == 512  # small data: the sample as set
+    assert sample_size(auto, 256, 30_000) == 1_500  # 5% of the rows
+    assert sample_size(auto, 256, 1_000_000) == 8 * 256  # enough for 8 steps of 256, no more
+    assert sample_size(auto, 3 * 224 * 224 * 4, 1_000_000) == SAMPLE_BYTES // (3 * 224 * 224 * 4)  # images: bytes
+    assert sample_size(auto, 256, 300) == 300
 
 
 def test_the_memory_bound_grows_with_the_free_memory_over_the_activations():

@@ -9,8 +9,7 @@ the current weights and keep the largest one that still learns about as much as 
 One search (``irbis.train.loop._search_batch``), on every worker at once:
 
 1. A seeded sample of ``sample_rows`` of each worker's training rows, more on large data (up to 5% of
-   them, as many as ``min_steps`` steps of the largest candidate need), fewer where the inputs would
-   pass :data:`SAMPLE_BYTES` (images), to train on, and a quarter as many more to judge on: a size is judged by the loss on rows its trial did
+   them, as many as ``min_steps`` steps of the largest candidate need), to train on, and a quarter as many more to judge on: a size is judged by the loss on rows its trial did
    not train on, so a size that fits the sample but generalises worse loses.
 2. The judged rows' loss under the current weights, ``L0``.
 3. For the size in use, then each larger candidate (ascending): from the same weights and optimizer state,
@@ -50,6 +49,7 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import dataclass
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
@@ -59,7 +59,8 @@ from irbis.train.optim import set_lr
 
 #: Candidate sizes per worker when the estimator's ``autoBatchSizes`` is not set.
 DEFAULT_CANDIDATES = (16, 32, 64, 128, 256, 512)
-#: At most this many bytes of the sample's inputs are held at once (images: about 100 rows at 224 px).
+#: At most this many bytes of a sample held in memory (rows already in a worker's memory); a spilled shard's
+#: sample (images, data past the buffer) is read a batch at a time instead.
 SAMPLE_BYTES = 64 * 1024 * 1024
 #: On large data the sample grows to this share of a worker's rows (see :func:`sample_size`).
 SAMPLE_SHARE = 0.05
@@ -166,37 +167,39 @@ def max_rows_in_memory(model: torch.nn.Module, xb: torch.Tensor, device: str) ->
 def sample_size(auto: AutoBatch, row_bytes: int, rows: int) -> int:
     """Rows of the held sample: ``auto.sample_rows``, or more on large data: up to :data:`SAMPLE_SHARE` of the
     worker's ``rows``, as many as ``min_steps`` steps of the largest candidate need (so that it can be
-    tried); at most the rows and :data:`SAMPLE_BYTES` of inputs."""
+    tried); at most the rows, and, for a sample held in memory (``row_bytes`` > 0), :data:`SAMPLE_BYTES` of
+    inputs (``row_bytes`` 0: the sample is read a batch at a time, as spilled rows and images are)."""
     wanted = max(auto.sample_rows, min(int(rows * SAMPLE_SHARE), auto.min_steps * auto.candidates[-1]))
-    by_bytes = max(1, SAMPLE_BYTES // max(row_bytes, 1))
+    by_bytes = SAMPLE_BYTES // row_bytes if row_bytes > 0 else wanted
     return max(1, min(wanted, by_bytes, rows))
 
 
-def mean_loss(model: torch.nn.Module, loss_fn: Any, x: torch.Tensor, y: torch.Tensor, chunk: int) -> float:
-    """The loss over ``(x, y)``, ``chunk`` rows a forward pass, in training mode (BatchNorm on each chunk's
-    statistics, as the trials trained) and without gradients."""
-    total = 0.0
+def mean_loss(model: torch.nn.Module, loss_fn: Any, batches: Iterable[tuple[torch.Tensor, torch.Tensor]]) -> float:
+    """The loss over the rows of ``batches``, in training mode (BatchNorm on each batch's statistics, as the
+    trials trained) and without gradients."""
+    total, rows = 0.0, 0
     with torch.no_grad():
-        for s in range(0, len(y), chunk):
-            xb, yb = x[s:s + chunk], y[s:s + chunk]
+        for xb, yb in batches:
             total += float(loss_fn(model(xb), yb)) * len(yb)
-    return total / max(len(y), 1)
+            rows += len(yb)
+    return total / max(rows, 1)
 
 
 def trial(model: torch.nn.Module, optimizer: torch.optim.Optimizer, flat: Any, comm: Any, loss_fn: Any,
-          x: torch.Tensor, y: torch.Tensor, batch: int, steps: int, rate: float) -> int:
-    """``steps`` synchronous steps of ``batch`` rows of the sample on every worker: the gradient averaged
+          batches: Iterable[tuple[torch.Tensor, torch.Tensor]], rate: float) -> int:
+    """Synchronous steps over ``batches`` on every worker (the same number on each): the gradient averaged
     over the workers (one all-reduce of the flat buffer, as ``sync`` steps), every parameter group at its
     initial rate times ``rate`` (:func:`irbis.train.optim.set_lr`); returns the rows this worker computed."""
     set_lr(optimizer, rate)
-    for s in range(steps):
-        xb, yb = x[s * batch:(s + 1) * batch], y[s * batch:(s + 1) * batch]
+    rows = 0
+    for xb, yb in batches:
         flat.grads.zero_()
         loss_fn(model(xb), yb).backward()
         flat.sync_grads_in()
         comm.all_reduce_mean(flat.grads)
         optimizer.step()
-    return steps * batch
+        rows += len(yb)
+    return rows
 
 
 def seeded_rows(n: int, count: int, seed: int, rank: int, epoch: int) -> np.ndarray:

@@ -532,21 +532,27 @@ def _search_batch(run: _Run, epoch: int) -> dict[str, Any]:
     auto = spec.auto_batch
     assert auto is not None
     dtype = _label_dtype(spec)
-    if isinstance(run.train, tuple):
+    to_layout = (lambda t: t.contiguous(memory_format=torch.channels_last) if t.dim() == 4 else t) \
+        if channels_last(spec) else (lambda t: t)
+    if isinstance(run.train, tuple):  # rows in memory: the sample too
         x, y = run.train
         n = sample_size(auto, x[0].numel() * x.element_size() if len(x) else 4, len(y) * 4 // 5)
         ids = torch.from_numpy(seeded_rows(len(y), n + max(n // 4, 1), spec.seed, ctx.rank, epoch)).to(x.device)
-        x, y = x[ids], y[ids]
-    else:
-        row_bytes = 4 * int(np.prod(spec.input_shape)) if spec.input_shape else 4096
-        n = sample_size(auto, row_bytes, len(run.train) * 4 // 5)
-        x, y = next(iter(run.train.batches(n + max(n // 4, 1), 1, spec.seed + 0xA07B, ctx.rank, epoch, 0,
-                                           spec.device, dtype, augment=False)))
-    if channels_last(spec) and x.dim() == 4:
-        x = x.contiguous(memory_format=torch.channels_last)
-    (x, y), (xe, ye) = (x[:n], y[:n]), (x[n:], y[n:])  # the trials train on the first part, are judged on the rest
+        x, y = to_layout(x[ids]), y[ids]
+        total_rows = len(y)
+
+        def rows_of(lo: int, hi: int, b: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+            return ((x[s:min(s + b, hi)], y[s:min(s + b, hi)]) for s in range(lo, hi, b))
+    else:  # a spilled shard (images, rows past the buffer): the sample is read a batch at a time
+        n = sample_size(auto, 0, len(run.train) * 4 // 5)
+        picked = run.train.ids[seeded_rows(len(run.train), n + max(n // 4, 1), spec.seed, ctx.rank, epoch)]
+        total_rows = len(picked)
+
+        def rows_of(lo: int, hi: int, b: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+            return ((to_layout(xb), yb) for xb, yb in run.train.take(picked[lo:hi], b, spec.device, dtype))
+    # the trials train on the first n rows and are judged on the rest;
     # every worker tries the same sizes: the smallest sample and the least memory among them decide
-    memory = max_rows_in_memory(model, x[:2], spec.device)
+    memory = max_rows_in_memory(model, next(iter(rows_of(0, 2, 2)))[0], spec.device)
     mine = torch.tensor([float(n), float("inf") if memory is None else float(memory)], dtype=torch.float64)
     rows, room = torch.stack(ctx.comm.all_gather(mine)).min(0).values.tolist()
     current = spec.batch_size
@@ -560,15 +566,15 @@ def _search_batch(run: _Run, epoch: int) -> dict[str, Any]:
     samples = 0
     found: dict[int, float] = {}
     with torch.random.fork_rng(devices=[]):  # the trials' draws (dropout) leave training's as they were
-        start = torch.tensor([mean_loss(model, run.loss_fn, xe, ye, chunk)], dtype=torch.float64)
+        start = torch.tensor([mean_loss(model, run.loss_fn, rows_of(n, total_rows, chunk))], dtype=torch.float64)
         ctx.comm.all_reduce_mean(start)  # every worker decides alike: on the losses averaged over them
         for b in tried:  # upward from the size in use, stopping at the first that does not keep up
             if b != current:
                 _restore(run, start_state)
-            samples += trial(model, opt, flat, ctx.comm, run.loss_fn, x, y, b, max(rows // b, 1),
+            samples += trial(model, opt, flat, ctx.comm, run.loss_fn, rows_of(0, min(max(rows // b, 1) * b, n), b),
                              _rate_for(run, b, epoch, epoch))
-            loss = torch.tensor([mean_loss(model, run.loss_fn, xe, ye, chunk)], dtype=torch.float64)
-            samples += len(ye)
+            loss = torch.tensor([mean_loss(model, run.loss_fn, rows_of(n, total_rows, chunk))], dtype=torch.float64)
+            samples += total_rows - n
             ctx.comm.all_reduce_mean(loss)
             found[b] = float(loss)
             if chosen(found, float(start), auto.tolerance) != b:

@@ -401,8 +401,12 @@ class StreamRows:
     def in_order(self, batch_size: int, device: str, label_dtype: Any,
                  limit: int | None = None) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         """The rows in file order, unaugmented, ``batch_size`` at a time (up to ``limit`` rows)."""
+        return self.take(self.ids if limit is None else self.ids[:limit], batch_size, device, label_dtype)
+
+    def take(self, ids: np.ndarray, batch_size: int, device: str,
+             label_dtype: Any) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        """Rows ``ids`` (of the shard), in that order, unaugmented, ``batch_size`` at a time."""
         cache = BlockCache(self.shard.spill.reader_copy(), keep=2)
-        ids = self.ids if limit is None else self.ids[:limit]
         for s in range(0, len(ids), batch_size):
             yield self._tensors(ids[s:s + batch_size], cache, device, label_dtype, None)
 

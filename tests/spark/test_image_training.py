@@ -103,6 +103,17 @@ def test_one_seed_reproduces_an_augmented_streamed_run_exactly(spark):
     assert np.array_equal(a, b)
 
 
+def test_auto_batch_size_searches_on_images_read_a_batch_at_a_time(spark):
+    """Images are spilled and decoded per batch: batchSize="auto" trains its trials and judges them on a
+    sample read the same way, and the epoch's record says what it tried."""
+    model = small_estimator(batchSize="auto", autoBatchSizes="[1, 2, 4]", epochs=1, augmentation="[]",
+                            optimizer="momentum", lrScaling="linear").fit(small_images(spark, n=96))
+    record = model.training_summary[0]
+    assert set(record["batchTrials"]) >= {"start", "1", "2"}, record["batchTrials"]
+    assert record["batchSize"] in (1, 2, 4) and record["trialSamples"] > 0
+    assert all(np.isfinite(v) for v in record["batchTrials"].values())
+
+
 def test_class_weights_early_stopping_and_validation_metrics(spark):
     df = small_images(spark, n=64)
     model = small_estimator(epochs=6, validationFraction=0.25, earlyStoppingPatience=1, classWeights="balanced",

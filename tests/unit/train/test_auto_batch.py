@@ -136,3 +136,35 @@ def test_the_estimator_refuses_auto_under_a_parameter_server_and_a_tolerance_out
         est.setAutoBatchSizes("[0, 16]")
     with pytest.raises(ParamValueError, match="warmupEpochs"):
         TorchEstimator(network="mlp", epochs=2, warmupEpochs=2, lrScaling="linear")._spec()
+
+
+def test_a_spilled_shard_searches_the_same_sample_read_a_batch_at_a_time():
+    """A worker's rows past its buffer are spilled and read back a batch at a time (images always are): the
+    search then reads its sample the same way instead of holding it, and sees the same rows as in memory,
+    so the first search, from the same initial weights, finds the same losses and the same size."""
+    import pyarrow as pa
+
+    from irbis.train.stream import FEATURES, LABEL, InputFormat, SpilledShard, read_partition
+
+    x, y = separable(n=1024)
+    dense = shard_rows(x, y, 2)
+
+    def spill(shard):
+        batches = [pa.RecordBatch.from_arrays([pa.array(list(shard.x[s:s + 100])),
+                                               pa.array(shard.y[s:s + 100].astype(np.float64))], [FEATURES, LABEL])
+                   for s in range(0, len(shard.y), 100)]
+        out, _ = read_partition(iter(batches), InputFormat("vector", [16]), 64)
+        assert isinstance(out, SpilledShard)
+        return out
+
+    spilled = [spill(s) for s in dense]
+    try:
+        spec = linear_spec(epochs=1)
+        want = run_threads(spec, dense)[0].history[0]
+        got = run_threads(spec, spilled)[0].history[0]
+    finally:
+        for s in spilled:
+            s.close()
+    assert got["batchSize"] == want["batchSize"] > 8
+    assert got["batchTrials"].keys() == want["batchTrials"].keys()
+    assert all(got["batchTrials"][k] == pytest.approx(want["batchTrials"][k], rel=1e-5) for k in want["batchTrials"])

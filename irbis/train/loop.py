@@ -523,10 +523,9 @@ def _search_batch(run: _Run, epoch: int) -> dict[str, Any]:
     rows from the current weights, and keep the largest that learns about as much as the size in use
     (:mod:`irbis.train.auto_batch`).
     Returns ``{"batchSize", "losses": {size: loss after its trial, "start": loss before}, "samples",
-    "seconds"}``, alike
-    on every worker (the losses are averaged over them). Training goes on from the kept size's trial (its
-    steps were synchronous steps on training rows); the other trials are undone. Where no larger candidate
-    can be tried there is nothing to compare and no trial runs (``losses`` is empty)."""
+    "seconds"}``, alike on every worker (the losses are averaged over them). Training goes on from the kept
+    size's trial (its steps were synchronous steps on training rows); the other trials are undone. Where no
+    larger candidate can be tried there is nothing to compare and no trial runs (``losses`` is empty)."""
     t0 = time.perf_counter()
     spec, ctx, model = run.spec, run.ctx, run.model
     auto = spec.auto_batch

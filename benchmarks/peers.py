@@ -19,12 +19,13 @@ interpreter). When sparktorch is missing, :func:`sparktorch_fit` raises ``PeerNo
 
 from __future__ import annotations
 
-import socket
 import time
 from typing import Any
 
 import numpy as np
 import torch
+
+from irbis.spark.standalone import free_port
 
 
 class PeerNotRun(RuntimeError):
@@ -58,12 +59,6 @@ def _ship_to_workers(sc: Any) -> None:
         _SHIPPED.add(id(sc))
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("", 0))
-        return sock.getsockname()[1]
-
-
 def sparktorch_fit(df: Any, module: torch.nn.Module, mode: str, optimizer: str, lr: float, iters: int,
                    workers: int = 2, global_batch: int = 64) -> tuple[torch.nn.Module, float]:
     """Train ``module`` with sparktorch in ``mode`` on ``df``; returns the trained module and the wall seconds
@@ -81,7 +76,7 @@ def sparktorch_fit(df: Any, module: torch.nn.Module, mode: str, optimizer: str, 
     _ship_to_workers(df.sparkSession.sparkContext)
     obj = serialize_torch_obj(module, torch.nn.CrossEntropyLoss(), make_optimizer, name=optimizer, lr=lr)
     est = SparkTorch(inputCol="features", labelCol="label", predictionCol="pred", torchObj=obj, iters=iters,
-                     mode=mode, partitions=workers, port=_free_port(), miniBatch=global_batch // workers, verbose=0)
+                     mode=mode, partitions=workers, port=free_port(), miniBatch=global_batch // workers, verbose=0)
     t0 = time.perf_counter()
     trained = est.fit(df).getPytorchModel()
     return trained, time.perf_counter() - t0

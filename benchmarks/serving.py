@@ -44,14 +44,10 @@ from pathlib import Path
 
 import numpy as np
 
+from irbis.spark.standalone import free_port
+
 ROOT = Path(__file__).resolve().parents[1]
 FEATURES = 16
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 # -- setup: fit and save the pipelines (the only Spark in this benchmark) ----------------------------
@@ -181,7 +177,7 @@ def load_ceiling(seconds: float) -> str:
 
     from loadgen import run, trivial_server
 
-    port = _free_port()
+    port = free_port()
     server = mp.get_context("spawn").Process(target=trivial_server, args=(port,), daemon=True)
     server.start()
     try:
@@ -298,7 +294,7 @@ def mlflow_breakdown(seconds: float, repeats: int) -> list[str]:
         for kind, path, bodies, route in [("irbis", tabular, request_bodies("tabular", folder), "/predict"),
                                           ("mlflow", logged, request_bodies("tabular-mlflow", folder),
                                            "/invocations")]:
-            port = _free_port()
+            port = free_port()
             proc = start_server(kind, path, port)
             try:
                 p50[kind] = run_load(f"http://127.0.0.1:{port}", bodies, 1, seconds, route)["p50"]
@@ -377,7 +373,7 @@ def main() -> None:
             bodies = request_bodies(name, folder)
             mlflow = name == "tabular-mlflow"
             for kind in ("mlflow",) if mlflow else ("irbis", "plain"):
-                port = _free_port()
+                port = free_port()
                 proc = start_server(kind, path, port, args.workers)
                 try:
                     for c in clients:

@@ -8,20 +8,14 @@ from pathlib import Path
 import pytest
 from connect_mode import connect_mode
 
+from irbis.spark.standalone import free_port
+
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 # Keep torch and BLAS to the cores the tests own; Spark workers get their own settings.
 os.environ.setdefault("OMP_NUM_THREADS", "2")
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-CONNECT_PORT = _free_port()
+CONNECT_PORT = free_port()
 
 
 def pytest_addoption(parser):

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import textwrap
@@ -27,6 +26,7 @@ import irbis.mlflow  # noqa: E402
 from irbis.ml import TorchEstimator  # noqa: E402
 from irbis.ml.basic import Repartition  # noqa: E402
 from irbis.ml.torch_model import TorchModel  # noqa: E402
+from irbis.spark.standalone import free_port  # noqa: E402
 
 pytestmark = pytest.mark.spark
 ROOT = Path(__file__).resolve().parents[2]
@@ -172,12 +172,6 @@ def test_pyfunc_scores_in_a_fresh_process_without_spark(spark, tracking, pipelin
     np.testing.assert_allclose(result["scores"], _expected(spark, pipeline, rows), rtol=1e-5, atol=1e-6)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.slow  # a server process: about 15 s on two cores
 def test_mlflow_models_serve_answers_without_spark(spark, tracking, pipeline):
     import httpx
@@ -186,7 +180,7 @@ def test_mlflow_models_serve_answers_without_spark(spark, tracking, pipeline):
     with mlflow.start_run():
         info = irbis.mlflow.log_model(pipeline, "model")
     local = mlflow.artifacts.download_artifacts(info.model_uri)
-    port = _free_port()
+    port = free_port()
     env = {**os.environ, "PYSPARK_SUBMIT_ARGS": "--this-would-fail-if-a-jvm-started",
            "PATH": os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])}  # its uvicorn
     server = subprocess.Popen([sys.executable, "-m", "mlflow", "models", "serve", "-m", local, "--env-manager",

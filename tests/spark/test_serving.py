@@ -7,7 +7,6 @@ from __future__ import annotations
 import base64
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -27,6 +26,7 @@ from irbis.ml.image_featurizer import ImageFeaturizer
 from irbis.serving.predictor import load_predictor
 from irbis.serving.server import BackgroundServer, build_app
 from irbis.spark.images import read_images
+from irbis.spark.standalone import free_port
 
 pytestmark = pytest.mark.spark
 ROOT = Path(__file__).resolve().parents[2]
@@ -118,14 +118,8 @@ def test_reading_a_saved_pipeline_starts_no_spark(tabular):
     assert done.stdout.split()[0] == "True"
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def test_cli_serves_and_stops_on_sigterm(tabular):
-    port = _free_port()
+    port = free_port()
     env = {**os.environ, "PYTHONPATH": str(ROOT), "IRBIS_SERVE_TOKEN": "t0k"}
     proc = subprocess.Popen([sys.executable, "-m", "irbis.cli", "serve", tabular, "--port", str(port),
                              "--outputs", "prediction"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)

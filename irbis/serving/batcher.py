@@ -159,7 +159,7 @@ class Batcher:
         if self._batches % PROBE_EVERY:
             return self.limit
         down = (self._batches // PROBE_EVERY) % 2 == 1
-        return max(1, self.limit // 2) if down else min(self.max_batch_size, self.limit * 2)
+        return max(1, self.limit // 2) if down else larger
 
     def _learn(self, rows: int, seconds: float) -> None:
         """Keep the cost per row of a batch of ``rows``; choose the size of the next batches."""

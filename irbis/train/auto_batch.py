@@ -9,8 +9,9 @@ the current weights and keep the largest one that still learns about as much as 
 One search (``irbis.train.loop._search_batch``), on every worker at once:
 
 1. A seeded sample of ``sample_rows`` of each worker's training rows, more on large data (up to 5% of
-   them, as many as ``min_steps`` steps of the largest candidate need), to train on, and a quarter as many more to judge on: a size is judged by the loss on rows its trial did
-   not train on, so a size that fits the sample but generalises worse loses.
+   them, as many as ``min_steps`` steps of the largest candidate need), to train on, and a quarter as
+   many more to judge on: a size is judged by the loss on rows its trial did not train on, so a size that
+   fits the sample but generalises worse loses.
 2. The judged rows' loss under the current weights, ``L0``.
 3. For the size in use, then each larger candidate (ascending): from the same weights and optimizer state,
    synchronous steps of ``b`` rows per worker over the sample (the gradient averaged over the workers, as
@@ -48,8 +49,8 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np

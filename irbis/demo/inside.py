@@ -12,21 +12,15 @@ import cv2
 import numpy as np
 import pandas as pd
 
+from irbis.explain.plot import figure
+
 __all__ = ["explain_images", "gallery_of_mistakes", "ladder_chart"]
-
-
-def _subplots(*grid: int, figsize: tuple[float, float], **options: Any) -> tuple[Any, Any]:
-    """A figure and its axes drawn off screen, outside pyplot: a notebook's backend is left alone."""
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=figsize)
-    return fig, fig.subplots(*grid, **options)
 
 
 def ladder_chart(path: Path, rows: list[Any], paper: dict[str, float]) -> None:
     """Bars of accuracy and ROC AUC per variant with their 95 % intervals; the paper's accuracy as marks."""
     x = np.arange(len(rows))
-    fig, ax = _subplots(figsize=(max(6.0, 1.3 * len(rows)), 4.2))
+    fig, ax = figure(max(6.0, 1.3 * len(rows)), 4.2)
     for offset, metric, colour in ((-0.2, "accuracy", "#4C72B0"), (0.2, "roc_auc", "#55A868")):
         values = np.array([getattr(r, metric) for r in rows])
         cis = np.array([getattr(r, f"{metric}_ci") for r in rows])
@@ -53,7 +47,7 @@ def gallery_of_mistakes(path: Path, scored: pd.DataFrame, variant: str, limit: i
     shown = wrong.sort_values("confidence", ascending=False).head(limit)
     cols = 4
     rows = max(1, -(-len(shown) // cols))
-    fig, axes = _subplots(rows, cols, figsize=(3 * cols, 2.5 * rows), squeeze=False)
+    fig, axes = figure(3 * cols, 2.5 * rows, rows, cols, squeeze=False)
     for ax in axes.ravel():
         ax.axis("off")
     for ax, item in zip(axes.ravel(), shown.itertuples()):

@@ -121,11 +121,10 @@ def _roc_points(y: np.ndarray, s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def _figures(folder: Path, rows: list[Scores], curves: dict[str, tuple[np.ndarray, np.ndarray]],
              class_names: tuple[str, str]) -> dict[str, str]:
-    from matplotlib.figure import Figure  # off screen, outside pyplot: a notebook's backend is left alone
+    from irbis.explain.plot import figure
 
     files = {}
-    fig = Figure(figsize=(5.5, 5))
-    ax = fig.subplots()
+    fig, ax = figure(5.5, 5)
     for r in rows:
         fpr, tpr = _roc_points(*curves[r.variant])
         ax.plot(fpr, tpr, label=f"{r.variant} (AUC {r.roc_auc:.3f})")
@@ -138,8 +137,7 @@ def _figures(folder: Path, rows: list[Scores], curves: dict[str, tuple[np.ndarra
     for r in rows:
         cm = np.asarray(r.confusion, np.float64)
         norm = cm / np.maximum(cm.sum(axis=1, keepdims=True), 1)
-        fig = Figure(figsize=(3.2, 3))
-        ax = fig.subplots()
+        fig, ax = figure(3.2, 3)
         ax.imshow(norm, vmin=0, vmax=1, cmap="Blues")
         for i in range(2):
             for j in range(2):

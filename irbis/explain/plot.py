@@ -3,20 +3,22 @@ from __future__ import annotations
 
 import io
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
-__all__ = ["plot_feature_weights", "plot_image_explanation"]
+__all__ = ["figure", "plot_feature_weights", "plot_image_explanation"]
 
 
-def _figure(width: float, height: float) -> tuple[object, object]:
-    """A figure drawn off screen, outside pyplot: the caller's backend (a notebook's inline one) is left
-    as it is, and nothing needs closing."""
+def figure(width: float, height: float, *grid: int, **options: Any) -> tuple[Any, Any]:
+    """A matplotlib figure of ``width`` x ``height`` inches and its axes (``Figure.subplots(*grid,
+    **options)``), drawn off screen, outside pyplot: the caller's backend (a notebook's inline one) is left
+    as it is, and nothing needs closing. Irbis's saved plots (explanations, loss curves, the demo's
+    report) all draw on one."""
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=(width, height))
-    return fig, fig.subplots()
+    return fig, fig.subplots(*grid, **options)
 
 
 def _figure_png(fig: object, path: str | Path | None) -> bytes:
@@ -63,7 +65,7 @@ def plot_image_explanation(image: np.ndarray, segments: np.ndarray, weights: Seq
     labels = np.asarray(segments).reshape(rgb.shape[:2])
     chosen = np.isin(labels, top_superpixels(np.asarray(weights), top))
     shown = np.where(chosen[..., None], rgb / 255.0, rgb / 255.0 * 0.3)
-    fig, ax = _figure(4, 4 * rgb.shape[0] / max(rgb.shape[1], 1))
+    fig, ax = figure(4, 4 * rgb.shape[0] / max(rgb.shape[1], 1))
     ax.imshow(mark_boundaries(shown, chosen.astype(int), color=(1, 0.85, 0)))
     ax.set_axis_off()
     if title:
@@ -79,7 +81,7 @@ def plot_feature_weights(weights: Sequence[float], names: Sequence[str] | None =
     if len(names) != len(values):
         raise ValueError(f"{len(names)} feature names for {len(values)} weights; give one name per weight")
     order = np.argsort(-np.abs(values))[:top][::-1]
-    fig, ax = _figure(5, 0.35 * len(order) + 1)
+    fig, ax = figure(5, 0.35 * len(order) + 1)
     ax.barh([names[i] for i in order], values[order],
             color=["#2a7" if values[i] > 0 else "#c44" for i in order])
     ax.axvline(0, color="black", linewidth=0.8)

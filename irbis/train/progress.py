@@ -159,10 +159,10 @@ def plot_loss_curves(curves: Mapping[str, Sequence[Mapping[str, Any]]], path: st
     ``curves`` maps a label to its summary records (as in ``TorchModel.training_summary``). The figure is
     drawn off screen (no pyplot), so a notebook's or an application's matplotlib backend is left as it is.
     """
-    from matplotlib.figure import Figure
+    from irbis.explain.plot import figure
 
-    fig = Figure(figsize=(7, 4.5))
-    draw_loss_curves(fig.add_subplot(), curves, key, title)
+    fig, ax = figure(7, 4.5)
+    draw_loss_curves(ax, curves, key, title)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     return path

@@ -40,8 +40,9 @@ def cosine_distance(codes: np.ndarray, origin: np.ndarray | None = None) -> np.n
 
 
 def euclidean_distance(codes: np.ndarray, origin: np.ndarray) -> np.ndarray:
-    """Euclidean distance of each row of ``codes`` (S, F) to ``origin`` (F,)."""
-    return np.linalg.norm(np.asarray(codes, np.float64) - np.asarray(origin, np.float64), axis=1)
+    """Euclidean distance of each row of ``codes`` (S, F) to ``origin`` (F,); for M sets at once, ``codes``
+    (M, S, F) and ``origin`` (M, 1, F) give (M, S)."""
+    return np.linalg.norm(np.asarray(codes, np.float64) - np.asarray(origin, np.float64), axis=-1)
 
 
 def weighted_ridge(codes: np.ndarray, targets: np.ndarray, weights: np.ndarray,

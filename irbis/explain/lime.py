@@ -14,7 +14,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from irbis.explain.fit import (
-    cosine_distance, exponential_kernel, weighted_ridge,
+    cosine_distance, euclidean_distance, exponential_kernel, weighted_ridge,
 )
 from irbis.explain.segment import mask_images, superpixel_masks, superpixels
 
@@ -130,6 +130,6 @@ def explain_rows(rows: np.ndarray, score: ScoreFn, stats: FeatureStats, targets:
     scores = _score_batches(lambda a, b: samples[a:b], len(samples), score, batch_size)
     check_targets(targets, scores.shape[1], target_name)
     scores = scores[:, list(targets)].reshape(len(rows), num_samples, -1)
-    kernel = exponential_kernel(np.linalg.norm(codes - codes[:, :1], axis=2), width)  # (M, S)
+    kernel = exponential_kernel(euclidean_distance(codes, codes[:, :1]), width)  # (M, S): each row's samples
     weights, _, r2 = weighted_ridge(codes, scores, kernel, alpha)  # every row's fit at once
     return weights, r2

@@ -40,7 +40,6 @@ def _network_input(model: Any, column: str) -> Any:
     from irbis.ml.ensemble import EnsembleByKey
     from irbis.ml.image_featurizer import ImageFeaturizer
     from irbis.ml.kernel_pipeline import flatten
-
     from irbis.ml.lime_scoring import local_kernels
 
     stages = [s for s in flatten(model) if not isinstance(s, EnsembleByKey)]

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from train_sync import load_digits_split  # the same split and inputs as the training benchmark
+from train_sync import digits_images, load_digits_split  # the same split and inputs as the training benchmark
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
@@ -48,12 +48,7 @@ def shifted_digits(images: bool) -> tuple:
     """The digits split with each training image also shifted by one pixel in the 8 directions (zero
     fill; the test rows as they are): 9 times the training rows, so that an epoch is 13 times a search's
     sample rather than 1.4 times."""
-    from sklearn.datasets import load_digits
-    from sklearn.model_selection import train_test_split
-
-    x, y = load_digits(return_X_y=True)
-    xtr, xte, ytr, yte = train_test_split((x / 16).astype(np.float32), y, test_size=0.2, stratify=y,
-                                          random_state=0)
+    xtr, xte, ytr, yte = load_digits_split(images=False)
     grid = xtr.reshape(-1, 8, 8)
     copies = []
     for dy in (-1, 0, 1):
@@ -63,12 +58,7 @@ def shifted_digits(images: bool) -> tuple:
                 grid[:, max(-dy, 0):8 + min(-dy, 0), max(-dx, 0):8 + min(-dx, 0)]
             copies.append(moved.reshape(len(grid), 64))
     xtr, ytr = np.concatenate(copies), np.tile(ytr, 9)
-
-    def upscale(a: np.ndarray) -> np.ndarray:
-        t = torch.nn.functional.interpolate(torch.from_numpy(a).view(-1, 1, 8, 8), size=32, mode="bilinear")
-        return t.repeat(1, 3, 1, 1).reshape(len(a), -1).numpy()
-
-    return (upscale(xtr), upscale(xte), ytr, yte) if images else (xtr, xte, ytr, yte)
+    return (digits_images(xtr), digits_images(xte), ytr, yte) if images else (xtr, xte, ytr, yte)
 
 
 def run(workload: str, batch: int | str, data: tuple, epochs: int, seed: int = 0, every: int = 1) -> dict:

@@ -51,9 +51,14 @@ def load_digits_split(images: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray,
     x, y = load_digits(return_X_y=True)
     x = (x / 16).astype(np.float32)
     if images:
-        t = torch.nn.functional.interpolate(torch.from_numpy(x).view(-1, 1, 8, 8), size=32, mode="bilinear")
-        x = t.repeat(1, 3, 1, 1).reshape(len(x), -1).numpy()
+        x = digits_images(x)
     return train_test_split(x, y, test_size=0.2, stratify=y, random_state=0)
+
+
+def digits_images(x: np.ndarray) -> np.ndarray:
+    """Digits rows (N, 64) as the CNN's inputs: upscaled to 32x32, grey in 3 channels, flat (N, 3072)."""
+    t = torch.nn.functional.interpolate(torch.from_numpy(x).view(-1, 1, 8, 8), size=32, mode="bilinear")
+    return t.repeat(1, 3, 1, 1).reshape(len(x), -1).numpy()
 
 
 def accuracy(module: torch.nn.Module, x: np.ndarray, y: np.ndarray, shape: list[int]) -> float:

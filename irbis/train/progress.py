@@ -139,7 +139,7 @@ def draw_loss_curves(ax: Any, curves: Mapping[str, Sequence[Mapping[str, Any]]],
     on the matplotlib axes ``ax``; return ``ax``. :func:`plot_loss_curves` and
     :meth:`TrainingSummary.plot` both draw with it."""
     for label, records in curves.items():
-        pts = [(r["epoch"], _value(r, key)) for r in records if _value(r, key) is not None]
+        pts = [(r["epoch"], v) for r in records if (v := _value(r, key)) is not None]
         if pts:
             ax.plot(*zip(*pts), label=label, marker=".")
     ax.set_xlabel("epoch")

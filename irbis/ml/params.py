@@ -110,6 +110,10 @@ def local_folder(what: str) -> Check:
 
 
 SHARED_PARAMS: list[Row] = [
+    ("network", "the network the stage runs or trains: a catalogue name (irbis.models.MODELS), a model folder "
+     "(architecture.json + weights, or a Hugging Face-format folder: config.json, safetensors weights, "
+     "tokenizer.json) or a file (torch.export .pt2, TorchScript, ONNX), on any Hadoop file system",
+     TypeConverters.toString, None),
     ("modelPath", "the network: a torch.export (.pt2), TorchScript or ONNX file, a model folder (architecture.json + "
      "weights.pt), or the name of a ModelRepository model", TypeConverters.toString, None),
     ("miniBatchSize", "rows per forward pass of the network", TypeConverters.toInt, 64, at_least(1)),
@@ -174,7 +178,7 @@ def param_mixin(name: str, doc: str, converter: Any, default: Any, check: Check 
     return mixin
 
 
-(HasModelPath, HasMiniBatchSize, HasDevice, HasPrecision, HasCalibrationData, HasEngine, HasInputShape,
+(HasNetwork, HasModelPath, HasMiniBatchSize, HasDevice, HasPrecision, HasCalibrationData, HasEngine, HasInputShape,
  HasInputDtype, HasOutputLayer, HasErrorCol) = (
     param_mixin(*row) for row in SHARED_PARAMS
 )

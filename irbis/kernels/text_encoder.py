@@ -1,0 +1,362 @@
+"""Run a text network over a batch of texts: tokenize, length-aware batches, the engine, rows back in order.
+
+:func:`text_runner` gives the process's one :class:`TextRunner` per network, options and thread count (a
+Spark worker, the HTTP server and a LIME loop share it). A runner tokenizes with ``tokenizers`` (Rust,
+parallel over the batch), truncates at ``max_length`` (counting what it cut), runs the network on
+length-aware batches (:func:`irbis.kernels.sequences.run_by_length`) and returns one output row per text.
+
+Engines, as for images (:mod:`irbis.kernels.engines`): eager ``torch``, or the network exported once per
+machine to ONNX with its batch and sequence axes dynamic and run by ``onnxruntime`` or ``openvino``.
+``auto`` on the CPU tries OpenVINO, then ONNX Runtime, then torch: on MiniLM over real reviews
+(``benchmarks/text.py``) OpenVINO's fp32 runs about twice ONNX Runtime's. On CUDA it picks torch.
+
+Pure: no pyspark. Examples
+--------
+>>> from irbis.models.text import text_source
+>>> runner = text_runner(text_source("all_minilm_l6_v2"), engine="torch")   # doctest: +SKIP
+>>> runner.encode(["a cat", "a dog"]).values.shape                            # doctest: +SKIP
+(2, 384)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from irbis.kernels.engines import ENGINES, EngineError, export_lock_path, native_bf16, onnx_path
+from irbis.kernels.sequences import PadStats, run_by_length
+from irbis.kernels.threads import set_threads, task_threads
+from irbis.models.text import TextCard, TextModelError, card_from_source, check_tokenizer
+
+__all__ = ["CHARS_PER_TOKEN", "TextBatch", "TextRunner", "TextTokens", "decode_texts", "text_auto_order", "text_runner",
+           "text_tokens"]
+
+#: Characters kept per token of ``max_length`` before tokenizing: a 10 MB string costs no more than a
+#: text of ``64 x max_length`` characters (WordPiece and BPE tokens are far shorter than 64 characters,
+#: so the cap never removes a token that truncation would have kept).
+CHARS_PER_TOKEN = 64
+
+TRUNCATIONS = ("truncate", "error")
+
+
+def text_auto_order(device: str, precision: str) -> tuple[str, ...]:
+    """The engines ``engine="auto"`` tries for a text network, in order."""
+    if device == "cuda":
+        return ("torch",)
+    if precision == "bf16":
+        return ("openvino", "torch") if native_bf16() else ("torch",)
+    if precision == "int8":
+        return ("onnxruntime",)
+    return tuple(n for n in ("openvino", "onnxruntime") if ENGINES[n].installed()) + ("torch",)
+
+
+@dataclass
+class TextBatch:
+    """A runner's answer for N texts: the M outputs of the texts it ran, which rows those are, and why
+    the others have none."""
+
+    values: np.ndarray
+    valid: np.ndarray
+    errors: list[str | None]
+    truncated: int = 0
+    stats: PadStats = field(default_factory=PadStats)
+
+
+def decode_texts(block: Any, column: str, stage: str) -> tuple[list[str | None], list[str | None]]:
+    """A string or binary block as texts (``None`` for nulls) and a reason per row that cannot be a text.
+
+    Binary rows are decoded as UTF-8; a row that is not UTF-8 gets ``None`` and a reason naming the row.
+    """
+    from irbis.kernels.blocks import Binary
+
+    if isinstance(block, Binary):
+        rows = [block[i] for i in range(len(block))]
+    else:
+        rows = list(block)
+    texts: list[str | None] = []
+    errors: list[str | None] = []
+    for i, row in enumerate(rows):
+        if row is None:
+            texts.append(None)
+            errors.append("null text")
+        elif isinstance(row, str):
+            texts.append(row)
+            errors.append(None)
+        elif isinstance(row, (bytes, bytearray, memoryview)):
+            try:
+                texts.append(bytes(row).decode("utf-8"))
+                errors.append(None)
+            except UnicodeDecodeError as err:
+                texts.append(None)
+                errors.append(f"{stage}: column {column!r} row {i} is not UTF-8 text ({err.reason} at byte "
+                              f"{err.start})")
+        else:
+            raise TypeError(f"{stage}: column {column!r} must hold strings (or UTF-8 bytes), found "
+                            f"{type(row).__name__}")
+    return texts, errors
+
+
+class TextTokens:
+    """A text network's tokenizer, truncating at ``max_length`` (0: the card's maximum) and padding nothing."""
+
+    def __init__(self, source: dict[str, Any], max_length: int = 0) -> None:
+        from tokenizers import Tokenizer
+
+        card = card_from_source(source)
+        folder = Path(source["folder"])
+        self.max_length = min(max_length or card.max_length, card.max_length)
+        tokenizer_file = folder / "tokenizer.json"
+        if not tokenizer_file.is_file():
+            raise TextModelError(f"text network {card.name!r}: {tokenizer_file} is missing")
+        self.tokenizer = Tokenizer.from_file(str(tokenizer_file))
+        check_tokenizer(self.tokenizer, folder, card.name)
+        padding = self.tokenizer.padding
+        self.pad_id = int(padding["pad_id"]) if padding else 0
+        self.tokenizer.no_padding()
+        # one token more than kept, so that a text of exactly max_length is not counted as cut
+        self.tokenizer.enable_truncation(self.max_length + 1)
+
+    def tokenize(self, texts: Sequence[str]) -> tuple[list[np.ndarray], np.ndarray]:
+        """Token ids of each text (special tokens included, at most ``max_length``) and which were cut.
+
+        A cut text keeps its first ``max_length - 1`` tokens and its last special token.
+        """
+        cap = CHARS_PER_TOKEN * self.max_length
+        capped = [t if len(t) <= cap else t[:cap] for t in texts]
+        encodings = self.tokenizer.encode_batch(capped, add_special_tokens=True)
+        ids, cut = [], np.zeros(len(texts), bool)
+        for i, enc in enumerate(encodings):
+            row = np.asarray(enc.ids, dtype=np.int64)
+            if len(row) > self.max_length or len(capped[i]) < len(texts[i]):
+                cut[i] = True
+                row = np.concatenate([row[:self.max_length - 1], row[-1:]]) if len(row) > self.max_length else row
+            ids.append(row)
+        return ids, cut
+
+
+class TextRunner:
+    """A text network, its tokenizer and one engine, loaded once per process and options.
+
+    Parameters
+    ----------
+    source : dict
+        :func:`irbis.models.text.text_source` of the network (its card and folder).
+    engine, precision, device : str
+        As the network stages' Params: ``auto``/``torch``/``onnxruntime``/``openvino``; ``fp32``/
+        ``bf16``/``int8``; ``cpu``/``cuda``/``auto``.
+    max_length : int
+        Tokens per text (special tokens included); 0: the card's.
+    truncation : str
+        ``truncate`` (cut longer texts at ``max_length`` and count them) or ``error`` (a longer text gets
+        no output and a reason).
+    token_budget, max_rows : int
+        A batch holds at most ``token_budget`` padded tokens and ``max_rows`` texts.
+    """
+
+    def __init__(self, source: dict[str, Any], *, engine: str = "auto", precision: str = "fp32",
+                 device: str = "cpu", max_length: int = 0, truncation: str = "truncate",
+                 token_budget: int = 8192, max_rows: int = 128) -> None:
+        self.card: TextCard = card_from_source(source)
+        self.folder = Path(source["folder"])
+        if truncation not in TRUNCATIONS:
+            raise ValueError(f"truncation must be one of {TRUNCATIONS}, got {truncation!r}")
+        self.truncation, self.token_budget, self.max_rows = truncation, token_budget, max_rows
+        self.tokens = text_tokens(source, max_length)
+        self.max_length, self.pad_id = self.tokens.max_length, self.tokens.pad_id
+        self.device = _device(device)
+        self.engine, self._run = self._load_engine(engine, precision)
+        self.lock = threading.Lock()
+
+    def tokenize(self, texts: Sequence[str]) -> tuple[list[np.ndarray], np.ndarray]:
+        """Token ids of each text and which were cut (:meth:`TextTokens.tokenize`)."""
+        return self.tokens.tokenize(texts)
+
+    # -- running ---------------------------------------------------------------------------------
+    def run_ids(self, rows: Sequence[np.ndarray]) -> tuple[np.ndarray, PadStats]:
+        """The network's output for each row of token ids, in order, over length-aware batches."""
+        with self.lock:
+            set_threads(task_threads())
+            out, stats = run_by_length(rows, self._run, token_budget=self.token_budget, max_rows=self.max_rows,
+                                       pad_id=self.pad_id)
+        if not len(rows):
+            out = np.zeros((0, self.card.dim), np.float32)
+        return out.astype(np.float32, copy=False), stats
+
+    def encode(self, texts: Sequence[str | None], errors: Sequence[str | None] | None = None) -> TextBatch:
+        """Outputs of the texts that are strings; a null (or an ``errors`` entry) gives no output and its reason."""
+        errors = list(errors) if errors is not None else [None] * len(texts)
+        keep = [i for i, t in enumerate(texts) if t is not None and errors[i] is None]
+        for i, t in enumerate(texts):
+            if t is None and errors[i] is None:
+                errors[i] = "null text"
+        ids, cut = self.tokenize([texts[i] for i in keep])  # type: ignore[misc]
+        if self.truncation == "error" and cut.any():
+            for k in np.flatnonzero(cut):
+                errors[keep[k]] = (f"text of more than maxLength={self.max_length} tokens (truncation='error'; "
+                                   "set truncation='truncate' to cut it)")
+            ids = [r for r, c in zip(ids, cut) if not c]
+            keep = [i for i, c in zip(keep, cut) if not c]
+        values, stats = self.run_ids(ids)
+        valid = np.zeros(len(texts), bool)
+        valid[keep] = True
+        return TextBatch(values, valid, errors, int(cut.sum()) if self.truncation == "truncate" else 0, stats)
+
+    # -- engines ---------------------------------------------------------------------------------
+    def _load_engine(self, engine: str, precision: str) -> tuple[str, Callable[[np.ndarray, np.ndarray], np.ndarray]]:
+        names = text_auto_order(self.device, precision) if engine == "auto" else (engine,)
+        failures = []
+        for name in names:
+            try:
+                return name, self._engine(name, precision)
+            except (EngineError, ImportError) as err:
+                if engine != "auto":
+                    raise
+                failures.append(f"{name}: {err}")
+        raise EngineError(f"no engine runs text network {self.card.name!r}: " + "; ".join(failures))
+
+    def _engine(self, name: str, precision: str) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
+        if name == "torch":
+            return self._torch(precision)
+        if name not in ENGINES:
+            raise ValueError(f"engine must be one of auto, torch, {', '.join(ENGINES)}, got {name!r}")
+        if not ENGINES[name].installed():
+            raise ImportError(f"engine={name!r} needs the {ENGINES[name].package!r} package")
+        path = str(self._export())
+        threads = task_threads()
+        if name == "onnxruntime":
+            import onnxruntime as ort
+
+            from irbis.kernels.engines.ort import session_options
+
+            if precision == "bf16":
+                raise EngineError("engine='onnxruntime' runs text at fp32 or int8; use openvino or torch for bf16")
+            if self.device == "cuda":
+                raise EngineError("text on CUDA runs on engine='torch'")
+            if precision == "int8":
+                from irbis.kernels.engines.quantize import dynamic_path
+
+                path = str(dynamic_path(path))
+            session = ort.InferenceSession(path, session_options(threads), providers=["CPUExecutionProvider"])
+            names = [i.name for i in session.get_inputs()]
+            return lambda ids, mask: session.run(None, {names[0]: ids, names[1]: mask})[0]
+        from irbis.kernels.engines.ov import compile_graph
+
+        if precision == "int8":
+            raise EngineError("engine='openvino' runs text at fp32 or bf16")
+        compiled = compile_graph(path, threads=threads, device=self.device, precision=precision)
+        request = compiled.create_infer_request()
+
+        def run(ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
+            request.infer({0: ids, 1: mask})
+            return np.array(request.get_output_tensor(0).data, copy=True)
+
+        return run
+
+    def _torch(self, precision: str) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
+        import torch
+
+        from irbis.models.text import load_text_module
+
+        if precision == "int8":
+            raise EngineError("engine='torch' runs text at fp32 or bf16; int8 runs on engine='onnxruntime'")
+        module = load_text_module(self.folder, self.card).to(self.device)
+        autocast = precision == "bf16"
+
+        def run(ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
+            with torch.inference_mode(), torch.autocast(self.device, dtype=torch.bfloat16, enabled=autocast):
+                out = module(torch.from_numpy(ids).to(self.device), torch.from_numpy(mask).to(self.device))
+            return out.float().cpu().numpy()
+
+        return run
+
+    def _export(self) -> Path:
+        """The network's ONNX file (batch and sequence axes dynamic), written once per machine."""
+        from irbis.models.fetch import atomic_path, file_lock
+
+        path = onnx_path(f"text-{network_key(self.folder, self.card)}")
+        with file_lock(export_lock_path(path)):
+            if not path.exists():
+                write_text_onnx(self.folder, self.card, path, atomic_path)
+        return path
+
+
+def network_key(folder: Path, card: TextCard) -> str:
+    """A key of the network's identity: its files' checksums and how its output is pooled."""
+    from irbis.models.fetch import cached_sha256
+
+    digest = hashlib.sha256(json.dumps([card.task, card.pooling, card.normalize], sort_keys=True).encode())
+    for file in sorted(folder.glob("*.safetensors")) + [folder / "config.json"]:
+        digest.update(f"{file.name}:{cached_sha256(file)}|".encode())
+    return digest.hexdigest()[:24]
+
+
+def write_text_onnx(folder: Path, card: TextCard, path: Path, atomic_path: Any) -> None:
+    """Export the text network of ``folder`` to ``path``: inputs ``input_ids`` and ``attention_mask`` (int64,
+    batch and sequence axes dynamic), one output (embeddings or logits)."""
+    import warnings
+
+    import torch
+
+    from irbis.kernels.engines.export import _quiet
+    from irbis.models.text import load_text_module
+
+    module = load_text_module(folder, card)
+    ids = torch.ones((2, 16), dtype=torch.int64)
+    batch, seq = torch.export.Dim("batch"), torch.export.Dim("sequence", max=card.max_length)
+    try:
+        with torch.no_grad(), warnings.catch_warnings(), _quiet():
+            warnings.simplefilter("ignore")
+            program = torch.onnx.export(module, (ids, torch.ones_like(ids)), dynamo=True, optimize=True,
+                                        verbose=False, input_names=["input_ids", "attention_mask"],
+                                        output_names=["text_output"],
+                                        dynamic_shapes=({0: batch, 1: seq}, {0: batch, 1: seq}))
+    except Exception as err:  # noqa: BLE001 - the exporter fails in many ways; report its reason
+        raise EngineError(f"the text network cannot be exported to ONNX: {str(err).splitlines()[0][:300]}") from err
+    with atomic_path(path) as tmp:
+        program.save(str(tmp))
+
+
+def _device(device: str) -> str:
+    if device == "auto":
+        import importlib.util
+
+        if importlib.util.find_spec("torch") is not None:
+            import torch
+
+            return "cuda" if torch.cuda.is_available() else "cpu"
+        return "cpu"
+    return device
+
+
+_RUNNERS: dict[str, Any] = {}
+_RUNNERS_LOCK = threading.RLock()
+
+
+def text_tokens(source: dict[str, Any], max_length: int = 0) -> TextTokens:
+    """The process's :class:`TextTokens` of ``source`` at ``max_length``."""
+    key = json.dumps(["tokens", source, max_length], sort_keys=True, default=str)
+    with _RUNNERS_LOCK:
+        if key not in _RUNNERS:
+            _RUNNERS[key] = TextTokens(source, max_length)  # type: ignore[assignment]
+        return _RUNNERS[key]  # type: ignore[return-value]
+
+
+def text_runner(source: dict[str, Any], **options: Any) -> TextRunner:
+    """The process's :class:`TextRunner` of ``source`` and ``options`` (one per thread count too)."""
+    key = json.dumps([source, options, task_threads()], sort_keys=True, default=str)
+    with _RUNNERS_LOCK:
+        if key not in _RUNNERS:
+            _RUNNERS[key] = TextRunner(source, **options)
+        return _RUNNERS[key]
+
+
+def clear_text_runners() -> None:
+    """Forget the loaded runners (tests; a server reloading its pipeline)."""
+    with _RUNNERS_LOCK:
+        _RUNNERS.clear()

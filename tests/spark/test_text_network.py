@@ -1,0 +1,106 @@
+"""The text stages on Spark with real networks and real reviews: the catalogue's MiniLM equals
+sentence-transformers, a Hugging Face classifier equals its own probabilities, a saved pipeline carries its
+network, and `irbis serve` answers what transform answers."""
+from __future__ import annotations
+
+import shutil
+
+import httpx
+import numpy as np
+import pytest
+from pyspark.ml import Pipeline, PipelineModel
+from pyspark.ml.classification import LogisticRegression
+from pyspark.ml.feature import StringIndexer
+
+from irbis.demo.reviews import drug_reviews
+from irbis.ml import TextClassifierModel, TextEmbedder, TextTokenizer
+from irbis.serving.server import BackgroundServer, build_app
+from text_networks import minilm_classifier
+
+pytestmark = pytest.mark.spark
+
+
+@pytest.fixture(scope="module")
+def reviews(spark):
+    frame = drug_reviews().iloc[::8].reset_index(drop=True)  # 123 reviews, every length
+    frame["id"] = range(len(frame))
+    rows = list(frame[["id", "review", "sentiment"]].itertuples(index=False, name=None)) + [(len(frame), None, "neutral")]
+    return frame, spark.createDataFrame(rows, "id int, review string, sentiment string").repartition(2)
+
+
+def test_embeddings_on_spark_equal_sentence_transformers(reviews):
+    from sentence_transformers import SentenceTransformer
+
+    from irbis.models.text import text_source
+
+    frame, df = reviews
+    out = TextEmbedder(inputCol="review", outputCol="e", errorCol="why").transform(df).orderBy("id").collect()
+    assert out[-1].e is None and out[-1].why == "null text"
+    ours = np.stack([r.e.toArray() for r in out[:-1]])
+    theirs = SentenceTransformer(text_source("all_minilm_l6_v2")["folder"], device="cpu").encode(frame["review"].tolist())
+    assert ((ours * theirs).sum(1) / np.linalg.norm(theirs, axis=1)).min() >= 0.9999
+
+
+def test_a_classifier_gives_the_hugging_face_models_probabilities(reviews):
+    import torch
+    from tokenizers import Tokenizer
+    from transformers import AutoModelForSequenceClassification
+
+    frame, df = reviews
+    folder = minilm_classifier()
+    stage = TextClassifierModel(network=folder, inputCol="review")
+    assert stage.labels == ["negative", "neutral", "positive"]
+    out = stage.transform(df).orderBy("id").collect()[:10]
+    tokenizer = Tokenizer.from_file(f"{folder}/tokenizer.json")
+    tokenizer.no_padding()  # the file pads to 128 for its own use
+    tokenizer.enable_truncation(512)
+    model = AutoModelForSequenceClassification.from_pretrained(folder).eval()
+    for row, text in zip(out, frame["review"][:10]):
+        ids = torch.tensor([tokenizer.encode(text).ids])
+        with torch.no_grad():
+            want = torch.softmax(model(input_ids=ids).logits, -1)[0].numpy()
+        np.testing.assert_allclose(row.probability.toArray(), want, atol=1e-4)
+        assert row.prediction == float(want.argmax())
+
+
+def test_a_saved_pipeline_carries_the_users_network(spark, reviews, tmp_path):
+    _, df = reviews
+    folder = tmp_path / "my-classifier"
+    shutil.copytree(minilm_classifier(), folder)
+    model = Pipeline(stages=[TextClassifierModel(network=str(folder), inputCol="review", engine="onnxruntime")]).fit(df)
+    expected = [r.probability for r in model.transform(df).orderBy("id").limit(5).collect()]
+    model.write().overwrite().save(str(tmp_path / "saved"))
+    shutil.rmtree(folder)  # the saved stage holds its own copy
+    again = PipelineModel.load(str(tmp_path / "saved"))
+    got = [r.probability for r in again.transform(df).orderBy("id").limit(5).collect()]
+    np.testing.assert_allclose(np.stack([g.toArray() for g in got]), np.stack([e.toArray() for e in expected]),
+                               atol=1e-5)
+
+
+def test_tokenizer_feeds_ids_and_a_wrong_column_type_is_named(spark, reviews):
+    _, df = reviews
+    ids = TextTokenizer(inputCol="review", outputCol="ids", maxLength=16).transform(df).orderBy("id").first().ids
+    assert len(ids) == 16 and ids[0] == 101 and ids[-1] == 102
+    with pytest.raises(TypeError, match="column 'id' must hold text.*int"):
+        TextEmbedder(inputCol="id").transform(df)
+
+
+def test_serving_a_text_pipeline_answers_what_transform_answers(spark, reviews, tmp_path):
+    """Embeddings into a logistic regression over the sentiment: JSON texts in, probabilities out."""
+    frame, df = reviews
+    train = df.where("review is not null")
+    pipeline = Pipeline(stages=[StringIndexer(inputCol="sentiment", outputCol="label"),
+                                TextEmbedder(inputCol="review", outputCol="features"),
+                                LogisticRegression(maxIter=30)]).fit(train)
+    path = str(tmp_path / "served")
+    pipeline.write().overwrite().save(path)
+    texts = frame["review"][:6].tolist() + [""]
+    expected = (pipeline.transform(spark.createDataFrame([(t, "positive") for t in texts], "review string, sentiment string"))
+                .select("probability").collect())
+    with BackgroundServer(build_app(path)) as url:
+        answer = httpx.post(f"{url}/predict", json=[{"review": t, "sentiment": "positive"} for t in texts],
+                            timeout=120).json()
+        bad = httpx.post(f"{url}/predict", json=[{"review": 12, "sentiment": "positive"}], timeout=60)
+    for got, want in zip(answer, expected):
+        np.testing.assert_allclose(got["probability"], want.probability.toArray(), atol=1e-4)
+    assert 400 <= bad.status_code < 500

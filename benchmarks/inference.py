@@ -34,7 +34,8 @@ random crops and flips) at fp32 and at each reduced precision and reports top-1 
 Usage: ``python benchmarks/inference.py [--images 256] [--repeats 2] [--models effnet,resnet50] [--quick]``
 (``--quick``: 64 images, one timed run, EfficientNet-Lite0 only, to check that the script runs).
 Results are printed and written to ``benchmarks/results/inference.txt``, ``inference.json`` and
-``inference.png`` (a bar chart).
+``inference.png`` (a bar chart), or to ``--output FILE`` and the ``.json`` and ``.png`` beside it (the kept
+runs: ``inference_effnet.txt`` from ``--models effnet``, ``inference_resnet50.txt`` for ResNet-50).
 """
 
 from __future__ import annotations

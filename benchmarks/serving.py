@@ -139,7 +139,7 @@ def start_server(kind: str, path: Path, port: int, workers: int = 1) -> subproce
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     if kind == "irbis":
         cmd = [sys.executable, "-m", "irbis.cli", "serve", str(path), "--port", str(port),
-               "--outputs", "probability,prediction", "--workers", str(workers)]
+               "--outputs", "probability,prediction", "--processes", str(workers)]
     elif kind == "mlflow":  # its uvicorn from this environment
         env["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), env.get("PATH", "")])
         cmd = [sys.executable, "-m", "mlflow", "models", "serve", "-m", str(path), "--env-manager", "local",
@@ -336,7 +336,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=10.0, help="load time per row")
     parser.add_argument("--images", type=int, default=16)
-    parser.add_argument("--workers", type=int, default=1, help="irbis serve --workers")
+    parser.add_argument("--workers", type=int, default=1, help="irbis serve --processes")
     parser.add_argument("--quick", action="store_true", help="a short check: 1 and 128 clients, 2 s each")
     parser.add_argument("--mlflow-breakdown", action="store_true",
                         help="only where a tabular request's time goes under mlflow models serve "
@@ -365,7 +365,7 @@ def main() -> None:
     clients = [1, 128] if args.quick else [1, 16, 128]
     seconds = 2.0 if args.quick else args.seconds
     lines = [f"serving benchmark: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
-             f"python {platform.python_version()}, {seconds:g} s per row, irbis serve --workers {args.workers}"]
+             f"python {platform.python_version()}, {seconds:g} s per row, irbis serve --processes {args.workers}"]
     with tempfile.TemporaryDirectory(prefix="bench-serving-") as tmp:
         folder = Path(tmp)
         pipelines = build_pipelines(folder, 4 if args.quick else args.images)

@@ -31,8 +31,16 @@ def plain_text(text: str) -> str:
     return _LITERAL.sub(lambda m: m.group(1) or m.group(2), _ROLE.sub(role, text))
 
 
-class _PlainFormatter(argparse.HelpFormatter):
-    """Help text as a terminal shows it: the docstrings' reStructuredText markup taken out."""
+class _PlainFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Help text as a terminal shows it: the docstrings' reStructuredText markup taken out, and each option's
+    default (unless it has none, is a switch, or its help already says it)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if (action.default is None or action.default is False or action.default == argparse.SUPPRESS
+                or "default" in text or not action.option_strings):
+            return text
+        return f"{text} (default: %(default)s)" if text else "default: %(default)s"
 
     def _format_text(self, text: str) -> str:
         return super()._format_text(plain_text(text))
@@ -101,14 +109,50 @@ def _all_models() -> list[str]:
     return sorted(MODELS)
 
 
-def _model_option(parser: argparse.ArgumentParser, flag: str, what: str, num_classes: int | None = None) -> None:
-    """``flag``: a name of :func:`_image_models`, ``efficientnet_lite0`` by default."""
+def _model_option(parser: argparse.ArgumentParser, flag: str, what: str, num_classes: int | None = None,
+                  old: str | None = None) -> None:
+    """``flag``: a name of :func:`_image_models`, ``efficientnet_lite0`` by default; ``old``, a flag name
+    still taken but not shown."""
     def names() -> list[str]:
         return _image_models(num_classes)
 
-    action = parser.add_argument(flag, default="efficientnet_lite0", choices=_Lazy(names), metavar="MODEL",
+    action = parser.add_argument(flag, default="efficientnet_lite0", choices=_Lazy(names), metavar="NETWORK",
                                  help=what)
-    _help_later(action, lambda: f"{what} (irbis.models.MODELS): {_names(names())}")
+    _help_later(action, lambda: f"{what} (irbis.models.MODELS): {_names(names())} (default: efficientnet_lite0)")
+    if old:
+        parser.add_argument(old, dest=action.dest, choices=action.choices, metavar="NETWORK", help=argparse.SUPPRESS)
+
+
+def _master_option(parser: argparse.ArgumentParser) -> None:
+    """``--master``, the Spark master URL of every command, :data:`~irbis.spark.session.DEFAULT_MASTER` by
+    default."""
+    from irbis.spark.session import DEFAULT_MASTER
+
+    parser.add_argument("--master", default=DEFAULT_MASTER, help="Spark master URL")
+
+
+def _stage_defaults(param: str) -> str:
+    """``train``'s help for a flag whose default is the stage's: ``param``'s default on ImageClassifier
+    (``--task image``) and TorchEstimator (``--task vectors``)."""
+    from irbis.ml import ImageClassifier, TorchEstimator
+
+    image, vectors = (stage().getOrDefault(param) for stage in (ImageClassifier, TorchEstimator))
+    if image == vectors:
+        return f"the stages' {param}, {image}"
+    return f"the stage's {param}: ImageClassifier's {image} (--task image), TorchEstimator's {vectors} (--task vectors)"
+
+
+#: ``irbis train``'s flags that set a Param of the task's stage (ImageClassifier or TorchEstimator) when given,
+#: else leave the stage's default: flag dest -> Param.
+TRAIN_PARAMS = {"epochs": "epochs", "batch_size": "batchSize", "workers": "numWorkers", "strategy": "strategy",
+                "strategy_options": "strategyOptions", "optimizer": "optimizer", "learning_rate": "learningRate",
+                "validation_fraction": "validationFraction", "lr_scaling": "lrScaling",
+                "checkpoint_dir": "checkpointDir", "augmentation": "augmentation"}
+
+
+def _train_params(args: argparse.Namespace) -> dict[str, Any]:
+    """The Params ``irbis train``'s flags set (those given on the command line)."""
+    return {param: getattr(args, dest) for dest, param in TRAIN_PARAMS.items() if getattr(args, dest) is not None}
 
 
 def _architectures_help() -> str:
@@ -176,7 +220,7 @@ def _cmd_models_check(args: argparse.Namespace) -> int:
 def _cmd_classify(args: argparse.Namespace) -> int:
     from irbis.demo.photos import classify_photos
 
-    table = classify_photos(args.images, model=args.model, precision=args.precision, master=args.master,
+    table = classify_photos(args.images, model=args.network, precision=args.precision, master=args.master,
                             top=args.top)
     for path, labels in table:
         print(path)
@@ -194,7 +238,7 @@ def _cmd_featurize(args: argparse.Namespace) -> int:
     stats = ImageReadStats(spark)
     images = read_images(args.images, dropInvalid=True, spark=spark, stats=stats,
                          pathGlobFilter=args.glob)
-    featurizer = ImageFeaturizer(inputCol="image", outputCol="features", model=args.model,
+    featurizer = ImageFeaturizer(inputCol="image", outputCol="features", model=args.network,
                                  cutOutputLayers=args.cut, precision=args.precision)
     featurizer.transform(images).select("path", "features").write.mode(args.mode).parquet(args.output)
     print(f"features of {stats.files - stats.bad_files} images written to {args.output}; "
@@ -243,15 +287,7 @@ def _train_images(args: argparse.Namespace, spark: Any) -> int:
 
     data, names = _image_folder_frame(spark, args.data)
     clf = ImageClassifier(backbone=args.backbone, imageCol="content", numClasses=max(2, len(names)),
-                          epochs=args.epochs, batchSize=args.batch_size, numWorkers=args.workers,
-                          strategy=args.strategy, strategyOptions=args.strategy_options,
-                          learningRate=args.learning_rate, optimizer=args.optimizer,
-                          validationFraction=args.validation_fraction, freezeUntil=args.freeze_until,
-                          lrScaling=args.lr_scaling)
-    if args.augmentation is not None:
-        clf.setAugmentation(args.augmentation)
-    if args.checkpoint_dir:
-        clf.setCheckpointDir(args.checkpoint_dir)
+                          freezeUntil=args.freeze_until, **_train_params(args))
     model = clf.fit(data)
     pipeline = PipelineModel([model, IndexToString(inputCol="prediction", outputCol="predictedLabel", labels=names)])
     pipeline.write().overwrite().save(args.output)
@@ -282,18 +318,14 @@ def _cmd_train(args: argparse.Namespace) -> int:
     from irbis.ml import TorchEstimator
 
     spark = get_spark(args.master, app_name="irbis-train")
-    if Path(args.data).is_dir() and not (Path(args.data) / "_SUCCESS").exists() \
-            and not any(Path(args.data).glob("*.parquet")):
+    if args.task == "image":
         return _train_images(args, spark)
+    if args.freeze_until:
+        raise ValueError("--freeze-until is a flag of --task image (ImageClassifier); --task vectors trains "
+                         "--network on a parquet of features")
     data = spark.read.parquet(args.data)
     estimator = TorchEstimator(network=args.network, networkOptions=args.network_options,
-                               featuresCol=args.features_col, labelCol=args.label_col, epochs=args.epochs,
-                               batchSize=args.batch_size, numWorkers=args.workers, strategy=args.strategy,
-                               strategyOptions=args.strategy_options, learningRate=args.learning_rate,
-                               optimizer=args.optimizer, validationFraction=args.validation_fraction,
-                               lrScaling=args.lr_scaling)
-    if args.checkpoint_dir:
-        estimator.setParams(checkpointDir=args.checkpoint_dir)
+                               featuresCol=args.features_col, labelCol=args.label_col, **_train_params(args))
     model = estimator.fit(data)
     model.write().overwrite().save(args.output)
     for record in model.training_summary or []:
@@ -381,17 +413,17 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     if args.replicas:
         from irbis.serving.replicas import serve_on_spark
 
-        if not args.spark:
-            raise ValueError("--replicas needs --spark MASTER: the replicas run on its executors")
-        serve_on_spark(args.pipeline, args.spark, args.replicas, host=args.host, port=args.port, outputs=outputs,
+        if not args.master:
+            raise ValueError("--replicas needs --master MASTER: the replicas run on its executors")
+        serve_on_spark(args.pipeline, args.master, args.replicas, host=args.host, port=args.port, outputs=outputs,
                        options=options, addresses_file=args.addresses_file)
         return 0
     from irbis.serving.server import serve
 
     print(f"serving {args.pipeline} on http://{args.host}:{args.port} (POST /predict; GET /health, /ready, "
           f"/metrics, /openapi.json)", flush=True)
-    serve(args.pipeline, host=args.host, port=args.port, workers=args.workers, outputs=outputs,
-          spark=args.spark, options=options)
+    serve(args.pipeline, host=args.host, port=args.port, workers=args.processes, outputs=outputs,
+          spark=args.master, options=options)
     return 0
 
 
@@ -404,16 +436,19 @@ def _add_serve(sub: Any) -> None:
     serve.add_argument("pipeline", help="folder of a saved PipelineModel or stage")
     serve.add_argument("--host", default="127.0.0.1", help="address to bind (loopback by default)")
     serve.add_argument("--port", type=int, default=8080, help="with --replicas, 0 picks a free port per replica")
-    serve.add_argument("--workers", type=int, default=1,
+    serve.add_argument("--processes", type=int, default=1,
                        help="server processes (default 1, whose network takes every core; N: cores // N each)")
+    serve.add_argument("--workers", type=int, dest="processes", help=argparse.SUPPRESS)  # the old name
     serve.add_argument("--outputs", default=None, metavar="COLUMNS|all",
                        help="comma-separated output columns to answer with, or 'all' for every column the "
                        "pipeline writes (default: the last stage's output columns, e.g. a classifier's "
                        "rawPrediction, probability and prediction)")
     serve.add_argument("--token", default=None, help="bearer token for /predict (default: $IRBIS_SERVE_TOKEN)")
-    serve.add_argument("--spark", default=None, metavar="MASTER", help="serve stages without a kernel "
-                       "through an embedded Spark session (slower); with --replicas, the cluster to run on")
-    serve.add_argument("--replicas", type=int, default=0, help="servers to run on the --spark executors")
+    serve.add_argument("--master", default=None, help="Spark master URL: serve stages without a kernel through "
+                       "a Spark session on it (slower); with --replicas, the cluster to run on (default: none, no "
+                       "Spark)")
+    serve.add_argument("--spark", dest="master", help=argparse.SUPPRESS)  # the old name
+    serve.add_argument("--replicas", type=int, default=0, help="servers to run on the --master executors")
     serve.add_argument("--addresses-file", default="irbis-serve-addresses.txt",
                        help="with --replicas: where the replicas' addresses are written")
     serve.add_argument("--max-batch-size", type=int, default=64, help="rows per pipeline call")
@@ -444,8 +479,8 @@ def build_parser() -> argparse.ArgumentParser:
                       "or DIR/<label>/<camera>/<burst>/<image>; default: build one from shipped photographs")
     demo.add_argument("--positive", default="animal", help="label of the class to detect (others are negative)")
     demo.add_argument("--output", default="irbis-demo-output", help="folder for the report, figures and model")
-    demo.add_argument("--master", default="local[2]", help="Spark master URL")
-    demo.add_argument("--precision", default="fp32", choices=precisions)
+    _master_option(demo)
+    demo.add_argument("--precision", default="fp32", choices=precisions, help="the networks' precision")
     demo.add_argument("--size", default="default", choices=list(SIZES),
                       help="size of the built set (time against confidence; ignored with --images)")
     demo.add_argument("--explain", type=int, default=3, help="test images explained with LIME (0: none)")
@@ -457,63 +492,81 @@ def build_parser() -> argparse.ArgumentParser:
 
     feat = sub.add_parser("featurize", help="images to pretrained-network features, written as parquet")
     feat.add_argument("images", help="folder (or glob) of images; any filesystem Spark reads")
-    feat.add_argument("output", help="parquet output path (columns path, features)")
-    _model_option(feat, "--model", "an image model of the catalogue")
+    feat.add_argument("--output", default="irbis-features", help="parquet output path (columns path, features)")
+    _model_option(feat, "--network", "an image network of the catalogue", old="--model")
     feat.add_argument("--cut", type=int, default=1, help="final layers to cut (0: class scores, 1: pooled features)")
-    feat.add_argument("--precision", default="bf16", choices=precisions)
+    feat.add_argument("--precision", default="fp32", choices=precisions, help="the network's precision")
     feat.add_argument("--glob", default="*.{jpg,jpeg,png,bmp,JPG,JPEG,PNG}", help="file name filter")
-    feat.add_argument("--mode", default="errorifexists", choices=["errorifexists", "overwrite"])
-    feat.add_argument("--master", default="local[*]")
+    feat.add_argument("--mode", default="errorifexists", choices=["errorifexists", "overwrite"],
+                      help="when --output exists")
+    _master_option(feat)
     feat.set_defaults(func=_cmd_featurize)
 
-    train = sub.add_parser("train", help="train a network data-parallel on Spark executors: TorchEstimator on a "
-                           "parquet of features, or ImageClassifier (fine-tuning) on a folder of images")
-    train.add_argument("data", help="parquet with a features column (vector or array) and a numeric label; or a "
-                       "folder of images: <label>/.../<image> sub-folders, or metadata.csv (path, label)")
-    train.add_argument("output", help="where the fitted TorchModel (parquet) or PipelineModel (images) is saved")
-    _model_option(train, "--backbone", "images: the catalogue network fine-tuned")
-    train.add_argument("--freeze-until", default="", help="images: train only the layers after this one")
-    train.add_argument("--augmentation", default=None, help="images: JSON list of augmentation ops "
-                       "(default: ImageClassifier's)")
-    _help_later(train.add_argument("--network", default="mlp", help="the network"), _architectures_help)
-    train.add_argument("--network-options", default="{}", help='JSON, e.g. \'{"in_features": 64, '
+    train = sub.add_parser("train", help="train a network data-parallel on Spark executors: ImageClassifier "
+                           "(fine-tuning) on a folder of images, or TorchEstimator on a parquet of features",
+                           description="Train a network data-parallel on Spark executors. --task image fine-tunes "
+                           "a catalogue network on a folder of images (ImageClassifier); --task vectors trains "
+                           "--network on a parquet of features (TorchEstimator). The training flags left out keep "
+                           "the stage's defaults.")
+    train.add_argument("data", help="--task image: a folder of images, <label>/.../<image> sub-folders or "
+                       "metadata.csv (path, label); --task vectors: parquet with a features column (vector or "
+                       "array) and a numeric label")
+    train.add_argument("--task", required=True, choices=["image", "vectors"],
+                       help="image: ImageClassifier on a folder of images; vectors: TorchEstimator on a parquet")
+    train.add_argument("--output", default="irbis-model", help="where the fitted PipelineModel (--task image) or "
+                       "TorchModel (--task vectors) is saved")
+    _model_option(train, "--backbone", "image: the catalogue network fine-tuned")
+    train.add_argument("--freeze-until", default="", help="image: train only the layers after this one (default: "
+                       "none, every layer)")
+    train.add_argument("--augmentation", default=None, help="image: JSON list of augmentation ops (default: "
+                       "ImageClassifier's)")
+    _help_later(train.add_argument("--network", default="mlp", help="vectors: the network"),
+                lambda: f"vectors: the network, {_architectures_help()} (default: mlp)")
+    train.add_argument("--network-options", default="{}", help='vectors: JSON, e.g. \'{"in_features": 64, '
                        '"hidden": 128, "out_features": 10}\'')
-    train.add_argument("--features-col", default="features")
-    train.add_argument("--label-col", default="label")
-    train.add_argument("--epochs", type=int, default=10)
-    train.add_argument("--batch-size", type=_batch_size, default=32,
-                       help="per worker, or auto (synchronous strategies: searched from autoBatchSizes)")
-    train.add_argument("--lr-scaling", default="none", choices=_Lazy(_lr_scalings), metavar="SCALING",
-                       help="scale the learning rate with the batch one update averages")
-    train.add_argument("--workers", type=int, default=2)
-    _help_later(train.add_argument("--strategy", default="sync", choices=_Lazy(_strategies), metavar="STRATEGY",
-                                   help="data-parallel strategy"), _strategy_help)
-    train.add_argument("--strategy-options", default="{}", help="JSON options of the strategy")
-    _help_later(train.add_argument("--optimizer", default="adam", help="the optimizer"), _optimizers_help)
-    train.add_argument("--learning-rate", type=float, default=1e-3)
-    train.add_argument("--validation-fraction", type=float, default=0.0)
+    train.add_argument("--features-col", default="features", help="vectors: the features column")
+    train.add_argument("--label-col", default="label", help="vectors: the label column")
+
+    def stage_default(flag: str, param: str, what: str, build: Any = None, **kwargs: Any) -> None:
+        """A flag whose default is the stage's Param ``param``; ``build()`` gives a longer ``what`` for the help."""
+        action = train.add_argument(flag, default=None, help=what, **kwargs)
+        _help_later(action, lambda: f"{build() if build else what} (default: {_stage_defaults(param)})")
+
+    stage_default("--epochs", "epochs", "passes over the data", type=int)
+    stage_default("--batch-size", "batchSize", "rows per step and training task, or auto (synchronous "
+                  "strategies: searched from autoBatchSizes)", type=_batch_size)
+    stage_default("--lr-scaling", "lrScaling", "scale the learning rate with the batch one update averages",
+                  choices=_Lazy(_lr_scalings), metavar="SCALING")
+    stage_default("--workers", "numWorkers", "training tasks", type=int)
+    stage_default("--strategy", "strategy", "data-parallel strategy", _strategy_help, choices=_Lazy(_strategies),
+                  metavar="STRATEGY")
+    stage_default("--strategy-options", "strategyOptions", "JSON options of the strategy")
+    stage_default("--optimizer", "optimizer", "the optimizer", lambda: f"the optimizer: {_optimizers_help()}")
+    stage_default("--learning-rate", "learningRate", "the learning rate", type=float)
+    stage_default("--validation-fraction", "validationFraction", "share of the rows held out for validation",
+                  type=float)
     train.add_argument("--checkpoint-dir", default=None, help="shared folder: resume after a failed task")
-    train.add_argument("--master", default="local[*]")
+    _master_option(train)
     train.set_defaults(func=_cmd_train)
 
     pack = sub.add_parser("pack", help="build one PEX file of Irbis and what it needs, for executors whose Python "
                           "lacks them: irbis.get_spark(master, environment=FILE) ships it")
-    pack.add_argument("--output", default="irbis-env.pex", help="the PEX file written")
+    pack.add_argument("--output", default="irbis-env.pex", help="the PEX file written (a name ending in .pex)")
     pack.set_defaults(func=_cmd_pack)
 
     photos = sub.add_parser("photos", help="score the sample photographs with EfficientNet-Lite0 on Spark")
     photos.add_argument("--output", default="irbis-demo-output", help="folder for the photographs")
-    photos.add_argument("--master", default="local[2]", help="Spark master URL")
-    photos.add_argument("--precision", default="bf16", choices=precisions)
+    _master_option(photos)
+    photos.add_argument("--precision", default="fp32", choices=precisions, help="the network's precision")
     photos.set_defaults(func=_cmd_photos)
 
     classify = sub.add_parser("classify", help="top ImageNet classes of every image in a folder")
     classify.add_argument("images", help="folder of JPEG/PNG/BMP images (searched recursively)")
-    _model_option(classify, "--model", "an image model of the catalogue with the 1000 ImageNet classes",
-                  num_classes=1000)
-    classify.add_argument("--precision", default="fp32", choices=precisions)
-    classify.add_argument("--master", default="local[*]")
-    classify.add_argument("--top", type=int, default=5)
+    _model_option(classify, "--network", "an image network of the catalogue with the 1000 ImageNet classes",
+                  num_classes=1000, old="--model")
+    classify.add_argument("--precision", default="fp32", choices=precisions, help="the network's precision")
+    _master_option(classify)
+    classify.add_argument("--top", type=int, default=5, help="classes shown per image")
     classify.set_defaults(func=_cmd_classify)
 
     explain = sub.add_parser("explain", help="LIME overlays of a saved pipeline's decisions on a folder of images",
@@ -529,7 +582,7 @@ def build_parser() -> argparse.ArgumentParser:
     explain.add_argument("--cell-size", type=float, default=32.0, help="superpixel size in pixels")
     explain.add_argument("--top", type=int, default=5, help="superpixels shown per image")
     explain.add_argument("--glob", default="*.{jpg,jpeg,png,bmp,JPG,JPEG,PNG}", help="file name filter")
-    explain.add_argument("--master", default="local[*]")
+    _master_option(explain)
     explain.set_defaults(func=_cmd_explain)
 
     _add_serve(sub)
@@ -539,8 +592,8 @@ def build_parser() -> argparse.ArgumentParser:
     models.add_argument("action", nargs="?", default="list", choices=["list", "check"])
     _help_later(models.add_argument("name", nargs="?", default=None, help="the model to check"),
                 lambda: f"the model to check, of irbis.models.MODELS: {_names(_all_models())}")
-    models.add_argument("--precision", default="fp32", choices=precisions)
-    models.add_argument("--engine", default="auto", choices=list(ENGINE_NAMES))
+    models.add_argument("--precision", default="fp32", choices=precisions, help="check: the precision checked")
+    models.add_argument("--engine", default="auto", choices=list(ENGINE_NAMES), help="check: the engine checked")
     models.add_argument("--catalogue", default=None, help="extra catalogue: folder, JSON file or URL")
     models.set_defaults(func=_cmd_models)
     return parser

@@ -115,32 +115,48 @@ def executor_import_message(module: str = "irbis") -> str:
             f"spark.archives instead); or install irbis and its dependencies (torch) into the executors' Python.")
 
 
+def executor_python_message(python: str) -> str:
+    """What a Spark job says when the executors cannot start their Python worker at all: ``python`` (the
+    driver's own interpreter by default, ``PYSPARK_PYTHON``) does not exist on their hosts."""
+    return (f"The Spark executors cannot run the Python {python!r} (the JVM's \"Cannot run program\": No such "
+            f"file or directory): PYSPARK_PYTHON names the driver's Python, which their hosts do not have. Ship "
+            f"this environment with the application: `irbis pack --output irbis-env.pex`, then "
+            f"irbis.get_spark(master, environment='irbis-env.pex'); or install irbis and its dependencies "
+            f"(torch) into a Python on every executor host and name it with "
+            f"irbis.get_spark(master, **{{'spark.pyspark.python': '/path/to/python'}}).")
+
+
 class ExecutorImportError(RuntimeError):
     """The executors' Python cannot import Irbis (or one of its modules): a Spark job of Irbis failed on
-    them with ``ModuleNotFoundError``. The message names the module and the fix
-    (:func:`executor_import_message`).
+    them with ``ModuleNotFoundError``, or could not start their Python at all. The message names the
+    module, or the Python, and the fix (:func:`executor_import_message`, :func:`executor_python_message`).
 
     Parameters
     ----------
     module : str
         The module the executors could not import, e.g. ``"irbis"``.
+    python : str, optional
+        The Python program the executors could not run (then it is this, not ``module``, that is missing).
     """
 
-    def __init__(self, module: str = "irbis") -> None:
-        self.module = module
-        super().__init__(executor_import_message(module))
+    def __init__(self, module: str = "irbis", python: str | None = None) -> None:
+        self.module, self.python = module, python
+        super().__init__(executor_import_message(module) if python is None else executor_python_message(python))
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return type(self), (self.module,)
+        return type(self), (self.module, self.python)
 
 
 def executor_import_error(err: BaseException) -> ExecutorImportError | None:
     """The :class:`ExecutorImportError` that ``err`` (a Spark job's error as the driver sees it: a
     ``PythonException`` or ``Py4JJavaError`` whose text holds the executor's traceback) stands for, or
-    ``None`` when it is no failed import of Irbis."""
+    ``None`` when it is no failed import of Irbis and no missing executor Python."""
     import re
 
     text = str(err)
+    missing = re.search(r'Cannot run program "([^"]+)"[^\n]*No such file or directory', text)
+    if missing:
+        return ExecutorImportError(python=missing.group(1))
     found = (re.search(r"The Spark executors cannot import '([\w.]+)'", text)  # irbis.spark.guard's message
              or re.search(r"No module named '(irbis(?:\.[\w.]+)?)'", text))
     return ExecutorImportError(found.group(1)) if found else None

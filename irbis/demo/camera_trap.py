@@ -21,6 +21,7 @@ Examples
 from __future__ import annotations
 
 import json
+import math
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -35,7 +36,8 @@ from pyspark.sql import functions as F
 
 from irbis.demo.data import check_size
 from irbis.demo.dataset import check_labels, check_test_cameras, load_metadata, split_by_camera
-from irbis.demo.ladder import KEYS, camera_folds, feature_stages, fit_head, fit_lr, score_test_set
+from irbis.demo.head import HEAD_GRID
+from irbis.demo.ladder import KEYS, REG_GRID, camera_folds, feature_stages, fit_head, fit_lr, score_test_set
 from irbis.demo.progress import spark_progress
 from irbis.demo.report import Scores, Step, format_table, score_variants, write_report
 from irbis.ml.image import ImageSetAugmenter
@@ -64,10 +66,12 @@ class DemoResult:
     folds: pd.DataFrame | None = None
 
 
-def _load_images(spark: SparkSession, meta: pd.DataFrame, partitions: int) -> tuple[DataFrame, DataFrame]:
-    """The decoded images joined with their labels, cached in ``partitions`` parts (decoded once):
-    ``(cached, readable)``, the second without the images that could not be decoded."""
-    images = read_images(meta["path"].tolist(), recursive=False, spark=spark)
+def _load_images(spark: SparkSession, meta: pd.DataFrame, partitions: int,
+                 images: DataFrame | None = None) -> tuple[DataFrame, DataFrame]:
+    """The decoded images (``images``, :func:`read_images` of the metadata's paths by default) joined with
+    their labels, cached in ``partitions`` parts (decoded once): ``(cached, readable)``, the second without
+    the images that could not be decoded."""
+    images = read_images(meta["path"].tolist(), recursive=False, spark=spark) if images is None else images
     images = images.withColumn("path", F.regexp_replace("path", "^file:", ""))
     labels = spark.createDataFrame(meta[KEYS + ["y", "is_test", "fold"]])
     cached = images.join(labels, "path").repartition(partitions).cache()
@@ -142,8 +146,10 @@ def run_demo(spark: SparkSession, output: str | Path, images: str | Path | None 
     meta = _prepare(load_metadata(images), positive, test_fraction, folds, seed)
     stages = feature_stages(precision, raw_size)
     parts = max(2 * default_parallelism(spark), 8)
-    with _timed(clock, "decode"), spark_progress(spark, "decode", len(meta), progress):
-        cached, data = _load_images(spark, meta, parts)
+    with _timed(clock, "decode"):
+        files = read_images(meta["path"].tolist(), recursive=False, spark=spark)  # lists them: one short job
+        with spark_progress(spark, "decode", len(meta), progress):  # the decoding job alone
+            cached, data = _load_images(spark, meta, parts, files)
     feats = None
     try:
         with _timed(clock, "featurize"), spark_progress(spark, "featurize (raw, EN1, EN2)", len(meta), progress):
@@ -153,15 +159,20 @@ def run_demo(spark: SparkSession, output: str | Path, images: str | Path | None 
                 print("some image(s) of the metadata could not be read or matched; using the others")
         scored, chosen, models = {}, {}, {}
         for name, col in _FEATURES.items():
-            with _timed(clock, name), spark_progress(spark, f"cross-validate and score {name}", len(meta), progress):
-                models[name], chosen[name] = fit_lr(feats.where(~F.col("is_test")), col, folds)
+            # the bar's parts: each fit of the CV, the refit on every training camera, the scoring
+            with _timed(clock, name), spark_progress(spark, f"cross-validate and score {name}", len(meta), progress,
+                                                     steps=_cv_fits(folds) + 2) as bar:
+                models[name], chosen[name] = fit_lr(feats.where(~F.col("is_test")), col, folds, on_fit=bar.step)
+                bar.step()
                 scored[name] = score_test_set(models[name], feats.where(F.col("is_test")), col, False, False)
         better = max(("EN1", "EN2"), key=lambda n: max(chosen[n]["cv_auc"].values()))
         _augmented_rungs(spark, data, feats, stages, better, (folds, seed), scored, chosen, models, clock,
                          (len(meta), progress))
         if fine_tune:
-            with _timed(clock, "+F"), spark_progress(spark, "fine-tune EfficientNet-Lite0 (+F)", len(meta), progress):
+            with _timed(clock, "+F"), spark_progress(spark, "fine-tune EfficientNet-Lite0 (+F)", len(meta), progress,
+                                                     steps=2) as bar:
                 models[FINE_TUNED], chosen[FINE_TUNED] = _fine_tuned_rung(data, seed)
+                bar.step()
                 scored[FINE_TUNED] = score_test_set(models[FINE_TUNED], _with_copies(data.where(F.col("is_test"))),
                                                     "image", True, True)
     finally:
@@ -171,6 +182,13 @@ def run_demo(spark: SparkSession, output: str | Path, images: str | Path | None 
     return _finish(spark, out, meta, images, scored, chosen, models, stages, better,
                    dict(positive=positive, precision=precision, n_boot=n_boot, seed=seed, explain=explain),
                    clock, start)
+
+
+def _cv_fits(folds: int, grid: dict[str, tuple[float, ...]] | None = None) -> int:
+    """The fits of a cross-validation over ``folds`` folds: one per fold and setting of ``grid`` (the
+    logistic regressions' :data:`REG_GRID` by default)."""
+    settings = len(REG_GRID) if grid is None else math.prod(len(v) for v in grid.values())
+    return folds * settings
 
 
 @contextmanager
@@ -201,13 +219,18 @@ def _augmented_rungs(spark: SparkSession, data: DataFrame, feats: DataFrame, sta
         both = feats.select(*KEYS, "y", "is_test", "fold", "augmentation", col).unionByName(augmented)
         train, test = both.where(~F.col("is_test")), both.where(F.col("is_test"))
         name = f"{better}+A"
-        with _timed(clock, "+A +E"), spark_progress(spark, "cross-validate and score +A, +E", n, show):
-            models[name], chosen[name] = fit_lr(train, col, folds)
+        with _timed(clock, "+A +E"), spark_progress(spark, "cross-validate and score +A, +E", n, show,
+                                                    steps=_cv_fits(folds) + 3) as bar:
+            models[name], chosen[name] = fit_lr(train, col, folds, on_fit=bar.step)
+            bar.step()
             scored[name] = score_test_set(models[name], test, col, True, False)
+            bar.step()
             scored[f"{name}+E"] = score_test_set(models[name], test, col, True, True)
         models[f"{name}+E"] = models[name]  # +E averages the same per-image model's scores at test time
-        with _timed(clock, "+T"), spark_progress(spark, "cross-validate and train the MLP head (+T)", n, show):
-            models[f"{name}+E+T"], chosen[f"{name}+E+T"] = fit_head(train, col, seed)
+        with _timed(clock, "+T"), spark_progress(spark, "cross-validate and train the MLP head (+T)", n, show,
+                                                 steps=_cv_fits(folds, HEAD_GRID) + 2) as bar:
+            models[f"{name}+E+T"], chosen[f"{name}+E+T"] = fit_head(train, col, seed, on_fit=bar.step)
+            bar.step()
             scored[f"{name}+E+T"] = score_test_set(models[f"{name}+E+T"], test, col, True, True)
     finally:
         augmented.unpersist()

@@ -135,7 +135,8 @@ def one_standard_error(per_fold: dict[tuple[int, float, int], list[float]]) -> t
 
 def cross_validate_head(x: np.ndarray, y: np.ndarray, fold: np.ndarray, seed: int = 0,
                         grid: dict[str, tuple[float, ...]] | None = None,
-                        epochs: tuple[int, ...] = EPOCHS) -> tuple[dict[str, Any], dict[str, float]]:
+                        epochs: tuple[int, ...] = EPOCHS,
+                        on_fit: Callable[[], None] | None = None) -> tuple[dict[str, Any], dict[str, float]]:
     """The setting of ``grid`` x ``epochs`` chosen on the folds by the one-standard-error rule.
 
     ``fold`` holds each row's fold (whole cameras, from :func:`irbis.demo.ladder.camera_folds`); each
@@ -144,7 +145,8 @@ def cross_validate_head(x: np.ndarray, y: np.ndarray, fold: np.ndarray, seed: in
     (:func:`one_standard_error`). Returns ``(best, table)``: the chosen ``hidden``, ``weight_decay``,
     ``epochs`` and ``cv_auc`` (its mean AUC), the best mean ``best_cv_auc`` and its standard error
     ``cv_se``; and every setting's mean AUC keyed ``"hidden/weight_decay/epochs"``. The same rows in
-    the same order and the same ``seed`` give the same result.
+    the same order and the same ``seed`` give the same result. ``on_fit`` is called after each fold and
+    setting of ``grid`` has trained (a progress bar's step).
     """
     grid = grid or HEAD_GRID
     if len(np.unique(fold)) < 2:
@@ -160,6 +162,8 @@ def cross_validate_head(x: np.ndarray, y: np.ndarray, fold: np.ndarray, seed: in
                     per_fold.setdefault((h, d, epoch), []).append(roc_auc(val_y, _scores(module, val_x)))
 
             train_head(train_x, y[fold != k], int(hidden), float(decay), max(epochs), seed, record)
+            if on_fit is not None:
+                on_fit()
     table = {f"{h}/{d:g}/{e}": round(float(np.nanmean(v)), 4) for (h, d, e), v in per_fold.items()}
     (h, d, e), se = one_standard_error(per_fold)
     return {"hidden": h, "weight_decay": d, "epochs": e, "cv_auc": round(float(np.nanmean(per_fold[h, d, e])), 4),

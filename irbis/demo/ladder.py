@@ -20,13 +20,14 @@ the folds are whole training cameras (:func:`camera_folds`), and the test camera
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import pandas as pd
 from pyspark.ml import PipelineModel
 from pyspark.ml.classification import LogisticRegression
-from pyspark.ml.evaluation import BinaryClassificationEvaluator
+from pyspark.ml.evaluation import BinaryClassificationEvaluator, Evaluator
 from pyspark.ml.feature import StandardScaler
 from pyspark.ml.functions import array_to_vector, vector_to_array
 from pyspark.ml.tuning import CrossValidator, ParamGridBuilder
@@ -108,18 +109,36 @@ def camera_folds(cameras: np.ndarray, is_test: np.ndarray, folds: int, seed: int
     return np.array([-1 if test else fold_of[cam] for cam, test in zip(cameras, is_test)], np.int32)
 
 
+class _Counted(Evaluator):
+    """``evaluator``, then ``done()``: one call per fold and setting of a cross-validation (its progress)."""
+
+    def __init__(self, evaluator: Evaluator, done: Callable[[], None]) -> None:
+        super().__init__()
+        self._inner, self._done = evaluator, done
+
+    def _evaluate(self, dataset: DataFrame) -> float:
+        value = self._inner.evaluate(dataset)
+        self._done()
+        return value
+
+    def isLargerBetter(self) -> bool:
+        return self._inner.isLargerBetter()
+
+
 def fit_lr(train: DataFrame, col: str, folds: int, parallelism: int = 2, grid: tuple[float, ...] = REG_GRID,
-           **options: Any) -> tuple[Any, dict[str, Any]]:
+           on_fit: Callable[[], None] | None = None, **options: Any) -> tuple[Any, dict[str, Any]]:
     """Logistic regression on ``col`` with its regParam (of ``grid``) chosen by camera-grouped CV on ``train``.
 
     ``options`` override :data:`LR_OPTIONS` (``maxIter``, ``tol``, ...). The rows are coalesced to
     ``parallelism`` partitions: each L-BFGS step aggregates one gradient per partition, which for the
-    43,200 raw pixels costs more than the few hundred rows themselves.
+    43,200 raw pixels costs more than the few hundred rows themselves. ``on_fit`` is called as each of
+    the ``folds x len(grid)`` fits of the CV is scored (a progress bar's step).
     """
     lr = LogisticRegression(featuresCol=col, labelCol="y", probabilityCol="probability",
                             rawPredictionCol="raw_prediction", **{**LR_OPTIONS, **options})
     params = ParamGridBuilder().addGrid(lr.regParam, list(grid)).build()
     evaluator = BinaryClassificationEvaluator(labelCol="y", rawPredictionCol="raw_prediction")
+    evaluator = evaluator if on_fit is None else _Counted(evaluator, on_fit)
     cv = CrossValidator(estimator=lr, estimatorParamMaps=params, evaluator=evaluator, numFolds=folds,
                         foldCol="fold", parallelism=parallelism, seed=0)
     model = cv.fit(train.select(col, "y", "fold").coalesce(parallelism))
@@ -128,7 +147,8 @@ def fit_lr(train: DataFrame, col: str, folds: int, parallelism: int = 2, grid: t
     return model.bestModel, {"regParam": chosen, "cv_auc": cv_auc}
 
 
-def select_head(train: DataFrame, col: str, seed: int = 0) -> tuple[dict[str, Any], dict[str, float], int]:
+def select_head(train: DataFrame, col: str, seed: int = 0,
+                on_fit: Callable[[], None] | None = None) -> tuple[dict[str, Any], dict[str, float], int]:
     """The MLP head's setting chosen by camera-grouped CV on ``train``
     (:func:`irbis.demo.head.cross_validate_head`): ``(best, table, features)``.
 
@@ -141,11 +161,13 @@ def select_head(train: DataFrame, col: str, seed: int = 0) -> tuple[dict[str, An
     rows = (train.select(*ROW_ORDER, vector_to_array(col).alias("x"), "y", "fold").toPandas()
             .sort_values(ROW_ORDER, ignore_index=True))
     x = np.stack(rows["x"].to_numpy()).astype(np.float32)
-    best, table = cross_validate_head(x, rows["y"].to_numpy(np.int64), rows["fold"].to_numpy(), seed)
+    best, table = cross_validate_head(x, rows["y"].to_numpy(np.int64), rows["fold"].to_numpy(), seed,
+                                      on_fit=on_fit)
     return best, table, x.shape[1]
 
 
-def fit_head(train: DataFrame, col: str, seed: int = 0) -> tuple[PipelineModel, dict[str, Any]]:
+def fit_head(train: DataFrame, col: str, seed: int = 0,
+             on_fit: Callable[[], None] | None = None) -> tuple[PipelineModel, dict[str, Any]]:
     """Standardisation + an MLP head (``d`` -> hidden -> 2) on ``col``, its width, weight decay and
     epochs chosen by camera-grouped CV on ``train`` (:func:`select_head`), then trained data-parallel
     on Spark by :class:`irbis.ml.TorchEstimator` (two barrier tasks) with ``seed``.
@@ -157,7 +179,7 @@ def fit_head(train: DataFrame, col: str, seed: int = 0) -> tuple[PipelineModel, 
     """
     from irbis.demo.head import BATCH, DECAY_OPTIMIZERS
 
-    best, table, features = select_head(train, col, seed)
+    best, table, features = select_head(train, col, seed, on_fit)
     ordered = train.select(*ROW_ORDER, col, "y").coalesce(1).sortWithinPartitions(*ROW_ORDER)
     scaler = StandardScaler(inputCol=col, outputCol=f"{col}_std", withMean=True, withStd=True).fit(ordered)
     options = json.dumps({"in_features": features, "hidden": [best["hidden"]], "out_features": 2, "seed": seed})

@@ -21,33 +21,56 @@ __all__ = ["spark_progress"]
 
 
 class _Bar:
-    """The bar's position: ``images`` times the share of known tasks finished, never moving back."""
+    """The bar's position over a block of ``steps`` parts: ``images`` times the share of the parts done,
+    the current part counting as the share of the Spark tasks known since it began that finished; never
+    moving back, and never past the current part's end before :meth:`step` says it is done."""
 
-    def __init__(self, bar: Any, images: int) -> None:
-        self.bar, self.images = bar, images
+    def __init__(self, bar: Any, images: int, steps: int = 1) -> None:
+        self.bar, self.images, self.steps = bar, images, max(1, steps)
+        self.done = 0
+        self._seen = self._start = (0, 0)  # the tasks (finished, known) last seen, and when the part began
+        self._lock = threading.Lock()
 
     def show(self, finished: int, total: int) -> None:
-        if total:
-            self.bar.n = max(self.bar.n, min(self.images * finished // total, self.images))
-            self.bar.refresh()
+        """The block's Spark tasks so far: ``finished`` of the ``total`` known."""
+        with self._lock:
+            self._seen = (finished, total)
+            known = total - self._start[1]
+            share = min((finished - self._start[0]) / known, 1.0) if known > 0 else 0.0
+            self._move(min(self.done + share, self.steps))
+
+    def step(self) -> None:
+        """One part of the block is done: the next part's share counts the tasks known from now on."""
+        with self._lock:
+            self.done = min(self.done + 1, self.steps)
+            self._start = self._seen
+            self._move(self.done)
+
+    def _move(self, parts: float) -> None:
+        self.bar.n = max(self.bar.n, min(int(self.images * parts / self.steps), self.images))
+        self.bar.refresh()
 
 
 @contextmanager
 def spark_progress(spark: SparkSession, description: str, images: int, enabled: bool = True,
-                   interval: float = 0.5) -> Iterator[Any]:
+                   interval: float = 0.5, steps: int = 1) -> Iterator[Any]:
     """Show how many of ``images`` the Spark jobs started inside the ``with`` block have processed.
 
     The bar's total is fixed at ``images``; its position is ``images`` times the share of the known
     tasks that finished, never moving back when a new job adds tasks, and the whole total when the
     block ends. The count is exact when the block runs one job over evenly sized partitions (as the
-    demo's featurisation does: its input is cached in equal parts first); a block of several jobs may
-    reach the total between two of them. ``interval`` is the classic session's polling period.
-    The ``with`` block gets the tqdm bar.
+    demo's featurisation does: its input is cached in equal parts first). A block of several jobs, or
+    of work off Spark, declares its ``steps`` parts and calls the bar's ``step()`` as each ends (the
+    cross-validation's fits, say): each part then takes its share of the bar, so that the bar shows the
+    parts still to run instead of reaching the total between two jobs. ``interval`` is the classic
+    session's polling period. The ``with`` block gets the tqdm bar, with ``step`` added.
     """
     bar = tqdm(total=images, desc=description, unit="img", disable=not enabled, leave=True)
     follow = _connect_progress if is_connect(spark) else _classic_progress
+    position = _Bar(bar, images, steps)
+    bar.step = position.step
     try:
-        with follow(spark, description, _Bar(bar, images), interval):
+        with follow(spark, description, position, interval):
             yield bar
     finally:
         bar.n = images  # skipped stages (results reused) never report their tasks

@@ -70,7 +70,7 @@ def compile_stages(path: str, outputs: Sequence[str] | None = None) -> Predictor
         kernels = load_local(path)
     except NoKernelError as err:
         raise NoKernelError(err.classes, f"{err}; serve the pipeline through an embedded Spark session "
-                                         "instead (--spark local[*], slower)") from None
+                                         "instead (--master local[*], slower)") from None
     inputs: dict[str, set[str]] = {}
     nullable: dict[str, bool] = {}
     produced: set[str] = set()

@@ -1,6 +1,6 @@
 """Scale-out: one server per Spark executor, kept up by a long-running barrier stage.
 
-``irbis serve PIPELINE_DIR --spark MASTER --replicas N`` runs a barrier stage of N tasks
+``irbis serve PIPELINE_DIR --master MASTER --replicas N`` runs a barrier stage of N tasks
 (``mapInArrow(..., barrier=True)``, public DataFrame API); each task loads the pipeline from the
 shared folder, binds a socket on its executor and reports ``host:port`` to the driver over a small
 TCP listener, then serves until the stage is cancelled. The driver prints the addresses and writes
@@ -187,7 +187,7 @@ def _wait_until_answering(address: str, handle: Replicas, timeout: float = 300.0
 def serve_on_spark(pipeline: str, master: str, replicas: int, host: str = "127.0.0.1", port: int = 0,
                    outputs: Sequence[str] | None = None, options: ServeOptions | None = None,
                    addresses_file: str | None = None) -> None:
-    """``irbis serve --spark MASTER --replicas N``: start the replicas and keep them up until Ctrl-C."""
+    """``irbis serve --master MASTER --replicas N``: start the replicas and keep them up until Ctrl-C."""
     from irbis.spark.session import get_spark
 
     if replicas < 1:

@@ -52,11 +52,19 @@ def pack(output: str | os.PathLike[str], requirements: tuple[str, ...] = ("irbis
 
     Raises
     ------
+    ValueError
+        When ``output`` does not end in ``.pex`` (refused before anything is built: the file is a PEX, and
+        :func:`environment_conf` tells a PEX from a packed environment by its name).
     ImportError
         When PEX is not installed (``pip install 'irbis[pack]'``).
     RuntimeError
         When PEX fails, with its output.
     """
+    if not str(output).endswith(".pex"):
+        name = Path(output).name
+        stem = next((name[:-len(s)] for s in ARCHIVE_SUFFIXES if name.endswith(s)), Path(name).stem) or "irbis-env"
+        raise ValueError(f"irbis pack builds a PEX file, and get_spark's environment= tells a PEX from a packed "
+                         f"environment by its name: name the output {stem + '.pex'!r}, not {str(output)!r}")
     try:
         import pex  # noqa: F401
     except ImportError as err:

@@ -12,6 +12,9 @@ from irbis.kernels.engines.exported import HUGE_PAGE_TUNABLE
 from irbis.spark.environment import environment_conf, merge_conf
 from irbis.spark.java import use_java
 
+#: The master of :func:`get_spark` when none is given (outside ``spark-submit``), and of the ``irbis`` commands.
+DEFAULT_MASTER = "local[*]"
+
 #: Defaults applied unless the caller sets the key. Arrow is what every Irbis stage moves data with;
 #: the byte cap keeps one Arrow batch of images (600 KB per 224x224x3 float row) from filling memory.
 DEFAULT_CONF: dict[str, str] = {
@@ -25,8 +28,6 @@ DEFAULT_CONF: dict[str, str] = {
 
 
 def _prepare_environment(master: str) -> None:
-    # Executors must run the same interpreter as the driver, or they miss torch (a venv not activated).
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     if master.startswith("local"):
         # Keep an embedded Spark on loopback instead of the first public interface.
@@ -117,7 +118,7 @@ def get_spark(master: str | None = None, app_name: str = "irbis", environment: s
     """
     if master is None and os.environ.get("PYSPARK_GATEWAY_PORT") and SparkSession.getActiveSession() is None:
         return _submitted(environment, conf)
-    master = master or "local[*]"
+    master = master or DEFAULT_MASTER
     if environment is not None and (master.startswith("sc://") or master == "local"
                                     or master.startswith("local[")):
         where = "on the server" if master.startswith("sc://") else "with the driver's Python"
@@ -152,7 +153,8 @@ def get_spark(master: str | None = None, app_name: str = "irbis", environment: s
         settings["spark.scheduler.minRegisteredResourcesRatio"] = "1.0"
         settings["spark.scheduler.maxRegisteredResourcesWaitingTime"] = "120s"
     settings.update({k: str(v) for k, v in conf.items()})
-    settings = _shipping(settings, environment)
+    # Executors run the driver's interpreter unless told otherwise, or they miss torch (a venv not activated).
+    settings = _shipping(settings, environment, default_python=sys.executable)
     return SparkSession.builder.master(master).appName(app_name).config(map=settings).getOrCreate()
 
 
@@ -171,14 +173,31 @@ def _submitted(environment: str | None, conf: dict[str, Any]) -> SparkSession:
     return SparkSession.builder.config(map=_shipping(settings, environment)).getOrCreate()
 
 
-def _shipping(settings: dict[str, str], environment: str | None) -> dict[str, str]:
-    """``settings`` with ``environment`` shipped to the executors (:func:`environment_conf`), whose Python
-    workers then run in it: ``PYSPARK_PYTHON``, which the SparkContext reads when it starts."""
-    if environment is None:
-        return settings
-    shipped, python = environment_conf(environment)
-    os.environ["PYSPARK_PYTHON"] = python
-    return merge_conf(settings, shipped)
+#: The last executors' Python :func:`_shipping` put in ``PYSPARK_PYTHON``, told from one the user set there.
+_python_set: str | None = None
+
+
+def _shipping(settings: dict[str, str], environment: str | None,
+              default_python: str | None = None) -> dict[str, str]:
+    """``settings`` with ``environment`` shipped to the executors (:func:`environment_conf`), and the
+    executors' Python of the SparkContext about to start in ``PYSPARK_PYTHON``, which it reads when it
+    starts: ``spark.pyspark.python`` when ``settings`` hold it, else the environment's (also set as
+    ``spark.pyspark.python``), else a ``PYSPARK_PYTHON`` the user set, else ``default_python``. What an
+    earlier session was given is not kept (``spark.stop()`` then a session of other settings)."""
+    global _python_set
+    python = None
+    if environment is not None:
+        shipped, python = environment_conf(environment)
+        settings = merge_conf(settings, shipped)
+        settings.setdefault("spark.pyspark.python", python)
+    user = os.environ.get("PYSPARK_PYTHON")
+    python = settings.get("spark.pyspark.python") or (None if user == _python_set else user) or default_python
+    if python is not None:
+        os.environ["PYSPARK_PYTHON"] = _python_set = python
+    elif _python_set is not None and user == _python_set:
+        del os.environ["PYSPARK_PYTHON"]
+        _python_set = None
+    return settings
 
 
 def worker_environment() -> dict[str, str]:

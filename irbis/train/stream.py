@@ -203,8 +203,7 @@ def read_partition(batches: Iterator[pa.RecordBatch], fmt: InputFormat, buffer_r
             continue
         feats, y = batch.column(FEATURES), batch.column(LABEL)
         labels.append(pc.fill_null(y, float("nan")).to_numpy(zero_copy_only=False))
-        null_features += feats.null_count
-        if fmt.images:
+        if fmt.images:  # a null image (a file read_images could not decode) is one that cannot be read
             values = feats.to_pylist() if fmt.kind == "encoded" else _struct_rows(feats)
             for i in range(len(values)):
                 try:
@@ -212,15 +211,14 @@ def read_partition(batches: Iterator[pa.RecordBatch], fmt: InputFormat, buffer_r
                 except ValueError as err:  # a struct whose fields disagree with its bytes
                     value, length, why = b"", 0, str(err)
                 else:
-                    if value is None:
-                        continue
-                    length, why = fmt.check_row(value)
+                    length, why = (0, "null image") if value is None else fmt.check_row(value)
                 if why is None:
                     lengths.append(length)
                 else:
                     bad.append(offset + i)
                     reasons.append(why)
         else:
+            null_features += feats.null_count
             lens = _lengths(feats, fmt)
             lengths.append(lens)
             if fmt.kind == "vector" and feats.null_count == 0 and len(lens) and lens.min() == lens.max():

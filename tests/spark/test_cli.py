@@ -35,7 +35,7 @@ def test_featurize_writes_the_features_that_image_featurizer_gives(spark, tiny_i
         shutil.copy(path, folder / path.name)
     (folder / "notes.txt").write_text("not an image")
     out = tmp_path / "features.parquet"
-    assert main(["featurize", str(folder), str(out), "--master", "local[2]", "--precision", "fp32"]) == 0
+    assert main(["featurize", str(folder), "--output", str(out), "--master", "local[2]"]) == 0
     written = {Path(r.path).name: r.features.toArray() for r in spark.read.parquet(str(out)).collect()}
     stage = ImageFeaturizer(inputCol="image", outputCol="features", cutOutputLayers=1, precision="fp32")
     images = read_images([str(p) for p in tiny_images.values()], spark=spark)
@@ -58,8 +58,8 @@ def test_train_fits_and_saves_a_torch_model_that_classifies_held_out_digits(spar
     spark.createDataFrame(rows[:1000], ["features", "label"]).write.parquet(str(data))
     options = json.dumps({"in_features": 64, "hidden": 32, "out_features": 10})
     model_dir = tmp_path / "model"
-    code = main(["train", str(data), str(model_dir), "--network-options", options, "--epochs", "3",
-                 "--workers", "2", "--learning-rate", "0.01", "--master", "local[2]"])
+    code = main(["train", str(data), "--task", "vectors", "--output", str(model_dir), "--network-options", options,
+                 "--epochs", "3", "--workers", "2", "--learning-rate", "0.01", "--master", "local[2]"])
     assert code == 0
     assert "epoch 3" in capsys.readouterr().out
     loaded = TorchModel.load(str(model_dir))
@@ -73,12 +73,14 @@ def test_train_fits_and_saves_a_torch_model_that_classifies_held_out_digits(spar
 def test_train_reports_a_missing_column(spark, tmp_path, capsys):
     data = tmp_path / "bad.parquet"
     spark.createDataFrame([(1.0, 0)], ["x", "label"]).write.parquet(str(data))
-    assert main(["train", str(data), str(tmp_path / "m"), "--master", "local[2]"]) == 2
+    code = main(["train", str(data), "--task", "vectors", "--output", str(tmp_path / "m"),
+                 "--master", "local[2]"])
+    assert code == 2
     assert "featuresCol 'features' not found" in capsys.readouterr().err
 
 
 def test_train_on_a_folder_of_images_saves_a_pipeline_that_names_the_classes(spark, tmp_path, capsys):
-    """``irbis train FOLDER OUT``: <label>/ sub-folders of photographs in, a fitted PipelineModel out, whose
+    """``irbis train FOLDER --task image --output OUT``: <label>/ sub-folders of photographs in, a fitted PipelineModel out, whose
     predictions are the folders' names; it tells the cat from the coffee cup on held-out crops."""
     import cv2
     from pyspark.ml import PipelineModel
@@ -98,8 +100,8 @@ def test_train_on_a_folder_of_images_saves_a_pipeline_that_names_the_classes(spa
             else:
                 held_out.append((jpeg.tobytes(), name))
     out = str(tmp_path / "model")
-    assert main(["train", str(tmp_path / "images"), out, "--epochs", "1", "--batch-size", "8",
-                 "--freeze-until", "_blocks.14", "--master", "local[2]"]) == 0
+    assert main(["train", str(tmp_path / "images"), "--task", "image", "--output", out, "--epochs", "1",
+                 "--batch-size", "8", "--freeze-until", "_blocks.14", "--master", "local[2]"]) == 0
     assert "IndexToString over ['cat', 'cup']" in capsys.readouterr().out
     model = PipelineModel.load(out)
     scored = model.transform(spark.createDataFrame(held_out, "content binary, truth string")).toPandas()

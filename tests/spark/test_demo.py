@@ -80,3 +80,20 @@ def test_head_selection_does_not_depend_on_the_partition_layout(spark):
     first, second = select_head(one, "f", seed=0), select_head(other, "f", seed=0)
     assert first == second  # the same choice, the same scores of every setting
     assert first[2] == 6 and len(set(first[1].values())) > 1
+
+
+def test_the_lr_cross_validation_reports_each_fit_and_chooses_as_without_the_count(spark):
+    """The progress bar's steps: one call per fold and regParam, the same choice and scores as without."""
+    from pyspark.ml.functions import array_to_vector
+
+    from irbis.demo.ladder import fit_lr
+
+    rng = np.random.default_rng(0)
+    y = rng.integers(0, 2, 120)
+    x = rng.normal(size=(120, 3)) + np.outer(y, [1.0, 0.0, 0.0])
+    rows = pd.DataFrame({"y": y.astype(float), "fold": np.arange(120) % 2, "f": list(x)})
+    train = spark.createDataFrame(rows).withColumn("f", array_to_vector("f"))
+    fits = []
+    counted = fit_lr(train, "f", 2, grid=(0.01, 1.0), maxIter=5, on_fit=lambda: fits.append(1))[1]
+    assert len(fits) == 2 * 2
+    assert counted == fit_lr(train, "f", 2, grid=(0.01, 1.0), maxIter=5)[1]

@@ -145,6 +145,26 @@ def test_corrupt_files_follow_nan_policy(spark, photo_frames):
     assert model.training_summary[-1]["skippedRows"] == 2
 
 
+def test_a_file_read_images_could_not_decode_follows_nan_policy(spark, tmp_path):
+    """read_images gives a null image and a reason for a corrupt file; nanPolicy='skip' trains without it and
+    counts it, 'error' names it as an image that cannot be read."""
+    from pyspark.sql import functions as F
+
+    from irbis.spark.images import read_images
+
+    for i, (jpeg, label) in enumerate(crops(4, 40, 7)):
+        (tmp_path / f"{label}_{i}.jpg").write_bytes(jpeg)
+    (tmp_path / "1_broken.jpg").write_bytes(b"\xff\xd8 truncated")
+    name = F.element_at(F.split("path", "/"), -1)
+    images = read_images(str(tmp_path), spark=spark).withColumn("label", name.substr(1, 1).cast("int"))
+    assert images.where("image is null and error is not null").count() == 1
+    est = TorchEstimator(network="small_cnn", featuresCol="image", imagePreprocessing="small_cnn_cifar", epochs=1,
+                         batchSize=4, numWorkers=2, showProgress=False)
+    with pytest.raises(ValueError, match=r"1 images of featuresCol 'image' cannot be read.*nanPolicy='skip'"):
+        est.fit(images)
+    assert est.setNanPolicy("skip").fit(images).training_summary[-1]["skippedRows"] == 1
+
+
 def test_bad_image_input_is_named_before_any_step(spark, photo_frames):
     train, _ = photo_frames
     with pytest.raises(ValueError, match=r"labelCol 'label' holds labels from 1 to 2, outside \[0, numClasses=2\)"):

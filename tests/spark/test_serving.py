@@ -104,7 +104,7 @@ def test_outputs_and_refused_stage(spark, tabular, tmp_path):
     frame = spark.createDataFrame([(1.0,)], "a double")
     PipelineModel(stages=[SQLTransformer(statement="SELECT a * 2 AS b FROM __THIS__")]).write().save(path)
     assert frame.count() == 1
-    with pytest.raises(NoKernelError, match=r"no kernel: SQLTransformer \(SQLTransformer_.*--spark") as info:
+    with pytest.raises(NoKernelError, match=r"no kernel: SQLTransformer \(SQLTransformer_.*--master") as info:
         load_predictor(path)
     assert info.value.classes == ["SQLTransformer"]
 

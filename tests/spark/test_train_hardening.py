@@ -135,3 +135,16 @@ def test_image_training_jobs_send_small_arrow_batches_and_the_session_setting_co
                              "n long").collect())
         assert max(r["n"] for r in sizes) == 64
     assert spark.conf.get(key) == before
+
+
+@pytest.mark.classic_only(reason="points the session's Python workers at another program (sparkContext)")
+def test_executors_that_cannot_run_their_python_fail_the_fit_naming_the_fix(spark, rows, monkeypatch):
+    """The commonest first try on a real cluster: the executors' Python is the driver's path, which their
+    hosts lack. The JVM cannot start the Python worker; the fit names that Python and the fix."""
+    from irbis.errors import ExecutorImportError
+
+    df = spark.createDataFrame(rows, ["vec", "label"])
+    monkeypatch.setattr(spark.sparkContext, "pythonExec", "/nowhere/.venv/bin/python")
+    with pytest.raises(ExecutorImportError, match=r"cannot run the Python '/nowhere/.venv/bin/python'.*"
+                                                  r"irbis pack --output irbis-env.pex.*environment="):
+        estimator(epochs=1).fit(df)

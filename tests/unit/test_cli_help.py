@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import argparse
+
 import pytest
 
 from irbis.cli import build_parser, main, plain_text
@@ -63,13 +65,13 @@ def test_a_strategy_added_to_the_registry_is_offered_and_accepted(capsys, monkey
     text = " ".join(help_of(capsys, "train").split())
     assert "sync_test_only" in text.split("(synchronous)")[0]
     assert "async_test_only" in text.split("(synchronous)")[1]
-    args = build_parser().parse_args(["train", "data", "out", "--strategy", "async_test_only"])
+    args = build_parser().parse_args(["train", "data", "--task", "vectors", "--strategy", "async_test_only"])
     assert args.strategy == "async_test_only"
 
 
 def test_an_unknown_strategy_is_refused_naming_the_registry(capsys):
     with pytest.raises(SystemExit) as done:
-        main(["train", "data", "out", "--strategy", "hogwild"])
+        main(["train", "data", "--task", "vectors", "--strategy", "hogwild"])
     assert done.value.code == 2
     err = capsys.readouterr().err
     assert "invalid choice: 'hogwild'" in err and all(name in err for name in STRATEGIES)
@@ -93,10 +95,70 @@ def test_a_registered_image_model_is_offered_where_a_catalogue_model_is_asked_fo
         for command in (["featurize"], ["train"], ["models"]):
             assert "cli_test_cnn" in help_of(capsys, *command), command
         assert "cli_test_cnn" not in help_of(capsys, "classify")  # 10 classes, not ImageNet's 1000
-        assert build_parser().parse_args(["featurize", "in", "out", "--model", "cli_test_cnn"]).model == "cli_test_cnn"
+        assert build_parser().parse_args(["featurize", "in", "--network", "cli_test_cnn"]).network == "cli_test_cnn"
     finally:
         unregister_model("cli_test_cnn")
     assert "cli_test_cnn" not in help_of(capsys, "featurize")
+
+
+def flags(command):
+    """The flags ``command`` shows in its help, each with its action."""
+    parser = next(a for a in build_parser()._actions if a.dest == "command").choices[command]
+    return {o: a for a in parser._actions if a.help != argparse.SUPPRESS for o in a.option_strings}
+
+
+def test_one_flag_name_per_concept_on_every_command(capsys):
+    """--master, --output, --precision, --network and --workers mean one thing wherever they appear."""
+    from irbis.spark.session import DEFAULT_MASTER
+
+    shown = {c: flags(c) for c in COMMANDS}
+    for command in ("demo", "featurize", "train", "photos", "classify", "explain"):
+        assert shown[command]["--master"].default == DEFAULT_MASTER == "local[*]", command
+    assert "--master" in shown["serve"] and "--spark" not in shown["serve"]
+    for command in ("demo", "featurize", "train", "pack", "photos", "explain"):
+        assert "--output" in shown[command], command
+    assert all(a.default == "fp32" for c in COMMANDS for o, a in shown[c].items() if o == "--precision")
+    assert [c for c in COMMANDS if "--workers" in shown[c]] == ["train"]  # training tasks
+    assert "--processes" in shown["serve"]
+    assert "--network" in shown["featurize"] and "--network" in shown["classify"]
+    assert not any("--model" in shown[c] for c in COMMANDS)
+    for command in COMMANDS:  # every default is said
+        options = " ".join(help_of(capsys, command).split()).split("options:")[1] + " "
+        listed = [a for a in dict.fromkeys(shown[command].values()) if a.dest != "help"]  # in the help's order
+        for action, following in zip(listed, listed[1:] + [None]):
+            entry = options.split(f" {action.option_strings[0]} ", 1)[1]
+            entry = entry.split(f" {following.option_strings[0]} ", 1)[0] if following else entry
+            if action.default not in (None, False, argparse.SUPPRESS):
+                assert "default" in entry, (command, action.option_strings, entry)
+
+
+def test_the_old_flag_names_still_parse():
+    parse = build_parser().parse_args
+    serve = parse(["serve", "model", "--spark", "local[2]", "--workers", "3"])
+    assert serve.master == "local[2]" and serve.processes == 3
+    assert parse(["featurize", "in", "--model", "resnet18"]).network == "resnet18"
+    assert parse(["classify", "in", "--model", "resnet18"]).network == "resnet18"
+
+
+def test_train_names_its_task_and_keeps_the_stages_defaults(capsys):
+    from irbis.cli import TRAIN_PARAMS, _train_params
+    from irbis.ml import ImageClassifier, TorchEstimator
+
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["train", "folder"])  # which stage trains is said, not guessed
+    assert "--task" in capsys.readouterr().err
+    args = build_parser().parse_args(["train", "folder", "--task", "image"])
+    assert _train_params(args) == {}  # nothing set: ImageClassifier's own defaults
+    args = build_parser().parse_args(["train", "data", "--task", "vectors", "--epochs", "7", "--workers", "3"])
+    assert _train_params(args) == {"epochs": 7, "numWorkers": 3}
+    text = " ".join(help_of(capsys, "train").split())
+    for stage in (ImageClassifier, TorchEstimator):
+        assert all(stage().hasParam(p) for p in TRAIN_PARAMS.values())
+    clf, est = ImageClassifier(), TorchEstimator()
+    assert (f"ImageClassifier's {clf.getEpochs()} (--task image), TorchEstimator's {est.getEpochs()} "
+            f"(--task vectors)") in text
+    assert (f"ImageClassifier's {clf.getBatchSize()} (--task image), TorchEstimator's {est.getBatchSize()} "
+            f"(--task vectors)") in text
 
 
 @pytest.mark.parametrize("text, plain", [

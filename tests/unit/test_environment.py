@@ -52,3 +52,43 @@ def test_irbis_pack_takes_the_output_file():
     args = build_parser().parse_args(["pack", "--output", "out/env.pex"])
     assert args.output == "out/env.pex" and args.func.__name__ == "_cmd_pack"
     assert python_version().count(".") == 1
+
+
+@pytest.mark.parametrize(("output", "suggested"), [("irbis-env.tar.gz", "irbis-env.pex"), ("out/env.zip", "env.pex"),
+                                                   ("env", "env.pex")])
+def test_irbis_pack_refuses_an_output_that_is_not_a_pex_before_building(tmp_path, capsys, output, suggested):
+    from irbis.cli import main
+
+    target = tmp_path / output
+    assert main(["pack", "--output", str(target)]) == 2
+    err = capsys.readouterr().err
+    assert f"name the output {suggested!r}" in err and "PEX" in err
+    assert list(tmp_path.iterdir()) == []  # refused before anything is built
+
+
+def test_the_executors_python_given_in_conf_wins_over_any_an_earlier_session_set(tmp_path, monkeypatch):
+    """PySpark's SparkContext reads the executors' Python from PYSPARK_PYTHON when it starts: get_spark puts
+    there spark.pyspark.python when its conf has one, else the shipped environment's, else the user's own
+    PYSPARK_PYTHON, else the driver's; what it set for an earlier session (stopped since) does not stay."""
+    import os
+    import sys
+
+    from irbis.spark.session import _shipping
+
+    monkeypatch.delenv("PYSPARK_PYTHON", raising=False)
+    pex = tmp_path / "irbis-env.pex"
+    pex.write_bytes(b"#!/usr/bin/env python3\n")
+
+    def executors_python(conf, environment=None):
+        settings = _shipping(dict(conf), environment, default_python=sys.executable)
+        assert settings.get("spark.pyspark.python", os.environ["PYSPARK_PYTHON"]) == os.environ["PYSPARK_PYTHON"]
+        return os.environ["PYSPARK_PYTHON"]
+
+    assert executors_python({}) == sys.executable
+    assert executors_python({"spark.pyspark.python": "/opt/irbis/bin/python"}) == "/opt/irbis/bin/python"
+    assert executors_python({}, str(pex)) == "./irbis-env.pex"
+    assert executors_python({}) == sys.executable  # the pack's Python went with the session that shipped it
+    assert executors_python({"spark.pyspark.python": "/opt/py"}, str(pex)) == "/opt/py"
+    monkeypatch.setenv("PYSPARK_PYTHON", "/usr/bin/python3.11")  # the user's own
+    assert executors_python({}) == "/usr/bin/python3.11"
+    assert executors_python({"spark.pyspark.python": "/opt/py"}) == "/opt/py"

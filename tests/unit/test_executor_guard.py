@@ -55,3 +55,21 @@ def test_another_missing_module_is_named_as_itself():
     found = executor_import_error(RuntimeError("... The Spark executors cannot import 'cv2' (ModuleNot..."))
     assert found is not None and found.module == "cv2" and "cannot import 'cv2'" in str(found)
     assert executor_import_error(RuntimeError("No module named 'numpy.foo'")) is None  # not Irbis's job
+
+
+def test_executors_that_cannot_run_the_drivers_python_are_told_the_fix():
+    """A driver in a virtual environment, executors on other hosts, nothing shipped: the JVM cannot start
+    the Python worker at the driver's path. The fit's error names that Python, irbis pack and environment=."""
+    jvm = ('org.apache.spark.SparkException: Job aborted due to stage failure: Task 0 in stage 3.0 failed 4 '
+           'times, most recent failure: Lost task 0.3 in stage 3.0 (TID 9) (10.0.0.7 executor 1): '
+           'java.io.IOException: Cannot run program "/home/ana/project/.venv/bin/python": error=2, No such '
+           'file or directory\n\tat java.base/java.lang.ProcessBuilder.start(ProcessBuilder.java:1143)')
+    found = executor_import_error(RuntimeError(jvm))
+    assert isinstance(found, ExecutorImportError) and found.python == "/home/ana/project/.venv/bin/python"
+    message = str(found)
+    assert "cannot run the Python '/home/ana/project/.venv/bin/python'" in message
+    assert "irbis pack --output irbis-env.pex" in message and "environment='irbis-env.pex'" in message
+    assert "spark.pyspark.python" in message
+    assert str(pickle.loads(pickle.dumps(found))) == message  # it crosses processes whole
+    # Another program the JVM cannot run is no concern of the executors' Python... only a missing file is.
+    assert executor_import_error(RuntimeError('Cannot run program "python3": error=13, Permission denied')) is None

@@ -114,3 +114,26 @@ def test_a_worker_peak_memory_does_not_grow_with_its_share():
         peaks[rows] = peak_kib / 1024
     print("peak RSS MiB:", json.dumps(peaks))
     assert peaks[80_000] < 1.25 * peaks[10_000] + 32, peaks
+
+
+def test_a_null_image_is_a_bad_image_that_skip_leaves_out_and_counts():
+    """read_images gives a null image (and a reason) for a file it could not decode: the profile counts it
+    with the images that cannot be read, not as a null feature row, and nanPolicy='skip' leaves it out."""
+    import cv2
+
+    from irbis.ml.estimator import preprocessing_record
+    from irbis.train.checks import PROFILE_KEYS, merge_profiles
+
+    png = cv2.imencode(".png", np.full((40, 40, 3), 200, np.uint8))[1].tobytes()
+    images = pa.array([png, None, png, png], pa.binary())
+    batch = pa.RecordBatch.from_arrays([images, pa.array([0.0, 1.0, 1.0, 0.0])], [FEATURES, LABEL])
+    fmt = InputFormat("encoded", [3, 32, 32], preprocessing=preprocessing_record("small_cnn_cifar").to_dict())
+    shard, profile = read_partition(iter([batch]), fmt, 100)
+    merged = merge_profiles([profile])
+    assert dict(zip(PROFILE_KEYS, profile))["null_features"] == 0
+    assert merged["bad_images"] == 1 and merged["first_bad_row"] == 1
+    train, _, skipped = shard.split(0.0, 0, "skip")
+    assert skipped == 1 and sorted(train.ids.tolist()) == [0, 2, 3]
+    xs = np.concatenate([xb.numpy() for xb, _ in train.in_order(8, "cpu", np.int64)])
+    assert xs.shape == (3, 3, 32, 32) and np.allclose(xs, xs[0])  # three copies of the same picture
+    shard.close()

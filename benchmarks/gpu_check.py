@@ -21,8 +21,9 @@ sized to take under 8 minutes on one H100 (about a minute on 2 CPU cores with ``
    PyTorch loop: a ``DataLoader`` over the same files (decoded and augmented by the same functions, in worker
    processes on a GPU), the same network, optimiser and autocast.
 4. **Text encoder.** Runs where ``irbis.kernels.text_encoder`` is importable and offers
-   ``make_text_encoder(device=..., precision=...)`` (a function returning ``fn(texts) -> (N, D) float32``);
-   skipped with a line otherwise.
+   ``make_text_encoder(device=..., precision=...)`` (a function returning ``fn(texts) -> (N, D) float32``),
+   beside sentence-transformers' ``encode`` on the same model where that is installed and the module offers
+   ``model_folder()``; skipped with a line otherwise.
 5. **Checks.** The device's answers against the CPU's: max abs error of the fp32 outputs (relative to the
    largest output; cuDNN's TF32 convolutions, on by default, round more than the CPU), top-1 agreement of
    bf16 with the CPU's fp32; and that the device path was taken: the outputs' device (seen by a forward
@@ -596,8 +597,20 @@ def text_part(report: Report, device: str, sizes: Sizes) -> None:
     rate = median_rate(lambda: fn(texts), len(texts), sizes.repeats)
     report.rows.append({"part": "text", "path": "Irbis text encoder, fp32", "texts_per_s": rate})
     report.say(f"text encoder: {rate:.1f} texts/s")
+    folder = getattr(module, "model_folder", None)
     if importlib.util.find_spec("sentence_transformers") is None:
         report.skip("text encoder baseline", "sentence-transformers is not installed")
+    elif folder is None:
+        report.skip("text encoder baseline", "irbis.kernels.text_encoder has no model_folder() to give "
+                                             "sentence-transformers the same model")
+    else:
+        from sentence_transformers import SentenceTransformer
+
+        plain = SentenceTransformer(str(folder()), device=device)
+        plain.encode(texts[:4])  # warm-up
+        rate = median_rate(lambda: plain.encode(texts), len(texts), sizes.repeats)
+        report.rows.append({"part": "text", "path": "sentence-transformers encode, fp32", "texts_per_s": rate})
+        report.say(f"sentence-transformers: {rate:.1f} texts/s")
 
 
 # -- driver -----------------------------------------------------------------------------------------------------

@@ -19,7 +19,9 @@ sized to take under 8 minutes on one H100 (about a minute on 2 CPU cores with ``
    augmentation, ``recomputeBatchNorm="never"``) over JPEG files, on the thread backend with one worker, on
    the GPU's image path (bf16 autocast on channels-last batches through pinned memory), against a plain
    PyTorch loop: a ``DataLoader`` over the same files (decoded and augmented by the same functions, in worker
-   processes on a GPU), the same network, optimiser and autocast.
+   processes on a GPU), the same network, optimiser and autocast. Each is timed over one pass of the files
+   after a warm-up: the Irbis loop by its own clock (``WorkerResult.loop_seconds``, the epochs without the
+   set-up), the plain loop from its first batch request after one untimed step.
 4. **Text encoder.** Runs where ``irbis.kernels.text_encoder`` is importable and offers
    ``make_text_encoder(device=..., precision=...)`` (a function returning ``fn(texts) -> (N, D) float32``),
    beside sentence-transformers' ``encode`` on the same model where that is installed and the module offers

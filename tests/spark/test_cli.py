@@ -74,7 +74,7 @@ def test_train_reports_a_missing_column(spark, tmp_path, capsys):
     data = tmp_path / "bad.parquet"
     spark.createDataFrame([(1.0, 0)], ["x", "label"]).write.parquet(str(data))
     assert main(["train", str(data), str(tmp_path / "m"), "--master", "local[2]"]) == 2
-    assert "featuresCol 'features' not found" in capsys.readouterr().err
+    assert "inputCol 'features' not found" in capsys.readouterr().err
 
 
 def test_train_on_a_folder_of_images_saves_a_pipeline_that_names_the_classes(spark, tmp_path, capsys):

@@ -21,6 +21,7 @@ Examples
 
 from __future__ import annotations
 
+import sys
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -132,14 +133,30 @@ class Renamed:
 _WARNED: set[tuple[str, str]] = set()
 
 
-def warn_renamed(stage: str, old: str, new: str, stacklevel: int = 3) -> None:
-    """Warn, once per process for each ``old -> new``, that the Param ``old`` is now called ``new``
-    (``stacklevel`` counts from the caller of this function, as :func:`warnings.warn` does)."""
+def warn_renamed(stage: str, old: str, new: str) -> None:
+    """Warn, once per process for each ``old -> new``, that the Param ``old`` is now called ``new``; the
+    warning points at the user's line (the first caller outside Irbis and PySpark)."""
     if (old, new) in _WARNED:
         return
     _WARNED.add((old, new))
     warnings.warn(f"{stage}: the Param {old!r} is now called {new!r}; {old!r} still works but will be removed",
-                  FutureWarning, stacklevel=stacklevel + 1)
+                  FutureWarning, stacklevel=_user_stacklevel())
+
+
+def _user_stacklevel() -> int:
+    """The ``stacklevel`` of :func:`warnings.warn`, called by this function's caller, that names the first
+    frame outside the irbis and pyspark packages."""
+    import os
+
+    import pyspark
+
+    import irbis
+
+    inside = tuple(os.path.dirname(m.__file__) + os.sep for m in (irbis, pyspark))
+    frame, level = sys._getframe(2), 2  # level 1 is the frame that calls warnings.warn, 2 its caller
+    while frame is not None and frame.f_code.co_filename.startswith(inside):
+        frame, level = frame.f_back, level + 1
+    return level
 
 
 def renamed_mixin(class_name: str, rows: Sequence[Renamed]) -> type:
@@ -151,7 +168,8 @@ def renamed_mixin(class_name: str, rows: Sequence[Renamed]) -> type:
     >>> import warnings
     >>> from pyspark.ml.param.shared import HasOutputCol
     >>> class Stage(renamed_mixin("Renamed", [Renamed("outCol", "outputCol")]), HasOutputCol):
-    ...     pass
+    ...     def setOutputCol(self, value):
+    ...         return self._set(outputCol=value)
     >>> with warnings.catch_warnings():
     ...     warnings.simplefilter("ignore")
     ...     Stage().setOutCol("y").getOutputCol()
@@ -189,7 +207,7 @@ def renamed_kwargs(cls: type, kwargs: dict[str, Any]) -> dict[str, Any]:
     """Keywords with each earlier name of ``cls``'s Params replaced by the current one (warning once)."""
     names = {r.old: r.new for r in getattr(cls, "RENAMED_PARAMS", ())}
     for old in names.keys() & kwargs.keys():
-        warn_renamed(cls.__name__, old, names[old], stacklevel=5)  # the caller of a keyword_only __init__
+        warn_renamed(cls.__name__, old, names[old])
     return {names.get(k, k): v for k, v in kwargs.items()}
 
 

@@ -302,6 +302,9 @@ class TorchEstimator(renamed_mixin("_EstimatorRenamed", ESTIMATOR_RENAMED), Irbi
     (``f(batch: ndarray, rng) -> ndarray``, run in the prefetch thread) is not a
     Param and is not persisted.
 
+    The column it reads is ``inputCol``, as on its fitted model (the earlier name ``featuresCol`` still
+    works and warns once); ``device``, ``engine`` and ``precision`` are passed to the fitted model.
+
     Examples
     --------
     >>> est = TorchEstimator(network="mlp", networkOptions='{"in_features": 64, "hidden": 128, '

@@ -39,6 +39,9 @@ class TorchModel(NetworkStageParams, HasPrecision, HasCalibrationSample, HasEngi
     ``torch.inference_mode``, with as many threads as the task owns. It is loaded once per worker; its
     prepared weights are memory-mapped from one file, so all workers of a machine share one copy.
 
+    The earlier names ``modelPath`` (now ``network``) and ``outputType`` (now ``outputFormat``) still work
+    and warn once.
+
     Parameters
     ----------
     network : str
@@ -70,9 +73,6 @@ class TorchModel(NetworkStageParams, HasPrecision, HasCalibrationSample, HasEngi
         (saved with the stage). Empty: photographs shipped with scikit-image, for repository models.
     outputFormat : str
         ``vector`` (Spark ML vector, the default) or ``array`` (array<float>).
-
-    The earlier names ``modelPath`` (now ``network``) and ``outputType`` (now ``outputFormat``) still work
-    and warn once.
 
     Examples
     --------

@@ -15,7 +15,7 @@ from pyspark.sql.types import ArrayType, DataType, DoubleType, FloatType, Struct
 from irbis.kernels.batching import network_batch
 from irbis.kernels.blocks import BatchFn
 from irbis.kernels.onnx import (
-    OPTIMIZATION_LEVELS, graph_signature, input_dtypes, make_onnx_predict_fn, output_blocks,
+    ONNX_ENGINES, OPTIMIZATION_LEVELS, graph_signature, input_dtypes, make_onnx_predict_fn, output_blocks,
 )
 from irbis.ml.aliases import renamed_kwargs, resolve_aliases
 from irbis.ml.base import IrbisModel
@@ -43,8 +43,9 @@ _ONNX_ROWS = [
 ]
 
 
-HasOnnxEngine = param_mixin("engine", "what runs the graph: onnxruntime or openvino (fp32, CPU)",
-                            TypeConverters.toString, "onnxruntime", one_of("onnxruntime", "openvino"))
+HasOnnxEngine = param_mixin("engine", "what runs the graph: onnxruntime, openvino (fp32, CPU) or auto (ONNX Runtime, "
+                            "else OpenVINO: the first installed)", TypeConverters.toString, "auto",
+                            one_of(*ONNX_ENGINES))
 
 
 class ONNXModel(NetworkStageParams, HasOnnxEngine, table_mixin("_ONNXParams", _ONNX_ROWS), ONNXModelNames,
@@ -88,7 +89,7 @@ class ONNXModel(NetworkStageParams, HasOnnxEngine, table_mixin("_ONNXParams", _O
                  softMaxDict: dict[str, str] | None = None, argMaxDict: dict[str, str] | None = None,
                  optimizationLevel: str = "ALL_OPT", modelLocation: str | None = None,
                  modelPayload: bytes | None = None, deviceType: str | None = None,
-                 engine: str = "onnxruntime", inputDtype: str = "float32", modelPath: str | None = None,
+                 engine: str = "auto", inputDtype: str = "float32", modelPath: str | None = None,
                  outputType: str | None = None) -> None:
         super().__init__()
         self._set(**renamed_kwargs(type(self), resolve_aliases(ONNX_ALIASES, self._input_kwargs)))

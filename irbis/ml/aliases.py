@@ -150,9 +150,8 @@ def _user_stacklevel() -> int:
 
     import pyspark
 
-    import irbis
-
-    inside = tuple(os.path.dirname(m.__file__) + os.sep for m in (irbis, pyspark))
+    irbis_folder = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # irbis/ml/aliases.py -> irbis
+    inside = (irbis_folder + os.sep, os.path.dirname(pyspark.__file__) + os.sep)
     frame, level = sys._getframe(2), 2  # level 1 is the frame that calls warnings.warn, 2 its caller
     while frame is not None and frame.f_code.co_filename.startswith(inside):
         frame, level = frame.f_back, level + 1

@@ -42,6 +42,8 @@ def test_old_constructor_keywords_and_accessors_work_and_warn_once():
     assert est.getInputCol() == "vec" and est.getFeaturesCol() == "vec"
     found = _renamed_warnings(caught)
     assert sorted(found) == sorted(set(found)) and len(found) == 5, found  # once per name, not per use
+    # each points at the line that used the old name, here, not at Irbis or PySpark
+    assert {w.filename for w in caught if issubclass(w.category, FutureWarning)} == {__file__}
     assert any("'modelPath' is now called 'network'" in m for m in found)
     assert any("'featuresCol' is now called 'inputCol'" in m for m in found)
     assert all(p.name not in {"modelPath", "outputType", "featuresCol"} for s in (first, est) for p in s.params)

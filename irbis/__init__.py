@@ -6,7 +6,7 @@ Examples
 --------
 >>> import irbis
 >>> spark = irbis.get_spark()                                                  # doctest: +SKIP
->>> scorer = irbis.TorchModel(modelPath="efficientnet_lite0", inputCol="pixels",
+>>> scorer = irbis.TorchModel(network="efficientnet_lite0", inputCol="pixels",
 ...                           outputCol="logits", inputShape=[3, 224, 224])    # doctest: +SKIP
 """
 

@@ -82,14 +82,14 @@ def feature_stages(precision: str, raw_size: int) -> dict[str, list[Any]]:
     """The per-image stages that turn an ``image`` column into each feature column (raw, f1, f2), and
     ``deep``: f1 and f2 from one forward pass of the network (the featurisation of the originals)."""
     resize = ImageTransformer(inputCol="image", outputCol="small").resize(raw_size, raw_size, interpolation="area")
-    f1_layer = ImageFeaturizer(model=MODEL, cutOutputLayers=1).feature_layer()
+    f1_layer = ImageFeaturizer(network=MODEL, cutOutputLayers=1).feature_layer()
     return {
-        "deep": [ImageFeaturizer(inputCol="image", model=MODEL, outputLayers=[f1_layer, EN2_LAYER],
+        "deep": [ImageFeaturizer(inputCol="image", network=MODEL, outputLayers=[f1_layer, EN2_LAYER],
                                  outputCols=["f1", "f2map"], precision=precision), Lambda(function=pool_en2)],
         "raw": [resize, UnrollImage(inputCol="small", outputCol="raw")],
-        "f1": [ImageFeaturizer(inputCol="image", outputCol="f1", model=MODEL, cutOutputLayers=1,
+        "f1": [ImageFeaturizer(inputCol="image", outputCol="f1", network=MODEL, cutOutputLayers=1,
                                precision=precision)],
-        "f2": [ImageFeaturizer(inputCol="image", outputCol="f2map", model=MODEL, outputLayer=EN2_LAYER,
+        "f2": [ImageFeaturizer(inputCol="image", outputCol="f2map", network=MODEL, outputLayer=EN2_LAYER,
                                precision=precision), Lambda(function=pool_en2)],
     }
 
@@ -183,7 +183,7 @@ def fit_head(train: DataFrame, col: str, seed: int = 0,
     ordered = train.select(*ROW_ORDER, col, "y").coalesce(1).sortWithinPartitions(*ROW_ORDER)
     scaler = StandardScaler(inputCol=col, outputCol=f"{col}_std", withMean=True, withStd=True).fit(ordered)
     options = json.dumps({"in_features": features, "hidden": [best["hidden"]], "out_features": 2, "seed": seed})
-    est = TorchEstimator(network="mlp", networkOptions=options, featuresCol=f"{col}_std", labelCol="y",
+    est = TorchEstimator(network="mlp", networkOptions=options, inputCol=f"{col}_std", labelCol="y",
                          predictionCol="logits", epochs=best["epochs"], batchSize=BATCH // 2,
                          optimizer=DECAY_OPTIMIZERS[best["weight_decay"]], numWorkers=2, seed=seed,
                          showProgress=False)

@@ -37,7 +37,7 @@ def classify_photos(folder: str, model: str = "efficientnet_lite0", precision: s
 
     spark = get_spark(master)
     images = read_images(folder, dropInvalid=True, spark=spark, pathGlobFilter="*.{jpg,jpeg,png,bmp,JPG,JPEG,PNG}")
-    scorer = ImageFeaturizer(inputCol="image", outputCol="logits", model=model, cutOutputLayers=0,
+    scorer = ImageFeaturizer(inputCol="image", outputCol="logits", network=model, cutOutputLayers=0,
                              precision=precision)
     rows = scorer.transform(images).select("path", "logits").orderBy("path").collect()
     if not rows:

@@ -48,18 +48,38 @@ def input_dtypes(path: str) -> dict[str, type]:
     return {a.name: _ONNX_TO_NUMPY.get(a.type, np.float32) for a in session.get_inputs()}
 
 
+#: What runs an ONNX graph: auto (the first installed of ONNX Runtime and OpenVINO), onnxruntime or openvino.
+ONNX_ENGINES = ("auto", "onnxruntime", "openvino")
+
+
+def onnx_engine(engine: str) -> str:
+    """The engine that runs an ONNX graph here: ``engine``, or for ``auto`` the first installed of
+    onnxruntime and openvino (an ImportError naming the package to install when neither is)."""
+    from irbis.kernels.engines import ENGINES
+
+    if engine != "auto":
+        return engine
+    for name in ONNX_ENGINES[1:]:
+        if ENGINES[name].installed():
+            return name
+    raise ImportError("engine='auto' runs an ONNX graph on ONNX Runtime or OpenVINO, and neither is installed: "
+                      "pip install onnxruntime")
+
+
 def make_onnx_predict_fn(path: str, fetches: Sequence[str], *, batch_size: int = 64,
-                         device: str = "cpu", num_threads: int = 1, engine: str = "onnxruntime",
+                         device: str = "cpu", num_threads: int = 1, engine: str = "auto",
                          optimization_level: str = "ALL_OPT") -> DictBatchFn:
     """Return ``fn(feeds) -> outputs`` running the graph at ``path`` in mini-batches.
 
     ``fetches`` may name graph outputs or any inner node output. Outputs are concatenated over the
-    mini-batches along the first axis. ``engine`` is ``onnxruntime`` or ``openvino`` (fp32, CPU);
+    mini-batches along the first axis. ``engine`` is ``onnxruntime``, ``openvino`` (fp32, CPU) or ``auto``
+    (:func:`onnx_engine`);
     ``optimization_level`` (ONNX Runtime) is a key of :data:`OPTIMIZATION_LEVELS`.
     """
     known_outputs = set(graph_signature(path)[1])
     extra = tuple(sorted(set(fetches) - known_outputs))
     fetch_list = list(fetches)
+    engine = onnx_engine(engine)
     if engine == "openvino":
         session = _OpenVinoSession(path, extra, device, num_threads)
     elif engine == "onnxruntime":

@@ -4,6 +4,10 @@ The Params declared on each stage are the one source of truth: name, type (from 
 converter), default and doc. The documentation site's build (``mkdocs build``; its hook
 docs/hooks/stages.py) renders every stage's table from :func:`render` each time, so nothing is
 checked in. ``python -m irbis.ml._docgen`` prints the same text, for a look without building the site.
+
+The vocabulary page (``docs/vocabulary.md``: each concept, its one Param name and meaning) is
+:func:`vocabulary_page`, from :data:`irbis.ml.vocabulary.VOCABULARY`; it is checked in, and a test keeps it
+equal to the code (``python -m irbis.ml._docgen vocabulary`` prints it).
 """
 from __future__ import annotations
 
@@ -68,6 +72,35 @@ def _kind(cls: type) -> str:
     return "fitted model" if issubclass(cls, Model) else "transformer"
 
 
+def cell(text: str) -> str:
+    """``text`` as one cell of a Markdown table."""
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def vocabulary_page() -> str:
+    """The vocabulary (:mod:`irbis.ml.vocabulary`) as the Markdown page ``docs/vocabulary.md``."""
+    from irbis.ml.vocabulary import VOCABULARY
+
+    lines = [
+        "# Vocabulary",
+        "",
+        "Generated from `irbis.ml.vocabulary` (`python -m irbis.ml._docgen vocabulary`); a test keeps this page",
+        "up to date, and the conformance tests check every stage against it. Every stage that has one of these",
+        "concepts gives its Param this name, with `setX` and `getX` as in Spark ML. The names of the last",
+        "column are not Irbis Params: where an earlier Irbis used one it still works as an alias that warns",
+        "once, and SynapseML's names work on the stages SynapseML also has (see [SynapseML names](synapseml.md)).",
+        "",
+        "| concept | Param | meaning | not called |",
+        "|---|---|---|---|",
+    ]
+    for term in VOCABULARY:
+        avoid = ", ".join(f"`{n}`" for n in term.avoid)
+        lines.append(f"| {cell(term.concept)} | `{term.name}` | {cell(term.meaning)} | {avoid} |")
+    lines += ["", "`rawPredictionCol`, `probabilityCol` and `predictionCol` mean what Spark ML's classifiers write,",
+              "on every stage that has all three.", ""]
+    return "\n".join(lines)
+
+
 def render() -> str:
     """The Params reference of every stage, as Markdown."""
     lines = [
@@ -89,15 +122,17 @@ def render() -> str:
         lines += ["| Param | type | default | doc |", "|---|---|---|---|"]
         for param in sorted(stage.params, key=lambda p: p.name):
             converter = getattr(param.typeConverter, "__name__", "identity")
-            doc = param.doc.replace("|", "\\|").replace("\n", " ")
-            lines.append(f"| `{param.name}` | {TYPE_NAMES.get(converter, converter)} | {_default(stage, param)} | {doc} |")
+            lines.append(f"| `{param.name}` | {TYPE_NAMES.get(converter, converter)} | {_default(stage, param)} "
+                         f"| {cell(param.doc)} |")
         lines.append("")
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Print the reference (:func:`render`) to stdout."""
-    sys.stdout.write(render())
+    """Print the reference (:func:`render`), or with the argument ``vocabulary`` the vocabulary page
+    (:func:`vocabulary_page`), to stdout."""
+    args = sys.argv[1:] if argv is None else argv
+    sys.stdout.write(vocabulary_page() if args[:1] == ["vocabulary"] else render())
     return 0
 
 

@@ -44,6 +44,7 @@ from irbis.kernels.blocks import (
 )
 from irbis.errors import NoKernelError, require_columns
 from irbis.kernels.sparkml_state import StageKernel
+from irbis.ml.params import add_accessors
 from irbis.ml.persistence import IrbisPersistable
 from irbis.spark.resources import check_device
 from irbis.spark.columns import column
@@ -57,7 +58,12 @@ DEFAULT_MAX_BATCH_BYTES = 64 * 1024 * 1024
 
 
 class _KeywordParams:
-    """``setParams(**kwargs)``, as PySpark's stages have it (keywords only, each a Param name)."""
+    """``setParams(**kwargs)``, as PySpark's stages have it (keywords only, each a Param name), and a
+    ``set<Name>``/``get<Name>`` for every Param of every stage (:func:`irbis.ml.params.add_accessors`)."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        add_accessors(cls)
 
     @keyword_only
     def setParams(self: P, **kwargs: Any) -> P:  # noqa: N802
@@ -320,4 +326,8 @@ class IrbisModel(_StageMixin, Model):
 
 
 class IrbisEstimator(_KeywordParams, IrbisPersistable, Estimator):
-    """Base of Irbis estimators: implement ``_fit(dataset)`` returning an :class:`IrbisModel`."""
+    """Base of Irbis estimators: implement ``_fit(dataset)`` returning an :class:`IrbisModel`, and declare
+    its class as ``_model_class`` (each estimator fits one Model class)."""
+
+    #: The one Model class that ``fit`` returns (declared by each estimator).
+    _model_class: type[Model]

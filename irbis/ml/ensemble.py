@@ -81,6 +81,11 @@ class EnsembleByKey(EnsembleByKeyNames, table_mixin("_EnsembleParams", _ENSEMBLE
         self._set(**self._input_kwargs)
         check_strategy(self.getOrDefault("strategy"))
 
+    def getColNames(self) -> list[str]:  # noqa: N802
+        """The output names: colNames when set, else the derived ``'<strategy>(<col>)'`` of each column of
+        cols (``["mean(score)"]``), as SynapseML's getColNames answers."""
+        return self._output_names()
+
     def _output_names(self) -> list[str]:
         cols, names = self.getOrDefault("cols"), self.getOrDefault("colNames")
         if names and len(names) != len(cols):

@@ -31,6 +31,9 @@ from pyspark import keyword_only
 from pyspark.ml.param import TypeConverters as T
 
 from irbis.errors import ParamValueError
+from irbis.kernels.engines import ENGINE_NAMES
+from irbis.kernels.inference import PRECISIONS
+from irbis.ml.aliases import Renamed, renamed_kwargs, renamed_mixin
 from irbis.ml.base import IrbisEstimator
 from irbis.ml.params import HasDevice, HasInputDtype, HasInputShape, Row, at_least, in_range, one_of, table_mixin
 from irbis.ml.torch_model import TorchModel
@@ -193,7 +196,7 @@ TRAIN_PARAMS: list[Row] = [
                    "retried alone, when the strategy places its shards on the driver)", T.toInt, 2, at_least(1)),
     ("strategy", "name in irbis.train.strategies.STRATEGIES", T.toString, "sync", one_of(*STRATEGIES)),
     ("strategyOptions", "JSON object of the strategy's options", T.toString, "{}"),
-    ("featuresCol", "features column: a vector or an array of numbers, a Spark image struct (irbis.read_images), "
+    ("inputCol", "input column: a vector or an array of numbers, a Spark image struct (irbis.read_images), "
                     "or binary: encoded image files (binaryFile's content) when imagePreprocessing is set, else "
                     "tensor bytes of inputShape and inputDtype", T.toString, "features"),
     ("imagePreprocessing", "for image inputs: a catalogue model whose preprocessing (resize, centre crop, colour "
@@ -222,6 +225,10 @@ TRAIN_PARAMS: list[Row] = [
     ("checkpointInterval", "steps between checkpoints; 0 checkpoints at the end of every epoch",
      T.toInt, 0, at_least(0)),
     ("seed", "random seed (initial weights, shuffling, validation split)", T.toInt, 0),
+    ("engine", "what runs the fitted model's network (its engine; training runs in torch): auto, torch, "
+               "onnxruntime or openvino", T.toString, "auto", one_of(*ENGINE_NAMES)),
+    ("precision", "numeric precision of the fitted model's network (its precision; training runs in fp32): "
+                  "fp32, bf16 or int8", T.toString, "fp32", one_of(*PRECISIONS)),
     ("showProgress", "draw a progress bar on the driver (classic sessions)", T.toBoolean, True),
     ("nanPolicy", "rows whose features or label are not finite: 'error' stops the fit naming them, 'skip' "
                   "drops them (counted in the training summary)", T.toString, "error", one_of(*NAN_POLICIES)),
@@ -280,7 +287,11 @@ def _log_to_mlflow(estimator: Any, summary: list[dict[str, Any]]) -> None:
                       RuntimeWarning, stacklevel=3)
 
 
-class TorchEstimator(IrbisEstimator, HasTrainParams):
+#: The earlier names of TorchEstimator's Params (each still works, warning once).
+ESTIMATOR_RENAMED = [Renamed("featuresCol", "inputCol")]
+
+
+class TorchEstimator(renamed_mixin("_EstimatorRenamed", ESTIMATOR_RENAMED), IrbisEstimator, HasTrainParams):
     """Data-parallel PyTorch training inside a Spark ML pipeline.
 
     ``network``, ``loss`` and ``optimizer`` also accept Python callables (a module
@@ -291,6 +302,9 @@ class TorchEstimator(IrbisEstimator, HasTrainParams):
     (``f(batch: ndarray, rng) -> ndarray``, run in the prefetch thread) is not a
     Param and is not persisted.
 
+    The column it reads is ``inputCol``, as on its fitted model (the earlier name ``featuresCol`` still
+    works and warns once); ``device``, ``engine`` and ``precision`` are passed to the fitted model.
+
     Examples
     --------
     >>> est = TorchEstimator(network="mlp", networkOptions='{"in_features": 64, "hidden": 128, '
@@ -298,6 +312,10 @@ class TorchEstimator(IrbisEstimator, HasTrainParams):
     >>> model = est.fit(train_df)                                             # doctest: +SKIP
     >>> model.training_summary[-1]["accuracy"]                                # doctest: +SKIP
     """
+
+    #: The Model class that fit returns for rows of numbers or tensors. (Trained on images with
+    #: imagePreprocessing, fit returns an ImageClassifierModel, which scores images as they were trained.)
+    _model_class = TorchModel
 
     @keyword_only
     def __init__(self, **kwargs: Any) -> None:
@@ -315,7 +333,7 @@ class TorchEstimator(IrbisEstimator, HasTrainParams):
     @keyword_only
     def setParams(self, **kwargs: Any) -> TorchEstimator:
         """Set Params by keyword (callables and strategy objects accepted, see the class doc)."""
-        kwargs = dict(self._input_kwargs)
+        kwargs = renamed_kwargs(type(self), self._input_kwargs)
         if "augment" in kwargs:
             self.augment = kwargs.pop("augment")
         strategy = kwargs.get("strategy")
@@ -424,22 +442,22 @@ class TorchEstimator(IrbisEstimator, HasTrainParams):
 
         preprocessing = preprocessing_record(self.getImagePreprocessing())
         augmentation = parse_augmentation(self.getAugmentation())
-        kind = input_kind(dataset, self.getFeaturesCol(), "encoded" if preprocessing is not None else "tensor")
-        col = self.getFeaturesCol()
+        kind = input_kind(dataset, self.getInputCol(), "encoded" if preprocessing is not None else "tensor")
+        col = self.getInputCol()
         if (augmentation or preprocessing is not None) and kind not in ("image", "encoded"):
             raise ParamValueError("imagePreprocessing" if preprocessing is not None else "augmentation",
                                   self.getImagePreprocessing() or self.getAugmentation(),
-                                  f"empty for featuresCol {col!r}, which holds numbers, not images")
+                                  f"empty for inputCol {col!r}, which holds numbers, not images")
         if augmentation and preprocessing is None:
             raise ParamValueError("augmentation", self.getAugmentation(),
                                   "'[]' unless imagePreprocessing is set (the augmentation draws the images' "
                                   "geometry at the network's input size)")
         if kind == "image" and preprocessing is None and spec.input_shape is None:
-            raise ValueError(f"TorchEstimator: featuresCol {col!r} holds images; set imagePreprocessing (a "
+            raise ValueError(f"TorchEstimator: inputCol {col!r} holds images; set imagePreprocessing (a "
                              f"catalogue model, e.g. 'efficientnet_lite0') or inputShape (C, H, W) of images of "
                              f"one size")
         if kind == "tensor" and spec.input_shape is None:
-            raise ValueError(f"TorchEstimator: featuresCol {col!r} is binary: set imagePreprocessing when it holds "
+            raise ValueError(f"TorchEstimator: inputCol {col!r} is binary: set imagePreprocessing when it holds "
                              f"encoded image files, or inputShape (and inputDtype) when it holds tensor bytes")
         if preprocessing is not None:
             spec.input_shape = list(preprocessing.input_shape)
@@ -455,7 +473,7 @@ class TorchEstimator(IrbisEstimator, HasTrainParams):
 
         spec, strategy = self._spec()
         tracked = _mlflow_tracked(self.getMlflowRun())
-        frame = training_frame(dataset, self.getFeaturesCol(), self.getLabelCol(),
+        frame = training_frame(dataset, self.getInputCol(), self.getLabelCol(),
                                binary_as="encoded" if self.getImagePreprocessing() else "tensor")
         spec.input_format = self._input_format(dataset, spec)
         if spec.early_stopping_patience and not spec.validation_fraction:
@@ -473,7 +491,7 @@ class TorchEstimator(IrbisEstimator, HasTrainParams):
                              "host shares, or give a URI (hdfs://, s3://, gs://, abfs://)", self.getCheckpointDir())
         session = dataset.sparkSession
         spec.torch_threads = int(session.conf.get("spark.task.cpus", "1") or 1)
-        columns = (self.getFeaturesCol(), self.getLabelCol())
+        columns = (self.getInputCol(), self.getLabelCol())
         server = self._progress_server(spec, session)
         try:
             workers = self.getNumWorkers()
@@ -507,7 +525,8 @@ class TorchEstimator(IrbisEstimator, HasTrainParams):
         module.load_state_dict(torch.load(io.BytesIO(results[0].state), weights_only=True))
         model = ImageClassifierModel.from_module(
             module.eval(), spec.input_format.preprocessing, architecture=self._architecture,
-            inputCol=self.getFeaturesCol(), predictionCol=self.getPredictionCol(), device=self.getDevice())
+            inputCol=self.getInputCol(), predictionCol=self.getPredictionCol(), device=self.getDevice(),
+            engine=self.getEngine(), precision=self.getPrecision())
         model.training_summary = results[0].history
         return model
 
@@ -542,8 +561,9 @@ class TorchEstimator(IrbisEstimator, HasTrainParams):
         module.eval()
         arch = {"architecture": network["name"], "options": network["options"]} \
             if network["kind"] == "architecture" else {}
-        model = TorchModel.from_module(module, inputCol=self.getFeaturesCol(),
-                                                 outputCol=self.getPredictionCol(), inputShape=shape, **arch)
+        model = TorchModel.from_module(module, inputCol=self.getInputCol(), outputCol=self.getPredictionCol(),
+                                       inputShape=shape, device=self.getDevice(), engine=self.getEngine(),
+                                       precision=self.getPrecision(), **arch)
         model.training_summary = results[0].history
         for record in model.training_summary:
             if "warning" in record:

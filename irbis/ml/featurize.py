@@ -8,7 +8,7 @@ from typing import Any, Callable
 import pandas as pd
 from pyspark import keyword_only
 from pyspark.ml.linalg import VectorUDT
-from pyspark.ml.param import Param, Params, TypeConverters
+from pyspark.ml.param import TypeConverters
 from pyspark.ml.param.shared import HasInputCols, HasOutputCol
 from pyspark.ml.stat import Summarizer
 from pyspark.sql import DataFrame
@@ -17,14 +17,14 @@ from pyspark.sql.types import (
     BooleanType, DataType, DateType, NumericType, StringType, StructType, TimestampNTZType, TimestampType,
 )
 
-from irbis.errors import require_columns
+from irbis.errors import ParamValueError, require_columns
 from irbis.kernels.featurize import build_column_plan, column_stats, infer_kind, slot_names, transform_frame
 from irbis.ml.base import IrbisEstimator, IrbisModel
 from irbis.ml.columns import vector_size
-from irbis.ml.params import at_least, checked
+from irbis.ml.aliases import Alias, alias_mixin, resolve_aliases
+from irbis.ml.params import Row, at_least, one_of, table_mixin
 from irbis.spark.columns import column
 
-_P = Params._dummy()
 
 
 def spark_kind(dtype: DataType) -> str | None:
@@ -44,9 +44,35 @@ def spark_kind(dtype: DataType) -> str | None:
     return None
 
 
-class _FeaturizeParams(HasInputCols, HasOutputCol):
-    maxCategories = Param(_P, "maxCategories", "strings with at most this many distinct values are one-hot encoded", checked("maxCategories", TypeConverters.toInt, at_least(1)))
-    numHashBuckets = Param(_P, "numHashBuckets", "one-hot slots for hashed high-cardinality strings", checked("numHashBuckets", TypeConverters.toInt, at_least(1)))
+def toBoolean(value: Any) -> bool:  # noqa: N802 (named like PySpark's converters, as the docs show them)
+    """imputeMissing's converter: a boolean, True only (Irbis always imputes)."""
+    value = TypeConverters.toBoolean(value)
+    if not value:
+        raise ParamValueError("imputeMissing", value, "True: Irbis's Featurize always imputes a missing value with "
+                              "the training mean and flags it in a <col>_missing slot; drop the rows with missing "
+                              "values first to leave them out")
+    return value
+
+
+_FEATURIZE_ROWS: list[Row] = [
+    ("maxCategories", "strings with at most this many distinct values are one-hot encoded", TypeConverters.toInt,
+     50, at_least(1)),
+    ("numHashBuckets", "one-hot slots for hashed high-cardinality strings", TypeConverters.toInt, 256, at_least(1)),
+    ("imputeMissing", "SynapseML's imputeMissing: a missing value is imputed with the training mean (and "
+     "flagged in a <col>_missing slot); only True", toBoolean, True),
+    ("vectorAssemblerHandleInvalid", "SynapseML's handling of invalid values by its assembler (error, skip or "
+     "keep); as in SynapseML with imputeMissing, no invalid value reaches the assembler, so each gives the same "
+     "vectors", TypeConverters.toString, "error", one_of("error", "skip", "keep")),
+]
+
+#: SynapseML's name of numHashBuckets (SynapseML hashes every string column into numFeatures slots, by
+#: default 2^18; Irbis one-hot encodes strings of at most maxCategories values and hashes the others).
+FEATURIZE_ALIASES = [Alias("numFeatures", "numHashBuckets", note="Irbis hashes only strings with more than "
+                           "maxCategories distinct values (SynapseML: every string column; default 2^18)")]
+
+
+class _FeaturizeParams(alias_mixin("_FeaturizeNames", FEATURIZE_ALIASES),
+                       table_mixin("_FeaturizeRows", _FEATURIZE_ROWS), HasInputCols, HasOutputCol):
 
     def _cols(self) -> list[str]:
         return list(self.getInputCols()) if self.isDefined("inputCols") else []
@@ -91,14 +117,11 @@ class Featurize(IrbisEstimator, _FeaturizeParams):
     @keyword_only
     def __init__(
         self, *, inputCols: list[str] | None = None, outputCol: str | None = None,
-        maxCategories: int = 50, numHashBuckets: int = 256,
+        maxCategories: int = 50, numHashBuckets: int = 256, imputeMissing: bool = True,
+        vectorAssemblerHandleInvalid: str = "error", numFeatures: int | None = None,
     ) -> None:
         super().__init__()
-        self._setDefault(maxCategories=50, numHashBuckets=256)
-        self._set(**self._input_kwargs)
-        for name in ("maxCategories", "numHashBuckets"):
-            if self.getOrDefault(name) < 1:
-                raise ValueError(f"Featurize: {name} must be >= 1, found {self.getOrDefault(name)}")
+        self._set(**resolve_aliases(FEATURIZE_ALIASES, self._input_kwargs))
 
     def _fit(self, dataset: Any) -> "FeaturizeModel":
         if isinstance(dataset, pd.DataFrame):
@@ -159,7 +182,6 @@ class FeaturizeModel(IrbisModel, _FeaturizeParams):
     @keyword_only
     def __init__(self, *, inputCols: list[str] | None = None, outputCol: str | None = None) -> None:
         super().__init__()
-        self._setDefault(maxCategories=50, numHashBuckets=256)
         self._set(**self._input_kwargs)
         self._plans: list[dict[str, Any]] = []
 
@@ -212,3 +234,5 @@ class FeaturizeModel(IrbisModel, _FeaturizeParams):
         with open(os.path.join(path, "plan.json"), encoding="utf-8") as f:
             self._plans = json.load(f)
 
+
+Featurize._model_class = FeaturizeModel  # the Model class that Featurize.fit returns

@@ -38,7 +38,7 @@ _SHARED = ("labelCol", "predictionCol", "optimizer", "learningRate", "momentum",
            "checkpointDir", "checkpointInterval", "seed", "showProgress", "nanPolicy", "shuffleBuffer",
            "classWeights", "earlyStoppingPatience", "augmentation", "recomputeBatchNorm", "lrScaling",
            "referenceBatchSize", "warmupEpochs", "mlflowRun", "autoBatchSizes", "autoBatchEvery",
-           "autoBatchTolerance")
+           "autoBatchTolerance", "engine", "precision")
 _DEFAULTS = {"optimizer": "adam", "learningRate": 1e-3, "batchSize": 16, "epochs": 5,
              "augmentation": json.dumps([{"op": "random_resized_crop", "scale": [0.6, 1.0]},
                                          {"op": "flip", "flip_code": 1, "p": 0.5},
@@ -131,13 +131,15 @@ class ImageClassifier(IrbisEstimator, table_mixin("_HasImageClassifierParams", _
         if freeze:  # a name that is no layer is refused before any job starts
             freeze_until(layers, freeze)
         factory = partial(finetune_network, backbone, classes, freeze, self.getSeed(), True, self.getDropout())
-        est = TorchEstimator(network=factory, featuresCol=self.getInputCol(), imagePreprocessing=backbone,
+        est = TorchEstimator(network=factory, inputCol=self.getInputCol(), imagePreprocessing=backbone,
                              device=self.getDevice(), **{n: self.getOrDefault(n) for n in _SHARED
                                                          if self.isDefined(getattr(self, n))})
         est._lr_factors = {head_name(layers): 1.0, "": self.getBackboneLearningRateFactor()}
         est._architecture = head_architecture(backbone, classes)
         est._classes_param = "numClasses"  # labels outside [0, numClasses) are named by the workers' checks
         return est
+
+    _model_class = ImageClassifierModel
 
     def _fit(self, dataset: Any) -> ImageClassifierModel:
         est = self._estimator()
@@ -146,7 +148,7 @@ class ImageClassifier(IrbisEstimator, table_mixin("_HasImageClassifierParams", _
                              f"{dataset.columns}")
         suffix = self._frozen_suffix()
         model = est.fit(dataset) if suffix is None else self._fit_after_frozen(est, dataset, suffix)
-        model._set(model=self.getBackbone(), rawPredictionCol=self.getRawPredictionCol(),
+        model._set(backbone=self.getBackbone(), rawPredictionCol=self.getRawPredictionCol(),
                    probabilityCol=self.getProbabilityCol())
         self.last_estimator = est
         return model
@@ -186,13 +188,13 @@ class ImageClassifier(IrbisEstimator, table_mixin("_HasImageClassifierParams", _
         backbone, classes, freeze = self.getBackbone(), self.getNumClasses(), self.getFreezeUntil()
         shape = _output_shape(net, freeze, get_entry(backbone).preprocessing)
         frozen = f"{self.getInputCol()}_frozen"
-        featurizer = ImageFeaturizer(model=backbone, inputCol=self.getInputCol(), outputLayer=freeze,
+        featurizer = ImageFeaturizer(network=backbone, inputCol=self.getInputCol(), outputLayer=freeze,
                                      outputCol=frozen, device=self.getDevice())
         rows = featurizer.transform(dataset.select(column(self.getInputCol()), column(self.getLabelCol())))
         rows = rows.where(column(frozen).isNotNull()) if est.getNanPolicy() == "skip" else rows
         est.setParams(network=partial(finetune_suffix, backbone, classes, freeze, self.getSeed(), True,
                                       self.getDropout()),
-                      featuresCol=frozen, inputShape=shape, augmentation="[]")
+                      inputCol=frozen, inputShape=shape, augmentation="[]")
         est.clear(est.imagePreprocessing)
         est.fit(rows)
         full = finetune_network(backbone, classes, freeze, self.getSeed(), True, self.getDropout())
@@ -202,7 +204,8 @@ class ImageClassifier(IrbisEstimator, table_mixin("_HasImageClassifierParams", _
             raise RuntimeError(f"ImageClassifier: the trained layers do not fit {backbone}: {unexpected}")
         model = ImageClassifierModel.from_module(
             full.eval(), get_entry(backbone).preprocessing.to_dict(), architecture=est._architecture,
-            inputCol=self.getInputCol(), predictionCol=self.getPredictionCol(), device=self.getDevice())
+            inputCol=self.getInputCol(), predictionCol=self.getPredictionCol(), device=self.getDevice(),
+            engine=self.getEngine(), precision=self.getPrecision())
         model.training_summary = est.last_results[0].history
         return model
 

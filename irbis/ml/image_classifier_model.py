@@ -13,11 +13,13 @@ from typing import Any
 
 import numpy as np
 from pyspark import keyword_only
+from pyspark.ml import Model
 from pyspark.ml.linalg import VectorUDT
 from pyspark.ml.param import Param, Params, TypeConverters
 from pyspark.sql.types import DataType, DoubleType, StringType
 
 from irbis.kernels.blocks import BatchFn, Tensor
+from irbis.ml.aliases import Renamed, renamed_kwargs, renamed_mixin
 from irbis.ml.image_featurizer import ImageFeaturizer
 from irbis.ml.params import Row, table_mixin
 from irbis.ml.persistence import load_network_files, save_network_files
@@ -26,43 +28,55 @@ from irbis.train.progress import SummaryAttribute
 
 __all__ = ["ImageClassifierModel"]
 
+#: The earlier names of ImageClassifierModel's Params (each still works, warning once).
+CLASSIFIER_MODEL_RENAMED = [Renamed("model", "backbone"), Renamed("modelPath", "network")]
+
 _PREDICTION_ROWS: list[Row] = [
     ("rawPredictionCol", "column of the network's class scores (logits), a vector", TypeConverters.toString,
      "rawPrediction"),
     ("probabilityCol", "column of the class probabilities (softmax of the scores), a vector",
      TypeConverters.toString, "probability"),
+    ("predictionCol", "column of the predicted class index (double)", TypeConverters.toString, "prediction"),
+    ("preprocessing", "JSON preprocessing record of the images (empty: the catalogue entry backbone's)",
+     TypeConverters.toString, ""),
+    ("backbone", "the catalogue model the network was fine-tuned from (its preprocessing, unless preprocessing "
+     "is set)", TypeConverters.toString, "efficientnet_lite0"),
 ]
 
 
-class ImageClassifierModel(ImageFeaturizer, table_mixin("_HasPredictionCols", _PREDICTION_ROWS)):
+class ImageClassifierModel(renamed_mixin("_ClassifierModelRenamed", CLASSIFIER_MODEL_RENAMED), ImageFeaturizer,
+                           table_mixin("_ClassifierModelParams", _PREDICTION_ROWS), Model):
     """Images to class scores, probabilities and the predicted class, with a fine-tuned network.
 
     Made by :class:`ImageClassifier` (or by :class:`~irbis.ml.TorchEstimator` trained on images with
     ``imagePreprocessing``); ``training_summary`` holds the per-epoch records of that fit. It reads the same
     inputs as :class:`~irbis.ml.ImageFeaturizer` and runs the network the same way (``engine``,
-    ``precision``, ``device``, ``miniBatchSize``); ``modelPath`` is the network (a model folder or file,
-    saved with the stage), ``preprocessing`` the record its images get (empty: the catalogue entry
-    ``model``'s).
+    ``precision``, ``device``, ``miniBatchSize``); ``network`` is the fine-tuned network (a model folder or
+    file, saved with the stage), ``backbone`` the catalogue model it was fine-tuned from, and
+    ``preprocessing`` the record its images get (empty: the catalogue entry ``backbone``'s).
     """
 
     #: The fit's per-epoch records, a list of dicts that shows as a table in a notebook (TrainingSummary).
     training_summary = SummaryAttribute()
 
-    preprocessing = Param(Params._dummy(), "preprocessing", "JSON preprocessing record of the images (empty: "
-                          "the catalogue entry of model)", typeConverter=TypeConverters.toString)
-    predictionCol = Param(Params._dummy(), "predictionCol", "column of the predicted class index (double)",
-                          typeConverter=TypeConverters.toString)
+    #: ImageFeaturizer's SynapseML names, less ``model``: here the earlier name of backbone.
+    SYNAPSEML_ALIASES = tuple(a for a in ImageFeaturizer.SYNAPSEML_ALIASES
+                              if a.name not in {r.old for r in CLASSIFIER_MODEL_RENAMED})
+
+    #: Not ImageFeaturizer's catalogue name: the network this model runs is its own, fine-tuned one.
+    network = Param(Params._dummy(), "network", "the fine-tuned network: a model folder or file, saved with the "
+                    "stage", typeConverter=TypeConverters.toString)
 
     @keyword_only
-    def __init__(self, *, inputCol: str = "image", model: str = "efficientnet_lite0", modelPath: str = "",
+    def __init__(self, *, inputCol: str = "image", backbone: str = "efficientnet_lite0", network: str = "",
                  preprocessing: str = "", rawPredictionCol: str = "rawPrediction",
                  probabilityCol: str = "probability", predictionCol: str = "prediction", miniBatchSize: int = 64,
                  device: str = "cpu", precision: str = "fp32", engine: str = "auto", errorCol: str = "",
                  maxPixels: int = 100_000_000, fastDecode: bool = False,
-                 calibrationData: str = "") -> None:
-        kwargs = dict(self._input_kwargs)
+                 calibrationData: str = "", model: str | None = None, modelPath: str | None = None) -> None:
+        kwargs = renamed_kwargs(type(self), self._input_kwargs)
         super().__init__(cutOutputLayers=0)
-        self._setDefault(preprocessing="", predictionCol="prediction", cutOutputLayers=0)
+        self._setDefault(cutOutputLayers=0, network="")
         self.training_summary = None
         self._set(**kwargs)
 
@@ -77,26 +91,26 @@ class ImageClassifierModel(ImageFeaturizer, table_mixin("_HasPredictionCols", _P
         files = TorchModel.from_module(module, inputShape=[len(preprocessing["mean"]), *preprocessing["input_size"]],
                                        **({"architecture": arch["architecture"], "options": arch["options"]}
                                           if arch else {}))
-        return cls(modelPath=files.getModelPath(), preprocessing=json.dumps(preprocessing), **params)
+        return cls(network=files.getNetwork(), preprocessing=json.dumps(preprocessing), **params)
 
-    def getPredictionCol(self) -> str:
-        return self.getOrDefault(self.predictionCol)
-
-    def setPredictionCol(self, value: str) -> ImageClassifierModel:
-        return self._set(predictionCol=value)
+    def setNetwork(self, value: str) -> ImageClassifierModel:  # noqa: N802
+        """Sets network: the fine-tuned network (a model folder or file)."""
+        return self._set(network=value)
 
     # -- what ImageFeaturizer asks of its subclass ---------------------------------------------------
     def _preprocessing(self) -> Any:
         from irbis.models import Preprocessing
 
-        raw = self.getOrDefault(self.preprocessing)
-        return Preprocessing.from_dict(json.loads(raw)) if raw else super()._preprocessing()
+        from irbis.models import get_entry
+
+        raw = self.getPreprocessing()
+        return Preprocessing.from_dict(json.loads(raw)) if raw else get_entry(self.getBackbone()).preprocessing
 
     def _check_layers(self) -> None:
-        if self.isDefined(self.preprocessing) and self.getOrDefault(self.preprocessing):
+        if self.getPreprocessing():
             self._preprocessing()
-        elif self.getModel() not in MODELS:
-            raise ValueError(f"ImageClassifierModel: model {self.getModel()!r} is not in the catalogue; set "
+        elif self.getBackbone() not in MODELS:
+            raise ValueError(f"ImageClassifierModel: backbone {self.getBackbone()!r} is not in the catalogue; set "
                              "preprocessing")
 
     def layer_columns(self) -> list[tuple[str, str]]:
@@ -105,9 +119,9 @@ class ImageClassifierModel(ImageFeaturizer, table_mixin("_HasPredictionCols", _P
     def _source(self) -> dict[str, Any]:
         from irbis.kernels.inference import resolve_source
 
-        path = self.getOrDefault(self.modelPath)
+        path = self.getNetwork()
         if not path:
-            raise ValueError("ImageClassifierModel: modelPath is empty; fit an ImageClassifier, or set modelPath")
+            raise ValueError("ImageClassifierModel: network is empty; fit an ImageClassifier, or set network")
         return resolve_source(path)
 
     def _output_columns(self) -> list[tuple[str, DataType]]:
@@ -145,5 +159,5 @@ class ImageClassifierModel(ImageFeaturizer, table_mixin("_HasPredictionCols", _P
     def _load_extra(self, path: str) -> None:
         network, self.training_summary = load_network_files(path)
         if network is not None:
-            self._set(modelPath=network)
+            self._set(network=network)
         super()._load_extra(path)

@@ -14,7 +14,7 @@ import numpy as np
 
 from pyspark import keyword_only
 from pyspark.ml.linalg import VectorUDT
-from pyspark.ml.param import Param, Params, TypeConverters
+from pyspark.ml.param import TypeConverters
 from pyspark.sql import DataFrame
 from pyspark.sql.types import BinaryType, DataType, StringType, StructType
 
@@ -25,8 +25,9 @@ from irbis.ml.base import IrbisTransformer
 from irbis.ml.calibration import HasCalibrationSample
 from irbis.ml.columns import is_image_struct
 from irbis.ml.export_ahead import export_ahead_of_job
+from irbis.ml.aliases import Renamed, renamed_kwargs, renamed_mixin
 from irbis.ml.params import (ColumnSetters, HasDevice, HasEngine, HasErrorCol, HasMiniBatchSize, HasOutputLayer,
-                              HasPrecision, at_least, checked, in_registry, table_mixin)
+                              HasPrecision, Row, at_least, in_registry, table_mixin)
 from irbis.ml.synapseml import ImageFeaturizerNames
 from irbis.models import MODELS, get_entry, module_names
 
@@ -42,7 +43,27 @@ _LAYERS_PARAMS = table_mixin("_HasOutputLayers", [
 ])
 
 
-class ImageFeaturizer(ImageFeaturizerNames, IrbisTransformer, ColumnSetters, HasMiniBatchSize, HasDevice,
+#: The earlier names of ImageFeaturizer's Params (each still works, warning once).
+FEATURIZER_RENAMED = [Renamed("model", "network"), Renamed("modelPath", "weights")]
+
+_FEATURIZER_ROWS: list[Row] = [
+    ("network", "the network: a model of the catalogue, which gives its preprocessing, feature layers and "
+     f"weights: built-in {sorted(MODELS)} or added with irbis.models.register_model",
+     TypeConverters.toString, "efficientnet_lite0", in_registry(MODELS)),
+    ("weights", "other weights for the architecture of network: a catalogue name or a model folder "
+     "(architecture.json + weights); empty for the weights of the catalogue entry network",
+     TypeConverters.toString, ""),
+    ("cutOutputLayers", "how many final layers to remove: 0 class scores, 1 pooled features, 2+ earlier "
+     "activations; a non-empty outputLayer wins over it", TypeConverters.toInt, 1, at_least(0)),
+    ("maxPixels", "pixel limit when decoding bytes (0: none)", TypeConverters.toInt, DEFAULT_MAX_PIXELS,
+     at_least(0)),
+    ("fastDecode", "decode large JPEG bytes at 1/2, 1/4 or 1/8 scale when still larger than the model's resize "
+     "size (faster; pixels differ slightly from a full decode)", TypeConverters.toBoolean, False),
+]
+
+
+class ImageFeaturizer(ImageFeaturizerNames, renamed_mixin("_FeaturizerRenamed", FEATURIZER_RENAMED),
+                      table_mixin("_FeaturizerParams", _FEATURIZER_ROWS), IrbisTransformer, ColumnSetters, HasMiniBatchSize, HasDevice,
                       HasPrecision, HasCalibrationSample, HasEngine, HasErrorCol, HasOutputLayer, _LAYERS_PARAMS):
     """Featurize images with a pretrained network, cutting its last ``cutOutputLayers`` layers.
 
@@ -59,12 +80,14 @@ class ImageFeaturizer(ImageFeaturizerNames, IrbisTransformer, ColumnSetters, Has
     outputCol : str
         A Spark ML vector column: class scores for ``cutOutputLayers=0``, the pooled features for 1,
         earlier (flattened) activations for larger values (see the entry's ``layers``).
-    model : str
+    network : str
         A model name of the catalogue, e.g. ``"efficientnet_lite0"`` or ``"resnet50"``; it fixes the
-        preprocessing, the feature layers and (unless ``modelPath`` is set) the weights.
-    modelPath : str
+        preprocessing, the feature layers and (unless ``weights`` is set) the weights. (Earlier name:
+        ``model``.)
+    weights : str
         Other weights for the same architecture: a catalogue name or a model folder
-        (architecture.json + weights.pt); empty means the weights of the entry named ``model``.
+        (architecture.json + weights.pt); empty means the weights of the entry named ``network``.
+        (Earlier name: ``modelPath``.)
     cutOutputLayers : int
         How many final layers to remove: 0 class scores, 1 pooled features, 2+ earlier activations.
     outputLayer : str
@@ -94,7 +117,7 @@ class ImageFeaturizer(ImageFeaturizerNames, IrbisTransformer, ColumnSetters, Has
     Examples
     --------
     >>> feat = ImageFeaturizer(inputCol="image", outputCol="features", cutOutputLayers=1)
-    >>> feat.getModel(), feat.feature_layer()
+    >>> feat.getNetwork(), feat.feature_layer()
     ('efficientnet_lite0', '_flatten')
     >>> feat.setOutputLayer("_blocks.10").feature_layer()
     '_blocks.10'
@@ -111,41 +134,22 @@ class ImageFeaturizer(ImageFeaturizerNames, IrbisTransformer, ColumnSetters, Has
 
     _vector_dtype = "float32"
 
-    model = Param(Params._dummy(), "model", "a model of the catalogue, which gives its preprocessing, feature "
-                  f"layers and weights: built-in {sorted(MODELS)} or added with irbis.models.register_model",
-                  typeConverter=checked("model", TypeConverters.toString, in_registry(MODELS)))
-    modelPath = Param(Params._dummy(), "modelPath", "other weights: a catalogue name or model folder; "
-                      "empty for the weights of the entry named like model",
-                      typeConverter=TypeConverters.toString)
-    cutOutputLayers = Param(Params._dummy(), "cutOutputLayers", "how many final layers to remove: "
-                            "0 class scores, 1 pooled features, 2+ earlier activations; a non-empty "
-                            "outputLayer wins over it",
-                            typeConverter=checked("cutOutputLayers", TypeConverters.toInt, at_least(0)))
-    maxPixels = Param(Params._dummy(), "maxPixels", "pixel limit when decoding bytes (0: none)",
-                      typeConverter=checked("maxPixels", TypeConverters.toInt, at_least(0)))
-    fastDecode = Param(Params._dummy(), "fastDecode", "decode large JPEG bytes at 1/2, 1/4 or 1/8 "
-                       "scale when still larger than the model's resize size (faster; pixels differ "
-                       "slightly from a full decode)", typeConverter=TypeConverters.toBoolean)
-
     @keyword_only
     def __init__(self, *, inputCol: str = "image", outputCol: str = "features",
-                 model: str = "efficientnet_lite0", modelPath: str = "", cutOutputLayers: int = 1,
+                 network: str = "efficientnet_lite0", weights: str = "", cutOutputLayers: int = 1,
                  outputLayer: str = "", miniBatchSize: int = 64, device: str = "cpu", precision: str = "fp32",
                  errorCol: str = "", maxPixels: int = DEFAULT_MAX_PIXELS, fastDecode: bool = False,
                  engine: str = "auto", calibrationData: "str | DataFrame" = "", outputLayers: list[str] | None = None,
-                 outputCols: list[str] | None = None) -> None:
+                 outputCols: list[str] | None = None, model: str | None = None,
+                 modelPath: str | None = None) -> None:
         super().__init__()
-        self._setDefault(inputCol="image", outputCol="features", model="efficientnet_lite0",
-                         modelPath="", cutOutputLayers=1, errorCol="", maxPixels=DEFAULT_MAX_PIXELS,
-                         fastDecode=False)
-        self._set(**self._input_kwargs)
+        self._setDefault(inputCol="image", outputCol="features", errorCol="")
+        self._set(**renamed_kwargs(type(self), self._input_kwargs))
         self._check_layers()
 
-    def setModel(self, value: str) -> "ImageFeaturizer":  # noqa: N802
-        return self._set_checked(model=value)
-
-    def setModelPath(self, value: str) -> "ImageFeaturizer":  # noqa: N802
-        return self._set(modelPath=value)
+    def setNetwork(self, value: str) -> "ImageFeaturizer":  # noqa: N802
+        """Sets network: a model of the catalogue (checked with the layers it must have)."""
+        return self._set_checked(network=value)
 
     def setCutOutputLayers(self, value: int) -> "ImageFeaturizer":  # noqa: N802
         return self._set_checked(cutOutputLayers=value)
@@ -153,9 +157,6 @@ class ImageFeaturizer(ImageFeaturizerNames, IrbisTransformer, ColumnSetters, Has
     def setOutputLayer(self, value: str) -> "ImageFeaturizer":  # noqa: N802
         """Sets outputLayer: an inner module whose activation is returned (wins over cutOutputLayers)."""
         return self._set_checked(outputLayer=value)
-
-    def setFastDecode(self, value: bool) -> "ImageFeaturizer":  # noqa: N802
-        return self._set(fastDecode=value)
 
     def setOutputLayers(self, value: list[str]) -> "ImageFeaturizer":  # noqa: N802
         """Sets outputLayers: inner modules read in one pass, each into its column of outputCols."""
@@ -165,19 +166,13 @@ class ImageFeaturizer(ImageFeaturizerNames, IrbisTransformer, ColumnSetters, Has
         """Sets outputCols: the vector column of each layer of outputLayers."""
         return self._set_checked(outputCols=value)
 
-    def getModel(self) -> str:
-        return self.getOrDefault(self.model)
-
-    def getCutOutputLayers(self) -> int:
-        return self.getOrDefault(self.cutOutputLayers)
-
     def feature_layer(self) -> str:
         """The module whose output is returned (empty string: the network's output): ``outputLayer``
         when set, else the entry's layer for ``cutOutputLayers``."""
         cut = self.getCutOutputLayers()
         if cut < 0:
             raise ValueError(f"cutOutputLayers must be >= 0, found {cut}")
-        layer = get_entry(self.getModel()).cut_layer(cut) if cut else ""
+        layer = get_entry(self.getNetwork()).cut_layer(cut) if cut else ""
         return self.getOutputLayer() or layer
 
     def layer_columns(self) -> list[tuple[str, str]]:
@@ -207,22 +202,22 @@ class ImageFeaturizer(ImageFeaturizerNames, IrbisTransformer, ColumnSetters, Has
         return self
 
     def _check_layers(self) -> None:
-        """Validate model, cutOutputLayers, an explicit outputLayer and outputLayers (against the entry's
+        """Validate network, cutOutputLayers, an explicit outputLayer and outputLayers (against the entry's
         architecture, built without weights) eagerly; outputCols' length once both lists are given."""
         from irbis.kernels.inference import unknown_layer_error
 
         self.feature_layer()
-        layer, layers, entry = self.getOutputLayer(), self.getOutputLayers(), get_entry(self.getModel())
+        layer, layers, entry = self.getOutputLayer(), self.getOutputLayers(), get_entry(self.getNetwork())
         if entry.preprocessing is None:
-            raise ValueError(f"model {entry.name!r} has no preprocessing in its catalogue entry, so it "
+            raise ValueError(f"network {entry.name!r} has no preprocessing in its catalogue entry, so it "
                              f"cannot featurize images; give it one, or use TorchModel for other inputs")
         if layers and self.getOutputCols():
             self.layer_columns()
-        if self.getOrDefault(self.modelPath) or not (layer or layers):
+        if self.getWeights() or not (layer or layers):
             return
         known = module_names(entry.architecture, **entry.options)
         if layer and layer not in known:
-            raise ValueError(f"outputLayer {layer!r} is not a module of model {entry.name!r} "
+            raise ValueError(f"outputLayer {layer!r} is not a module of network {entry.name!r} "
                              f"(architecture {entry.architecture!r}); its feature layers: {list(entry.layers)}")
         for name in layers:
             if name not in known:
@@ -250,10 +245,10 @@ class ImageFeaturizer(ImageFeaturizerNames, IrbisTransformer, ColumnSetters, Has
         return out
 
     def _source(self) -> dict[str, Any]:
-        """The network's source: ``modelPath`` when set, else the repository model ``model``."""
+        """The network's source: ``weights`` when set, else the repository model ``network``."""
         from irbis.kernels.inference import resolve_source
 
-        return resolve_source(self.getOrDefault(self.modelPath) or self.getModel())
+        return resolve_source(self.getWeights() or self.getNetwork())
 
     def _network_options(self) -> dict[str, Any]:
         """How the network is run (the options the workers and the export ahead share); it is read at the
@@ -284,7 +279,7 @@ class ImageFeaturizer(ImageFeaturizerNames, IrbisTransformer, ColumnSetters, Has
     def _converter(self) -> Any:
         """The input conversion of ``transform``: ``convert(block, raise_errors)`` gives (batch, valid, errors)."""
         preprocessing = self._preprocessing()
-        limit, fast = self.getOrDefault(self.maxPixels) or None, self.getOrDefault(self.fastDecode)
+        limit, fast = self.getMaxPixels() or None, self.getFastDecode()
 
         def convert(values: Any, raise_errors: bool) -> tuple[Any, Any, Any]:
             if isinstance(values, Prepared):  # already the network's input (LIME's masked samples)
@@ -299,7 +294,7 @@ class ImageFeaturizer(ImageFeaturizerNames, IrbisTransformer, ColumnSetters, Has
 
     def _preprocessing(self) -> Any:
         """How an image becomes the network's input: the catalogue entry's record."""
-        return get_entry(self.getModel()).preprocessing
+        return get_entry(self.getNetwork()).preprocessing
 
     def _network_rows(self, block: Any) -> np.ndarray:
         return self._converter()(block, True)[0]

@@ -171,3 +171,5 @@ class TabularLIMEModel(LIMEParams, _STATS_PARAMS, IrbisModel):
     def _explainer(self) -> Callable[[Any, Callable[[np.ndarray], np.ndarray]], dict[str, Any]]:
         return partial(explain_tensor, settings=self._settings(), stats=self.stats())
 
+
+TabularLIME._model_class = TabularLIMEModel  # the Model class that TabularLIME.fit returns

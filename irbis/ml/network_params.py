@@ -5,56 +5,49 @@ from __future__ import annotations
 from typing import Any
 
 from pyspark.ml.linalg import VectorUDT
-from pyspark.ml.param import Param, Params, TypeConverters
+from pyspark.ml.param import TypeConverters
 from pyspark.sql.types import ArrayType, BinaryType, DataType, FloatType, NumericType, StructType
 
 from irbis.kernels.inference import resolve_source
 from irbis.ml.columns import is_image_struct
+from irbis.ml.aliases import Renamed, renamed_mixin
 from irbis.ml.params import (
     ColumnSetters,
     HasDevice,
     HasInputDtype,
     HasInputShape,
     HasMiniBatchSize,
-    HasModelPath,
+    HasNetwork,
     HasOutputLayer,
-    checked,
     one_of,
+    param_mixin,
 )
 from irbis.models import CatalogueEntry
 
 __all__ = ["NetworkStageParams", "check_network_input"]
 
 
-class NetworkStageParams(ColumnSetters, HasModelPath, HasMiniBatchSize, HasDevice,
-                         HasInputShape, HasInputDtype, HasOutputLayer):
+#: The earlier names of the network stages' Params (each still works, warning once).
+NETWORK_RENAMED = [Renamed("modelPath", "network"), Renamed("outputType", "outputFormat")]
+
+HasVectorOrArrayFormat = param_mixin("outputFormat", "vector (Spark ML vector) or array (array<float>)",
+                                     TypeConverters.toString, "vector", one_of("vector", "array"))
+
+
+class NetworkStageParams(renamed_mixin("_NetworkRenamed", NETWORK_RENAMED), ColumnSetters, HasNetwork,
+                         HasMiniBatchSize, HasDevice, HasInputShape, HasInputDtype, HasOutputLayer,
+                         HasVectorOrArrayFormat):
     """Params and input checks of a stage that runs a network over one column (TorchModel, ONNXModel)."""
 
     _accepts = frozenset({"vector", "image"})  # vectors and arrays of numbers, images, tensor bytes
-    outputType = Param(Params._dummy(), "outputType", "vector (Spark ML vector) or array (array<float>)",
-                       typeConverter=checked("outputType", TypeConverters.toString, one_of("vector", "array")))
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._setDefault(outputType="vector")
-
-    def getOutputType(self) -> str:
-        """Gets the value of outputType."""
-        return self.getOrDefault(self.outputType)
-
-    def setOutputType(self, value: str) -> Any:
-        """Sets the value of outputType: vector or array."""
-        return self._set(outputType=value)
 
     def _output_columns(self) -> list[tuple[str, DataType]]:
-        out = VectorUDT() if self.getOutputType() == "vector" else ArrayType(FloatType())
+        out = VectorUDT() if self.getOutputFormat() == "vector" else ArrayType(FloatType())
         return [(self.getOutputCol(), out)]
 
     def _validate_network_params(self) -> None:
-        if self.getOutputType() not in ("vector", "array"):
-            raise ValueError(f"outputType must be 'vector' or 'array', got {self.getOutputType()!r}")
-        if not self.isDefined(self.modelPath):
-            raise ValueError(f"{type(self).__name__}: set modelPath (or build the stage with from_module)")
+        if not self.isDefined(self.network):
+            raise ValueError(f"{type(self).__name__}: set network (or build the stage with from_module)")
 
     def _validate_schema(self, schema: StructType) -> None:
         self._validate_network_params()
@@ -65,7 +58,7 @@ class NetworkStageParams(ColumnSetters, HasModelPath, HasMiniBatchSize, HasDevic
         """inputShape, or the input shape of a repository model's card; None when neither is known."""
         if self.isDefined(self.inputShape):
             return self.getOrDefault(self.inputShape)
-        source = resolve_source(self.getModelPath())
+        source = resolve_source(self.getNetwork())
         if source["kind"] == "repository":
             return list(CatalogueEntry.from_dict(source["entry"]).input_shape) or None
         return None

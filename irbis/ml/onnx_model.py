@@ -15,9 +15,9 @@ from pyspark.sql.types import ArrayType, DataType, DoubleType, FloatType, Struct
 from irbis.kernels.batching import network_batch
 from irbis.kernels.blocks import BatchFn
 from irbis.kernels.onnx import (
-    OPTIMIZATION_LEVELS, graph_signature, input_dtypes, make_onnx_predict_fn, output_blocks,
+    ONNX_ENGINES, OPTIMIZATION_LEVELS, graph_signature, input_dtypes, make_onnx_predict_fn, output_blocks,
 )
-from irbis.ml.aliases import resolve_aliases
+from irbis.ml.aliases import renamed_kwargs, resolve_aliases
 from irbis.ml.base import IrbisModel
 from irbis.ml.network_params import NetworkStageParams, check_network_input
 from irbis.ml.params import one_of, param_mixin, table_mixin
@@ -43,8 +43,9 @@ _ONNX_ROWS = [
 ]
 
 
-HasOnnxEngine = param_mixin("engine", "what runs the graph: onnxruntime or openvino (fp32, CPU)",
-                            TypeConverters.toString, "onnxruntime", one_of("onnxruntime", "openvino"))
+HasOnnxEngine = param_mixin("engine", "what runs the graph: onnxruntime, openvino (fp32, CPU) or auto (ONNX Runtime, "
+                            "else OpenVINO: the first installed)", TypeConverters.toString, "auto",
+                            one_of(*ONNX_ENGINES))
 
 
 class ONNXModel(NetworkStageParams, HasOnnxEngine, table_mixin("_ONNXParams", _ONNX_ROWS), ONNXModelNames,
@@ -56,7 +57,7 @@ class ONNXModel(NetworkStageParams, HasOnnxEngine, table_mixin("_ONNXParams", _O
     ``fetchDict`` (output column -> graph output or inner node output) for several.
 
     SynapseML's names work too: ``modelLocation`` and ``modelPayload`` (the graph's bytes) set
-    ``modelPath``, ``deviceType`` sets ``device``; ``softMaxDict`` and ``argMaxDict`` add the
+    ``network``, ``deviceType`` sets ``device``; ``softMaxDict`` and ``argMaxDict`` add the
     softmax (a vector) and the argmax (a double label) of an output column as new columns, and
     ``optimizationLevel`` picks ONNX Runtime's graph optimisations.
 
@@ -64,7 +65,7 @@ class ONNXModel(NetworkStageParams, HasOnnxEngine, table_mixin("_ONNXParams", _O
     --------
     .. code-block:: python
 
-        onnx = ONNXModel(modelPath="resnet50.onnx", feedDict={"input": "pixels"},
+        onnx = ONNXModel(network="resnet50.onnx", feedDict={"input": "pixels"},
                          fetchDict={"probability": "output"}, miniBatchSize=32)
         scored = onnx.transform(df)
 
@@ -81,16 +82,17 @@ class ONNXModel(NetworkStageParams, HasOnnxEngine, table_mixin("_ONNXParams", _O
                       typeConverter=TypeConverters.identity)
 
     @keyword_only
-    def __init__(self, *, modelPath: str | None = None, inputCol: str | None = None,
+    def __init__(self, *, network: str | None = None, inputCol: str | None = None,
                  outputCol: str | None = None, feedDict: dict[str, str] | None = None,
                  fetchDict: dict[str, str] | None = None, outputLayer: str = "", miniBatchSize: int = 64,
-                 inputShape: list[int] | None = None, device: str = "cpu", outputType: str = "vector",
+                 inputShape: list[int] | None = None, device: str = "cpu", outputFormat: str = "vector",
                  softMaxDict: dict[str, str] | None = None, argMaxDict: dict[str, str] | None = None,
                  optimizationLevel: str = "ALL_OPT", modelLocation: str | None = None,
                  modelPayload: bytes | None = None, deviceType: str | None = None,
-                 engine: str = "onnxruntime", inputDtype: str = "float32") -> None:
+                 engine: str = "auto", inputDtype: str = "float32", modelPath: str | None = None,
+                 outputType: str | None = None) -> None:
         super().__init__()
-        self._set(**resolve_aliases(ONNX_ALIASES, self._input_kwargs))
+        self._set(**renamed_kwargs(type(self), resolve_aliases(ONNX_ALIASES, self._input_kwargs)))
 
     def setFeedDict(self, value: dict[str, str]) -> "ONNXModel":
         """Sets feedDict: graph input name -> input column."""
@@ -104,7 +106,7 @@ class ONNXModel(NetworkStageParams, HasOnnxEngine, table_mixin("_ONNXParams", _O
     def _feeds(self) -> dict[str, str]:
         if self.isDefined(self.feedDict):
             return dict(self.getOrDefault(self.feedDict))
-        inputs = list(graph_signature(self.getModelPath())[0])
+        inputs = list(graph_signature(self.getNetwork())[0])
         if len(inputs) != 1:
             raise ValueError(f"ONNXModel: the graph has inputs {inputs}; map each to a column with feedDict")
         return {inputs[0]: self.getInputCol()}
@@ -112,14 +114,14 @@ class ONNXModel(NetworkStageParams, HasOnnxEngine, table_mixin("_ONNXParams", _O
     def _fetches(self) -> dict[str, str]:
         if self.isDefined(self.fetchDict):
             return dict(self.getOrDefault(self.fetchDict))
-        outputs = list(graph_signature(self.getModelPath())[1])
+        outputs = list(graph_signature(self.getNetwork())[1])
         return {self.getOutputCol(): self.getOutputLayer() or outputs[0]}
 
     def _input_columns(self) -> list[str]:
         return list(dict.fromkeys(self._feeds().values()))
 
     def _output_columns(self) -> list[tuple[str, DataType]]:
-        out = VectorUDT() if self.getOutputType() == "vector" else ArrayType(FloatType())
+        out = VectorUDT() if self.getOutputFormat() == "vector" else ArrayType(FloatType())
         heads = [(n, VectorUDT()) for n in self.getSoftMaxDict().values()]
         return [(name, out) for name in self._fetches()] + heads + [
             (n, DoubleType()) for n in self.getArgMaxDict().values()]
@@ -138,7 +140,7 @@ class ONNXModel(NetworkStageParams, HasOnnxEngine, table_mixin("_ONNXParams", _O
 
     def _validate_schema(self, schema: StructType) -> None:
         self._validate_network_params()
-        inputs = graph_signature(self.getModelPath())[0]
+        inputs = graph_signature(self.getNetwork())[0]
         shapes = self._shapes()
         for graph_input, col in self._feeds().items():
             if graph_input not in inputs:
@@ -152,12 +154,12 @@ class ONNXModel(NetworkStageParams, HasOnnxEngine, table_mixin("_ONNXParams", _O
         user_shape = self.getOrDefault(self.inputShape) if self.isDefined(self.inputShape) else None
         single = len(self._feeds()) == 1
         return {k: list(user_shape) if user_shape and single else _static(v[1:])
-                for k, v in graph_signature(self.getModelPath())[0].items()}
+                for k, v in graph_signature(self.getNetwork())[0].items()}
 
     def _make_batch_fn(self) -> BatchFn:
         # The function runs in the Python workers: it refers to nothing of this module (whose import
         # loads torch through irbis.ml.torch_model), so the workers do not import torch.
-        path = self.getModelPath()
+        path = self.getNetwork()
         if not Path(path).is_file():
             raise FileNotFoundError(f"ONNX model file not found: {path}")
         shipped = ship_file(path)
@@ -186,12 +188,12 @@ class ONNXModel(NetworkStageParams, HasOnnxEngine, table_mixin("_ONNXParams", _O
         return run
 
     def _save_extra(self, path: str) -> None:
-        shutil.copy2(self.getModelPath(), Path(path) / "model.onnx")
+        shutil.copy2(self.getNetwork(), Path(path) / "model.onnx")
 
     def _load_extra(self, path: str) -> None:
         saved = Path(path) / "model.onnx"
         if saved.exists():
-            self._set(modelPath=str(saved))
+            self._set(network=str(saved))
 
 
 def _static(dims: tuple) -> list[int] | None:

@@ -114,8 +114,6 @@ SHARED_PARAMS: list[Row] = [
      "(architecture.json + weights, or a Hugging Face-format folder: config.json, safetensors weights, "
      "tokenizer.json) or a file (torch.export .pt2, TorchScript, ONNX), on any Hadoop file system",
      TypeConverters.toString, None),
-    ("modelPath", "the network: a torch.export (.pt2), TorchScript or ONNX file, a model folder (architecture.json + "
-     "weights.pt), or the name of a ModelRepository model", TypeConverters.toString, None),
     ("miniBatchSize", "rows per forward pass of the network", TypeConverters.toInt, 64, at_least(1)),
     ("device", "where the network runs: cpu, cuda or auto (cuda when a GPU is visible)",
      TypeConverters.toString, "cpu", one_of(*DEVICES)),
@@ -178,10 +176,47 @@ def param_mixin(name: str, doc: str, converter: Any, default: Any, check: Check 
     return mixin
 
 
-(HasNetwork, HasModelPath, HasMiniBatchSize, HasDevice, HasPrecision, HasCalibrationData, HasEngine, HasInputShape,
+(HasNetwork, HasMiniBatchSize, HasDevice, HasPrecision, HasCalibrationData, HasEngine, HasInputShape,
  HasInputDtype, HasOutputLayer, HasErrorCol) = (
     param_mixin(*row) for row in SHARED_PARAMS
 )
+
+
+def accessor_names(name: str) -> tuple[str, str]:
+    """Spark ML's ``set<Name>`` and ``get<Name>`` of the Param ``name``."""
+    cap = name[0].upper() + name[1:]
+    return f"set{cap}", f"get{cap}"
+
+
+def add_accessors(cls: type) -> type:
+    """Give ``cls`` a ``set<Name>`` and a ``get<Name>`` for each Param it declares without them, as Spark
+    ML's convention asks of every Param (a setter sets through the Param's converter and check)."""
+    for name in dir(cls):
+        param = getattr(cls, name, None)
+        if not isinstance(param, Param):
+            continue
+        set_name, get_name = accessor_names(param.name)
+        if not hasattr(cls, get_name):
+            setattr(cls, get_name, _getter(param.name, param.doc, get_name))
+        if not hasattr(cls, set_name):
+            setattr(cls, set_name, _setter(param.name, param.doc, set_name))
+    return cls
+
+
+def _getter(name: str, doc: str, method: str) -> Callable[..., Any]:
+    def getter(self: Params) -> Any:
+        return self.getOrDefault(getattr(self, name))
+
+    getter.__name__, getter.__doc__ = method, f"Gets the value of {name}: {doc}."
+    return getter
+
+
+def _setter(name: str, doc: str, method: str) -> Callable[..., Any]:
+    def setter(self: Params, value: Any) -> Any:
+        return self._set(**{name: value})
+
+    setter.__name__, setter.__doc__ = method, f"Sets the value of {name}: {doc}."
+    return setter
 
 
 def table_mixin(class_name: str, rows: list[Row], shared: tuple[type, ...] = ()) -> type:
@@ -211,4 +246,4 @@ class ColumnSetters(HasInputCol, HasOutputCol):
         return self._set(outputCol=value)
 
 
-__all__ = ["SHARED_PARAMS", "ParamValueError", "one_of", "in_registry", "in_range", "at_least", "checked", "param_check", "invalid_values", "ColumnSetters", "param_mixin", "table_mixin", "HasModelPath", "HasMiniBatchSize", "HasDevice", "HasPrecision", "HasCalibrationData", "HasEngine", "local_folder", "HasInputShape", "HasInputDtype", "HasOutputLayer", "HasErrorCol"]
+__all__ = ["SHARED_PARAMS", "ParamValueError", "one_of", "in_registry", "in_range", "at_least", "checked", "param_check", "invalid_values", "ColumnSetters", "param_mixin", "accessor_names", "add_accessors", "table_mixin", "HasNetwork", "HasMiniBatchSize", "HasDevice", "HasPrecision", "HasCalibrationData", "HasEngine", "local_folder", "HasInputShape", "HasInputDtype", "HasOutputLayer", "HasErrorCol"]

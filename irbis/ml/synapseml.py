@@ -56,7 +56,7 @@ def int_map(name: str) -> Any:
 
 # -- ONNXModel -----------------------------------------------------------------------------------
 def _payload_to_path(payload: Any) -> str:
-    """``modelPayload`` bytes kept as a content-addressed file, so that ``modelPath`` can name them."""
+    """``modelPayload`` bytes kept as a content-addressed file, so that ``network`` can name them."""
     if not isinstance(payload, (bytes, bytearray, memoryview)) or not len(payload):
         raise ParamValueError("modelPayload", type(payload).__name__, "the bytes of an ONNX graph")
     data = bytes(payload)
@@ -70,10 +70,10 @@ def _payload_to_path(payload: Any) -> str:
 
 
 ONNX_ALIASES = [
-    Alias("modelLocation", "modelPath", note="a local path (shipped to the executors by Irbis); SynapseML "
+    Alias("modelLocation", "network", note="a local path (shipped to the executors by Irbis); SynapseML "
           "reads any Hadoop URI into modelPayload"),
-    Alias("modelPayload", "modelPath", _payload_to_path, lambda path: Path(path).read_bytes(),
-          note="the bytes are kept in a content-addressed file of the model cache, which modelPath names"),
+    Alias("modelPayload", "network", _payload_to_path, lambda path: Path(path).read_bytes(),
+          note="the bytes are kept in a content-addressed file of the model cache, which network names"),
     Alias("deviceType", "device", one_of_any_case("deviceType", "CPU", "CUDA"), lambda d: d.upper(),
           note="unset means device's default, cpu (device='auto' picks CUDA when one is visible)"),
 ]
@@ -136,7 +136,9 @@ IMAGE_FEATURIZER_ALIASES = [
           note="True cuts the classifier (cutOutputLayers=1); cutOutputLayers also reaches earlier layers"),
     Alias("featureTensorName", "outputLayer", note="a module name of the torch network (named_modules()), "
           "not an ONNX node name"),
-    Alias("modelLocation", "modelPath", note="weights for the architecture of model: a model folder or "
+    Alias("model", "network", note="a name of the Irbis model catalogue (SynapseML: of its ONNX hub); Irbis's "
+          "earlier constructor keyword model= still works and warns"),
+    Alias("modelLocation", "weights", note="weights for the architecture of network: a model folder or "
           "catalogue name; preprocessing comes from the catalogue entry"),
     _IGNORE_DECODING_ERRORS,
 ]

@@ -249,3 +249,6 @@ class TextFeaturizerModel(IrbisModel, _TextFeaturizerParams):
         if os.path.exists(file):
             with np.load(file) as data:
                 self._idf = IdfState(data["idf"], data["doc_freq"], int(data["num_docs"]))
+
+
+TextFeaturizer._model_class = TextFeaturizerModel  # the Model class that TextFeaturizer.fit returns

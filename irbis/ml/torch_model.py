@@ -19,6 +19,7 @@ from irbis.kernels.batching import network_batch, refused_shape
 from irbis.kernels.blocks import BatchFn, Tensor, flat_rows
 from irbis.kernels.engines import EngineError
 from irbis.kernels.inference import cached_predict_fn, resolve_source
+from irbis.ml.aliases import renamed_kwargs
 from irbis.ml.base import IrbisModel
 from irbis.ml.calibration import HasCalibrationSample
 from irbis.ml.export_ahead import export_ahead_of_job
@@ -38,9 +39,12 @@ class TorchModel(NetworkStageParams, HasPrecision, HasCalibrationSample, HasEngi
     ``torch.inference_mode``, with as many threads as the task owns. It is loaded once per worker; its
     prepared weights are memory-mapped from one file, so all workers of a machine share one copy.
 
+    The earlier names ``modelPath`` (now ``network``) and ``outputType`` (now ``outputFormat``) still work
+    and warn once.
+
     Parameters
     ----------
-    modelPath : str
+    network : str
         A ``torch.export`` archive (``.pt2``), a TorchScript file (whole outputs only), a model folder (``architecture.json`` + ``weights.pt``) or a
         model name of the catalogue (:data:`irbis.models.MODELS`: built-in, or added with
         :func:`irbis.models.register_model`) such as ``"efficientnet_lite0"``.
@@ -67,7 +71,7 @@ class TorchModel(NetworkStageParams, HasPrecision, HasCalibrationSample, HasEngi
         ranges, or a DataFrame with an ``inputCol`` like the one transformed, whose sample (up to 256
         rows) is converted as ``transform`` converts its input when set and kept in a cached folder
         (saved with the stage). Empty: photographs shipped with scikit-image, for repository models.
-    outputType : str
+    outputFormat : str
         ``vector`` (Spark ML vector, the default) or ``array`` (array<float>).
 
     Examples
@@ -80,7 +84,7 @@ class TorchModel(NetworkStageParams, HasPrecision, HasCalibrationSample, HasEngi
 
     .. code-block:: python
 
-        scorer = TorchModel(modelPath="efficientnet_lite0", inputCol="pixels", outputCol="logits",
+        scorer = TorchModel(network="efficientnet_lite0", inputCol="pixels", outputCol="logits",
                             inputShape=[3, 224, 224], precision="bf16")
         Pipeline(stages=[scorer, LogisticRegression(featuresCol="logits")]).fit(df)
     """
@@ -93,15 +97,16 @@ class TorchModel(NetworkStageParams, HasPrecision, HasCalibrationSample, HasEngi
                         "(only for files you trust)", typeConverter=TypeConverters.toBoolean)
 
     @keyword_only
-    def __init__(self, *, modelPath: str | None = None, inputCol: str | None = None,
+    def __init__(self, *, network: str | None = None, inputCol: str | None = None,
                  outputCol: str | None = None, outputLayer: str = "", miniBatchSize: int = 64,
                  inputShape: list[int] | None = None, device: str = "cpu", precision: str = "fp32",
-                 outputType: str = "vector", allowPickle: bool = False, engine: str = "auto",
-                 calibrationData: "str | DataFrame" = "", inputDtype: str = "float32") -> None:
+                 outputFormat: str = "vector", allowPickle: bool = False, engine: str = "auto",
+                 calibrationData: "str | DataFrame" = "", inputDtype: str = "float32", modelPath: str | None = None,
+                 outputType: str | None = None) -> None:
         super().__init__()
         self._setDefault(allowPickle=False)
         self.training_summary = None
-        self._set(**self._input_kwargs)
+        self._set(**renamed_kwargs(type(self), self._input_kwargs))
 
     # -- building from an in-memory network ------------------------------------------------------
     @classmethod
@@ -135,7 +140,7 @@ class TorchModel(NetworkStageParams, HasPrecision, HasCalibrationSample, HasEngi
             shutil.move(str(folder), str(dest))
         else:
             shutil.rmtree(folder)
-        return cls(modelPath=str(dest / name if name else dest), **params)
+        return cls(network=str(dest / name if name else dest), **params)
 
     # -- execution -------------------------------------------------------------------------------
     def _input_columns(self) -> list[str]:
@@ -143,7 +148,7 @@ class TorchModel(NetworkStageParams, HasPrecision, HasCalibrationSample, HasEngi
 
     def _transform_spark(self, df: DataFrame) -> DataFrame:
         out = super()._transform_spark(df)
-        export_ahead_of_job(df, resolve_source(self.getModelPath()), self._row_shape(), **self._network_options())
+        export_ahead_of_job(df, resolve_source(self.getNetwork()), self._row_shape(), **self._network_options())
         return out
 
     def _network_options(self) -> dict[str, Any]:
@@ -155,7 +160,7 @@ class TorchModel(NetworkStageParams, HasPrecision, HasCalibrationSample, HasEngi
         # The function runs in the Python workers: it refers to nothing of this module (whose import
         # loads torch), so a worker running an exported engine does not import torch.
         self._validate_network_params()
-        source = resolve_source(self.getModelPath())
+        source = resolve_source(self.getNetwork())
         shipped = ship_file(source["path"]) if "path" in source else None
         shape, convert = self._row_shape(), self._converter()
         col, out_col, stage = self.getInputCol(), self.getOutputCol(), type(self).__name__
@@ -191,13 +196,13 @@ class TorchModel(NetworkStageParams, HasPrecision, HasCalibrationSample, HasEngi
 
     # -- persistence -----------------------------------------------------------------------------
     def _save_extra(self, path: str) -> None:
-        save_network_files(resolve_source(self.getModelPath()), path, self.training_summary)
+        save_network_files(resolve_source(self.getNetwork()), path, self.training_summary)
         self._save_calibration(path)
 
     def _load_extra(self, path: str) -> None:
         network, self.training_summary = load_network_files(path)
         if network is not None:
-            self._set(modelPath=network)
+            self._set(network=network)
         self._load_calibration(path)
 
 

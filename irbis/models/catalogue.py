@@ -48,7 +48,7 @@ class CatalogueEntry:
     Parameters
     ----------
     name : str
-        Name users load it by (``ImageFeaturizer(model=...)``, ``TorchModel(modelPath=...)``).
+        Name users load it by (``ImageFeaturizer(network=...)``, ``TorchModel(network=...)``).
     architecture : str
         Key of ``irbis.models.ARCHITECTURES``; built with ``options``.
     options : mapping

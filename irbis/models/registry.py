@@ -4,7 +4,7 @@ The shipped ``catalogue.json`` is the single source of the built-in models; :dat
 read-only view of the registry (built-in entries and those added with :func:`register_model` or
 :func:`register_catalogue`), the source for Param validation, docs and the conformance suite. A
 :class:`irbis.models.ModelRepository` starts from it, so a registered name works everywhere a model
-name does (``ImageFeaturizer(model=...)``, ``TorchModel(modelPath=...)``).
+name does (``ImageFeaturizer(network=...)``, ``TorchModel(network=...)``).
 
 Examples
 --------

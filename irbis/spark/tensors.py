@@ -56,7 +56,7 @@ def tensor_bytes_column(df: DataFrame, inputCol: str, outputCol: str,  # noqa: N
 
         packed = tensor_bytes_column(df, "pixels", "pixels_bin")            # array<float> -> binary
         packed.select("id", "pixels_bin").write.parquet("images-bin.parquet")
-        scorer = TorchModel(modelPath="efficientnet_lite0", inputCol="pixels_bin", outputCol="logits",
+        scorer = TorchModel(network="efficientnet_lite0", inputCol="pixels_bin", outputCol="logits",
                             inputShape=[3, 224, 224])
         scorer.transform(spark.read.parquet("images-bin.parquet"))
     """

@@ -41,7 +41,7 @@ def input_kind(df: DataFrame, features_col: str, binary_as: str = "tensor") -> s
         return "image"
     if isinstance(ftype, BinaryType):
         return binary_as
-    raise with_fields(TypeError(f"featuresCol {features_col!r} must be a vector or an array of numbers, a Spark "
+    raise with_fields(TypeError(f"inputCol {features_col!r} must be a vector or an array of numbers, a Spark "
                                 f"image struct, or binary (encoded image files or tensor bytes), found "
                                 f"{ftype.simpleString()}"), column=features_col, expected="vector", found=str(ftype))
 
@@ -50,7 +50,7 @@ def training_frame(df: DataFrame, features_col: str, label_col: str, stage: str 
                    binary_as: str = "tensor") -> DataFrame:
     """Select the features (numbers as ``array<float>``; images and bytes as they are) and the label as
     double, under fixed names."""
-    require_columns(stage, df.columns, [features_col], role="featuresCol")
+    require_columns(stage, df.columns, [features_col], role="inputCol")
     require_columns(stage, df.columns, [label_col], role="labelCol")
     from pyspark.ml.functions import vector_to_array
     from pyspark.ml.linalg import VectorUDT

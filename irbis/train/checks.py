@@ -67,7 +67,7 @@ def check_profile(p: dict[str, Any], spec: TrainSpec, features_col: str, label_c
                                      f"or {label_col!r}; use fewer workers or clean the data"),
                           column=features_col, expected="finite rows on every task", found=p["nonfinite_rows"])
     if p.get("bad_images") and spec.nan_policy == "error":
-        raise with_fields(ValueError(f"{p['bad_images']} images of featuresCol {features_col!r} cannot be read "
+        raise with_fields(ValueError(f"{p['bad_images']} images of inputCol {features_col!r} cannot be read "
                                      f"(the first: row {p['first_bad_row']} of training task "
                                      f"{p['first_bad_worker']}'s partition); drop them, or set nanPolicy='skip' "
                                      "to train without them"),
@@ -77,22 +77,22 @@ def check_profile(p: dict[str, Any], spec: TrainSpec, features_col: str, label_c
                                      "drop or impute them before fitting"), column=label_col,
                           expected="no nulls", found=p["null_labels"])
     if p["null_features"]:
-        raise with_fields(ValueError(f"featuresCol {features_col!r} has {p['null_features']} null rows; "
+        raise with_fields(ValueError(f"inputCol {features_col!r} has {p['null_features']} null rows; "
                                      "drop them first"), column=features_col, expected="no nulls",
                           found=p["null_features"])
     if p["nonfinite_rows"] and spec.nan_policy == "error":
-        raise with_fields(ValueError(f"{p['nonfinite_rows']} rows of featuresCol {features_col!r} or labelCol "
+        raise with_fields(ValueError(f"{p['nonfinite_rows']} rows of inputCol {features_col!r} or labelCol "
                                      f"{label_col!r} hold NaN or infinite values, which would make the loss NaN; "
                                      "drop or impute them, or set nanPolicy='skip' to train without them"),
                           column=features_col, expected="finite values", found=p["nonfinite_rows"])
     images = spec.input_format is not None and spec.input_format.images
     if p["min_len"] != p["max_len"] and images:
-        raise with_fields(ValueError(f"featuresCol {features_col!r} holds images of different sizes (from "
+        raise with_fields(ValueError(f"inputCol {features_col!r} holds images of different sizes (from "
                                      f"{p['min_len']} to {p['max_len']} values) and no preprocessing resizes "
                                      "them; set imagePreprocessing (a catalogue model, or its JSON record)"),
                           column=features_col, expected="one image size", found=[p["min_len"], p["max_len"]])
     if p["min_len"] != p["max_len"]:
-        raise with_fields(ValueError(f"featuresCol {features_col!r} rows must all have the same length, found "
+        raise with_fields(ValueError(f"inputCol {features_col!r} rows must all have the same length, found "
                                      f"lengths from {p['min_len']} to {p['max_len']}"), column=features_col,
                           expected="one length", found=[p["min_len"], p["max_len"]])
     if spec.loss == "cross_entropy" and (p["fractional_labels"] or p["min_label"] < 0):
@@ -109,7 +109,7 @@ def check_network(module: torch.nn.Module, spec: TrainSpec, n_features: int, max
     shape = list(spec.input_shape or [n_features])
     if int(torch.tensor(shape).prod()) != n_features:
         raise with_fields(ValueError(f"inputShape {shape} holds {int(torch.tensor(shape).prod())} values but "
-                                     f"featuresCol {features_col!r} has {n_features}"), column=features_col,
+                                     f"inputCol {features_col!r} has {n_features}"), column=features_col,
                           expected=shape, found=n_features)
     try:
         with torch.no_grad():
@@ -117,7 +117,7 @@ def check_network(module: torch.nn.Module, spec: TrainSpec, n_features: int, max
             out = module.eval()(torch.zeros(2, *shape))
             module.train(was_training)
     except RuntimeError as err:
-        raise with_fields(ValueError(f"the network does not accept inputs of shape {shape} from featuresCol "
+        raise with_fields(ValueError(f"the network does not accept inputs of shape {shape} from inputCol "
                                      f"{features_col!r} (set inputShape?): {err}"), column=features_col,
                           expected="an input the network accepts", found=shape) from None
     if spec.loss == "cross_entropy":

@@ -154,7 +154,7 @@ def tiny_onnx_model() -> Any:
         path = os.path.join(tempfile.mkdtemp(prefix="irbis-onnx-"), "tiny.onnx")
         onnx.save(model, path)
         _ONNX_FILES["path"] = path
-    return ONNXModel(modelPath=_ONNX_FILES["path"], inputCol="vec", outputCol="scores")
+    return ONNXModel(network=_ONNX_FILES["path"], inputCol="vec", outputCol="scores")
 
 
 STAGE_CASES.update({
@@ -204,7 +204,7 @@ def tiny_estimator() -> Any:
     from irbis.ml.estimator import TorchEstimator
 
     return TorchEstimator(network="mlp", networkOptions='{"in_features": 2, "hidden": 4, "out_features": 2}',
-                          featuresCol="vec", labelCol="label", epochs=1, batchSize=4, numWorkers=1,
+                          inputCol="vec", labelCol="label", epochs=1, batchSize=4, numWorkers=1,
                           showProgress=False)
 
 

@@ -115,6 +115,7 @@ def fit_stage(case: StageCase, df):
     if isinstance(stage, Estimator):
         model = stage.fit(df)
         assert type(model).__name__ == case.fitted
+        assert isinstance(model, type(stage)._model_class), f"{type(stage).__name__} declares another Model class"
         return stage, model
     return stage, stage
 

@@ -129,7 +129,7 @@ def test_killed_worker_resumes_image_training_streamed_from_its_spill(cluster_sp
                          label))
     df = cluster_spark.createDataFrame(rows, "image " + IMAGE_STRUCT.simpleString() + ", label int").repartition(2)
     ckpt_root, marker = str(tmp_path / "ckpt"), str(tmp_path / "killed")
-    est = TorchEstimator(network="small_cnn", networkOptions='{"num_classes": 2}', featuresCol="image",
+    est = TorchEstimator(network="small_cnn", networkOptions='{"num_classes": 2}', inputCol="image",
                          imagePreprocessing="small_cnn_cifar", shuffleBuffer=16,
                          augmentation='[{"op": "flip", "p": 0.5}]', epochs=4, batchSize=8, numWorkers=2,
                          learningRate=3e-3, validationFraction=0.2, checkpointDir=ckpt_root, checkpointInterval=4,

@@ -119,7 +119,7 @@ def test_featurizer_calibrated_on_an_image_frame_equals_a_folder_of_the_same_row
     weights.mkdir()
     (weights / "architecture.json").write_text(json.dumps({"architecture": "small_cnn", "options": {}}))
     torch.save(net.state_dict(), weights / "weights.pt")
-    params = dict(model="small_cnn_cifar", modelPath=str(weights), cutOutputLayers=0, engine="onnxruntime",
+    params = dict(network="small_cnn_cifar", weights=str(weights), cutOutputLayers=0, engine="onnxruntime",
                   precision="int8", outputCol="y")
     by_frame = ImageFeaturizer(calibrationData=images, **params)
     structs = [r.image.asDict() for r in images.orderBy("id").collect()]

@@ -76,7 +76,7 @@ def test_train_reports_a_missing_column(spark, tmp_path, capsys):
     code = main(["train", str(data), "--task", "vectors", "--output", str(tmp_path / "m"),
                  "--master", "local[2]"])
     assert code == 2
-    assert "featuresCol 'features' not found" in capsys.readouterr().err
+    assert "inputCol 'features' not found" in capsys.readouterr().err
 
 
 def test_train_on_a_folder_of_images_saves_a_pipeline_that_names_the_classes(spark, tmp_path, capsys):

@@ -128,8 +128,8 @@ def test_torch_estimator_bad_data_raises_the_same_error_on_connect(spark, connec
     assert str(on_connect.value) == str(on_classic.value)
     assert "labelCol 'label' has class indices up to 9; it needs at least 10 outputs" in str(on_connect.value)
     assert on_connect.value.column == "label" and on_connect.value.expected == 10
-    with connect_mode(), pytest.raises(ColumnNotFoundError, match="featuresCol 'pixels' not found"):
-        _digits_estimator(featuresCol="pixels").fit(remote)
+    with connect_mode(), pytest.raises(ColumnNotFoundError, match="inputCol 'pixels' not found"):
+        _digits_estimator(inputCol="pixels").fit(remote)
     with connect_mode(), pytest.raises(ValueError, match="only 2 tasks"):
         _digits_estimator(numWorkers=3).fit(remote)
     with connect_mode(), pytest.raises(ValueError, match="placement=.driver. .parameter-server shards on the driver. needs a classic session"):

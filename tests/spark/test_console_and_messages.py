@@ -28,7 +28,7 @@ NORMAL_RUN = textwrap.dedent(f"""
                                 for i in range(48)], ["vec", "label", "key"])
     print({MARK!r}, flush=True)
     model = TorchEstimator(network="mlp", networkOptions='{{"in_features": 2, "hidden": 4, "out_features": 2}}',
-                           featuresCol="vec", epochs=2, batchSize=8, numWorkers=2, showProgress=False).fit(df)
+                           inputCol="vec", epochs=2, batchSize=8, numWorkers=2, showProgress=False).fit(df)
     assert len(model.transform(df).collect()) == 48
     featurized = Featurize(inputCols=["vec", "key"], outputCol="f").fit(df).transform(df)
     assert len(featurized.collect()) == 48

@@ -120,7 +120,7 @@ def test_any_layer_of_a_user_module_on_every_engine(engine):
         final = net(torch.from_numpy(x)).numpy()
     handle.remove()
     stage = TorchModel.from_module(net, inputCol="x", outputCol="y", inputShape=[3, 8, 8], engine=engine)
-    assert stage.getModelPath().endswith(".pt2")
+    assert stage.getNetwork().endswith(".pt2")
     frame = pd.DataFrame({"x": list(x.reshape(5, -1))})
     np.testing.assert_allclose(np.stack(stage.transform(frame)["y"]), final, rtol=1e-4, atol=1e-5)
     cut = stage.copy({stage.outputLayer: "2.0"}).transform(frame)["y"]
@@ -137,7 +137,7 @@ def test_pt2_stage_in_a_pipeline_model_saves_and_loads(spark, tmp_path):
     stage = TorchModel.from_module(net, inputCol="x", outputCol="y", inputShape=[3, 8, 8], outputLayer="1")
     Pipeline(stages=[stage]).fit(df).save(str(tmp_path / "p"))
     loaded = PipelineModel.load(str(tmp_path / "p")).stages[0]
-    assert loaded.getModelPath().startswith(str(tmp_path)) and loaded.getModelPath().endswith(".pt2")
+    assert loaded.getNetwork().startswith(str(tmp_path)) and loaded.getNetwork().endswith(".pt2")
     rows = {r.id: r.y.toArray() for r in loaded.transform(df).collect()}
     with torch.no_grad():
         expected = net[:2](torch.from_numpy(x.reshape(6, 3, 8, 8))).reshape(6, -1).numpy()
@@ -150,7 +150,7 @@ def test_a_network_torch_export_cannot_capture_runs_eagerly_from_its_class(caplo
     with caplog.at_level("WARNING", logger="irbis.models"):
         stage = TorchModel.from_module(net, options={"width": 4}, inputCol="x", outputCol="y", inputShape=[4])
     assert any("torch.export cannot capture" in r.getMessage() for r in caplog.records)
-    assert (Path(stage.getModelPath()) / "architecture.json").is_file()
+    assert (Path(stage.getNetwork()) / "architecture.json").is_file()
     got = np.stack(stage.transform(pd.DataFrame({"x": list(x)}))["y"])
     with torch.no_grad():
         np.testing.assert_allclose(got, net(torch.from_numpy(x)).numpy(), rtol=1e-5, atol=1e-6)
@@ -168,7 +168,7 @@ def test_a_network_no_format_can_store_is_refused_with_the_ways_out():
 def test_cutting_a_torchscript_file_says_how_to_get_a_cuttable_one(tmp_path):
     path = tmp_path / "net.pt"
     torch.jit.save(torch.jit.script(torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.ReLU())), str(path))
-    stage = TorchModel(modelPath=str(path), inputCol="x", outputCol="y", outputLayer="0", engine="torch")
+    stage = TorchModel(network=str(path), inputCol="x", outputCol="y", outputLayer="0", engine="torch")
     frame = pd.DataFrame({"x": [np.ones(4, np.float32)]})
     assert stage.copy({stage.outputLayer: ""}).transform(frame)["y"][0].shape == (3,)
     with pytest.raises(ValueError, match=r"torch.export archive.*network.pt2"):
@@ -191,7 +191,7 @@ def test_onnx_model_on_openvino_equals_onnxruntime_with_inner_nodes(tmp_path):
     with pytest.raises(ParamValueError, match="engine"):
         ONNXModel(engine="torch")
     for layer in ("", inner):
-        by = {e: np.stack(ONNXModel(modelPath=path, inputCol="x", outputCol="y", outputLayer=layer, engine=e,
+        by = {e: np.stack(ONNXModel(network=path, inputCol="x", outputCol="y", outputLayer=layer, engine=e,
                                     miniBatchSize=4).transform(frame)["y"]) for e in ("onnxruntime", "openvino")}
         np.testing.assert_allclose(by["openvino"], by["onnxruntime"], rtol=1e-4, atol=1e-5)
     assert by["openvino"].shape == (9, OPTIONS["hidden"])
@@ -226,7 +226,7 @@ def test_static_int8_stage_persists_its_calibration_and_equals_the_kernel(spark,
     assert loaded.getCalibrationData() == str(tmp_path / "stage" / "data" / "calibration")
     df = spark.createDataFrame([(i, Vectors.dense(x.tolist())) for i, x in enumerate(digits)], ["id", "x"])
     got = np.stack([r.y.toArray() for r in loaded.transform(df).orderBy("id").collect()])
-    kernel = make_torch_predict_fn(resolve_source(loaded.getModelPath()), engine="onnxruntime", precision="int8",
+    kernel = make_torch_predict_fn(resolve_source(loaded.getNetwork()), engine="onnxruntime", precision="int8",
                                    calibration_data=str(calibration))(digits)
     np.testing.assert_allclose(got, kernel, rtol=1e-5, atol=1e-5)
     with torch.no_grad():
@@ -244,7 +244,7 @@ def test_dynamic_int8_on_torch_equals_the_kernel_and_is_quantised(spark, digits)
     df = spark.createDataFrame([(i, Vectors.dense(x.tolist())) for i, x in enumerate(digits)], ["id", "x"])
     got = np.stack([r.y.toArray() for r in stage.transform(df).orderBy("id").collect()])
     # the inputs' ranges are measured per batch, so the kernel meets the same batches: one row each
-    kernel = make_torch_predict_fn(resolve_source(stage.getModelPath()), engine="torch", precision="int8",
+    kernel = make_torch_predict_fn(resolve_source(stage.getNetwork()), engine="torch", precision="int8",
                                    batch_size=1)(digits)
     np.testing.assert_allclose(got, kernel, rtol=1e-5, atol=1e-5)
     with torch.no_grad():

@@ -17,18 +17,18 @@ EXPECTED = {"chelsea": {281, 282, 285}, "coffee": {967}, "rocket": {657, 744, 81
 def test_params_pick_the_entry_layers_and_validate():
     assert ImageFeaturizer(cutOutputLayers=0).feature_layer() == ""
     assert ImageFeaturizer(cutOutputLayers=2).feature_layer() == "_head_act"
-    assert ImageFeaturizer(model="resnet50").feature_layer() == "flatten"
+    assert ImageFeaturizer(network="resnet50").feature_layer() == "flatten"
     with pytest.raises(ValueError, match="supports cutting 1..5 layers"):
         ImageFeaturizer(cutOutputLayers=9)
-    with pytest.raises(ValueError, match="Param model='vgg' is not allowed; expected one of 'efficientnet_lite0'"):
-        ImageFeaturizer(model="vgg")
+    with pytest.raises(ValueError, match="Param network='vgg' is not allowed; expected one of 'efficientnet_lite0'"):
+        ImageFeaturizer(network="vgg")
 
 
 def test_explicit_output_layer_wins_over_cut_output_layers():
     feat = ImageFeaturizer(cutOutputLayers=2, outputLayer="_blocks.10")
     assert feat.getOutputLayer() == "_blocks.10" and feat.feature_layer() == "_blocks.10"
     assert feat.setOutputLayer("").feature_layer() == "_head_act"
-    with pytest.raises(ValueError, match="outputLayer 'nope' is not a module of model 'efficientnet_lite0'"):
+    with pytest.raises(ValueError, match="outputLayer 'nope' is not a module of network 'efficientnet_lite0'"):
         feat.setOutputLayer("nope")
     assert feat.getOutputLayer() == ""  # a refused value leaves the stage as it was
     photo = cv2.imencode(".jpg", skdata.coffee()[:, :, ::-1])[1].tobytes()

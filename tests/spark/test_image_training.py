@@ -71,7 +71,7 @@ def test_frozen_layers_run_once_and_the_model_scores_with_the_whole_network(phot
                           augmentation="[]", showProgress=False, seed=3)
     model = clf.fit(train)
     est = clf.last_estimator
-    assert est.getFeaturesCol() == "content_frozen" and est.getOrDefault("inputShape") == [192, 7, 7]  # the cached path
+    assert est.getInputCol() == "content_frozen" and est.getOrDefault("inputShape") == [192, 7, 7]  # the cached path
     assert len(model.training_summary) == 2
     out = model.transform(test).toPandas()  # images in: the whole network, the trained layers loaded
     assert float((out["prediction"] == out["label"]).mean()) >= 0.85
@@ -84,7 +84,7 @@ def small_images(spark, n=48, size=40, seed=0):
 
 
 def small_estimator(**kw):
-    base = dict(network="small_cnn", featuresCol="image", imagePreprocessing="small_cnn_cifar", epochs=2,
+    base = dict(network="small_cnn", inputCol="image", imagePreprocessing="small_cnn_cifar", epochs=2,
                 batchSize=8, numWorkers=2, learningRate=3e-3, showProgress=False, seed=11, shuffleBuffer=8,
                 augmentation=json.dumps([{"op": "random_resized_crop", "scale": [0.5, 1.0]},
                                          {"op": "flip", "p": 0.5}, {"op": "grey", "p": 0.2}]))
@@ -136,9 +136,9 @@ def test_corrupt_files_follow_nan_policy(spark, photo_frames):
     train, _ = photo_frames
     bad = spark.createDataFrame([(b"\xff\xd8 truncated", 0), (b"", 1)], "content binary, label int")
     df = train.union(bad).repartition(2)
-    est = TorchEstimator(network="small_cnn", featuresCol="content", imagePreprocessing="small_cnn_cifar", epochs=1,
+    est = TorchEstimator(network="small_cnn", inputCol="content", imagePreprocessing="small_cnn_cifar", epochs=1,
                          batchSize=8, numWorkers=2, showProgress=False)
-    with pytest.raises(ValueError, match=r"2 images of featuresCol 'content' cannot be read \(the first: row \d+ "
+    with pytest.raises(ValueError, match=r"2 images of inputCol 'content' cannot be read \(the first: row \d+ "
                                          r"of training task \d's partition\).*nanPolicy='skip'"):
         est.fit(df)
     model = est.setNanPolicy("skip").fit(df)
@@ -171,14 +171,14 @@ def test_bad_image_input_is_named_before_any_step(spark, photo_frames):
         ImageClassifier(imageCol="content", numClasses=2, epochs=1).fit(train.selectExpr("content", "label + 1 as label"))
     vectors = spark.createDataFrame([(Vectors.dense([1.0, 2.0]), 0)] * 4, ["vec", "label"])
     with pytest.raises(ParamValueError, match="imagePreprocessing.*holds numbers, not images"):
-        TorchEstimator(network="small_cnn", featuresCol="vec", imagePreprocessing="small_cnn_cifar").fit(vectors)
+        TorchEstimator(network="small_cnn", inputCol="vec", imagePreprocessing="small_cnn_cifar").fit(vectors)
     mixed = spark.createDataFrame([(array_to_struct(np.zeros((s, s, 3), np.uint8)), 0) for s in (8, 8, 9, 9)],
                                   "image " + IMAGE_STRUCT.simpleString() + ", label int")
     with pytest.raises(ValueError, match="images of different sizes .* no preprocessing resizes them"):
-        TorchEstimator(network="small_cnn", featuresCol="image", inputShape=[3, 8, 8], numWorkers=2,
+        TorchEstimator(network="small_cnn", inputCol="image", inputShape=[3, 8, 8], numWorkers=2,
                        showProgress=False).fit(mixed)
     with pytest.raises(ValueError, match="set imagePreprocessing .* or inputShape"):
-        TorchEstimator(network="small_cnn", featuresCol="image", showProgress=False).fit(mixed)
+        TorchEstimator(network="small_cnn", inputCol="image", showProgress=False).fit(mixed)
     with pytest.raises(ParamValueError, match="backbone='no_such_net'"):
         ImageClassifier(backbone="no_such_net")
     with pytest.raises(ValueError, match="freezeUntil '_blocks.99' names no layer of EfficientNetLite0"):

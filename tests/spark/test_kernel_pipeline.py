@@ -65,7 +65,7 @@ def test_stages_saved_before_load_with_load_and_load_local(spark):
     from skimage import data
 
     network = TorchModel.load(str(SAVED / "torch_model"))
-    assert Path(network.getModelPath()).is_relative_to(SAVED / "torch_model")  # the sidecar, not the saved path
+    assert Path(network.getNetwork()).is_relative_to(SAVED / "torch_model")  # the sidecar, not the saved path
     (kernel,) = load_local(str(SAVED / "torch_model"))
     x = np.array([[0.5, -1.0, 2.0]])
     want = network.transform(spark.createDataFrame([(x[0].tolist(),)], "scaled array<double>")).first()["scores"]

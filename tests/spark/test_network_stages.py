@@ -70,7 +70,7 @@ def test_output_layer_and_array_inputs(spark, digits, net):
     nested = [(i, x.reshape(8, 8).tolist()) for i, x in enumerate(digits)]
     df = spark.createDataFrame(nested, "id int, pixels array<array<float>>")
     stage = TorchModel.from_module(net, architecture="mlp", options=OPTIONS, inputCol="pixels",
-                                   outputCol="hidden", outputLayer=hidden, outputType="array")
+                                   outputCol="hidden", outputLayer=hidden, outputFormat="array")
     got = _by_id(stage.transform(df), "hidden")
     np.testing.assert_allclose(np.stack([got[i] for i in range(len(digits))]), seen[0].numpy(), rtol=1e-5, atol=1e-5)
 
@@ -78,12 +78,12 @@ def test_output_layer_and_array_inputs(spark, digits, net):
 def test_pipeline_with_torch_and_onnx_round_trips(digits_df, net, onnx_path, tmp_path):
     torch_stage = TorchModel.from_module(net, architecture="mlp", options=OPTIONS, inputCol="features",
                                          outputCol="t")
-    onnx_stage = ONNXModel(modelPath=str(onnx_path), feedDict={"input": "features"}, fetchDict={"o": "logits"})
+    onnx_stage = ONNXModel(network=str(onnx_path), feedDict={"input": "features"}, fetchDict={"o": "logits"})
     model = Pipeline(stages=[torch_stage, onnx_stage]).fit(digits_df)
     model.save(str(tmp_path / "pipeline"))
     loaded = PipelineModel.load(str(tmp_path / "pipeline"))
     # The networks were saved beside the params, and the loaded stages read those copies.
-    assert all(str(tmp_path) in stage.getModelPath() for stage in loaded.stages)
+    assert all(str(tmp_path) in stage.getNetwork() for stage in loaded.stages)
     before, after = model.transform(digits_df), loaded.transform(digits_df)
     for col in ("t", "o"):
         b, a = _by_id(before, col), _by_id(after, col)
@@ -96,7 +96,7 @@ def test_onnx_model_equals_onnxruntime_and_fetches_inner_nodes(digits_df, digits
     import onnx
 
     inner = onnx.load(str(onnx_path)).graph.node[1].output[0]
-    stage = ONNXModel(modelPath=str(onnx_path), feedDict={"input": "features"},
+    stage = ONNXModel(network=str(onnx_path), feedDict={"input": "features"},
                       fetchDict={"logits": "logits", "inner": inner}, miniBatchSize=16)
     out = stage.transform(digits_df)
     expected = ort.InferenceSession(str(onnx_path)).run(["logits"], {"input": digits})[0]
@@ -145,7 +145,7 @@ def test_wrong_type_and_missing_column_are_named(spark, net):
 def test_missing_model_file_names_the_path(spark):
     df = spark.createDataFrame([(1, [0.5])], "id int, x array<float>")
     with pytest.raises(FileNotFoundError, match="does-not-exist.pt"):
-        TorchModel(modelPath="/nowhere/does-not-exist.pt", inputCol="x", outputCol="y").transform(df)
+        TorchModel(network="/nowhere/does-not-exist.pt", inputCol="x", outputCol="y").transform(df)
 
 
 @pytest.mark.parametrize("order", [(0, 1), (1, 0)])

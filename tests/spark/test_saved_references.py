@@ -50,7 +50,7 @@ def test_an_image_featurizer_saved_under_its_old_module_path_loads(spark, tmp_pa
     old = Path(__file__).parents[1] / "data" / "saved_featurizer_v0" / "image_featurizer"
     assert json.loads(next((old / "metadata").glob("part-*")).read_text())["class"] == "irbis.ml.featurizer.ImageFeaturizer"
     loaded = ImageFeaturizer.load(str(old))
-    assert type(loaded) is ImageFeaturizer and loaded.getOrDefault("model") == "lenet_digits"
+    assert type(loaded) is ImageFeaturizer and loaded.getNetwork() == "lenet_digits"
     assert (loaded.getInputCol(), loaded.getOutputCol()) == ("image", "features")
     loaded.save(str(tmp_path / "again"))
     again = json.loads(next((tmp_path / "again" / "metadata").glob("part-*")).read_text())

@@ -73,7 +73,7 @@ def test_onnx_model_on_tensor_bytes_equals_the_array_column(frame, digits, net, 
     path = tmp_path / "lenet.onnx"
     torch.onnx.export(net, (torch.zeros(1, *SHAPE),), str(path), input_names=["input"], output_names=["out"],
                       dynamic_axes={"input": {0: "n"}, "out": {0: "n"}}, dynamo=False)
-    stage = ONNXModel(modelPath=str(path), inputCol="x", outputCol="y", engine=engine)
+    stage = ONNXModel(network=str(path), inputCol="x", outputCol="y", engine=engine)
     from_array, _ = _outputs(stage.transform(frame))
     from_bytes, rows = _outputs(stage.setInputCol("b").transform(frame))
     assert rows[len(digits)] is None
@@ -104,7 +104,7 @@ def test_rows_of_the_wrong_byte_length_name_the_column_and_the_shape(spark, net,
         path = tmp_path / "lenet.onnx"
         torch.onnx.export(net, (torch.zeros(1, *SHAPE),), str(path), input_names=["input"],
                           dynamic_axes={"input": {0: "n"}}, dynamo=False)
-        stage = ONNXModel(modelPath=str(path), inputCol="b", outputCol="y", inputShape=SHAPE)
+        stage = ONNXModel(network=str(path), inputCol="b", outputCol="y", inputShape=SHAPE)
     with pytest.raises(PythonException, match=rf"{stage_class.__name__}: rows of column 'b' have shape \[63\].*"
                                               r"expected: \[1, 8, 8\].*252 bytes.*float32 take 256 bytes"):
         stage.transform(df).collect()
@@ -158,7 +158,7 @@ def test_onnx_model_workers_do_not_import_torch(net, tmp_path):
     path = tmp_path / "lenet.onnx"
     torch.onnx.export(net, (torch.zeros(1, *SHAPE),), str(path), input_names=["input"],
                       dynamic_axes={"input": {0: "n"}}, dynamo=False)
-    stage = ONNXModel(modelPath=str(path), inputCol="b", outputCol="y", inputShape=SHAPE,
+    stage = ONNXModel(network=str(path), inputCol="b", outputCol="y", inputShape=SHAPE,
                       softMaxDict={"y": "p"}, argMaxDict={"y": "label"})
     (tmp_path / "fn.pkl").write_bytes(cloudpickle.dumps(stage._make_batch_fn()))
     x = np.arange(2 * 64, dtype=np.float32).reshape(2, 64)

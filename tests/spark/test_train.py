@@ -89,7 +89,7 @@ def test_bad_inputs_fail_before_training(spark, train_df):
         estimator().fit(text)
     with pytest.raises(ValueError, match="at least 10 outputs"):
         estimator(networkOptions='{"in_features": 64, "hidden": 8, "out_features": 5}').fit(train_df)
-    with pytest.raises(ValueError, match="featuresCol 'features'"):
+    with pytest.raises(ValueError, match="inputCol 'features'"):
         estimator(networkOptions='{"in_features": 60, "hidden": 8, "out_features": 10}').fit(train_df)
     with pytest.raises(ValueError, match="only 2 tasks"):
         estimator(numWorkers=3).fit(train_df)

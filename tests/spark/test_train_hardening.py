@@ -21,7 +21,7 @@ NET = json.dumps({"in_features": 2, "hidden": 8, "out_features": 2})
 
 def estimator(**kw):
     base = dict(network="mlp", networkOptions=NET, epochs=2, batchSize=4, numWorkers=2, showProgress=False,
-                featuresCol="vec")
+                inputCol="vec")
     return TorchEstimator(**{**base, **kw})
 
 
@@ -38,7 +38,7 @@ def nan_df(spark, rows):
 
 
 def test_one_nan_feature_is_refused_naming_the_column_and_count(nan_df):
-    with pytest.raises(ValueError, match=r"1 rows of featuresCol 'vec' or labelCol 'label' hold NaN .*nanPolicy='skip'"):
+    with pytest.raises(ValueError, match=r"1 rows of inputCol 'vec' or labelCol 'label' hold NaN .*nanPolicy='skip'"):
         estimator().fit(nan_df)
 
 

@@ -61,9 +61,9 @@ def test_user_catalogue_model_featurizes_by_name(user_model):
     folder, net = user_model
     photos = _photos()
     frame = pd.DataFrame({"b": [cv2.imencode(".png", p[:, :, ::-1])[1].tobytes() for p in photos]})
-    features = ImageFeaturizer(inputCol="b", model=NAME, miniBatchSize=2).transform(frame)["features"]
+    features = ImageFeaturizer(inputCol="b", network=NAME, miniBatchSize=2).transform(frame)["features"]
     np.testing.assert_allclose(np.stack(features), _expected(net, photos, "flatten"), rtol=1e-4, atol=1e-5)
-    scores = ImageFeaturizer(inputCol="b", model=NAME, cutOutputLayers=0).transform(frame)["features"]
+    scores = ImageFeaturizer(inputCol="b", network=NAME, cutOutputLayers=0).transform(frame)["features"]
     np.testing.assert_allclose(np.stack(scores), _expected(net, photos, None), rtol=1e-4, atol=1e-5)
     assert np.stack(scores).shape == (3, 5)
     repo = ModelRepository(folder, include_builtin=False)  # the same folder as a repository
@@ -74,7 +74,7 @@ def test_user_catalogue_model_runs_in_torch_model_by_name(user_model):
     _, net = user_model
     photos = _photos()
     pixels = [preprocess_rgb(p, get_entry(NAME).preprocessing).reshape(-1) for p in photos]
-    out = TorchModel(modelPath=NAME, inputCol="x", outputCol="y").transform(pd.DataFrame({"x": pixels}))
+    out = TorchModel(network=NAME, inputCol="x", outputCol="y").transform(pd.DataFrame({"x": pixels}))
     np.testing.assert_allclose(np.stack(out["y"]), _expected(net, photos, None), rtol=1e-4, atol=1e-5)
 
 
@@ -87,7 +87,7 @@ def test_user_catalogue_model_on_spark_workers(spark, user_model):
     photos = _photos()
     df = spark.createDataFrame([(cv2.imencode(".png", p[:, :, ::-1])[1].tobytes(),) for p in photos],
                                StructType().add("b", BinaryType()))
-    stage = ImageFeaturizer(inputCol="b", model=NAME, cutOutputLayers=2)
+    stage = ImageFeaturizer(inputCol="b", network=NAME, cutOutputLayers=2)
     rows = stage.transform(df).select("features").collect()
     found = np.stack([r.features.toArray() for r in rows])
     np.testing.assert_allclose(found, _expected(net, photos, "features"), rtol=1e-4, atol=1e-5)

@@ -41,3 +41,13 @@ def test_the_stages_page_has_every_param_of_every_stage(site: Path):
                if not re.search(rf"(?m)^{re.escape(p.name)}$", text)]
     assert not missing, f"stage Params missing from the generated reference: {missing}"
     assert all(f"Params of {cls.__name__}" in text for cls in _docgen.stage_classes())
+
+
+def test_the_vocabulary_page_is_up_to_date():
+    """docs/vocabulary.md is what irbis.ml.vocabulary generates (python -m irbis.ml._docgen vocabulary)."""
+    from irbis.ml import _docgen
+
+    page = (ROOT / "docs" / "vocabulary.md").read_text()
+    assert page == _docgen.vocabulary_page(), ("docs/vocabulary.md is out of date: regenerate it with "
+                                               "python -m irbis.ml._docgen vocabulary > docs/vocabulary.md")
+    assert "vocabulary.md" in (ROOT / "mkdocs.yml").read_text()

@@ -35,3 +35,18 @@ def test_every_optimization_level_gives_the_same_result(tmp_path, level):
     path.write_bytes(model.SerializeToString())
     run = make_onnx_predict_fn(str(path), ["y"], optimization_level=level)
     np.testing.assert_array_equal(run({"x": np.array([[-1.0, 2.0]], np.float32)})["y"], [[0.0, 2.0]])
+
+
+def test_auto_runs_a_graph_on_the_first_installed_engine_and_names_the_package_when_none_is(monkeypatch):
+    from irbis.kernels import engines
+    from irbis.kernels.onnx import ONNX_ENGINES, onnx_engine
+
+    installed = {name: engines.ENGINES[name].installed() for name in ONNX_ENGINES[1:]}
+    expected = next((name for name, found in installed.items() if found), None)
+    if expected is not None:
+        assert onnx_engine("auto") == expected
+    assert onnx_engine("openvino") == "openvino"
+    for name in ONNX_ENGINES[1:]:
+        monkeypatch.setitem(engines.ENGINES, name, engines.Engine(name, "no_such_module_here", name, ""))
+    with pytest.raises(ImportError, match="pip install onnxruntime"):
+        onnx_engine("auto")

@@ -140,12 +140,12 @@ def spark_job(kind: str, spark, data: str):
         return lambda: stage.transform(images).drop("image")
     if kind == "fused":
         chain = card_chain(ImageTransformer(inputCol="image", outputCol="pixels", outputFormat="array"))
-        net = TorchModel(modelPath=MODEL, inputCol="pixels", outputCol="features", inputShape=[3, 224, 224],
+        net = TorchModel(network=MODEL, inputCol="pixels", outputCol="features", inputShape=[3, 224, 224],
                          outputLayer="_flatten", miniBatchSize=32)
         model = fuse([chain, net])
         images = read_images(data, spark=spark)
         return lambda: model.transform(images).drop("image")
-    stage = TorchModel(modelPath=MODEL, inputCol="x", outputCol="features", inputShape=[3, 224, 224],
+    stage = TorchModel(network=MODEL, inputCol="x", outputCol="features", inputShape=[3, 224, 224],
                        outputLayer="_flatten", miniBatchSize=64)
     return lambda: stage.transform(spark.read.parquet(data))
 

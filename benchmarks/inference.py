@@ -221,14 +221,14 @@ def scorer(method: str, key: str, workdir: Path, precision: str, engine: str = "
     if method == "torchmodel":
         from irbis import TorchModel
 
-        stage = TorchModel(modelPath=model_source(key, workdir), inputCol="image", outputCol="out",
+        stage = TorchModel(network=model_source(key, workdir), inputCol="image", outputCol="out",
                            inputShape=[3, 224, 224], precision=precision, outputType="array", engine=engine,
                            calibrationData=calibration_folder(workdir) if key != "effnet" else "")
         return stage.transform
     if method == "onnxmodel":
         from irbis import ONNXModel
 
-        stage = ONNXModel(modelPath=onnx_file(key, workdir), inputCol="image", outputCol="out",
+        stage = ONNXModel(network=onnx_file(key, workdir), inputCol="image", outputCol="out",
                           inputShape=[3, 224, 224], outputType="array")
         return stage.transform
     if method in ("spark_floor", "spark_floor_arrow"):

@@ -132,7 +132,7 @@ def part_plain(args: argparse.Namespace) -> dict:
     onnx_file = export_onnx()
     rows, cosines = {}, {}
     reference = np.load(args.reference)
-    for engine in ("openvino", "onnxruntime"):
+    for engine in ("torch", "openvino", "onnxruntime"):
         run_batch = plain_engine(engine, onnx_file)
 
         def embed() -> np.ndarray:
@@ -173,6 +173,22 @@ def export_onnx() -> str:
 
 
 def plain_engine(engine: str, path: str) -> Any:
+    if engine == "torch":  # transformers' own model, mean pooling and L2 norm written out
+        import torch
+        from transformers import AutoModel
+
+        torch.set_num_threads(2)
+        model = AutoModel.from_pretrained(folder()).eval()
+
+        def run(ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
+            with torch.inference_mode():
+                ids_t, mask_t = torch.from_numpy(ids), torch.from_numpy(mask)
+                states = model(input_ids=ids_t, attention_mask=mask_t).last_hidden_state
+                weights = mask_t.unsqueeze(-1).float()
+                pooled = (states * weights).sum(1) / weights.sum(1).clamp(min=1e-9)
+                return torch.nn.functional.normalize(pooled, dim=-1).numpy()
+
+        return run
     if engine == "openvino":
         import openvino as ov
 
@@ -187,6 +203,29 @@ def plain_engine(engine: str, path: str) -> Any:
     session = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
     names = [i.name for i in session.get_inputs()]
     return lambda ids, mask: session.run(None, {names[0]: ids, names[1]: mask})[0]
+
+
+def part_engines(args: argparse.Namespace) -> dict:
+    """Irbis's text runner without Spark, one thread (a Spark task's share on local[2]), per engine and
+    precision: the evidence for ``engine="auto"``'s order."""
+    from irbis.kernels.text_encoder import text_runner
+    from irbis.kernels.threads import set_threads
+    from irbis.models.text import text_source
+
+    set_threads(1)
+    data = texts(args.copies)
+    reference = np.load(args.reference)
+    rows, cosine = {}, {}
+    for engine, precision in (("torch", "fp32"), ("openvino", "fp32"), ("onnxruntime", "fp32"),
+                              ("torch", "bf16"), ("openvino", "bf16"), ("onnxruntime", "int8")):
+        runner = text_runner(text_source(MODEL), engine=engine, precision=precision, max_length=MAX_LENGTH,
+                             token_budget=args.budget, max_rows=256)
+        key = f"{engine} {precision}"
+        rows[key] = len(data) / timed(lambda: runner.encode(data))
+        got = runner.encode(data[:len(reference)]).values
+        cos = (got * reference).sum(1) / (np.linalg.norm(got, axis=1) * np.linalg.norm(reference, axis=1))
+        cosine[key] = {"mean": float(cos.mean()), "min": float(cos.min())}
+    return {"texts_per_s": rows, "cosine": cosine}
 
 
 def spark_frame(spark: Any, data: list[str], parquet: Path | None = None) -> Any:
@@ -255,13 +294,15 @@ def part_irbis(args: argparse.Namespace) -> dict:
     cached, parquet = spark_frame(spark, data), spark_frame(spark, data, work / "reviews.parquet")
     cached.count()
     reference = np.load(args.reference)
-    reduced = "bf16" if native_bf16() else "int8"
+    reduced = ["bf16", "int8"] if native_bf16() else ["int8"]
     rows, cosine, engines = {}, {}, {}
     embeddings = {}
-    for precision in ("fp32", reduced):
+    for precision in ["fp32", *reduced]:
         stage = TextEmbedder(inputCol="review", outputCol="e", precision=precision, maxLength=MAX_LENGTH,
-                             tokenBudget=args.budget, outputType="array")
-        for source, frame in (("cached DataFrame", cached), ("Parquet file", parquet)):
+                             tokenBudget=args.budget, outputFormat="array")
+        sources = (("cached DataFrame", cached), ("Parquet file", parquet)) if precision == "fp32" else (
+            ("cached DataFrame", cached),)
+        for source, frame in sources:
             out = stage.transform(frame)
             rows[f"{precision}, {source}"] = len(data) / timed(lambda: out.write.format("noop").mode("overwrite").save())
         got = stage.transform(cached).where("id < %d" % len(reference)).orderBy("id").collect()
@@ -272,7 +313,7 @@ def part_irbis(args: argparse.Namespace) -> dict:
     from irbis.kernels.text_encoder import text_runner, text_tokens
     from irbis.models.text import text_source
 
-    for precision in ("fp32", reduced):
+    for precision in ["fp32", *reduced]:
         engines[precision] = text_runner(text_source(MODEL), engine="auto", precision=precision,
                                          max_length=MAX_LENGTH).engine
     stats = text_runner(text_source(MODEL), engine="torch", max_length=MAX_LENGTH, token_budget=args.budget,
@@ -300,7 +341,7 @@ def sentiment_accuracy(embeddings: dict[str, np.ndarray]) -> dict[str, float]:
     return out
 
 
-PARTS = {"st": part_st, "plain": part_plain, "udf": part_udf, "irbis": part_irbis}
+PARTS = {"st": part_st, "plain": part_plain, "engines": part_engines, "udf": part_udf, "irbis": part_irbis}
 
 
 # -- the run ---------------------------------------------------------------------------------------------
@@ -317,11 +358,13 @@ def run_part(name: str, args: argparse.Namespace) -> dict:
 
 def report(args: argparse.Namespace, parts: dict) -> str:
     n = len(texts(args.copies))
-    st, plain, udf, irbis = parts["st"], parts["plain"], parts["udf"], parts["irbis"]
+    st, plain, udf, irbis, engines = parts["st"], parts["plain"], parts["udf"], parts["irbis"], parts["engines"]
     best_st = max(st["texts_per_s"].values())
     best_plain = max(plain["texts_per_s"].values())
     best_udf = max(udf["texts_per_s"].values())
-    lines = [f"# Text embeddings, all-MiniLM-L6-v2, {n} drug reviews, maxLength {MAX_LENGTH}, 2 cores",
+    stamp = time.strftime("%Y-%m-%d %H:%M")
+    lines = [f"# benchmarks/text.py, {stamp}: text embeddings, all-MiniLM-L6-v2, {n} drug reviews, "
+             f"maxLength {MAX_LENGTH}, local[2] on {os.cpu_count()} cores",
              f"# token budget {args.budget}; every figure after one untimed run of the same work", "",
              "| side | setting | texts/s | vs sentence-transformers | vs best plain loop | vs predict_batch_udf |",
              "|---|---|---|---|---|---|"]
@@ -337,8 +380,12 @@ def report(args: argparse.Namespace, parts: dict) -> str:
     for setting, rate in udf["texts_per_s"].items():
         row("(c) predict_batch_udf + sentence-transformers", setting, rate)
     for setting, rate in irbis["texts_per_s"].items():
-        engine = irbis["engines"]["fp32" if setting.startswith("fp32") else irbis["reduced"]]
+        engine = irbis["engines"][setting.split(",")[0]]
         row("(d) Irbis TextEmbedder", f"{setting} ({engine})", rate)
+    lines += ["", "## Irbis's text runner without Spark, 1 thread (a task's share), by engine", "",
+              "| engine, precision | texts/s | mean cosine | min cosine |", "|---|---|---|---|"]
+    lines += [f"| {k} | {v:.1f} | {engines['cosine'][k]['mean']:.5f} | {engines['cosine'][k]['min']:.5f} |"
+              for k, v in engines["texts_per_s"].items()]
     lines += ["", "| side | padded tokens / real tokens |", "|---|---|"]
     lines += [f"| (c) predict_batch_udf, arrival order, {k} | {v:.2f} |" for k, v in udf["waste"].items()]
     lines += [f"| (d) Irbis, one window of {len(np.load(args.reference))} rows, budget {args.budget} | "
@@ -371,7 +418,7 @@ def main() -> None:
     args.reference = Path(tempfile.mkdtemp(prefix="irbis-text-ref-")) / "reference.npy"
     save_reference(args.copies, args.reference)
     parts = {}
-    for name in ("st", "plain", "udf", "irbis"):
+    for name in ("st", "plain", "engines", "udf", "irbis"):
         parts[name] = run_part(name, args)
         print(name, json.dumps(parts[name]), flush=True)
         if "error" in parts[name]:

@@ -404,7 +404,7 @@ def spark_run(folder: str, epochs: int, stage_kind: str, source: str, state_path
                                 dropout=DROPOUT, **common, **({"cacheFrozen": cache_frozen} if cache_frozen else {}))
     else:
         stage = TorchEstimator(network=partial(finetune_network, BACKBONE, 2, FREEZE, SEED, True, DROPOUT),
-                               featuresCol=col, imagePreprocessing=BACKBONE, optimizer=adam_groups,
+                               inputCol=col, imagePreprocessing=BACKBONE, optimizer=adam_groups,
                                learningRate=HEAD_LR, **common)
     model = stage.fit(df)
     seconds = time.perf_counter() - start

@@ -238,7 +238,7 @@ def _cmd_featurize(args: argparse.Namespace) -> int:
     stats = ImageReadStats(spark)
     images = read_images(args.images, dropInvalid=True, spark=spark, stats=stats,
                          pathGlobFilter=args.glob)
-    featurizer = ImageFeaturizer(inputCol="image", outputCol="features", model=args.network,
+    featurizer = ImageFeaturizer(inputCol="image", outputCol="features", network=args.network,
                                  cutOutputLayers=args.cut, precision=args.precision)
     featurizer.transform(images).select("path", "features").write.mode(args.mode).parquet(args.output)
     print(f"features of {stats.files - stats.bad_files} images written to {args.output}; "
@@ -359,7 +359,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
                          "--network on a parquet of features")
     data = spark.read.parquet(args.data)
     estimator = TorchEstimator(network=args.network, networkOptions=args.network_options,
-                               featuresCol=args.features_col, labelCol=args.label_col, **_train_params(args))
+                               inputCol=args.features_col, labelCol=args.label_col, **_train_params(args))
     model = estimator.fit(data)
     model.write().overwrite().save(args.output)
     for record in model.training_summary or []:

@@ -25,8 +25,9 @@ from pyspark.sql.types import (ArrayType, BinaryType, DataType, DoubleType, Floa
 from irbis.kernels.blocks import BatchFn, Tensor
 from irbis.ml.aliases import Alias, alias_mixin, resolve_aliases
 from irbis.ml.base import IrbisModel, IrbisTransformer
+from irbis.ml.network_params import HasVectorOrArrayFormat
 from irbis.ml.params import (ColumnSetters, HasDevice, HasEngine, HasErrorCol, HasMiniBatchSize, HasNetwork,
-                             HasPrecision, at_least, one_of, param_mixin, table_mixin)
+                             HasPrecision, at_least, one_of, table_mixin)
 
 __all__ = ["TextClassifierModel", "TextEmbedder", "TextTokenizer"]
 
@@ -154,11 +155,7 @@ _EMBEDDER_ALIASES = [Alias("modelName", "network", note="a text network of the c
                            "batches of long texts smaller")]
 
 
-HasTextOutputType = param_mixin("outputType", "vector (Spark ML vector) or array (array<float>)",
-                                TypeConverters.toString, "vector", one_of("vector", "array"))
-
-
-class TextEmbedder(_TextStage, HasTextOutputType, alias_mixin("TextEmbedderAliases", _EMBEDDER_ALIASES),
+class TextEmbedder(_TextStage, HasVectorOrArrayFormat, alias_mixin("TextEmbedderAliases", _EMBEDDER_ALIASES),
                    IrbisTransformer):
     """Embed a text column with a sentence encoder: one vector per text.
 
@@ -180,7 +177,7 @@ class TextEmbedder(_TextStage, HasTextOutputType, alias_mixin("TextEmbedderAlias
         As :class:`TorchModel`'s; ``auto`` runs OpenVINO, then ONNX Runtime, then torch on the CPU.
     errorCol : str
         Column for each row's reason when it has no embedding (empty: none; a bad row fails the batch).
-    outputType : str
+    outputFormat : str
         ``vector`` (Spark ML vector, the default) or ``array`` (array<float>).
 
     Examples
@@ -196,15 +193,15 @@ class TextEmbedder(_TextStage, HasTextOutputType, alias_mixin("TextEmbedderAlias
     def __init__(self, *, network: str | None = None, inputCol: str | None = None, outputCol: str | None = None,
                  maxLength: int = 0, truncation: str = "truncate", tokenBudget: int = 4096,
                  miniBatchSize: int = 256, engine: str = "auto", precision: str = "fp32", device: str = "cpu",
-                 errorCol: str = "", outputType: str = "vector", modelName: str | None = None,
+                 errorCol: str = "", outputFormat: str = "vector", modelName: str | None = None,
                  batchSize: int | None = None) -> None:
         super().__init__()
         self._init_text_defaults()
-        self._setDefault(outputCol="embedding", outputType="vector")
+        self._setDefault(outputCol="embedding", outputFormat="vector")
         self._set(**resolve_aliases(_EMBEDDER_ALIASES, dict(self._input_kwargs)))
 
     def _output_columns(self) -> list[tuple[str, DataType]]:
-        out = VectorUDT() if self.getOutputType() == "vector" else ArrayType(FloatType())
+        out = VectorUDT() if self.getOutputFormat() == "vector" else ArrayType(FloatType())
         return [(self.getOutputCol(), out)] + self._error_columns()
 
     def _validate_schema(self, schema: StructType) -> None:

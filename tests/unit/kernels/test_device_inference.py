@@ -21,6 +21,7 @@ TOLERANCE = {"cpu": 1e-3, "cuda": 1e-2}
 def bundle(tmp_path):
     """A model folder: the small CIFAR CNN (conv, batch norm, pooling, linear) with seeded random weights."""
     options = {"num_classes": 5, "width": 8, "seed": 3}
+    clear_cache()  # the process's cache holds only this network (earlier tests may have left theirs)
     (tmp_path / "architecture.json").write_text(json.dumps({"architecture": "small_cnn", "options": options}))
     torch.save(build_model("small_cnn", **options).state_dict(), tmp_path / "weights.pt")
     yield {"kind": "bundle", "path": str(tmp_path)}

@@ -280,12 +280,10 @@ def spark_floor(arrow: bool = False):
     return lambda df: df.withColumn("out", udf("image"))
 
 
-def python_worker_memory() -> dict:
-    """RSS and PSS (MiB) summed over this session's PySpark Python worker processes (the descendants
-    of this process: other Spark applications on the machine are left out), and how many of them have
-    loaded torch (mapped ``libtorch_cpu``): an exported engine's workers need not."""
-    rss = pss = 0
-    count = with_torch = 0
+def python_workers() -> list[int]:
+    """The process ids of this session's PySpark Python workers and daemons (the descendants of this
+    process: other Spark applications on the machine are left out)."""
+    found = []
     for pid in os.listdir("/proc"):
         if not pid.isdigit():
             continue
@@ -293,8 +291,21 @@ def python_worker_memory() -> dict:
             if not _descends_from(int(pid), os.getpid()):
                 continue
             cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
-            if b"pyspark.daemon" not in cmd and b"pyspark.worker" not in cmd:
-                continue
+        except OSError:
+            continue
+        if b"pyspark.daemon" in cmd or b"pyspark.worker" in cmd:
+            found.append(int(pid))
+    return found
+
+
+def python_worker_memory() -> dict:
+    """RSS and PSS (MiB) summed over this session's PySpark Python worker processes
+    (:func:`python_workers`), and how many of them have loaded torch (mapped ``libtorch_cpu``): an
+    exported engine's workers need not."""
+    rss = pss = 0
+    count = with_torch = 0
+    for pid in python_workers():
+        try:
             for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
                 if line.startswith("Rss:"):
                     rss += int(line.split()[1])

@@ -64,18 +64,12 @@ def peak_rss_mib(pid: int | None = None) -> float:
 def worker_peaks() -> list[float]:
     """Peak RSS (MiB) of each PySpark Python worker descending from this process."""
     sys.path.insert(0, str(HERE))
-    from inference import _descends_from
+    from inference import python_workers
 
     peaks = []
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
+    for pid in python_workers():
         try:
-            if not _descends_from(int(pid), os.getpid()):
-                continue
-            cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
-            if b"pyspark.daemon" in cmd or b"pyspark.worker" in cmd:
-                peaks.append(peak_rss_mib(int(pid)))
+            peaks.append(peak_rss_mib(pid))
         except OSError:
             continue
     return peaks

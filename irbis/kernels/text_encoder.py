@@ -281,12 +281,12 @@ class TextRunner:
 
     def _export(self) -> Path:
         """The network's ONNX file (batch and sequence axes dynamic), written once per machine."""
-        from irbis.models.fetch import atomic_path, file_lock
+        from irbis.models.fetch import file_lock
 
         path = onnx_path(f"text-{network_key(self.folder, self.card)}")
         with file_lock(export_lock_path(path)):
             if not path.exists():
-                write_text_onnx(self.folder, self.card, path, atomic_path)
+                write_text_onnx(self.folder, self.card, path)
         return path
 
 
@@ -300,7 +300,7 @@ def network_key(folder: Path, card: TextCard) -> str:
     return digest.hexdigest()[:24]
 
 
-def write_text_onnx(folder: Path, card: TextCard, path: Path, atomic_path: Any) -> None:
+def write_text_onnx(folder: Path, card: TextCard, path: Path) -> None:
     """Export the text network of ``folder`` to ``path``: inputs ``input_ids`` and ``attention_mask`` (int64,
     batch and sequence axes dynamic), one output (embeddings or logits)."""
     import warnings
@@ -308,6 +308,7 @@ def write_text_onnx(folder: Path, card: TextCard, path: Path, atomic_path: Any) 
     import torch
 
     from irbis.kernels.engines.export import _quiet
+    from irbis.models.fetch import atomic_path
     from irbis.models.text import load_text_module
 
     module = load_text_module(folder, card)

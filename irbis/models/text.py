@@ -18,9 +18,10 @@ Examples
 
 from __future__ import annotations
 
+import functools
 import json
 import os
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -166,12 +167,11 @@ def text_source(network: str) -> dict[str, Any]:
     return {"card": card.to_dict(), "folder": str(folder)}
 
 
-def card_from_source(source: dict[str, Any], folder: str | None = None) -> TextCard:
-    """The :class:`TextCard` of a :func:`text_source` (with its folder replaced by ``folder`` when given)."""
+def card_from_source(source: dict[str, Any]) -> TextCard:
+    """The :class:`TextCard` of a :func:`text_source`."""
     card = dict(source["card"])
     card["labels"] = tuple(card.get("labels") or ())
-    out = TextCard(**card)
-    return replace(out, uri=folder) if folder and out.name not in TEXT_MODELS else out
+    return TextCard(**card)
 
 
 def load_text_module(folder: str | os.PathLike[str], card: TextCard) -> Any:
@@ -204,11 +204,12 @@ def load_text_module(folder: str | os.PathLike[str], card: TextCard) -> Any:
         raise TextModelError(f"{root}: the weights leave {len(missing)} parameters of the {type(model).__name__} "
                              f"unset (first: {missing[0]}); the folder's config.json and weights do not match")
     model.eval()
-    network_class = globals().get("TextNetwork") or __getattr__("TextNetwork")
-    return network_class(model, card.task, card.pooling, card.normalize)
+    return _text_network_class()(model, card.task, card.pooling, card.normalize)
 
 
+@functools.cache
 def _text_network_class() -> type:
+    """The wrapper module's class, built on first use: importing this module does not import torch."""
     import torch
     from torch import nn
 
@@ -243,14 +244,6 @@ def pool(states: Any, mask: Any, pooling: str, normalize: bool) -> Any:
         weights = mask.unsqueeze(-1).to(states.dtype)
         out = (states * weights).sum(1) / weights.sum(1).clamp(min=1e-9)
     return torch.nn.functional.normalize(out, dim=-1) if normalize else out
-
-
-def __getattr__(name: str) -> Any:
-    if name == "TextNetwork":  # built on first use: importing this module does not import torch
-        cls = _text_network_class()
-        globals()["TextNetwork"] = cls
-        return cls
-    raise AttributeError(name)
 
 
 def check_tokenizer(tokenizer: Any, folder: str | os.PathLike[str], name: str) -> None:

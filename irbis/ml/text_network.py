@@ -54,8 +54,18 @@ class _WorkerText:
     def __init__(self, network: str, source: dict[str, Any], shipped: str | None, options: dict[str, Any],
                  what: str) -> None:
         self.network, self.source, self.shipped, self.options, self.what = network, source, shipped, options, what
+        self._found: Any = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_found": None}  # the runner stays in the process that loaded it
 
     def __call__(self) -> Any:
+        """The runner (or tokenizer), looked up at the first batch and kept for the task's later batches."""
+        if self._found is None:
+            self._found = self._lookup()
+        return self._found
+
+    def _lookup(self) -> Any:
         from irbis.kernels.text_encoder import text_runner, text_tokens
         from irbis.models.text import TEXT_MODELS, text_source
         from irbis.spark.files import localize

@@ -30,6 +30,7 @@ _EXPORTS: dict[str, str] = {
     "SelectColumns": "irbis.ml.basic",
     "TabularLIME": "irbis.ml.lime",
     "TabularLIMEModel": "irbis.ml.lime",
+    "TextClassifier": "irbis.ml.text_classifier",
     "TextClassifierModel": "irbis.ml.text_network",
     "TextEmbedder": "irbis.ml.text_network",
     "TextFeaturizer": "irbis.ml.text",

@@ -28,6 +28,7 @@ from irbis.ml.base import IrbisModel, IrbisTransformer
 from irbis.ml.network_params import HasVectorOrArrayFormat
 from irbis.ml.params import (ColumnSetters, HasDevice, HasEngine, HasErrorCol, HasMiniBatchSize, HasNetwork,
                              HasPrecision, at_least, one_of, table_mixin)
+from irbis.train.progress import SummaryAttribute
 
 __all__ = ["TextClassifierModel", "TextEmbedder", "TextTokenizer"]
 
@@ -146,17 +147,23 @@ class _TextStage(ColumnSetters, HasTextParams):
     def _has_extra(self) -> bool:
         from irbis.models.text import TEXT_MODELS
 
-        return self.getNetwork() not in TEXT_MODELS
+        return self.getNetwork() not in TEXT_MODELS or getattr(self, "training_summary", None) is not None
 
     def _save_extra(self, path: str) -> None:
         from irbis.ml.persistence import save_network_files
+        from irbis.models.text import TEXT_MODELS
 
-        save_network_files({"path": self._source()["folder"]}, path, None)
+        source = {} if self.getNetwork() in TEXT_MODELS else {"path": self._source()["folder"]}
+        save_network_files(source, path, getattr(self, "training_summary", None))
 
     def _load_extra(self, path: str) -> None:
-        folder = Path(path) / "network"
-        if folder.is_dir():
-            self._set(network=str(folder))
+        from irbis.ml.persistence import load_network_files
+
+        network, summary = load_network_files(path)
+        if network is not None and Path(network).is_dir():
+            self._set(network=network)
+        if summary is not None:
+            self.training_summary = summary
 
 
 _EMBEDDER_ALIASES = [Alias("modelName", "network", note="a text network of the catalogue or a Hugging Face-format "
@@ -239,8 +246,11 @@ class TextClassifierModel(_TextStage, IrbisModel):
 
     ``rawPredictionCol`` holds the logits, ``probabilityCol`` their softmax and ``predictionCol`` the
     index of the largest (a double, as SparkML's classifiers give); :attr:`labels` names the classes
-    (``config.json``'s ``id2label``). Empty column names leave that output out.
+    (``config.json``'s ``id2label``). Empty column names leave that output out. Fitted by
+    :class:`~irbis.ml.TextClassifier`, ``training_summary`` holds the per-epoch records of that fit.
     """
+
+    training_summary = SummaryAttribute()
 
     _OUT_ROWS = [
         ("rawPredictionCol", "column of the logits (empty: none)", TypeConverters.toString, "rawPrediction"),
@@ -266,6 +276,7 @@ class TextClassifierModel(_TextStage, IrbisModel):
         self._init_text_defaults()
         self._setDefault(rawPredictionCol="rawPrediction", probabilityCol="probability", predictionCol="prediction")
         self._set(**self._input_kwargs)
+        self.training_summary = None
 
     @property
     def labels(self) -> list[str]:

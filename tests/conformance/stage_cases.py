@@ -360,3 +360,22 @@ def tiny_text_lime() -> Any:
 
 
 STAGE_CASES["TextLIME"] = StageCase(tiny_text_lime, mixed_frame, "text", "int", renamable=False)
+
+
+def labelled_texts(spark: SparkSession) -> DataFrame:
+    """Sixteen short texts of two kinds, with a label each."""
+    rows = [(f"review {i} was {'fine' if i % 2 else 'awful'}", i % 2) for i in range(16)]
+    return spark.createDataFrame(rows, StructType([StructField("text", StringType()),
+                                                   StructField("label", IntegerType())]))
+
+
+def tiny_text_classifier_estimator() -> Any:
+    """TextClassifier on the tiny BERT encoder, one epoch on one worker."""
+    from irbis.ml.text_classifier import TextClassifier
+
+    return TextClassifier(backbone=_text_network("embedding"), inputCol="text", numClasses=2, epochs=1, batchSize=4,
+                          maxLength=32, numWorkers=1, showProgress=False)
+
+
+STAGE_CASES["TextClassifier"] = StageCase(tiny_text_classifier_estimator, labelled_texts, "text", "int",
+                                          fitted="TextClassifierModel", generated=False, pandas=False)

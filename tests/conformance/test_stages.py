@@ -170,7 +170,7 @@ def test_pandas_gives_the_spark_results(spark, name):
 #: The cases whose stage (or fitted model) is one batch kernel: serving, LIME and fuse run it without Spark.
 WITH_KERNEL = {"TorchModel", "ONNXModel", "TorchEstimator", "ImageDecoder", "ImageTransformer", "UnrollImage",
                "ImageFeaturizer", "FusedStages", "ImageLIME", "TabularLIME", "ImageClassifierModel", "ImageClassifier",
-               "TextEmbedder", "TextClassifierModel", "TextTokenizer", "TextLIME"}
+               "TextEmbedder", "TextClassifierModel", "TextTokenizer", "TextLIME", "TextClassifier"}
 
 
 def _kernel_rows(kernel, pdf: pd.DataFrame) -> list[tuple]:

@@ -57,6 +57,10 @@ class HasCalibrationSample(HasCalibrationData):
             kwargs = {"calibrationData": sample_folder(self, data)}
         return super()._set(**kwargs)
 
+    def _calibration_folder(self, block: Any) -> str:
+        """The calibration folder of a sampled input column block: the network's input rows, as ``.npy``."""
+        return write_rows(self._network_rows(block))
+
     def _network_rows(self, block: Any) -> np.ndarray:
         """The network's input rows (N, *input) float32 of the non-null rows of an input column block."""
         raise NotImplementedError
@@ -88,5 +92,4 @@ def sample_folder(stage: Any, df: DataFrame) -> str:
     if table.num_rows == 0:
         raise ValueError(f"{name}: the calibration DataFrame has no non-null rows in column {col!r}; int8 "
                          f"calibration needs a sample of real inputs")
-    rows = stage._network_rows(from_arrow(table.column(0), col))
-    return write_rows(rows)
+    return stage._calibration_folder(from_arrow(table.column(0), col))

@@ -96,13 +96,14 @@ def invalid_values(check: Check) -> list[Any]:
     return values + ([] if high is None else [high if high_open else high + 1])
 
 def local_folder(what: str) -> Check:
-    """A check that the value (when not empty) is a folder holding ``what`` (images or ``.npy`` arrays)."""
+    """A check that the value (when not empty) is a folder holding ``what`` (images, ``.npy`` arrays or
+    texts: which of them suits the stage, its engine checks when it loads the sample)."""
     from irbis.kernels.calibration import calibration_files
 
     def check(name: str, value: Any) -> None:
         try:
             if value:
-                calibration_files(value)
+                calibration_files(value, texts=True)
         except ValueError as err:
             raise ParamValueError(name, value, f"{what} ({err})") from None
     check.allowed = (what,)  # type: ignore[attr-defined]
@@ -126,8 +127,10 @@ SHARED_PARAMS: list[Row] = [
      "every worker, of images (preprocessed as the repository model prescribes) or .npy arrays of input rows; "
      "or, when set, a DataFrame holding the stage's input column, of which up to 256 rows (a seeded sample) are "
      "converted as transform converts its input and written as .npy rows to a cached folder, saved with the "
-     "stage; empty: crops of photographs shipped with scikit-image (repository models only)",
-     TypeConverters.toString, "", local_folder("a folder of images or .npy arrays")),
+     "stage; empty: crops of photographs shipped with scikit-image (repository models only). Text stages: a "
+     "folder of .txt files, or a DataFrame of texts (256 sampled, kept as texts.json); empty: paragraphs of "
+     "Python's own documentation (irbis.kernels.calibration.default_calibration_texts)",
+     TypeConverters.toString, "", local_folder("a folder of images, .npy arrays or texts")),
     ("engine", "what runs the network: torch (eager PyTorch, channels-last), onnxruntime or openvino (the "
      "network exported once per machine to ONNX), or auto (ONNX Runtime, then OpenVINO, then torch for fp32 on "
      "the CPU, the first installed that runs the network; for bf16 openvino when the CPU has bf16 "

@@ -25,6 +25,7 @@ from pyspark.sql.types import (ArrayType, BinaryType, DataType, DoubleType, Floa
 from irbis.kernels.blocks import BatchFn, Tensor
 from irbis.ml.aliases import Alias, alias_mixin, resolve_aliases
 from irbis.ml.base import IrbisModel, IrbisTransformer
+from irbis.ml.calibration import HasCalibrationSample
 from irbis.ml.network_params import HasVectorOrArrayFormat
 from irbis.ml.params import (ColumnSetters, HasDevice, HasEngine, HasErrorCol, HasMiniBatchSize, HasNetwork,
                              HasPrecision, at_least, one_of, table_mixin)
@@ -129,9 +130,10 @@ class _TextStage(ColumnSetters, HasTextParams):
         return text_card(self.getNetwork())
 
     def _runner_options(self) -> dict[str, Any]:
+        calibration = {"calibration": self.getCalibrationData()} if self.hasParam("calibrationData") else {}
         return dict(engine=self.getEngine(), precision=self.getPrecision(), device=self.getDevice(),
                     max_length=self.getMaxLength(), truncation=self.getTruncation(),
-                    token_budget=self.getTokenBudget(), max_rows=self.getMiniBatchSize())
+                    token_budget=self.getTokenBudget(), max_rows=self.getMiniBatchSize(), **calibration)
 
     def _worker(self, what: str = "runner") -> Any:
         """A picklable function giving the worker's runner (or its ``tokens``), the network's folder shipped
@@ -147,7 +149,8 @@ class _TextStage(ColumnSetters, HasTextParams):
     def _has_extra(self) -> bool:
         from irbis.models.text import TEXT_MODELS
 
-        return self.getNetwork() not in TEXT_MODELS or getattr(self, "training_summary", None) is not None
+        return (self.getNetwork() not in TEXT_MODELS or getattr(self, "training_summary", None) is not None
+                or (self.hasParam("calibrationData") and bool(self.getCalibrationData())))
 
     def _save_extra(self, path: str) -> None:
         from irbis.ml.persistence import save_network_files
@@ -155,6 +158,8 @@ class _TextStage(ColumnSetters, HasTextParams):
 
         source = {} if self.getNetwork() in TEXT_MODELS else {"path": self._source()["folder"]}
         save_network_files(source, path, getattr(self, "training_summary", None))
+        if isinstance(self, HasCalibrationSample):
+            self._save_calibration(path)
 
     def _load_extra(self, path: str) -> None:
         from irbis.ml.persistence import load_network_files
@@ -164,6 +169,15 @@ class _TextStage(ColumnSetters, HasTextParams):
             self._set(network=network)
         if summary is not None:
             self.training_summary = summary
+        if isinstance(self, HasCalibrationSample):
+            self._load_calibration(path)
+
+    def _calibration_folder(self, block: Any) -> str:
+        """A sampled text column block as a calibration folder of texts (int8 on OpenVINO)."""
+        from irbis.kernels.calibration import write_texts
+
+        texts, _ = _texts(block, self.getInputCol(), type(self).__name__)
+        return write_texts([t for t in texts if t is not None])
 
 
 _EMBEDDER_ALIASES = [Alias("modelName", "network", note="a text network of the catalogue or a Hugging Face-format "
@@ -172,7 +186,7 @@ _EMBEDDER_ALIASES = [Alias("modelName", "network", note="a text network of the c
                            "batches of long texts smaller")]
 
 
-class TextEmbedder(_TextStage, HasVectorOrArrayFormat, alias_mixin("TextEmbedderAliases", _EMBEDDER_ALIASES),
+class TextEmbedder(_TextStage, HasCalibrationSample, HasVectorOrArrayFormat, alias_mixin("TextEmbedderAliases", _EMBEDDER_ALIASES),
                    IrbisTransformer):
     """Embed a text column with a sentence encoder: one vector per text.
 
@@ -191,7 +205,13 @@ class TextEmbedder(_TextStage, HasVectorOrArrayFormat, alias_mixin("TextEmbedder
     tokenBudget, miniBatchSize : int
         Padded tokens and texts per batch of the network.
     engine, precision, device : str
-        As :class:`TorchModel`'s; ``auto`` runs OpenVINO, then ONNX Runtime, then torch on the CPU.
+        As :class:`TorchModel`'s; ``auto`` runs fp32 on eager torch, bf16 on OpenVINO where the CPU has bf16
+        instructions, int8 on OpenVINO as NNCF quantises it (else ONNX Runtime's dynamic int8)
+        (:func:`irbis.kernels.text_encoder.text_auto_order`).
+    calibrationData : str or DataFrame
+        For int8 on OpenVINO: the texts that set the activation ranges, a folder of ``.txt`` files or a
+        DataFrame with ``inputCol`` (256 texts sampled when set, saved with the stage); empty: paragraphs of
+        Python's own documentation. Your own texts keep the answers closer to fp32 (``docs/text.md``).
     errorCol : str
         Column for each row's reason when it has no embedding (empty: none; a bad row fails the batch).
     outputFormat : str
@@ -210,8 +230,8 @@ class TextEmbedder(_TextStage, HasVectorOrArrayFormat, alias_mixin("TextEmbedder
     def __init__(self, *, network: str | None = None, inputCol: str | None = None, outputCol: str | None = None,
                  maxLength: int = 0, truncation: str = "truncate", tokenBudget: int = 4096,
                  miniBatchSize: int = 256, engine: str = "auto", precision: str = "fp32", device: str = "cpu",
-                 errorCol: str = "", outputFormat: str = "vector", modelName: str | None = None,
-                 batchSize: int | None = None) -> None:
+                 errorCol: str = "", outputFormat: str = "vector", calibrationData: Any = "",
+                 modelName: str | None = None, batchSize: int | None = None) -> None:
         super().__init__()
         self._init_text_defaults()
         self._setDefault(outputCol="embedding", outputFormat="vector")
@@ -240,7 +260,7 @@ class TextEmbedder(_TextStage, HasVectorOrArrayFormat, alias_mixin("TextEmbedder
         return run
 
 
-class TextClassifierModel(_TextStage, IrbisModel):
+class TextClassifierModel(_TextStage, HasCalibrationSample, IrbisModel):
     """Score a text classifier (a Hugging Face ``...ForSequenceClassification`` folder): the columns of a
     SparkML classifier.
 
@@ -271,7 +291,7 @@ class TextClassifierModel(_TextStage, IrbisModel):
                  rawPredictionCol: str = "rawPrediction", probabilityCol: str = "probability",
                  predictionCol: str = "prediction", maxLength: int = 0, truncation: str = "truncate",
                  tokenBudget: int = 4096, miniBatchSize: int = 256, engine: str = "auto", precision: str = "fp32",
-                 device: str = "cpu", errorCol: str = "") -> None:
+                 device: str = "cpu", errorCol: str = "", calibrationData: Any = "") -> None:
         super().__init__()
         self._init_text_defaults()
         self._setDefault(rawPredictionCol="rawPrediction", probabilityCol="probability", predictionCol="prediction")

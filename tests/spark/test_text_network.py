@@ -4,6 +4,7 @@ network, and `irbis serve` answers what transform answers."""
 from __future__ import annotations
 
 import shutil
+from pathlib import Path
 
 import httpx
 import numpy as np
@@ -75,6 +76,21 @@ def test_a_saved_pipeline_carries_the_users_network(spark, reviews, tmp_path):
     got = [r.probability for r in again.transform(df).orderBy("id").limit(5).collect()]
     np.testing.assert_allclose(np.stack([g.toArray() for g in got]), np.stack([e.toArray() for e in expected]),
                                atol=1e-5)
+
+
+def test_int8_calibrated_on_a_dataframe_keeps_its_sample_when_saved(spark, reviews, tmp_path):
+    frame, df = reviews
+    calibration = spark.createDataFrame(drug_reviews("train")[["review"]].iloc[:40])
+    stage = TextEmbedder(inputCol="review", outputCol="e", precision="int8", calibrationData=calibration)
+    assert sorted(p.name for p in Path(stage.getCalibrationData()).iterdir()) == ["texts.json"]
+    stage.write().overwrite().save(str(tmp_path / "int8"))
+    loaded = TextEmbedder.load(str(tmp_path / "int8"))
+    assert loaded.getCalibrationData() != stage.getCalibrationData()  # the stage's own copy
+    int8 = np.stack([r.e.toArray() for r in loaded.transform(df).orderBy("id").collect()[:-1]])
+    fp32 = np.stack([r.e.toArray() for r in TextEmbedder(inputCol="review", outputCol="e").transform(df)
+                     .orderBy("id").collect()[:-1]])
+    cosine = (int8 * fp32).sum(1) / np.linalg.norm(int8, axis=1)
+    assert cosine.mean() >= 0.99 and cosine.min() >= 0.95
 
 
 def test_tokenizer_feeds_ids_and_a_wrong_column_type_is_named(spark, reviews):

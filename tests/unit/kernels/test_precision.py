@@ -85,10 +85,11 @@ def test_an_empty_or_missing_calibration_folder_is_a_clear_error(tmp_path):
     from irbis import TorchModel
 
     (tmp_path / "notes.txt").write_text("no images here")
-    with pytest.raises(ValueError, match="holds no images.*no .npy"):
+    with pytest.raises(ValueError, match="holds none of images or .npy arrays"):
         calibration_files(str(tmp_path))
-    with pytest.raises(ParamValueError, match="calibrationData.*holds no images"):
-        TorchModel(calibrationData=str(tmp_path))
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ParamValueError, match="calibrationData.*holds none of images, .npy arrays or texts"):
+        TorchModel(calibrationData=str(tmp_path / "empty"))
     with pytest.raises(ParamValueError, match="is not a folder"):
         TorchModel().setCalibrationData(str(tmp_path / "missing"))
     with pytest.raises(ValueError, match="holds images, but the network is not a repository model"):

@@ -41,6 +41,36 @@ def test_embeddings_equal_sentence_transformers(reviews, reference, engine):
     assert batch.truncated >= 1  # the longest reviews pass 256 tokens, as sentence-transformers cuts them too
 
 
+def test_int8_keeps_the_embeddings_of_other_reviews_close_to_fp32(reviews, reference):
+    """NNCF's int8 on OpenVINO, calibrated on training reviews, scored on the held-out ones the fixture picks;
+    ONNX Runtime's dynamic int8 needs no sample."""
+    from irbis.kernels.calibration import write_texts
+
+    calibration = write_texts(drug_reviews("train")["review"].tolist()[:48])
+    for engine, options in (("openvino", {"calibration": calibration}), ("onnxruntime", {})):
+        batch = text_runner(text_source(MINILM), engine=engine, precision="int8", **options).encode(reviews)
+        cosine = (batch.values * reference).sum(1) / np.linalg.norm(batch.values, axis=1) / np.linalg.norm(
+            reference, axis=1)
+        assert cosine.mean() >= 0.99 and cosine.min() >= 0.95, (engine, cosine.mean(), cosine.min())
+
+
+def test_int8_calibration_texts_default_to_prose_that_ships_with_python(tmp_path):
+    from irbis.kernels.calibration import default_calibration_texts, text_calibration, write_texts
+
+    default = default_calibration_texts()
+    assert len(default) == 128 and min(len(t.split()) for t in default) >= 12
+    key, texts = text_calibration("")
+    assert texts == default and key == text_calibration("")[0]
+    (tmp_path / "a.txt").write_text("one review")
+    (tmp_path / "b.txt").write_text("another")
+    assert text_calibration(str(tmp_path))[1] == ["one review", "another"]
+    assert text_calibration(write_texts(["x", "y"]))[1] == ["x", "y"]
+    assert text_calibration(write_texts(["x", "y"]))[0] != text_calibration(write_texts(["x", "z"]))[0]
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ValueError, match="holds no texts"):
+        text_calibration(str(tmp_path / "empty"))
+
+
 def test_row_order_and_batch_cuts_do_not_change_an_embedding(reviews):
     source = text_source(MINILM)
     whole = text_runner(source, engine="torch").encode(reviews).values

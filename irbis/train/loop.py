@@ -29,7 +29,8 @@ from irbis.train.data import (Augment, BatchRounds, Shard, batch_rng, drop_nonfi
 from irbis.train.health import NAN_POLICIES, LossWatch, growth_warning, non_finite_error
 from irbis.train.networks import build_network
 from irbis.train.optim import LossFn, batch_scale, make_loss, make_optimizer, rate_factor, set_lr, update_batch
-from irbis.train.sequences import RaggedRows, check_network, forward, input_kind, is_ragged, usable_rows
+from irbis.train.sequences import (RaggedRows, check_network, first_batch, forward, input_kind, is_ragged,
+                                   usable_rows)
 from irbis.train.strategies import make_strategy
 from irbis.train.strategy import DistributedOptimizer, FlatParams, WorkerContext
 
@@ -142,17 +143,18 @@ def _setup(spec: TrainSpec, shard: Shard, ctx: WorkerContext,
     opt = make_optimizer(spec.optimizer, _param_groups(model, spec), spec.learning_rate, spec.momentum,
                          spec.unit_gain)
     strategy = make_strategy(spec.strategy, **spec.strategy_options)
-    if isinstance(shard, Shard) and is_ragged(shard.x):  # variable-length rows (irbis.train.sequences)
-        if spec.auto_batch is not None:
-            raise ValueError("batchSize='auto' does not apply to variable-length rows: their batches are cut "
-                             "by tokenBudget; give batchSize as a number (the most rows of a batch)")
+    ragged = is_ragged(shard.x) if isinstance(shard, Shard) else \
+        (spec.input_format is not None and spec.input_format.sequences)
+    if ragged and spec.auto_batch is not None:
+        raise ValueError("batchSize='auto' does not apply to variable-length rows: their batches are cut "
+                         "by tokenBudget; give batchSize as a number (the most rows of a batch)")
+    if isinstance(shard, Shard) and ragged:  # variable-length rows (irbis.train.sequences)
         keep, skipped = usable_rows(shard.x, shard.y, spec.nan_policy)
         tr, va = split_validation(Shard(shard.x[keep], shard.y[keep]), spec.validation_fraction,
                                   spec.seed + 7919 * ctx.rank)
         kind, ydtype = input_kind(model), _label_dtype(spec)
         train, val = (RaggedRows(s.x, np.asarray(s.y, ydtype), kind, spec.token_budget, spec.batch_size)
                       for s in (tr, va))
-        check_network(model, train, spec.device)
     elif isinstance(shard, Shard):
         shard, skipped = drop_nonfinite(shard) if spec.nan_policy == "skip" else (shard, 0)
         tr, va = split_validation(shard, spec.validation_fraction, spec.seed + 7919 * ctx.rank)
@@ -160,11 +162,19 @@ def _setup(spec: TrainSpec, shard: Shard, ctx: WorkerContext,
     else:  # a SpilledShard (irbis.train.stream): rows read back a batch at a time
         tr, va, skipped = shard.split(spec.validation_fraction, spec.seed + 7919 * ctx.rank, spec.nan_policy)
         train, val = tr, va
-    batches = len(train.plan()) if isinstance(train, RaggedRows) else 0
+        if ragged:  # token ids past the buffer: length batches within each shuffle window
+            for rows in (tr, va):
+                rows.use_lengths(input_kind(model), spec.token_budget, spec.batch_size)
+    first = first_batch(train, spec.device, _label_dtype(spec)) if ragged else None
+    if first is not None:
+        check_network(model, first[0], train.kind, first[1])
+    # ragged rows: the most length batches of an epoch (streamed windows differ by epoch: the most of any)
+    batches = len(train.plan()) if isinstance(train, RaggedRows) else \
+        max((train.batch_count(spec.seed, ctx.rank, e) for e in range(spec.epochs)), default=0) if ragged else 0
     counts = [c.tolist() for c in ctx.comm.all_gather(torch.tensor([len(tr), skipped, batches],
                                                                    dtype=torch.int64))]
     # ragged rows: the largest worker's count of length batches (the others repeat some, see RaggedRows)
-    steps = max(c[2] for c in counts) if batches else -(-max(c[0] for c in counts) // spec.batch_size)
+    steps = max(c[2] for c in counts) if ragged else -(-max(c[0] for c in counts) // spec.batch_size)
     if min(c[0] for c in counts) == 0:
         raise ValueError(f"a worker has no training rows (rows per worker: {[c[0] for c in counts]}); "
                          "use fewer workers or more data")
@@ -331,7 +341,7 @@ def _run_epoch(run: _Run, epoch: int, start: int, sums: torch.Tensor) -> tuple[t
     every = max(1, run.steps_per_epoch // PROGRESS_UPDATES)
     loss_sum, done = torch.zeros((), device=spec.device), 0
     run.watch = LossWatch(spec.device)
-    if isinstance(run.train, RaggedRows):
+    if getattr(run.train, "stats", None) is not None:  # variable-length rows: this epoch's padding
         run.train.stats = PadStats()
     if free and dopt.strategy.job_steps() >= target:
         # the job made this epoch's steps without this worker: it was retried after it died, and replays
@@ -401,7 +411,7 @@ def _epoch_record(run: _Run, epoch: int, sums: torch.Tensor, done: int, seconds:
         rec["searchSeconds"] = run.search["seconds"]
     if run.spec.nan_policy == "skip":
         rec["skippedRows"] = run.skipped
-    if isinstance(run.train, RaggedRows):  # padded tokens over real tokens, over every worker's batches
+    if getattr(run.train, "stats", None) is not None:  # padded tokens over real tokens, every worker's batches
         pads = torch.tensor([run.train.stats.padded, run.train.stats.tokens], dtype=torch.float64)
         run.ctx.comm.all_reduce_sum(pads)
         rec["paddingWaste"] = float(pads[0] / pads[1]) if pads[1] else None

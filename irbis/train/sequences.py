@@ -142,26 +142,33 @@ class RaggedRows:
             yield xb, torch.from_numpy(np.ascontiguousarray(self._labels[ids], label_dtype)).to(device)
 
 
-def check_network(model: torch.nn.Module, rows: RaggedRows, device: str) -> None:
-    """One forward pass on a small batch of ``rows`` before the first step: a network that does not take
-    its declared input is named here, not at the first step (dropout's draws are left as they were)."""
-    if not len(rows):
-        return
-    ids = rows.plan()[0][:2]
-    xb, _ = make_batch([rows.rows[i] for i in ids], rows.kind, device)
-    shown = "module(ids, mask), ids int64 (B, T)" if rows.kind == "padded" else \
+def check_network(model: torch.nn.Module, xb: Batch, kind: str, rows: int) -> torch.Tensor:
+    """One forward pass on a first small batch ``xb`` of ``rows`` rows before the first step, its output
+    returned: a network that does not take its declared input is named here, not at the first step
+    (dropout's draws are left as they were)."""
+    shown = "module(ids, mask), ids int64 (B, T)" if kind == "padded" else \
         "module(packed), a torch.nn.utils.rnn.PackedSequence"
     with torch.random.fork_rng(devices=[]), torch.no_grad():
         try:
             out = forward(model, xb)
         except Exception as err:
             raise ValueError(f"the network does not take variable-length rows as its input_kind "
-                             f"{rows.kind!r} gives them ({shown}; set the module's input_kind attribute to "
+                             f"{kind!r} gives them ({shown}; set the module's input_kind attribute to "
                              f"'padded' or 'packed'): {type(err).__name__}: {err}") from err
-    if not isinstance(out, torch.Tensor) or out.shape[0] != len(ids):
+    if not isinstance(out, torch.Tensor) or out.shape[0] != rows:
         got = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
-        raise ValueError(f"the network's output for a batch of {len(ids)} variable-length rows (input_kind "
-                         f"{rows.kind!r}) must have one row per input row, found {got}")
+        raise ValueError(f"the network's output for a batch of {rows} variable-length rows (input_kind "
+                         f"{kind!r}) must have one row per input row, found {got}")
+    return out
+
+
+def first_batch(rows: Any, device: str, label_dtype: Any) -> tuple[Batch, int] | None:
+    """A small first batch of ``rows`` (a :class:`RaggedRows` or sequence ``StreamRows``) and its row count,
+    for :func:`check_network`; None when there are no rows."""
+    if not len(rows):
+        return None
+    xb, yb = next(iter(rows.in_order(2, device, label_dtype, limit=2)))
+    return xb, len(yb)
 
 
 def usable_rows(rows: np.ndarray, labels: np.ndarray, nan_policy: str) -> tuple[np.ndarray, int]:
@@ -177,5 +184,5 @@ def usable_rows(rows: np.ndarray, labels: np.ndarray, nan_policy: str) -> tuple[
     return np.flatnonzero(~bad), int(bad.sum())
 
 
-__all__ = ["INPUT_KINDS", "RaggedRows", "check_network", "forward", "input_kind", "is_ragged", "make_batch",
-           "row_lengths", "usable_rows"]
+__all__ = ["INPUT_KINDS", "RaggedRows", "check_network", "first_batch", "forward", "input_kind", "is_ragged",
+           "make_batch", "row_lengths", "usable_rows"]

@@ -1,13 +1,16 @@
 """Variable-length rows in training: length batches under a token budget, equal steps, the network's input."""
 
 import io
+import json
+import textwrap
 
 import numpy as np
+import pyarrow as pa
 import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from train_helpers import token_task
+from train_helpers import peak_rss_mib, token_task
 
 from irbis.kernels.sequences import padded_length
 from irbis.train.auto_batch import AutoBatch
@@ -16,6 +19,7 @@ from irbis.train.data import Shard
 from irbis.train.loop import TrainSpec
 from irbis.train.networks import network_spec
 from irbis.train.sequences import RaggedRows, make_batch
+from irbis.train.stream import FEATURES, LABEL, InputFormat, SpilledShard, read_partition
 
 
 def rows_of(lengths, seed=0):
@@ -125,3 +129,78 @@ def test_batch_size_auto_refuses_variable_length_rows():
     x, y = token_task(40)
     with pytest.raises(ValueError, match="batchSize='auto'.*tokenBudget"):
         run_threads(spec(auto_batch=AutoBatch()), shard_rows(x, y, 1))
+
+
+def token_batches(x, y, per=50):
+    for s in range(0, len(y), per):
+        rows = [None if r is None else r.tolist() for r in x[s:s + per]]
+        yield pa.RecordBatch.from_arrays([pa.array(rows, pa.list_(pa.int64())),
+                                          pa.array(y[s:s + per], pa.float64())], [FEATURES, LABEL])
+
+
+def test_token_ids_within_the_buffer_are_a_ragged_shard_and_past_it_spill_with_their_offsets():
+    x, y = token_task(300)
+    held, profile = read_partition(token_batches(x, y), InputFormat("sequence"), 1000)
+    assert isinstance(held, Shard) and held.x.dtype == object and np.array_equal(held.x[17], x[17])
+    assert (profile[3], profile[4]) == (min(map(len, x)), max(map(len, x)))
+    spilled, _ = read_partition(token_batches(x, y), InputFormat("sequence"), 64)
+    try:
+        assert isinstance(spilled, SpilledShard) and np.array_equal(spilled.lengths, [len(r) for r in x])
+        rows, _, _ = spilled.split(0.0, 0, "error")
+        rows.use_lengths("padded", 256, 16)
+        count = rows.batch_count(3, 0, 1)
+        order = list(rows.order(16, count, 3, 0, 1))
+        assert sorted(np.concatenate(order).tolist()) == list(range(300))  # every row once per epoch
+        assert all(len(b) <= 16 and (len(b) == 1 or len(b) * padded_length(spilled.lengths[b]) <= 256)
+                   for b in order)
+        assert [b.tolist() for b in order] != [b.tolist() for b in rows.order(16, count, 3, 0, 2)]
+        (ids, mask), yb = next(rows.batches(16, count, 3, 0, 1, 0, "cpu", np.int64, augment=False))
+        first = order[0]
+        assert ids.shape[0] == len(first) and mask[0].sum() == len(x[first[0]])
+        assert ids[0, :len(x[first[0]])].tolist() == x[first[0]].tolist() and yb.tolist() == y[first].tolist()
+    finally:
+        spilled.close()
+
+
+def test_a_streamed_gru_learns_from_token_ids_past_the_buffer():
+    x, y = token_task(300)
+    fmt = InputFormat("sequence")
+    shards = [read_partition(token_batches(x[r::2], y[r::2]), fmt, 64)[0] for r in range(2)]
+    try:
+        res = run_threads(spec(epochs=6, input_format=fmt, buffer_rows=64, validation_fraction=0.2),
+                          shards)
+    finally:
+        for s in shards:
+            s.close()
+    assert res[0].info["steps"] == res[1].info["steps"]
+    assert res[0].history[-1]["accuracy"] > 0.75 and 1.0 <= res[0].history[-1]["paddingWaste"] < 1.6
+
+
+def test_a_worker_streaming_8x_more_token_ids_keeps_its_peak_memory():
+    """Peak RSS of a worker reading and iterating 10,000 and 80,000 rows of 50-500 token ids (about 22 MB and
+    176 MB), with a 2,000-row buffer, in length batches."""
+    script = textwrap.dedent("""
+        import resource, sys, numpy as np, pyarrow as pa
+        from irbis.train.stream import FEATURES, LABEL, InputFormat, read_partition
+        rows = int(sys.argv[1])
+        def gen():
+            for s in range(0, rows, 500):
+                rng = np.random.default_rng(s)
+                lens = rng.integers(50, 501, 500)
+                offsets = np.concatenate([[0], np.cumsum(lens)]).astype(np.int32)
+                ids = pa.ListArray.from_arrays(pa.array(offsets), pa.array(rng.integers(1, 30000, lens.sum())))
+                yield pa.RecordBatch.from_arrays([ids, pa.array(np.zeros(500))], [FEATURES, LABEL])
+        shard, _ = read_partition(gen(), InputFormat("sequence"), 2000)
+        train, _, _ = shard.split(0.0, 0, "error")
+        train.use_lengths("padded", 8192, 64)
+        seen = 0
+        for epoch in range(2):
+            count = train.batch_count(0, 0, epoch)
+            for (ids, mask), yb in train.batches(64, count, 0, 0, epoch, 0, "cpu", np.int64, False):
+                seen += len(yb)
+        shard.close()
+        print(seen, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+    """)
+    peaks = peak_rss_mib(script, (10_000, 80_000))
+    print("peak RSS MiB:", json.dumps(peaks))
+    assert peaks[80_000] < 1.25 * peaks[10_000], peaks

@@ -112,3 +112,20 @@ def token_task(n: int = 240, seed: int = 0, vocab: int = 20) -> tuple[np.ndarray
             row[rng.integers(0, len(row))] = 7
         rows[i] = row.astype(np.int64)
     return rows, labels
+
+
+def peak_rss_mib(script: str, sizes: tuple[int, ...]) -> dict[int, float]:
+    """Run ``script`` (Python source taking a row count as its argument, printing ``rows seen`` and
+    ``ru_maxrss`` in KiB) in a fresh interpreter for each of ``sizes``: its peak RSS in MiB by size. Each
+    run must exit cleanly and have seen its rows twice (two epochs)."""
+    import subprocess
+    import sys
+
+    peaks = {}
+    for rows in sizes:
+        done = subprocess.run([sys.executable, "-c", script, str(rows)], capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stderr[-2000:]
+        seen, peak_kib = map(int, done.stdout.split())
+        assert seen == 2 * rows
+        peaks[rows] = peak_kib / 1024
+    return peaks

@@ -36,6 +36,7 @@ from irbis.kernels.inference import PRECISIONS
 from irbis.ml.aliases import Renamed, renamed_kwargs, renamed_mixin
 from irbis.ml.base import IrbisEstimator
 from irbis.ml.params import HasDevice, HasInputDtype, HasInputShape, Row, at_least, in_range, one_of, table_mixin
+from irbis.ml.text_network import _TEXT_ROWS
 from irbis.ml.torch_model import TorchModel
 from irbis.refs import canonical, is_reference, is_unsaved, reference, resolve, unsaved
 from irbis.train import checkpoint as ckpt
@@ -211,6 +212,7 @@ TRAIN_PARAMS: list[Row] = [
                       "reshuffled every epoch a window of about this many rows at a time (images: also at most "
                       "about 64 MiB of rows)", T.toInt, 10_000,
      at_least(1)),
+    next(row for row in _TEXT_ROWS if row[0] == "tokenBudget"),
     ("classWeights", "cross_entropy class weights: empty (none), 'balanced' (n / (K * n_c) over the training "
                      "rows), or a JSON list of one weight per class", T.toString, "", check_class_weights),
     ("earlyStoppingPatience", "stop after this many epochs without a lower validation loss and keep the best "
@@ -431,7 +433,7 @@ class TorchEstimator(renamed_mixin("_EstimatorRenamed", ESTIMATOR_RENAMED), Irbi
             early_stopping_patience=self.getEarlyStoppingPatience(), lr_factors=dict(self._lr_factors),
             classes_param=self._classes_param,
             recompute_batchnorm=self.getRecomputeBatchNorm(), lr_scaling=self.getLrScaling(), warmup_epochs=warmup,
-            reference_batch_size=self.getReferenceBatchSize()), strategy
+            reference_batch_size=self.getReferenceBatchSize(), token_budget=self.getTokenBudget()), strategy
 
     def _input_format(self, dataset: Any, spec: TrainSpec) -> Any:
         """How the workers read the features column (:class:`~irbis.train.stream.InputFormat`); sets
@@ -510,6 +512,8 @@ class TorchEstimator(renamed_mixin("_EstimatorRenamed", ESTIMATOR_RENAMED), Irbi
         self.last_spec = spec
         if spec.input_format.images and spec.input_format.preprocessing is not None:
             model = self._fitted_images(module, spec, results)
+        elif spec.input_format.sequences:  # token ids: no one input shape
+            model = self._fitted(module, spec.network, results, None)
         else:
             model = self._fitted(module, spec.network, results, spec.input_shape or [results[0].info["features"]])
         if tracked:
@@ -554,16 +558,21 @@ class TorchEstimator(renamed_mixin("_EstimatorRenamed", ESTIMATOR_RENAMED), Irbi
             return None
         return ProgressServer(spec.epochs, host=driver_host(session), desc=f"{spec.strategy}")
 
-    def _fitted(self, module: Any, network: dict[str, Any], results: list[Any], shape: list[int]) -> Any:
+    def _fitted(self, module: Any, network: dict[str, Any], results: list[Any], shape: list[int] | None) -> Any:
+        """The fitted TorchModel; ``shape`` None: the network was trained on token ids of varying length
+        (``variableLength=True`` where TorchModel has that Param)."""
         import torch
 
         module.load_state_dict(torch.load(io.BytesIO(results[0].state), weights_only=True))
         module.eval()
         arch = {"architecture": network["name"], "options": network["options"]} \
             if network["kind"] == "architecture" else {}
+        params: dict[str, Any] = {"inputShape": shape} if shape is not None else {}
+        if shape is None and TorchModel().hasParam("variableLength"):
+            params["variableLength"] = True
         model = TorchModel.from_module(module, inputCol=self.getInputCol(), outputCol=self.getPredictionCol(),
-                                       inputShape=shape, device=self.getDevice(), engine=self.getEngine(),
-                                       precision=self.getPrecision(), **arch)
+                                       device=self.getDevice(), engine=self.getEngine(),
+                                       precision=self.getPrecision(), **params, **arch)
         model.training_summary = results[0].history
         for record in model.training_summary:
             if "warning" in record:

@@ -40,7 +40,8 @@ _TEXT_ROWS = [
      "and a reason in errorCol, or a failed batch without errorCol)", TypeConverters.toString, "truncate",
      one_of("truncate", "error")),
     ("tokenBudget", "padded tokens per batch of the network (rows x padded length); rows are sorted by length "
-     "within each Arrow batch and cut by this budget", TypeConverters.toInt, 4096, at_least(8)),
+     "within each Arrow batch (in training: each worker's shuffle window) and cut by this budget",
+     TypeConverters.toInt, 4096, at_least(8)),
 ]
 
 HasTextParams = table_mixin("HasTextParams", _TEXT_ROWS,

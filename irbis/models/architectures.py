@@ -16,7 +16,7 @@ from torch import nn
 
 from irbis.models.efficientnet_lite import efficientnet_lite0
 from irbis.models.resnet import resnet18, resnet50
-from irbis.models.small import lenet_digits, mlp, small_cnn
+from irbis.models.small import gru_classifier, lenet_digits, lstm_classifier, mlp, small_cnn
 
 ARCHITECTURES: dict[str, Callable[..., nn.Module]] = {
     "efficientnet_lite0": efficientnet_lite0,
@@ -25,6 +25,8 @@ ARCHITECTURES: dict[str, Callable[..., nn.Module]] = {
     "mlp": mlp,
     "lenet_digits": lenet_digits,
     "small_cnn": small_cnn,
+    "lstm_classifier": lstm_classifier,
+    "gru_classifier": gru_classifier,
 }
 
 

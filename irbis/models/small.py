@@ -97,3 +97,53 @@ def small_cnn(num_classes: int = 10, width: int = 32, seed: int = 0) -> nn.Seque
 
     return _seeded(seed, make)
 
+
+
+class LSTMClassifier(nn.Module):
+    """Token ids -> embedding -> LSTM -> last hidden state -> linear: a recurrent classifier over
+    variable-length rows, taken packed (``input_kind = "packed"``: ``module(packed)``, a
+    :class:`torch.nn.utils.rnn.PackedSequence` of ids; the last hidden state is each row's own last step)."""
+
+    input_kind = "packed"
+
+    def __init__(self, vocab_size: int, num_classes: int, embed: int = 16, hidden: int = 32) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(vocab_size, embed)
+        self.rnn = nn.LSTM(embed, hidden, batch_first=True)
+        self.head = nn.Linear(hidden, num_classes)
+
+    def forward(self, packed: nn.utils.rnn.PackedSequence) -> torch.Tensor:
+        embedded = nn.utils.rnn.PackedSequence(self.embed(packed.data), packed.batch_sizes,
+                                               packed.sorted_indices, packed.unsorted_indices)
+        _, (h, _) = self.rnn(embedded)
+        return self.head(h[-1])
+
+
+class GRUClassifier(nn.Module):
+    """Token ids and their mask -> embedding -> GRU -> mean of the real steps' outputs -> linear
+    (``input_kind = "padded"``: ``module(ids, mask)``, ids padded with 0 on the right)."""
+
+    input_kind = "padded"
+
+    def __init__(self, vocab_size: int, num_classes: int, embed: int = 16, hidden: int = 32) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(vocab_size, embed, padding_idx=0)
+        self.rnn = nn.GRU(embed, hidden, batch_first=True)
+        self.head = nn.Linear(hidden, num_classes)
+
+    def forward(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        out, _ = self.rnn(self.embed(ids))
+        m = mask.unsqueeze(-1).to(out.dtype)
+        return self.head((out * m).sum(1) / m.sum(1).clamp(min=1))
+
+
+def lstm_classifier(vocab_size: int, num_classes: int = 2, embed: int = 16, hidden: int = 32,
+                    seed: int = 0) -> LSTMClassifier:
+    """A seeded :class:`LSTMClassifier` (packed input) over token ids below ``vocab_size``."""
+    return _seeded(seed, lambda: LSTMClassifier(vocab_size, num_classes, embed, hidden))
+
+
+def gru_classifier(vocab_size: int, num_classes: int = 2, embed: int = 16, hidden: int = 32,
+                   seed: int = 0) -> GRUClassifier:
+    """A seeded :class:`GRUClassifier` (padded ids and mask) over token ids below ``vocab_size``."""
+    return _seeded(seed, lambda: GRUClassifier(vocab_size, num_classes, embed, hidden))

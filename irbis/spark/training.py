@@ -19,7 +19,7 @@ import numpy as np
 import pyarrow as pa
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
-from pyspark.sql.types import ArrayType, BinaryType, NumericType
+from pyspark.sql.types import ArrayType, BinaryType, IntegerType, LongType, NumericType
 
 from irbis.errors import NonFiniteLossError, require_columns, with_fields
 from irbis.train.backends.base import Rank
@@ -29,19 +29,23 @@ from irbis.spark.columns import column, is_image_struct
 from irbis.train.stream import FEATURES, LABEL, SpilledShard
 
 def input_kind(df: DataFrame, features_col: str, binary_as: str = "tensor") -> str:
-    """The :data:`~irbis.train.stream.INPUT_KINDS` entry of a features column: ``vector`` (a vector or an array
-    of numbers), ``image`` (a Spark image struct), or for a binary column ``binary_as`` (``tensor`` bytes
+    """The :data:`~irbis.train.stream.INPUT_KINDS` entry of a features column: ``sequence`` (an array of
+    integers, int or long: token ids, their number free to vary per row), ``vector`` (a vector or an array
+    of other numbers), ``image`` (a Spark image struct), or for a binary column ``binary_as`` (``tensor`` bytes
     or ``encoded`` image files). Raises ``TypeError`` naming the column for anything else."""
     from pyspark.ml.linalg import VectorUDT  # here, not at the top: the workers that import this module
     # to train need no pyspark.ml, whose import costs them seconds
     ftype = df.schema[features_col].dataType
+    if isinstance(ftype, ArrayType) and isinstance(ftype.elementType, (IntegerType, LongType)):
+        return "sequence"
     if isinstance(ftype, VectorUDT) or (isinstance(ftype, ArrayType) and isinstance(ftype.elementType, NumericType)):
         return "vector"
     if is_image_struct(ftype):
         return "image"
     if isinstance(ftype, BinaryType):
         return binary_as
-    raise with_fields(TypeError(f"inputCol {features_col!r} must be a vector or an array of numbers, a Spark "
+    raise with_fields(TypeError(f"inputCol {features_col!r} must be a vector or an array of numbers (of "
+                                f"integers: token ids), a Spark "
                                 f"image struct, or binary (encoded image files or tensor bytes), found "
                                 f"{ftype.simpleString()}"), column=features_col, expected="vector", found=str(ftype))
 
@@ -61,6 +65,8 @@ def training_frame(df: DataFrame, features_col: str, label_col: str, stage: str 
         feats = vector_to_array(column(features_col), "float32")
     elif kind == "vector":
         feats = column(features_col).cast("array<float>")
+    elif kind == "sequence":
+        feats = column(features_col).cast("array<bigint>")
     else:
         feats = column(features_col)
     ltype = df.schema[label_col].dataType

@@ -76,7 +76,13 @@ def check_profile(p: dict[str, Any], spec: TrainSpec, features_col: str, label_c
         raise with_fields(ValueError(f"labelCol {label_col!r} has {p['null_labels']} null/NaN values; "
                                      "drop or impute them before fitting"), column=label_col,
                           expected="no nulls", found=p["null_labels"])
-    if p["null_features"]:
+    sequences = spec.input_format is not None and spec.input_format.sequences
+    if p["null_features"] and sequences:
+        if spec.nan_policy != "skip":
+            raise with_fields(ValueError(f"inputCol {features_col!r} has {p['null_features']} null or empty "
+                                         "sequences; drop them, or set nanPolicy='skip' to train without them"),
+                              column=features_col, expected="no null or empty sequences", found=p["null_features"])
+    elif p["null_features"]:
         raise with_fields(ValueError(f"inputCol {features_col!r} has {p['null_features']} null rows; "
                                      "drop them first"), column=features_col, expected="no nulls",
                           found=p["null_features"])
@@ -91,7 +97,7 @@ def check_profile(p: dict[str, Any], spec: TrainSpec, features_col: str, label_c
                                      f"{p['min_len']} to {p['max_len']} values) and no preprocessing resizes "
                                      "them; set imagePreprocessing (a catalogue model, or its JSON record)"),
                           column=features_col, expected="one image size", found=[p["min_len"], p["max_len"]])
-    if p["min_len"] != p["max_len"]:
+    if p["min_len"] != p["max_len"] and not sequences:
         raise with_fields(ValueError(f"inputCol {features_col!r} rows must all have the same length, found "
                                      f"lengths from {p['min_len']} to {p['max_len']}"), column=features_col,
                           expected="one length", found=[p["min_len"], p["max_len"]])
@@ -105,7 +111,31 @@ def check_profile(p: dict[str, Any], spec: TrainSpec, features_col: str, label_c
 
 def check_network(module: torch.nn.Module, spec: TrainSpec, n_features: int, max_label: float,
                   features_col: str, label_col: str, min_label: float = 0.0) -> None:
-    """Run the network on a zero batch: input shape, and output width against the labels."""
+    """Run the network on a zero batch (sequences: a batch of token ids as its input_kind takes them): input
+    shape, and output width against the labels."""
+    if spec.input_format is not None and spec.input_format.sequences:
+        out = _sequence_output(module, features_col)
+    else:
+        out = _zero_output(module, spec, n_features, features_col)
+    _check_output(out, spec, max_label, label_col, min_label)
+
+
+def _sequence_output(module: torch.nn.Module, features_col: str) -> torch.Tensor:
+    from irbis.train.sequences import check_network, input_kind, make_batch
+
+    kind = input_kind(module)
+    xb, _ = make_batch([np.ones(5, np.int64), np.ones(3, np.int64)], kind)
+    was_training = module.training
+    try:
+        return check_network(module.eval(), xb, kind, 2)
+    except ValueError as err:
+        raise with_fields(ValueError(f"inputCol {features_col!r} holds token ids: {err}"), column=features_col,
+                          expected=f"a network taking input_kind {kind!r}", found="variable-length rows") from None
+    finally:
+        module.train(was_training)
+
+
+def _zero_output(module: torch.nn.Module, spec: TrainSpec, n_features: int, features_col: str) -> torch.Tensor:
     shape = list(spec.input_shape or [n_features])
     if int(torch.tensor(shape).prod()) != n_features:
         raise with_fields(ValueError(f"inputShape {shape} holds {int(torch.tensor(shape).prod())} values but "
@@ -120,6 +150,10 @@ def check_network(module: torch.nn.Module, spec: TrainSpec, n_features: int, max
         raise with_fields(ValueError(f"the network does not accept inputs of shape {shape} from inputCol "
                                      f"{features_col!r} (set inputShape?): {err}"), column=features_col,
                           expected="an input the network accepts", found=shape) from None
+    return out
+
+
+def _check_output(out: torch.Tensor, spec: TrainSpec, max_label: float, label_col: str, min_label: float) -> None:
     if spec.loss == "cross_entropy":
         classes = out.shape[1] if out.dim() == 2 else None
         weights = spec.class_weights

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from irbis.kernels.sequences import PadStats
 from irbis.train import checkpoint as ckpt
 from irbis.train.auto_batch import AutoBatch, chosen, max_rows_in_memory, mean_loss, sample_size, seeded_rows, trial
 from irbis.train.data import (Augment, BatchRounds, Shard, batch_rng, drop_nonfinite, epoch_batches, iterate,
@@ -28,6 +29,8 @@ from irbis.train.data import (Augment, BatchRounds, Shard, batch_rng, drop_nonfi
 from irbis.train.health import NAN_POLICIES, LossWatch, growth_warning, non_finite_error
 from irbis.train.networks import build_network
 from irbis.train.optim import LossFn, batch_scale, make_loss, make_optimizer, rate_factor, set_lr, update_batch
+from irbis.train.sequences import (RaggedRows, check_network, first_batch, forward, input_kind, is_ragged,
+                                   usable_rows)
 from irbis.train.strategies import make_strategy
 from irbis.train.strategy import DistributedOptimizer, FlatParams, WorkerContext
 
@@ -79,6 +82,7 @@ class TrainSpec:
     warmup_epochs: float = 0.0  # epochs over which the batch scaling climbs from 1, step by step
     reference_batch_size: int = 0  # the batch learning_rate is meant for (0: batch_size, one worker's)
     auto_batch: AutoBatch | None = None  # batchSize="auto": how the size is searched (batch_size: the first)
+    token_budget: int = 4096  # variable-length rows: padded tokens (rows x padded length) per batch at most
 
 
 @dataclass
@@ -139,15 +143,38 @@ def _setup(spec: TrainSpec, shard: Shard, ctx: WorkerContext,
     opt = make_optimizer(spec.optimizer, _param_groups(model, spec), spec.learning_rate, spec.momentum,
                          spec.unit_gain)
     strategy = make_strategy(spec.strategy, **spec.strategy_options)
-    if isinstance(shard, Shard):
+    ragged = is_ragged(shard.x) if isinstance(shard, Shard) else \
+        (spec.input_format is not None and spec.input_format.sequences)
+    if ragged and spec.auto_batch is not None:
+        raise ValueError("batchSize='auto' does not apply to variable-length rows: their batches are cut "
+                         "by tokenBudget; give batchSize as a number (the most rows of a batch)")
+    if isinstance(shard, Shard) and ragged:  # variable-length rows (irbis.train.sequences)
+        keep, skipped = usable_rows(shard.x, shard.y, spec.nan_policy)
+        tr, va = split_validation(Shard(shard.x[keep], shard.y[keep]), spec.validation_fraction,
+                                  spec.seed + 7919 * ctx.rank)
+        kind, ydtype = input_kind(model), _label_dtype(spec)
+        train, val = (RaggedRows(s.x, np.asarray(s.y, ydtype), kind, spec.token_budget, spec.batch_size)
+                      for s in (tr, va))
+    elif isinstance(shard, Shard):
         shard, skipped = drop_nonfinite(shard) if spec.nan_policy == "skip" else (shard, 0)
         tr, va = split_validation(shard, spec.validation_fraction, spec.seed + 7919 * ctx.rank)
         train, val = _tensors(tr, spec, spec.loss), _tensors(va, spec, spec.loss)
     else:  # a SpilledShard (irbis.train.stream): rows read back a batch at a time
         tr, va, skipped = shard.split(spec.validation_fraction, spec.seed + 7919 * ctx.rank, spec.nan_policy)
         train, val = tr, va
-    counts = [c.tolist() for c in ctx.comm.all_gather(torch.tensor([len(tr), skipped], dtype=torch.int64))]
-    steps = -(-max(c[0] for c in counts) // spec.batch_size)
+        if ragged:  # token ids past the buffer: length batches within each shuffle window
+            for rows in (tr, va):
+                rows.use_lengths(input_kind(model), spec.token_budget, spec.batch_size)
+    first = first_batch(train, spec.device, _label_dtype(spec)) if ragged else None
+    if first is not None:
+        check_network(model, first[0], train.kind, first[1])
+    # ragged rows: the most length batches of an epoch (streamed windows differ by epoch: the most of any)
+    batches = len(train.plan()) if isinstance(train, RaggedRows) else \
+        max((train.batch_count(spec.seed, ctx.rank, e) for e in range(spec.epochs)), default=0) if ragged else 0
+    counts = [c.tolist() for c in ctx.comm.all_gather(torch.tensor([len(tr), skipped, batches],
+                                                                   dtype=torch.int64))]
+    # ragged rows: the largest worker's count of length batches (the others repeat some, see RaggedRows)
+    steps = max(c[2] for c in counts) if ragged else -(-max(c[0] for c in counts) // spec.batch_size)
     if min(c[0] for c in counts) == 0:
         raise ValueError(f"a worker has no training rows (rows per worker: {[c[0] for c in counts]}); "
                          "use fewer workers or more data")
@@ -270,7 +297,7 @@ def _evaluate(run: _Run) -> tuple[float, float, int, torch.Tensor]:
     run.model.eval()
     with torch.no_grad():
         for xv, yv in batches:
-            out = run.model(xv)
+            out = forward(run.model, xv)
             loss += float(run.loss_fn(out, yv)) * len(yv)
             n += len(yv)
             if out.dim() == 2 and yv.dtype == torch.int64:
@@ -314,6 +341,8 @@ def _run_epoch(run: _Run, epoch: int, start: int, sums: torch.Tensor) -> tuple[t
     every = max(1, run.steps_per_epoch // PROGRESS_UPDATES)
     loss_sum, done = torch.zeros((), device=spec.device), 0
     run.watch = LossWatch(spec.device)
+    if getattr(run.train, "stats", None) is not None:  # variable-length rows: this epoch's padding
+        run.train.stats = PadStats()
     if free and dopt.strategy.job_steps() >= target:
         # the job made this epoch's steps without this worker: it was retried after it died, and replays
         # the epochs its peers finished (their records come back from the store) without taking steps
@@ -333,7 +362,7 @@ def _run_epoch(run: _Run, epoch: int, start: int, sums: torch.Tensor) -> tuple[t
             computed = not dopt.step_decided()  # else faster workers made this step: take it as it is
             if computed:
                 with _step_precision(spec, xb) as xb:
-                    loss = run.loss_fn(run.model(xb), yb)
+                    loss = run.loss_fn(forward(run.model, xb), yb)
                 loss.backward()
             dopt.step()
             if computed:
@@ -382,6 +411,10 @@ def _epoch_record(run: _Run, epoch: int, sums: torch.Tensor, done: int, seconds:
         rec["searchSeconds"] = run.search["seconds"]
     if run.spec.nan_policy == "skip":
         rec["skippedRows"] = run.skipped
+    if getattr(run.train, "stats", None) is not None:  # padded tokens over real tokens, every worker's batches
+        pads = torch.tensor([run.train.stats.padded, run.train.stats.tokens], dtype=torch.float64)
+        run.ctx.comm.all_reduce_sum(pads)
+        rec["paddingWaste"] = float(pads[0] / pads[1]) if pads[1] else None
     warning = growth_warning(first, last, epoch + 1, run.spec.learning_rate, run.ctx.world_size)
     if warning:
         rec["warning"] = warning
@@ -459,7 +492,7 @@ def update_bn(loader: Any, model: torch.nn.Module, norms: list[torch.nn.Module])
     model.train()
     try:
         for xb in loader:
-            model(xb)
+            forward(model, xb)
     finally:
         for m, momentum in momenta.items():
             m.momentum = momentum

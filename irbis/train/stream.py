@@ -41,7 +41,7 @@ from irbis.train.data import Shard
 #: Column names of the training frame (see :func:`irbis.spark.training.training_frame`).
 FEATURES, LABEL = "__features", "__label"
 #: Input kinds a training frame's features column may have.
-INPUT_KINDS = ("vector", "tensor", "image", "encoded")
+INPUT_KINDS = ("vector", "tensor", "image", "encoded", "sequence")
 #: Rows per block of the spill file.
 BLOCK_ROWS = 256
 #: Image rows are held by bytes as well as by rows: a spill block holds at most about BLOCK_BYTES of them,
@@ -55,7 +55,8 @@ WINDOW_BYTES = 64 * 2 ** 20
 class InputFormat:
     """How a features value becomes one network input row.
 
-    ``kind``: ``"vector"`` (a list of numbers), ``"tensor"`` (raw little-endian bytes of ``dtype``, reshaped
+    ``kind``: ``"vector"`` (a list of numbers), ``"sequence"`` (a list of token ids whose length varies per
+    row, see :mod:`irbis.train.sequences`), ``"tensor"`` (raw little-endian bytes of ``dtype``, reshaped
     to ``shape``), ``"image"`` (a Spark image struct) or ``"encoded"`` (the bytes of an image file).
     ``preprocessing`` is a :class:`~irbis.models.preprocess.Preprocessing` as a dict (None: images keep their
     size, RGB 0..255, CHW), ``augmentation`` the parsed list of :func:`~irbis.kernels.image_augment.parse_augmentation`.
@@ -72,6 +73,10 @@ class InputFormat:
     def images(self) -> bool:
         return self.kind in ("image", "encoded")
 
+    @property
+    def sequences(self) -> bool:
+        return self.kind == "sequence"
+
     def _spec(self) -> Any:
         from irbis.models.preprocess import Preprocessing
 
@@ -83,6 +88,8 @@ class InputFormat:
         if isinstance(column, pa.ChunkedArray):
             column = column.combine_chunks()
         n = len(column)
+        if self.kind == "sequence":  # ragged: an object array of int64 rows (None for a null row)
+            return sequence_rows(column)
         if self.kind == "vector":
             return column.flatten().to_numpy(zero_copy_only=False).astype(np.float32, copy=False).reshape(n, -1)
         from irbis.kernels.batching import network_batch
@@ -217,6 +224,10 @@ def read_partition(batches: Iterator[pa.RecordBatch], fmt: InputFormat, buffer_r
                 else:
                     bad.append(offset + i)
                     reasons.append(why)
+        elif fmt.sequences:  # a null or empty row is named or skipped under nanPolicy, in the checks
+            lens = pc.fill_null(pc.list_value_length(feats), 0).to_numpy(zero_copy_only=False)
+            null_features += int((lens == 0).sum())
+            lengths.append(lens.astype(np.float64))
         else:
             null_features += feats.null_count
             lens = _lengths(feats, fmt)
@@ -248,17 +259,38 @@ def read_partition(batches: Iterator[pa.RecordBatch], fmt: InputFormat, buffer_r
         rows_bad |= np.concatenate(x_bad)
     nonfinite = int(rows_bad.sum())
     profile = shard_profile(valid_lens, y, null_features, nonfinite, len(bad), bad[0] if bad else -1)
+    if spill is None and fmt.sequences:
+        return _dense(held, fmt, y), profile
     if spill is None and not fmt.images:
         shard = _dense(held, fmt, y) if null_features == 0 and _one_length(valid_lens) else None
         return shard, profile
     if spill is None:  # an empty partition of images
         spill = Spill(pa.schema([(FEATURES, pa.binary()), (LABEL, pa.float64())]), spill_dir)
     spill.close_writing()
+    if fmt.sequences:  # null and empty rows are left out under nanPolicy="skip" (the checks name them else)
+        skip = np.union1d(np.flatnonzero(lens <= 0), np.flatnonzero(~np.isfinite(y)))
+        return SpilledShard(spill, y, fmt, skip, [], buffer_rows, lens.astype(np.int64)), profile
     if null_features or not _one_length(valid_lens):
         spill.remove()
         return None, profile
     skip = np.union1d(np.asarray(bad, np.int64), np.flatnonzero(rows_bad))
     return SpilledShard(spill, y, fmt, skip, reasons, buffer_rows), profile
+
+
+def sequence_rows(column: pa.Array) -> np.ndarray:
+    """A list column of token ids as an object array of 1-d int64 arrays (None for a null row), each a view
+    of the column's values cut at its offsets."""
+    if isinstance(column, pa.ChunkedArray):
+        column = column.combine_chunks()
+    rows = np.empty(len(column), dtype=object)
+    if not len(column):
+        return rows
+    offsets = column.offsets.to_numpy()
+    values = column.values.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+    valid = column.is_valid().to_numpy(zero_copy_only=False)
+    for i in range(len(column)):
+        rows[i] = values[offsets[i]:offsets[i + 1]] if valid[i] else None
+    return rows
 
 
 def _struct_rows(feats: pa.Array) -> Any:
@@ -281,9 +313,11 @@ def _one_length(lens: np.ndarray) -> bool:
 
 def _dense(held: list[pa.RecordBatch], fmt: InputFormat, y: np.ndarray) -> Shard:
     if not held:
-        return Shard(np.zeros((0, 0), np.float32), y)
+        return Shard(np.zeros(0, object) if fmt.sequences else np.zeros((0, 0), np.float32), y)
     feats = pa.chunked_array([b.column(FEATURES) for b in held]).combine_chunks()
     x = fmt.decode(feats)
+    if fmt.sequences:
+        return Shard(x, y)
     return Shard(x.reshape(len(y), -1), y)
 
 
@@ -291,13 +325,14 @@ class SpilledShard:
     """A worker's rows in a :class:`Spill`: labels in memory, features read back a batch at a time.
 
     ``bad`` are the rows to leave out under ``nanPolicy="skip"``: images that could not be read (``reasons``
-    says why) and rows with non-finite numbers.
+    says why), rows with non-finite numbers, null or empty sequences. ``lengths``: each row's length, for
+    sequences (their batches are cut by length before any row is read back).
     """
 
     def __init__(self, spill: Spill, labels: np.ndarray, fmt: InputFormat, bad: np.ndarray,
-                 reasons: list[str], buffer_rows: int) -> None:
+                 reasons: list[str], buffer_rows: int, lengths: np.ndarray | None = None) -> None:
         self.spill, self.labels, self.fmt, self.bad, self.reasons = spill, labels, fmt, bad, reasons
-        self.buffer_rows = buffer_rows
+        self.buffer_rows, self.lengths = buffer_rows, lengths
 
     def __len__(self) -> int:
         return len(self.labels)
@@ -324,10 +359,17 @@ class SpilledShard:
 
 
 class StreamRows:
-    """Some rows of a :class:`SpilledShard` (training or validation), read back in batches."""
+    """Some rows of a :class:`SpilledShard` (training or validation), read back in batches.
+
+    Rows of token ids (``fmt.sequences``) are batched by length within each shuffle window once
+    :meth:`use_lengths` has set how (see :mod:`irbis.train.sequences`); ``stats`` counts their padding.
+    """
 
     def __init__(self, shard: SpilledShard, ids: np.ndarray) -> None:
         self.shard, self.ids = shard, ids
+        self.kind: str | None = None  # sequences: the network's input_kind (set by use_lengths)
+        self.token_budget = self.max_rows = 0
+        self.stats: Any = None
         sizes = np.asarray(shard.spill.sizes, np.int64)
         self._starts = np.concatenate([[0], np.cumsum(sizes)])
         block_of = np.searchsorted(self._starts, ids, side="right") - 1
@@ -339,20 +381,62 @@ class StreamRows:
     def labels(self) -> np.ndarray:
         return self.shard.labels[self.ids]
 
-    def _windows(self, seed: int, rank: int, epoch: int) -> Iterator[np.ndarray]:
-        """Row ids, pass after pass: blocks in a seeded permutation, a window of blocks (about
-        ``buffer_rows`` rows) at a time, the window's rows permuted."""
+    def _passes(self, seed: int, rank: int, epoch: int) -> Iterator[tuple[int, np.ndarray, np.random.Generator]]:
+        """(pass, a window's row ids, the pass's generator), pass after pass: blocks in a seeded permutation,
+        a window of blocks (about ``buffer_rows`` rows) at a time."""
         per_window = max(1, self.shard.buffer_rows // self.shard.spill.block_rows)
         for r in itertools.count():
             rng = np.random.default_rng([seed, rank, epoch, 5, r])
             order = [b for b in rng.permutation(len(self._by_block)) if len(self._by_block[b])]
             for start in range(0, len(order), per_window):
-                ids = np.concatenate([self._by_block[b] for b in order[start:start + per_window]])
-                yield rng.permutation(ids)
+                yield r, np.concatenate([self._by_block[b] for b in order[start:start + per_window]]), rng
+
+    def _windows(self, seed: int, rank: int, epoch: int) -> Iterator[np.ndarray]:
+        """Row ids, pass after pass, a window at a time (:meth:`_passes`), the window's rows permuted."""
+        for _, ids, rng in self._passes(seed, rank, epoch):
+            yield rng.permutation(ids)
+
+    def use_lengths(self, kind: str, token_budget: int, max_rows: int) -> None:
+        """Batch these rows of token ids by length: cut under ``token_budget`` padded tokens and ``max_rows``
+        rows within each shuffle window, as ``kind`` (the network's input_kind) takes them."""
+        from irbis.kernels.sequences import PadStats
+
+        self.kind, self.token_budget, self.max_rows, self.stats = kind, token_budget, max_rows, PadStats()
+
+    def _length_batches(self, ids: np.ndarray) -> list[np.ndarray]:
+        from irbis.kernels.sequences import length_batches
+
+        plan = length_batches(self.shard.lengths[ids], token_budget=self.token_budget, max_rows=self.max_rows)
+        return [ids[b] for b in plan]
+
+    def _window_batches(self, seed: int, rank: int, epoch: int) -> Iterator[tuple[int, list[np.ndarray]]]:
+        """(pass, the length batches of one window in a seeded order), window after window (:meth:`_passes`)."""
+        for r, window, rng in self._passes(seed, rank, epoch):
+            batches = self._length_batches(window)
+            yield r, [batches[j] for j in rng.permutation(len(batches))]
+
+    def batch_count(self, seed: int, rank: int, epoch: int) -> int:
+        """The length batches of one pass over these rows in ``epoch`` (lengths only: nothing is read)."""
+        count = 0
+        for r, batches in self._window_batches(seed, rank, epoch):
+            if r > 0 or not len(self):
+                break
+            count += len(batches)
+        return count
 
     def order(self, batch_size: int, count: int, seed: int, rank: int, epoch: int) -> Iterator[np.ndarray]:
         """The row ids of ``count`` batches of ``batch_size``: every row once per pass over the data, the
-        batches after the first pass drawn from the next (so that every worker takes ``count`` steps)."""
+        batches after the first pass drawn from the next (so that every worker takes ``count`` steps).
+        Sequences: length batches window by window (:meth:`use_lengths`), the next pass's after the first."""
+        if self.kind is not None:
+            made = 0
+            for _, batches in self._window_batches(seed, rank, epoch):
+                for b in batches[:count - made]:
+                    yield b
+                made += min(len(batches), count - made)
+                if made >= count:
+                    return
+            return
         carry = np.zeros(0, np.int64)
         made = 0
         for window in self._windows(seed, rank, epoch):
@@ -398,8 +482,15 @@ class StreamRows:
 
     def in_order(self, batch_size: int, device: str, label_dtype: Any,
                  limit: int | None = None) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        """The rows in file order, unaugmented, ``batch_size`` at a time (up to ``limit`` rows)."""
-        return self.take(self.ids if limit is None else self.ids[:limit], batch_size, device, label_dtype)
+        """The rows in file order, unaugmented, ``batch_size`` at a time (up to ``limit`` rows); sequences in
+        length batches of a window of rows at a time."""
+        ids = self.ids if limit is None else self.ids[:limit]
+        if self.kind is None:
+            return self.take(ids, batch_size, device, label_dtype)
+        cache = BlockCache(self.shard.spill.reader_copy(), keep=2)
+        window = max(self.shard.buffer_rows, 1)
+        return (self._tensors(b, cache, device, label_dtype, None)
+                for s in range(0, len(ids), window) for b in self._length_batches(ids[s:s + window]))
 
     def take(self, ids: np.ndarray, batch_size: int, device: str,
              label_dtype: Any) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
@@ -411,6 +502,12 @@ class StreamRows:
     def _tensors(self, ids: np.ndarray, cache: BlockCache, device: str, label_dtype: Any,
                  rngs: list[np.random.Generator] | None) -> tuple[torch.Tensor, torch.Tensor]:
         fmt = self.shard.fmt
+        if self.kind is not None:
+            from irbis.train.sequences import make_batch
+
+            xs, stats = make_batch(list(fmt.decode(self.read(ids, cache))), self.kind, device)
+            self.stats.add(stats)
+            return xs, torch.from_numpy(np.ascontiguousarray(self.shard.labels[ids], label_dtype)).to(device)
         try:
             x = fmt.decode(self.read(ids, cache), rngs)
         except ValueError as err:

@@ -1,13 +1,12 @@
 """Streaming a worker's rows: spilled once, reshuffled every epoch, every row once per pass, bounded memory."""
 import json
 import os
-import subprocess
-import sys
 import textwrap
 
 import numpy as np
 import pyarrow as pa
 import pytest
+from train_helpers import peak_rss_mib
 
 from irbis.train.data import Shard
 from irbis.train.stream import FEATURES, LABEL, InputFormat, SpilledShard, read_partition
@@ -105,13 +104,7 @@ def test_a_worker_peak_memory_does_not_grow_with_its_share():
         shard.close()
         print(seen, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
     """)
-    peaks = {}
-    for rows in (10_000, 80_000):
-        done = subprocess.run([sys.executable, "-c", script, str(rows)], capture_output=True, text=True, timeout=600)
-        assert done.returncode == 0, done.stderr[-2000:]
-        seen, peak_kib = map(int, done.stdout.split())
-        assert seen == 2 * rows
-        peaks[rows] = peak_kib / 1024
+    peaks = peak_rss_mib(script, (10_000, 80_000))
     print("peak RSS MiB:", json.dumps(peaks))
     assert peaks[80_000] < 1.25 * peaks[10_000] + 32, peaks
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
+import numpy as np
 import torch
 
 from irbis.train.comm import ThreadCommunicator
@@ -97,3 +98,34 @@ class CrashOnce:
                 self.armed = False
                 raise RuntimeError("injected failure")
         return batch
+
+
+def token_task(n: int = 240, seed: int = 0, vocab: int = 20) -> tuple[np.ndarray, np.ndarray]:
+    """Variable-length token-id rows (lengths 3-40, ids 1..vocab-1) labelled by whether token 7 occurs
+    (half of them, at a random place): an object array of int64 rows and the labels."""
+    rng = np.random.default_rng(seed)
+    others = np.array([t for t in range(1, vocab) if t != 7])
+    rows, labels = np.empty(n, dtype=object), rng.integers(0, 2, n)
+    for i in range(n):
+        row = rng.choice(others, rng.integers(3, 41))
+        if labels[i]:
+            row[rng.integers(0, len(row))] = 7
+        rows[i] = row.astype(np.int64)
+    return rows, labels
+
+
+def peak_rss_mib(script: str, sizes: tuple[int, ...]) -> dict[int, float]:
+    """Run ``script`` (Python source taking a row count as its argument, printing ``rows seen`` and
+    ``ru_maxrss`` in KiB) in a fresh interpreter for each of ``sizes``: its peak RSS in MiB by size. Each
+    run must exit cleanly and have seen its rows twice (two epochs)."""
+    import subprocess
+    import sys
+
+    peaks = {}
+    for rows in sizes:
+        done = subprocess.run([sys.executable, "-c", script, str(rows)], capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stderr[-2000:]
+        seen, peak_kib = map(int, done.stdout.split())
+        assert seen == 2 * rows
+        peaks[rows] = peak_kib / 1024
+    return peaks

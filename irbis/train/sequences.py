@@ -1,0 +1,188 @@
+"""A worker's variable-length rows (token ids, or steps of float features) in length-bucketed batches.
+
+A :class:`~irbis.train.data.Shard` whose ``x`` is an object array of 1-d int64 arrays (or of 2-d float32
+``(steps, features)`` arrays) holds ragged rows. :class:`RaggedRows` trains from them as
+:class:`~irbis.train.stream.StreamRows` does from a spill, with the same methods the loop calls:
+
+* **batches**: within the worker's rows (its shuffle window), rows are grouped by length and cut under the
+  token budget by :func:`irbis.kernels.sequences.length_batches` (``batch_size`` caps the rows); the
+  ORDER of the batches is shuffled by a generator seeded by (seed, rank, epoch);
+* **equal steps**: every worker takes the same number of steps per epoch, the largest worker's count of
+  batches (agreed through the communicator in the loop's setup). A worker with fewer batches repeats
+  some: further permutations of its batches drawn from the same generator, taken until the count is
+  reached. Every row is seen once per epoch, plus those repeats;
+* **the network's input**: a batch reaches the network as its ``input_kind`` attribute declares
+  (:func:`input_kind`): ``"padded"`` (the default) ``module(ids, mask)``, ids padded with 0 on the right
+  to the batch's padded length, mask 1 on real positions; ``"packed"`` ``module(packed)``, a
+  :class:`torch.nn.utils.rnn.PackedSequence`. Rows of float vectors give float32 ``(B, T, F)`` instead
+  of ids.
+
+The padded and real tokens of the batches made are counted (:class:`~irbis.kernels.sequences.PadStats`)
+for the epoch record's ``paddingWaste``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+import torch
+from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence
+
+from irbis.kernels.sequences import PadStats, length_batches, pad_rows, padded_length
+
+#: The values of a network's ``input_kind`` attribute.
+INPUT_KINDS = ("padded", "packed")
+
+#: A batch as the network takes it: ``(ids, mask)`` (padded) or a PackedSequence (packed).
+Batch = Any
+
+
+def input_kind(model: torch.nn.Module) -> str:
+    """How ``model`` takes variable-length rows: its ``input_kind`` attribute, ``"padded"`` when absent."""
+    kind = getattr(model, "input_kind", "padded")
+    if kind not in INPUT_KINDS:
+        raise ValueError(f"the network's input_kind must be one of {list(INPUT_KINDS)}, found {kind!r}")
+    return kind
+
+
+def is_ragged(x: Any) -> bool:
+    """Whether a shard's features are variable-length rows (an object array of arrays)."""
+    return isinstance(x, np.ndarray) and x.dtype == object
+
+
+def row_lengths(rows: np.ndarray) -> np.ndarray:
+    """The length (steps) of each row; -1 for a null row."""
+    return np.array([-1 if r is None else len(r) for r in rows], dtype=np.int64)
+
+
+def forward(model: torch.nn.Module, xb: Batch) -> torch.Tensor:
+    """``model`` on one batch: ``model(ids, mask)`` for a padded batch, ``model(xb)`` otherwise."""
+    return model(*xb) if isinstance(xb, tuple) and not isinstance(xb, PackedSequence) else model(xb)
+
+
+def make_batch(rows: list[np.ndarray], kind: str, device: str = "cpu") -> tuple[Batch, PadStats]:
+    """``rows`` as one network input of ``kind`` (see the module docstring), and its padding."""
+    lengths = np.array([len(r) for r in rows], dtype=np.int64)
+    length = padded_length(lengths)
+    if rows and np.asarray(rows[0]).ndim == 2:  # steps of float features
+        feats = np.asarray(rows[0]).shape[1]
+        ids = np.zeros((len(rows), length, feats), np.float32)
+        mask = np.zeros((len(rows), length), np.int64)
+        for i, r in enumerate(rows):
+            ids[i, :len(r)] = r
+            mask[i, :len(r)] = 1
+    else:
+        ids, mask = pad_rows(rows, length)
+    stats = PadStats(int(lengths.sum()), len(rows) * length, 1)
+    ids_t, mask_t = torch.from_numpy(ids).to(device), torch.from_numpy(mask).to(device)
+    if kind == "packed":
+        return pack_padded_sequence(ids_t, torch.from_numpy(lengths), batch_first=True,
+                                    enforce_sorted=False), stats
+    return (ids_t, mask_t), stats
+
+
+class RaggedRows:
+    """Variable-length rows held in memory, read as length-bucketed batches (see the module docstring).
+
+    ``rows``: an object array of arrays; ``labels``: one per row; ``kind``: the network's
+    :func:`input_kind`; ``token_budget`` bounds ``rows x padded length`` of a batch, ``max_rows`` its rows.
+    """
+
+    def __init__(self, rows: np.ndarray, labels: np.ndarray, kind: str, token_budget: int, max_rows: int) -> None:
+        self.rows, self._labels, self.kind = rows, labels, kind
+        self.token_budget, self.max_rows = token_budget, max_rows
+        self.lengths = row_lengths(rows)
+        self._plan = length_batches(self.lengths, token_budget=token_budget, max_rows=max_rows) if len(rows) else []
+        self.stats = PadStats()
+
+    def __len__(self) -> int:
+        return len(self._labels)
+
+    def labels(self) -> np.ndarray:
+        return self._labels
+
+    def plan(self) -> list[np.ndarray]:
+        """The row indices of each length batch (fixed: the rows are the whole window)."""
+        return self._plan
+
+    def order(self, count: int, seed: int, rank: int, epoch: int) -> list[np.ndarray]:
+        """The row indices of ``count`` batches of ``epoch``: the batches in a permutation drawn from a
+        generator seeded by (seed, rank, epoch); past the first pass, further permutations from the same
+        generator (the repeats that equalise the workers' steps)."""
+        rng = np.random.default_rng([seed, rank, epoch, 8])
+        out: list[np.ndarray] = []
+        while len(out) < count and self._plan:
+            out.extend(self._plan[j] for j in rng.permutation(len(self._plan)))
+        return out[:count]
+
+    def _tensors(self, ids: np.ndarray, device: str, label_dtype: Any) -> tuple[Batch, torch.Tensor]:
+        xb, stats = make_batch([self.rows[i] for i in ids], self.kind, device)
+        self.stats.add(stats)
+        return xb, torch.from_numpy(np.ascontiguousarray(self._labels[ids], label_dtype)).to(device)
+
+    def batches(self, batch_size: int, count: int, seed: int, rank: int, epoch: int, start: int, device: str,
+                label_dtype: Any, augment: bool,
+                hook: Callable[[np.ndarray, int], np.ndarray] | None = None) -> Iterator[tuple[Batch, torch.Tensor]]:
+        """``(xb, yb)`` for batches ``start..count-1`` of the epoch (see :meth:`order`). ``batch_size`` is
+        the row cap given at construction; ``augment`` and ``hook`` do not apply to sequences."""
+        if hook is not None:
+            raise ValueError("augment does not apply to variable-length rows")
+        for ids in self.order(count, seed, rank, epoch)[start:]:
+            yield self._tensors(ids, device, label_dtype)
+
+    def in_order(self, batch_size: int, device: str, label_dtype: Any,
+                 limit: int | None = None) -> Iterator[tuple[Batch, torch.Tensor]]:
+        """Every row once (up to ``limit`` rows), in length batches, unshuffled (validation)."""
+        rows = len(self) if limit is None else min(limit, len(self))
+        lengths = self.lengths[:rows]
+        for ids in length_batches(lengths, token_budget=self.token_budget, max_rows=self.max_rows):
+            xb, _ = make_batch([self.rows[i] for i in ids], self.kind, device)
+            yield xb, torch.from_numpy(np.ascontiguousarray(self._labels[ids], label_dtype)).to(device)
+
+
+def check_network(model: torch.nn.Module, xb: Batch, kind: str, rows: int) -> torch.Tensor:
+    """One forward pass on a first small batch ``xb`` of ``rows`` rows before the first step, its output
+    returned: a network that does not take its declared input is named here, not at the first step
+    (dropout's draws are left as they were)."""
+    shown = "module(ids, mask), ids int64 (B, T)" if kind == "padded" else \
+        "module(packed), a torch.nn.utils.rnn.PackedSequence"
+    with torch.random.fork_rng(devices=[]), torch.no_grad():
+        try:
+            out = forward(model, xb)
+        except Exception as err:
+            raise ValueError(f"the network does not take variable-length rows as its input_kind "
+                             f"{kind!r} gives them ({shown}; set the module's input_kind attribute to "
+                             f"'padded' or 'packed'): {type(err).__name__}: {err}") from err
+    if not isinstance(out, torch.Tensor) or out.shape[0] != rows:
+        got = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
+        raise ValueError(f"the network's output for a batch of {rows} variable-length rows (input_kind "
+                         f"{kind!r}) must have one row per input row, found {got}")
+    return out
+
+
+def first_batch(rows: Any, device: str, label_dtype: Any) -> tuple[Batch, int] | None:
+    """A small first batch of ``rows`` (a :class:`RaggedRows` or sequence ``StreamRows``) and its row count,
+    for :func:`check_network`; None when there are no rows."""
+    if not len(rows):
+        return None
+    xb, yb = next(iter(rows.in_order(2, device, label_dtype, limit=2)))
+    return xb, len(yb)
+
+
+def usable_rows(rows: np.ndarray, labels: np.ndarray, nan_policy: str) -> tuple[np.ndarray, int]:
+    """The indices of the rows to train on, and how many were left out: a null or empty row, or a label
+    that is not finite, is named (``nan_policy="error"``) or left out and counted (``"skip"``)."""
+    lengths = row_lengths(rows)
+    bad = (lengths <= 0) | ~np.isfinite(np.asarray(labels, np.float64))
+    if bad.any() and nan_policy != "skip":
+        i = int(np.flatnonzero(bad)[0])
+        what = "a null" if lengths[i] < 0 else "an empty" if lengths[i] == 0 else "a non-finite label on a"
+        raise ValueError(f"{what} sequence at row {i} of this worker's rows ({int(bad.sum())} such rows); "
+                         "set nanPolicy='skip' to leave them out")
+    return np.flatnonzero(~bad), int(bad.sum())
+
+
+__all__ = ["INPUT_KINDS", "RaggedRows", "check_network", "first_batch", "forward", "input_kind", "is_ragged",
+           "make_batch", "row_lengths", "usable_rows"]

@@ -1,0 +1,206 @@
+"""Variable-length rows in training: length batches under a token budget, equal steps, the network's input."""
+
+import io
+import json
+import textwrap
+
+import numpy as np
+import pyarrow as pa
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from train_helpers import peak_rss_mib, token_task
+
+from irbis.kernels.sequences import padded_length
+from irbis.train.auto_batch import AutoBatch
+from irbis.train.backends.local import run_threads, shard_rows
+from irbis.train.data import Shard
+from irbis.train.loop import TrainSpec
+from irbis.train.networks import network_spec
+from irbis.train.sequences import RaggedRows, make_batch
+from irbis.train.stream import FEATURES, LABEL, InputFormat, SpilledShard, read_partition
+
+
+def rows_of(lengths, seed=0):
+    rng = np.random.default_rng(seed)
+    rows = np.empty(len(lengths), dtype=object)
+    for i, n in enumerate(lengths):
+        rows[i] = rng.integers(1, 20, n).astype(np.int64)
+    return rows
+
+
+def spec(**kw):
+    base = dict(network=network_spec("gru_classifier", {"vocab_size": 20, "embed": 8, "hidden": 16}), epochs=4,
+                batch_size=16, learning_rate=1e-2, token_budget=512, torch_threads=1)
+    return TrainSpec(**{**base, **kw})
+
+
+@settings(max_examples=60, deadline=None)
+@given(lengths=st.lists(st.integers(1, 60), min_size=1, max_size=80), budget=st.integers(8, 600),
+       max_rows=st.integers(1, 20), epoch=st.integers(0, 5))
+def test_every_row_once_per_epoch_and_batches_respect_the_budget(lengths, budget, max_rows, epoch):
+    rows = RaggedRows(rows_of(lengths), np.zeros(len(lengths)), "padded", budget, max_rows)
+    plan = rows.plan()
+    batches = rows.order(len(plan), seed=3, rank=1, epoch=epoch)
+    assert sorted(np.concatenate(batches).tolist()) == list(range(len(lengths)))
+    lens = np.asarray(lengths)
+    for b in batches:
+        assert len(b) <= max_rows
+        assert len(b) == 1 or len(b) * padded_length(lens[b]) <= budget
+    # past the epoch's batches come repeats of them (equal steps across workers)
+    more = rows.order(len(plan) + 3, seed=3, rank=1, epoch=epoch)
+    assert all(any(np.array_equal(b, p) for p in plan) for b in more)
+    assert all(np.array_equal(a, b) for a, b in zip(more, batches))
+
+
+def test_batch_order_differs_across_epochs_and_is_reproducible_for_one_seed():
+    rows = RaggedRows(rows_of(np.arange(1, 200) % 37 + 1), np.zeros(199), "padded", 256, 16)
+    n = len(rows.plan())
+
+    def order(epoch, seed=0):
+        return [b.tolist() for b in rows.order(n, seed, 0, epoch)]
+
+    assert order(0) == order(0) and order(0) != order(1) and order(0) != order(0, seed=1)
+
+
+def test_a_batch_reaches_the_network_padded_with_a_mask_or_packed():
+    rows = [np.array([5, 6, 7]), np.array([1])]
+    (ids, mask), stats = make_batch(rows, "padded")
+    assert ids.dtype == torch.int64 and ids.shape == (2, 8) and ids[0, :4].tolist() == [5, 6, 7, 0]
+    assert mask.sum(1).tolist() == [3, 1] and (stats.tokens, stats.padded) == (4, 16)
+    packed, _ = make_batch(rows, "packed")
+    assert isinstance(packed, torch.nn.utils.rnn.PackedSequence) and packed.batch_sizes.tolist() == [2, 1, 1]
+
+
+def test_unequal_workers_take_equal_steps_and_a_gru_learns_with_validation_and_waste():
+    x, y = token_task(300)
+    shards = [Shard(x[:200], y[:200]), Shard(x[200:], y[200:])]  # two workers of unequal sizes
+    res = run_threads(spec(epochs=6, validation_fraction=0.2), shards)
+    assert res[0].info["steps"] == res[1].info["steps"] > 0
+    hist = res[0].history
+    assert hist[-1]["accuracy"] > 0.75 and hist[-1]["loss"] < hist[0]["loss"]
+    assert all(1.0 <= h["paddingWaste"] < 1.6 for h in hist)
+
+
+def test_one_seed_reproduces_a_run_exactly():
+    x, y = token_task(120)
+    a, b = (run_threads(spec(epochs=2), shard_rows(x, y, 2))[0].state for _ in range(2))
+    assert a == b
+
+
+def test_a_network_that_does_not_take_its_declared_input_is_named_before_the_first_step():
+    x, y = token_task(40)
+    # a network over one tensor of ids, without input_kind: it is given ids and a mask
+    net = network_spec(lambda: torch.nn.Sequential(torch.nn.Embedding(20, 4), torch.nn.Linear(4, 2)))
+    with pytest.raises(ValueError, match="input_kind 'padded'.*module\\(ids, mask\\)"):
+        run_threads(spec(network=net), shard_rows(x, y, 1))
+
+
+def test_batchnorm_statistics_are_recomputed_over_length_batches():
+    class Normed(torch.nn.Module):
+        input_kind = "padded"
+
+        def __init__(self):
+            super().__init__()
+            self.embed, self.norm, self.head = torch.nn.Embedding(20, 8), torch.nn.BatchNorm1d(8), torch.nn.Linear(8, 2)
+
+        def forward(self, ids, mask):
+            m = mask.unsqueeze(-1).float()
+            return self.head(self.norm((self.embed(ids) * m).sum(1) / m.sum(1)))
+
+    x, y = token_task(80)
+    res = run_threads(spec(network=network_spec(Normed), epochs=1), shard_rows(x, y, 2))
+    state = torch.load(io.BytesIO(res[0].state), weights_only=True)
+    assert int(state["norm.num_batches_tracked"]) > 0 and not torch.equal(state["norm.running_mean"],
+                                                                          torch.zeros(8))
+
+
+def test_null_and_empty_rows_are_named_or_skipped_and_counted():
+    x, y = token_task(60)
+    x[3], x[10] = None, np.zeros(0, np.int64)
+    with pytest.raises(ValueError, match="null sequence at row 3.*2 such rows.*nanPolicy"):
+        run_threads(spec(epochs=1), shard_rows(x, y, 1))
+    res = run_threads(spec(epochs=1, nan_policy="skip"), shard_rows(x, y, 1))
+    assert res[0].history[-1]["skippedRows"] == 2
+
+
+def test_batch_size_auto_refuses_variable_length_rows():
+    x, y = token_task(40)
+    with pytest.raises(ValueError, match="batchSize='auto'.*tokenBudget"):
+        run_threads(spec(auto_batch=AutoBatch()), shard_rows(x, y, 1))
+
+
+def token_batches(x, y, per=50):
+    for s in range(0, len(y), per):
+        rows = [None if r is None else r.tolist() for r in x[s:s + per]]
+        yield pa.RecordBatch.from_arrays([pa.array(rows, pa.list_(pa.int64())),
+                                          pa.array(y[s:s + per], pa.float64())], [FEATURES, LABEL])
+
+
+def test_token_ids_within_the_buffer_are_a_ragged_shard_and_past_it_spill_with_their_offsets():
+    x, y = token_task(300)
+    held, profile = read_partition(token_batches(x, y), InputFormat("sequence"), 1000)
+    assert isinstance(held, Shard) and held.x.dtype == object and np.array_equal(held.x[17], x[17])
+    assert (profile[3], profile[4]) == (min(map(len, x)), max(map(len, x)))
+    spilled, _ = read_partition(token_batches(x, y), InputFormat("sequence"), 64)
+    try:
+        assert isinstance(spilled, SpilledShard) and np.array_equal(spilled.lengths, [len(r) for r in x])
+        rows, _, _ = spilled.split(0.0, 0, "error")
+        rows.use_lengths("padded", 256, 16)
+        count = rows.batch_count(3, 0, 1)
+        order = list(rows.order(16, count, 3, 0, 1))
+        assert sorted(np.concatenate(order).tolist()) == list(range(300))  # every row once per epoch
+        assert all(len(b) <= 16 and (len(b) == 1 or len(b) * padded_length(spilled.lengths[b]) <= 256)
+                   for b in order)
+        assert [b.tolist() for b in order] != [b.tolist() for b in rows.order(16, count, 3, 0, 2)]
+        (ids, mask), yb = next(rows.batches(16, count, 3, 0, 1, 0, "cpu", np.int64, augment=False))
+        first = order[0]
+        assert ids.shape[0] == len(first) and mask[0].sum() == len(x[first[0]])
+        assert ids[0, :len(x[first[0]])].tolist() == x[first[0]].tolist() and yb.tolist() == y[first].tolist()
+    finally:
+        spilled.close()
+
+
+def test_a_streamed_gru_learns_from_token_ids_past_the_buffer():
+    x, y = token_task(300)
+    fmt = InputFormat("sequence")
+    shards = [read_partition(token_batches(x[r::2], y[r::2]), fmt, 64)[0] for r in range(2)]
+    try:
+        res = run_threads(spec(epochs=6, input_format=fmt, buffer_rows=64, validation_fraction=0.2),
+                          shards)
+    finally:
+        for s in shards:
+            s.close()
+    assert res[0].info["steps"] == res[1].info["steps"]
+    assert res[0].history[-1]["accuracy"] > 0.75 and 1.0 <= res[0].history[-1]["paddingWaste"] < 1.6
+
+
+def test_a_worker_streaming_8x_more_token_ids_keeps_its_peak_memory():
+    """Peak RSS of a worker reading and iterating 10,000 and 80,000 rows of 50-500 token ids (about 22 MB and
+    176 MB), with a 2,000-row buffer, in length batches."""
+    script = textwrap.dedent("""
+        import resource, sys, numpy as np, pyarrow as pa
+        from irbis.train.stream import FEATURES, LABEL, InputFormat, read_partition
+        rows = int(sys.argv[1])
+        def gen():
+            for s in range(0, rows, 500):
+                rng = np.random.default_rng(s)
+                lens = rng.integers(50, 501, 500)
+                offsets = np.concatenate([[0], np.cumsum(lens)]).astype(np.int32)
+                ids = pa.ListArray.from_arrays(pa.array(offsets), pa.array(rng.integers(1, 30000, lens.sum())))
+                yield pa.RecordBatch.from_arrays([ids, pa.array(np.zeros(500))], [FEATURES, LABEL])
+        shard, _ = read_partition(gen(), InputFormat("sequence"), 2000)
+        train, _, _ = shard.split(0.0, 0, "error")
+        train.use_lengths("padded", 8192, 64)
+        seen = 0
+        for epoch in range(2):
+            count = train.batch_count(0, 0, epoch)
+            for (ids, mask), yb in train.batches(64, count, 0, 0, epoch, 0, "cpu", np.int64, False):
+                seen += len(yb)
+        shard.close()
+        print(seen, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+    """)
+    peaks = peak_rss_mib(script, (10_000, 80_000))
+    print("peak RSS MiB:", json.dumps(peaks))
+    assert peaks[80_000] < 1.25 * peaks[10_000], peaks

@@ -24,7 +24,7 @@ from pyspark.ml.param import TypeConverters
 
 from irbis.ml.aliases import Alias, alias_mixin, resolve_aliases
 from irbis.ml.base import IrbisEstimator
-from irbis.ml.estimator import TRAIN_PARAMS, TorchEstimator
+from irbis.ml.estimator import TRAIN_PARAMS, TorchEstimator, _log_to_mlflow, _mlflow_tracked
 from irbis.ml.image_classifier import _CLASSIFIER_ROWS, _SHARED as _IMAGE_SHARED
 from irbis.ml.params import HasDevice, Row, table_mixin
 from irbis.ml.text_network import _TEXT_ROWS, TextClassifierModel, TextTokenizer
@@ -111,9 +111,6 @@ class TextClassifier(alias_mixin("TextClassifierNames", _ALIASES), IrbisEstimato
 
     _model_class = TextClassifierModel
 
-    #: The token-id column the tokenizer writes and training reads.
-    IDS = "__irbis_token_ids"
-
     def _factory(self, source: dict[str, Any], pretrained: bool = True) -> Any:
         from functools import partial
 
@@ -139,7 +136,7 @@ class TextClassifier(alias_mixin("TextClassifierNames", _ALIASES), IrbisEstimato
             layers = self._factory(source, pretrained=False)()
         if self.getFreezeUntil():
             freeze_until(layers, self.getFreezeUntil())
-        est = TorchEstimator(network=self._factory(source), inputCol=self.IDS, device=self.getDevice(),
+        est = TorchEstimator(network=self._factory(source), inputCol=self.getInputCol(), device=self.getDevice(),
                              **{n: self.getOrDefault(n) for n in _SHARED if self.isDefined(getattr(self, n))})
         if est.hasParam("tokenBudget"):
             est._set(tokenBudget=self.getTokenBudget())
@@ -160,11 +157,12 @@ class TextClassifier(alias_mixin("TextClassifierNames", _ALIASES), IrbisEstimato
                 raise ValueError(f"TextClassifier: {role} {col!r} is not a column; columns: {dataset.columns}")
         source = text_source(self.getBackbone())
         est = self._estimator(source)
-        tokenizer = TextTokenizer(network=self.getBackbone(), inputCol=self.getInputCol(), outputCol=self.IDS,
+        # the texts' token ids, under the texts' own column name so that the training's messages name it
+        text, label, ids = self.getInputCol(), self.getLabelCol(), f"{self.uid}_token_ids"
+        tokenizer = TextTokenizer(network=self.getBackbone(), inputCol=text, outputCol=ids,
                                   maxLength=self.getMaxLength())
-        rows = tokenizer.transform(dataset.select(column(self.getInputCol()), column(self.getLabelCol())))
-        est.fit(rows.select(self.IDS, self.getLabelCol()))
-        results = est.last_results
+        rows = tokenizer.transform(dataset.select(column(text), column(label)))
+        _, results = est._train(rows.select(column(ids).alias(text), column(label)))
         net = self._factory(source, pretrained=False)()
         net.load_state_dict(torch.load(io.BytesIO(results[0].state), weights_only=True))
         root = default_cache_dir() / "fitted"
@@ -179,4 +177,6 @@ class TextClassifier(alias_mixin("TextClassifierNames", _ALIASES), IrbisEstimato
             precision=self.getPrecision(), device=self.getDevice())
         model.training_summary = results[0].history
         self.last_estimator = est
+        if _mlflow_tracked(self.getMlflowRun()):
+            _log_to_mlflow(self, model.training_summary)
         return model

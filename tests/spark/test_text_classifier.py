@@ -17,9 +17,9 @@ pytestmark = pytest.mark.spark
 
 
 def sentiment_frame(spark, split: str, step: int):
-    """Every ``step``-th review of ``split`` with its label: 1 for a rating of 7 or more, else 0."""
+    """Every ``step``-th review of ``split`` with its label: 1 for a positive review, else 0."""
     frame = drug_reviews(split).iloc[::step].reset_index(drop=True)
-    frame["label"] = (frame["sentiment"].astype(int) >= 7).astype(int)
+    frame["label"] = (frame["sentiment"] == "positive").astype(int)
     frame["id"] = range(len(frame))
     return frame, spark.createDataFrame(frame[["id", "review", "label"]]).repartition(2)
 
@@ -78,7 +78,7 @@ def test_null_texts_follow_nan_policy_and_bad_labels_are_named(spark):
     with pytest.raises(Exception, match="inputCol|null|review"):
         tiny(epochs=1).fit(df)
     model = tiny(epochs=1, nanPolicy="skip").fit(df)
-    assert model.training_summary[0]["skipped"] == 2
+    assert model.training_summary[0]["skippedRows"] == 2
     bad = spark.createDataFrame([(i, "some text", i % 3) for i in range(12)], "id int, review string, label int")
     with pytest.raises(Exception, match="numClasses"):
         tiny(epochs=1).fit(bad)

@@ -468,13 +468,29 @@ class TorchEstimator(renamed_mixin("_EstimatorRenamed", ESTIMATOR_RENAMED), Irbi
 
     # -- fit -------------------------------------------------------------------------------------
     def _fit(self, dataset: Any) -> Any:
+        tracked = _mlflow_tracked(self.getMlflowRun())
+        spec, module, results = self.train_job(dataset)
+        if spec.input_format.images and spec.input_format.preprocessing is not None:
+            model = self._fitted_images(module, spec, results)
+        elif spec.input_format.sequences:  # token ids: no one input shape
+            model = self._fitted(module, spec.network, results, None)
+        else:
+            model = self._fitted(module, spec.network, results, spec.input_shape or [results[0].info["features"]])
+        if tracked:
+            _log_to_mlflow(self, model.training_summary)
+        return model
+
+    def train_job(self, dataset: Any) -> tuple[TrainSpec, Any, list[Any]]:
+        """The training job of :meth:`fit` without the fitted model: the job's spec, the network as built on
+        the driver (its initial weights) and every worker's result (rank 0's carries the trained
+        ``state_dict`` bytes), also kept as ``last_spec`` and ``last_results``. For a stage that stores the
+        trained network its own way (a network that ``TorchModel`` cannot store)."""
         from irbis.spark.barrier import SparkBarrierBackend
         from irbis.spark.resources import check_device, driver_host, is_local_master
         from irbis.spark.training import IMAGE_BATCH_ROWS, arrow_batch_rows, train_partition, training_frame
         from irbis.train.ps.driver import served
 
         spec, strategy = self._spec()
-        tracked = _mlflow_tracked(self.getMlflowRun())
         frame = training_frame(dataset, self.getInputCol(), self.getLabelCol(),
                                binary_as="encoded" if self.getImagePreprocessing() else "tensor")
         spec.input_format = self._input_format(dataset, spec)
@@ -510,15 +526,7 @@ class TorchEstimator(renamed_mixin("_EstimatorRenamed", ESTIMATOR_RENAMED), Irbi
                 server.close()
         self.last_results = results
         self.last_spec = spec
-        if spec.input_format.images and spec.input_format.preprocessing is not None:
-            model = self._fitted_images(module, spec, results)
-        elif spec.input_format.sequences:  # token ids: no one input shape
-            model = self._fitted(module, spec.network, results, None)
-        else:
-            model = self._fitted(module, spec.network, results, spec.input_shape or [results[0].info["features"]])
-        if tracked:
-            _log_to_mlflow(self, model.training_summary)
-        return model
+        return spec, module, results
 
     def _fitted_images(self, module: Any, spec: TrainSpec, results: list[Any]) -> Any:
         """A network trained on preprocessed images scores images the same way: an ImageClassifierModel."""

@@ -89,6 +89,16 @@ def test_one_seed_reproduces_a_run_exactly():
     assert a == b
 
 
+def test_resume_from_an_epoch_checkpoint_equals_the_uninterrupted_run(tmp_path):
+    x, y = token_task(120)
+    ref = run_threads(spec(epochs=3), shard_rows(x, y, 2))[0].state
+    run_threads(spec(epochs=1, checkpoint_dir=str(tmp_path)), shard_rows(x, y, 2))
+    res = run_threads(spec(epochs=3, checkpoint_dir=str(tmp_path)), shard_rows(x, y, 2))
+    assert res[0].resumed_from is not None and len(res[0].history) == 3
+    a, b = (torch.load(io.BytesIO(s), weights_only=True) for s in (ref, res[0].state))
+    assert all(torch.allclose(a[k], b[k], atol=1e-6) for k in a)
+
+
 def test_a_network_that_does_not_take_its_declared_input_is_named_before_the_first_step():
     x, y = token_task(40)
     # a network over one tensor of ids, without input_kind: it is given ids and a mask

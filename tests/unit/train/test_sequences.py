@@ -71,6 +71,10 @@ def test_a_batch_reaches_the_network_padded_with_a_mask_or_packed():
     assert mask.sum(1).tolist() == [3, 1] and (stats.tokens, stats.padded) == (4, 16)
     packed, _ = make_batch(rows, "packed")
     assert isinstance(packed, torch.nn.utils.rnn.PackedSequence) and packed.batch_sizes.tolist() == [2, 1, 1]
+    # rows of float vectors (steps x features): float32 (B, T, F) in place of the ids
+    (steps, mask), _ = make_batch([np.ones((3, 2), np.float32), np.full((9, 2), 2, np.float32)], "padded")
+    assert steps.dtype == torch.float32 and steps.shape == (2, 16, 2) and mask.sum(1).tolist() == [3, 9]
+    assert steps[0, 3:].abs().sum() == 0 and steps[1, 8].tolist() == [2.0, 2.0]
 
 
 def test_unequal_workers_take_equal_steps_and_a_gru_learns_with_validation_and_waste():

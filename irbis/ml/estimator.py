@@ -469,9 +469,7 @@ class TorchEstimator(renamed_mixin("_EstimatorRenamed", ESTIMATOR_RENAMED), Irbi
     # -- fit -------------------------------------------------------------------------------------
     def _fit(self, dataset: Any) -> Any:
         tracked = _mlflow_tracked(self.getMlflowRun())
-        planned = self._spec()
-        module = build_network(planned[0].network)  # a network that cannot be built fails before any job
-        spec, results = self._train(dataset, planned)
+        spec, module, results = self.train_job(dataset)
         if spec.input_format.images and spec.input_format.preprocessing is not None:
             model = self._fitted_images(module, spec, results)
         elif spec.input_format.sequences:  # token ids: no one input shape
@@ -482,17 +480,17 @@ class TorchEstimator(renamed_mixin("_EstimatorRenamed", ESTIMATOR_RENAMED), Irbi
             _log_to_mlflow(self, model.training_summary)
         return model
 
-    def _train(self, dataset: Any, planned: tuple[TrainSpec, Strategy] | None = None) -> tuple[TrainSpec, list[Any]]:
-        """Run the training job on ``dataset``: the job's spec and every worker's result (rank 0's carries the
-        trained weights), also kept as ``last_spec`` and ``last_results``. The stages that fine-tune a network
-        of their own (TextClassifier) turn the weights into their own fitted model. ``planned``: the
-        :meth:`_spec` already made."""
+    def train_job(self, dataset: Any) -> tuple[TrainSpec, Any, list[Any]]:
+        """The training job of :meth:`fit` without the fitted model: the job's spec, the network as built on
+        the driver (its initial weights) and every worker's result (rank 0's carries the trained
+        ``state_dict`` bytes), also kept as ``last_spec`` and ``last_results``. For a stage that stores the
+        trained network its own way (a network that ``TorchModel`` cannot store)."""
         from irbis.spark.barrier import SparkBarrierBackend
         from irbis.spark.resources import check_device, driver_host, is_local_master
         from irbis.spark.training import IMAGE_BATCH_ROWS, arrow_batch_rows, train_partition, training_frame
         from irbis.train.ps.driver import served
 
-        spec, strategy = planned or self._spec()
+        spec, strategy = self._spec()
         frame = training_frame(dataset, self.getInputCol(), self.getLabelCol(),
                                binary_as="encoded" if self.getImagePreprocessing() else "tensor")
         spec.input_format = self._input_format(dataset, spec)
@@ -501,6 +499,7 @@ class TorchEstimator(renamed_mixin("_EstimatorRenamed", ESTIMATOR_RENAMED), Irbi
                                   "0 unless validationFraction > 0 (early stopping watches the validation loss)")
         check_device(dataset.sparkSession, spec.device)
         self._check_rows(frame)
+        module = build_network(spec.network)
         if self.isDefined(self.checkpointDir):
             spec.checkpoint_dir = posixpath.join(self.getCheckpointDir(), f"{self.uid}-{uuid.uuid4().hex[:8]}")
             ckpt.make_run_dir(spec.checkpoint_dir)
@@ -527,7 +526,7 @@ class TorchEstimator(renamed_mixin("_EstimatorRenamed", ESTIMATOR_RENAMED), Irbi
                 server.close()
         self.last_results = results
         self.last_spec = spec
-        return spec, results
+        return spec, module, results
 
     def _fitted_images(self, module: Any, spec: TrainSpec, results: list[Any]) -> Any:
         """A network trained on preprocessed images scores images the same way: an ImageClassifierModel."""

@@ -162,8 +162,7 @@ class TextClassifier(alias_mixin("TextClassifierNames", _ALIASES), IrbisEstimato
         tokenizer = TextTokenizer(network=self.getBackbone(), inputCol=text, outputCol=ids,
                                   maxLength=self.getMaxLength())
         rows = tokenizer.transform(dataset.select(column(text), column(label)))
-        _, results = est._train(rows.select(column(ids).alias(text), column(label)))
-        net = self._factory(source, pretrained=False)()
+        _, net, results = est.train_job(rows.select(column(ids).alias(text), column(label)))
         net.load_state_dict(torch.load(io.BytesIO(results[0].state), weights_only=True))
         root = default_cache_dir() / "fitted"
         root.mkdir(parents=True, exist_ok=True)

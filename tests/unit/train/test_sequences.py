@@ -71,6 +71,10 @@ def test_a_batch_reaches_the_network_padded_with_a_mask_or_packed():
     assert mask.sum(1).tolist() == [3, 1] and (stats.tokens, stats.padded) == (4, 16)
     packed, _ = make_batch(rows, "packed")
     assert isinstance(packed, torch.nn.utils.rnn.PackedSequence) and packed.batch_sizes.tolist() == [2, 1, 1]
+    # rows of float vectors (steps x features): float32 (B, T, F) in place of the ids
+    (steps, mask), _ = make_batch([np.ones((3, 2), np.float32), np.full((9, 2), 2, np.float32)], "padded")
+    assert steps.dtype == torch.float32 and steps.shape == (2, 16, 2) and mask.sum(1).tolist() == [3, 9]
+    assert steps[0, 3:].abs().sum() == 0 and steps[1, 8].tolist() == [2.0, 2.0]
 
 
 def test_unequal_workers_take_equal_steps_and_a_gru_learns_with_validation_and_waste():
@@ -87,6 +91,16 @@ def test_one_seed_reproduces_a_run_exactly():
     x, y = token_task(120)
     a, b = (run_threads(spec(epochs=2), shard_rows(x, y, 2))[0].state for _ in range(2))
     assert a == b
+
+
+def test_resume_from_an_epoch_checkpoint_equals_the_uninterrupted_run(tmp_path):
+    x, y = token_task(120)
+    ref = run_threads(spec(epochs=3), shard_rows(x, y, 2))[0].state
+    run_threads(spec(epochs=1, checkpoint_dir=str(tmp_path)), shard_rows(x, y, 2))
+    res = run_threads(spec(epochs=3, checkpoint_dir=str(tmp_path)), shard_rows(x, y, 2))
+    assert res[0].resumed_from is not None and len(res[0].history) == 3
+    a, b = (torch.load(io.BytesIO(s), weights_only=True) for s in (ref, res[0].state))
+    assert all(torch.allclose(a[k], b[k], atol=1e-6) for k in a)
 
 
 def test_a_network_that_does_not_take_its_declared_input_is_named_before_the_first_step():

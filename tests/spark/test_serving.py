@@ -283,6 +283,11 @@ def test_text_embedder_served_answers_what_transform_answers(text_pipelines):
         number = httpx.post(f"{url}/predict", json=[{"review": 12}], timeout=60)
         listed = httpx.post(f"{url}/predict", json={"review": ["a", "b"]}, timeout=60)
         after = httpx.post(f"{url}/predict", json={"review": texts[2]}, timeout=60)
+        with ThreadPoolExecutor(len(texts)) as pool:  # concurrent requests, batched as they queue
+            concurrent = list(pool.map(lambda t: httpx.post(f"{url}/predict", json={"review": t}, timeout=60).json(),
+                                       texts))
+    for got, want in zip(concurrent, answer):  # each answer back to its own request
+        np.testing.assert_allclose(got["e"], want["e"], atol=1e-5)
     assert list(single) == ["e", "why"]
     for got, want in zip(answer + [single], expected["embedder"] + expected["embedder"][:1]):
         ours, theirs = np.asarray(got["e"]), want.e.toArray()

@@ -1,4 +1,4 @@
-"""``irbis explain``: the demo's kind of saved pipeline (ImageFeaturizer + LogisticRegression) explained."""
+"""``irbis explain``: a saved image pipeline (ImageFeaturizer + LogisticRegression) and a text pipeline explained."""
 from __future__ import annotations
 
 import shutil

@@ -19,6 +19,16 @@ batching (a tabular model, a network on a GPU) keeps large batches; one that gai
 a few CPU cores, where a batch of 64 images costs 64 times one) runs small ones, so that no request
 waits behind a long batch that saves nothing. Every :data:`PROBE_EVERY` batches one batch tries half
 or twice the current size, so the choice follows the load and the machine.
+
+Requests of text (a pipeline with ``TextEmbedder``, ``TextClassifierModel``, ``TextTokenizer``) are grouped
+by length where the network runs: the requests of one drain reach the pipeline as one call, and the text
+stage's kernel sorts all their texts by token length and cuts them into batches under its ``tokenBudget``
+(:func:`irbis.kernels.sequences.run_by_length`), so a short text of one request is batched with the short
+texts of the others, never padded to a long one, and every answer goes back to its request. The batcher
+itself does not split a drain into length groups: one pipeline call per group would answer the short
+requests sooner, but on drains of 16 real reviews (``benchmarks/serve_text_groups.py``) groups cut at the
+stage's budget barely split a drain (no gain), and smaller groups took two thirds longer to answer the drain
+for the same mean wait.
 """
 from __future__ import annotations
 

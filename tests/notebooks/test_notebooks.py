@@ -44,6 +44,7 @@ EXPECTED = {
                          ("text/html", "staleness.mean"), (WIDGET, None)],
     "serving": [("text/plain", "HTTP answers equal Spark's: True"), ("text/plain", '"status"')],
     "lime_image": [("image/png", None), ("text/plain", "tabby cat")],
+    "text_reviews": [("text/plain", "test accuracy"), ("image/png", None), ("text/plain", "words that weigh most")],
 }
 
 #: Text no notebook may show: tqdm's warning that it fell back on text bars for want of ipywidgets, and

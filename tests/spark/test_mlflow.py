@@ -305,3 +305,31 @@ def test_irbis_does_not_import_mlflow():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip().splitlines()[-1] == "False"
+
+
+def test_text_pipeline_logs_and_its_pyfunc_answers_what_transform_answers(spark, tracking):
+    """A TextEmbedder on a tiny BERT (its network folder logged with the stage) into a logistic regression."""
+    from pyspark.ml import Pipeline
+    from pyspark.ml.classification import LogisticRegression
+
+    from irbis.ml import TextEmbedder
+    from text_networks import tiny_text_network
+
+    texts = ["Worked within a day, no side effects.", "Terrible headaches and nausea.", "Great relief.",
+             "It did nothing for me and I felt sick.", "Best medicine I have taken.", "Awful, stopped after a week."]
+    frame = spark.createDataFrame([(t, float(i % 2)) for i, t in enumerate(texts)], "review string, label double")
+    model = Pipeline(stages=[TextEmbedder(network=tiny_text_network("embedding"), inputCol="review",
+                                          outputCol="features", engine="torch"),
+                             LogisticRegression(maxIter=20)]).fit(frame)
+    queries = texts[:3] + ["", None]
+    expected = model.transform(spark.createDataFrame([(t,) for t in queries[:4]], "review string")).collect()
+    with mlflow.start_run():
+        info = irbis.mlflow.log_model(model, "model", input_example=pd.DataFrame({"review": texts[:2]}))
+    assert info.signature.inputs.input_names() == ["review"]
+    answer = mlflow.pyfunc.load_model(info.model_uri).predict(pd.DataFrame({"review": queries}))
+    assert list(answer.columns) == ["rawPrediction", "probability", "prediction"]
+    for got, want in zip(answer.itertuples(), expected):
+        np.testing.assert_allclose(got.probability, want.probability.toArray(), atol=1e-5)
+        assert got.prediction == want.prediction
+    # a null text: no embedding, so no prediction (Spark's LogisticRegression fails its task on a null vector)
+    assert answer["probability"].iloc[4] is None and np.isnan(answer["prediction"].iloc[4])

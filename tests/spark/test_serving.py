@@ -249,3 +249,66 @@ def test_two_replicas_on_a_local_cluster(cluster_spark, tmp_path):
     assert not replicas.job.is_alive()  # the barrier stage ended: the executors are free again
     with pytest.raises(httpx.TransportError):
         httpx.get(f"http://{addresses[0]}/health", timeout=5)
+
+
+@pytest.fixture(scope="module")
+def text_pipelines(spark, tmp_path_factory):
+    """Two saved pipelines on a tiny BERT: a TextEmbedder (with an error column) and a TextClassifierModel."""
+    from irbis.ml import TextClassifierModel, TextEmbedder
+    from text_networks import tiny_text_network
+
+    texts = ["The tablets eased my migraine within an hour.", "", "Awful.", "Dizzy for two days, then fine. " * 12,
+             "No change at all after six weeks on the full dose, and my doctor agreed to switch."]
+    frame = spark.createDataFrame([(t,) for t in texts], "review string")
+    root = tmp_path_factory.mktemp("text")
+    stages = {"embedder": TextEmbedder(network=tiny_text_network("embedding"), inputCol="review", outputCol="e",
+                                       errorCol="why", engine="torch"),
+              "classifier": TextClassifierModel(network=tiny_text_network("classification"), inputCol="review",
+                                                engine="torch")}
+    paths, expected = {}, {}
+    for name, stage in stages.items():
+        model = PipelineModel(stages=[stage])
+        paths[name] = str(root / name)
+        model.write().save(paths[name])
+        expected[name] = PipelineModel.load(paths[name]).transform(frame).collect()
+    return texts, paths, expected
+
+
+def test_text_embedder_served_answers_what_transform_answers(text_pipelines):
+    texts, paths, expected = text_pipelines
+    with BackgroundServer(build_app(paths["embedder"])) as url:
+        answer = httpx.post(f"{url}/predict", json=[{"review": t} for t in texts], timeout=120).json()
+        single = httpx.post(f"{url}/predict", json={"review": texts[0]}, timeout=60).json()
+        null = httpx.post(f"{url}/predict", json=[{"review": None}, {"review": texts[2]}], timeout=60)
+        number = httpx.post(f"{url}/predict", json=[{"review": 12}], timeout=60)
+        listed = httpx.post(f"{url}/predict", json={"review": ["a", "b"]}, timeout=60)
+        after = httpx.post(f"{url}/predict", json={"review": texts[2]}, timeout=60)
+        with ThreadPoolExecutor(len(texts)) as pool:  # concurrent requests, batched as they queue
+            concurrent = list(pool.map(lambda t: httpx.post(f"{url}/predict", json={"review": t}, timeout=60).json(),
+                                       texts))
+    for got, want in zip(concurrent, answer):  # each answer back to its own request
+        np.testing.assert_allclose(got["e"], want["e"], atol=1e-5)
+    assert list(single) == ["e", "why"]
+    for got, want in zip(answer + [single], expected["embedder"] + expected["embedder"][:1]):
+        ours, theirs = np.asarray(got["e"]), want.e.toArray()
+        assert ours @ theirs / np.linalg.norm(ours) / np.linalg.norm(theirs) >= 0.9999
+        assert got["why"] is None
+    # a null text: a null embedding and its reason, the other row of the request answered
+    assert null.status_code == 200 and null.json()[0] == {"e": None, "why": "null text"}
+    np.testing.assert_allclose(null.json()[1]["e"], expected["embedder"][2].e.toArray(), atol=1e-5)
+    for refused in (number, listed):
+        assert refused.status_code == 422 and "must be a string, found" in refused.json()["error"]
+    assert after.status_code == 200  # the server lives on
+
+
+def test_text_classifier_served_answers_what_transform_answers(text_pipelines):
+    texts, paths, expected = text_pipelines
+    with BackgroundServer(build_app(paths["classifier"])) as url:
+        answer = httpx.post(f"{url}/predict", json=[{"review": t} for t in texts], timeout=120).json()
+        null = httpx.post(f"{url}/predict", json=[{"review": texts[0]}, {"review": None}], timeout=60).json()
+    assert list(answer[0]) == ["rawPrediction", "probability", "prediction"]
+    for got, want in zip(answer, expected["classifier"]):
+        np.testing.assert_allclose(got["probability"], want.probability.toArray(), atol=1e-5)
+        assert got["prediction"] == want.prediction
+    assert null[1] == {"rawPrediction": None, "probability": None, "prediction": None}
+    np.testing.assert_allclose(null[0]["probability"], answer[0]["probability"], atol=1e-5)

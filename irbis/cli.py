@@ -421,13 +421,14 @@ def _demo_text(args: argparse.Namespace) -> int:
     from irbis.demo.text_demo import check_options, run_text_demo
     from irbis.spark.session import get_spark, is_connect
 
-    rungs = check_options([r.strip() for r in args.rungs.split(",")] if args.rungs else None, args.sample)
+    rungs = check_options([r.strip() for r in args.rungs.split(",")] if args.rungs else None, args.sample,
+                          args.folds)
     start = time.perf_counter()
     spark = get_spark(args.master, app_name="irbis-demo-text", **{"spark.ui.showConsoleProgress": "false"})
     if not is_connect(spark):
         spark.sparkContext.setLogLevel("ERROR")
     output = args.output if args.output != DEMO_OUTPUT else f"{DEMO_OUTPUT}/text"
-    result = run_text_demo(spark, output, rungs=rungs, seed=args.seed, sample=args.sample,
+    result = run_text_demo(spark, output, rungs=rungs, folds=args.folds, seed=args.seed, sample=args.sample,
                            progress=not args.no_progress)
     print(result.table)
     print(f"report {result.output / 'report.html'}")
@@ -554,6 +555,7 @@ def build_parser() -> argparse.ArgumentParser:
                       "TF-IDF+LR, MiniLM+LR, LSTM, MiniLM-tuned; those this installation lacks are reported)")
     demo.add_argument("--sample", type=int, default=None, help="--text: a random sample of this many reviews of "
                       "each split (a quick run)")
+    demo.add_argument("--folds", type=int, default=3, help="--text: drug-grouped cross-validation folds")
     demo.set_defaults(func=_cmd_demo)
 
     feat = sub.add_parser("featurize", help="images to pretrained-network features, written as parquet")

@@ -57,9 +57,12 @@ class TextDemoResult:
     folds: pd.DataFrame | None = None
 
 
-def check_options(names: list[str] | None, sample: int | None = None) -> list[str]:
-    """The rungs to climb, in the ladder's order (all of :data:`RUNGS` by default); an unknown name, or a
-    ``sample`` too small for drug-grouped folds and a bootstrap, is refused with what would do."""
+def check_options(names: list[str] | None, sample: int | None = None, folds: int = 3) -> list[str]:
+    """The rungs to climb, in the ladder's order (all of :data:`RUNGS` by default); an unknown name, fewer
+    than 2 ``folds``, or a ``sample`` too small for drug-grouped folds and a bootstrap, is refused with what
+    would do."""
+    if folds < 2:
+        raise ValueError(f"folds must be at least 2 (grouped cross-validation), found {folds}")
     if sample is not None and sample < MIN_SAMPLE:
         raise ValueError(f"sample must be at least {MIN_SAMPLE} reviews of each split, found {sample}")
     if names is None:
@@ -109,7 +112,7 @@ def run_text_demo(spark: SparkSession, output: str | Path, *, rungs: list[str] |
     progress : bool
         Show progress bars.
     """
-    names = check_options(rungs, sample)
+    names = check_options(rungs, sample, folds)
     out = Path(output)
     out.mkdir(parents=True, exist_ok=True)
     clock: dict[str, float] = {}

@@ -70,8 +70,10 @@ class Rung:
 
 
 def _lr(features: str, setting: dict[str, Any]) -> LogisticRegression:
+    """Spark's logistic regression with the setting's ``regParam`` (and ``maxIter``, 100 by default)."""
     return LogisticRegression(featuresCol=features, labelCol="y", probabilityCol="probability",
-                              rawPredictionCol="raw_prediction", regParam=setting["regParam"], maxIter=100)
+                              rawPredictionCol="raw_prediction", regParam=setting["regParam"],
+                              maxIter=setting.get("maxIter", 100))
 
 
 def fit_tfidf(train: DataFrame, setting: dict[str, Any], seed: int) -> Any:

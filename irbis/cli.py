@@ -533,7 +533,8 @@ def build_parser() -> argparse.ArgumentParser:
                           description="Fit and compare raw-pixel logistic regression, EfficientNet-Lite0 features "
                           "cut at 1 and 2 layers, camera-trap augmentation, burst averaging and a trained MLP "
                           "head on camera-trap images split by camera, with 95%% bootstrap intervals and "
-                          "camera-grouped cross-validation; write a report and the best pipeline to --output.")
+                          "camera-grouped cross-validation; write a report and the best pipeline to --output. "
+                          "With --text, the text ladder on the drug reviews instead (irbis.demo.text_demo).")
     demo.add_argument("--images", default=None, help="camera-trap set: DIR/metadata.csv (path,label,camera,burst) "
                       "or DIR/<label>/<camera>/<burst>/<image>; default: build one from shipped photographs")
     demo.add_argument("--positive", default="animal", help="label of the class to detect (others are negative)")

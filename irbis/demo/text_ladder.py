@@ -148,7 +148,8 @@ def fit_fine_tuned(train: DataFrame, setting: dict[str, Any], seed: int) -> Any:
     from irbis.ml.text_classifier import TextClassifier
 
     clf = TextClassifier(backbone=ENCODER, inputCol="review", labelCol="y", numClasses=2,
-                         epochs=setting["epochs"], batchSize=16, maxLength=MAX_LENGTH, seed=seed)
+                         epochs=setting["epochs"], batchSize=16, maxLength=MAX_LENGTH, numWorkers=2, seed=seed,
+                         showProgress=False)
     return clf.fit(train.select("review", train["y"].cast("int").alias("y")))
 
 

@@ -13,8 +13,8 @@ TF-IDF+LR       :class:`irbis.ml.TextFeaturizer` (hashed TF-IDF, fitted inside e
                 ``LogisticRegression``; regParam by grouped CV
 MiniLM+LR       frozen sentence embeddings (:class:`irbis.ml.TextEmbedder`, the catalogue's
                 ``all_minilm_l6_v2``, 384-d) + ``LogisticRegression``; regParam by grouped CV
-LSTM            a recurrent network trained from scratch (:class:`ReviewLSTM`) on the encoder's WordPiece
-                ids (:class:`irbis.ml.TextTokenizer`) by :class:`irbis.ml.TorchEstimator`; epochs by CV
+LSTM            a recurrent network trained from scratch (the :data:`LSTM` architecture) on the encoder's
+                WordPiece ids (:class:`irbis.ml.TextTokenizer`) by :class:`irbis.ml.TorchEstimator`; epochs by CV
 MiniLM-tuned    ``all_minilm_l6_v2`` fine-tuned with a new head (``TextClassifier``); epochs by CV
 ==============  ========================================================================================
 
@@ -31,27 +31,26 @@ import json
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from functools import partial
 from typing import Any
 
 import numpy as np
 import pandas as pd
-import torch
 from pyspark import inheritable_thread_target
 from pyspark.ml import Pipeline
 from pyspark.ml.classification import LogisticRegression
 from pyspark.sql import DataFrame
-from torch import nn
 
 from irbis.demo.ladder import positive_score
 from irbis.demo.stats import accuracy
 
-__all__ = ["ENCODER", "RUNGS", "ReviewLSTM", "Rung", "climb", "grouped_cv", "majority_scores", "unavailable"]
+__all__ = ["ENCODER", "LSTM", "RUNGS", "Rung", "climb", "grouped_cv", "majority_scores", "unavailable"]
 
 #: The sentence encoder of the frozen and fine-tuned rungs, and the tokenizer of the recurrent one.
 ENCODER = "all_minilm_l6_v2"
 #: Tokens per review (the longest reviews have about 450; the encoder was trained on 256).
 MAX_LENGTH = 256
+#: The recurrent rung's architecture (:data:`irbis.models.ARCHITECTURES`): it reads packed token ids.
+LSTM = "lstm_classifier"
 #: Logistic regressions' regParam grid, the strongest (simplest model) first.
 REG_GRID = (1.0, 0.1, 0.01, 0.001)
 
@@ -96,27 +95,6 @@ def embedding_stages() -> list[Any]:
     return [TextEmbedder(network=ENCODER, inputCol="review", outputCol="embedding", maxLength=MAX_LENGTH)]
 
 
-class ReviewLSTM(nn.Module):
-    """Token ids -> embedding -> one LSTM layer -> its last hidden state -> two logits.
-
-    It reads a ``PackedSequence`` of the ids (``input_kind = "packed"``): the LSTM stops at each review's
-    last real token, so padding never reaches the hidden state.
-    """
-
-    input_kind = "packed"
-
-    def __init__(self, vocab: int, dim: int = 64, hidden: int = 64) -> None:
-        super().__init__()
-        self.embed = nn.Embedding(vocab, dim, padding_idx=0)
-        self.lstm = nn.LSTM(dim, hidden, batch_first=True)
-        self.head = nn.Linear(hidden, 2)
-
-    def forward(self, packed: nn.utils.rnn.PackedSequence) -> torch.Tensor:
-        embedded = packed._replace(data=self.embed(packed.data))
-        _, (h, _) = self.lstm(embedded)
-        return self.head(h[-1])
-
-
 def token_stages() -> list[Any]:
     """The stage that adds ``ids``: each review's WordPiece ids (the encoder's tokenizer), array<int>."""
     from irbis.ml.text_network import TextTokenizer
@@ -132,11 +110,14 @@ def _vocabulary() -> int:
 
 
 def fit_lstm(train: DataFrame, setting: dict[str, Any], seed: int) -> Any:
-    """:class:`ReviewLSTM` trained from scratch on the ``ids`` by TorchEstimator (two data-parallel Spark
-    tasks, Adam, batches of reviews of similar length): a TorchModel writing two-logit ``logits``."""
+    """The catalogue's :data:`LSTM` architecture (token ids -> embedding -> LSTM -> its last hidden state ->
+    two logits; it reads a ``PackedSequence``, so padding never reaches the hidden state) trained from
+    scratch on the ``ids`` by TorchEstimator (two data-parallel Spark tasks, Adam, batches of reviews of
+    similar length): a TorchModel writing two-logit ``logits``."""
     from irbis.ml.estimator import TorchEstimator
 
-    est = TorchEstimator(network=partial(ReviewLSTM, _vocabulary()), inputCol="ids", labelCol="y",
+    options = {"vocab_size": _vocabulary(), "num_classes": 2, "embed": 64, "hidden": 64, "seed": seed}
+    est = TorchEstimator(network=LSTM, networkOptions=json.dumps(options), inputCol="ids", labelCol="y",
                          predictionCol="logits", epochs=setting["epochs"], batchSize=16, learningRate=2e-3,
                          numWorkers=2, seed=seed, showProgress=False)
     return est.fit(train.select("ids", train["y"].cast("int").alias("y")))
@@ -159,8 +140,8 @@ RUNGS: dict[str, Rung] = {r.name: r for r in (
          tuple({"regParam": reg} for reg in REG_GRID), fit_tfidf),
     Rung("MiniLM+LR", f"frozen sentence embeddings ({ENCODER}, 384-d, TextEmbedder) + logistic regression",
          tuple({"regParam": reg} for reg in REG_GRID), fit_embedding_lr, embedding_stages),
-    Rung("LSTM", f"an LSTM (64-d embedding, 64 units) trained from scratch on {ENCODER}'s WordPiece ids by "
-         "TorchEstimator", ({"epochs": 4}, {"epochs": 8}), fit_lstm, token_stages),
+    Rung("LSTM", f"an LSTM ({LSTM}: 64-d embedding, 64 units) trained from scratch on {ENCODER}'s WordPiece "
+         "ids by TorchEstimator", ({"epochs": 4}, {"epochs": 8}), fit_lstm, token_stages),
     Rung("MiniLM-tuned", f"{ENCODER} fine-tuned with a new head (TextClassifier, batch 16, maxLength "
          f"{MAX_LENGTH})", ({"epochs": 1}, {"epochs": 3}), fit_fine_tuned),
 )}
@@ -169,13 +150,17 @@ RUNGS: dict[str, Rung] = {r.name: r for r in (
 def unavailable(name: str) -> str | None:
     """Why rung ``name`` cannot run in this installation, or None when it can.
 
-    The LSTM needs TorchEstimator to train on ragged token-id rows (``TrainSpec.token_budget``) and
-    TorchModel to score them (its ``variableLength`` Param); the fine-tuned rung needs ``TextClassifier``.
+    The LSTM needs its architecture, TorchEstimator to train on ragged token-id rows
+    (``TrainSpec.token_budget``) and TorchModel to score them (its ``variableLength`` Param); the fine-tuned rung needs ``TextClassifier``.
     """
     if name == "LSTM":
         from irbis.ml.torch_model import TorchModel
         from irbis.train.loop import TrainSpec
 
+        from irbis.models import ARCHITECTURES
+
+        if LSTM not in ARCHITECTURES:
+            return f"no {LSTM!r} architecture (a recurrent classifier over token ids) in this version"
         if "token_budget" not in {f.name for f in dataclasses.fields(TrainSpec)}:
             return "TorchEstimator does not train on variable-length token-id rows in this version"
         if not TorchModel().hasParam("variableLength"):

@@ -151,13 +151,13 @@ def unavailable(name: str) -> str | None:
     """Why rung ``name`` cannot run in this installation, or None when it can.
 
     The LSTM needs its architecture, TorchEstimator to train on ragged token-id rows
-    (``TrainSpec.token_budget``) and TorchModel to score them (its ``variableLength`` Param); the fine-tuned rung needs ``TextClassifier``.
+    (``TrainSpec.token_budget``) and TorchModel to score them (its ``variableLength`` Param); the
+    fine-tuned rung needs ``TextClassifier``.
     """
     if name == "LSTM":
         from irbis.ml.torch_model import TorchModel
-        from irbis.train.loop import TrainSpec
-
         from irbis.models import ARCHITECTURES
+        from irbis.train.loop import TrainSpec
 
         if LSTM not in ARCHITECTURES:
             return f"no {LSTM!r} architecture (a recurrent classifier over token ids) in this version"

@@ -311,6 +311,8 @@ def _image_folder_frame(spark: Any, folder: str) -> tuple[Any, list[str]]:
 
 #: Image file suffixes that ``irbis train`` picks up from a folder.
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp")
+#: Where `irbis demo` writes its report by default (`--text`: its text folder).
+DEMO_OUTPUT = "irbis-demo-output"
 
 
 def _train_images(args: argparse.Namespace, spark: Any) -> int:
@@ -395,6 +397,8 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     from irbis.demo.dataset import check_labels, load_metadata
     from irbis.spark.session import get_spark, is_connect
 
+    if args.text:
+        return _demo_text(args)
     check_size(args.size)  # check the input before starting Spark: bad input fails in a second
     if args.images:
         check_labels(load_metadata(args.images), args.positive)
@@ -407,6 +411,27 @@ def _cmd_demo(args: argparse.Namespace) -> int:
                       progress=not args.no_progress, fine_tune=args.fine_tune)
     print(result.table)
     print(f"best: {result.best}; report {result.output / 'report.html'}, pipeline {result.output / 'model'}")
+    print(f"wall time {time.perf_counter() - start:.0f} s")
+    return 0
+
+
+def _demo_text(args: argparse.Namespace) -> int:
+    import time
+
+    from irbis.demo.text_demo import check_options, run_text_demo
+    from irbis.spark.session import get_spark, is_connect
+
+    rungs = check_options([r.strip() for r in args.rungs.split(",")] if args.rungs else None, args.sample,
+                          args.folds)
+    start = time.perf_counter()
+    spark = get_spark(args.master, app_name="irbis-demo-text", **{"spark.ui.showConsoleProgress": "false"})
+    if not is_connect(spark):
+        spark.sparkContext.setLogLevel("ERROR")
+    output = args.output if args.output != DEMO_OUTPUT else f"{DEMO_OUTPUT}/text"
+    result = run_text_demo(spark, output, rungs=rungs, folds=args.folds, seed=args.seed, sample=args.sample,
+                           progress=not args.no_progress)
+    print(result.table)
+    print(f"report {result.output / 'report.html'}")
     print(f"wall time {time.perf_counter() - start:.0f} s")
     return 0
 
@@ -565,11 +590,13 @@ def build_parser() -> argparse.ArgumentParser:
                           description="Fit and compare raw-pixel logistic regression, EfficientNet-Lite0 features "
                           "cut at 1 and 2 layers, camera-trap augmentation, burst averaging and a trained MLP "
                           "head on camera-trap images split by camera, with 95%% bootstrap intervals and "
-                          "camera-grouped cross-validation; write a report and the best pipeline to --output.")
+                          "camera-grouped cross-validation; write a report and the best pipeline to --output. "
+                          "With --text, the text ladder on the drug reviews instead (irbis.demo.text_demo).")
     demo.add_argument("--images", default=None, help="camera-trap set: DIR/metadata.csv (path,label,camera,burst) "
                       "or DIR/<label>/<camera>/<burst>/<image>; default: build one from shipped photographs")
     demo.add_argument("--positive", default="animal", help="label of the class to detect (others are negative)")
-    demo.add_argument("--output", default="irbis-demo-output", help="folder for the report, figures and model")
+    demo.add_argument("--output", default=DEMO_OUTPUT, help="folder for the report, figures and model (--text: "
+                      f"{DEMO_OUTPUT}/text by default)")
     _master_option(demo)
     demo.add_argument("--precision", default="fp32", choices=precisions, help="the networks' precision")
     demo.add_argument("--size", default="default", choices=list(SIZES),
@@ -579,6 +606,14 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--no-progress", action="store_true", help="no progress bars")
     demo.add_argument("--fine-tune", action="store_true", help="one more rung, +F: EfficientNet-Lite0 fine-tuned "
                       "on the training cameras' images (several minutes more)")
+    demo.add_argument("--text", action="store_true", help="the text ladder instead: the drug reviews' sentiment by "
+                      "TF-IDF + LR, frozen MiniLM embeddings + LR, an LSTM from scratch and MiniLM fine-tuned, each "
+                      "chosen by drug-grouped CV, with 95%% bootstrap intervals")
+    demo.add_argument("--rungs", default=None, help="--text: comma-separated rungs to climb (default: all of "
+                      "TF-IDF+LR, MiniLM+LR, LSTM, MiniLM-tuned; those this installation lacks are reported)")
+    demo.add_argument("--sample", type=int, default=None, help="--text: a random sample of this many reviews of "
+                      "each split (a quick run)")
+    demo.add_argument("--folds", type=int, default=3, help="--text: drug-grouped cross-validation folds")
     demo.set_defaults(func=_cmd_demo)
 
     feat = sub.add_parser("featurize", help="images to pretrained-network features, written as parquet")
@@ -661,7 +696,7 @@ def build_parser() -> argparse.ArgumentParser:
     pack.set_defaults(func=_cmd_pack)
 
     photos = sub.add_parser("photos", help="score the sample photographs with EfficientNet-Lite0 on Spark")
-    photos.add_argument("--output", default="irbis-demo-output", help="folder for the photographs")
+    photos.add_argument("--output", default=DEMO_OUTPUT, help="folder for the photographs")
     _master_option(photos)
     photos.add_argument("--precision", default="fp32", choices=precisions, help="the network's precision")
     photos.set_defaults(func=_cmd_photos)

@@ -23,8 +23,6 @@ from __future__ import annotations
 import json
 import math
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,7 +36,7 @@ from irbis.demo.data import check_size
 from irbis.demo.dataset import check_labels, check_test_cameras, load_metadata, split_by_camera
 from irbis.demo.head import HEAD_GRID
 from irbis.demo.ladder import KEYS, REG_GRID, camera_folds, feature_stages, fit_head, fit_lr, score_test_set
-from irbis.demo.progress import spark_progress
+from irbis.demo.progress import spark_progress, timed
 from irbis.demo.report import Scores, Step, format_table, score_variants, write_report
 from irbis.ml.image import ImageSetAugmenter
 from irbis.spark.images import read_images
@@ -146,13 +144,13 @@ def run_demo(spark: SparkSession, output: str | Path, images: str | Path | None 
     meta = _prepare(load_metadata(images), positive, test_fraction, folds, seed)
     stages = feature_stages(precision, raw_size)
     parts = max(2 * default_parallelism(spark), 8)
-    with _timed(clock, "decode"):
+    with timed(clock, "decode"):
         files = read_images(meta["path"].tolist(), recursive=False, spark=spark)  # lists them: one short job
         with spark_progress(spark, "decode", len(meta), progress):  # the decoding job alone
             cached, data = _load_images(spark, meta, parts, files)
     feats = None
     try:
-        with _timed(clock, "featurize"), spark_progress(spark, "featurize (raw, EN1, EN2)", len(meta), progress):
+        with timed(clock, "featurize"), spark_progress(spark, "featurize (raw, EN1, EN2)", len(meta), progress):
             feats = _featurize(data.withColumn("augmentation", F.lit("original")), stages, ["raw", "deep"],
                                ["raw", "f1", "f2"])
             if feats.count() < len(meta):
@@ -160,7 +158,7 @@ def run_demo(spark: SparkSession, output: str | Path, images: str | Path | None 
         scored, chosen, models = {}, {}, {}
         for name, col in _FEATURES.items():
             # the bar's parts: each fit of the CV, the refit on every training camera, the scoring
-            with _timed(clock, name), spark_progress(spark, f"cross-validate and score {name}", len(meta), progress,
+            with timed(clock, name), spark_progress(spark, f"cross-validate and score {name}", len(meta), progress,
                                                      steps=_cv_fits(folds) + 2) as bar:
                 models[name], chosen[name] = fit_lr(feats.where(~F.col("is_test")), col, folds, on_fit=bar.step)
                 bar.step()
@@ -169,7 +167,7 @@ def run_demo(spark: SparkSession, output: str | Path, images: str | Path | None 
         _augmented_rungs(spark, data, feats, stages, better, (folds, seed), scored, chosen, models, clock,
                          (len(meta), progress))
         if fine_tune:
-            with _timed(clock, "+F"), spark_progress(spark, "fine-tune EfficientNet-Lite0 (+F)", len(meta), progress,
+            with timed(clock, "+F"), spark_progress(spark, "fine-tune EfficientNet-Lite0 (+F)", len(meta), progress,
                                                      steps=2) as bar:
                 models[FINE_TUNED], chosen[FINE_TUNED] = _fine_tuned_rung(data, seed)
                 bar.step()
@@ -191,16 +189,6 @@ def _cv_fits(folds: int, grid: dict[str, tuple[float, ...]] | None = None) -> in
     return folds * settings
 
 
-@contextmanager
-def _timed(clock: dict[str, float], name: str) -> Iterator[None]:
-    """Add the seconds spent in the block to ``clock[name]``."""
-    t0 = time.perf_counter()
-    try:
-        yield
-    finally:
-        clock[name] = clock.get(name, 0.0) + time.perf_counter() - t0
-
-
 def _augmented_rungs(spark: SparkSession, data: DataFrame, feats: DataFrame, stages: dict[str, list[Any]],
                      better: str, cv: tuple[int, int], scored: dict[str, pd.DataFrame], chosen: dict[str, Any],
                      models: dict[str, Any], clock: dict[str, float], bars: tuple[int, bool]) -> None:
@@ -211,7 +199,7 @@ def _augmented_rungs(spark: SparkSession, data: DataFrame, feats: DataFrame, sta
     """
     col, (folds, seed), (n, show) = _FEATURES[better], cv, bars
     copies = len(AUGMENT)  # one copy per augmentation of AUGMENT
-    with _timed(clock, "featurize copies"), spark_progress(spark, f"featurize the augmented copies ({better})",
+    with timed(clock, "featurize copies"), spark_progress(spark, f"featurize the augmented copies ({better})",
                                                            copies * n, show):
         augmented = _copies(data, stages, col)
         augmented.count()  # once, before the parallel CV fits read it
@@ -219,7 +207,7 @@ def _augmented_rungs(spark: SparkSession, data: DataFrame, feats: DataFrame, sta
         both = feats.select(*KEYS, "y", "is_test", "fold", "augmentation", col).unionByName(augmented)
         train, test = both.where(~F.col("is_test")), both.where(F.col("is_test"))
         name = f"{better}+A"
-        with _timed(clock, "+A +E"), spark_progress(spark, "cross-validate and score +A, +E", n, show,
+        with timed(clock, "+A +E"), spark_progress(spark, "cross-validate and score +A, +E", n, show,
                                                     steps=_cv_fits(folds) + 3) as bar:
             models[name], chosen[name] = fit_lr(train, col, folds, on_fit=bar.step)
             bar.step()
@@ -227,7 +215,7 @@ def _augmented_rungs(spark: SparkSession, data: DataFrame, feats: DataFrame, sta
             bar.step()
             scored[f"{name}+E"] = score_test_set(models[name], test, col, True, True)
         models[f"{name}+E"] = models[name]  # +E averages the same per-image model's scores at test time
-        with _timed(clock, "+T"), spark_progress(spark, "cross-validate and train the MLP head (+T)", n, show,
+        with timed(clock, "+T"), spark_progress(spark, "cross-validate and train the MLP head (+T)", n, show,
                                                  steps=_cv_fits(folds, HEAD_GRID) + 2) as bar:
             models[f"{name}+E+T"], chosen[f"{name}+E+T"] = fit_head(train, col, seed, on_fit=bar.step)
             bar.step()
@@ -280,7 +268,7 @@ def _finish(spark: SparkSession, out: Path, meta: pd.DataFrame, images: Any, sco
     _save_model(out, best, [] if best == FINE_TUNED else stages[col], models[best], opts["positive"])
     table = format_table(rows, steps)
     (out / "table.txt").write_text(table + "\n")
-    with _timed(clock, "report"):
+    with timed(clock, "report"):
         notes = _notes(meta, images, opts, best, better, chosen, clock)
         notes.update(_head_note(steps, f"{better}+A+E+T"))
         write_report(out, rows, steps, scored, ("other", opts["positive"]), notes, _paper(better))
@@ -288,7 +276,7 @@ def _finish(spark: SparkSession, out: Path, meta: pd.DataFrame, images: Any, sco
         from irbis.demo.inside import explain_images
         wrong = scored[best].assign(err=lambda d: (d["score"] >= 0.5) != (d["y"] == 1))
         picks = wrong.sort_values(["err", "score"], ascending=False)["path"].head(opts["explain"]).tolist()
-        with _timed(clock, "LIME"):
+        with timed(clock, "LIME"):
             explain_images(spark, out, picks)
     clock["total"] = time.perf_counter() - start
     (out / "seconds.json").write_text(json.dumps({k: round(v, 1) for k, v in clock.items()}, indent=2))

@@ -17,7 +17,8 @@ from irbis.explain.plot import figure
 __all__ = ["explain_images", "gallery_of_mistakes", "ladder_chart"]
 
 
-def ladder_chart(path: Path, rows: list[Any], paper: dict[str, float]) -> None:
+def ladder_chart(path: Path, rows: list[Any], paper: dict[str, float],
+                 ylabel: str = "on the test cameras (95% CI)") -> None:
     """Bars of accuracy and ROC AUC per variant with their 95 % intervals; the paper's accuracy as marks."""
     x = np.arange(len(rows))
     fig, ax = figure(max(6.0, 1.3 * len(rows)), 4.2)
@@ -32,7 +33,7 @@ def ladder_chart(path: Path, rows: list[Any], paper: dict[str, float]) -> None:
         ax.scatter([i - 0.2 for i, _ in marks], [v for _, v in marks], marker="D", color="black", zorder=3,
                    label="paper's accuracy (ResNet-50 rungs)")
     ax.axhline(0.5, ls=":", c="grey")
-    ax.set(xticks=x, ylim=(0.3, 1.02), ylabel="on the test cameras (95% CI)", title="The ladder")
+    ax.set(xticks=x, ylim=(0.3, 1.02), ylabel=ylabel, title="The ladder")
     ax.set_xticklabels([r.variant for r in rows], rotation=15)
     ax.legend(loc="lower right", fontsize=8)
     fig.tight_layout()

@@ -42,7 +42,8 @@ from irbis.ml.image import ImageTransformer, UnrollImage
 from irbis.models import get_entry
 
 __all__ = ["EN2_LAYER", "KEYS", "LR_OPTIONS", "REG_GRID", "ROW_ORDER", "camera_folds",
-           "feature_stages", "fit_head", "fit_lr", "pool_en2", "score_test_set", "select_head"]
+           "feature_stages", "fit_head", "fit_lr", "pool_en2", "positive_score", "score_test_set",
+           "select_head"]
 
 KEYS = ["path", "label", "camera", "burst"]
 #: A stable key of a training row (an image or one of its augmented copies): the head reads its rows in this order.
@@ -94,16 +95,18 @@ def feature_stages(precision: str, raw_size: int) -> dict[str, list[Any]]:
     }
 
 
-def camera_folds(cameras: np.ndarray, is_test: np.ndarray, folds: int, seed: int = 0) -> np.ndarray:
+def camera_folds(cameras: np.ndarray, is_test: np.ndarray, folds: int, seed: int = 0,
+                 unit: str = "cameras") -> np.ndarray:
     """The CV fold of each image: training cameras dealt round-robin into ``folds`` groups; -1 for test.
 
     A camera's images share one fold, so a fold's validation images come from cameras its training
-    part never saw, as the test cameras are.
+    part never saw, as the test cameras are. Any grouping works the same way (the text ladder deals
+    drugs); ``unit`` names the groups in the error.
     """
     train_cams = np.array(sorted(set(cameras[~is_test])))
     if len(train_cams) < folds:
         raise ValueError(f"grouped cross-validation with {folds} folds needs at least {folds} training "
-                         f"cameras, found {len(train_cams)}; add cameras or lower the test share")
+                         f"{unit}, found {len(train_cams)}; add {unit} or lower the test share")
     order = np.random.default_rng(seed).permutation(train_cams)
     fold_of = {cam: i % folds for i, cam in enumerate(order)}
     return np.array([-1 if test else fold_of[cam] for cam, test in zip(cameras, is_test)], np.int32)
@@ -195,7 +198,9 @@ def fit_head(train: DataFrame, col: str, seed: int = 0,
     return PipelineModel(stages=[scaler, head]), chosen
 
 
-def _probability(model: Any, df: DataFrame) -> DataFrame:
+def positive_score(model: Any, df: DataFrame) -> DataFrame:
+    """``df`` through ``model`` with ``score``, the probability of class 1: from a two-logit ``logits``
+    column (a TorchModel head) or from SparkML's ``probability`` vector."""
     out = model.transform(df)
     if "logits" in out.columns:  # the MLP head: softmax over its two logits
         logits = vector_to_array("logits") if dict(out.dtypes)["logits"] == "vector" else F.col("logits")
@@ -205,7 +210,7 @@ def _probability(model: Any, df: DataFrame) -> DataFrame:
 
 def score_test_set(model: Any, test: DataFrame, col: str, augmented: bool, bursts: bool) -> pd.DataFrame:
     """Per-image test scores (path, camera, burst, y, score), averaged over copies and/or bursts."""
-    scored = _probability(model, test.select(*KEYS, "y", "augmentation", col)).select(*KEYS, "y", "score")
+    scored = positive_score(model, test.select(*KEYS, "y", "augmentation", col)).select(*KEYS, "y", "score")
     if augmented:  # average each image's scores over its augmented copies
         scored = (EnsembleByKey(keys=KEYS + ["y"], cols=["score"], colNames=["image_score"])
                   .transform(scored).withColumnRenamed("image_score", "score"))

@@ -7,6 +7,7 @@ Spark Connect it listens to the progress that the server sends with each operati
 from __future__ import annotations
 
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -17,7 +18,7 @@ from tqdm.auto import tqdm
 
 from irbis.spark.session import is_connect
 
-__all__ = ["spark_progress"]
+__all__ = ["spark_progress", "timed"]
 
 
 class _Bar:
@@ -52,8 +53,18 @@ class _Bar:
 
 
 @contextmanager
+def timed(clock: dict[str, float], name: str) -> Iterator[None]:
+    """Add the seconds spent in the block to ``clock[name]`` (the demos' phases)."""
+    t0 = time.perf_counter()
+    try:
+        yield
+    finally:
+        clock[name] = clock.get(name, 0.0) + time.perf_counter() - t0
+
+
+@contextmanager
 def spark_progress(spark: SparkSession, description: str, images: int, enabled: bool = True,
-                   interval: float = 0.5, steps: int = 1) -> Iterator[Any]:
+                   interval: float = 0.5, steps: int = 1, unit: str = "img") -> Iterator[Any]:
     """Show how many of ``images`` the Spark jobs started inside the ``with`` block have processed.
 
     The bar's total is fixed at ``images``; its position is ``images`` times the share of the known
@@ -63,9 +74,10 @@ def spark_progress(spark: SparkSession, description: str, images: int, enabled: 
     of work off Spark, declares its ``steps`` parts and calls the bar's ``step()`` as each ends (the
     cross-validation's fits, say): each part then takes its share of the bar, so that the bar shows the
     parts still to run instead of reaching the total between two jobs. ``interval`` is the classic
-    session's polling period. The ``with`` block gets the tqdm bar, with ``step`` added.
+    session's polling period; ``unit`` names what the bar counts (images by default). The ``with`` block
+    gets the tqdm bar, with ``step`` added.
     """
-    bar = tqdm(total=images, desc=description, unit="img", disable=not enabled, leave=True)
+    bar = tqdm(total=images, desc=description, unit=unit, disable=not enabled, leave=True)
     follow = _connect_progress if is_connect(spark) else _classic_progress
     position = _Bar(bar, images, steps)
     bar.step = position.step

@@ -67,15 +67,17 @@ def score(variant: str, description: str, y: np.ndarray, s: np.ndarray, groups: 
 
 
 def score_variants(scored: dict[str, Any], descriptions: dict[str, str], builds_on: dict[str, str],
-                   n_boot: int = 1000, seed: int = 0) -> tuple[list[Scores], list[Step]]:
+                   n_boot: int = 1000, seed: int = 0, key: str = "path",
+                   groups: tuple[str, ...] = ("camera", "burst")) -> tuple[list[Scores], list[Step]]:
     """Scores of every variant and the steps of ``builds_on`` (variant -> base), all on the same
-    resampled bursts. ``scored`` maps each variant to a frame with columns path, camera, burst, y, score
-    of the same test images."""
+    resampled groups. ``scored`` maps each variant to a frame with columns ``key``, ``groups``, y, score
+    of the same test rows (by default images: path, camera, burst; the unit of resampling is the burst)."""
     first = next(iter(scored.values()))
     for name, frame in scored.items():
-        if list(frame["path"]) != list(first["path"]):
-            raise ValueError(f"variant {name} was scored on other test images than {next(iter(scored))}")
-    y, groups = first["y"].to_numpy(np.float64), (first["camera"] + "/" + first["burst"]).to_numpy()
+        if list(frame[key]) != list(first[key]):
+            raise ValueError(f"variant {name} was scored on other test rows than {next(iter(scored))}")
+    units = first[list(groups)].astype(str).agg("/".join, axis=1).to_numpy()
+    y, groups = first["y"].to_numpy(np.float64), units
     rows = [score(n, descriptions.get(n, ""), y, f["score"].to_numpy(), groups, n_boot, seed)
             for n, f in scored.items()]
     steps = []

@@ -28,3 +28,15 @@ def test_bad_input_exits_2_with_a_message(tmp_path, capsys, files, csv, message)
     err = capsys.readouterr().err
     assert code == 2
     assert err.startswith("irbis demo: ") and message in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--rungs", "TF-IDF+LR,BERT"], "unknown rung(s) ['BERT']"),
+    (["--sample", "5"], "sample must be at least"),
+    (["--folds", "1"], "folds must be at least 2"),
+])
+def test_bad_text_options_exit_2_with_a_message(tmp_path, capsys, argv, message):
+    code = main(["demo", "--text", "--output", str(tmp_path / "out"), *argv])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err.startswith("irbis demo: ") and message in err and "Traceback" not in err

@@ -366,6 +366,10 @@ def spawn(kind: str, passive: bool = False, **spec) -> dict:
     return out
 
 
+def _epochs(n: int) -> str:
+    return f"{n} epoch" + ("s" if n != 1 else "")
+
+
 def _setting(grouped: bool, passive: bool) -> str:
     return ("length-grouped" if grouped else "shuffled") + (", OMP_WAIT_POLICY=PASSIVE" if passive else "")
 
@@ -378,7 +382,7 @@ def run_all(root: Path, rows: int | None, repeats: int, epochs: int, quick: bool
     test_ids, _ = token_ids(test_texts)
     lengths = np.array([len(r) for r in ids])
     print(f"{len(texts)} training reviews ({labels.mean():.2f} positive, {lengths.mean():.0f} tokens on average), "
-          f"{len(test_texts)} test reviews; {epochs} epochs", flush=True)
+          f"{len(test_texts)} test reviews; {_epochs(epochs)}", flush=True)
     state = str(root / "state.pt")
     steps, warm = (1, 1) if quick else (TUNE_STEPS, 1)
 
@@ -470,13 +474,13 @@ def report(tables: dict, tune_a: dict, tune_b: dict, best_a: dict, best_b: dict,
         + "; ".join(f"{k} {v['samples_per_s']:.1f}" for k, v in tune_b.items())
         + f"  -> DataLoader num_workers={best_b['workers']}",
         "",
-        f"length grouping in the plain loop (a), chunks of {GROUP_CHUNK} batches: padding waste over {epochs} "
-        f"epochs' batches {waste['length-grouped']:.2f} against {waste['shuffled']:.2f} for plain shuffled "
+        f"length grouping in the plain loop (a), chunks of {GROUP_CHUNK} batches: padding waste over "
+        f"{_epochs(epochs)}' batches {waste['length-grouped']:.2f} against {waste['shuffled']:.2f} for plain shuffled "
         f"batches (goal: 1.10 or less); speed {best_a['samples_per_s']:.1f} against "
         f"{shuffled['samples_per_s']:.1f} samples/s, "
         f"{ti.fmt_ratio(best_a['samples_per_s'], shuffled['samples_per_s'])} (goal: 1.3x or more)",
         "",
-        f"## {n_train} training reviews, {epochs} epochs",
+        f"## {n_train} training reviews, {_epochs(epochs)}",
         "", *table(tables["one"]), "",
         f"## the training reviews repeated {repeats}x ({repeats * n_train} reviews), 1 epoch",
         "", *table(tables["grown"]), "",

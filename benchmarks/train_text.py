@@ -475,8 +475,8 @@ def report(tables: dict, tune_a: dict, tune_b: dict, best_a: dict, best_b: dict,
         + f"  -> DataLoader num_workers={best_b['workers']}",
         "",
         f"length grouping in the plain loop (a), chunks of {GROUP_CHUNK} batches: padding waste over "
-        f"the batches of {_epochs(epochs)} {waste['length-grouped']:.2f} against {waste['shuffled']:.2f} for plain shuffled "
-        f"batches (goal: 1.10 or less); speed {best_a['samples_per_s']:.1f} against "
+        f"the batches of {_epochs(epochs)}: {waste['length-grouped']:.2f}, plain shuffled batches "
+        f"{waste['shuffled']:.2f} (goal: 1.10 or less); speed {best_a['samples_per_s']:.1f} against "
         f"{shuffled['samples_per_s']:.1f} samples/s, "
         f"{ti.fmt_ratio(best_a['samples_per_s'], shuffled['samples_per_s'])} (goal: 1.3x or more)",
         "",

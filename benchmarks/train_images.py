@@ -204,15 +204,16 @@ def adam_groups(params):
 
 
 def train_steps(model, opt, batches, channels_last: bool, limit: int | None = None):
-    """Steps over ``batches``; returns (loss sum, rows, steps)."""
+    """Steps over ``batches`` of (the network's inputs..., labels), the first input made channels-last with
+    ``channels_last``; returns (loss sum, rows, steps)."""
     import torch
 
     loss_sum, rows, steps = 0.0, 0, 0
-    for xb, yb in batches:
+    for *xs, yb in batches:
         if channels_last:
-            xb = xb.contiguous(memory_format=torch.channels_last)
+            xs[0] = xs[0].contiguous(memory_format=torch.channels_last)
         opt.zero_grad()
-        loss = torch.nn.functional.cross_entropy(model(xb), yb)
+        loss = torch.nn.functional.cross_entropy(model(*xs), yb)
         loss.backward()
         opt.step()
         loss_sum += float(loss) * len(yb)
@@ -333,13 +334,30 @@ def td_train(folder: str, epochs: int, workers: int, channels_last: bool, state_
     model, _ = plain_model(channels_last)
     ddp = torch.nn.parallel.DistributedDataParallel(model)
     opt = adam_groups(p for p in ddp.parameters() if p.requires_grad)
-    curve, timed, rows_timed = [], 0.0, 0
-    t_loop = time.perf_counter()
-    for epoch in range(epochs if limit is None else 1):
+
+    def epoch_batches(epoch: int):
         items = epoch_items(len(files), epoch, rank, world)
         if limit is not None:
             items = items * (1 + (limit + warm) * GLOBAL_BATCH // len(files))
-        batches = iter(loader(files, labels, items, GLOBAL_BATCH // world, workers))
+        return loader(files, labels, items, GLOBAL_BATCH // world, workers)
+
+    return ddp_loop(model, ddp, opt, epoch_batches, epochs, state_path, limit, warm, channels_last)
+
+
+def ddp_loop(model, ddp, opt, epoch_batches, epochs: int, state_path: str, limit: int | None = None, warm: int = 1,
+             channels_last: bool = False) -> dict:
+    """The loop of one DDP process (the process group started): ``epoch_batches(epoch)`` gives this rank's
+    batches of an epoch. With ``limit`` (a tuning run), ``warm`` untimed steps then ``limit`` timed ones of epoch
+    0; else ``epochs`` epochs, and rank 0 saves ``model``'s weights to ``state_path``. Ends the process group;
+    returns the loop's seconds, the per-epoch loss over every rank and the tuning run's rows/s over every rank."""
+    import torch
+    import torch.distributed as dist
+
+    rank, world = dist.get_rank(), dist.get_world_size()
+    curve, timed, rows_timed = [], 0.0, 0
+    t_loop = time.perf_counter()
+    for epoch in range(epochs if limit is None else 1):
+        batches = iter(epoch_batches(epoch))
         if limit is not None:
             train_steps(ddp, opt, batches, channels_last, warm)
             t0 = time.perf_counter()
@@ -355,7 +373,7 @@ def td_train(folder: str, epochs: int, workers: int, channels_last: bool, state_
     if rank == 0 and limit is None:
         torch.save(model.state_dict(), state_path)
     dist.destroy_process_group()
-    return {"loop_seconds": loop, "curve": curve, "tune_images_per_s": world * rows_timed / timed if timed else None}
+    return {"loop_seconds": loop, "curve": curve, "tune_per_s": world * rows_timed / timed if timed else None}
 
 
 def td_run(folder: str, epochs: int, workers: int, channels_last: bool, state_path: str,
@@ -575,14 +593,15 @@ def child(args: argparse.Namespace) -> dict:
     return {"result": out, "memory": sampler.stop()}
 
 
-def spawn(kind: str, passive: bool = False, **spec) -> dict:
-    """Run one row in a fresh process; ``passive``: with ``OMP_WAIT_POLICY=PASSIVE`` (idle OpenMP threads sleep
+def spawn(kind: str, passive: bool = False, script: str = __file__, **spec) -> dict:
+    """Run one row in a fresh process (``script --child``: this file's rows, or another benchmark's that reads
+    its ``RESULT`` line the same way); ``passive``: with ``OMP_WAIT_POLICY=PASSIVE`` (idle OpenMP threads sleep
     instead of spinning, which pays where other work shares the cores)."""
     env = dict(os.environ, SPARK_LOCAL_IP="127.0.0.1", PYTHONPATH=os.pathsep.join(
         [str(ROOT / "benchmarks"), os.environ.get("PYTHONPATH", "")]))
     if passive:
         env["OMP_WAIT_POLICY"] = "PASSIVE"
-    cmd = [sys.executable, __file__, "--child", json.dumps({"kind": kind, **spec})]
+    cmd = [sys.executable, script, "--child", json.dumps({"kind": kind, **spec})]
     out = subprocess.run(cmd, capture_output=True, text=True, env=env)
     lines = [line for line in out.stdout.splitlines() if line.startswith("RESULT ")]
     if not lines:
@@ -590,11 +609,22 @@ def spawn(kind: str, passive: bool = False, **spec) -> dict:
     return json.loads(lines[-1][7:])
 
 
-def versions() -> str:
+def versions(packages: tuple[str, ...] = ("torch", "pyspark", "opencv-python-headless", "numpy", "pyarrow")) -> str:
     import importlib.metadata as md
 
-    return ", ".join(f"{p} {md.version(p)}" for p in
-                     ("torch", "pyspark", "opencv-python-headless", "numpy", "pyarrow"))
+    return ", ".join(f"{p} {md.version(p)}" for p in packages)
+
+
+def header(script: str, t_start: float, load_before: tuple[float, ...], packages: str) -> list[str]:
+    """A results file's header: ``# <script><date>``, the machine and ``packages``' versions, the load average
+    before and now, the run time since ``t_start``."""
+    load_after = os.getloadavg()
+    return [f"# {script}{time.strftime('%Y-%m-%d %H:%M')}",
+            f"# machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores; python "
+            f"{platform.python_version()}; {packages}",
+            f"# load average (1/5/15 min) before {tuple(round(v, 1) for v in load_before)}, after "
+            f"{tuple(round(v, 1) for v in load_after)}; run time {time.perf_counter() - t_start:.0f} s. "
+            "Other work shared the machine: compare rows within this run only.", ""]
 
 
 def fmt_ratio(value: float | None, reference: float | None) -> str:
@@ -647,14 +677,7 @@ def main() -> None:
             report, payload = run_all(root, size, repeats, epochs, args.quick)
     finally:
         shutil.rmtree(root, ignore_errors=True)
-    load_after = os.getloadavg()
-    header = [f"# benchmarks/train_images.py  {time.strftime('%Y-%m-%d %H:%M')}",
-              f"# machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores; python "
-              f"{platform.python_version()}; {versions()}",
-              f"# load average (1/5/15 min) before {tuple(round(v, 1) for v in load_before)}, after "
-              f"{tuple(round(v, 1) for v in load_after)}; run time {time.perf_counter() - t_start:.0f} s. "
-              "Other work shared the machine: compare rows within this run only.", ""]
-    text = "\n".join(header + report) + "\n"
+    text = "\n".join(header("benchmarks/train_images.py  ", t_start, load_before, versions()) + report) + "\n"
     print(text)
     if args.quick:
         return
@@ -778,7 +801,7 @@ def run_all(root: Path, size: tuple[int, int, int], repeats: int, epochs: int, q
         out = spawn("td", folder=folders["train"], epochs=1, workers=workers, channels_last=channels_last,
                     state_path=state, limit=steps, warm=warm)["result"]
         tune_b[_setting({"channels_last": channels_last, "workers": workers})] = {
-            "channels_last": channels_last, "workers": workers, "images_per_s": out["tune_images_per_s"]}
+            "channels_last": channels_last, "workers": workers, "images_per_s": out["tune_per_s"]}
     print("(b) tuning:", {k: round(v["images_per_s"], 1) for k, v in tune_b.items()}, flush=True)
     best_b = max(tune_b.values(), key=lambda r: r["images_per_s"])
     add("(b) TorchDistributor DDP, 2 processes x 1",

@@ -224,6 +224,33 @@ def part_engines(args: argparse.Namespace) -> dict:
     return {"texts_per_s": rows, "cosine": cosine}
 
 
+def part_calibration(args: argparse.Namespace) -> dict:
+    """int8 on OpenVINO (NNCF) by calibration sample: the 379 held-out reviews' cosine to fp32, with the
+    default texts or 128 training reviews setting the ranges, each with and without the short texts (each
+    text's first words) that the runner adds."""
+    import irbis.kernels.text_encoder as encoder
+    from irbis.demo.reviews import drug_reviews
+    from irbis.kernels.calibration import write_texts
+    from irbis.models.text import text_source
+
+    test = drug_reviews("test")["review"].tolist()
+    source = text_source(MODEL)
+    fp32 = encoder.text_runner(source, engine="torch", max_length=MAX_LENGTH).encode(test).values
+    own = write_texts(drug_reviews("train")["review"].tolist()[:128])
+    out = {}
+    for sample, folder in (("default texts", ""), ("128 training reviews", own)):
+        for short in (0, encoder.SHORT_WORDS):
+            encoder.SHORT_WORDS = short  # part of the quantised file's key: each setting is its own file
+            encoder.clear_text_runners()
+            got = encoder.text_runner(source, engine="openvino", precision="int8", max_length=MAX_LENGTH,
+                                      calibration=folder).encode(test).values
+            cos = (got * fp32).sum(1) / (np.linalg.norm(got, axis=1) * np.linalg.norm(fp32, axis=1))
+            out[f"{sample}, {'with' if short else 'without'} short texts"] = {"mean": float(cos.mean()),
+                                                                             "min": float(cos.min())}
+        encoder.SHORT_WORDS = 3
+    return {"cosine": out, "texts": len(test)}
+
+
 def spark_frame(spark: Any, data: list[str], parquet: Path | None = None) -> Any:
     frame = spark.createDataFrame([(i, t) for i, t in enumerate(data)], "id long, review string").repartition(2)
     if parquet is not None:
@@ -345,7 +372,8 @@ def sentiment_accuracy(embeddings: dict[str, np.ndarray]) -> dict[str, float]:
     return out
 
 
-PARTS = {"st": part_st, "plain": part_plain, "engines": part_engines, "udf": part_udf, "irbis": part_irbis}
+PARTS = {"st": part_st, "plain": part_plain, "engines": part_engines, "calibration": part_calibration,
+         "udf": part_udf, "irbis": part_irbis}
 
 
 # -- the run ---------------------------------------------------------------------------------------------
@@ -390,6 +418,10 @@ def report(args: argparse.Namespace, parts: dict) -> str:
               "| engine, precision | texts/s | mean cosine | min cosine |", "|---|---|---|---|"]
     lines += [f"| {k} | {v:.1f} | {engines['cosine'][k]['mean']:.5f} | {engines['cosine'][k]['min']:.5f} |"
               for k, v in engines["texts_per_s"].items()]
+    calibration = parts["calibration"]
+    lines += ["", f"## int8 (OpenVINO, NNCF) by calibration sample: the {calibration['texts']} held-out reviews "
+              "against fp32", "", "| sample | mean cosine | min cosine |", "|---|---|---|"]
+    lines += [f"| {k} | {v['mean']:.4f} | {v['min']:.4f} |" for k, v in calibration["cosine"].items()]
     lines += ["", "| side | padded tokens / real tokens |", "|---|---|"]
     lines += [f"| (c) predict_batch_udf, arrival order, {k} | {v:.2f} |" for k, v in udf["waste"].items()]
     lines += [f"| (d) Irbis, one window of {len(np.load(args.reference))} rows, budget {args.budget} | "
@@ -424,7 +456,7 @@ def main() -> None:
     args.reference = Path(tempfile.mkdtemp(prefix="irbis-text-ref-")) / "reference.npy"
     save_reference(args.copies, args.reference)
     parts = {}
-    for name in ("st", "plain", "engines", "udf", "irbis"):
+    for name in ("st", "plain", "engines", "calibration", "udf", "irbis"):
         parts[name] = run_part(name, args)
         print(name, json.dumps(parts[name]), flush=True)
         if "error" in parts[name]:

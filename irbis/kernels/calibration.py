@@ -132,11 +132,9 @@ def default_calibration_texts(count: int = 128) -> list[str]:
     topics (``pydoc_data``), the texts that set a text network's int8 ranges when no ``calibrationData`` is
     given. Paragraphs of at least 12 words that are mostly letters; of the ``3 x count`` longest, every third.
 
-    Measured on all_minilm_l6_v2 (OpenVINO, NNCF's transformer preset, each text's first words added as in
-    :meth:`irbis.kernels.text_encoder.TextRunner._nncf_int8`), embeddings of the 379 held-out drug reviews
-    against fp32: with these texts cosine mean 0.9932 and minimum 0.9728; with 128 of the reviews' own
-    training texts 0.9962 and 0.9850: a sample of one's own texts (a DataFrame as ``calibrationData``) is
-    better."""
+    On all_minilm_l6_v2 these keep the held-out drug reviews' embeddings close to fp32 (cosine above 0.99 on
+    average), and a sample of one's own texts (a DataFrame as ``calibrationData``) keeps them closer
+    (``benchmarks/text.py`` measures both: ``benchmarks/results/text.txt``)."""
     import re
 
     from pydoc_data.topics import topics

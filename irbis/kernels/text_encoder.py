@@ -305,8 +305,8 @@ class TextRunner:
 
         def batches() -> list[tuple[np.ndarray, np.ndarray]]:
             # each text and its first words: with few real tokens the special tokens' activations dominate,
-            # and long texts alone leave their ranges unseen (on 8-character reviews, calibrated on 48 reviews,
-            # cosine to fp32 0.918 without the short ones and 0.971 with them)
+            # and long texts alone leave their ranges unseen (the shortest reviews lost the most without them:
+            # benchmarks/text.py measures the sample with and without them)
             ids, _ = self.tokenize(texts + [" ".join(t.split()[:SHORT_WORDS]) for t in texts])
             lengths = np.array([len(r) for r in ids])
             return [pad_rows([ids[i] for i in b], padded_length(lengths[b]), self.pad_id)

@@ -26,7 +26,7 @@ from irbis.ml.aliases import Alias, alias_mixin, resolve_aliases
 from irbis.ml.base import IrbisEstimator
 from irbis.ml.estimator import TRAIN_PARAMS, TorchEstimator, _log_to_mlflow, _mlflow_tracked
 from irbis.ml.image_classifier import _CLASSIFIER_ROWS, _SHARED as _IMAGE_SHARED
-from irbis.ml.params import HasDevice, Row, table_mixin
+from irbis.ml.params import HasDevice, Row, in_range, table_mixin
 from irbis.ml.text_network import _TEXT_ROWS, TextClassifierModel, TextTokenizer
 
 __all__ = ["TextClassifier", "TextClassifierModel"]
@@ -53,6 +53,8 @@ def _check_backbone(name: str, value: Any) -> None:
                                            f"{value!r} is a sequence classifier already")
 
 
+_check_backbone.allowed = ("a text encoder of the catalogue or a Hugging Face-format encoder folder",)  # type: ignore[attr-defined]
+
 _TEXT_CLASSIFIER_ROWS: list[Row] = [
     (name, doc, conv, _DEFAULTS.get(name, default), *rest)
     for name, doc, conv, default, *rest in TRAIN_PARAMS if name in _SHARED
@@ -63,7 +65,8 @@ _TEXT_CLASSIFIER_ROWS: list[Row] = [
     ("backbone", "the pretrained text encoder: a text network of the catalogue (irbis.models.text.TEXT_MODELS) "
                  "or a Hugging Face-format encoder folder (config.json, model.safetensors, tokenizer.json)",
      TypeConverters.toString, "all_minilm_l6_v2", _check_backbone),
-    ("dropout", "dropout before the new head (the architecture's classifier_dropout)", TypeConverters.toFloat, 0.1),
+    ("dropout", "dropout before the new head (the architecture's classifier_dropout)", TypeConverters.toFloat, 0.1,
+     in_range(0, 1, high_open=True)),
 ]
 
 _ALIASES = [Alias("textCol", "inputCol"), Alias("checkpoint", "backbone",

@@ -65,7 +65,19 @@ def length_batches(lengths: np.ndarray, *, token_budget: int, max_rows: int,
 
 def pad_rows(rows: Sequence[np.ndarray], length: int, pad_id: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """``rows`` (1-d integer arrays, each at most ``length`` long) as one ``(len(rows), length)`` int64 id
-    array padded with ``pad_id``, and its attention mask (1 on real tokens)."""
+    array padded with ``pad_id``, and its int64 attention mask (1 on real tokens).
+
+    Rows of float steps (``(steps, features)`` arrays) give one ``(len(rows), length, features)`` float32
+    array padded with ``pad_id`` instead.
+    """
+    first = rows[0] if len(rows) else np.zeros(0, np.int64)
+    if first.dtype.kind == "f" or first.ndim > 1:
+        steps = np.full((len(rows), length, *first.shape[1:]), pad_id, dtype=np.float32)
+        mask = np.zeros((len(rows), length), dtype=np.int64)
+        for i, row in enumerate(rows):
+            steps[i, :len(row)] = row
+            mask[i, :len(row)] = 1
+        return steps, mask
     ids = np.full((len(rows), length), pad_id, dtype=np.int64)
     mask = np.zeros((len(rows), length), dtype=np.int64)
     for i, row in enumerate(rows):

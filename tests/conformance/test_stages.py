@@ -177,7 +177,7 @@ def _kernel_rows(kernel, pdf: pd.DataFrame) -> list[tuple]:
     """The kernel's output rows on the frame's input columns, as blocks are made without Spark."""
     from irbis.kernels.blocks import block_to_rows, rows_in
 
-    out = kernel.fn({c: rows_in(pdf[c].tolist(), c) for c in kernel.inputs})
+    out = kernel.fn({c: rows_in(pdf[c].tolist(), c, c in kernel.ragged) for c in kernel.inputs})
     return list(zip(*[[_norm(v) for v in block_to_rows(out[c])] for c in kernel.outputs]))
 
 

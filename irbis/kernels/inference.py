@@ -435,7 +435,7 @@ def make_sequence_predict_fn(source: dict[str, Any], *, device: str = "cpu", pre
     The network must give one output per row (e.g. ``(B, C)`` logits); a per-step output (``(B, T, ...)``,
     or a ``PackedSequence``) raises ``ValueError``: pool the steps inside the network.
     """
-    from irbis.kernels.sequences import run_by_length
+    from irbis.kernels.sequences import check_row_output, run_by_length
 
     parts = [source_identity(source), device, precision, allow_pickle]
     key = hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:24]
@@ -457,11 +457,8 @@ def make_sequence_predict_fn(source: dict[str, Any], *, device: str = "cpu", pre
                 out = network.module(batch, torch.from_numpy(mask).to(network.device))
         if isinstance(out, (tuple, list)):
             out = out[0]
-        if isinstance(out, PackedSequence) or (out.dim() >= 3 and out.shape[1] == x.shape[1]):
-            raise ValueError(f"the network gives one output per step (shape {list(out.shape)} for a batch of "
-                             f"{x.shape[0]} rows of {x.shape[1]} padded steps); a variable-length stage takes "
-                             f"one output per row: pool the steps inside the network (e.g. the last state or "
-                             f"the masked mean)")
+        per_step = isinstance(out, PackedSequence)  # a packed output holds one value per step
+        check_row_output((*x.shape[:2], -1) if per_step else tuple(out.shape), x.shape[0], x.shape[1])
         return out.float().cpu().numpy()
 
     def predict(rows: list[np.ndarray]) -> np.ndarray:

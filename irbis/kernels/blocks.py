@@ -186,6 +186,8 @@ def ragged_rows(arr: pa.Array | pa.ChunkedArray, column: str = "column") -> Ragg
     as a :class:`Ragged` block, without a Python object per value."""
     if isinstance(arr, pa.ChunkedArray):
         arr = arr.combine_chunks()
+    if pa.types.is_null(arr.type):  # no row, or only nulls, from Python values
+        return Ragged([None] * len(arr), ["null row"] * len(arr))
     if not (pa.types.is_list(arr.type) or pa.types.is_large_list(arr.type)):
         raise TypeError(f"column {column!r} has type {arr.type}; a variable-length column holds arrays")
     valid, offsets = _valid(arr), _offsets(arr)

@@ -438,7 +438,8 @@ def mixed_shapes(column: str, shapes: set[tuple[int, ...]]) -> str | None:
         return None
     a, b = sorted(shapes)[:2]
     return (f"column {column!r}: rows have different shapes ({list(a)} and {list(b)}); a tensor column "
-            f"needs one shape per row")
+            f"needs one shape per row (a network stage takes sequences of varying length with "
+            f"variableLength=True)")
 
 
 def rows_in(values: Sequence[Any], column: str = "column", ragged: bool = False) -> Any:

@@ -5,8 +5,7 @@ The package's own split holds 600 training and 379 test reviews (:mod:`irbis.dem
 drug, is refitted on all of them, and is scored once on the test reviews. Each rung's test accuracy and ROC
 AUC carry a 95 % bootstrap interval over the test reviews (each review is one patient's: the unit of
 resampling), and each step's difference against the rung below it a paired interval on the same
-resamples (:mod:`irbis.demo.stats`), whichever rung wins. A rung whose estimator this installation lacks
-is listed as not available.
+resamples (:mod:`irbis.demo.stats`), whichever rung wins.
 
 Examples
 --------
@@ -31,7 +30,7 @@ from irbis.demo.ladder import camera_folds
 from irbis.demo.progress import spark_progress, timed
 from irbis.demo.report import Scores, Step, format_table, score_variants
 from irbis.demo.reviews import drug_reviews
-from irbis.demo.text_ladder import RUNGS, climb, majority_scores, unavailable
+from irbis.demo.text_ladder import RUNGS, climb, majority_scores
 from irbis.spark.resources import default_parallelism
 
 __all__ = ["MAJORITY", "TextDemoResult", "check_options", "run_text_demo"]
@@ -45,13 +44,12 @@ MIN_SAMPLE = 20
 @dataclass
 class TextDemoResult:
     """What :func:`run_text_demo` produced: the rows of the table (the majority class first), the steps,
-    the rungs left out and why, what grouped CV chose, and each review's fold (-1: test)."""
+    what grouped CV chose, and each review's fold (-1: test)."""
 
     scores: list[Scores]
     steps: list[Step]
     table: str
     output: Path
-    not_available: dict[str, str] = field(default_factory=dict)
     chosen: dict[str, dict[str, Any]] = field(default_factory=dict)
     seconds: dict[str, float] = field(default_factory=dict)
     folds: pd.DataFrame | None = None
@@ -101,8 +99,7 @@ def run_text_demo(spark: SparkSession, output: str | Path, *, rungs: list[str] |
     output : str or Path
         Folder for the report.
     rungs : list of str, optional
-        Names of :data:`irbis.demo.text_ladder.RUNGS` to climb (default: all; those this installation
-        cannot run are reported as not available).
+        Names of :data:`irbis.demo.text_ladder.RUNGS` to climb (default: all).
     folds, seed : int
         Drug-grouped CV folds on the training reviews; the seed of the folds, the fits and the bootstrap.
     n_boot : int
@@ -118,8 +115,7 @@ def run_text_demo(spark: SparkSession, output: str | Path, *, rungs: list[str] |
     clock: dict[str, float] = {}
     start = time.perf_counter()
     data = reviews_table(folds, seed, sample)
-    missing = {n: reason for n in names if (reason := unavailable(n))}
-    climbing = [RUNGS[n] for n in names if n not in missing]
+    climbing = [RUNGS[n] for n in names]
     texts = spark.createDataFrame(data[["id", "review", "y", "fold", "is_test"]])
     texts = texts.repartition(max(2 * default_parallelism(spark), 4)).cache()
     texts.count()  # in equal cached parts first: the bar below then follows the network's job alone
@@ -144,11 +140,11 @@ def run_text_demo(spark: SparkSession, output: str | Path, *, rungs: list[str] |
     finally:
         rows.unpersist()
         texts.unpersist()
-    return _finish(out, data, scored, chosen, missing, (n_boot, seed, folds), clock, start)
+    return _finish(out, data, scored, chosen, (n_boot, seed, folds), clock, start)
 
 
 def _finish(out: Path, data: pd.DataFrame, scored: dict[str, pd.DataFrame], chosen: dict[str, Any],
-            missing: dict[str, str], opts: tuple[int, int, int], clock: dict[str, float],
+            opts: tuple[int, int, int], clock: dict[str, float],
             start: float) -> TextDemoResult:
     n_boot, seed, folds = opts
     names = list(scored)
@@ -158,13 +154,11 @@ def _finish(out: Path, data: pd.DataFrame, scored: dict[str, pd.DataFrame], chos
     rows, steps = score_variants(scored, descriptions, builds_on, n_boot=n_boot, seed=seed, key="id",
                                  groups=("id",))
     table = format_table(rows, steps)
-    if missing:
-        table += "\n\n" + "\n".join(f"{n:14s} not available: {why}" for n, why in missing.items())
     clock["total"] = time.perf_counter() - start
     notes = _notes(data, chosen, n_boot, folds, clock)
-    write_text_report(out, rows, steps, missing, notes)
+    write_text_report(out, rows, steps, notes)
     (out / "table.txt").write_text(table + "\n")
-    return TextDemoResult(rows, steps, table, out, missing, chosen, clock,
+    return TextDemoResult(rows, steps, table, out, chosen, clock,
                           data[["id", "drug", "is_test", "fold"]])
 
 
@@ -185,14 +179,13 @@ def _notes(data: pd.DataFrame, chosen: dict[str, Any], n_boot: int, folds: int,
     }
 
 
-def write_text_report(folder: Path, rows: list[Scores], steps: list[Step], missing: dict[str, str],
-                      notes: dict[str, str]) -> Path:
+def write_text_report(folder: Path, rows: list[Scores], steps: list[Step], notes: dict[str, str]) -> Path:
     """``report.html``, ``ladder.png`` (each rung with its intervals) and ``metrics.json`` in ``folder``."""
     from irbis.demo.inside import ladder_chart
 
     ladder_chart(folder / "ladder.png", rows, {}, ylabel="on the test reviews (95% CI)")
     (folder / "metrics.json").write_text(json.dumps({
-        "variants": [asdict(r) for r in rows], "not_available": missing, "notes": notes,
+        "variants": [asdict(r) for r in rows], "notes": notes,
         "steps": [{**asdict(st), "accuracy_verdict": st.verdict("accuracy"), "roc_auc_verdict": st.verdict("roc_auc")}
                   for st in steps]}, indent=2))
     esc = html.escape
@@ -202,8 +195,6 @@ def write_text_report(folder: Path, rows: list[Scores], steps: list[Step], missi
 
     table = "".join(f"<tr><td>{esc(r.variant)}</td><td>{interval(r.accuracy, r.accuracy_ci)}</td>"
                     f"<td>{interval(r.roc_auc, r.roc_auc_ci)}</td><td>{esc(r.description)}</td></tr>" for r in rows)
-    table += "".join(f"<tr><td>{esc(n)}</td><td colspan=2>not available</td><td>{esc(why)}</td></tr>"
-                     for n, why in missing.items())
     step_rows = "".join(f"<tr><td>{esc(st.base)} &rarr; {esc(st.variant)}</td>"
                         + "".join(f"<td>{getattr(st, m)[0]:+.3f} [{getattr(st, m)[1]:+.3f}, {getattr(st, m)[2]:+.3f}]"
                                   f"</td><td>{st.verdict(m)}</td>" for m in ("accuracy", "roc_auc")) + "</tr>"

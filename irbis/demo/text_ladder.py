@@ -20,13 +20,10 @@ MiniLM-tuned    ``all_minilm_l6_v2`` fine-tuned with a new head (``TextClassifie
 
 Each rung is a :class:`Rung`: its grid (simplest setting first: CV keeps the first of equal scores), the
 stateless stages it needs on every review (embedding, tokenizing: run once), and ``fit(train, setting,
-seed)``. A rung whose estimator is not in this installation is reported as not available
-(:func:`unavailable`), found by import and Param, not by a failed fit.
+seed)``.
 """
 from __future__ import annotations
 
-import dataclasses
-import importlib.util
 import json
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -43,7 +40,7 @@ from pyspark.sql import DataFrame
 from irbis.demo.ladder import positive_score
 from irbis.demo.stats import accuracy
 
-__all__ = ["ENCODER", "LSTM", "RUNGS", "Rung", "climb", "grouped_cv", "majority_scores", "unavailable"]
+__all__ = ["ENCODER", "LSTM", "RUNGS", "Rung", "climb", "grouped_cv", "majority_scores"]
 
 #: The sentence encoder of the frozen and fine-tuned rungs, and the tokenizer of the recurrent one.
 ENCODER = "all_minilm_l6_v2"
@@ -145,33 +142,6 @@ RUNGS: dict[str, Rung] = {r.name: r for r in (
     Rung("MiniLM-tuned", f"{ENCODER} fine-tuned with a new head (TextClassifier, batch 16, maxLength "
          f"{MAX_LENGTH})", ({"epochs": 1}, {"epochs": 3}), fit_fine_tuned),
 )}
-
-
-def unavailable(name: str) -> str | None:
-    """Why rung ``name`` cannot run in this installation, or None when it can.
-
-    The LSTM needs its architecture, TorchEstimator to train on ragged token-id rows
-    (``TrainSpec.token_budget``) and TorchModel to score them (its ``variableLength`` Param); the
-    fine-tuned rung needs ``TextClassifier``.
-    """
-    if name == "LSTM":
-        from irbis.ml.torch_model import TorchModel
-        from irbis.models import ARCHITECTURES
-        from irbis.train.loop import TrainSpec
-
-        if LSTM not in ARCHITECTURES:
-            return f"no {LSTM!r} architecture (a recurrent classifier over token ids) in this version"
-        if "token_budget" not in {f.name for f in dataclasses.fields(TrainSpec)}:
-            return "TorchEstimator does not train on variable-length token-id rows in this version"
-        if not TorchModel().hasParam("variableLength"):
-            return "TorchModel does not score variable-length token-id rows (no variableLength Param)"
-    if name == "MiniLM-tuned":
-        spec = importlib.util.find_spec("irbis.ml.text_classifier")
-        if spec is None:
-            return "TextClassifier (fine-tuning a text encoder) is not in this version"
-    if name not in RUNGS:
-        raise ValueError(f"unknown rung {name!r}; the rungs are {list(RUNGS)}")
-    return None
 
 
 def scores(model: Any, rows: DataFrame) -> pd.DataFrame:

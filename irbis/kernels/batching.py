@@ -23,9 +23,9 @@ from typing import Any
 
 import numpy as np
 
-from irbis.kernels.blocks import Binary, Images, Tensor
+from irbis.kernels.blocks import Binary, Images, Ragged, Tensor, from_rows
 
-__all__ = ["TENSOR_DTYPES", "binary_tensor", "network_batch", "refused_shape"]
+__all__ = ["TENSOR_DTYPES", "binary_tensor", "network_batch", "refused_shape", "sequence_rows"]
 
 #: Element types of a binary tensor column (its rows are raw little-endian bytes of one of these).
 TENSOR_DTYPES = ("float32", "float16", "uint8")
@@ -77,6 +77,24 @@ def network_batch(block: Any, column: str, input_shape: Sequence[int] | None = N
                 f"inputShape")
         values = values.reshape(len(values), *shape)
     return Tensor(values, block.valid)
+
+
+def sequence_rows(block: Any, column: str) -> tuple[list[np.ndarray | None], list[str | None]]:
+    """The rows of a variable-length column (a :class:`Ragged` block, or a :class:`Tensor` whose rows share
+    one length) and, per row, why it has no input: ``"null row"``, ``"null step"``, ``"null value"`` or
+    ``"empty sequence"`` (a row of no steps, which no network can pool); None for a usable row."""
+    if isinstance(block, Tensor):
+        rows: list[np.ndarray | None] = list(from_rows(block.values, block.valid))
+        errors: list[str | None] = [None if r is not None else "null row" for r in rows]
+    elif isinstance(block, Ragged):
+        rows, errors = list(block.rows), list(block.errors)
+    else:
+        raise TypeError(f"column {column!r} does not hold sequences of numbers (found {type(block).__name__}); "
+                        f"variableLength=True needs array<int> or array<array<float>> rows")
+    for i, row in enumerate(rows):
+        if row is not None and len(row) == 0:
+            rows[i], errors[i] = None, "empty sequence"
+    return rows, errors
 
 
 def refused_shape(stage: str, column: str, found: Sequence[int], expected: Sequence[int] | None,

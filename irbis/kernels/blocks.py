@@ -10,6 +10,8 @@ and in the HTTP server.
   is a zero-copy ``(H, W, C)`` view, and a batch of equally sized images is one ``(M, H, W, C)`` view.
 * :class:`Binary`: a binary column (encoded files, or tensor bytes: :func:`tensor_bytes`) as zero-copy
   ``memoryview`` slices of one buffer.
+* :class:`Ragged`: a column of sequences whose length varies per row (``array<int>`` token ids or
+  ``array<array<float>>`` steps x features), read so when the stage asks for it: one view per row.
 * any other column: a numpy array (``object`` dtype with ``None`` for nulls of strings and structs).
 
 :func:`from_arrow` and :func:`to_arrow` convert between blocks and Arrow arrays. The Arrow buffers that
@@ -35,7 +37,7 @@ import pyarrow as pa
 
 from irbis.kernels.image import IMAGE_FIELDS, image_view, ocv_mode
 
-__all__ = ["BatchFn", "Binary", "Images", "Prepared", "Tensor", "as_block", "block_to_rows", "bounded_slices", "stack_rows", "flat_rows", "from_arrow", "from_rows",
+__all__ = ["BatchFn", "Binary", "Images", "Prepared", "Ragged", "ragged_rows", "Tensor", "as_block", "block_to_rows", "bounded_slices", "stack_rows", "flat_rows", "from_arrow", "from_rows",
            "rows_in", "run_steps", "tensor_bytes", "to_arrow"]
 
 #: A stage's kernel: a dict of input blocks (one per column) to a dict of output blocks.
@@ -163,6 +165,68 @@ class Binary:
         return (self[i] for i in range(len(self.valid)))
 
 
+@dataclass
+class Ragged:
+    """A column of sequences whose first axis varies per row: one array per row (a view of the batch's one
+    buffer), ``None`` for a null row; ``errors`` holds why a row cannot be used (a null inside it), else None."""
+
+    rows: list[np.ndarray | None]
+    errors: list[str | None]
+
+    @property
+    def valid(self) -> np.ndarray:
+        return np.array([r is not None for r in self.rows], bool)
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+
+def ragged_rows(arr: pa.Array | pa.ChunkedArray, column: str = "column") -> Ragged:
+    """An Arrow column of ``array<int>`` (token ids) or ``array<array<number>>`` (steps x features, one width)
+    as a :class:`Ragged` block, without a Python object per value."""
+    if isinstance(arr, pa.ChunkedArray):
+        arr = arr.combine_chunks()
+    if pa.types.is_null(arr.type):  # no row, or only nulls, from Python values
+        return Ragged([None] * len(arr), ["null row"] * len(arr))
+    if not (pa.types.is_list(arr.type) or pa.types.is_large_list(arr.type)):
+        raise TypeError(f"column {column!r} has type {arr.type}; a variable-length column holds arrays")
+    valid, offsets = _valid(arr), _offsets(arr)
+    steps = arr.flatten()
+    nested = pa.types.is_list(steps.type) or pa.types.is_large_list(steps.type)
+    if nested:  # steps x features: each step's values, one width for all
+        bad_step = ~_valid(steps)
+        step_offsets = _offsets(steps)
+        widths = np.diff(step_offsets)[~bad_step]
+        width = int(widths[0]) if len(widths) else 0
+        if len(widths) and (widths != width).any():
+            raise ValueError(f"column {column!r}: steps have different widths ({width} and "
+                             f"{int(widths[widths != width][0])} values); every step of a sequence needs "
+                             f"the same number of features")
+        values_arr = steps.flatten()
+        starts = step_offsets - step_offsets[0]
+    else:
+        bad_step = np.zeros(len(steps), bool)
+        values_arr, width, starts = steps, 1, np.arange(len(steps) + 1)
+    null_value = ~_valid(values_arr)
+    values = values_arr.to_numpy(zero_copy_only=False)
+    if null_value.any():
+        values = np.where(null_value, 0, values).astype(values_arr.type.to_pandas_dtype())
+    rows: list[np.ndarray | None] = []
+    errors: list[str | None] = []
+    base = int(offsets[0]) if len(offsets) else 0
+    for i in range(len(arr)):
+        start, stop = int(offsets[i]) - base, int(offsets[i + 1]) - base
+        reason = ("null row" if not valid[i] else "null step" if bad_step[start:stop].any()
+                  else "null value" if null_value[starts[start]:starts[stop]].any() else None)
+        errors.append(reason)
+        if reason:
+            rows.append(None)
+            continue
+        row = values[starts[start]:starts[stop]]
+        rows.append(row.reshape(stop - start, width) if nested else row)
+    return Ragged(rows, errors)
+
+
 # -- Arrow to blocks --------------------------------------------------------------------------------
 def _valid(arr: pa.Array) -> np.ndarray:
     if arr.null_count == 0:
@@ -204,7 +268,8 @@ def _tensor(arr: pa.Array, column: str) -> Tensor:
             if len(present) and (present != width).any():
                 other = int(present[present != width][0])
                 raise ValueError(f"column {column!r}: rows have different lengths ({width} and "
-                                 f"{other} values); a tensor column needs one shape per row")
+                                 f"{other} values); a tensor column needs one shape per row (a network stage takes "
+                                 f"sequences of varying length with variableLength=True)")
             level = level.flatten()
         shape.append(width)
     rows = int(valid.sum())
@@ -224,8 +289,11 @@ def _images(arr: pa.StructArray) -> Images:
     return Images(buffer, _offsets(data), *ints, origin, valid)
 
 
-def from_arrow(arr: pa.Array | pa.ChunkedArray, column: str = "column") -> Any:
-    """Turn one Arrow column into its block (see the module docstring), without per-row copies."""
+def from_arrow(arr: pa.Array | pa.ChunkedArray, column: str = "column", ragged: bool = False) -> Any:
+    """Turn one Arrow column into its block (see the module docstring), without per-row copies; with
+    ``ragged``, a column of variable-length sequences (:class:`Ragged`)."""
+    if ragged:
+        return ragged_rows(arr, column)
     if isinstance(arr, pa.ChunkedArray):
         arr = arr.combine_chunks()
     if _is_image_struct(arr.type):
@@ -370,12 +438,16 @@ def mixed_shapes(column: str, shapes: set[tuple[int, ...]]) -> str | None:
         return None
     a, b = sorted(shapes)[:2]
     return (f"column {column!r}: rows have different shapes ({list(a)} and {list(b)}); a tensor column "
-            f"needs one shape per row")
+            f"needs one shape per row (a network stage takes sequences of varying length with "
+            f"variableLength=True)")
 
 
-def rows_in(values: Sequence[Any], column: str = "column") -> Any:
-    """Turn a column of Python values (a pandas column, JSON rows) into its block."""
+def rows_in(values: Sequence[Any], column: str = "column", ragged: bool = False) -> Any:
+    """Turn a column of Python values (a pandas column, JSON rows) into its block (with ``ragged``, a
+    :class:`Ragged` block of variable-length sequences)."""
     plain = [_plain(v) for v in values]
+    if ragged:
+        return ragged_rows(pa.array([None if v is None else np.asarray(v).tolist() for v in plain]), column)
     sample = next((v for v in plain if v is not None), None)
     if isinstance(sample, np.ndarray) and sample.dtype != object:
         valid = np.array([v is not None for v in plain], bool)

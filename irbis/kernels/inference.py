@@ -417,6 +417,60 @@ class _Network:
         return out.float().cpu().numpy()
 
 
+#: How a network of variable-length rows takes its batch (its module attribute ``input_kind``).
+INPUT_KINDS = ("padded", "packed")
+
+
+def make_sequence_predict_fn(source: dict[str, Any], *, device: str = "cpu", precision: str = "fp32",
+                             allow_pickle: bool = False, token_budget: int = 4096,
+                             max_rows: int = 64) -> Callable[[list[np.ndarray]], np.ndarray]:
+    """Return ``fn(rows) -> outputs``: a network run eagerly over variable-length rows, one output per row.
+
+    ``rows`` are 1-d integer arrays (token ids) or ``(steps, features)`` float arrays, each at least one
+    long. They run in length-aware batches (:func:`irbis.kernels.sequences.run_by_length`: sorted by length,
+    cut under ``token_budget`` padded tokens and ``max_rows`` rows, padded to a multiple of 8) and are
+    fed as the network's ``input_kind`` attribute says: ``"padded"`` (the default) calls ``module(x, mask)``
+    with ``x`` int64 ``(B, T)`` (or float32 ``(B, T, F)``) padded with 0 and ``mask`` int64 ``(B, T)``, 1 on
+    real steps; ``"packed"`` calls ``module(packed)`` with the ``PackedSequence`` of ``x`` and the lengths.
+    The network must give one output per row (e.g. ``(B, C)`` logits); a per-step output (``(B, T, ...)``,
+    or a ``PackedSequence``) raises ``ValueError``: pool the steps inside the network.
+    """
+    from irbis.kernels.sequences import check_row_output, run_by_length
+
+    parts = [source_identity(source), device, precision, allow_pickle]
+    key = hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:24]
+    network = _cached(key, lambda: _Network(source, key, device, precision, allow_pickle))
+    kind = getattr(network.module, "input_kind", "padded")
+    if kind not in INPUT_KINDS:
+        raise ValueError(f"the network's input_kind is {kind!r}; expected one of {', '.join(INPUT_KINDS)}")
+
+    def run(x: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        import torch
+        from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence
+
+        batch = torch.from_numpy(x).to(network.device)
+        with torch.autocast(network.device.type, dtype=torch.bfloat16, enabled=network.autocast):
+            if kind == "packed":
+                lengths = torch.from_numpy(mask.sum(axis=1))
+                out = network.module(pack_padded_sequence(batch, lengths, batch_first=True, enforce_sorted=False))
+            else:
+                out = network.module(batch, torch.from_numpy(mask).to(network.device))
+        if isinstance(out, (tuple, list)):
+            out = out[0]
+        per_step = isinstance(out, PackedSequence)  # a packed output holds one value per step
+        check_row_output((*x.shape[:2], -1) if per_step else tuple(out.shape), x.shape[0], x.shape[1])
+        return out.float().cpu().numpy()
+
+    def predict(rows: list[np.ndarray]) -> np.ndarray:
+        import torch
+
+        set_threads(task_threads())
+        with network.lock, torch.inference_mode():
+            return run_by_length(rows, run, token_budget=token_budget, max_rows=max_rows)[0]
+
+    return predict
+
+
 def _load_for_export(source: dict[str, Any], allow_pickle: bool, layer: Layers) -> nn.Module:
     import torch
 

@@ -24,10 +24,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
-__all__ = ["PadStats", "length_batches", "pad_rows", "padded_length", "run_by_length"]
+__all__ = ["PadStats", "check_row_output", "length_batches", "pad_rows", "padded_length", "run_by_length"]
 
 #: Padded lengths are rounded up to a multiple of this (tensor cores and SIMD widths like it; fewer shapes).
 PAD_MULTIPLE = 8
@@ -65,7 +66,19 @@ def length_batches(lengths: np.ndarray, *, token_budget: int, max_rows: int,
 
 def pad_rows(rows: Sequence[np.ndarray], length: int, pad_id: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """``rows`` (1-d integer arrays, each at most ``length`` long) as one ``(len(rows), length)`` int64 id
-    array padded with ``pad_id``, and its attention mask (1 on real tokens)."""
+    array padded with ``pad_id``, and its int64 attention mask (1 on real tokens).
+
+    Rows of float steps (``(steps, features)`` arrays) give one ``(len(rows), length, features)`` float32
+    array padded with ``pad_id`` instead.
+    """
+    first = rows[0] if len(rows) else np.zeros(0, np.int64)
+    if first.dtype.kind == "f" or first.ndim > 1:
+        steps = np.full((len(rows), length, *first.shape[1:]), pad_id, dtype=np.float32)
+        mask = np.zeros((len(rows), length), dtype=np.int64)
+        for i, row in enumerate(rows):
+            steps[i, :len(row)] = row
+            mask[i, :len(row)] = 1
+        return steps, mask
     ids = np.full((len(rows), length), pad_id, dtype=np.int64)
     mask = np.zeros((len(rows), length), dtype=np.int64)
     for i, row in enumerate(rows):
@@ -93,24 +106,41 @@ class PadStats:
         self.batches += other.batches
 
 
-def run_by_length(rows: Sequence[np.ndarray], run: Callable[[np.ndarray, np.ndarray], np.ndarray], *,
+def run_by_length(rows: Sequence[np.ndarray], run: Callable[[np.ndarray, np.ndarray], Any], *,
                   token_budget: int, max_rows: int, pad_id: int = 0,
-                  multiple: int = PAD_MULTIPLE) -> tuple[np.ndarray, PadStats]:
+                  multiple: int = PAD_MULTIPLE) -> tuple[Any, PadStats]:
     """``run(ids, mask)`` over length-aware batches of ``rows``; its outputs, one per row, in the rows' order.
 
-    ``run`` returns one output row per input row (``(B, *shape)``); the result is ``(len(rows), *shape)``.
+    ``run`` returns one output row per input row (``(B, *shape)``), or a dict of such arrays (several
+    outputs of one network); the result is ``(len(rows), *shape)`` (or a dict of them). A network's output
+    must be per row: :func:`check_row_output` refuses one per step.
     """
     lengths = np.array([len(r) for r in rows], dtype=np.int64)
     stats = PadStats()
-    out: np.ndarray | None = None
+    out: dict[Any, np.ndarray] | None = None
+    single = False
     for batch in length_batches(lengths, token_budget=token_budget, max_rows=max_rows, multiple=multiple):
         length = padded_length(lengths[batch], multiple)
         ids, mask = pad_rows([rows[i] for i in batch], length, pad_id)
-        result = np.asarray(run(ids, mask))
+        result = run(ids, mask)
+        single = not isinstance(result, dict)
+        parts = {None: result} if single else result
         if out is None:
-            out = np.empty((len(rows), *result.shape[1:]), dtype=result.dtype)
-        out[batch] = result
-        stats.add(PadStats(int(lengths[batch].sum()), ids.size, 1))
+            out = {}
+        for name, part in parts.items():
+            part = np.asarray(part)
+            if name not in out:
+                out[name] = np.empty((len(rows), *part.shape[1:]), dtype=part.dtype)
+            out[name][batch] = part
+        stats.add(PadStats(int(lengths[batch].sum()), int(mask.size), 1))
     if out is None:
-        out = np.empty((0,), dtype=np.float32)
-    return out, stats
+        return np.empty((0,), dtype=np.float32), stats
+    return (out[None] if single else out), stats
+
+
+def check_row_output(shape: Sequence[int], rows: int, length: int) -> None:
+    """Refuse a network output with one value per step (``(B, T, ...)`` for ``B`` rows padded to ``T``)."""
+    if len(shape) >= 3 and shape[0] == rows and shape[1] == length:
+        raise ValueError(f"the network gives one output per step (shape {list(shape)} for a batch of {rows} rows "
+                         f"of {length} padded steps); a variable-length stage takes one output per row: pool "
+                         f"the steps inside the network (e.g. the last state or the masked mean)")

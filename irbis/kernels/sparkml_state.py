@@ -44,7 +44,8 @@ class StageKernel:
     stage's layer knows it. ``drops_rows`` is true for a stage that removes rows
     (``handleInvalid="skip"``): its kernel gives nulls at those rows, and a runtime that serves rows
     drops the rows where any output is null. ``nulls`` is false for a stage that fails on a null (or
-    NaN) input, so that a runtime can refuse one up front.
+    NaN) input, so that a runtime can refuse one up front. ``ragged`` names the input columns read as
+    sequences of varying length (:func:`irbis.kernels.blocks.rows_in` with ``ragged=True``).
     """
 
     inputs: list[str]
@@ -54,6 +55,7 @@ class StageKernel:
     nulls: bool = True
     kinds: dict[str, frozenset[str]] = field(default_factory=dict)
     types: dict[str, Any] = field(default_factory=dict)
+    ragged: frozenset[str] = frozenset()
 
 
 @dataclass

@@ -100,6 +100,10 @@ class _StageMixin(_KeywordParams, IrbisPersistable):
         """The kinds of value each input column accepts (``_accepts`` for each, unless overridden)."""
         return {c: self._accepts for c in self._input_columns()}
 
+    def _ragged_columns(self) -> frozenset[str]:
+        """The input columns read as sequences of varying length (:class:`irbis.kernels.blocks.Ragged`)."""
+        return frozenset()
+
     def _has_kernel(self) -> bool:
         """Whether the stage's whole work is its batch function (a stage with its own ``_transform``
         works on whole DataFrames)."""
@@ -127,7 +131,7 @@ class _StageMixin(_KeywordParams, IrbisPersistable):
                                       "pandas; run it in Spark, or leave it out of what runs without Spark")
         outputs = self._output_columns()
         return StageKernel(self._input_columns(), [n for n, _ in outputs], self._make_batch_fn(),
-                           kinds=self._input_kinds(), types=dict(outputs))
+                           kinds=self._input_kinds(), types=dict(outputs), ragged=self._ragged_columns())
 
     def _validate_schema(self, schema: StructType) -> None:
         """Stage-specific checks of input types; raise ``ValueError``/``TypeError`` naming the column."""
@@ -159,7 +163,8 @@ class _StageMixin(_KeywordParams, IrbisPersistable):
         require_columns(type(self).__name__, pdf.columns, self._input_columns())
         result = pdf.copy()
         if self._has_batch_fn():
-            blocks = {c: rows_in(pdf[c].tolist(), c) for c in self._input_columns()}
+            ragged = self._ragged_columns()
+            blocks = {c: rows_in(pdf[c].tolist(), c, c in ragged) for c in self._input_columns()}
             out = self._make_batch_fn()(blocks)
             for name, _ in self._output_columns():
                 result[name] = pd.Series(block_to_rows(out[name]), index=pdf.index, dtype=object)
@@ -178,7 +183,7 @@ class _StageMixin(_KeywordParams, IrbisPersistable):
         wire = [(n, self._wire_type(t)) for n, t in outputs]
         if self._has_batch_fn():
             cap = _max_batch_bytes(df)
-            udf = _make_arrow_udf(self._make_batch_fn(), self._input_columns(), wire, cap)
+            udf = _make_arrow_udf(self._make_batch_fn(), self._input_columns(), wire, cap, self._ragged_columns())
             if len(wire) == 1:
                 result = df.withColumn(outputs[0][0], udf(*args))
             else:
@@ -248,7 +253,7 @@ def set_task_threads() -> None:
 
 
 def _make_arrow_udf(fn: BatchFn, in_cols: list[str], wire: list[tuple[str, DataType]],
-                    max_bytes: int):
+                    max_bytes: int, ragged: frozenset[str] = frozenset()):
     """An iterator Arrow UDF running ``fn`` on blocks, its output batches kept under ``max_bytes``."""
     from pyspark.sql.pandas.types import to_arrow_type
 
@@ -267,7 +272,7 @@ def _make_arrow_udf(fn: BatchFn, in_cols: list[str], wire: list[tuple[str, DataT
             arrays = batch if isinstance(batch, tuple) else (batch,)
 
             def run_slice(start: int, stop: int) -> Any:
-                return pack(fn({c: from_arrow(a.slice(start, stop - start), c)
+                return pack(fn({c: from_arrow(a.slice(start, stop - start), c, c in ragged)
                                 for c, a in zip(in_cols, arrays)}))
 
             yield from bounded_slices(len(arrays[0]), run_slice, max_bytes)

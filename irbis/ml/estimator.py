@@ -35,8 +35,8 @@ from irbis.kernels.engines import ENGINE_NAMES
 from irbis.kernels.inference import PRECISIONS
 from irbis.ml.aliases import Renamed, renamed_kwargs, renamed_mixin
 from irbis.ml.base import IrbisEstimator
-from irbis.ml.params import HasDevice, HasInputDtype, HasInputShape, Row, at_least, in_range, one_of, table_mixin
-from irbis.ml.text_network import _TEXT_ROWS
+from irbis.ml.params import (SHARED_PARAMS, HasDevice, HasInputDtype, HasInputShape, Row, at_least, in_range, one_of,
+                             table_mixin)
 from irbis.ml.torch_model import TorchModel
 from irbis.refs import canonical, is_reference, is_unsaved, reference, resolve, unsaved
 from irbis.train import checkpoint as ckpt
@@ -212,7 +212,7 @@ TRAIN_PARAMS: list[Row] = [
                       "reshuffled every epoch a window of about this many rows at a time (images: also at most "
                       "about 64 MiB of rows)", T.toInt, 10_000,
      at_least(1)),
-    next(row for row in _TEXT_ROWS if row[0] == "tokenBudget"),
+    next(row for row in SHARED_PARAMS if row[0] == "tokenBudget"),
     ("classWeights", "cross_entropy class weights: empty (none), 'balanced' (n / (K * n_c) over the training "
                      "rows), or a JSON list of one weight per class", T.toString, "", check_class_weights),
     ("earlyStoppingPatience", "stop after this many epochs without a lower validation loss and keep the best "
@@ -568,7 +568,7 @@ class TorchEstimator(renamed_mixin("_EstimatorRenamed", ESTIMATOR_RENAMED), Irbi
 
     def _fitted(self, module: Any, network: dict[str, Any], results: list[Any], shape: list[int] | None) -> Any:
         """The fitted TorchModel; ``shape`` None: the network was trained on token ids of varying length
-        (``variableLength=True`` where TorchModel has that Param)."""
+        (``variableLength=True``)."""
         import torch
 
         module.load_state_dict(torch.load(io.BytesIO(results[0].state), weights_only=True))
@@ -576,7 +576,7 @@ class TorchEstimator(renamed_mixin("_EstimatorRenamed", ESTIMATOR_RENAMED), Irbi
         arch = {"architecture": network["name"], "options": network["options"]} \
             if network["kind"] == "architecture" else {}
         params: dict[str, Any] = {"inputShape": shape} if shape is not None else {}
-        if shape is None and TorchModel().hasParam("variableLength"):
+        if shape is None:
             params["variableLength"] = True
         model = TorchModel.from_module(module, inputCol=self.getInputCol(), outputCol=self.getPredictionCol(),
                                        device=self.getDevice(), engine=self.getEngine(),

@@ -6,7 +6,8 @@ from typing import Any
 
 from pyspark.ml.linalg import VectorUDT
 from pyspark.ml.param import TypeConverters
-from pyspark.sql.types import ArrayType, BinaryType, DataType, FloatType, NumericType, StructType
+from pyspark.sql.types import (ArrayType, BinaryType, DataType, FloatType, IntegralType, NumericType, StringType,
+                               StructType)
 
 from irbis.kernels.inference import resolve_source
 from irbis.ml.columns import is_image_struct
@@ -19,12 +20,14 @@ from irbis.ml.params import (
     HasMiniBatchSize,
     HasNetwork,
     HasOutputLayer,
+    HasTokenBudget,
+    HasVariableLength,
     one_of,
     param_mixin,
 )
 from irbis.models import CatalogueEntry
 
-__all__ = ["NetworkStageParams", "check_network_input"]
+__all__ = ["NetworkStageParams", "check_network_input", "check_sequence_input"]
 
 
 #: The earlier names of the network stages' Params (each still works, warning once).
@@ -36,10 +39,13 @@ HasVectorOrArrayFormat = param_mixin("outputFormat", "vector (Spark ML vector) o
 
 class NetworkStageParams(renamed_mixin("_NetworkRenamed", NETWORK_RENAMED), ColumnSetters, HasNetwork,
                          HasMiniBatchSize, HasDevice, HasInputShape, HasInputDtype, HasOutputLayer,
-                         HasVectorOrArrayFormat):
+                         HasVectorOrArrayFormat, HasTokenBudget, HasVariableLength):
     """Params and input checks of a stage that runs a network over one column (TorchModel, ONNXModel)."""
 
     _accepts = frozenset({"vector", "image"})  # vectors and arrays of numbers, images, tensor bytes
+
+    def _ragged_columns(self) -> frozenset[str]:
+        return frozenset(self._input_columns()) if self.getVariableLength() else frozenset()
 
     def _output_columns(self) -> list[tuple[str, DataType]]:
         out = VectorUDT() if self.getOutputFormat() == "vector" else ArrayType(FloatType())
@@ -52,7 +58,10 @@ class NetworkStageParams(renamed_mixin("_NetworkRenamed", NETWORK_RENAMED), Colu
     def _validate_schema(self, schema: StructType) -> None:
         self._validate_network_params()
         col = self.getInputCol()
-        check_network_input(type(self).__name__, col, schema[col].dataType, self._row_shape())
+        if self.getVariableLength():
+            check_sequence_input(type(self).__name__, col, schema[col].dataType)
+        else:
+            check_network_input(type(self).__name__, col, schema[col].dataType, self._row_shape())
 
     def _row_shape(self) -> list[int] | None:
         """inputShape, or the input shape of a repository model's card; None when neither is known."""
@@ -80,3 +89,22 @@ def check_network_input(stage: str, column: str, dtype: DataType, shape: list[in
     if isinstance(dtype, BinaryType) and not shape:
         raise ValueError(f"{stage}: column {column!r} holds tensor bytes (binary), which carry no shape; "
                          f"set inputShape (e.g. [3, 224, 224]) and inputDtype")
+
+
+def check_sequence_input(stage: str, column: str, dtype: DataType) -> None:
+    """With ``variableLength=True``, accept ``array<int>`` (token ids) and ``array<array<number>>`` (steps x
+    features); name the column and the Param otherwise."""
+    ids = isinstance(dtype, ArrayType) and isinstance(dtype.elementType, IntegralType)
+    steps = (isinstance(dtype, ArrayType) and isinstance(dtype.elementType, ArrayType)
+             and isinstance(dtype.elementType.elementType, NumericType))
+    if not (ids or steps):
+        raise TypeError(f"{stage}: column {column!r} has type {dtype.simpleString()}, which is not a column of "
+                        f"variable-length sequences; with variableLength=True it must hold array<int> (token "
+                        f"ids) or array<array<float>> (steps x features); set variableLength=False for "
+                        f"fixed-shape rows")
+
+
+def error_column(stage: Any) -> list[tuple[str, DataType]]:
+    """The ``errorCol`` output of a stage, when set: one reason per row that has no output."""
+    err = stage.getErrorCol()
+    return [(err, StringType())] if err else []

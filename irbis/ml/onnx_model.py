@@ -12,14 +12,14 @@ from pyspark.ml.linalg import VectorUDT
 from pyspark.ml.param import Param, Params, TypeConverters
 from pyspark.sql.types import ArrayType, DataType, DoubleType, FloatType, StructType
 
-from irbis.kernels.batching import network_batch
+from irbis.kernels.batching import network_batch, sequence_rows
 from irbis.kernels.blocks import BatchFn
 from irbis.kernels.onnx import (
     ONNX_ENGINES, OPTIMIZATION_LEVELS, graph_signature, input_dtypes, make_onnx_predict_fn, output_blocks,
 )
 from irbis.ml.aliases import renamed_kwargs, resolve_aliases
 from irbis.ml.base import IrbisModel
-from irbis.ml.network_params import NetworkStageParams, check_network_input
+from irbis.ml.network_params import NetworkStageParams, check_network_input, check_sequence_input
 from irbis.ml.params import one_of, param_mixin, table_mixin
 from irbis.ml.synapseml import ONNX_ALIASES, ONNXModelNames
 from irbis.spark.files import localize, ship_file
@@ -61,6 +61,16 @@ class ONNXModel(NetworkStageParams, HasOnnxEngine, table_mixin("_ONNXParams", _O
     softmax (a vector) and the argmax (a double label) of an output column as new columns, and
     ``optimizationLevel`` picks ONNX Runtime's graph optimisations.
 
+    With ``variableLength=True`` the input column holds sequences whose length varies per row
+    (``array<int>`` token ids or ``array<array<float>>`` steps x features) and the graph takes them with
+    dynamic batch and sequence axes: the graph input whose name holds ``mask`` gets the attention mask (1 on
+    real steps), the other the padded ids (or steps), each cast to its graph input's type; both inputs may
+    be mapped to the one column in ``feedDict``, or left to ``inputCol`` for a graph of one or two inputs.
+    Rows are sorted by length within each Arrow batch, cut under ``tokenBudget`` padded tokens and
+    ``miniBatchSize`` rows, padded to a multiple of 8, and the outputs (one per row; a per-step output is
+    refused) come back in the rows' order. A null row gives null outputs; a row with a null inside or with
+    no steps fails the batch with an error naming the column.
+
     Examples
     --------
     .. code-block:: python
@@ -89,7 +99,8 @@ class ONNXModel(NetworkStageParams, HasOnnxEngine, table_mixin("_ONNXParams", _O
                  softMaxDict: dict[str, str] | None = None, argMaxDict: dict[str, str] | None = None,
                  optimizationLevel: str = "ALL_OPT", modelLocation: str | None = None,
                  modelPayload: bytes | None = None, deviceType: str | None = None,
-                 engine: str = "auto", inputDtype: str = "float32", modelPath: str | None = None,
+                 engine: str = "auto", inputDtype: str = "float32", variableLength: bool = False,
+                 tokenBudget: int = 4096, modelPath: str | None = None,
                  outputType: str | None = None) -> None:
         super().__init__()
         self._set(**renamed_kwargs(type(self), resolve_aliases(ONNX_ALIASES, self._input_kwargs)))
@@ -107,6 +118,8 @@ class ONNXModel(NetworkStageParams, HasOnnxEngine, table_mixin("_ONNXParams", _O
         if self.isDefined(self.feedDict):
             return dict(self.getOrDefault(self.feedDict))
         inputs = list(graph_signature(self.getNetwork())[0])
+        if self.getVariableLength() and len(inputs) <= 2:
+            return {name: self.getInputCol() for name in inputs}
         if len(inputs) != 1:
             raise ValueError(f"ONNXModel: the graph has inputs {inputs}; map each to a column with feedDict")
         return {inputs[0]: self.getInputCol()}
@@ -146,8 +159,13 @@ class ONNXModel(NetworkStageParams, HasOnnxEngine, table_mixin("_ONNXParams", _O
             if graph_input not in inputs:
                 raise ValueError(f"ONNXModel: feedDict names graph input {graph_input!r}; the graph's "
                                  f"inputs are {list(inputs)}")
-            check_network_input("ONNXModel", col, schema[col].dataType, shapes.get(graph_input))
+            if self.getVariableLength():
+                check_sequence_input("ONNXModel", col, schema[col].dataType)
+            else:
+                check_network_input("ONNXModel", col, schema[col].dataType, shapes.get(graph_input))
         self._check_heads()
+        if self.getVariableLength():
+            _sequence_feeds(self._feeds())
 
     def _shapes(self) -> dict[str, list[int] | None]:
         """Row shape per graph input: inputShape for a graph of one feed, else the graph's static dims."""
@@ -167,6 +185,39 @@ class ONNXModel(NetworkStageParams, HasOnnxEngine, table_mixin("_ONNXParams", _O
         dtypes, input_dtype = input_dtypes(path), self.getInputDtype()
         batch_size, device, engine = self.getMiniBatchSize(), self.getDevice(), self.getEngine()
         level, softmax, argmax = self.getOptimizationLevel(), self.getSoftMaxDict(), self.getArgMaxDict()
+        if self.getVariableLength():
+            values_input, mask_input = _sequence_feeds(feeds)
+            col, budget = feeds[values_input], self.getTokenBudget()
+
+            def run_sequences(blocks: dict[str, Any]) -> dict[str, Any]:
+                from irbis.kernels.sequences import check_row_output, run_by_length
+                from irbis.kernels.threads import task_threads
+
+                rows, errors = sequence_rows(blocks[col], col)
+                bad = next((i for i, e in enumerate(errors) if e and e != "null row"), None)
+                if bad is not None:
+                    raise ValueError(f"ONNXModel: column {col!r} row {bad} has no usable sequence ({errors[bad]})")
+                valid = np.array([r is not None for r in rows], bool)
+                if not valid.any():
+                    return output_blocks({}, fetches, softmax, argmax, valid)
+                predict = make_onnx_predict_fn(localize(path, shipped), list(fetches.values()),
+                                               batch_size=batch_size, device=device, num_threads=task_threads(),
+                                               engine=engine, optimization_level=level)
+
+                def run_batch(x: np.ndarray, mask: np.ndarray) -> dict[str, np.ndarray]:
+                    feed = {values_input: x.astype(dtypes[values_input], copy=False)}
+                    if mask_input:
+                        feed[mask_input] = mask.astype(dtypes[mask_input], copy=False)
+                    out = predict(feed)
+                    for value in out.values():
+                        check_row_output(value.shape, x.shape[0], x.shape[1])
+                    return out
+
+                results, _ = run_by_length([r for r in rows if r is not None], run_batch, token_budget=budget,
+                                           max_rows=batch_size)
+                return output_blocks(results, fetches, softmax, argmax, valid)
+
+            return run_sequences
 
         def run(blocks: dict[str, Any]) -> dict[str, Any]:
             from irbis.kernels.threads import task_threads
@@ -194,6 +245,17 @@ class ONNXModel(NetworkStageParams, HasOnnxEngine, table_mixin("_ONNXParams", _O
         saved = Path(path) / "model.onnx"
         if saved.exists():
             self._set(network=str(saved))
+
+
+def _sequence_feeds(feeds: dict[str, str]) -> tuple[str, str | None]:
+    """With variableLength: the graph input of the padded values and the one of the mask (None: no mask
+    input), both read from one column; the input whose name holds ``mask`` is the mask."""
+    masks = [k for k in feeds if "mask" in k.lower()]
+    values = [k for k in feeds if k not in masks]
+    if len(set(feeds.values())) != 1 or len(values) != 1 or len(masks) > 1:
+        raise ValueError(f"ONNXModel: with variableLength=True the graph takes one sequence column: its values "
+                         f"input and, optionally, a mask input (a name holding 'mask'); feedDict maps {feeds}")
+    return values[0], masks[0] if masks else None
 
 
 def _static(dims: tuple) -> list[int] | None:

@@ -145,6 +145,12 @@ SHARED_PARAMS: list[Row] = [
      "returned instead of the final output; empty for the final output", TypeConverters.toString, ""),
     ("errorCol", "column for per-row error messages; empty to raise on the first bad row",
      TypeConverters.toString, None),
+    ("tokenBudget", "padded tokens per batch of the network (rows x padded length); rows are sorted by length "
+     "within each Arrow batch (in training: each worker's shuffle window) and cut by this budget",
+     TypeConverters.toInt, 4096, at_least(8)),
+    ("variableLength", "the input column holds sequences whose length varies per row: array<int> token ids or "
+     "array<array<float>> (steps x features); rows are sorted by length, cut by tokenBudget and miniBatchSize "
+     "and padded per batch with a mask", TypeConverters.toBoolean, False),
 ]
 
 
@@ -180,7 +186,7 @@ def param_mixin(name: str, doc: str, converter: Any, default: Any, check: Check 
 
 
 (HasNetwork, HasMiniBatchSize, HasDevice, HasPrecision, HasCalibrationData, HasEngine, HasInputShape,
- HasInputDtype, HasOutputLayer, HasErrorCol) = (
+ HasInputDtype, HasOutputLayer, HasErrorCol, HasTokenBudget, HasVariableLength) = (
     param_mixin(*row) for row in SHARED_PARAMS
 )
 
@@ -249,4 +255,4 @@ class ColumnSetters(HasInputCol, HasOutputCol):
         return self._set(outputCol=value)
 
 
-__all__ = ["SHARED_PARAMS", "ParamValueError", "one_of", "in_registry", "in_range", "at_least", "checked", "param_check", "invalid_values", "ColumnSetters", "param_mixin", "accessor_names", "add_accessors", "table_mixin", "HasNetwork", "HasMiniBatchSize", "HasDevice", "HasPrecision", "HasCalibrationData", "HasEngine", "local_folder", "HasInputShape", "HasInputDtype", "HasOutputLayer", "HasErrorCol"]
+__all__ = ["SHARED_PARAMS", "ParamValueError", "one_of", "in_registry", "in_range", "at_least", "checked", "param_check", "invalid_values", "ColumnSetters", "param_mixin", "accessor_names", "add_accessors", "table_mixin", "HasNetwork", "HasMiniBatchSize", "HasDevice", "HasPrecision", "HasCalibrationData", "HasEngine", "local_folder", "HasInputShape", "HasInputDtype", "HasOutputLayer", "HasErrorCol", "HasTokenBudget", "HasVariableLength"]

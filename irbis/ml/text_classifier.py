@@ -26,7 +26,7 @@ from irbis.ml.aliases import Alias, alias_mixin, resolve_aliases
 from irbis.ml.base import IrbisEstimator
 from irbis.ml.estimator import TRAIN_PARAMS, TorchEstimator, _log_to_mlflow, _mlflow_tracked
 from irbis.ml.image_classifier import _CLASSIFIER_ROWS, _SHARED as _IMAGE_SHARED
-from irbis.ml.params import HasDevice, Row, in_range, table_mixin
+from irbis.ml.params import SHARED_PARAMS, HasDevice, Row, in_range, table_mixin
 from irbis.ml.text_network import _TEXT_ROWS, TextClassifierModel, TextTokenizer
 
 __all__ = ["TextClassifier", "TextClassifierModel"]
@@ -59,7 +59,7 @@ _TEXT_CLASSIFIER_ROWS: list[Row] = [
     (name, doc, conv, _DEFAULTS.get(name, default), *rest)
     for name, doc, conv, default, *rest in TRAIN_PARAMS if name in _SHARED
 ] + [row for row in _CLASSIFIER_ROWS if row[0] in _SAME_AS_IMAGES] + [
-    row for row in _TEXT_ROWS if row[0] in ("maxLength", "tokenBudget")
+    row for row in [*_TEXT_ROWS, *SHARED_PARAMS] if row[0] in ("maxLength", "tokenBudget")
 ] + [
     ("inputCol", "text column (string, or UTF-8 bytes as binary)", TypeConverters.toString, "text"),
     ("backbone", "the pretrained text encoder: a text network of the catalogue (irbis.models.text.TEXT_MODELS) "
@@ -141,8 +141,7 @@ class TextClassifier(alias_mixin("TextClassifierNames", _ALIASES), IrbisEstimato
             freeze_until(layers, self.getFreezeUntil())
         est = TorchEstimator(network=self._factory(source), inputCol=self.getInputCol(), device=self.getDevice(),
                              **{n: self.getOrDefault(n) for n in _SHARED if self.isDefined(getattr(self, n))})
-        if est.hasParam("tokenBudget"):
-            est._set(tokenBudget=self.getTokenBudget())
+        est._set(tokenBudget=self.getTokenBudget())
         est._lr_factors = {head_name(layers): 1.0, "": self.getBackboneLearningRateFactor()}
         est._classes_param = "numClasses"
         return est

@@ -28,7 +28,7 @@ from irbis.ml.base import IrbisModel, IrbisTransformer
 from irbis.ml.calibration import HasCalibrationSample
 from irbis.ml.network_params import HasVectorOrArrayFormat
 from irbis.ml.params import (ColumnSetters, HasDevice, HasEngine, HasErrorCol, HasMiniBatchSize, HasNetwork,
-                             HasPrecision, at_least, one_of, table_mixin)
+                             HasPrecision, HasTokenBudget, at_least, one_of, table_mixin)
 from irbis.train.progress import SummaryAttribute
 
 __all__ = ["TextClassifierModel", "TextEmbedder", "TextTokenizer"]
@@ -39,13 +39,11 @@ _TEXT_ROWS = [
     ("truncation", "a text longer than maxLength: truncate (cut at maxLength, counted) or error (no output "
      "and a reason in errorCol, or a failed batch without errorCol)", TypeConverters.toString, "truncate",
      one_of("truncate", "error")),
-    ("tokenBudget", "padded tokens per batch of the network (rows x padded length); rows are sorted by length "
-     "within each Arrow batch (in training: each worker's shuffle window) and cut by this budget",
-     TypeConverters.toInt, 4096, at_least(8)),
 ]
 
 HasTextParams = table_mixin("HasTextParams", _TEXT_ROWS,
-                            (HasNetwork, HasMiniBatchSize, HasEngine, HasPrecision, HasDevice, HasErrorCol))
+                            (HasNetwork, HasMiniBatchSize, HasEngine, HasPrecision, HasDevice, HasErrorCol,
+                             HasTokenBudget))
 
 
 class _WorkerText:

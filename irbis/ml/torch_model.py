@@ -13,18 +13,19 @@ import torch
 from pyspark import keyword_only
 from pyspark.ml.param import Param, Params, TypeConverters
 from pyspark.sql import DataFrame
+from pyspark.sql.types import DataType, StringType
 from torch import nn
 
-from irbis.kernels.batching import network_batch, refused_shape
+from irbis.kernels.batching import network_batch, refused_shape, sequence_rows
 from irbis.kernels.blocks import BatchFn, Tensor, flat_rows
 from irbis.kernels.engines import EngineError
-from irbis.kernels.inference import cached_predict_fn, resolve_source
+from irbis.kernels.inference import cached_predict_fn, make_sequence_predict_fn, resolve_source
 from irbis.ml.aliases import renamed_kwargs
 from irbis.ml.base import IrbisModel
 from irbis.ml.calibration import HasCalibrationSample
 from irbis.ml.export_ahead import export_ahead_of_job
 from irbis.ml.network_params import NetworkStageParams
-from irbis.ml.params import HasEngine, HasPrecision
+from irbis.ml.params import HasEngine, HasErrorCol, HasPrecision
 from irbis.ml.persistence import load_network_files, save_network_files
 from irbis.models import default_cache_dir, sha256_file
 from irbis.models.module_files import write_module
@@ -32,7 +33,7 @@ from irbis.spark.files import localize, ship_file
 from irbis.train.progress import SummaryAttribute
 
 
-class TorchModel(NetworkStageParams, HasPrecision, HasCalibrationSample, HasEngine, IrbisModel):
+class TorchModel(NetworkStageParams, HasPrecision, HasCalibrationSample, HasEngine, HasErrorCol, IrbisModel):
     """Run a PyTorch network over a column: the network's output (or an inner layer's) per row.
 
     The network runs in every Spark Python worker on Arrow batches of ``miniBatchSize`` rows, under
@@ -73,6 +74,23 @@ class TorchModel(NetworkStageParams, HasPrecision, HasCalibrationSample, HasEngi
         (saved with the stage). Empty: photographs shipped with scikit-image, for repository models.
     outputFormat : str
         ``vector`` (Spark ML vector, the default) or ``array`` (array<float>).
+    variableLength, tokenBudget : bool, int
+        With ``variableLength=True`` the input column holds sequences whose length varies per row:
+        ``array<int>`` token ids or ``array<array<float>>`` (steps x features). Within each Arrow batch the
+        rows are sorted by length, cut so that ``rows x padded length`` stays under ``tokenBudget`` and rows
+        under ``miniBatchSize``, padded to a multiple of 8 and fed as the network's ``input_kind``
+        attribute says: ``"padded"`` (the default) ``module(ids, mask)``, ``"packed"`` ``module(packed)``
+        (a ``PackedSequence``); outputs come back in the rows' order. The network must give one output
+        per row (``(B, C)``); a per-step output is refused with an error (pool the steps in the network).
+        It runs on the ``torch`` engine (``auto`` picks it; ``onnxruntime`` and ``openvino`` are refused:
+        export the network with dynamic axes and use :class:`~irbis.ml.onnx_model.ONNXModel` with
+        ``variableLength=True``), in fp32 or bf16, without ``outputLayer``. :meth:`from_module` stores such a
+        network as its state dict and importable class. A null row gets a null output (``"null row"`` in
+        ``errorCol``); a row with a null inside or with no steps (``"empty sequence"``) gets a null output
+        and its reason in ``errorCol``, or fails the batch naming the column when ``errorCol`` is empty.
+    errorCol : str
+        Column for the reason a row has no output (empty, the default: no such column). On fixed-shape
+        rows it reports null rows; a row of another shape still fails the job.
 
     Examples
     --------
@@ -101,10 +119,11 @@ class TorchModel(NetworkStageParams, HasPrecision, HasCalibrationSample, HasEngi
                  outputCol: str | None = None, outputLayer: str = "", miniBatchSize: int = 64,
                  inputShape: list[int] | None = None, device: str = "cpu", precision: str = "fp32",
                  outputFormat: str = "vector", allowPickle: bool = False, engine: str = "auto",
-                 calibrationData: "str | DataFrame" = "", inputDtype: str = "float32", modelPath: str | None = None,
+                 calibrationData: "str | DataFrame" = "", inputDtype: str = "float32", variableLength: bool = False,
+                 tokenBudget: int = 4096, errorCol: str = "", modelPath: str | None = None,
                  outputType: str | None = None) -> None:
         super().__init__()
-        self._setDefault(allowPickle=False)
+        self._setDefault(allowPickle=False, errorCol="")
         self.training_summary = None
         self._set(**renamed_kwargs(type(self), self._input_kwargs))
 
@@ -122,7 +141,8 @@ class TorchModel(NetworkStageParams, HasPrecision, HasCalibrationSample, HasEngi
         ``options`` (see :mod:`irbis.models.module_files`). The files go to a content-addressed folder
         of the Irbis cache, and ``save`` copies them beside the stage.
         """
-        if "inputShape" not in params and recorded_input_shape(module) is not None:
+        eager = bool(params.get("variableLength"))
+        if not eager and "inputShape" not in params and recorded_input_shape(module) is not None:
             params["inputShape"] = recorded_input_shape(module)
         folder = Path(tempfile.mkdtemp(prefix="irbis-module-"))
         if architecture is not None:
@@ -131,7 +151,7 @@ class TorchModel(NetworkStageParams, HasPrecision, HasCalibrationSample, HasEngi
             torch.save(module.state_dict(), folder / "weights.pt")
             main = folder
         else:
-            main = write_module(module, folder, params.get("inputShape"), options)
+            main = write_module(module, folder, params.get("inputShape"), options, eager=eager)
         name = main.name if main.is_file() else ""
         digest = sha256_file(main if name else folder / "weights.pt")[:24]
         dest = default_cache_dir() / "modules" / digest
@@ -146,8 +166,29 @@ class TorchModel(NetworkStageParams, HasPrecision, HasCalibrationSample, HasEngi
     def _input_columns(self) -> list[str]:
         return [self.getInputCol()]
 
+    def _output_columns(self) -> list[tuple[str, DataType]]:
+        err = self.getErrorCol()
+        return super()._output_columns() + ([(err, StringType())] if err else [])
+
+    def _validate_network_params(self) -> None:
+        super()._validate_network_params()
+        if not self.getVariableLength():
+            return
+        refused = [(name, value) for name, value, ok in (
+            ("engine", self.getEngine(), self.getEngine() in ("auto", "torch")),
+            ("precision", self.getPrecision(), self.getPrecision() in ("fp32", "bf16")),
+            ("outputLayer", self.getOutputLayer(), not self.getOutputLayer())) if not ok]
+        if refused:
+            name, value = refused[0]
+            raise ValueError(f"TorchModel: variableLength=True runs the network eagerly on the torch engine, in "
+                             f"fp32 or bf16, to its final output; {name}={value!r} is not supported with it (for "
+                             f"onnxruntime, export the network with dynamic batch and sequence axes and use "
+                             f"ONNXModel with variableLength=True)")
+
     def _transform_spark(self, df: DataFrame) -> DataFrame:
         out = super()._transform_spark(df)
+        if self.getVariableLength():
+            return out
         export_ahead_of_job(df, resolve_source(self.getNetwork()), self._row_shape(), **self._network_options())
         return out
 
@@ -162,6 +203,9 @@ class TorchModel(NetworkStageParams, HasPrecision, HasCalibrationSample, HasEngi
         self._validate_network_params()
         source = resolve_source(self.getNetwork())
         shipped = ship_file(source["path"]) if "path" in source else None
+        if self.getVariableLength():
+            return self._sequence_batch_fn(source, shipped)
+        err_col = self.getErrorCol()
         shape, convert = self._row_shape(), self._converter()
         col, out_col, stage = self.getInputCol(), self.getOutputCol(), type(self).__name__
         options = dict(self._network_options(), batch_size=self.getMiniBatchSize(),
@@ -177,7 +221,36 @@ class TorchModel(NetworkStageParams, HasPrecision, HasCalibrationSample, HasEngi
                 raise
             except RuntimeError as err:  # the eager network's error, or InputShapeError of another engine
                 raise refused_shape(stage, col, batch.values.shape[1:], shape, err) from err
-            return {out_col: Tensor(flat_rows(out), batch.valid)}
+            result = {out_col: Tensor(flat_rows(out), batch.valid)}
+            if err_col:
+                result[err_col] = np.array([None if ok else "null row" for ok in batch.valid], object)
+            return result
+
+        return run
+
+    def _sequence_batch_fn(self, source: dict[str, Any], shipped: str | None) -> BatchFn:
+        """The kernel of ``variableLength=True``: length-aware batches of the column's sequences."""
+        col, out_col, err_col = self.getInputCol(), self.getOutputCol(), self.getErrorCol()
+        options = dict(device=self.getDevice(), precision=self.getPrecision(),
+                       allow_pickle=self.getOrDefault(self.allowPickle), token_budget=self.getTokenBudget(),
+                       max_rows=self.getMiniBatchSize())
+
+        def run(blocks: dict[str, Any]) -> dict[str, Any]:
+            rows, errors = sequence_rows(blocks[col], col)
+            if not err_col:
+                bad = next((i for i, e in enumerate(errors) if e and e != "null row"), None)
+                if bad is not None:
+                    raise ValueError(f"TorchModel: column {col!r} row {bad} has no usable sequence ({errors[bad]}); "
+                                     f"set errorCol to give such rows a null output and a reason")
+            valid = np.array([r is not None for r in rows], bool)
+            out = None
+            if valid.any():
+                src = dict(source, path=localize(source["path"], shipped)) if shipped else source
+                out = make_sequence_predict_fn(src, **options)([r for r in rows if r is not None])
+            result = {out_col: Tensor(flat_rows(out), valid)}
+            if err_col:
+                result[err_col] = np.array(errors, object)
+            return result
 
         return run
 

@@ -59,8 +59,13 @@ VOCABULARY: tuple[Term, ...] = (
          "the most tokens of one text that a text stage gives its network, special tokens included (0: the "
          "network's own maximum)", ("maxTokenLen", "maxSeqLength", "maxSequenceLength", "maxTokens")),
     Term("tokens per call", "tokenBudget",
-         "the most padded tokens (rows x padded length) in one forward pass of a text network; rows are "
-         "sorted by length and cut by it", ("tokensPerBatch", "maxBatchTokens")),
+         "the most padded tokens (rows x padded length) in one forward pass of a network over sequences (a "
+         "text stage, or TorchModel and ONNXModel with variableLength); rows are sorted by length and cut by it",
+         ("tokensPerBatch", "maxBatchTokens")),
+    Term("sequences of varying length", "variableLength",
+         "the input column of TorchModel or ONNXModel holds sequences whose length varies per row (array<int> "
+         "token ids, or array<array<float>> steps x features), padded per batch with a mask",
+         ("ragged", "dynamicLength", "variableLengthInput")),
     Term("engine", "engine", "what runs the network: auto, torch, onnxruntime or openvino",
          ("backend", "runtime", "executionProvider")),
     Term("precision", "precision", "numeric precision of the network's run: fp32, bf16 or int8",

@@ -31,13 +31,24 @@ _LOG = logging.getLogger("irbis.models")
 
 
 def write_module(module: nn.Module, folder: Path, input_shape: list[int] | None,
-                 options: dict[str, Any] | None = None) -> Path:
+                 options: dict[str, Any] | None = None, eager: bool = False) -> Path:
     """Write ``module`` into ``folder`` as described in the module docstring; return the main file.
 
     Without an input shape (none given, none fixed by a first Linear layer) TorchScript comes before
-    the class reference, as the class may not be importable in the Spark workers.
+    the class reference, as the class may not be importable in the Spark workers. With ``eager`` (a
+    network of variable-length inputs, called with padded ids and a mask or a PackedSequence) the class
+    reference comes first, then TorchScript, and no trace is tried.
     """
     module = module.eval()
+    if eager:
+        reasons = ["it takes variable-length inputs"]
+        for writer in (_write_reference, _write_torchscript):
+            try:
+                return writer(module, folder, options or {}, reasons[0])
+            except (TypeError, RuntimeError) as err:
+                reasons.append(str(err))
+        raise TypeError(f"cannot store {type(module).__name__}: {'; '.join(reasons)}. Define the class in an "
+                        f"importable module (with its constructor kwargs as options=)")
     shape = input_shape or _first_linear_shape(module)
     reasons = []
     if shape:

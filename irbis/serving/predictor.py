@@ -52,7 +52,9 @@ class Predictor:
 
     def predict(self, columns: dict[str, list[Any]]) -> dict[str, list[Any]]:
         """Run the pipeline on decoded column values (images as ``(H, W, C)`` arrays); JSON-ready rows."""
-        blocks = {c: Images.from_arrays(v) if _are_images(v) else rows_in(v, c) for c, v in columns.items()}
+        ragged = frozenset(c for k in self.kernels for c in k.ragged)
+        blocks = {c: Images.from_arrays(v) if _are_images(v) else rows_in(v, c, c in ragged)
+                  for c, v in columns.items()}
         out = run_steps([(k.inputs, k.fn) for k in self.kernels], blocks)
         return {c: json_rows(out[c]) for c in self.outputs}
 

@@ -157,9 +157,56 @@ def tiny_onnx_model() -> Any:
     return ONNXModel(network=_ONNX_FILES["path"], inputCol="vec", outputCol="scores")
 
 
+def sequences_frame(spark: SparkSession) -> DataFrame:
+    """Token ids of varying length (a null row among them)."""
+    rows = [([3, 1, 4, 1, 5],), ([9],), (None,), ([2, 6, 5, 3, 5, 8, 9, 7, 9, 3, 2],), ([3, 8],)]
+    return spark.createDataFrame(rows, StructType([StructField("ids", ArrayType(IntegerType()))]))
+
+
+def tiny_sequence_torch_model() -> Any:
+    """A seeded masked-mean network over the variable-length ``ids`` column, with an error column."""
+    import torch
+
+    from irbis.ml.torch_model import TorchModel
+    from tests.sequence_networks import MeanOfIds
+
+    torch.manual_seed(0)
+    return TorchModel.from_module(MeanOfIds(), inputCol="ids", outputCol="scores", variableLength=True,
+                                  errorCol="why", tokenBudget=16, miniBatchSize=2)
+
+
+def tiny_sequence_onnx_model() -> Any:
+    """The masked-mean network exported to ONNX with dynamic batch and sequence axes, over ``ids``."""
+    import os
+    import tempfile
+    import warnings
+
+    import torch
+
+    from irbis.ml.onnx_model import ONNXModel
+    from tests.sequence_networks import MeanOfIds
+
+    if "sequences" not in _ONNX_FILES:
+        torch.manual_seed(0)
+        path = os.path.join(tempfile.mkdtemp(prefix="irbis-onnx-"), "sequences.onnx")
+        example = (torch.ones(2, 8, dtype=torch.int64), torch.ones(2, 8, dtype=torch.int64))
+        axes = {0: "batch", 1: "steps"}
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            torch.onnx.export(MeanOfIds().eval(), example, path, input_names=["input_ids", "attention_mask"],
+                              output_names=["logits"], dynamic_axes={"input_ids": axes, "attention_mask": axes},
+                              dynamo=False)
+        _ONNX_FILES["sequences"] = path
+    return ONNXModel(network=_ONNX_FILES["sequences"], inputCol="ids", outputCol="scores", variableLength=True,
+                     tokenBudget=16, miniBatchSize=2)
+
+
 STAGE_CASES.update({
     "TorchModel": StageCase(tiny_torch_model, mixed_frame, "vec", "string", pandas=False),
     "ONNXModel": StageCase(tiny_onnx_model, mixed_frame, "vec", "string", pandas=False),
+    "TorchModelSequences": StageCase(tiny_sequence_torch_model, sequences_frame, "ids", "string"),
+    # generated rows hold empty sequences, which fail an ONNXModel (it has no errorCol)
+    "ONNXModelSequences": StageCase(tiny_sequence_onnx_model, sequences_frame, "ids", "string", generated=False),
 })
 
 

@@ -168,7 +168,7 @@ def test_pandas_gives_the_spark_results(spark, name):
 
 
 #: The cases whose stage (or fitted model) is one batch kernel: serving, LIME and fuse run it without Spark.
-WITH_KERNEL = {"TorchModel", "ONNXModel", "TorchEstimator", "ImageDecoder", "ImageTransformer", "UnrollImage",
+WITH_KERNEL = {"TorchModel", "ONNXModel", "TorchModelSequences", "ONNXModelSequences", "TorchEstimator", "ImageDecoder", "ImageTransformer", "UnrollImage",
                "ImageFeaturizer", "FusedStages", "ImageLIME", "TabularLIME", "ImageClassifierModel", "ImageClassifier",
                "TextEmbedder", "TextClassifierModel", "TextTokenizer", "TextLIME", "TextClassifier"}
 
@@ -177,7 +177,7 @@ def _kernel_rows(kernel, pdf: pd.DataFrame) -> list[tuple]:
     """The kernel's output rows on the frame's input columns, as blocks are made without Spark."""
     from irbis.kernels.blocks import block_to_rows, rows_in
 
-    out = kernel.fn({c: rows_in(pdf[c].tolist(), c) for c in kernel.inputs})
+    out = kernel.fn({c: rows_in(pdf[c].tolist(), c, c in kernel.ragged) for c in kernel.inputs})
     return list(zip(*[[_norm(v) for v in block_to_rows(out[c])] for c in kernel.outputs]))
 
 
@@ -251,6 +251,9 @@ def _value(dtype, size: int):
         return st.one_of(st.none(), st.dates(dt.date(1900, 1, 1), dt.date(2100, 1, 1)))
     if isinstance(dtype, TimestampType):
         return st.one_of(st.none(), st.datetimes(dt.datetime(1971, 1, 1), dt.datetime(2100, 1, 1)))
+    if isinstance(dtype, ArrayType) and not isinstance(dtype.elementType, StringType):
+        # arrays of numbers (e.g. token ids of varying length): elements as the element type generates them
+        return st.one_of(st.none(), st.lists(_value(dtype.elementType, size), max_size=6))
     if isinstance(dtype, ArrayType):
         return st.one_of(st.none(), st.lists(TEXT.filter(lambda t: t is not None), max_size=4))
     raise NotImplementedError(f"no generator for {dtype.simpleString()}; extend _value in test_stages.py")

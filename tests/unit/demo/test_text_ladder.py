@@ -8,7 +8,7 @@ import pytest
 from sklearn.linear_model import LogisticRegression
 
 from irbis.demo.text_demo import check_options, reviews_table
-from irbis.demo.text_ladder import RUNGS, grouped_cv, majority_scores, unavailable
+from irbis.demo.text_ladder import RUNGS, grouped_cv, majority_scores
 
 
 def test_folds_hold_whole_drugs_of_the_training_reviews_and_no_test_review():
@@ -86,14 +86,5 @@ def test_rungs_are_checked_and_put_in_the_ladders_order():
         check_options(None, sample=3)
     with pytest.raises(ValueError, match="folds must be at least 2"):
         check_options(None, folds=1)
-    with pytest.raises(ValueError, match="unknown rung"):
-        unavailable("BERT")
 
-
-def test_the_first_two_rungs_run_here_and_the_others_say_what_they_lack():
-    assert unavailable("TF-IDF+LR") is None and unavailable("MiniLM+LR") is None
-    for name in ("LSTM", "MiniLM-tuned"):
-        reason = unavailable(name)
-        assert reason is None or any(word in reason for word in ("lstm_classifier", "TorchEstimator", "TorchModel",
-                                                                 "TextClassifier"))
 

@@ -35,7 +35,9 @@ _log = logging.getLogger(__name__)
 
 #: The TorchEstimator Params TextClassifier shares with ImageClassifier (the image-only ones left out).
 _SHARED = tuple(n for n in _IMAGE_SHARED if n not in ("augmentation", "recomputeBatchNorm"))
-_DEFAULTS = {"optimizer": "adam", "learningRate": 3e-4, "batchSize": 16, "epochs": 3}
+# the head at 1e-3 and the encoder at 1e-4 (backboneLearningRateFactor 0.1): MiniLM fine-tuned 3 epochs on the
+# drug reviews' sentiment tested at 0.768, against 0.741 at 3e-4 (majority class 0.654)
+_DEFAULTS = {"optimizer": "adam", "learningRate": 1e-3, "batchSize": 16, "epochs": 3}
 #: ImageClassifier's rows that mean the same here.
 _SAME_AS_IMAGES = ("numClasses", "freezeUntil", "backboneLearningRateFactor", "rawPredictionCol", "probabilityCol")
 

@@ -33,9 +33,9 @@ def tiny(**params):
 
 @pytest.mark.classic_only(reason="a fit of MiniLM; the fast cases below run the same path on both sessions")
 def test_fine_tuning_minilm_on_reviews_beats_the_majority_class(spark):
-    _, train = sentiment_frame(spark, "train", 2)
+    _, train = sentiment_frame(spark, "train", 1)
     test_rows, test = sentiment_frame(spark, "test", 1)
-    model = TextClassifier(inputCol="review", numClasses=2, epochs=3, maxLength=128, showProgress=False,
+    model = TextClassifier(inputCol="review", numClasses=2, epochs=2, maxLength=128, showProgress=False,
                            validationFraction=0.1, seed=0).fit(train)
     assert isinstance(model, TextClassifierModel) and model.labels == ["0", "1"]
     scored = model.transform(test).orderBy("id").toPandas()
@@ -43,8 +43,8 @@ def test_fine_tuning_minilm_on_reviews_beats_the_majority_class(spark):
     majority = max(test_rows["label"].mean(), 1 - test_rows["label"].mean())
     assert accuracy >= majority + 0.04, (accuracy, majority)
     summary = model.training_summary
-    assert len(summary) == 3 and summary[-1]["loss"] < summary[0]["loss"]
-    assert all(r["validationAccuracy"] is not None for r in summary)
+    assert len(summary) == 2 and summary[-1]["loss"] < summary[0]["loss"]
+    assert all(r["accuracy"] is not None and 0.0 <= r["auc"] <= 1.0 and r["paddingWaste"] < 1.2 for r in summary)
 
 
 def test_one_seed_reproduces_a_two_worker_run_exactly(spark):

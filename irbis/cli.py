@@ -610,7 +610,7 @@ def build_parser() -> argparse.ArgumentParser:
                       "TF-IDF + LR, frozen MiniLM embeddings + LR, an LSTM from scratch and MiniLM fine-tuned, each "
                       "chosen by drug-grouped CV, with 95%% bootstrap intervals")
     demo.add_argument("--rungs", default=None, help="--text: comma-separated rungs to climb (default: all of "
-                      "TF-IDF+LR, MiniLM+LR, LSTM, MiniLM-tuned; those this installation lacks are reported)")
+                      "TF-IDF+LR, MiniLM+LR, LSTM, MiniLM-tuned)")
     demo.add_argument("--sample", type=int, default=None, help="--text: a random sample of this many reviews of "
                       "each split (a quick run)")
     demo.add_argument("--folds", type=int, default=3, help="--text: drug-grouped cross-validation folds")

@@ -21,6 +21,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import threading
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -183,11 +184,11 @@ def load_text_module(folder: str | os.PathLike[str], card: TextCard) -> Any:
     """
     import torch
     from safetensors.torch import load_file
-    from transformers import AutoConfig, AutoModel, AutoModelForSequenceClassification
-    from transformers.utils import logging as hf_logging
+
+    AutoConfig, AutoModel, AutoModelForSequenceClassification = transformers_names(  # noqa: N806
+        "AutoConfig", "AutoModel", "AutoModelForSequenceClassification")
 
     root = Path(folder)
-    hf_logging.set_verbosity_error()
     config = AutoConfig.from_pretrained(str(root), local_files_only=True)
     make = AutoModelForSequenceClassification if card.task == "classification" else AutoModel
     model = make.from_config(config)
@@ -205,6 +206,19 @@ def load_text_module(folder: str | os.PathLike[str], card: TextCard) -> Any:
                              f"unset (first: {missing[0]}); the folder's config.json and weights do not match")
     model.eval()
     return _text_network_class()(model, card.task, card.pooling, card.normalize)
+
+
+_TRANSFORMERS_LOCK = threading.Lock()
+
+
+def transformers_names(*names: str) -> list[Any]:
+    """``transformers``' classes by name, imported under one lock: its lazy module is not safe to import from
+    several threads at once (the demo's cross-validation fits folds in threads)."""
+    with _TRANSFORMERS_LOCK:
+        import transformers
+
+        transformers.utils.logging.set_verbosity_error()  # its notes on unused weights are for its own loaders
+        return [getattr(transformers, name) for name in names]
 
 
 @functools.cache

@@ -35,10 +35,9 @@ def classifier_config(folder: str | Path, num_classes: int, labels: list[str] | 
                       dropout: float | None = None) -> Any:
     """The encoder's ``config.json`` as a ``num_classes`` sequence classifier's (its architecture's
     ``...ForSequenceClassification``), with the label names (``"0"``, ``"1"``, ... when none are given)."""
-    from transformers import AutoConfig
-    from transformers.utils import logging as hf_logging
+    from irbis.models.text import transformers_names
 
-    hf_logging.set_verbosity_error()
+    (AutoConfig,) = transformers_names("AutoConfig")  # noqa: N806
     config = AutoConfig.from_pretrained(str(folder), local_files_only=True)
     names = list(labels) if labels else [str(i) for i in range(num_classes)]
     if len(names) != num_classes:
@@ -79,9 +78,9 @@ class TextFinetune:
 
     def __call__(self) -> nn.Module:
         from safetensors.torch import load_file
-        from transformers import AutoModelForSequenceClassification
+        from irbis.models.text import TextModelError, card_from_source, transformers_names
 
-        from irbis.models.text import TextModelError, card_from_source
+        (AutoModelForSequenceClassification,) = transformers_names("AutoModelForSequenceClassification")  # noqa: N806
         from irbis.train.finetune import freeze_until
 
         folder = self.folder()

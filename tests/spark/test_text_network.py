@@ -83,7 +83,7 @@ def test_int8_calibrated_on_a_dataframe_keeps_its_sample_when_saved(spark, revie
     calibration = spark.createDataFrame(drug_reviews("train")[["review"]].iloc[:40])
     stage = TextEmbedder(inputCol="review", outputCol="e", precision="int8", calibrationData=calibration)
     assert sorted(p.name for p in Path(stage.getCalibrationData()).iterdir()) == ["texts.json"]
-    stage.write().overwrite().save(str(tmp_path / "int8"))
+    stage.save(str(tmp_path / "int8"))
     loaded = TextEmbedder.load(str(tmp_path / "int8"))
     assert loaded.getCalibrationData() != stage.getCalibrationData()  # the stage's own copy
     int8 = np.stack([r.e.toArray() for r in loaded.transform(df).orderBy("id").collect()[:-1]])

@@ -182,9 +182,6 @@ def load_text_module(folder: str | os.PathLike[str], card: TextCard) -> Any:
     The architecture comes from ``config.json`` (``transformers``), the weights from safetensors; a
     weight file that leaves a parameter unset is refused.
     """
-    import torch
-    from safetensors.torch import load_file
-
     AutoConfig, AutoModel, AutoModelForSequenceClassification = transformers_names(  # noqa: N806
         "AutoConfig", "AutoModel", "AutoModelForSequenceClassification")
 
@@ -192,20 +189,28 @@ def load_text_module(folder: str | os.PathLike[str], card: TextCard) -> Any:
     config = AutoConfig.from_pretrained(str(root), local_files_only=True)
     make = AutoModelForSequenceClassification if card.task == "classification" else AutoModel
     model = make.from_config(config)
-    weights: dict[str, Any] = {}
-    for file in sorted(root.glob("*.safetensors")):
-        weights.update(load_file(str(file)))
-    prefix = getattr(model, "base_model_prefix", "")
-    own = set(model.state_dict())
-    if prefix and not own & set(weights) and {f"{prefix}.{k}" for k in weights} & own:
-        weights = {f"{prefix}.{k}": v for k, v in weights.items()}  # a bare encoder's weights in a wrapper
-    result = model.load_state_dict(weights, strict=False)
-    missing = [k for k in result.missing_keys if not k.endswith("position_ids")]
+    missing = [k for k in load_folder_weights(model, root) if not k.endswith("position_ids")]
     if missing:
         raise TextModelError(f"{root}: the weights leave {len(missing)} parameters of the {type(model).__name__} "
                              f"unset (first: {missing[0]}); the folder's config.json and weights do not match")
     model.eval()
     return _text_network_class()(model, card.task, card.pooling, card.normalize)
+
+
+def load_folder_weights(model: Any, folder: str | os.PathLike[str]) -> list[str]:
+    """Load the safetensors weights of ``folder`` into the ``transformers`` model ``model`` (not strictly): a
+    bare encoder's weights go under the model's ``base_model_prefix`` when it wraps one. Returns the model's
+    parameter and buffer names the weights left unset."""
+    from safetensors.torch import load_file
+
+    weights: dict[str, Any] = {}
+    for file in sorted(Path(folder).glob("*.safetensors")):
+        weights.update(load_file(str(file)))
+    prefix = getattr(model, "base_model_prefix", "")
+    own = set(model.state_dict())
+    if prefix and not own & set(weights) and {f"{prefix}.{k}" for k in weights} & own:
+        weights = {f"{prefix}.{k}": v for k, v in weights.items()}  # a bare encoder's weights in a wrapper
+    return list(model.load_state_dict(weights, strict=False).missing_keys)
 
 
 _TRANSFORMERS_LOCK = threading.Lock()

@@ -77,11 +77,10 @@ class TextFinetune:
         return Path(self.locate() if self.locate is not None else self.source["folder"])
 
     def __call__(self) -> nn.Module:
-        from safetensors.torch import load_file
-        from irbis.models.text import TextModelError, card_from_source, transformers_names
+        from irbis.models.text import TextModelError, card_from_source, load_folder_weights, transformers_names
+        from irbis.train.finetune import freeze_until
 
         (AutoModelForSequenceClassification,) = transformers_names("AutoModelForSequenceClassification")  # noqa: N806
-        from irbis.train.finetune import freeze_until
 
         folder = self.folder()
         card = card_from_source(self.source)
@@ -92,15 +91,9 @@ class TextFinetune:
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(int(self.seed))  # the new head (and any layer the weights leave unset)
             model = AutoModelForSequenceClassification.from_config(config)
-        if self.pretrained:
-            weights: dict[str, Any] = {}
-            for file in sorted(folder.glob("*.safetensors")):
-                weights.update(load_file(str(file)))
+        if self.pretrained:  # the new head is the only part the encoder's weights may leave unset
             prefix = model.base_model_prefix
-            if not any(k.startswith(prefix + ".") for k in weights):
-                weights = {f"{prefix}.{k}": v for k, v in weights.items()}
-            result = model.load_state_dict(weights, strict=False)
-            unset = [k for k in result.missing_keys
+            unset = [k for k in load_folder_weights(model, folder)
                      if k.startswith(prefix + ".") and not k.endswith("position_ids")]
             if unset:
                 raise TextModelError(f"{folder}: the encoder's weights leave {len(unset)} of its parameters unset "

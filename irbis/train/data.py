@@ -110,10 +110,11 @@ def iterate(x: torch.Tensor, y: torch.Tensor, batches: Sequence[np.ndarray], aug
     (closes the generator) also stops the thread.
     """
     def make(i: int) -> tuple[torch.Tensor, torch.Tensor]:
-        t = torch.from_numpy(batches[i])
+        t = torch.from_numpy(batches[i]).to(x.device)  # the rows live on the run's device, the index with them
         xb = x.index_select(0, t)
-        if augment is not None:
-            xb = torch.from_numpy(np.ascontiguousarray(augment(xb.numpy(), rng_of(i)), dtype=np.float32))
+        if augment is not None:  # augmentations are numpy functions: on the host, and the batch back
+            xb = torch.from_numpy(np.ascontiguousarray(augment(xb.cpu().numpy(), rng_of(i)),
+                                                       dtype=np.float32)).to(x.device)
         return xb, y.index_select(0, t)
 
     made = (make(i) for i in range(start, len(batches)))

@@ -16,8 +16,11 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 
-__all__ = ["default_threads", "set_threads", "task_threads"]
+__all__ = ["default_threads", "for_each_row", "set_threads", "task_threads"]
 
 _THREADS: list[int] = []  # the count set_threads last recorded
 
@@ -53,3 +56,25 @@ def task_threads() -> int:
     if "torch" in sys.modules:
         return sys.modules["torch"].get_num_threads()
     return default_threads()
+
+
+_POOLS: dict[int, ThreadPoolExecutor] = {}
+_POOLS_LOCK = threading.Lock()
+
+
+def for_each_row(work: Callable[[int], None], rows: int, threads: int | None = None) -> None:
+    """Call ``work(i)`` for every row ``i`` of ``range(rows)``, on up to ``threads`` threads
+    (:func:`task_threads` by default): for per-row work that releases the GIL (OpenCV's decoding and
+    resizing). The first row that raises, in row order, raises here, after every row has run.
+    """
+    threads = min(rows, threads or task_threads())
+    if threads <= 1:
+        for i in range(rows):
+            work(i)
+        return
+    with _POOLS_LOCK:
+        pool = _POOLS.get(threads)
+        if pool is None:
+            pool = _POOLS[threads] = ThreadPoolExecutor(threads, thread_name_prefix="irbis-rows")
+    for _ in pool.map(work, range(rows)):
+        pass

@@ -36,6 +36,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import torch
 
+from irbis.kernels.threads import for_each_row
 from irbis.train.data import Shard
 
 #: Column names of the training frame (see :func:`irbis.spark.training.training_frame`).
@@ -110,12 +111,15 @@ class InputFormat:
         from irbis.kernels.image_features import load_rgb
 
         batch = np.empty((len(values), *spec.input_shape), np.float32)
-        for i in range(len(values)):
+
+        def row(i: int) -> None:  # each row draws from its own generator: the same batch on any thread count
             try:
                 batch[i] = augment_rgb(load_rgb(values[i], spec, self.kind == "encoded", self.max_pixels), spec,
                                        self.augmentation, rngs[i])
             except Exception as err:  # noqa: BLE001 - named with its row
                 raise ValueError(f"row {i} of the batch: {str(err).strip() or type(err).__name__}") from err
+
+        for_each_row(row, len(values))  # on the task's cores: decoding, not the step, bounds a GPU's rate
         return batch
 
     def check_row(self, value: Any) -> tuple[int, str | None]:

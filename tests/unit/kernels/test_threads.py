@@ -62,3 +62,18 @@ def test_no_kernel_error_crosses_processes_whole():
     err = pickle.loads(pickle.dumps(NoKernelError(["A", "B"], "these stages have no kernel: A, B")))
     assert (type(err), err.classes, err.cls, str(err)) == (NoKernelError, ["A", "B"], "A",
                                                            "these stages have no kernel: A, B")
+
+
+def test_for_each_row_runs_every_row_and_raises_the_first_bad_one_in_row_order():
+    seen = np.zeros(50, int)
+
+    def work(i):
+        seen[i] += 1
+        if i in (7, 31):
+            raise ValueError(f"row {i}")
+
+    with pytest.raises(ValueError, match="row 7"):
+        threads.for_each_row(work, 50, threads=4)
+    assert (seen == 1).all()  # every row ran once, the bad ones too
+    threads.for_each_row(lambda i: seen.__setitem__(i, seen[i] + 1), 50, threads=1)
+    assert (seen == 2).all()

@@ -41,8 +41,9 @@ bench: setup
 	$(PY) benchmarks/inference.py
 
 # Every GPU path on one device, each figure beside its baseline (benchmarks/gpu_check.py). It does not depend
-# on `setup`: on a lent GPU machine (no Spark, no registry) it runs as it is, with the python3 on PATH, after
-# `pip install --no-deps -e .`; where the venv exists it runs on the venv's Python (`make gpu-check DEVICE=cpu`).
+# on `setup`: on a lent GPU machine (no Spark, no registry) it runs from the tree with the python3 on PATH, after
+# the carried wheels are installed (docs/performance.md, "Running the check"); where the venv exists it runs
+# on the venv's Python (`make gpu-check DEVICE=cpu`).
 # The table goes to $(OUT); GPU_CHECK_FLAGS=--quick runs the smallest sizes.
 DEVICE ?= cuda
 OUT ?= benchmarks/results/gpu_check

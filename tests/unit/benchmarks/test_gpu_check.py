@@ -51,6 +51,11 @@ def test_the_gpu_check_runs_on_the_cpu_without_spark(tmp_path):
     skipped = {s["part"] for s in result["skipped"]}
     assert "tests marked gpu" in skipped
     assert any(r["part"] == "text" for r in result["rows"])  # the text runner runs without Spark
+    text_tuning = [r for r in result["rows"] if r["part"] == "text fine-tuning"]
+    assert [r["path"].split(",")[0] for r in text_tuning] == ["plain PyTorch", "plain PyTorch",
+                                                              "Irbis loop (TextClassifier's network"]
+    assert all(r["texts_per_s"] > 0 and r["waste"] >= 1.0 for r in text_tuning)
+    assert {"device path: text fine-tuning step", "text fine-tuning loss is finite"} <= names
 
     text = (out / "gpu_check.txt").read_text()
     assert text.splitlines()[1] == "# device: cpu: " + result["header"]["card"].split(": ", 1)[1]

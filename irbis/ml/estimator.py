@@ -302,7 +302,9 @@ class TorchEstimator(renamed_mixin("_EstimatorRenamed", ESTIMATOR_RENAMED), Irbi
     references (:mod:`irbis.refs`; the ``python:package.module:function`` of older saves still loads)
     and a strategy as its name + ``strategyOptions``. ``augment``
     (``f(batch: ndarray, rng) -> ndarray``, run in the prefetch thread) is not a
-    Param and is not persisted.
+    Param and is not persisted. On a variable-length column (token ids) it gets the batch's rows before
+    they are padded, an object array of 1-D int64 arrays, and returns as many rows (their lengths may
+    change: token dropout, cropping).
 
     The column it reads is ``inputCol``, as on its fitted model (the earlier name ``featuresCol`` still
     works and warns once); ``device``, ``engine`` and ``precision`` are passed to the fitted model.

@@ -126,11 +126,15 @@ class RaggedRows:
                 label_dtype: Any, augment: bool,
                 hook: Callable[[np.ndarray, int], np.ndarray] | None = None) -> Iterator[tuple[Batch, torch.Tensor]]:
         """``(xb, yb)`` for batches ``start..count-1`` of the epoch (see :meth:`order`). ``batch_size`` is
-        the row cap given at construction; ``augment`` and ``hook`` do not apply to sequences."""
-        if hook is not None:
-            raise ValueError("augment does not apply to variable-length rows")
-        for ids in self.order(count, seed, rank, epoch)[start:]:
-            yield self._tensors(ids, device, label_dtype)
+        the row cap given at construction; ``hook(rows, i)`` (the estimator's ``augment``) gets batch ``i``'s
+        rows before they are padded (see :func:`augment_rows`)."""
+        for i, ids in enumerate(self.order(count, seed, rank, epoch)[start:], start):
+            rows = [self.rows[j] for j in ids]
+            if hook is not None:
+                rows = augment_rows(hook, rows, i)
+            xb, stats = make_batch(rows, self.kind, device)
+            self.stats.add(stats)
+            yield xb, torch.from_numpy(np.ascontiguousarray(self._labels[ids], label_dtype)).to(device)
 
     def in_order(self, batch_size: int, device: str, label_dtype: Any,
                  limit: int | None = None) -> Iterator[tuple[Batch, torch.Tensor]]:
@@ -140,6 +144,26 @@ class RaggedRows:
         for ids in length_batches(lengths, token_budget=self.token_budget, max_rows=self.max_rows):
             xb, _ = make_batch([self.rows[i] for i in ids], self.kind, device)
             yield xb, torch.from_numpy(np.ascontiguousarray(self._labels[ids], label_dtype)).to(device)
+
+
+def augment_rows(hook: Callable[[np.ndarray, int], np.ndarray], rows: list[np.ndarray], i: int) -> list[np.ndarray]:
+    """Batch ``i``'s variable-length rows through ``hook`` (the estimator's ``augment``): it gets them as an
+    object array of 1-D int64 arrays, before padding, and returns as many rows of token ids (their lengths
+    may change: token dropout, cropping). Anything else is refused, naming what came back."""
+    given = np.empty(len(rows), dtype=object)
+    given[:] = rows
+    out = hook(given, i)
+    if len(out) != len(rows):
+        raise ValueError(f"augment returned {len(out)} rows for a batch of {len(rows)} variable-length rows; "
+                         "it must return one row of token ids per row")
+    back = []
+    for k, row in enumerate(out):
+        arr = np.asarray(row)
+        if arr.ndim != 1 or len(arr) == 0 or not np.issubdtype(arr.dtype, np.integer):
+            raise ValueError(f"augment returned row {k} as {arr.dtype} of shape {arr.shape}; variable-length rows "
+                             "must stay non-empty 1-D arrays of integer token ids")
+        back.append(arr.astype(np.int64, copy=False))
+    return back
 
 
 def check_network(model: torch.nn.Module, xb: Batch, kind: str, rows: int) -> torch.Tensor:

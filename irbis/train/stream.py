@@ -478,6 +478,12 @@ class StreamRows:
                 continue
             rngs = [np.random.default_rng([seed, rank, epoch, 6, int(r)]) for r in ids] \
                 if augment and self.shard.fmt.augmentation else None
+            if self.kind is not None:  # variable-length rows: augmented before they are padded
+                from irbis.train.sequences import augment_rows
+
+                yield self._tensors(ids, cache, device, label_dtype, None, None if hook is None else
+                                    (lambda rows, i=i: augment_rows(hook, rows, i)))
+                continue
             xb, yb = self._tensors(ids, cache, "cpu" if hook else device, label_dtype, rngs)
             if hook is not None:
                 xb = torch.from_numpy(np.require(hook(xb.numpy(), i), np.float32, ["C", "W"]))
@@ -504,12 +510,14 @@ class StreamRows:
             yield self._tensors(ids[s:s + batch_size], cache, device, label_dtype, None)
 
     def _tensors(self, ids: np.ndarray, cache: BlockCache, device: str, label_dtype: Any,
-                 rngs: list[np.random.Generator] | None) -> tuple[torch.Tensor, torch.Tensor]:
+                 rngs: list[np.random.Generator] | None,
+                 rows_hook: Callable[[list[np.ndarray]], list[np.ndarray]] | None = None) -> tuple[Any, torch.Tensor]:
         fmt = self.shard.fmt
         if self.kind is not None:
             from irbis.train.sequences import make_batch
 
-            xs, stats = make_batch(list(fmt.decode(self.read(ids, cache))), self.kind, device)
+            rows = list(fmt.decode(self.read(ids, cache)))
+            xs, stats = make_batch(rows if rows_hook is None else rows_hook(rows), self.kind, device)
             self.stats.add(stats)
             return xs, torch.from_numpy(np.ascontiguousarray(self.shard.labels[ids], label_dtype)).to(device)
         try:

@@ -141,3 +141,33 @@ def test_killed_worker_resumes_image_training_streamed_from_its_spill(cluster_sp
     assert est.last_results[0].resumed_from is not None and est.last_results[0].resumed_from % 4 == 0
     assert [r["epoch"] for r in model.training_summary] == [1, 2, 3, 4]
     assert model.training_summary[-1]["accuracy"] > 0.8
+
+
+def test_killed_worker_resumes_training_on_variable_length_rows(cluster_spark, tmp_path):
+    # token ids whose length varies by row, in length batches: a worker dies mid-epoch after the first
+    # checkpoint (the kill rides on augment, which sequences get before padding), the run resumes from it
+    import sys
+    from pathlib import Path
+
+    from pyspark.sql.types import ArrayType, DoubleType, IntegerType, StructField, StructType
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit" / "train"))
+    from train_helpers import token_task
+
+    x, y = token_task(320)
+    schema = StructType([StructField("ids", ArrayType(IntegerType())), StructField("label", DoubleType())])
+    df = cluster_spark.createDataFrame([(r.tolist(), float(v)) for r, v in zip(x, y)], schema).repartition(2)
+    ckpt_root, marker = str(tmp_path / "ckpt"), str(tmp_path / "killed")
+    est = TorchEstimator(network="lstm_classifier", networkOptions='{"vocab_size": 20, "embed": 8, "hidden": 16}',
+                         inputCol="ids", epochs=6, batchSize=16, tokenBudget=1024, numWorkers=2, learningRate=1e-2,
+                         validationFraction=0.2, checkpointDir=ckpt_root, checkpointInterval=5, showProgress=False,
+                         augment=killer(ckpt_root, marker))
+    model = est.fit(df)
+    import os
+
+    assert os.path.exists(marker), "the fault was never injected"
+    assert est.last_results[0].resumed_from is not None and est.last_results[0].resumed_from % 5 == 0
+    summary = model.training_summary
+    assert [r["epoch"] for r in summary] == list(range(1, 7))
+    assert all(1.0 <= r["paddingWaste"] < 1.6 for r in summary)
+    assert summary[-1]["accuracy"] > 0.75  # chance is 0.5

@@ -218,3 +218,50 @@ def test_a_worker_streaming_8x_more_token_ids_keeps_its_peak_memory():
     peaks = peak_rss_mib(script, (10_000, 80_000))
     print("peak RSS MiB:", json.dumps(peaks))
     assert peaks[80_000] < 1.25 * peaks[10_000], peaks
+
+
+def token_dropout(rows, rng):
+    """Drop each token but the first with probability 0.2 (a text augmentation): rows get shorter."""
+    return [np.concatenate([r[:1], r[1:][rng.random(len(r) - 1) >= 0.2]]) for r in rows]
+
+
+def test_augment_gets_each_batch_s_rows_before_padding_and_may_shorten_them():
+    x, y = token_task(120)
+    seen = []
+
+    def watched(rows, rng):
+        assert rows.dtype == object and all(r.dtype == np.int64 and r.ndim == 1 for r in rows)
+        out = token_dropout(rows, rng)
+        seen.append((sum(map(len, rows)), sum(map(len, out))))
+        return out
+
+    res = run_threads(spec(epochs=2, augment=watched), shard_rows(x, y, 1))
+    assert len(seen) == res[0].info["steps"] and all(after < before for before, after in seen)
+    again = run_threads(spec(epochs=2, augment=token_dropout), shard_rows(x, y, 1))
+    assert again[0].state == run_threads(spec(epochs=2, augment=token_dropout), shard_rows(x, y, 1))[0].state
+    assert again[0].state != run_threads(spec(epochs=2), shard_rows(x, y, 1))[0].state
+
+
+def test_augment_that_breaks_the_rows_is_named(tmp_path):
+    x, y = token_task(40)
+    with pytest.raises(ValueError, match="returned 1 rows for a batch of"):
+        run_threads(spec(augment=lambda rows, rng: rows[:1]), shard_rows(x, y, 1))
+    with pytest.raises(ValueError, match="row 0 as float64.*integer token ids"):
+        run_threads(spec(augment=lambda rows, rng: [r.astype(float) for r in rows]), shard_rows(x, y, 1))
+
+
+def test_augment_reaches_rows_streamed_from_the_spill(tmp_path):
+    x, y = token_task(200)
+    ids = pa.array([r.tolist() for r in x], pa.list_(pa.int32()))
+    batch = pa.RecordBatch.from_pydict({FEATURES: ids, LABEL: pa.array(y.astype(np.float64))})
+    shard, _ = read_partition(iter([batch]), InputFormat("sequence"), buffer_rows=40, spill_dir=str(tmp_path))
+    assert isinstance(shard, SpilledShard)
+    lengths = []
+
+    def watched(rows, rng):
+        out = token_dropout(rows, rng)
+        lengths.append((sum(map(len, rows)), sum(map(len, out))))
+        return out
+
+    res = run_threads(spec(epochs=1, augment=watched, input_format=InputFormat("sequence")), [shard])
+    assert len(lengths) == res[0].info["steps"] > 0 and all(after < before for before, after in lengths)

@@ -90,7 +90,8 @@ class TextClassifier(alias_mixin("TextClassifierNames", _ALIASES), IrbisEstimato
     ``strategy`` and ``numWorkers`` pick the data-parallel strategy, ``checkpointDir`` resumes after a lost
     worker, ``validationFraction`` adds per-epoch validation loss and accuracy to ``training_summary``.
     Labels are ``0..numClasses-1``. SynapseML's ``DeepTextClassifier`` names are accepted: ``textCol``,
-    ``checkpoint`` (the backbone; nothing is downloaded) and ``maxTokenLen``.
+    ``checkpoint`` (the backbone; nothing is downloaded) and ``maxTokenLen``. ``augment`` (not a Param, not
+    saved) is a callable on each batch's token ids before padding, as on :class:`TorchEstimator`.
 
     Examples
     --------
@@ -107,12 +108,19 @@ class TextClassifier(alias_mixin("TextClassifierNames", _ALIASES), IrbisEstimato
     @keyword_only
     def __init__(self, **kwargs: Any) -> None:
         super().__init__()
-        self._set(**resolve_aliases(_ALIASES, self._input_kwargs))
+        self.augment: Any = None
+        self._set_kwargs(self._input_kwargs)
 
     @keyword_only
     def setParams(self, **kwargs: Any) -> TextClassifier:
-        """Set Params by keyword (SynapseML's names accepted)."""
-        return self._set(**resolve_aliases(_ALIASES, self._input_kwargs))
+        """Set Params by keyword (SynapseML's names accepted; ``augment`` as on :class:`TorchEstimator`)."""
+        return self._set_kwargs(self._input_kwargs)
+
+    def _set_kwargs(self, kwargs: dict[str, Any]) -> TextClassifier:
+        kwargs = dict(kwargs)
+        if "augment" in kwargs:  # a callable on each batch's token ids (not a Param, not saved)
+            self.augment = kwargs.pop("augment")
+        return self._set(**resolve_aliases(_ALIASES, kwargs))
 
     _model_class = TextClassifierModel
 
@@ -144,6 +152,7 @@ class TextClassifier(alias_mixin("TextClassifierNames", _ALIASES), IrbisEstimato
         est = TorchEstimator(network=self._factory(source), inputCol=self.getInputCol(), device=self.getDevice(),
                              **{n: self.getOrDefault(n) for n in _SHARED if self.isDefined(getattr(self, n))})
         est._set(tokenBudget=self.getTokenBudget())
+        est.augment = self.augment
         est._lr_factors = {head_name(layers): 1.0, "": self.getBackboneLearningRateFactor()}
         est._classes_param = "numClasses"
         return est

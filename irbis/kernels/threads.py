@@ -18,7 +18,7 @@ import os
 import sys
 import threading
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 
 __all__ = ["default_threads", "for_each_row", "set_threads", "task_threads"]
 
@@ -76,5 +76,7 @@ def for_each_row(work: Callable[[int], None], rows: int, threads: int | None = N
         pool = _POOLS.get(threads)
         if pool is None:
             pool = _POOLS[threads] = ThreadPoolExecutor(threads, thread_name_prefix="irbis-rows")
-    for _ in pool.map(work, range(rows)):
-        pass
+    futures = [pool.submit(work, i) for i in range(rows)]
+    wait(futures)  # every row has run before any error is raised
+    for future in futures:
+        future.result()

@@ -43,10 +43,11 @@ def accuracy(est, x, y):
         return float((net.eval()(packed).argmax(1).numpy() == y).mean())
 
 
-@pytest.mark.parametrize("strategy, options", [("sync", "{}"), ("dcasgd", '{"lambda_": 2.0}')])
-def test_an_lstm_learns_from_a_token_id_column(spark, strategy, options):
+@pytest.mark.parametrize("strategy, options, epochs", [("sync", "{}", 6), ("dcasgd", '{"lambda_": 2.0}', 10)])
+def test_an_lstm_learns_from_a_token_id_column(spark, strategy, options, epochs):
+    # dcasgd's workers push as they go: its run is not one fixed schedule, and it is given more epochs
     x, y = token_task(400)
-    est = estimator(strategy=strategy, strategyOptions=options)
+    est = estimator(strategy=strategy, strategyOptions=options, epochs=epochs)
     model = est.fit(frame(spark, x[:300], y[:300]))
     assert accuracy(est, x[300:], y[300:]) > 0.75  # chance is 0.5
     assert all(1.0 <= r["paddingWaste"] < 1.6 for r in model.training_summary)

@@ -600,15 +600,17 @@ TEXTS = ["The camera trap caught a fox at dawn.", "An empty frame: wind moved th
          "Two deer crossed the stream in the afternoon light, one stopping to drink.", "Nothing but rain."]
 
 
-def _texts(count: int) -> list[str]:
-    """Real reviews where their package is installed (their natural spread of lengths), else short sentences."""
+def _reviews(count: int) -> tuple[list[str], np.ndarray]:
+    """Reviews and their sentiment where their package is installed, else short sentences labelled in turn."""
     try:
         from irbis.demo.reviews import drug_reviews
 
-        reviews = drug_reviews()["review"].tolist()
+        frame = drug_reviews()
+        texts, labels = frame["review"].tolist(), (frame["sentiment"] == "positive").to_numpy().astype(np.int64)
     except (ImportError, FileNotFoundError):
-        reviews = TEXTS
-    return (reviews * (count // len(reviews) + 1))[:count]
+        texts, labels = TEXTS, np.arange(len(TEXTS)) % 2
+    reps = count // len(texts) + 1
+    return (texts * reps)[:count], np.tile(labels, reps)[:count]
 
 
 def text_part(report: Report, device: str, sizes: Sizes, model: str = "all_minilm_l6_v2") -> None:
@@ -618,7 +620,7 @@ def text_part(report: Report, device: str, sizes: Sizes, model: str = "all_minil
     from irbis.models.text import text_source
 
     source = text_source(model)
-    texts = _texts(max(64, sizes.images * 4))
+    texts = _reviews(max(64, sizes.images * 4))[0]
     want = text_runner(source, engine="torch", device="cpu").encode(texts).values
     for precision in ("fp32", "bf16") if device == "cuda" else ("fp32",):
         base = reset_peak(device)
@@ -654,19 +656,6 @@ def text_part(report: Report, device: str, sizes: Sizes, model: str = "all_minil
 
 
 # -- 5. text fine-tuning ----------------------------------------------------------------------------------------
-def _reviews(count: int) -> tuple[list[str], np.ndarray]:
-    """Reviews and their sentiment where their package is installed, else short sentences labelled in turn."""
-    try:
-        from irbis.demo.reviews import drug_reviews
-
-        frame = drug_reviews()
-        texts, labels = frame["review"].tolist(), (frame["sentiment"] == "positive").to_numpy().astype(np.int64)
-    except (ImportError, FileNotFoundError):
-        texts, labels = TEXTS, np.arange(len(TEXTS)) % 2
-    reps = count // len(texts) + 1
-    return (texts * reps)[:count], np.tile(labels, reps)[:count]
-
-
 def plain_text_tuning(factory: Any, rows: np.ndarray, labels: np.ndarray, device: str, grouped: bool,
                       head: str) -> tuple[float, float]:
     """A plain PyTorch loop over the same network, optimiser and rows, 16 rows a batch padded to the batch's

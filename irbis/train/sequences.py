@@ -117,8 +117,10 @@ class RaggedRows:
             out.extend(self._plan[j] for j in rng.permutation(len(self._plan)))
         return out[:count]
 
-    def _tensors(self, ids: np.ndarray, device: str, label_dtype: Any) -> tuple[Batch, torch.Tensor]:
-        xb, stats = make_batch([self.rows[i] for i in ids], self.kind, device)
+    def _tensors(self, ids: np.ndarray, rows: list[np.ndarray], device: str,
+                 label_dtype: Any) -> tuple[Batch, torch.Tensor]:
+        """Rows ``ids`` (given as ``rows``, augmented or not) as one batch, their padding counted."""
+        xb, stats = make_batch(rows, self.kind, device)
         self.stats.add(stats)
         return xb, torch.from_numpy(np.ascontiguousarray(self._labels[ids], label_dtype)).to(device)
 
@@ -130,11 +132,7 @@ class RaggedRows:
         rows before they are padded (see :func:`augment_rows`)."""
         for i, ids in enumerate(self.order(count, seed, rank, epoch)[start:], start):
             rows = [self.rows[j] for j in ids]
-            if hook is not None:
-                rows = augment_rows(hook, rows, i)
-            xb, stats = make_batch(rows, self.kind, device)
-            self.stats.add(stats)
-            yield xb, torch.from_numpy(np.ascontiguousarray(self._labels[ids], label_dtype)).to(device)
+            yield self._tensors(ids, rows if hook is None else augment_rows(hook, rows, i), device, label_dtype)
 
     def in_order(self, batch_size: int, device: str, label_dtype: Any,
                  limit: int | None = None) -> Iterator[tuple[Batch, torch.Tensor]]:

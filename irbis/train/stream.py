@@ -476,14 +476,14 @@ class StreamRows:
         for i, ids in enumerate(self.order(batch_size, count, seed, rank, epoch)):
             if i < start:
                 continue
-            rngs = [np.random.default_rng([seed, rank, epoch, 6, int(r)]) for r in ids] \
-                if augment and self.shard.fmt.augmentation else None
             if self.kind is not None:  # variable-length rows: augmented before they are padded
                 from irbis.train.sequences import augment_rows
 
                 yield self._tensors(ids, cache, device, label_dtype, None, None if hook is None else
                                     (lambda rows, i=i: augment_rows(hook, rows, i)))
                 continue
+            rngs = [np.random.default_rng([seed, rank, epoch, 6, int(r)]) for r in ids] \
+                if augment and self.shard.fmt.augmentation else None
             xb, yb = self._tensors(ids, cache, "cpu" if hook else device, label_dtype, rngs)
             if hook is not None:
                 xb = torch.from_numpy(np.require(hook(xb.numpy(), i), np.float32, ["C", "W"]))

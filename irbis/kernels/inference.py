@@ -1,9 +1,10 @@
 """Network inference as a pure batch function: numpy in, numpy out.
 
-``make_torch_predict_fn`` turns a JSON description of a network (a *source*) into a ``BatchFn``. It is
-called in every Python worker (Spark), server process or LIME loop; the loaded network is cached per
-process, keyed by the source, the identity of its files, the device and the precision, so a worker
-loads it once and stages that read different layers of it share it. Reading an inner layer leaves the
+``make_torch_predict_fn`` turns a JSON description of a network (a *source*) into an ``ArrayFn``, one
+array of inputs to one array of outputs (a stage's kernel, :data:`irbis.kernels.blocks.BatchFn`, wraps
+it over column blocks). It is called in every Python worker (Spark), server process or LIME loop; the
+loaded network is cached per process, keyed by the source, the identity of its files, the device and
+the precision, so a worker loads it once and stages that read different layers of it share it. Reading an inner layer leaves the
 cached network as it was: the hook that stops the forward pass lives for one call only.
 
 Sources (plain dicts, so they cross the Params boundary as JSON):
@@ -48,7 +49,8 @@ if TYPE_CHECKING:
     from torch import nn
     from irbis.models import ModelRepository
 
-BatchFn = Callable[[np.ndarray], np.ndarray]
+#: A network's batch function: one array of inputs to one array of outputs.
+ArrayFn = Callable[[np.ndarray], np.ndarray]
 PRECISIONS = ("fp32", "bf16", "int8")
 DEVICES = ("cpu", "cuda", "auto")
 
@@ -299,7 +301,7 @@ def make_torch_predict_fn(
     allow_pickle: bool = False,
     engine: str = "torch",
     calibration_data: str = "",
-) -> BatchFn:
+) -> ArrayFn:
     """Return ``fn(x) -> y``: ``x`` of shape (N, *input) float32, ``y`` of shape (N, D) float32.
 
     The network is loaded and prepared once per process and cached (one copy for every output layer);

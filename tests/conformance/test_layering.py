@@ -30,13 +30,14 @@ DOC = ROOT.parent / "docs" / "architecture.md"
 LAYERS: list[tuple[str, list[str]]] = [
     ("base", ["irbis.errors", "irbis.refs"]),
     ("ground", ["irbis.models"]),
-    ("pure", ["irbis.kernels", "irbis.train", "irbis.explain"]),
+    ("kernels", ["irbis.kernels", "irbis.explain"]),
+    ("training", ["irbis.train"]),
     ("spark", ["irbis.spark"]),
     ("stages", ["irbis.ml"]),
     ("serving", ["irbis.serving"]),
     ("apps", ["irbis.demo", "irbis.cli", "irbis"]),
 ]
-PURE_LAYERS = ("base", "ground", "pure")
+PURE_LAYERS = ("base", "ground", "kernels", "training")
 #: Third-party imports a pure module may not make, at any depth of its code.
 FORBIDDEN = ["pyspark", "flask", "fastapi", "starlette", "py4j", "uvicorn", "aiohttp", "werkzeug"]
 
@@ -105,6 +106,24 @@ def upward_imports(graph: dict[str, set[str]], layers: list[tuple[str, list[str]
     return found
 
 
+def sibling_imports(graph: dict[str, set[str]], layers: list[tuple[str, list[str]]] = LAYERS) -> list[str]:
+    """``a -> b`` for every import between two packages that share a layer below the apps (siblings know
+    nothing of each other; the apps are one program: the command line runs the demo)."""
+    def package(module: str, packages: list[str]) -> str | None:
+        held = [p for p in packages if module == p or module.startswith(p + ".")]
+        return max(held, key=len) if held else None
+
+    found = []
+    for name, siblings in layers:
+        if name == "apps":
+            continue
+        for module, targets in sorted(graph.items()):
+            mine = package(module, siblings)
+            found += [f"{module} -> {t}" for t in sorted(targets)
+                      if mine and package(t, siblings) not in (None, mine)]
+    return found
+
+
 def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     """The modules that import each other in a loop (strongly connected components of more than one)."""
     index: dict[str, int] = {}
@@ -144,6 +163,10 @@ GRAPH = import_graph(ROOT)
 
 def test_no_module_imports_a_layer_above_its_own():
     assert upward_imports(GRAPH) == [], "imports must point down (see docs/architecture.md)"
+
+
+def test_packages_of_one_layer_do_not_import_each_other():
+    assert sibling_imports(GRAPH) == [], "packages that share a layer are siblings (see docs/architecture.md)"
 
 
 def test_no_modules_import_each_other_in_a_loop():
@@ -191,13 +214,13 @@ CLEAN = {
 def test_the_checker_finds_nothing_in_a_clean_tree(tmp_path):
     graph = import_graph(_plant(tmp_path, CLEAN))
     assert graph["irbis.kernels.image_features"] == {"irbis.kernels.image_ops"}
-    assert upward_imports(graph) == [] and import_cycles(graph) == []
+    assert upward_imports(graph) == [] and sibling_imports(graph) == [] and import_cycles(graph) == []
 
 
 @pytest.mark.parametrize("planted,expected", [
     # the ground importing the image kernels, lazily, inside a function
     ({"irbis/models/preprocess.py": "def preprocess_rgb(image, spec):\n    from irbis.kernels.image_ops import resize\n"},
-     "upward: irbis.models.preprocess (ground) -> irbis.kernels.image_ops (pure)\n"
+     "upward: irbis.models.preprocess (ground) -> irbis.kernels.image_ops (kernels)\n"
      "cycle: irbis.kernels.image_ops, irbis.models.preprocess"),
     # Spark glue importing an error from the stages' Params, lazily
     ({"irbis/spark/resources.py": "def check_device():\n    from irbis.ml.params import ParamValueError\n"},
@@ -209,13 +232,20 @@ def test_the_checker_finds_nothing_in_a_clean_tree(tmp_path):
     ({"irbis/train/ps/__init__.py": "DONE = 2\ndef start():\n    from irbis.train.ps.driver import join\n",
       "irbis/train/ps/driver.py": "def served(spec):\n    from irbis.train.strategies import make_strategy\n"},
      "cycle: irbis.train.ps, irbis.train.ps.driver, irbis.train.strategies, irbis.train.strategies.downpour"),
+    # the kernels importing the training loop, which sits above them
+    ({"irbis/kernels/image_features.py": "def f():\n    from irbis.train.ps import DONE\n"},
+     "upward: irbis.kernels.image_features (kernels) -> irbis.train.ps (training)"),
+    # a sibling of the kernels importing them
+    ({"irbis/explain/lime.py": "from irbis.kernels.image_ops import COLOR_FORMATS\n"},
+     "sibling: irbis.explain.lime -> irbis.kernels.image_ops"),
     # two serving modules importing each other
     ({"irbis/serving/predictor.py": "def load():\n    from irbis.serving.spark_predictor import SparkPredictor\n"},
      "cycle: irbis.serving.predictor, irbis.serving.spark_predictor"),
 ])
 def test_the_checker_catches_each_crossing_planted_in_a_tree(tmp_path, planted, expected):
     graph = import_graph(_plant(tmp_path, {**CLEAN, **planted}))
-    found = [f"upward: {u}" for u in upward_imports(graph)] + [f"cycle: {', '.join(c)}" for c in import_cycles(graph)]
+    found = [f"upward: {u}" for u in upward_imports(graph)] + [f"sibling: {u}" for u in sibling_imports(graph)] + \
+        [f"cycle: {', '.join(c)}" for c in import_cycles(graph)]
     assert found == expected.split("\n")
 
 

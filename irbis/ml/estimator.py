@@ -52,27 +52,6 @@ _log = logging.getLogger(__name__)
 _CALLABLE_PARAMS = ("network", "loss", "optimizer")
 
 
-def preprocessing_record(value: str) -> Any:
-    """The :class:`~irbis.models.preprocess.Preprocessing` an ``imagePreprocessing`` value names (None: empty)."""
-    from irbis.models import MODELS, Preprocessing, get_entry
-
-    if not value:
-        return None
-    if value in MODELS:
-        found = get_entry(value).preprocessing
-        if found is None:
-            raise ValueError(f"catalogue model {value!r} has no preprocessing record")
-        return found
-    return Preprocessing.from_dict(json.loads(value))
-
-
-def check_preprocessing(name: str, value: Any) -> None:
-    try:
-        preprocessing_record(value)
-    except (ValueError, TypeError) as err:
-        raise ParamValueError(name, value, f"a catalogue model name or a JSON preprocessing record ({err})") from None
-
-
 def check_augmentation(name: str, value: Any) -> None:
     from irbis.kernels.image_augment import parse_augmentation
 
@@ -103,7 +82,6 @@ def check_class_weights(name: str, value: Any) -> None:
             from None
 
 
-check_preprocessing.allowed = ("a catalogue model or a JSON preprocessing record",)  # type: ignore[attr-defined]
 check_augmentation.allowed = ("a JSON list of augmentation ops",)  # type: ignore[attr-defined]
 check_class_weights.allowed = ("balanced", "a JSON list of weights")  # type: ignore[attr-defined]
 
@@ -200,10 +178,7 @@ TRAIN_PARAMS: list[Row] = [
     ("inputCol", "input column: a vector or an array of numbers, a Spark image struct (irbis.read_images), "
                     "or binary: encoded image files (binaryFile's content) when imagePreprocessing is set, else "
                     "tensor bytes of inputShape and inputDtype", T.toString, "features"),
-    ("imagePreprocessing", "for image inputs: a catalogue model whose preprocessing (resize, centre crop, colour "
-                           "order, mean/std) the images get, or that record as JSON; empty: image structs are "
-                           "read as they are (CHW, their own channel order, as TorchModel reads them)",
-     T.toString, "", check_preprocessing),
+    next(row for row in SHARED_PARAMS if row[0] == "imagePreprocessing"),
     ("augmentation", "JSON list of training-time image augmentations drawn per row, epoch and worker from seed "
                      "(irbis.kernels.image_augment: random_resized_crop, flip, rotate, color_jitter, grey, "
                      "each with a probability p); needs imagePreprocessing", T.toString, "[]", check_augmentation),
@@ -309,6 +284,12 @@ class TorchEstimator(renamed_mixin("_EstimatorRenamed", ESTIMATOR_RENAMED), Irbi
     The column it reads is ``inputCol``, as on its fitted model (the earlier name ``featuresCol`` still
     works and warns once); ``device``, ``engine`` and ``precision`` are passed to the fitted model.
 
+    ``fit`` returns a :class:`~irbis.ml.TorchModel` whatever the rows, its ``outputCol`` the network's
+    output under ``predictionCol``'s name; trained on images with ``imagePreprocessing``, the model
+    carries that value and decodes and preprocesses images as the training did. For Spark ML's classifier
+    outputs (``rawPrediction``, ``probability``, the class index) on images, fine-tune with
+    :class:`~irbis.ml.ImageClassifier`, whose model is an :class:`~irbis.ml.ImageClassifierModel`.
+
     Examples
     --------
     >>> est = TorchEstimator(network="mlp", networkOptions='{"in_features": 64, "hidden": 128, '
@@ -317,8 +298,8 @@ class TorchEstimator(renamed_mixin("_EstimatorRenamed", ESTIMATOR_RENAMED), Irbi
     >>> model.training_summary[-1]["accuracy"]                                # doctest: +SKIP
     """
 
-    #: The Model class that fit returns for rows of numbers or tensors. (Trained on images with
-    #: imagePreprocessing, fit returns an ImageClassifierModel, which scores images as they were trained.)
+    #: The Model class that fit returns, whatever the rows: on images trained with imagePreprocessing it
+    #: carries that value and reads images as they were trained.
     _model_class = TorchModel
 
     @keyword_only
@@ -330,7 +311,6 @@ class TorchEstimator(renamed_mixin("_EstimatorRenamed", ESTIMATOR_RENAMED), Irbi
         self._lr_factors: dict[str, float] = {}  # parameter-name prefix -> learning-rate factor (ImageClassifier)
         self.last_spec: TrainSpec | None = None
         self._classes_param: str | None = None  # the Param that sets the network's classes (ImageClassifier)
-        self._architecture: dict[str, Any] | None = None  # the network as a catalogue architecture, when it is one
         self.last_results: list[Any] | None = None
         self.setParams(**self._input_kwargs)
 
@@ -441,10 +421,11 @@ class TorchEstimator(renamed_mixin("_EstimatorRenamed", ESTIMATOR_RENAMED), Irbi
         """How the workers read the features column (:class:`~irbis.train.stream.InputFormat`); sets
         ``spec.input_shape`` for images. Raises naming the Param for a combination that cannot work."""
         from irbis.kernels.image_augment import parse_augmentation
+        from irbis.models import preprocessing_for
         from irbis.spark.training import input_kind
         from irbis.train.stream import InputFormat
 
-        preprocessing = preprocessing_record(self.getImagePreprocessing())
+        preprocessing = preprocessing_for(self.getImagePreprocessing())
         augmentation = parse_augmentation(self.getAugmentation())
         kind = input_kind(dataset, self.getInputCol(), "encoded" if preprocessing is not None else "tensor")
         col = self.getInputCol()
@@ -472,9 +453,7 @@ class TorchEstimator(renamed_mixin("_EstimatorRenamed", ESTIMATOR_RENAMED), Irbi
     def _fit(self, dataset: Any) -> Any:
         tracked = _mlflow_tracked(self.getMlflowRun())
         spec, module, results = self.train_job(dataset)
-        if spec.input_format.images and spec.input_format.preprocessing is not None:
-            model = self._fitted_images(module, spec, results)
-        elif spec.input_format.sequences:  # token ids: no one input shape
+        if spec.input_format.sequences:  # token ids: no one input shape
             model = self._fitted(module, spec.network, results, None)
         else:
             model = self._fitted(module, spec.network, results, spec.input_shape or [results[0].info["features"]])
@@ -530,20 +509,6 @@ class TorchEstimator(renamed_mixin("_EstimatorRenamed", ESTIMATOR_RENAMED), Irbi
         self.last_spec = spec
         return spec, module, results
 
-    def _fitted_images(self, module: Any, spec: TrainSpec, results: list[Any]) -> Any:
-        """A network trained on preprocessed images scores images the same way: an ImageClassifierModel."""
-        import torch
-
-        from irbis.ml.image_classifier_model import ImageClassifierModel
-
-        module.load_state_dict(torch.load(io.BytesIO(results[0].state), weights_only=True))
-        model = ImageClassifierModel.from_module(
-            module.eval(), spec.input_format.preprocessing, architecture=self._architecture,
-            inputCol=self.getInputCol(), predictionCol=self.getPredictionCol(), device=self.getDevice(),
-            engine=self.getEngine(), precision=self.getPrecision())
-        model.training_summary = results[0].history
-        return model
-
     def _check_rows(self, frame: Any) -> None:
         """Refuse, before the barrier stage, a frame with fewer rows than numWorkers (one small job)."""
         workers = self.getNumWorkers()
@@ -580,6 +545,8 @@ class TorchEstimator(renamed_mixin("_EstimatorRenamed", ESTIMATOR_RENAMED), Irbi
         params: dict[str, Any] = {"inputShape": shape} if shape is not None else {}
         if shape is None:
             params["variableLength"] = True
+        if self.getImagePreprocessing():  # it reads images as they were trained
+            params["imagePreprocessing"] = self.getImagePreprocessing()
         model = TorchModel.from_module(module, inputCol=self.getInputCol(), outputCol=self.getPredictionCol(),
                                        device=self.getDevice(), engine=self.getEngine(),
                                        precision=self.getPrecision(), **params, **arch)

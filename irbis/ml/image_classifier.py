@@ -23,7 +23,7 @@ from pyspark import keyword_only
 from pyspark.ml.param import TypeConverters
 
 from irbis.ml.base import IrbisEstimator
-from irbis.ml.estimator import TRAIN_PARAMS, TorchEstimator
+from irbis.ml.estimator import TRAIN_PARAMS, TorchEstimator, _log_to_mlflow, _mlflow_tracked
 from irbis.ml.image_classifier_model import ImageClassifierModel
 from irbis.ml.params import HasDevice, Row, at_least, in_registry, one_of, table_mixin
 from irbis.models import MODELS
@@ -122,7 +122,7 @@ class ImageClassifier(IrbisEstimator, table_mixin("_HasImageClassifierParams", _
 
     def _estimator(self) -> TorchEstimator:
         """The TorchEstimator that trains the network, with this stage's Params."""
-        from irbis.train.finetune import finetune_network, freeze_until, head_architecture, head_name
+        from irbis.train.finetune import finetune_network, freeze_until, head_name
 
         if not self.isDefined(self.numClasses):
             raise ValueError("ImageClassifier: set numClasses (the labels are 0..numClasses-1)")
@@ -135,7 +135,6 @@ class ImageClassifier(IrbisEstimator, table_mixin("_HasImageClassifierParams", _
                              device=self.getDevice(), **{n: self.getOrDefault(n) for n in _SHARED
                                                          if self.isDefined(getattr(self, n))})
         est._lr_factors = {head_name(layers): 1.0, "": self.getBackboneLearningRateFactor()}
-        est._architecture = head_architecture(backbone, classes)
         est._classes_param = "numClasses"  # labels outside [0, numClasses) are named by the workers' checks
         return est
 
@@ -147,12 +146,39 @@ class ImageClassifier(IrbisEstimator, table_mixin("_HasImageClassifierParams", _
             raise ValueError(f"ImageClassifier: labelCol {self.getLabelCol()!r} is not a column; columns: "
                              f"{dataset.columns}")
         suffix = self._frozen_suffix()
-        model = est.fit(dataset) if suffix is None else self._fit_after_frozen(est, dataset, suffix)
-        model._set(backbone=self.getBackbone(), rawPredictionCol=self.getRawPredictionCol(),
-                   probabilityCol=self.getProbabilityCol())
+        if suffix is None:
+            _, net, results = est.train_job(dataset)
+            model = self._fitted(net, results)
+        else:
+            model = self._fit_after_frozen(est, dataset, suffix)
         self.last_estimator = est
+        if _mlflow_tracked(self.getMlflowRun()):
+            _log_to_mlflow(self, model.training_summary)
         return model
 
+    def _fitted(self, net: Any, results: list[Any], strict: bool = True) -> ImageClassifierModel:
+        """The ImageClassifierModel of ``net`` (the whole network) with the trained weights of rank 0's
+        result (``strict=False``: only the layers trained, the frozen ones kept as they are)."""
+        import io
+
+        import torch
+
+        from irbis.models import get_entry
+        from irbis.train.finetune import head_architecture
+
+        backbone = self.getBackbone()
+        trained = torch.load(io.BytesIO(results[0].state), weights_only=True)
+        unexpected = net.load_state_dict(trained, strict=strict).unexpected_keys
+        if unexpected:
+            raise RuntimeError(f"ImageClassifier: the trained layers do not fit {backbone}: {unexpected}")
+        model = ImageClassifierModel.from_module(
+            net.eval(), get_entry(backbone).preprocessing.to_dict(),
+            architecture=head_architecture(backbone, self.getNumClasses()), backbone=backbone,
+            inputCol=self.getInputCol(), predictionCol=self.getPredictionCol(),
+            rawPredictionCol=self.getRawPredictionCol(), probabilityCol=self.getProbabilityCol(),
+            device=self.getDevice(), engine=self.getEngine(), precision=self.getPrecision())
+        model.training_summary = results[0].history
+        return model
 
     def _frozen_suffix(self) -> Any:
         """The network after freezeUntil when the frozen layers can run once per image (cacheFrozen), else
@@ -176,10 +202,6 @@ class ImageClassifier(IrbisEstimator, table_mixin("_HasImageClassifierParams", _
     def _fit_after_frozen(self, est: TorchEstimator, dataset: Any, net: Any) -> Any:
         """Fit the layers after freezeUntil on the frozen layers' output, computed once per image by
         ImageFeaturizer's inference path; the model returned scores images with the whole network."""
-        import io
-
-        import torch
-
         from irbis.ml.image_featurizer import ImageFeaturizer
         from irbis.models import get_entry
         from irbis.spark.columns import column
@@ -196,18 +218,9 @@ class ImageClassifier(IrbisEstimator, table_mixin("_HasImageClassifierParams", _
                                       self.getDropout()),
                       inputCol=frozen, inputShape=shape, augmentation="[]")
         est.clear(est.imagePreprocessing)
-        est.fit(rows)
-        full = finetune_network(backbone, classes, freeze, self.getSeed(), True, self.getDropout())
-        trained = torch.load(io.BytesIO(est.last_results[0].state), weights_only=True)
-        unexpected = full.load_state_dict(trained, strict=False).unexpected_keys  # the frozen ones stay
-        if unexpected:
-            raise RuntimeError(f"ImageClassifier: the trained layers do not fit {backbone}: {unexpected}")
-        model = ImageClassifierModel.from_module(
-            full.eval(), get_entry(backbone).preprocessing.to_dict(), architecture=est._architecture,
-            inputCol=self.getInputCol(), predictionCol=self.getPredictionCol(), device=self.getDevice(),
-            engine=self.getEngine(), precision=self.getPrecision())
-        model.training_summary = est.last_results[0].history
-        return model
+        _, _, results = est.train_job(rows)
+        return self._fitted(finetune_network(backbone, classes, freeze, self.getSeed(), True, self.getDropout()),
+                            results, strict=False)
 
 
 def _output_shape(net: Any, layer: str, preprocessing: Any) -> list[int]:

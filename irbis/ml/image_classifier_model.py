@@ -3,8 +3,7 @@
 It scores images through the fast inference path of :class:`~irbis.ml.ImageFeaturizer` (decoding,
 preprocessing and the network in one Arrow batch, the network exported once per machine, ``engine`` and
 ``precision``) and writes ``rawPrediction``, ``probability`` and ``prediction`` as Spark ML classifiers
-do. :class:`~irbis.ml.ImageClassifier` fits one; so does :class:`~irbis.ml.TorchEstimator` trained on
-images with ``imagePreprocessing``.
+do. :class:`~irbis.ml.ImageClassifier` fits one.
 """
 from __future__ import annotations
 
@@ -21,7 +20,7 @@ from pyspark.sql.types import DataType, DoubleType, StringType
 from irbis.kernels.blocks import BatchFn, Tensor
 from irbis.ml.aliases import Renamed, renamed_kwargs, renamed_mixin
 from irbis.ml.image_featurizer import ImageFeaturizer
-from irbis.ml.params import Row, table_mixin
+from irbis.ml.params import Row, check_preprocessing, table_mixin
 from irbis.ml.persistence import load_network_files, save_network_files
 from irbis.models import MODELS
 from irbis.train.progress import SummaryAttribute
@@ -29,7 +28,8 @@ from irbis.train.progress import SummaryAttribute
 __all__ = ["ImageClassifierModel"]
 
 #: The earlier names of ImageClassifierModel's Params (each still works, warning once).
-CLASSIFIER_MODEL_RENAMED = [Renamed("model", "backbone"), Renamed("modelPath", "network")]
+CLASSIFIER_MODEL_RENAMED = [Renamed("model", "backbone"), Renamed("modelPath", "network"),
+                            Renamed("preprocessing", "imagePreprocessing")]
 
 _PREDICTION_ROWS: list[Row] = [
     ("rawPredictionCol", "column of the network's class scores (logits), a vector", TypeConverters.toString,
@@ -37,9 +37,10 @@ _PREDICTION_ROWS: list[Row] = [
     ("probabilityCol", "column of the class probabilities (softmax of the scores), a vector",
      TypeConverters.toString, "probability"),
     ("predictionCol", "column of the predicted class index (double)", TypeConverters.toString, "prediction"),
-    ("preprocessing", "JSON preprocessing record of the images (empty: the catalogue entry backbone's)",
-     TypeConverters.toString, ""),
-    ("backbone", "the catalogue model the network was fine-tuned from (its preprocessing, unless preprocessing "
+    ("imagePreprocessing", "how the images become the network's input: a catalogue model or its JSON "
+     "preprocessing record (empty: the catalogue entry backbone's)", TypeConverters.toString, "",
+     check_preprocessing),
+    ("backbone", "the catalogue model the network was fine-tuned from (its preprocessing, unless imagePreprocessing "
      "is set)", TypeConverters.toString, "efficientnet_lite0"),
 ]
 
@@ -48,12 +49,12 @@ class ImageClassifierModel(renamed_mixin("_ClassifierModelRenamed", CLASSIFIER_M
                            table_mixin("_ClassifierModelParams", _PREDICTION_ROWS), Model):
     """Images to class scores, probabilities and the predicted class, with a fine-tuned network.
 
-    Made by :class:`ImageClassifier` (or by :class:`~irbis.ml.TorchEstimator` trained on images with
-    ``imagePreprocessing``); ``training_summary`` holds the per-epoch records of that fit. It reads the same
+    Made by :class:`ImageClassifier`; ``training_summary`` holds the per-epoch records of that fit. It reads the same
     inputs as :class:`~irbis.ml.ImageFeaturizer` and runs the network the same way (``engine``,
     ``precision``, ``device``, ``miniBatchSize``); ``network`` is the fine-tuned network (a model folder or
     file, saved with the stage), ``backbone`` the catalogue model it was fine-tuned from, and
-    ``preprocessing`` the record its images get (empty: the catalogue entry ``backbone``'s).
+    ``imagePreprocessing`` the record its images get (empty: the catalogue entry ``backbone``'s; the earlier
+    name ``preprocessing`` still works and warns once).
     """
 
     #: The fit's per-epoch records, a list of dicts that shows as a table in a notebook (TrainingSummary).
@@ -69,11 +70,12 @@ class ImageClassifierModel(renamed_mixin("_ClassifierModelRenamed", CLASSIFIER_M
 
     @keyword_only
     def __init__(self, *, inputCol: str = "image", backbone: str = "efficientnet_lite0", network: str = "",
-                 preprocessing: str = "", rawPredictionCol: str = "rawPrediction",
+                 imagePreprocessing: str = "", rawPredictionCol: str = "rawPrediction",
                  probabilityCol: str = "probability", predictionCol: str = "prediction", miniBatchSize: int = 64,
                  device: str = "cpu", precision: str = "fp32", engine: str = "auto", errorCol: str = "",
                  maxPixels: int = 100_000_000, fastDecode: bool = False,
-                 calibrationData: str = "", model: str | None = None, modelPath: str | None = None) -> None:
+                 calibrationData: str = "", model: str | None = None, modelPath: str | None = None,
+                 preprocessing: str | None = None) -> None:
         kwargs = renamed_kwargs(type(self), self._input_kwargs)
         super().__init__(cutOutputLayers=0)
         self._setDefault(cutOutputLayers=0, network="")
@@ -91,7 +93,7 @@ class ImageClassifierModel(renamed_mixin("_ClassifierModelRenamed", CLASSIFIER_M
         files = TorchModel.from_module(module, inputShape=[len(preprocessing["mean"]), *preprocessing["input_size"]],
                                        **({"architecture": arch["architecture"], "options": arch["options"]}
                                           if arch else {}))
-        return cls(network=files.getNetwork(), preprocessing=json.dumps(preprocessing), **params)
+        return cls(network=files.getNetwork(), imagePreprocessing=json.dumps(preprocessing), **params)
 
     def setNetwork(self, value: str) -> ImageClassifierModel:  # noqa: N802
         """Sets network: the fine-tuned network (a model folder or file)."""
@@ -99,19 +101,16 @@ class ImageClassifierModel(renamed_mixin("_ClassifierModelRenamed", CLASSIFIER_M
 
     # -- what ImageFeaturizer asks of its subclass ---------------------------------------------------
     def _preprocessing(self) -> Any:
-        from irbis.models import Preprocessing
+        from irbis.models import preprocessing_for
 
-        from irbis.models import get_entry
-
-        raw = self.getPreprocessing()
-        return Preprocessing.from_dict(json.loads(raw)) if raw else get_entry(self.getBackbone()).preprocessing
+        return preprocessing_for(self.getImagePreprocessing() or self.getBackbone())
 
     def _check_layers(self) -> None:
-        if self.getPreprocessing():
+        if self.getImagePreprocessing():
             self._preprocessing()
         elif self.getBackbone() not in MODELS:
             raise ValueError(f"ImageClassifierModel: backbone {self.getBackbone()!r} is not in the catalogue; set "
-                             "preprocessing")
+                             "imagePreprocessing")
 
     def layer_columns(self) -> list[tuple[str, str]]:
         return [("", self.getOrDefault(self.rawPredictionCol))]

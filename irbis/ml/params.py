@@ -110,6 +110,19 @@ def local_folder(what: str) -> Check:
     return check
 
 
+def check_preprocessing(name: str, value: Any) -> None:
+    """The value is empty, a catalogue model with a preprocessing record, or such a record as JSON."""
+    from irbis.models import preprocessing_for
+
+    try:
+        preprocessing_for(value)
+    except (ValueError, TypeError) as err:
+        raise ParamValueError(name, value, f"a catalogue model name or a JSON preprocessing record ({err})") from None
+
+
+check_preprocessing.allowed = ("a catalogue model or a JSON preprocessing record",)  # type: ignore[attr-defined]
+
+
 SHARED_PARAMS: list[Row] = [
     ("network", "the network the stage runs or trains: a catalogue name (irbis.models.MODELS), a model folder "
      "(architecture.json + weights, or a Hugging Face-format folder: config.json, safetensors weights, "
@@ -151,6 +164,10 @@ SHARED_PARAMS: list[Row] = [
     ("variableLength", "the input column holds sequences whose length varies per row: array<int> token ids or "
      "array<array<float>> (steps x features); rows are sorted by length, cut by tokenBudget and miniBatchSize "
      "and padded per batch with a mask", TypeConverters.toBoolean, False),
+    ("imagePreprocessing", "for image inputs: a catalogue model whose preprocessing (resize, centre crop, colour "
+     "order, mean/std) the images get, or that record as JSON; binary columns then hold encoded image files. "
+     "Empty: image structs are read as they are (CHW, their own channel order) and binary columns hold tensor "
+     "bytes", TypeConverters.toString, "", check_preprocessing),
 ]
 
 
@@ -186,7 +203,7 @@ def param_mixin(name: str, doc: str, converter: Any, default: Any, check: Check 
 
 
 (HasNetwork, HasMiniBatchSize, HasDevice, HasPrecision, HasCalibrationData, HasEngine, HasInputShape,
- HasInputDtype, HasOutputLayer, HasErrorCol, HasTokenBudget, HasVariableLength) = (
+ HasInputDtype, HasOutputLayer, HasErrorCol, HasTokenBudget, HasVariableLength, HasImagePreprocessing) = (
     param_mixin(*row) for row in SHARED_PARAMS
 )
 
@@ -255,4 +272,4 @@ class ColumnSetters(HasInputCol, HasOutputCol):
         return self._set(outputCol=value)
 
 
-__all__ = ["SHARED_PARAMS", "ParamValueError", "one_of", "in_registry", "in_range", "at_least", "checked", "param_check", "invalid_values", "ColumnSetters", "param_mixin", "accessor_names", "add_accessors", "table_mixin", "HasNetwork", "HasMiniBatchSize", "HasDevice", "HasPrecision", "HasCalibrationData", "HasEngine", "local_folder", "HasInputShape", "HasInputDtype", "HasOutputLayer", "HasErrorCol", "HasTokenBudget", "HasVariableLength"]
+__all__ = ["SHARED_PARAMS", "ParamValueError", "one_of", "in_registry", "in_range", "at_least", "checked", "param_check", "invalid_values", "ColumnSetters", "param_mixin", "accessor_names", "add_accessors", "table_mixin", "HasNetwork", "HasMiniBatchSize", "HasDevice", "HasPrecision", "HasCalibrationData", "HasEngine", "local_folder", "HasInputShape", "HasInputDtype", "HasOutputLayer", "HasErrorCol", "HasTokenBudget", "HasVariableLength", "HasImagePreprocessing", "check_preprocessing"]

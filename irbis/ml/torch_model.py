@@ -13,19 +13,21 @@ import torch
 from pyspark import keyword_only
 from pyspark.ml.param import Param, Params, TypeConverters
 from pyspark.sql import DataFrame
-from pyspark.sql.types import DataType, StringType
+from pyspark.sql.types import BinaryType, DataType, StringType, StructType
 from torch import nn
 
 from irbis.kernels.batching import network_batch, refused_shape, sequence_rows
-from irbis.kernels.blocks import BatchFn, Tensor, flat_rows
+from irbis.kernels.blocks import BatchFn, Binary, Tensor, flat_rows
 from irbis.kernels.engines import EngineError
+from irbis.kernels.image_features import preprocess_images
 from irbis.kernels.inference import cached_predict_fn, make_sequence_predict_fn, resolve_source
 from irbis.ml.aliases import renamed_kwargs
 from irbis.ml.base import IrbisModel
 from irbis.ml.calibration import HasCalibrationSample
+from irbis.ml.columns import is_image_struct
 from irbis.ml.export_ahead import export_ahead_of_job
 from irbis.ml.network_params import NetworkStageParams
-from irbis.ml.params import HasEngine, HasErrorCol, HasPrecision
+from irbis.ml.params import HasEngine, HasErrorCol, HasImagePreprocessing, HasPrecision
 from irbis.ml.persistence import load_network_files, save_network_files
 from irbis.models import default_cache_dir, sha256_file
 from irbis.models.module_files import write_module
@@ -33,7 +35,8 @@ from irbis.spark.files import localize, ship_file
 from irbis.train.progress import SummaryAttribute
 
 
-class TorchModel(NetworkStageParams, HasPrecision, HasCalibrationSample, HasEngine, HasErrorCol, IrbisModel):
+class TorchModel(NetworkStageParams, HasPrecision, HasCalibrationSample, HasEngine, HasErrorCol, HasImagePreprocessing,
+                 IrbisModel):
     """Run a PyTorch network over a column: the network's output (or an inner layer's) per row.
 
     The network runs in every Spark Python worker on Arrow batches of ``miniBatchSize`` rows, under
@@ -88,9 +91,16 @@ class TorchModel(NetworkStageParams, HasPrecision, HasCalibrationSample, HasEngi
         network as its state dict and importable class. A null row gets a null output (``"null row"`` in
         ``errorCol``); a row with a null inside or with no steps (``"empty sequence"``) gets a null output
         and its reason in ``errorCol``, or fails the batch naming the column when ``errorCol`` is empty.
+    imagePreprocessing : str
+        A catalogue model whose preprocessing record (resize, centre crop, colour order, mean/std) the images
+        get, or the record as JSON: the input column then holds images (Spark image structs, or encoded image
+        files in a binary column), decoded and preprocessed in the worker to the record's input shape, as
+        :class:`~irbis.ml.TorchEstimator` trained them with the same value (its fitted model carries it).
+        Empty (the default): image structs are read as they are (CHW, their own channel order).
     errorCol : str
         Column for the reason a row has no output (empty, the default: no such column). On fixed-shape
-        rows it reports null rows; a row of another shape still fails the job.
+        rows it reports null rows; a row of another shape still fails the job. With ``imagePreprocessing``
+        an image that cannot be read gets a null output and its reason here (empty: it fails the job).
 
     Examples
     --------
@@ -120,7 +130,8 @@ class TorchModel(NetworkStageParams, HasPrecision, HasCalibrationSample, HasEngi
                  inputShape: list[int] | None = None, device: str = "cpu", precision: str = "fp32",
                  outputFormat: str = "vector", allowPickle: bool = False, engine: str = "auto",
                  calibrationData: "str | DataFrame" = "", inputDtype: str = "float32", variableLength: bool = False,
-                 tokenBudget: int = 4096, errorCol: str = "", modelPath: str | None = None,
+                 tokenBudget: int = 4096, errorCol: str = "", imagePreprocessing: str = "",
+                 modelPath: str | None = None,
                  outputType: str | None = None) -> None:
         super().__init__()
         self._setDefault(allowPickle=False, errorCol="")
@@ -172,6 +183,8 @@ class TorchModel(NetworkStageParams, HasPrecision, HasCalibrationSample, HasEngi
 
     def _validate_network_params(self) -> None:
         super()._validate_network_params()
+        if self.getImagePreprocessing() and self.getVariableLength():
+            raise ValueError("TorchModel: imagePreprocessing reads images and variableLength sequences; set one")
         if not self.getVariableLength():
             return
         refused = [(name, value) for name, value, ok in (
@@ -184,6 +197,26 @@ class TorchModel(NetworkStageParams, HasPrecision, HasCalibrationSample, HasEngi
                              f"fp32 or bf16, to its final output; {name}={value!r} is not supported with it (for "
                              f"onnxruntime, export the network with dynamic batch and sequence axes and use "
                              f"ONNXModel with variableLength=True)")
+
+    def _preprocessing(self) -> Any:
+        """The images' preprocessing record (None: imagePreprocessing is empty)."""
+        from irbis.models import preprocessing_for
+
+        return preprocessing_for(self.getImagePreprocessing())
+
+    def _row_shape(self) -> list[int] | None:
+        preprocessing = self._preprocessing()
+        return list(preprocessing.input_shape) if preprocessing is not None else super()._row_shape()
+
+    def _validate_schema(self, schema: StructType) -> None:
+        if not self.getImagePreprocessing():
+            return super()._validate_schema(schema)
+        self._validate_network_params()
+        col = self.getInputCol()
+        found = schema[col].dataType
+        if not (is_image_struct(found) or isinstance(found, BinaryType)):
+            raise TypeError(f"TorchModel: column {col!r} has type {found.simpleString()}; with imagePreprocessing "
+                            f"it must hold images: a Spark image struct or encoded image files (binary)")
 
     def _transform_spark(self, df: DataFrame) -> DataFrame:
         out = super()._transform_spark(df)
@@ -214,16 +247,17 @@ class TorchModel(NetworkStageParams, HasPrecision, HasCalibrationSample, HasEngi
         def run(blocks: dict[str, Any]) -> dict[str, Any]:
             src = dict(source, path=localize(source["path"], shipped)) if shipped else source
             predict = cached_predict_fn(src, **options)
-            batch = convert(blocks[col])
+            values, valid, errors = convert(blocks[col], not err_col)
             try:
-                out = predict(batch.values) if len(batch.values) else None
+                out = predict(values) if len(values) else None
             except EngineError:
                 raise
             except RuntimeError as err:  # the eager network's error, or InputShapeError of another engine
-                raise refused_shape(stage, col, batch.values.shape[1:], shape, err) from err
-            result = {out_col: Tensor(flat_rows(out), batch.valid)}
+                raise refused_shape(stage, col, values.shape[1:], shape, err) from err
+            result = {out_col: Tensor(flat_rows(out), valid)}
             if err_col:
-                result[err_col] = np.array([None if ok else "null row" for ok in batch.valid], object)
+                result[err_col] = np.array([e if e else None if ok else "null row"
+                                            for ok, e in zip(valid, errors)], object)
             return result
 
         return run
@@ -255,17 +289,23 @@ class TorchModel(NetworkStageParams, HasPrecision, HasCalibrationSample, HasEngi
         return run
 
     def _converter(self) -> Any:
-        """The input conversion of ``transform``: ``convert(block)`` gives the network's batch (values, valid)."""
+        """The input conversion of ``transform``: ``convert(block, raise_errors)`` gives the network's batch
+        (values, valid, errors): the rows' values (their images decoded and preprocessed with
+        imagePreprocessing), which rows they are, and why a non-null row has none (images only)."""
         col, shape, stage = self.getInputCol(), self._row_shape(), type(self).__name__
-        input_dtype = self.getInputDtype()
+        input_dtype, preprocessing = self.getInputDtype(), self._preprocessing()
 
-        def convert(block: Any) -> Any:
-            return network_batch(block, col, shape, input_dtype=input_dtype, stage=stage)
+        def convert(block: Any, raise_errors: bool = True) -> tuple[np.ndarray, np.ndarray, list[str | None]]:
+            if preprocessing is not None:
+                return preprocess_images(block, preprocessing, encoded=isinstance(block, Binary),
+                                         raise_errors=raise_errors)
+            batch = network_batch(block, col, shape, input_dtype=input_dtype, stage=stage)
+            return batch.values, batch.valid, [None] * len(batch.valid)
 
         return convert
 
     def _network_rows(self, block: Any) -> np.ndarray:
-        return self._converter()(block).values
+        return self._converter()(block)[0]
 
     # -- persistence -----------------------------------------------------------------------------
     def _save_extra(self, path: str) -> None:

@@ -66,6 +66,10 @@ VOCABULARY: tuple[Term, ...] = (
          "the input column of TorchModel or ONNXModel holds sequences whose length varies per row (array<int> "
          "token ids, or array<array<float>> steps x features), padded per batch with a mask",
          ("ragged", "dynamicLength", "variableLengthInput")),
+    Term("image preprocessing", "imagePreprocessing",
+         "how images become a network's input (resize, centre crop, colour order, mean/std): a catalogue model "
+         "whose record they get, or the record as JSON; the same value on an estimator and on its fitted model",
+         ("preprocessing", "imageTransform")),
     Term("engine", "engine", "what runs the network: auto, torch, onnxruntime or openvino",
          ("backend", "runtime", "executionProvider")),
     Term("precision", "precision", "numeric precision of the network's run: fp32, bf16 or int8",

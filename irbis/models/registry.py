@@ -20,12 +20,14 @@ Examples
 from __future__ import annotations
 
 import functools
+import json
 import os
 import threading
 from collections.abc import Iterator, Mapping
 from typing import Any
 
 from irbis.models.catalogue import CatalogueEntry, read_catalogue
+from irbis.models.preprocess import Preprocessing
 
 _LOCK = threading.Lock()
 _REGISTERED: dict[str, CatalogueEntry] = {}
@@ -71,6 +73,19 @@ def get_entry(name: str) -> CatalogueEntry:
         raise ValueError(f"unknown model {name!r}; known models: {sorted(entries)} (add one with "
                          f"irbis.models.register_model or register_catalogue)")
     return entries[name]
+
+
+def preprocessing_for(value: str) -> Preprocessing | None:
+    """The images' :class:`~irbis.models.preprocess.Preprocessing` an ``imagePreprocessing`` value names: a
+    catalogue model's record, or the record itself as JSON; None for an empty value."""
+    if not value:
+        return None
+    if value in MODELS:
+        found = get_entry(value).preprocessing
+        if found is None:
+            raise ValueError(f"catalogue model {value!r} has no preprocessing record")
+        return found
+    return Preprocessing.from_dict(json.loads(value))
 
 
 def register_model(entry: CatalogueEntry | Mapping[str, Any], *, overwrite: bool = False) -> CatalogueEntry:

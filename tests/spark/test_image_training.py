@@ -98,9 +98,37 @@ def test_one_seed_reproduces_an_augmented_streamed_run_exactly(spark):
     losses = [r["loss"] for r in first.training_summary]
     assert losses == [r["loss"] for r in second.training_summary]
     assert losses != [r["loss"] for r in other.training_summary]
-    a = np.stack([v.toArray() for v in first.transform(df).toPandas()["rawPrediction"]])
-    b = np.stack([v.toArray() for v in second.transform(df).toPandas()["rawPrediction"]])
+    a = np.stack([v.toArray() for v in first.transform(df).toPandas()["prediction"]])
+    b = np.stack([v.toArray() for v in second.transform(df).toPandas()["prediction"]])
     assert np.array_equal(a, b)
+
+
+def test_a_network_trained_on_images_is_a_torch_model_that_reads_images_as_trained(spark, tmp_path):
+    """TorchEstimator's one Model class, whatever the rows: trained on images with imagePreprocessing it is a
+    TorchModel carrying that value, which decodes and preprocesses structs and files as the training did; a
+    file it cannot read gets a null output and its reason in errorCol, and the value survives save/load."""
+    from irbis.kernels.image_features import preprocess_images
+    from irbis.kernels.inference import make_torch_predict_fn, resolve_source
+    from irbis.ml import TorchModel
+    from irbis.models import preprocessing_for
+
+    df = small_images(spark, n=8).coalesce(1)
+    model = small_estimator(epochs=1, numWorkers=1, augmentation="[]").fit(df)
+    assert type(model) is TorchModel and model.getImagePreprocessing() == "small_cnn_cifar"
+    assert model.getInputCol() == "image" and model.getOutputCol() == "prediction"
+    bgr = [img for img, _ in crops(4, 40, 0, False)]
+    batch, valid, _ = preprocess_images([array_to_struct(b) for b in bgr], preprocessing_for("small_cnn_cifar"))
+    expected = make_torch_predict_fn(resolve_source(model.getNetwork()))(batch)
+    files = [cv2.imencode(".png", b)[1].tobytes() for b in bgr] + [b"\x89PNG not an image"]
+    frame = spark.createDataFrame([(f,) for f in files], "image binary").coalesce(1)
+    model.write().overwrite().save(str(tmp_path / "scorer"))
+    again = TorchModel.load(str(tmp_path / "scorer")).setErrorCol("error")
+    assert again.getImagePreprocessing() == "small_cnn_cifar"
+    out = again.transform(frame).toPandas()
+    np.testing.assert_allclose(np.stack([v.toArray() for v in out["prediction"][:8]]), expected, rtol=1e-4, atol=1e-5)
+    assert out["prediction"][8] is None and out["error"][8] and out["error"][:8].isna().all()
+    with pytest.raises(TypeError, match="column 'label'.*with imagePreprocessing it must hold images"):
+        again.setInputCol("label").transform(df)
 
 
 def test_auto_batch_size_searches_on_images_read_a_batch_at_a_time(spark):

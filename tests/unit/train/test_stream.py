@@ -114,13 +114,13 @@ def test_a_null_image_is_a_bad_image_that_skip_leaves_out_and_counts():
     with the images that cannot be read, not as a null feature row, and nanPolicy='skip' leaves it out."""
     import cv2
 
-    from irbis.ml.estimator import preprocessing_record
+    from irbis.models import preprocessing_for
     from irbis.train.checks import PROFILE_KEYS, merge_profiles
 
     png = cv2.imencode(".png", np.full((40, 40, 3), 200, np.uint8))[1].tobytes()
     images = pa.array([png, None, png, png], pa.binary())
     batch = pa.RecordBatch.from_arrays([images, pa.array([0.0, 1.0, 1.0, 0.0])], [FEATURES, LABEL])
-    fmt = InputFormat("encoded", [3, 32, 32], preprocessing=preprocessing_record("small_cnn_cifar").to_dict())
+    fmt = InputFormat("encoded", [3, 32, 32], preprocessing=preprocessing_for("small_cnn_cifar").to_dict())
     shard, profile = read_partition(iter([batch]), fmt, 100)
     merged = merge_profiles([profile])
     assert dict(zip(PROFILE_KEYS, profile))["null_features"] == 0

@@ -212,13 +212,15 @@ def renamed_kwargs(cls: type, kwargs: dict[str, Any]) -> dict[str, Any]:
 
 def renamed_metadata(cls: type, metadata: dict[str, Any]) -> dict[str, Any]:
     """Saved metadata with the Params saved under earlier names (``cls.RENAMED_PARAMS``) under their
-    current names, so that stages saved by an earlier Irbis load; a current name present wins."""
+    current names, so that stages saved by an earlier Irbis load; a current name present wins. Params the
+    class no longer has (``cls.RETIRED_PARAMS``, which it never used) are left out."""
     names = {r.old: r.new for r in getattr(cls, "RENAMED_PARAMS", ())}
-    if not names:
+    retired = set(getattr(cls, "RETIRED_PARAMS", ()))
+    if not (names or retired):
         return metadata
     out = dict(metadata)
     for key in ("paramMap", "defaultParamMap"):
-        params = metadata.get(key) or {}
+        params = {k: v for k, v in (metadata.get(key) or {}).items() if k not in retired}
         renamed = {names.get(k, k): v for k, v in params.items() if k not in names}
         renamed.update({names[k]: v for k, v in params.items() if k in names and names[k] not in params})
         out[key] = renamed

@@ -12,15 +12,16 @@ from typing import Any
 
 import numpy as np
 from pyspark import keyword_only
-from pyspark.ml import Model
 from pyspark.ml.linalg import VectorUDT
 from pyspark.ml.param import Param, Params, TypeConverters
 from pyspark.sql.types import DataType, DoubleType, StringType
 
 from irbis.kernels.blocks import BatchFn, Tensor
-from irbis.ml.aliases import Renamed, renamed_kwargs, renamed_mixin
-from irbis.ml.image_featurizer import ImageFeaturizer
+from irbis.ml.aliases import Renamed, alias_mixin, renamed_kwargs, renamed_mixin
+from irbis.ml.base import IrbisModel
+from irbis.ml.image_network import ImageNetworkStage
 from irbis.ml.params import Row, check_preprocessing, table_mixin
+from irbis.ml.synapseml import IMAGE_FEATURIZER_ALIASES
 from irbis.ml.persistence import load_network_files, save_network_files
 from irbis.models import MODELS
 from irbis.train.progress import SummaryAttribute
@@ -45,13 +46,21 @@ _PREDICTION_ROWS: list[Row] = [
 ]
 
 
-class ImageClassifierModel(renamed_mixin("_ClassifierModelRenamed", CLASSIFIER_MODEL_RENAMED), ImageFeaturizer,
-                           table_mixin("_ClassifierModelParams", _PREDICTION_ROWS), Model):
+#: ImageFeaturizer's SynapseML name of errorCol (its other names are of layers this stage does not have).
+_ClassifierModelNames = alias_mixin("_ClassifierModelNames",
+                                    [a for a in IMAGE_FEATURIZER_ALIASES if a.target == "errorCol"])
+
+
+class ImageClassifierModel(_ClassifierModelNames, renamed_mixin("_ClassifierModelRenamed", CLASSIFIER_MODEL_RENAMED),
+                           ImageNetworkStage,
+                           table_mixin("_ClassifierModelParams", _PREDICTION_ROWS), IrbisModel):
     """Images to class scores, probabilities and the predicted class, with a fine-tuned network.
 
-    Made by :class:`ImageClassifier`; ``training_summary`` holds the per-epoch records of that fit. It reads the same
-    inputs as :class:`~irbis.ml.ImageFeaturizer` and runs the network the same way (``engine``,
-    ``precision``, ``device``, ``miniBatchSize``); ``network`` is the fine-tuned network (a model folder or
+    Made by :class:`ImageClassifier`; ``training_summary`` holds the per-epoch records of that fit. It reads
+    the same inputs as :class:`~irbis.ml.ImageFeaturizer` and runs the network the same way (both are
+    :class:`~irbis.ml.image_network.ImageNetworkStage`: ``engine``, ``precision``, ``device``,
+    ``miniBatchSize``, ``errorCol``, ``maxPixels``, ``fastDecode``), but has none of its layer Params: it
+    writes the network's output as Spark ML's classifiers do. ``network`` is the fine-tuned network (a model folder or
     file, saved with the stage), ``backbone`` the catalogue model it was fine-tuned from, and
     ``imagePreprocessing`` the record its images get (empty: the catalogue entry ``backbone``'s; the earlier
     name ``preprocessing`` still works and warns once).
@@ -60,9 +69,8 @@ class ImageClassifierModel(renamed_mixin("_ClassifierModelRenamed", CLASSIFIER_M
     #: The fit's per-epoch records, a list of dicts that shows as a table in a notebook (TrainingSummary).
     training_summary = SummaryAttribute()
 
-    #: ImageFeaturizer's SynapseML names, less ``model``: here the earlier name of backbone.
-    SYNAPSEML_ALIASES = tuple(a for a in ImageFeaturizer.SYNAPSEML_ALIASES
-                              if a.name not in {r.old for r in CLASSIFIER_MODEL_RENAMED})
+    #: Params that ImageClassifierModel had through ImageFeaturizer and never used: a saved one still loads.
+    RETIRED_PARAMS = ("outputCol", "outputCols", "outputLayer", "outputLayers", "cutOutputLayers", "weights")
 
     #: Not ImageFeaturizer's catalogue name: the network this model runs is its own, fine-tuned one.
     network = Param(Params._dummy(), "network", "the fine-tuned network: a model folder or file, saved with the "
@@ -76,11 +84,11 @@ class ImageClassifierModel(renamed_mixin("_ClassifierModelRenamed", CLASSIFIER_M
                  maxPixels: int = 100_000_000, fastDecode: bool = False,
                  calibrationData: str = "", model: str | None = None, modelPath: str | None = None,
                  preprocessing: str | None = None) -> None:
-        kwargs = renamed_kwargs(type(self), self._input_kwargs)
-        super().__init__(cutOutputLayers=0)
-        self._setDefault(cutOutputLayers=0, network="")
+        super().__init__()
+        self._setDefault(inputCol="image", network="", errorCol="")
         self.training_summary = None
-        self._set(**kwargs)
+        self._set(**renamed_kwargs(type(self), self._input_kwargs))
+        self._check_layers()
 
     @classmethod
     def from_module(cls, module: Any, preprocessing: dict[str, Any], *, architecture: dict[str, Any] | None = None,
@@ -99,7 +107,7 @@ class ImageClassifierModel(renamed_mixin("_ClassifierModelRenamed", CLASSIFIER_M
         """Sets network: the fine-tuned network (a model folder or file)."""
         return self._set(network=value)
 
-    # -- what ImageFeaturizer asks of its subclass ---------------------------------------------------
+    # -- what ImageNetworkStage asks ------------------------------------------------------------------
     def _preprocessing(self) -> Any:
         from irbis.models import preprocessing_for
 
@@ -153,10 +161,10 @@ class ImageClassifierModel(renamed_mixin("_ClassifierModelRenamed", CLASSIFIER_M
 
     def _save_extra(self, path: str) -> None:
         save_network_files(self._source(), path, self.training_summary)
-        super()._save_extra(path)
+        self._save_calibration(path)
 
     def _load_extra(self, path: str) -> None:
         network, self.training_summary = load_network_files(path)
         if network is not None:
             self._set(network=network)
-        super()._load_extra(path)
+        self._load_calibration(path)

@@ -1,33 +1,22 @@
 """``ImageFeaturizer``: images to pretrained-network features (transfer learning) in one pass.
 
 Decoding (for a bytes column), preprocessing as the model's spec prescribes and the network run in
-the same Arrow batch of the same Python worker: pixels never go back to the JVM between the steps.
-The network runs through the kernel behind :class:`irbis.ml.TorchModel`
-(:func:`irbis.kernels.inference.make_torch_predict_fn`), so it is loaded once per worker and its
-weights are shared between the workers of a machine.
+the same Arrow batch of the same Python worker, as every :class:`~irbis.ml.image_network.ImageNetworkStage`
+does: pixels never go back to the JVM between the steps.
 """
 from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
-
 from pyspark import keyword_only
-from pyspark.ml.linalg import VectorUDT
 from pyspark.ml.param import TypeConverters
 from pyspark.sql import DataFrame
-from pyspark.sql.types import BinaryType, DataType, StringType, StructType
 
-from irbis.kernels.blocks import BatchFn, Binary, Prepared, Tensor, flat_rows
 from irbis.kernels.image import DEFAULT_MAX_PIXELS
-from irbis.kernels.image_features import preprocess_images
-from irbis.ml.base import IrbisTransformer
-from irbis.ml.calibration import HasCalibrationSample
-from irbis.ml.columns import is_image_struct
-from irbis.ml.export_ahead import export_ahead_of_job
 from irbis.ml.aliases import Renamed, renamed_kwargs, renamed_mixin
-from irbis.ml.params import (ColumnSetters, HasDevice, HasEngine, HasErrorCol, HasMiniBatchSize, HasOutputLayer,
-                              HasPrecision, Row, at_least, in_registry, table_mixin)
+from irbis.ml.base import IrbisTransformer
+from irbis.ml.image_network import ImageNetworkStage
+from irbis.ml.params import ColumnSetters, HasOutputLayer, Row, at_least, in_registry, table_mixin
 from irbis.ml.synapseml import ImageFeaturizerNames
 from irbis.models import MODELS, get_entry, module_names
 
@@ -55,16 +44,12 @@ _FEATURIZER_ROWS: list[Row] = [
      TypeConverters.toString, ""),
     ("cutOutputLayers", "how many final layers to remove: 0 class scores, 1 pooled features, 2+ earlier "
      "activations; a non-empty outputLayer wins over it", TypeConverters.toInt, 1, at_least(0)),
-    ("maxPixels", "pixel limit when decoding bytes (0: none)", TypeConverters.toInt, DEFAULT_MAX_PIXELS,
-     at_least(0)),
-    ("fastDecode", "decode large JPEG bytes at 1/2, 1/4 or 1/8 scale when still larger than the model's resize "
-     "size (faster; pixels differ slightly from a full decode)", TypeConverters.toBoolean, False),
 ]
 
 
 class ImageFeaturizer(ImageFeaturizerNames, renamed_mixin("_FeaturizerRenamed", FEATURIZER_RENAMED),
-                      table_mixin("_FeaturizerParams", _FEATURIZER_ROWS), IrbisTransformer, ColumnSetters, HasMiniBatchSize, HasDevice,
-                      HasPrecision, HasCalibrationSample, HasEngine, HasErrorCol, HasOutputLayer, _LAYERS_PARAMS):
+                      table_mixin("_FeaturizerParams", _FEATURIZER_ROWS), ImageNetworkStage, ColumnSetters,
+                      HasOutputLayer, _LAYERS_PARAMS, IrbisTransformer):
     """Featurize images with a pretrained network, cutting its last ``cutOutputLayers`` layers.
 
     The model is a catalogue entry (:data:`irbis.models.MODELS`, built-in or added with
@@ -131,8 +116,6 @@ class ImageFeaturizer(ImageFeaturizerNames, renamed_mixin("_FeaturizerRenamed", 
         features = ImageFeaturizer(inputCol="image", outputCol="features").transform(images)
         LogisticRegression(featuresCol="features").fit(features.join(labels, "path"))
     """
-
-    _vector_dtype = "float32"
 
     @keyword_only
     def __init__(self, *, inputCol: str = "image", outputCol: str = "features",
@@ -223,26 +206,8 @@ class ImageFeaturizer(ImageFeaturizerNames, renamed_mixin("_FeaturizerRenamed", 
             if name not in known:
                 raise unknown_layer_error(name, [n for n in known if n], "outputLayers: layer")
 
-    _accepts = frozenset({"image"})
-
-    def _input_columns(self) -> list[str]:
-        return [self.getInputCol()]
-
-    def _output_columns(self) -> list[tuple[str, DataType]]:
-        err = self.getErrorCol()
-        return [(col, VectorUDT()) for _, col in self.layer_columns()] + ([(err, StringType())] if err else [])
-
-    def _validate_schema(self, schema: StructType) -> None:
-        found = schema[self.getInputCol()].dataType
-        is_image = is_image_struct(found)
-        if not (is_image or isinstance(found, BinaryType)):
-            raise TypeError(f"ImageFeaturizer: input column {self.getInputCol()!r} must be an image "
-                            f"struct or binary (encoded files), found {found.simpleString()}")
-
-    def _transform_spark(self, df: DataFrame) -> DataFrame:
-        out = super()._transform_spark(df)
-        export_ahead_of_job(df, self._source(), list(self._preprocessing().input_shape), **self._network_options())
-        return out
+    def _several_layers(self) -> bool:
+        return bool(self.getOutputLayers())
 
     def _source(self) -> dict[str, Any]:
         """The network's source: ``weights`` when set, else the repository model ``network``."""
@@ -250,61 +215,6 @@ class ImageFeaturizer(ImageFeaturizerNames, renamed_mixin("_FeaturizerRenamed", 
 
         return resolve_source(self.getWeights() or self.getNetwork())
 
-    def _network_options(self) -> dict[str, Any]:
-        """How the network is run (the options the workers and the export ahead share); it is read at the
-        whole set of ``outputLayers``, or at the one layer (None: its output)."""
-        pairs = self.layer_columns()
-        layer = tuple(name for name, _ in pairs) if self.getOutputLayers() else pairs[0][0] or None
-        return dict(output_layer=layer, device=self.getDevice(), precision=self.getPrecision(), engine=self.getEngine())
-
-    def _make_batch_fn(self) -> BatchFn:
-        from irbis.kernels.inference import cached_predict_fn
-
-        source = self._source()
-        pairs, several = self.layer_columns(), bool(self.getOutputLayers())
-        options = dict(self._network_options(), batch_size=self.getMiniBatchSize(),
-                       calibration_data=self.getCalibrationData())
-        col, err_col = self.getInputCol(), self.getErrorCol()
-        convert, predict = self._converter(), cached_predict_fn(source, **options)
-
-        def run(blocks: dict[str, Any]) -> dict[str, Any]:
-            batch, valid, errors = convert(blocks[col], not err_col)
-            found = predict(batch) if len(batch) else None
-            outputs = {layer: found[layer] if several and found else found for layer, _ in pairs}
-            out = {c: Tensor(flat_rows(outputs[layer]), valid) for layer, c in pairs}
-            return {**out, err_col: errors} if err_col else out
-
-        return run
-
-    def _converter(self) -> Any:
-        """The input conversion of ``transform``: ``convert(block, raise_errors)`` gives (batch, valid, errors)."""
-        preprocessing = self._preprocessing()
-        limit, fast = self.getMaxPixels() or None, self.getFastDecode()
-
-        def convert(values: Any, raise_errors: bool) -> tuple[Any, Any, Any]:
-            if isinstance(values, Prepared):  # already the network's input (LIME's masked samples)
-                if values.values.shape[1:] != tuple(preprocessing.input_shape):
-                    raise ValueError(f"prepared inputs of shape {values.values.shape[1:]}, the network takes "
-                                     f"{tuple(preprocessing.input_shape)}")
-                return values.values, values.valid, [None] * len(values)
-            return preprocess_images(values, preprocessing, encoded=isinstance(values, Binary), max_pixels=limit,
-                                     raise_errors=raise_errors, fast_decode=fast)
-
-        return convert
-
     def _preprocessing(self) -> Any:
         """How an image becomes the network's input: the catalogue entry's record."""
         return get_entry(self.getNetwork()).preprocessing
-
-    def _network_rows(self, block: Any) -> np.ndarray:
-        return self._converter()(block, True)[0]
-
-    # -- persistence: only the calibration sample, when there is one --------------------------------
-    def _has_extra(self) -> bool:
-        return bool(self.getCalibrationData())
-
-    def _save_extra(self, path: str) -> None:
-        self._save_calibration(path)
-
-    def _load_extra(self, path: str) -> None:
-        self._load_calibration(path)

@@ -8,6 +8,7 @@ test_kernel_pipeline.py load them through Spark; here they load without it).
 """
 from __future__ import annotations
 
+import json
 import warnings
 from pathlib import Path
 
@@ -86,3 +87,34 @@ def test_renamed_metadata_keeps_a_current_name_over_an_old_one():
     assert out["paramMap"] == {"network": "new", "inputCol": "x"}
     assert out["defaultParamMap"] == {"outputFormat": "vector"}
     assert meta["paramMap"]["modelPath"] == "old"  # the caller's metadata is left as it was
+
+
+def test_an_image_classifier_model_of_an_earlier_version_loads_and_scores_as_a_torch_model_on_images():
+    """Saved when ImageClassifierModel named its record ``preprocessing`` and still had ImageFeaturizer's layer
+    Params, which it never used: it loads without them, its record under imagePreprocessing, and its class
+    scores are what a TorchModel with the same network and imagePreprocessing gives."""
+    import cv2
+    import numpy as np
+    import pandas as pd
+    from skimage import data
+
+    from irbis.ml import ImageClassifierModel, TorchModel
+    from irbis.ml.persistence import load_local_stage
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model = load_local_stage(str(DATA / "saved_v0" / "image_classifier_model"))
+    assert not _renamed_warnings(caught)
+    assert isinstance(model, ImageClassifierModel)
+    assert json.loads(model.getImagePreprocessing())["input_size"] == [32, 32]
+    assert (model.getInputCol(), model.getPredictionCol(), model.getBackbone()) == ("photo", "species", "small_cnn_cifar")
+    assert not {"outputCol", "outputCols", "outputLayer", "outputLayers", "cutOutputLayers", "weights"} & \
+        {p.name for p in model.params}
+    photos = [cv2.imencode(".png", np.ascontiguousarray(img[..., ::-1]))[1].tobytes()
+              for img in (data.chelsea(), data.coffee(), data.astronaut())]
+    out = model.transform(pd.DataFrame({"photo": photos}))
+    same = TorchModel(network=model.getNetwork(), inputCol="photo", outputCol="scores",
+                      imagePreprocessing=model.getImagePreprocessing()).transform(pd.DataFrame({"photo": photos}))
+    raw, scores = np.stack(out["rawPrediction"].map(np.asarray)), np.stack(same["scores"].map(np.asarray))
+    np.testing.assert_allclose(raw, scores, rtol=1e-5, atol=1e-6)
+    assert out["species"].tolist() == raw.argmax(1).astype(float).tolist()

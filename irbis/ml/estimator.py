@@ -42,8 +42,9 @@ from irbis.ml.torch_model import TorchModel
 from irbis.refs import canonical, is_reference, is_unsaved, reference, resolve, unsaved
 from irbis.train import checkpoint as ckpt
 from irbis.train.auto_batch import DEFAULT_CANDIDATES, AutoBatch
+from irbis.train.batchnorm import BATCHNORM_RECOMPUTE
 from irbis.train.health import NAN_POLICIES
-from irbis.train.loop import BATCHNORM_RECOMPUTE, TrainSpec
+from irbis.train.loop import TrainSpec
 from irbis.train.networks import build_network, network_spec
 from irbis.train.optim import LOSSES, LR_SCALINGS, OPTIMIZERS, make_loss, validate_schedule
 from irbis.train.strategies import STRATEGIES, make_strategy

@@ -232,11 +232,11 @@ def restore(model: torch.nn.Module, dopt: DistributedOptimizer,
 
 def search_batch(model: torch.nn.Module, dopt: DistributedOptimizer, ctx: WorkerContext, loss_fn: Any, rows: Rows,
                  auto: AutoBatch, current: int, seed: int, epoch: int, device: str, label_dtype: Any,
-                 layout: Callable[[torch.Tensor], torch.Tensor], rate: Callable[[int], float]) -> dict[str, Any]:
+                 channels_last: bool, rate: Callable[[int], float]) -> dict[str, Any]:
     """``batchSize="auto"``: try the size in use (``current``) and the larger candidates on a held sample of
     the workers' training ``rows`` from the current weights, and keep the largest that learns about as much
-    as the size in use (see the module docstring). ``layout`` puts a sample batch in the step's memory
-    layout, ``rate(b)`` is the factor on the base rate of a step of ``b`` rows per worker.
+    as the size in use (see the module docstring). ``channels_last``: image batches are laid out so for the
+    steps, as training's are; ``rate(b)`` is the factor on the base rate of a step of ``b`` rows per worker.
     Returns ``{"batchSize", "losses": {size: loss after its trial, "start": loss before}, "samples",
     "seconds"}``, alike on every worker (the losses are averaged over them). Training goes on from the kept
     size's trial (its steps were synchronous steps on training rows); the other trials are undone. Where no
@@ -247,7 +247,8 @@ def search_batch(model: torch.nn.Module, dopt: DistributedOptimizer, ctx: Worker
     total_rows = min(n + max(n // 4, 1), len(rows))
 
     def rows_of(lo: int, hi: int, b: int) -> Iterable[tuple[torch.Tensor, torch.Tensor]]:
-        return ((layout(xb), yb) for xb, yb in sample(lo, hi, b))
+        return ((xb.contiguous(memory_format=torch.channels_last) if channels_last and xb.dim() == 4 else xb, yb)
+                for xb, yb in sample(lo, hi, b))
 
     # the trials train on the first n rows and are judged on the rest;
     # every worker tries the same sizes: the smallest sample and the least memory among them decide

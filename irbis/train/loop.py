@@ -25,9 +25,10 @@ from irbis.train.auto_batch import AutoBatch, search_batch
 from irbis.train.batchnorm import average_buffers, recompute_batchnorm
 from irbis.train.data import Augment, Shard
 from irbis.train.evaluate import AUC_BINS, auc_from_histograms, evaluate
-from irbis.train.health import NAN_POLICIES, LossWatch, growth_warning, non_finite_error
+from irbis.train.health import LossWatch, growth_warning, non_finite_error
 from irbis.train.networks import build_network
-from irbis.train.optim import LossFn, batch_scale, make_loss, make_optimizer, rate_factor, set_lr, update_batch
+from irbis.train.optim import (LossFn, WeightedCrossEntropy, batch_scale, class_weights, make_loss, make_optimizer,
+                               param_groups, rate_factor, set_lr, update_batch)
 from irbis.train.rows import Rows, worker_rows
 from irbis.train.sequences import forward
 from irbis.train.strategies import make_strategy
@@ -42,9 +43,10 @@ _INIT_LOCK = threading.Lock()
 PROGRESS_UPDATES = 20
 
 
-@dataclass
+@dataclass(frozen=True)
 class TrainSpec:
-    """Everything a worker needs, as plain picklable values."""
+    """Everything a worker needs, as plain picklable values; built once (``dataclasses.replace`` for a
+    changed copy)."""
 
     network: dict[str, Any]
     epochs: int = 10
@@ -67,7 +69,7 @@ class TrainSpec:
     prefetch: bool = False
     torch_threads: int | None = None
     slow_workers: dict[int, float] = field(default_factory=dict)  # tests/benchmarks: rank -> slowdown
-    nan_policy: str = "error"  # one of NAN_POLICIES
+    nan_policy: str = "error"  # one of irbis.train.health.NAN_POLICIES
     ps_endpoint: dict[str, Any] | None = None  # the driver's shards (irbis.train.ps.driver), if placed there
     input_format: Any = None  # irbis.train.stream.InputFormat of the features column (None: numbers)
     buffer_rows: int = 10_000  # rows a worker holds in memory: its whole share below it, a shuffle window above
@@ -130,7 +132,7 @@ def _setup(spec: TrainSpec, shard: Shard, ctx: WorkerContext,
     if channels_last(spec):
         model = model.to(memory_format=torch.channels_last)
     flat = FlatParams(list(model.parameters()))
-    opt = make_optimizer(spec.optimizer, _param_groups(model, spec), spec.learning_rate, spec.momentum,
+    opt = make_optimizer(spec.optimizer, param_groups(model, spec.lr_factors, spec.learning_rate), spec.learning_rate, spec.momentum,
                          spec.unit_gain)
     strategy = make_strategy(spec.strategy, **spec.strategy_options)
     train, val, skipped = worker_rows(shard, spec, ctx.rank, model)
@@ -161,45 +163,6 @@ def _setup(spec: TrainSpec, shard: Shard, ctx: WorkerContext,
     if resume is not None and "batchSize" in resume:  # the size the search had chosen when the cut was made
         _use_batch(run, int(resume["batchSize"]))
     return run, resume
-
-
-class WeightedCrossEntropy:
-    """Cross-entropy with class weights; classes the labels never reach (outputs beyond the weights) weigh 1."""
-
-    def __init__(self, weight: torch.Tensor) -> None:
-        self.weight = weight
-
-    def __call__(self, output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-        classes = output.shape[1]
-        if len(self.weight) < classes:
-            self.weight = torch.cat([self.weight, self.weight.new_ones(classes - len(self.weight))])
-        return torch.nn.functional.cross_entropy(output, target, weight=self.weight[:classes])
-
-
-def _param_groups(model: torch.nn.Module, spec: TrainSpec) -> Any:
-    """The optimizer's parameters: one group, or one per ``spec.lr_factors`` prefix (its rate times the
-    factor; the rest at the base rate). Frozen parameters (``requires_grad=False``) are left out."""
-    named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
-    if not spec.lr_factors:
-        return [p for _, p in named]
-    groups: dict[float, list[torch.nn.Parameter]] = {}
-    for name, p in named:
-        factor = next((f for prefix, f in spec.lr_factors.items() if name.startswith(prefix)), 1.0)
-        groups.setdefault(factor, []).append(p)
-    return [{"params": ps, "lr": spec.learning_rate * f} for f, ps in groups.items()]
-
-
-def class_weights(weights: str | list[float], labels: np.ndarray, comm: Any) -> torch.Tensor:
-    """Cross-entropy class weights: ``"balanced"`` gives class ``c`` the weight ``n / (K * n_c)`` over every
-    worker's training rows (scikit-learn's rule; K is the largest label + 1), a list gives its own."""
-    if not isinstance(weights, str):
-        return torch.tensor(weights, dtype=torch.float32)
-    labels = labels[np.isfinite(labels)].astype(np.int64)
-    top = torch.tensor([float(labels.max()) if len(labels) else 0.0], dtype=torch.float64)
-    k = int(max(t.item() for t in comm.all_gather(top))) + 1
-    counts = torch.from_numpy(np.bincount(labels, minlength=k)[:k].astype(np.float64))
-    comm.all_reduce_sum(counts)
-    return (counts.sum() / (k * counts.clamp(min=1))).float()
 
 
 def channels_last(spec: TrainSpec) -> bool:
@@ -330,18 +293,13 @@ def _epoch_record(run: _Run, epoch: int, sums: torch.Tensor, done: int, seconds:
     return rec
 
 
-def _rate(run: _Run, epoch: int, progress: float) -> float:
+def _rate(run: _Run, epoch: int, progress: float, batch_size: int | None = None) -> float:
     """The factor on the base rate ``progress`` epochs into training (see :func:`irbis.train.optim.rate_factor`);
-    ``lr_scaling`` scales it by the rows of one update (:func:`irbis.train.optim.update_batch`) over
-    ``reference_batch_size`` (0: one worker's batch)."""
+    ``lr_scaling`` scales it by the rows of one update (:func:`irbis.train.optim.update_batch`) of
+    ``batch_size`` rows per worker (None: the size in use; the search's candidates) over
+    ``reference_batch_size`` (0: one worker's batch; under ``batchSize="auto"`` the smallest candidate)."""
     spec = run.spec
-    return _rate_for(run, spec.batch_size, epoch, progress)
-
-
-def _rate_for(run: _Run, batch_size: int, epoch: int, progress: float) -> float:
-    """:func:`_rate` for a batch of ``batch_size`` per worker (the search's candidates); the reference batch
-    under ``batchSize="auto"`` is the smallest candidate unless ``reference_batch_size`` is set."""
-    spec = run.spec
+    batch_size = batch_size or spec.batch_size
     rows = update_batch(run.dopt.strategy, batch_size, run.ctx.world_size)
     reference = spec.reference_batch_size or (spec.auto_batch.smallest if spec.auto_batch else batch_size)
     scale = batch_scale(spec.lr_scaling, rows, reference)
@@ -378,11 +336,9 @@ def _train(run: _Run, resume: dict[str, Any] | None) -> float:
         run.search = None
         auto = run.spec.auto_batch
         if auto is not None and epoch % auto.every == 0 and not (first and start_step > 0):
-            layout = (lambda t: t.contiguous(memory_format=torch.channels_last) if t.dim() == 4 else t) \
-                if channels_last(run.spec) else (lambda t: t)
             run.search = search_batch(run.model, run.dopt, ctx, run.loss_fn, run.train, auto, run.spec.batch_size,
-                                      spec.seed, epoch, spec.device, _label_dtype(spec), layout,
-                                      lambda b: _rate_for(run, b, epoch, epoch))
+                                      spec.seed, epoch, spec.device, _label_dtype(spec), channels_last(spec),
+                                      lambda b: _rate(run, epoch, epoch, b))
             _use_batch(run, run.search["batchSize"])
         set_lr(run.dopt.optimizer, _rate(run, epoch, epoch))
         sums = resume["sums"].clone() if first else torch.zeros(2, dtype=torch.float64)

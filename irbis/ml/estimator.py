@@ -24,6 +24,7 @@ import sys
 import uuid
 import warnings
 from collections.abc import Callable
+from dataclasses import replace
 from functools import partial
 from typing import Any
 
@@ -41,8 +42,9 @@ from irbis.ml.torch_model import TorchModel
 from irbis.refs import canonical, is_reference, is_unsaved, reference, resolve, unsaved
 from irbis.train import checkpoint as ckpt
 from irbis.train.auto_batch import DEFAULT_CANDIDATES, AutoBatch
+from irbis.train.batchnorm import BATCHNORM_RECOMPUTE
 from irbis.train.health import NAN_POLICIES
-from irbis.train.loop import BATCHNORM_RECOMPUTE, TrainSpec
+from irbis.train.loop import TrainSpec
 from irbis.train.networks import build_network, network_spec
 from irbis.train.optim import LOSSES, LR_SCALINGS, OPTIMIZERS, make_loss, validate_schedule
 from irbis.train.strategies import STRATEGIES, make_strategy
@@ -418,8 +420,9 @@ class TorchEstimator(renamed_mixin("_EstimatorRenamed", ESTIMATOR_RENAMED), Irbi
             reference_batch_size=self.getReferenceBatchSize(), token_budget=self.getTokenBudget()), strategy
 
     def _input_format(self, dataset: Any, spec: TrainSpec) -> Any:
-        """How the workers read the features column (:class:`~irbis.train.stream.InputFormat`); sets
-        ``spec.input_shape`` for images. Raises naming the Param for a combination that cannot work."""
+        """How the workers read the features column (:class:`~irbis.train.stream.InputFormat`); its ``shape``
+        is the job's input shape (the preprocessing's for images, else ``spec.input_shape``). Raises naming
+        the Param for a combination that cannot work."""
         from irbis.kernels.image_augment import parse_augmentation
         from irbis.models import preprocessing_for
         from irbis.spark.training import input_kind
@@ -444,9 +447,8 @@ class TorchEstimator(renamed_mixin("_EstimatorRenamed", ESTIMATOR_RENAMED), Irbi
         if kind == "tensor" and spec.input_shape is None:
             raise ValueError(f"TorchEstimator: inputCol {col!r} is binary: set imagePreprocessing when it holds "
                              f"encoded image files, or inputShape (and inputDtype) when it holds tensor bytes")
-        if preprocessing is not None:
-            spec.input_shape = list(preprocessing.input_shape)
-        return InputFormat(kind, spec.input_shape, self.getInputDtype(),
+        shape = list(preprocessing.input_shape) if preprocessing is not None else spec.input_shape
+        return InputFormat(kind, shape, self.getInputDtype(),
                            None if preprocessing is None else preprocessing.to_dict(), augmentation)
 
     # -- fit -------------------------------------------------------------------------------------
@@ -474,22 +476,24 @@ class TorchEstimator(renamed_mixin("_EstimatorRenamed", ESTIMATOR_RENAMED), Irbi
         spec, strategy = self._spec()
         frame = training_frame(dataset, self.getInputCol(), self.getLabelCol(),
                                binary_as="encoded" if self.getImagePreprocessing() else "tensor")
-        spec.input_format = self._input_format(dataset, spec)
+        fmt = self._input_format(dataset, spec)
         if spec.early_stopping_patience and not spec.validation_fraction:
             raise ParamValueError("earlyStoppingPatience", spec.early_stopping_patience,
                                   "0 unless validationFraction > 0 (early stopping watches the validation loss)")
         check_device(dataset.sparkSession, spec.device)
         self._check_rows(frame)
         module = build_network(spec.network)
+        checkpoint_dir = None
         if self.isDefined(self.checkpointDir):
-            spec.checkpoint_dir = posixpath.join(self.getCheckpointDir(), f"{self.uid}-{uuid.uuid4().hex[:8]}")
-            ckpt.make_run_dir(spec.checkpoint_dir)
-            if "://" not in spec.checkpoint_dir and not is_local_master(dataset.sparkSession):
+            checkpoint_dir = posixpath.join(self.getCheckpointDir(), f"{self.uid}-{uuid.uuid4().hex[:8]}")
+            ckpt.make_run_dir(checkpoint_dir)
+            if "://" not in checkpoint_dir and not is_local_master(dataset.sparkSession):
                 _log.warning("TorchEstimator: checkpointDir %r is a local path; the workers write it on the "
                              "executors' hosts and a retried task may run on another, so it must be a mount every "
                              "host shares, or give a URI (hdfs://, s3://, gs://, abfs://)", self.getCheckpointDir())
         session = dataset.sparkSession
-        spec.torch_threads = int(session.conf.get("spark.task.cpus", "1") or 1)
+        spec = replace(spec, input_format=fmt, input_shape=fmt.shape, checkpoint_dir=checkpoint_dir,
+                       torch_threads=int(session.conf.get("spark.task.cpus", "1") or 1))
         columns = (self.getInputCol(), self.getLabelCol())
         server = self._progress_server(spec, session)
         try:

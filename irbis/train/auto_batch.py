@@ -6,7 +6,7 @@ given learning rate there is a largest minibatch that still converges, so at the
 again every ``every`` epochs, the workers try candidate sizes on a small held sample of their rows from
 the current weights and keep the largest one that still learns about as much as the smallest.
 
-One search (``irbis.train.loop._search_batch``), on every worker at once:
+One search (:func:`search_batch`), on every worker at once:
 
 1. A seeded sample of ``sample_rows`` of each worker's training rows, more on large data (up to 5% of
    them, as many as ``min_steps`` steps of the largest candidate need), to train on, and a quarter as
@@ -47,9 +47,11 @@ record). One seed reproduces the sizes and the weights.
 
 from __future__ import annotations
 
+import copy
 import math
 import os
-from collections.abc import Iterable
+import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -57,6 +59,8 @@ import numpy as np
 import torch
 
 from irbis.train.optim import set_lr
+from irbis.train.rows import Rows
+from irbis.train.strategy import DistributedOptimizer, WorkerContext
 
 #: Candidate sizes per worker when the estimator's ``autoBatchSizes`` is not set.
 DEFAULT_CANDIDATES = (16, 32, 64, 128, 256, 512)
@@ -207,3 +211,86 @@ def seeded_rows(n: int, count: int, seed: int, rank: int, epoch: int) -> np.ndar
     """``count`` of ``n`` row ids, drawn from ``(seed, rank, epoch)`` apart from the training order's draws."""
     rng = np.random.default_rng([seed, rank, epoch, 0xA07B])
     return np.sort(rng.choice(n, size=min(count, n), replace=False))
+
+
+def snapshot(model: torch.nn.Module, dopt: DistributedOptimizer) -> tuple[torch.Tensor, dict[str, torch.Tensor],
+                                                                         dict[str, Any]]:
+    """The weights, buffers (BatchNorm statistics) and optimizer state, copied: what a trial starts from."""
+    return (dopt.flat.weights.clone(), {k: v.clone() for k, v in model.named_buffers()},
+            copy.deepcopy(dopt.optimizer.state_dict()))
+
+
+def restore(model: torch.nn.Module, dopt: DistributedOptimizer,
+            snap: tuple[torch.Tensor, dict[str, torch.Tensor], dict[str, Any]]) -> None:
+    """Go back to a :func:`snapshot`."""
+    weights, buffers, state = snap
+    dopt.flat.weights.copy_(weights)
+    for k, v in model.named_buffers():
+        v.copy_(buffers[k])
+    dopt.optimizer.load_state_dict(copy.deepcopy(state))  # a copy: load_state_dict keeps what it is given
+
+
+def search_batch(model: torch.nn.Module, dopt: DistributedOptimizer, ctx: WorkerContext, loss_fn: Any, rows: Rows,
+                 auto: AutoBatch, current: int, seed: int, epoch: int, device: str, label_dtype: Any,
+                 channels_last: bool, rate: Callable[[int], float]) -> dict[str, Any]:
+    """``batchSize="auto"``: try the size in use (``current``) and the larger candidates on a held sample of
+    the workers' training ``rows`` from the current weights, and keep the largest that learns about as much
+    as the size in use (see the module docstring). ``channels_last``: image batches are laid out so for the
+    steps, as training's are; ``rate(b)`` is the factor on the base rate of a step of ``b`` rows per worker.
+    Returns ``{"batchSize", "losses": {size: loss after its trial, "start": loss before}, "samples",
+    "seconds"}``, alike on every worker (the losses are averaged over them). Training goes on from the kept
+    size's trial (its steps were synchronous steps on training rows); the other trials are undone. Where no
+    larger candidate can be tried there is nothing to compare and no trial runs (``losses`` is empty)."""
+    t0 = time.perf_counter()
+    n = sample_size(auto, rows.row_bytes(), len(rows) * 4 // 5)
+    sample = rows.sample(seeded_rows(len(rows), n + max(n // 4, 1), seed, ctx.rank, epoch), device, label_dtype)
+    total_rows = min(n + max(n // 4, 1), len(rows))
+
+    def rows_of(lo: int, hi: int, b: int) -> Iterable[tuple[torch.Tensor, torch.Tensor]]:
+        return ((xb.contiguous(memory_format=torch.channels_last) if channels_last and xb.dim() == 4 else xb, yb)
+                for xb, yb in sample(lo, hi, b))
+
+    # the trials train on the first n rows and are judged on the rest;
+    # every worker tries the same sizes: the smallest sample and the least memory among them decide
+    memory = max_rows_in_memory(model, next(iter(rows_of(0, 2, 2)))[0], device)
+    mine = torch.tensor([float(n), float("inf") if memory is None else float(memory)], dtype=torch.float64)
+    least, room = torch.stack(ctx.comm.all_gather(mine)).min(0).values.tolist()
+    tried = [current] + [b for b in auto.candidates if current < b <= room and least // b >= auto.min_steps]
+    if len(tried) == 1:
+        return {"batchSize": current, "losses": {}, "samples": 0, "seconds": mean_seconds(ctx, t0)}
+    steps_rows = int(least) - int(least) % tried[-1]  # every size sees the same rows: whole steps of the largest
+    flat, opt = dopt.flat, dopt.optimizer
+    start_state, kept = snapshot(model, dopt), None
+    chunk = auto.smallest
+    samples = 0
+    found: dict[int, float] = {}
+    with torch.random.fork_rng(devices=[]):  # the trials' draws (dropout) leave training's as they were
+        start = torch.tensor([mean_loss(model, loss_fn, rows_of(n, total_rows, chunk))], dtype=torch.float64)
+        ctx.comm.all_reduce_mean(start)  # every worker decides alike: on the losses averaged over them
+        for b in tried:  # upward from the size in use, stopping at the first that does not keep up
+            if b != current:
+                restore(model, dopt, start_state)
+            samples += trial(model, opt, flat, ctx.comm, loss_fn,
+                             rows_of(0, min(max(steps_rows // b, 1) * b, n), b), rate(b))
+            loss = torch.tensor([mean_loss(model, loss_fn, rows_of(n, total_rows, chunk))], dtype=torch.float64)
+            samples += total_rows - n
+            ctx.comm.all_reduce_mean(loss)
+            found[b] = float(loss)
+            if chosen(found, float(start), auto.tolerance) != b:
+                break
+            kept = snapshot(model, dopt) if b != tried[-1] else None  # the last size's state is the model's own
+    size = chosen(found, float(start), auto.tolerance)
+    if kept is not None:  # a later size failed: go on from the kept size's trial
+        restore(model, dopt, kept)
+    flat.grads.zero_()
+    total = torch.tensor([float(samples)], dtype=torch.float64)
+    ctx.comm.all_reduce_sum(total)
+    return {"batchSize": size, "losses": {"start": float(start), **{str(b): v for b, v in found.items()}},
+            "samples": int(total.item()), "seconds": mean_seconds(ctx, t0)}
+
+
+def mean_seconds(ctx: WorkerContext, t0: float) -> float:
+    """Seconds since ``t0``, averaged over the workers (alike in every worker's record)."""
+    seconds = torch.tensor([time.perf_counter() - t0], dtype=torch.float64)
+    ctx.comm.all_reduce_mean(seconds)
+    return float(seconds)

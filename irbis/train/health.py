@@ -50,11 +50,10 @@ def growth_warning(first: float, last: float, epoch: int, learning_rate: float, 
             f"rate ({learning_rate:g}) may be too high")
 
 
-def non_finite_error(comm: Any, watch: LossWatch, train: tuple[torch.Tensor, torch.Tensor], epoch: int,
-                     steps_per_epoch: int, learning_rate: float) -> NonFiniteLossError:
-    """The error every rank raises alike (one all-gather): first bad step, and the non-finite rows."""
-    x, y = train
-    rows = (~torch.isfinite(x.reshape(len(x), -1)).all(1) | ~torch.isfinite(y.double())).sum()
+def non_finite_error(comm: Any, watch: LossWatch, rows: int, epoch: int, steps_per_epoch: int,
+                     learning_rate: float) -> NonFiniteLossError:
+    """The error every rank raises alike (one all-gather): first bad step, and the non-finite rows (``rows``:
+    this worker's training rows with a non-finite feature or label)."""
     found = [t.tolist() for t in comm.all_gather(torch.tensor([float(watch.bad_step), float(rows)],
                                                               dtype=torch.float64))]
     step = int(min(b for b, _ in found if b > 0))

@@ -9,13 +9,11 @@ when, belongs to the strategy.
 from __future__ import annotations
 
 import contextlib
-import copy
 import io
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
-from functools import partial
 from typing import Any
 
 import numpy as np
@@ -23,14 +21,16 @@ import torch
 
 from irbis.kernels.sequences import PadStats
 from irbis.train import checkpoint as ckpt
-from irbis.train.auto_batch import AutoBatch, chosen, max_rows_in_memory, mean_loss, sample_size, seeded_rows, trial
-from irbis.train.data import (Augment, BatchRounds, Shard, batch_rng, drop_nonfinite, epoch_batches, iterate,
-                              prefetched, split_validation)
-from irbis.train.health import NAN_POLICIES, LossWatch, growth_warning, non_finite_error
+from irbis.train.auto_batch import AutoBatch, search_batch
+from irbis.train.batchnorm import average_buffers, recompute_batchnorm
+from irbis.train.data import Augment, Shard
+from irbis.train.evaluate import AUC_BINS, auc_from_histograms, evaluate
+from irbis.train.health import LossWatch, growth_warning, non_finite_error
 from irbis.train.networks import build_network
-from irbis.train.optim import LossFn, batch_scale, make_loss, make_optimizer, rate_factor, set_lr, update_batch
-from irbis.train.sequences import (RaggedRows, check_network, first_batch, forward, input_kind, is_ragged,
-                                   usable_rows)
+from irbis.train.optim import (LossFn, WeightedCrossEntropy, batch_scale, class_weights, make_loss, make_optimizer,
+                               param_groups, rate_factor, set_lr, update_batch)
+from irbis.train.rows import Rows, worker_rows
+from irbis.train.sequences import forward
 from irbis.train.strategies import make_strategy
 from irbis.train.strategy import DistributedOptimizer, FlatParams, WorkerContext
 
@@ -43,9 +43,10 @@ _INIT_LOCK = threading.Lock()
 PROGRESS_UPDATES = 20
 
 
-@dataclass
+@dataclass(frozen=True)
 class TrainSpec:
-    """Everything a worker needs, as plain picklable values."""
+    """Everything a worker needs, as plain picklable values; built once (``dataclasses.replace`` for a
+    changed copy)."""
 
     network: dict[str, Any]
     epochs: int = 10
@@ -68,7 +69,7 @@ class TrainSpec:
     prefetch: bool = False
     torch_threads: int | None = None
     slow_workers: dict[int, float] = field(default_factory=dict)  # tests/benchmarks: rank -> slowdown
-    nan_policy: str = "error"  # one of NAN_POLICIES
+    nan_policy: str = "error"  # one of irbis.train.health.NAN_POLICIES
     ps_endpoint: dict[str, Any] | None = None  # the driver's shards (irbis.train.ps.driver), if placed there
     input_format: Any = None  # irbis.train.stream.InputFormat of the features column (None: numbers)
     buffer_rows: int = 10_000  # rows a worker holds in memory: its whole share below it, a shuffle window above
@@ -77,7 +78,7 @@ class TrainSpec:
     early_stopping_patience: int = 0  # epochs without a better validation loss before stopping (0: never)
     classes_param: str | None = None  # the user's Param that set the network's classes, for the label error
     lr_factors: dict[str, float] = field(default_factory=dict)  # parameter-name prefix -> learning-rate factor
-    recompute_batchnorm: str = "auto"  # one of BATCHNORM_RECOMPUTE, see _recompute_batchnorm
+    recompute_batchnorm: str = "auto"  # irbis.train.batchnorm.BATCHNORM_RECOMPUTE, see recompute_batchnorm
     lr_scaling: str = "none"  # irbis.train.optim.LR_SCALINGS: the rate times the batch scaling
     warmup_epochs: float = 0.0  # epochs over which the batch scaling climbs from 1, step by step
     reference_batch_size: int = 0  # the batch learning_rate is meant for (0: batch_size, one worker's)
@@ -107,8 +108,8 @@ class _Run:
     model: torch.nn.Module
     dopt: DistributedOptimizer
     loss_fn: LossFn
-    train: Any  # (x, y) tensors, or StreamRows (irbis.train.stream)
-    val: Any
+    train: Rows
+    val: Rows
     steps_per_epoch: int
     history: list[dict[str, Any]] = field(default_factory=list)
     report: Report | None = None
@@ -116,17 +117,8 @@ class _Run:
     watch: LossWatch | None = None
     computed: int = 0  # steps this worker computed a gradient for (see Strategy.step_decided)
     best: tuple[float, int, dict[str, torch.Tensor]] | None = None  # early stopping: loss, epoch, weights
-    rows: int = 0  # the most training rows a worker has (steps_per_epoch: this over the batch size)
+    rows: int = 0  # the most training rows a worker has (fixed-size batches: steps_per_epoch is this over the size)
     search: dict[str, Any] | None = None  # the epoch's batch-size search (batchSize="auto"), for its record
-
-
-def _tensors(shard: Shard, spec: TrainSpec, loss: str | LossFn) -> tuple[torch.Tensor, torch.Tensor]:
-    # np.require copies only what is read-only (Arrow-backed) or not C-contiguous float32
-    x = torch.from_numpy(np.require(shard.x, np.float32, ["C", "W"]))
-    if spec.input_shape:
-        x = x.view(len(shard), *spec.input_shape)
-    ydtype = np.int64 if loss == "cross_entropy" else np.float32
-    return x.to(spec.device), torch.from_numpy(np.require(shard.y, ydtype, ["C", "W"])).to(spec.device)
 
 
 def _setup(spec: TrainSpec, shard: Shard, ctx: WorkerContext,
@@ -140,41 +132,14 @@ def _setup(spec: TrainSpec, shard: Shard, ctx: WorkerContext,
     if channels_last(spec):
         model = model.to(memory_format=torch.channels_last)
     flat = FlatParams(list(model.parameters()))
-    opt = make_optimizer(spec.optimizer, _param_groups(model, spec), spec.learning_rate, spec.momentum,
+    opt = make_optimizer(spec.optimizer, param_groups(model, spec.lr_factors, spec.learning_rate), spec.learning_rate, spec.momentum,
                          spec.unit_gain)
     strategy = make_strategy(spec.strategy, **spec.strategy_options)
-    ragged = is_ragged(shard.x) if isinstance(shard, Shard) else \
-        (spec.input_format is not None and spec.input_format.sequences)
-    if ragged and spec.auto_batch is not None:
-        raise ValueError("batchSize='auto' does not apply to variable-length rows: their batches are cut "
-                         "by tokenBudget; give batchSize as a number (the most rows of a batch)")
-    if isinstance(shard, Shard) and ragged:  # variable-length rows (irbis.train.sequences)
-        keep, skipped = usable_rows(shard.x, shard.y, spec.nan_policy)
-        tr, va = split_validation(Shard(shard.x[keep], shard.y[keep]), spec.validation_fraction,
-                                  spec.seed + 7919 * ctx.rank)
-        kind, ydtype = input_kind(model), _label_dtype(spec)
-        train, val = (RaggedRows(s.x, np.asarray(s.y, ydtype), kind, spec.token_budget, spec.batch_size)
-                      for s in (tr, va))
-    elif isinstance(shard, Shard):
-        shard, skipped = drop_nonfinite(shard) if spec.nan_policy == "skip" else (shard, 0)
-        tr, va = split_validation(shard, spec.validation_fraction, spec.seed + 7919 * ctx.rank)
-        train, val = _tensors(tr, spec, spec.loss), _tensors(va, spec, spec.loss)
-    else:  # a SpilledShard (irbis.train.stream): rows read back a batch at a time
-        tr, va, skipped = shard.split(spec.validation_fraction, spec.seed + 7919 * ctx.rank, spec.nan_policy)
-        train, val = tr, va
-        if ragged:  # token ids past the buffer: length batches within each shuffle window
-            for rows in (tr, va):
-                rows.use_lengths(input_kind(model), spec.token_budget, spec.batch_size)
-    first = first_batch(train, spec.device, _label_dtype(spec)) if ragged else None
-    if first is not None:
-        check_network(model, first[0], train.kind, first[1])
-    # ragged rows: the most length batches of an epoch (streamed windows differ by epoch: the most of any)
-    batches = len(train.plan()) if isinstance(train, RaggedRows) else \
-        max((train.batch_count(spec.seed, ctx.rank, e) for e in range(spec.epochs)), default=0) if ragged else 0
-    counts = [c.tolist() for c in ctx.comm.all_gather(torch.tensor([len(tr), skipped, batches],
-                                                                   dtype=torch.int64))]
-    # ragged rows: the largest worker's count of length batches (the others repeat some, see RaggedRows)
-    steps = max(c[2] for c in counts) if ragged else -(-max(c[0] for c in counts) // spec.batch_size)
+    train, val, skipped = worker_rows(shard, spec, ctx.rank, model)
+    steps = train.step_count(spec.batch_size, spec.seed, ctx.rank, spec.epochs)
+    counts = [c.tolist() for c in ctx.comm.all_gather(torch.tensor([len(train), skipped, steps], dtype=torch.int64))]
+    # every worker takes the steps of the one with the most batches (the others repeat some rows)
+    steps = max(c[2] for c in counts)
     if min(c[0] for c in counts) == 0:
         raise ValueError(f"a worker has no training rows (rows per worker: {[c[0] for c in counts]}); "
                          "use fewer workers or more data")
@@ -192,55 +157,12 @@ def _setup(spec: TrainSpec, shard: Shard, ctx: WorkerContext,
         dopt.load_state_dict(resume["optimizer"])
     loss_fn = make_loss(spec.loss)
     if spec.class_weights is not None and spec.loss == "cross_entropy":
-        loss_fn = WeightedCrossEntropy(class_weights(spec.class_weights, _labels(train), ctx.comm).to(spec.device))
+        loss_fn = WeightedCrossEntropy(class_weights(spec.class_weights, train.labels(), ctx.comm).to(spec.device))
     run = _Run(spec, ctx, model, dopt, loss_fn, train, val, steps, list(manifest["history"]) if manifest else [],
                skipped=sum(c[1] for c in counts), rows=max(c[0] for c in counts))
     if resume is not None and "batchSize" in resume:  # the size the search had chosen when the cut was made
         _use_batch(run, int(resume["batchSize"]))
     return run, resume
-
-
-class WeightedCrossEntropy:
-    """Cross-entropy with class weights; classes the labels never reach (outputs beyond the weights) weigh 1."""
-
-    def __init__(self, weight: torch.Tensor) -> None:
-        self.weight = weight
-
-    def __call__(self, output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-        classes = output.shape[1]
-        if len(self.weight) < classes:
-            self.weight = torch.cat([self.weight, self.weight.new_ones(classes - len(self.weight))])
-        return torch.nn.functional.cross_entropy(output, target, weight=self.weight[:classes])
-
-
-def _param_groups(model: torch.nn.Module, spec: TrainSpec) -> Any:
-    """The optimizer's parameters: one group, or one per ``spec.lr_factors`` prefix (its rate times the
-    factor; the rest at the base rate). Frozen parameters (``requires_grad=False``) are left out."""
-    named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
-    if not spec.lr_factors:
-        return [p for _, p in named]
-    groups: dict[float, list[torch.nn.Parameter]] = {}
-    for name, p in named:
-        factor = next((f for prefix, f in spec.lr_factors.items() if name.startswith(prefix)), 1.0)
-        groups.setdefault(factor, []).append(p)
-    return [{"params": ps, "lr": spec.learning_rate * f} for f, ps in groups.items()]
-
-
-def _labels(rows: Any) -> np.ndarray:
-    return rows.labels() if not isinstance(rows, tuple) else rows[1].cpu().numpy()
-
-
-def class_weights(weights: str | list[float], labels: np.ndarray, comm: Any) -> torch.Tensor:
-    """Cross-entropy class weights: ``"balanced"`` gives class ``c`` the weight ``n / (K * n_c)`` over every
-    worker's training rows (scikit-learn's rule; K is the largest label + 1), a list gives its own."""
-    if not isinstance(weights, str):
-        return torch.tensor(weights, dtype=torch.float32)
-    labels = labels[np.isfinite(labels)].astype(np.int64)
-    top = torch.tensor([float(labels.max()) if len(labels) else 0.0], dtype=torch.float64)
-    k = int(max(t.item() for t in comm.all_gather(top))) + 1
-    counts = torch.from_numpy(np.bincount(labels, minlength=k)[:k].astype(np.float64))
-    comm.all_reduce_sum(counts)
-    return (counts.sum() / (k * counts.clamp(min=1))).float()
 
 
 def channels_last(spec: TrainSpec) -> bool:
@@ -280,46 +202,6 @@ def _checkpoint(run: _Run, epoch: int, step_in_epoch: int, sums: torch.Tensor) -
         ckpt.commit(spec.checkpoint_dir, run.dopt.steps, {"worldSize": ctx.world_size, "history": run.history})
 
 
-#: Score bins of the two-class ROC AUC of the validation rows (histograms summed over the workers).
-AUC_BINS = 1000
-
-
-def _evaluate(run: _Run) -> tuple[float, float, int, torch.Tensor]:
-    """Validation loss·n, correct rows, rows, and the histograms of the positive class's probability of the
-    negative and the positive rows (for the AUC; zeros unless the network has two outputs)."""
-    hist = torch.zeros(2, AUC_BINS, dtype=torch.float64)
-    if len(run.val) == 0 or (isinstance(run.val, tuple) and len(run.val[1]) == 0):
-        return 0.0, 0.0, 0, hist
-    batches = [run.val] if isinstance(run.val, tuple) else run.val.in_order(
-        max(run.spec.batch_size, 64), run.spec.device, _label_dtype(run.spec))
-    loss = correct = 0.0
-    n = 0
-    run.model.eval()
-    with torch.no_grad():
-        for xv, yv in batches:
-            out = forward(run.model, xv)
-            loss += float(run.loss_fn(out, yv)) * len(yv)
-            n += len(yv)
-            if out.dim() == 2 and yv.dtype == torch.int64:
-                correct += float((out.argmax(1) == yv).sum())
-                if out.shape[1] == 2:
-                    score = torch.softmax(out.float(), 1)[:, 1].cpu()
-                    bins = (score * AUC_BINS).long().clamp(0, AUC_BINS - 1)
-                    for c in (0, 1):
-                        hist[c] += torch.bincount(bins[yv.cpu() == c], minlength=AUC_BINS).double()
-    run.model.train()
-    return loss, correct, n, hist
-
-
-def auc_from_histograms(hist: torch.Tensor) -> float | None:
-    """ROC AUC from score histograms of the negative and positive rows (ties within a bin count half)."""
-    neg, pos = hist[0], hist[1]
-    if neg.sum() == 0 or pos.sum() == 0:
-        return None
-    below = torch.cumsum(neg, 0) - neg  # negatives in lower bins
-    return float(((below + 0.5 * neg) * pos).sum() / (neg.sum() * pos.sum()))
-
-
 def _label_dtype(spec: TrainSpec) -> Any:
     return np.int64 if spec.loss == "cross_entropy" else np.float32
 
@@ -327,33 +209,23 @@ def _label_dtype(spec: TrainSpec) -> Any:
 def _run_epoch(run: _Run, epoch: int, start: int, sums: torch.Tensor) -> tuple[torch.Tensor, int]:
     """Train one epoch from batch ``start``; ``sums`` = [loss·n, n] so far; also rows done now."""
     spec, ctx, dopt = run.spec, run.ctx, run.dopt
-    x, y = run.train if isinstance(run.train, tuple) else (None, None)
-    n_rows = len(run.train[1]) if isinstance(run.train, tuple) else len(run.train)
     cuts = bool(spec.checkpoint_dir and spec.checkpoint_every)  # mid-epoch cuts need every worker at one step
     free = not cuts and dopt.strategy.job_steps() is not None
-    if free:  # the job's steps for the epoch, shared out by speed (see Strategy.job_steps)
-        batches: Sequence[np.ndarray] = BatchRounds(n_rows, spec.batch_size, run.steps_per_epoch, spec.seed,
-                                                    ctx.rank, epoch, ctx.world_size)
-        target = (epoch + 1) * run.steps_per_epoch * ctx.world_size
-    else:
-        batches = epoch_batches(n_rows, spec.batch_size, run.steps_per_epoch, spec.seed, ctx.rank, epoch)
-    rng_of = partial(batch_rng, spec.seed, ctx.rank, epoch)
+    # where the workers run free, the job's steps for the epoch are shared out by speed (see
+    # Strategy.job_steps): a fast worker goes on into further rounds of its rows
+    target = (epoch + 1) * run.steps_per_epoch * ctx.world_size if free else 0
     every = max(1, run.steps_per_epoch // PROGRESS_UPDATES)
     loss_sum, done = torch.zeros((), device=spec.device), 0
     run.watch = LossWatch(spec.device)
-    if getattr(run.train, "stats", None) is not None:  # variable-length rows: this epoch's padding
+    if run.train.stats is not None:  # variable-length rows: this epoch's padding
         run.train.stats = PadStats()
     if free and dopt.strategy.job_steps() >= target:
         # the job made this epoch's steps without this worker: it was retried after it died, and replays
         # the epochs its peers finished (their records come back from the store) without taking steps
         return sums, 0
-    if isinstance(run.train, tuple):
-        stream = iterate(x, y, batches, spec.augment, rng_of, spec.prefetch, start)
-    else:  # decoded (and augmented) on a thread while the step runs
-        count = run.steps_per_epoch * (ctx.world_size if free else 1)
-        hook = None if spec.augment is None else (lambda xb, i: spec.augment(xb, rng_of(i)))
-        stream = prefetched(run.train.batches(spec.batch_size, count, spec.seed, ctx.rank, epoch, start,
-                                              spec.device, _label_dtype(spec), augment=True, hook=hook))
+    stream = run.train.train_batches(spec.batch_size, run.steps_per_epoch, spec.seed, ctx.rank, epoch, spec.device,
+                                     _label_dtype(spec), start, ctx.world_size if free else 1, spec.augment,
+                                     spec.prefetch)
     try:
         for i, (xb, yb) in enumerate(stream, start + 1):
             if spec.warmup_epochs > epoch:  # the rate climbs step by step while warming up
@@ -386,15 +258,15 @@ def _run_epoch(run: _Run, epoch: int, start: int, sums: torch.Tensor) -> tuple[t
 
 def _epoch_record(run: _Run, epoch: int, sums: torch.Tensor, done: int, seconds: float,
                   nbytes: int) -> dict[str, Any]:
-    vloss, correct, nval, hist = _evaluate(run)
+    vloss, correct, nval, hist = evaluate(run.model, run.loss_fn, run.val, max(run.spec.batch_size, 64),
+                                          run.spec.device, _label_dtype(run.spec))
     watched = run.watch.stats() if run.watch is not None else [0.0, 0.0, 0.0]
     stats = torch.cat([torch.tensor([float(sums[0]), float(sums[1]), vloss, correct, nval, done, seconds, nbytes,
                                      *watched], dtype=torch.float64), hist.reshape(-1)])
     run.ctx.comm.all_reduce_sum(stats)  # the record is made of collective results only: alike on every worker
     tl, tn, vl, vc, vn, dn, secs, sent, first, last, bad_ranks = stats[:11].tolist()
     if bad_ranks:
-        train = run.train if isinstance(run.train, tuple) else (torch.zeros(0, 1), torch.zeros(0))
-        raise non_finite_error(run.ctx.comm, run.watch, train, epoch + 1, run.steps_per_epoch,
+        raise non_finite_error(run.ctx.comm, run.watch, run.train.nonfinite_rows(), epoch + 1, run.steps_per_epoch,
                                run.spec.learning_rate)
     rec = {"epoch": epoch + 1, "loss": tl / max(tn, 1), "samplesPerSecond": dn / max(secs / run.ctx.world_size, 1e-9),
            "bytesPerStep": sent / run.ctx.world_size / max(run.steps_per_epoch, 1)}
@@ -411,7 +283,7 @@ def _epoch_record(run: _Run, epoch: int, sums: torch.Tensor, done: int, seconds:
         rec["searchSeconds"] = run.search["seconds"]
     if run.spec.nan_policy == "skip":
         rec["skippedRows"] = run.skipped
-    if getattr(run.train, "stats", None) is not None:  # padded tokens over real tokens, every worker's batches
+    if run.train.stats is not None:  # padded tokens over real tokens, every worker's batches
         pads = torch.tensor([run.train.stats.padded, run.train.stats.tokens], dtype=torch.float64)
         run.ctx.comm.all_reduce_sum(pads)
         rec["paddingWaste"] = float(pads[0] / pads[1]) if pads[1] else None
@@ -421,109 +293,13 @@ def _epoch_record(run: _Run, epoch: int, sums: torch.Tensor, done: int, seconds:
     return rec
 
 
-#: Batches of a worker's rows that BatchNorm's running statistics are recomputed over after training.
-BATCHNORM_BATCHES = 50
-#: ``TrainSpec.recompute_batchnorm`` (the estimator's ``recomputeBatchNorm``).
-BATCHNORM_RECOMPUTE = ("auto", "always", "never")
-
-
-def _recompute_batchnorm(run: _Run) -> None:
-    """Recompute BatchNorm's running statistics under the final weights (``recompute_batchnorm``).
-
-    :func:`update_bn` (``torch.optim.swa_utils.update_bn``, the fix for weight averaging, for the layers
-    that train) recomputes them as a plain mean over up to :data:`BATCHNORM_BATCHES` batches of this
-    worker's rows, unaugmented, as the model will see data; :func:`_average_buffers` then averages them
-    over the workers. The batches are shuffled and full, as training draws them (a pass after the last
-    epoch): the variance is a mean of per-batch variances, and batches taken in file order, where rows
-    may come grouped (by class, say), would leave out the variance between the groups. BatchNorm layers
-    that stay in eval mode (frozen by :func:`irbis.train.finetune.freeze_until`) keep their statistics
-    and normalise with them meanwhile: reset, as ``torch.optim.swa_utils.update_bn`` resets every
-    layer's, they made EfficientNet-Lite0 fine-tuned from ``_blocks.14`` answer one class for every image.
-
-    ``"auto"`` recomputes under every strategy, sync included. Under model averaging and block momentum no
-    replica gathered its statistics under the final weights, which are an average (block momentum on the
-    small CNN: 0.79 test accuracy, 0.99 recomputed); under the parameter-server strategies each replica
-    gathered its own under stale copies. Under ``sync`` the replicas share their weights, but the running
-    statistics are an exponential average (momentum 0.1) over the last tens of steps, each under older
-    weights than the final ones, so at a constant rate they lag: the small CNN on 3x32x32 digits (Adam
-    1e-3, 8 epochs, batch 64) tested at 0.958 on one worker and 0.972 on two as training left them, 0.994
-    and 0.997 recomputed (downpour on two, Adagrad server at 0.02, 6 epochs: 0.989, 0.994). Where the rate
-    decays to near zero (a cosine schedule) the averages settle and both gave 0.992. Across seeds the
-    recomputed statistics were also the steadier: width 8, 3 epochs, 5 seeds under each of SGD at 0.1
-    and Adam at 3e-3, 0.20-0.94 as left, 0.88-0.96 recomputed; on 8x8 inputs the mean rose by 0.3-1.5
-    points, though single seeds lost up to 1.4. The cost is up to :data:`BATCHNORM_BATCHES` forward
-    passes per worker, without gradients. ``"never"`` keeps the running averages as training left them
-    (what plain PyTorch does); ``"always"`` recomputes whatever ``"auto"`` may come to mean.
-    """
-    mode = run.spec.recompute_batchnorm
-    norms = [m for m in run.model.modules()
-             if isinstance(m, torch.nn.modules.batchnorm._BatchNorm) and m.track_running_stats]
-    if mode == "never" or not norms:
-        return
-    was_training = run.model.training
-    run.model.train()
-    norms = [m for m in norms if m.training]  # the others stay in eval mode: frozen
-    run.model.train(was_training)
-    if not norms:
-        return
-    spec, size = run.spec, run.spec.batch_size
-    n_rows = len(run.train[1]) if isinstance(run.train, tuple) else len(run.train)
-    count = min(BATCHNORM_BATCHES, -(-n_rows // size))
-    if isinstance(run.train, tuple):  # shuffled full batches, as training draws them, a pass after the last
-        loader: Any = [run.train[0][torch.from_numpy(ids).to(run.train[0].device)]
-                       for ids in epoch_batches(n_rows, size, count, spec.seed, run.ctx.rank, spec.epochs)]
-    else:
-        loader = (xb for xb, _ in run.train.batches(size, count, spec.seed, run.ctx.rank, spec.epochs, 0,
-                                                    spec.device, _label_dtype(spec), augment=False))
-    with torch.no_grad():
-        update_bn(loader, run.model, norms)
-
-
-def update_bn(loader: Any, model: torch.nn.Module, norms: list[torch.nn.Module]) -> None:
-    """``torch.optim.swa_utils.update_bn`` for the BatchNorm layers ``norms`` only: their running statistics
-    reset, then the plain mean (momentum None) of those of the batches of ``loader``, the model in training
-    mode. ``update_bn`` itself resets every layer's, also those of layers held in eval mode, which would then
-    normalise the batches with zero means and unit variances while the others' are gathered."""
-    momenta = {m: m.momentum for m in norms}
-    for m in norms:
-        m.reset_running_stats()
-        m.momentum = None
-    was_training = model.training
-    model.train()
-    try:
-        for xb in loader:
-            forward(model, xb)
-    finally:
-        for m, momentum in momenta.items():
-            m.momentum = momentum
-        model.train(was_training)
-
-
-def _average_buffers(model: torch.nn.Module, ctx: WorkerContext) -> None:
-    """Average floating-point buffers (BatchNorm statistics) so every replica returns the same model."""
-    bufs = [b for b in model.buffers() if b.is_floating_point()]
-    if not bufs or ctx.world_size == 1:
-        return
-    flat = torch.cat([b.reshape(-1) for b in bufs])
-    ctx.comm.all_reduce_mean(flat)
-    off = 0
-    for b in bufs:
-        b.copy_(flat[off:off + b.numel()].view_as(b))
-        off += b.numel()
-
-
-def _rate(run: _Run, epoch: int, progress: float) -> float:
+def _rate(run: _Run, epoch: int, progress: float, batch_size: int | None = None) -> float:
     """The factor on the base rate ``progress`` epochs into training (see :func:`irbis.train.optim.rate_factor`);
-    ``lr_scaling`` scales it by the rows of one update (:func:`irbis.train.optim.update_batch`) over
-    ``reference_batch_size`` (0: one worker's batch)."""
+    ``lr_scaling`` scales it by the rows of one update (:func:`irbis.train.optim.update_batch`) of
+    ``batch_size`` rows per worker (None: the size in use; the search's candidates) over
+    ``reference_batch_size`` (0: one worker's batch; under ``batchSize="auto"`` the smallest candidate)."""
     spec = run.spec
-    return _rate_for(run, spec.batch_size, epoch, progress)
-
-
-def _rate_for(run: _Run, batch_size: int, epoch: int, progress: float) -> float:
-    """:func:`_rate` for a batch of ``batch_size`` per worker (the search's candidates); the reference batch
-    under ``batchSize="auto"`` is the smallest candidate unless ``reference_batch_size`` is set."""
-    spec = run.spec
+    batch_size = batch_size or spec.batch_size
     rows = update_batch(run.dopt.strategy, batch_size, run.ctx.world_size)
     reference = spec.reference_batch_size or (spec.auto_batch.smallest if spec.auto_batch else batch_size)
     scale = batch_scale(spec.lr_scaling, rows, reference)
@@ -535,98 +311,6 @@ def _use_batch(run: _Run, batch_size: int) -> None:
     if batch_size != run.spec.batch_size:
         run.spec = replace(run.spec, batch_size=batch_size)
         run.steps_per_epoch = -(-run.rows // batch_size)
-
-
-def _snapshot(run: _Run) -> tuple[torch.Tensor, dict[str, torch.Tensor], dict[str, Any]]:
-    """The weights, buffers (BatchNorm statistics) and optimizer state, copied: what a trial starts from."""
-    return (run.dopt.flat.weights.clone(), {k: v.clone() for k, v in run.model.named_buffers()},
-            copy.deepcopy(run.dopt.optimizer.state_dict()))
-
-
-def _restore(run: _Run, snap: tuple[torch.Tensor, dict[str, torch.Tensor], dict[str, Any]]) -> None:
-    weights, buffers, state = snap
-    run.dopt.flat.weights.copy_(weights)
-    for k, v in run.model.named_buffers():
-        v.copy_(buffers[k])
-    run.dopt.optimizer.load_state_dict(copy.deepcopy(state))  # a copy: load_state_dict keeps what it is given
-
-
-def _search_batch(run: _Run, epoch: int) -> dict[str, Any]:
-    """``batchSize="auto"``: try the size in use and the larger candidates on a held sample of the workers'
-    rows from the current weights, and keep the largest that learns about as much as the size in use
-    (:mod:`irbis.train.auto_batch`).
-    Returns ``{"batchSize", "losses": {size: loss after its trial, "start": loss before}, "samples",
-    "seconds"}``, alike on every worker (the losses are averaged over them). Training goes on from the kept
-    size's trial (its steps were synchronous steps on training rows); the other trials are undone. Where no
-    larger candidate can be tried there is nothing to compare and no trial runs (``losses`` is empty)."""
-    t0 = time.perf_counter()
-    spec, ctx, model = run.spec, run.ctx, run.model
-    auto = spec.auto_batch
-    assert auto is not None
-    dtype = _label_dtype(spec)
-    to_layout = (lambda t: t.contiguous(memory_format=torch.channels_last) if t.dim() == 4 else t) \
-        if channels_last(spec) else (lambda t: t)
-    if isinstance(run.train, tuple):  # rows in memory: the sample too
-        x, y = run.train
-        n = sample_size(auto, x[0].numel() * x.element_size() if len(x) else 4, len(y) * 4 // 5)
-        ids = torch.from_numpy(seeded_rows(len(y), n + max(n // 4, 1), spec.seed, ctx.rank, epoch)).to(x.device)
-        x, y = to_layout(x[ids]), y[ids]
-        total_rows = len(y)
-
-        def rows_of(lo: int, hi: int, b: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-            return ((x[s:min(s + b, hi)], y[s:min(s + b, hi)]) for s in range(lo, hi, b))
-    else:  # a spilled shard (images, rows past the buffer): the sample is read a batch at a time
-        n = sample_size(auto, 0, len(run.train) * 4 // 5)
-        picked = run.train.ids[seeded_rows(len(run.train), n + max(n // 4, 1), spec.seed, ctx.rank, epoch)]
-        total_rows = len(picked)
-
-        def rows_of(lo: int, hi: int, b: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-            return ((to_layout(xb), yb) for xb, yb in run.train.take(picked[lo:hi], b, spec.device, dtype))
-    # the trials train on the first n rows and are judged on the rest;
-    # every worker tries the same sizes: the smallest sample and the least memory among them decide
-    memory = max_rows_in_memory(model, next(iter(rows_of(0, 2, 2)))[0], spec.device)
-    mine = torch.tensor([float(n), float("inf") if memory is None else float(memory)], dtype=torch.float64)
-    rows, room = torch.stack(ctx.comm.all_gather(mine)).min(0).values.tolist()
-    current = spec.batch_size
-    tried = [current] + [b for b in auto.candidates if current < b <= room and rows // b >= auto.min_steps]
-    if len(tried) == 1:
-        return {"batchSize": current, "losses": {}, "samples": 0, "seconds": _mean_seconds(ctx, t0)}
-    rows = int(rows) - int(rows) % tried[-1]  # every size sees the same rows: whole steps of the largest
-    flat, opt = run.dopt.flat, run.dopt.optimizer
-    start_state, kept = _snapshot(run), None
-    chunk = auto.smallest
-    samples = 0
-    found: dict[int, float] = {}
-    with torch.random.fork_rng(devices=[]):  # the trials' draws (dropout) leave training's as they were
-        start = torch.tensor([mean_loss(model, run.loss_fn, rows_of(n, total_rows, chunk))], dtype=torch.float64)
-        ctx.comm.all_reduce_mean(start)  # every worker decides alike: on the losses averaged over them
-        for b in tried:  # upward from the size in use, stopping at the first that does not keep up
-            if b != current:
-                _restore(run, start_state)
-            samples += trial(model, opt, flat, ctx.comm, run.loss_fn, rows_of(0, min(max(rows // b, 1) * b, n), b),
-                             _rate_for(run, b, epoch, epoch))
-            loss = torch.tensor([mean_loss(model, run.loss_fn, rows_of(n, total_rows, chunk))], dtype=torch.float64)
-            samples += total_rows - n
-            ctx.comm.all_reduce_mean(loss)
-            found[b] = float(loss)
-            if chosen(found, float(start), auto.tolerance) != b:
-                break
-            kept = _snapshot(run) if b != tried[-1] else None  # the last size's state is the model's own
-    size = chosen(found, float(start), auto.tolerance)
-    if kept is not None:  # a later size failed: go on from the kept size's trial
-        _restore(run, kept)
-    flat.grads.zero_()
-    total = torch.tensor([float(samples)], dtype=torch.float64)
-    ctx.comm.all_reduce_sum(total)
-    return {"batchSize": size, "losses": {"start": float(start), **{str(b): v for b, v in found.items()}},
-            "samples": int(total.item()), "seconds": _mean_seconds(ctx, t0)}
-
-
-def _mean_seconds(ctx: WorkerContext, t0: float) -> float:
-    """Seconds since ``t0``, averaged over the workers (alike in every worker's record)."""
-    seconds = torch.tensor([time.perf_counter() - t0], dtype=torch.float64)
-    ctx.comm.all_reduce_mean(seconds)
-    return float(seconds)
 
 
 def _progress(run: _Run, epoch: int, i: int, free: bool) -> float:
@@ -652,7 +336,9 @@ def _train(run: _Run, resume: dict[str, Any] | None) -> float:
         run.search = None
         auto = run.spec.auto_batch
         if auto is not None and epoch % auto.every == 0 and not (first and start_step > 0):
-            run.search = _search_batch(run, epoch)
+            run.search = search_batch(run.model, run.dopt, ctx, run.loss_fn, run.train, auto, run.spec.batch_size,
+                                      spec.seed, epoch, spec.device, _label_dtype(spec), channels_last(spec),
+                                      lambda b: _rate(run, epoch, epoch, b))
             _use_batch(run, run.search["batchSize"])
         set_lr(run.dopt.optimizer, _rate(run, epoch, epoch))
         sums = resume["sums"].clone() if first else torch.zeros(2, dtype=torch.float64)
@@ -698,8 +384,9 @@ def train_worker(spec: TrainSpec, shard: Shard, ctx: WorkerContext, report: Repo
     finally:
         run.dopt.strategy.close()  # stops dedicated servers also when training stopped early
     t_after = time.perf_counter()
-    _recompute_batchnorm(run)
-    _average_buffers(run.model, ctx)
+    recompute_batchnorm(run.model, run.train, spec.recompute_batchnorm, run.spec.batch_size, spec.seed, ctx.rank,
+                        spec.epochs, spec.device, _label_dtype(spec))
+    average_buffers(run.model, ctx)
     loop_seconds = time.perf_counter() - t_loop
     state = None
     if ctx.rank == 0:

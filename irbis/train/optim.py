@@ -35,6 +35,7 @@ import math
 from collections.abc import Callable, Iterable
 from typing import Any
 
+import numpy as np
 import torch
 
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
@@ -159,3 +160,41 @@ def _mse(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     if output.dim() == 2 and output.shape[1] == 1 and target.dim() == 1:
         output = output[:, 0]
     return torch.nn.functional.mse_loss(output, target)
+
+def param_groups(model: torch.nn.Module, lr_factors: dict[str, float], learning_rate: float) -> Any:
+    """The optimizer's parameters: one group, or one per prefix of ``lr_factors`` (its rate times the
+    factor; the rest at the base rate). Frozen parameters (``requires_grad=False``) are left out."""
+    named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    if not lr_factors:
+        return [p for _, p in named]
+    groups: dict[float, list[torch.nn.Parameter]] = {}
+    for name, p in named:
+        factor = next((f for prefix, f in lr_factors.items() if name.startswith(prefix)), 1.0)
+        groups.setdefault(factor, []).append(p)
+    return [{"params": ps, "lr": learning_rate * f} for f, ps in groups.items()]
+
+
+class WeightedCrossEntropy:
+    """Cross-entropy with class weights; classes the labels never reach (outputs beyond the weights) weigh 1."""
+
+    def __init__(self, weight: torch.Tensor) -> None:
+        self.weight = weight
+
+    def __call__(self, output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        classes = output.shape[1]
+        if len(self.weight) < classes:
+            self.weight = torch.cat([self.weight, self.weight.new_ones(classes - len(self.weight))])
+        return torch.nn.functional.cross_entropy(output, target, weight=self.weight[:classes])
+
+
+def class_weights(weights: str | list[float], labels: np.ndarray, comm: Any) -> torch.Tensor:
+    """Cross-entropy class weights: ``"balanced"`` gives class ``c`` the weight ``n / (K * n_c)`` over every
+    worker's training rows (scikit-learn's rule; K is the largest label + 1), a list gives its own."""
+    if not isinstance(weights, str):
+        return torch.tensor(weights, dtype=torch.float32)
+    labels = labels[np.isfinite(labels)].astype(np.int64)
+    top = torch.tensor([float(labels.max()) if len(labels) else 0.0], dtype=torch.float64)
+    k = int(max(t.item() for t in comm.all_gather(top))) + 1
+    counts = torch.from_numpy(np.bincount(labels, minlength=k)[:k].astype(np.float64))
+    comm.all_reduce_sum(counts)
+    return (counts.sum() / (k * counts.clamp(min=1))).float()

@@ -37,7 +37,7 @@ import pyarrow.compute as pc
 import torch
 
 from irbis.kernels.threads import for_each_row
-from irbis.train.data import Shard
+from irbis.train.data import Augment, Shard, batch_rng, prefetched
 
 #: Column names of the training frame (see :func:`irbis.spark.training.training_frame`).
 FEATURES, LABEL = "__features", "__label"
@@ -489,6 +489,47 @@ class StreamRows:
                 xb = torch.from_numpy(np.require(hook(xb.numpy(), i), np.float32, ["C", "W"]))
                 xb, yb = (xb.to(device), yb.to(device)) if device != "cpu" else (xb, yb)
             yield xb, yb
+
+    def step_count(self, batch_size: int, seed: int, rank: int, epochs: int) -> int:
+        """Batches of ``batch_size`` in one pass over these rows; sequences: the length batches of a pass,
+        the most of any of the ``epochs`` (their windows differ by epoch)."""
+        if self.kind is None:
+            return -(-len(self) // batch_size)
+        return max((self.batch_count(seed, rank, e) for e in range(epochs)), default=0)
+
+    def train_batches(self, batch_size: int, steps: int, seed: int, rank: int, epoch: int, device: str,
+                      label_dtype: Any, start: int = 0, rounds: int = 1, augment: Augment | None = None,
+                      prefetch: bool = True) -> Iterator[tuple[Any, torch.Tensor]]:
+        """:meth:`batches` ``start..steps * rounds - 1`` of ``epoch``, augmented, then ``augment`` drawing from
+        :func:`~irbis.train.data.batch_rng` of the batch; decoded on a thread while the step runs (always:
+        ``prefetch`` is for rows in memory)."""
+        hook = None if augment is None else (lambda xb, i: augment(xb, batch_rng(seed, rank, epoch, i)))
+        return prefetched(self.batches(batch_size, steps * rounds, seed, rank, epoch, start, device, label_dtype,
+                                       augment=True, hook=hook))
+
+    def norm_inputs(self, batch_size: int, steps: int, seed: int, rank: int, epoch: int, device: str,
+                    label_dtype: Any) -> Iterator[Any]:
+        """The inputs of the first ``steps`` batches of ``epoch`` (see :meth:`batches`), unaugmented."""
+        return (xb for xb, _ in self.batches(batch_size, steps, seed, rank, epoch, 0, device, label_dtype,
+                                             augment=False))
+
+    def eval_batches(self, batch_size: int, device: str, label_dtype: Any) -> Iterator[tuple[Any, torch.Tensor]]:
+        """Every row once: :meth:`in_order`."""
+        return self.in_order(batch_size, device, label_dtype)
+
+    def row_bytes(self) -> int:
+        """0: rows are read back a batch at a time."""
+        return 0
+
+    def sample(self, positions: np.ndarray, device: str,
+               label_dtype: Any) -> Callable[[int, int, int], Iterator[tuple[Any, torch.Tensor]]]:
+        """The rows at ``positions`` (of these rows), read back ``size`` at a time by ``batches(lo, hi, size)``."""
+        picked = self.ids[positions]
+        return lambda lo, hi, b: self.take(picked[lo:hi], b, device, label_dtype)
+
+    def nonfinite_rows(self) -> int:
+        """0: rows that are not finite were named or left out when the shard was read."""
+        return 0
 
     def in_order(self, batch_size: int, device: str, label_dtype: Any,
                  limit: int | None = None) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:

@@ -1,0 +1,166 @@
+"""A worker's training and validation rows behind one interface, whatever their kind.
+
+The loop reads rows through :class:`Rows` only. Three kinds implement it:
+
+* :class:`TensorRows`: rows of one length held in memory as tensors on the run's device (a dense
+  :class:`~irbis.train.data.Shard`), batched by :func:`~irbis.train.data.epoch_batches`;
+* :class:`~irbis.train.stream.StreamRows`: rows read back from a worker's spill file (images, data past
+  the shuffle buffer, token ids past it);
+* :class:`~irbis.train.sequences.RaggedRows`: variable-length rows held in memory, in length batches.
+
+:func:`worker_rows` makes a worker's two sets of rows from its shard.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from functools import partial
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+import torch
+
+from irbis.kernels.sequences import PadStats
+from irbis.train.data import (Augment, BatchRounds, Shard, batch_rng, drop_nonfinite, epoch_batches, iterate,
+                              split_validation)
+from irbis.train.sequences import RaggedRows, check_network, first_batch, input_kind, is_ragged, usable_rows
+
+#: Batches of a sample: ``batches(lo, hi, size)`` gives its rows ``lo..hi-1``, ``size`` at a time.
+SampleBatches = Callable[[int, int, int], Iterator[tuple[Any, torch.Tensor]]]
+
+
+@runtime_checkable
+class Rows(Protocol):
+    """What the training loop asks of a worker's rows. A batch is ``(xb, yb)``: the network's input (a
+    tensor, or a variable-length batch, see :mod:`irbis.train.sequences`) and the labels as a tensor."""
+
+    #: Padded and real tokens of the batches made since it was last reset (None: rows of one length).
+    stats: PadStats | None
+
+    def __len__(self) -> int: ...
+
+    def labels(self) -> np.ndarray:
+        """One label per row."""
+
+    def step_count(self, batch_size: int, seed: int, rank: int, epochs: int) -> int:
+        """Batches one pass over the rows takes at ``batch_size`` (length batches: the most of any epoch)."""
+
+    def train_batches(self, batch_size: int, steps: int, seed: int, rank: int, epoch: int, device: str,
+                      label_dtype: Any, start: int = 0, rounds: int = 1, augment: Augment | None = None,
+                      prefetch: bool = False) -> Iterator[tuple[Any, torch.Tensor]]:
+        """Batches ``start..steps * rounds - 1`` of ``epoch``, augmented (the input format's augmentation,
+        then ``augment`` drawing from :func:`~irbis.train.data.batch_rng` of the batch): ``steps`` a round,
+        the rounds past the first drawn afresh (workers that run free). Closing it stops any thread."""
+
+    def norm_inputs(self, batch_size: int, steps: int, seed: int, rank: int, epoch: int, device: str,
+                    label_dtype: Any) -> Iterator[Any]:
+        """The inputs of the first ``steps`` batches training draws in ``epoch``, unaugmented (BatchNorm's
+        statistics)."""
+
+    def eval_batches(self, batch_size: int, device: str, label_dtype: Any) -> Iterator[tuple[Any, torch.Tensor]]:
+        """Every row once, unshuffled and unaugmented (evaluation): rows in memory as one batch, rows read
+        back or cut by length ``batch_size`` at a time."""
+
+    def row_bytes(self) -> int:
+        """Bytes of one row held in memory; 0 where rows are read back a batch at a time."""
+
+    def sample(self, positions: np.ndarray, device: str, label_dtype: Any) -> SampleBatches:
+        """The rows at ``positions`` (of these rows, ascending) as a sample read in batches."""
+
+    def nonfinite_rows(self) -> int:
+        """Rows with a non-finite feature or label (0 where they were checked or skipped before training)."""
+
+
+class TensorRows:
+    """Rows of one length in memory: features ``x`` ``(n, *row shape)`` and labels ``y`` ``(n,)``, tensors on
+    the run's device. An epoch's batches are :class:`~irbis.train.data.BatchRounds` (round 0:
+    :func:`~irbis.train.data.epoch_batches`), augmented by :func:`~irbis.train.data.iterate`."""
+
+    stats: PadStats | None = None
+
+    def __init__(self, x: torch.Tensor, y: torch.Tensor) -> None:
+        self.x, self.y = x, y
+
+    @classmethod
+    def of(cls, shard: Shard, input_shape: list[int] | None, label_dtype: Any, device: str) -> TensorRows:
+        """A dense shard's rows as tensors on ``device``, each row viewed as ``input_shape`` when given."""
+        # np.require copies only what is read-only (Arrow-backed) or not C-contiguous
+        x = torch.from_numpy(np.require(shard.x, np.float32, ["C", "W"]))
+        if input_shape:
+            x = x.view(len(shard), *input_shape)
+        return cls(x.to(device), torch.from_numpy(np.require(shard.y, label_dtype, ["C", "W"])).to(device))
+
+    def __len__(self) -> int:
+        return len(self.y)
+
+    def labels(self) -> np.ndarray:
+        return self.y.cpu().numpy()
+
+    def step_count(self, batch_size: int, seed: int, rank: int, epochs: int) -> int:
+        return -(-len(self) // batch_size)
+
+    def train_batches(self, batch_size: int, steps: int, seed: int, rank: int, epoch: int, device: str,
+                      label_dtype: Any, start: int = 0, rounds: int = 1, augment: Augment | None = None,
+                      prefetch: bool = False) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        batches = BatchRounds(len(self), batch_size, steps, seed, rank, epoch, rounds)
+        return iterate(self.x, self.y, batches, augment, partial(batch_rng, seed, rank, epoch), prefetch, start)
+
+    def norm_inputs(self, batch_size: int, steps: int, seed: int, rank: int, epoch: int, device: str,
+                    label_dtype: Any) -> Iterator[torch.Tensor]:
+        return iter([self.x[torch.from_numpy(ids).to(self.x.device)]
+                     for ids in epoch_batches(len(self), batch_size, steps, seed, rank, epoch)])
+
+    def eval_batches(self, batch_size: int, device: str,
+                     label_dtype: Any) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        return iter([(self.x, self.y)] if len(self) else [])
+
+    def row_bytes(self) -> int:
+        return self.x[0].numel() * self.x.element_size() if len(self.x) else 4
+
+    def sample(self, positions: np.ndarray, device: str, label_dtype: Any) -> SampleBatches:
+        ids = torch.from_numpy(positions).to(self.x.device)
+        x, y = self.x[ids], self.y[ids]
+        return lambda lo, hi, b: ((x[s:min(s + b, hi)], y[s:min(s + b, hi)]) for s in range(lo, hi, b))
+
+    def nonfinite_rows(self) -> int:
+        x, y = self.x, self.y
+        return int((~torch.isfinite(x.reshape(len(x), -1)).all(1) | ~torch.isfinite(y.double())).sum())
+
+
+def worker_rows(shard: Any, spec: Any, rank: int, model: torch.nn.Module) -> tuple[Rows, Rows, int]:
+    """A worker's training and validation rows, and the rows left out under ``nan_policy="skip"``.
+
+    ``shard``: a :class:`~irbis.train.data.Shard` (dense, or of variable-length rows) or a
+    :class:`~irbis.train.stream.SpilledShard`; ``spec``: the run's :class:`~irbis.train.loop.TrainSpec`;
+    ``model``: the network, whose ``input_kind`` variable-length batches take (checked on a first batch).
+    The validation rows are a seeded share of the worker's (``validation_fraction``)."""
+    label_dtype = np.int64 if spec.loss == "cross_entropy" else np.float32
+    split_seed = spec.seed + 7919 * rank
+    dense = isinstance(shard, Shard)
+    ragged = is_ragged(shard.x) if dense else (spec.input_format is not None and spec.input_format.sequences)
+    if ragged and spec.auto_batch is not None:
+        raise ValueError("batchSize='auto' does not apply to variable-length rows: their batches are cut "
+                         "by tokenBudget; give batchSize as a number (the most rows of a batch)")
+    train: Any
+    val: Any
+    if dense and ragged:  # variable-length rows (irbis.train.sequences)
+        keep, skipped = usable_rows(shard.x, shard.y, spec.nan_policy)
+        tr, va = split_validation(Shard(shard.x[keep], shard.y[keep]), spec.validation_fraction, split_seed)
+        train, val = (RaggedRows(s.x, np.asarray(s.y, label_dtype), input_kind(model), spec.token_budget,
+                                 spec.batch_size) for s in (tr, va))
+    elif dense:
+        shard, skipped = drop_nonfinite(shard) if spec.nan_policy == "skip" else (shard, 0)
+        tr, va = split_validation(shard, spec.validation_fraction, split_seed)
+        train, val = (TensorRows.of(s, spec.input_shape, label_dtype, spec.device) for s in (tr, va))
+    else:  # a SpilledShard (irbis.train.stream): rows read back a batch at a time
+        train, val, skipped = shard.split(spec.validation_fraction, split_seed, spec.nan_policy)
+        if ragged:  # token ids past the buffer: length batches within each shuffle window
+            for rows in (train, val):
+                rows.use_lengths(input_kind(model), spec.token_budget, spec.batch_size)
+    first = first_batch(train, spec.device, label_dtype) if ragged else None
+    if first is not None:
+        check_network(model, first[0], train.kind, first[1])
+    return train, val, skipped
+
+
+__all__ = ["Rows", "SampleBatches", "TensorRows", "worker_rows"]

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 
 import numpy as np
 import pandas as pd
@@ -102,12 +101,13 @@ def test_the_applications_ran_on_both_workers(cluster_app, standalone):
 
 
 def test_a_master_that_does_not_answer_fails_at_once_naming_the_url():
+    # the probe answers before any JVM starts: the error is the probe's, not Spark's after its retries (the
+    # subprocess timeout only guards against a hang)
     url = f"spark://127.0.0.1:{free_port()}"
     code = f"import irbis; irbis.get_spark({url!r})"
-    t0 = time.perf_counter()
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
-    assert time.perf_counter() - t0 < 30
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode != 0
+    assert "SparkContext" not in done.stderr and "py4j" not in done.stderr, done.stderr[-2000:]
     assert f"ConnectionError: Spark master {url} does not answer" in done.stderr, done.stderr[-2000:]
 
 

@@ -157,3 +157,41 @@ def prefetched(items: Iterator[Any], depth: int = 2) -> Iterator[Any]:
                 q.get(timeout=0.05)
             except queue.Empty:
                 pass
+
+
+class BatchedRows:
+    """The part of :class:`~irbis.train.rows.Rows` that rows made a batch at a time share (rows read back
+    from a spill, variable-length rows): a subclass gives ``batches(batch_size, count, seed, rank, epoch,
+    start, device, label_dtype, augment, hook)``, the epoch's batches ``start..count - 1`` (augmented when
+    ``augment``, then passed through ``hook(xb, i)``), and ``in_order(batch_size, device, label_dtype)``."""
+
+    def batches(self, batch_size: int, count: int, seed: int, rank: int, epoch: int, start: int, device: str,
+                label_dtype: Any, augment: bool = True, hook: Any = None) -> Iterator[tuple[Any, torch.Tensor]]:
+        raise NotImplementedError
+
+    def in_order(self, batch_size: int, device: str, label_dtype: Any) -> Iterator[tuple[Any, torch.Tensor]]:
+        raise NotImplementedError
+
+    def train_batches(self, batch_size: int, steps: int, seed: int, rank: int, epoch: int, device: str,
+                      label_dtype: Any, start: int = 0, rounds: int = 1, augment: Augment | None = None,
+                      prefetch: bool = True) -> Iterator[tuple[Any, torch.Tensor]]:
+        """:meth:`batches` ``start..steps * rounds - 1`` of ``epoch``, augmented, then ``augment`` drawing from
+        :func:`batch_rng` of the batch; made on a thread while the step runs (always: ``prefetch`` is for rows
+        held as tensors)."""
+        hook = None if augment is None else (lambda xb, i: augment(xb, batch_rng(seed, rank, epoch, i)))
+        return prefetched(self.batches(batch_size, steps * rounds, seed, rank, epoch, start, device, label_dtype,
+                                       augment=True, hook=hook))
+
+    def norm_inputs(self, batch_size: int, steps: int, seed: int, rank: int, epoch: int, device: str,
+                    label_dtype: Any) -> Iterator[Any]:
+        """The inputs of the first ``steps`` batches of ``epoch`` (see :meth:`batches`), unaugmented."""
+        return (xb for xb, _ in self.batches(batch_size, steps, seed, rank, epoch, 0, device, label_dtype,
+                                             augment=False))
+
+    def eval_batches(self, batch_size: int, device: str, label_dtype: Any) -> Iterator[tuple[Any, torch.Tensor]]:
+        """Every row once: :meth:`in_order`."""
+        return self.in_order(batch_size, device, label_dtype)
+
+    def row_bytes(self) -> int:
+        """0: no row is held at a fixed size (rows are read back, or padded, a batch at a time)."""
+        return 0

@@ -31,7 +31,7 @@ import torch
 from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence
 
 from irbis.kernels.sequences import PadStats, length_batches, pad_rows, padded_length
-from irbis.train.data import Augment, batch_rng, prefetched
+from irbis.train.data import BatchedRows
 
 #: The values of a network's ``input_kind`` attribute.
 INPUT_KINDS = ("padded", "packed")
@@ -84,7 +84,7 @@ def make_batch(rows: list[np.ndarray], kind: str, device: str = "cpu") -> tuple[
     return (ids_t, mask_t), stats
 
 
-class RaggedRows:
+class RaggedRows(BatchedRows):
     """Variable-length rows held in memory, read as length-bucketed batches (see the module docstring).
 
     ``rows``: an object array of arrays; ``labels``: one per row; ``kind``: the network's
@@ -138,29 +138,6 @@ class RaggedRows:
     def step_count(self, batch_size: int, seed: int, rank: int, epochs: int) -> int:
         """The length batches of one pass (the plan's; ``batch_size`` is the row cap given at construction)."""
         return len(self._plan)
-
-    def train_batches(self, batch_size: int, steps: int, seed: int, rank: int, epoch: int, device: str,
-                      label_dtype: Any, start: int = 0, rounds: int = 1, augment: Augment | None = None,
-                      prefetch: bool = True) -> Iterator[tuple[Batch, torch.Tensor]]:
-        """:meth:`batches` ``start..steps * rounds - 1`` of ``epoch``, ``augment`` drawing from
-        :func:`~irbis.train.data.batch_rng` of the batch; made on a thread while the step runs (always)."""
-        hook = None if augment is None else (lambda xb, i: augment(xb, batch_rng(seed, rank, epoch, i)))
-        return prefetched(self.batches(batch_size, steps * rounds, seed, rank, epoch, start, device, label_dtype,
-                                       augment=True, hook=hook))
-
-    def norm_inputs(self, batch_size: int, steps: int, seed: int, rank: int, epoch: int, device: str,
-                    label_dtype: Any) -> Iterator[Batch]:
-        """The inputs of the first ``steps`` batches of ``epoch`` (see :meth:`batches`), unaugmented."""
-        return (xb for xb, _ in self.batches(batch_size, steps, seed, rank, epoch, 0, device, label_dtype,
-                                             augment=False))
-
-    def eval_batches(self, batch_size: int, device: str, label_dtype: Any) -> Iterator[tuple[Batch, torch.Tensor]]:
-        """Every row once: :meth:`in_order`."""
-        return self.in_order(batch_size, device, label_dtype)
-
-    def row_bytes(self) -> int:
-        """0: rows are padded per batch, none holds a fixed size."""
-        return 0
 
     def sample(self, positions: np.ndarray, device: str,
                label_dtype: Any) -> Callable[[int, int, int], Iterator[tuple[Batch, torch.Tensor]]]:

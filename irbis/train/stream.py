@@ -37,7 +37,7 @@ import pyarrow.compute as pc
 import torch
 
 from irbis.kernels.threads import for_each_row
-from irbis.train.data import Augment, Shard, batch_rng, prefetched
+from irbis.train.data import BatchedRows, Shard
 
 #: Column names of the training frame (see :func:`irbis.spark.training.training_frame`).
 FEATURES, LABEL = "__features", "__label"
@@ -362,7 +362,7 @@ class SpilledShard:
         self.spill.remove()
 
 
-class StreamRows:
+class StreamRows(BatchedRows):
     """Some rows of a :class:`SpilledShard` (training or validation), read back in batches.
 
     Rows of token ids (``fmt.sequences``) are batched by length within each shuffle window once
@@ -496,30 +496,6 @@ class StreamRows:
         if self.kind is None:
             return -(-len(self) // batch_size)
         return max((self.batch_count(seed, rank, e) for e in range(epochs)), default=0)
-
-    def train_batches(self, batch_size: int, steps: int, seed: int, rank: int, epoch: int, device: str,
-                      label_dtype: Any, start: int = 0, rounds: int = 1, augment: Augment | None = None,
-                      prefetch: bool = True) -> Iterator[tuple[Any, torch.Tensor]]:
-        """:meth:`batches` ``start..steps * rounds - 1`` of ``epoch``, augmented, then ``augment`` drawing from
-        :func:`~irbis.train.data.batch_rng` of the batch; decoded on a thread while the step runs (always:
-        ``prefetch`` is for rows in memory)."""
-        hook = None if augment is None else (lambda xb, i: augment(xb, batch_rng(seed, rank, epoch, i)))
-        return prefetched(self.batches(batch_size, steps * rounds, seed, rank, epoch, start, device, label_dtype,
-                                       augment=True, hook=hook))
-
-    def norm_inputs(self, batch_size: int, steps: int, seed: int, rank: int, epoch: int, device: str,
-                    label_dtype: Any) -> Iterator[Any]:
-        """The inputs of the first ``steps`` batches of ``epoch`` (see :meth:`batches`), unaugmented."""
-        return (xb for xb, _ in self.batches(batch_size, steps, seed, rank, epoch, 0, device, label_dtype,
-                                             augment=False))
-
-    def eval_batches(self, batch_size: int, device: str, label_dtype: Any) -> Iterator[tuple[Any, torch.Tensor]]:
-        """Every row once: :meth:`in_order`."""
-        return self.in_order(batch_size, device, label_dtype)
-
-    def row_bytes(self) -> int:
-        """0: rows are read back a batch at a time."""
-        return 0
 
     def sample(self, positions: np.ndarray, device: str,
                label_dtype: Any) -> Callable[[int, int, int], Iterator[tuple[Any, torch.Tensor]]]:

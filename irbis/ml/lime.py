@@ -40,12 +40,12 @@ def _network_input(model: Any, column: str) -> Any:
     from irbis.ml.ensemble import EnsembleByKey
     from irbis.ml.image_featurizer import ImageFeaturizer
     from irbis.ml.kernel_pipeline import flatten
-    from irbis.ml.lime_scoring import local_kernels
+    from irbis.ml.lime_scoring import scoring_chain
 
     stages = [s for s in flatten(model) if not isinstance(s, EnsembleByKey)]
     first = stages[0] if stages else None
     # Only when every stage runs in the task: a model scored by Spark jobs takes the images themselves.
-    if isinstance(first, ImageFeaturizer) and first.getInputCol() == column and not local_kernels(model)[1]:
+    if isinstance(first, ImageFeaturizer) and first.getInputCol() == column and not scoring_chain(model).missing:
         return first._preprocessing()
     return None
 

@@ -357,6 +357,32 @@ class TorchEstimator(renamed_mixin("_EstimatorRenamed", ESTIMATOR_RENAMED), Irbi
         self._set(**kwargs)
         return self
 
+    def fine_tune(self, lr_factors: dict[str, float], classes_param: str | None = None,
+                  architecture: dict[str, Any] | None = None) -> TorchEstimator:
+        """Train a pretrained network's layers at different rates (the stages that fine-tune a catalogue
+        network through this estimator, ``ImageClassifier`` and ``TextClassifier``, call it).
+
+        Parameters
+        ----------
+        lr_factors : dict of str to float
+            Parameter-name prefix -> factor of the learning rate: the first prefix, in order, that a
+            parameter's name starts with gives its factor (``""`` last for every other parameter).
+        classes_param : str, optional
+            The Param that sets the network's number of classes: labels outside ``[0, classes)`` are named by
+            the workers' checks.
+        architecture : dict, optional
+            The trained network as a catalogue architecture, recorded on the fitted model.
+        """
+        self._lr_factors = dict(lr_factors)
+        self._classes_param = classes_param
+        self._architecture = architecture
+        return self
+
+    @property
+    def architecture(self) -> dict[str, Any] | None:
+        """The trained network as a catalogue architecture, where :meth:`fine_tune` gave one."""
+        return self._architecture
+
     def _set(self, **kwargs: Any) -> TorchEstimator:
         """Set Params; ``strategy`` and ``strategyOptions`` are checked together against the registry."""
         if {"strategy", "strategyOptions"} & kwargs.keys():

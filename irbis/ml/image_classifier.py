@@ -134,10 +134,8 @@ class ImageClassifier(IrbisEstimator, table_mixin("_HasImageClassifierParams", _
         est = TorchEstimator(network=factory, inputCol=self.getInputCol(), imagePreprocessing=backbone,
                              device=self.getDevice(), **{n: self.getOrDefault(n) for n in _SHARED
                                                          if self.isDefined(getattr(self, n))})
-        est._lr_factors = {head_name(layers): 1.0, "": self.getBackboneLearningRateFactor()}
-        est._architecture = head_architecture(backbone, classes)
-        est._classes_param = "numClasses"  # labels outside [0, numClasses) are named by the workers' checks
-        return est
+        return est.fine_tune({head_name(layers): 1.0, "": self.getBackboneLearningRateFactor()}, "numClasses",
+                             head_architecture(backbone, classes))
 
     _model_class = ImageClassifierModel
 
@@ -203,7 +201,7 @@ class ImageClassifier(IrbisEstimator, table_mixin("_HasImageClassifierParams", _
         if unexpected:
             raise RuntimeError(f"ImageClassifier: the trained layers do not fit {backbone}: {unexpected}")
         model = ImageClassifierModel.from_module(
-            full.eval(), get_entry(backbone).preprocessing.to_dict(), architecture=est._architecture,
+            full.eval(), get_entry(backbone).preprocessing.to_dict(), architecture=est.architecture,
             inputCol=self.getInputCol(), predictionCol=self.getPredictionCol(), device=self.getDevice(),
             engine=self.getEngine(), precision=self.getPrecision())
         model.training_summary = est.last_results[0].history

@@ -53,3 +53,14 @@ def test_a_step_without_kernel_is_named():
     with pytest.raises(NoKernelError, match=r"Repartition \(Repartition_1\)") as err:
         chain.run({"x": Tensor(np.zeros((1, 2)), np.ones(1, bool))})
     assert err.value.classes == ["Repartition"]
+
+
+def test_a_sparkml_stage_without_kernel_reads_its_column_params():
+    from irbis.ml.kernel_pipeline import param_columns
+
+    assembler = param_columns("VectorAssembler", {"inputCols": ["a", "b"], "outputCol": "features"}, "va")
+    model = param_columns("SomeModel", {"featuresCol": "features", "predictionCol": "prediction"})
+    chain = KernelChain([assembler, model])
+    assert chain.inputs == {"a": {"number", "vector"}, "b": {"number", "vector"}}
+    assert chain.outputs == ["features", "prediction"] and chain.consumed == {"features"}
+    assert [s.name for s in chain.missing] == ["VectorAssembler", "SomeModel"]

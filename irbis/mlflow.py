@@ -72,10 +72,9 @@ def _check_model(model: Any) -> None:
 
 def _input_columns(model: Any) -> dict[str, frozenset[str]]:
     """The columns a live model reads from its input, with the kinds of value each accepts."""
-    from irbis.ml.kernel_pipeline import flatten
-    from irbis.serving.spark_predictor import _inputs
+    from irbis.ml.kernel_pipeline import model_chain
 
-    return _inputs(flatten(model))
+    return model_chain(model).inputs
 
 
 def _image_fields(value: Any) -> Mapping[str, Any] | None:
@@ -242,12 +241,12 @@ def _kernel_signature(model: Any) -> Any:
     from mlflow.models import ModelSignature
     from mlflow.types.schema import ColSpec, Schema
 
-    from irbis.ml.kernel_pipeline import flatten, stage_kernel
+    from irbis.ml.kernel_pipeline import model_chain
 
-    inputs = Schema([ColSpec(_mlflow_type(k), c) for c, k in _input_columns(model).items()])
-    try:
-        last = stage_kernel(flatten(model)[-1])
-    except NoKernelError:
+    chain = model_chain(model)
+    inputs = Schema([ColSpec(_mlflow_type(k), c) for c, k in chain.inputs.items()])
+    last = chain.steps[-1]
+    if last in chain.missing:
         return ModelSignature(inputs)
     specs = [(c, _spark_type(last.types.get(c))) for c in last.outputs]
     if any(t is None for _, t in specs):
@@ -329,7 +328,7 @@ class IrbisPyfunc:
         """The output columns for the rows of ``model_input``; each value is checked as ``irbis serve`` checks a
         request's (:func:`irbis.serving.codecs.decode_value`), a bad one raising ``ValueError`` naming its
         column and row."""
-        from irbis.serving.codecs import _check_shapes, decode_value
+        from irbis.serving.codecs import check_shapes, decode_value
 
         inputs, nullable = self.predictor.inputs, self.predictor.nullable
         frame = model_input if isinstance(model_input, pd.DataFrame) else _example_frame(model_input, list(inputs))
@@ -338,7 +337,7 @@ class IrbisPyfunc:
             raise ValueError(f"missing columns {missing}; the model reads {list(inputs)}")
         columns = {c: [decode_value(_json_ready(v), c, kinds, nullable[c], f" (row {i})")
                        for i, v in enumerate(frame[c].tolist())] for c, kinds in inputs.items()}
-        _check_shapes(columns, inputs)
+        check_shapes(columns, inputs)
         out = self.predictor.predict(columns)
         return pd.DataFrame({c: _column(out[c]) for c in self.predictor.outputs}, copy=False)
 

@@ -11,7 +11,9 @@ A stage is three hooks over a pure function (the kernel/adapter split of the des
 
 A stage whose whole work is its batch function answers :meth:`~_StageMixin.kernel`: the public seam
 through which serving, LIME and ``fuse`` run it without Spark. It declares the kinds of value its
-inputs accept in ``_accepts``. Any other stage raises :class:`irbis.errors.NoKernelError`.
+inputs accept in ``_accepts``. Any other stage raises :class:`irbis.errors.NoKernelError`; every stage
+answers :meth:`~_StageMixin.columns` (what it reads and writes) and :meth:`~_StageMixin.has_kernel`. Other
+modules ask a stage through these three, never through its hooks.
 
 The base runs the function on a pandas DataFrame directly, or on a Spark DataFrame through an
 iterator Arrow UDF (a pandas UDF for ``_make_transform_fn`` stages), so that only the input columns
@@ -43,6 +45,7 @@ from irbis.kernels.blocks import (
     BatchFn, block_to_rows, bounded_slices, from_arrow, rows_in, to_arrow,
 )
 from irbis.errors import NoKernelError, require_columns
+from irbis.kernels.chain import StageColumns
 from irbis.kernels.sparkml_state import StageKernel
 from irbis.ml.params import add_accessors
 from irbis.ml.persistence import IrbisPersistable
@@ -104,10 +107,18 @@ class _StageMixin(_KeywordParams, IrbisPersistable):
         """The input columns read as sequences of varying length (:class:`irbis.kernels.blocks.Ragged`)."""
         return frozenset()
 
-    def _has_kernel(self) -> bool:
-        """Whether the stage's whole work is its batch function (a stage with its own ``_transform``
-        works on whole DataFrames)."""
+    def has_kernel(self) -> bool:
+        """Whether the stage answers :meth:`kernel`: its whole work is its batch function (a stage with its
+        own ``_transform`` works on whole DataFrames)."""
         return self._has_batch_fn() and type(self)._transform is _StageMixin._transform
+
+    def columns(self) -> StageColumns:
+        """The columns the stage reads, with the kinds of value each accepts, and the columns it writes,
+        with their Spark types; every stage answers, with a kernel or without one."""
+        outputs = self._output_columns()
+        return StageColumns(type(self).__name__, self._input_columns(), [n for n, _ in outputs],
+                            kinds=self._input_kinds(), types=dict(outputs), ragged=self._ragged_columns(),
+                            uid=self.uid)
 
     def kernel(self) -> StageKernel:
         """The stage as a kernel: its input columns with the kinds each accepts, its output columns
@@ -126,12 +137,12 @@ class _StageMixin(_KeywordParams, IrbisPersistable):
         (['image'], {'image': frozenset({'image'})}, ['small'])
         """
         name = type(self).__name__
-        if not self._has_kernel():
+        if not self.has_kernel():
             raise NoKernelError(name, f"{name} has no kernel: it works on whole DataFrames or per row in "
                                       "pandas; run it in Spark, or leave it out of what runs without Spark")
-        outputs = self._output_columns()
-        return StageKernel(self._input_columns(), [n for n, _ in outputs], self._make_batch_fn(),
-                           kinds=self._input_kinds(), types=dict(outputs), ragged=self._ragged_columns())
+        io = self.columns()
+        return StageKernel(io.inputs, io.outputs, self._make_batch_fn(), kinds=io.kinds, types=io.types,
+                           ragged=io.ragged)
 
     def _validate_schema(self, schema: StructType) -> None:
         """Stage-specific checks of input types; raise ``ValueError``/``TypeError`` naming the column."""

@@ -54,8 +54,21 @@ class HasCalibrationSample(HasCalibrationData):
         data = kwargs.get("calibrationData")
         if isinstance(data, DataFrame):  # the other Params first: the sample is converted with them
             super()._set(**{k: v for k, v in kwargs.items() if k != "calibrationData"})
-            kwargs = {"calibrationData": sample_folder(self, data)}
+            kwargs = {"calibrationData": self._sample_folder(data)}
         return super()._set(**kwargs)
+
+    def _sample_folder(self, df: DataFrame) -> str:
+        """Sample ``df``'s input column, convert it as the stage does, write it; return the folder."""
+        name, col = type(self).__name__, self.getInputCol()
+        require_columns(name, df.columns, [col], role="input column of the calibration DataFrame")
+        self._validate_schema(df.schema)
+        picked = (df.where(column(col).isNotNull()).orderBy(F.rand(SAMPLE_SEED)).limit(SAMPLE_ROWS)
+                  .select(self._udf_input(df.schema[col])))
+        table = picked.toArrow()
+        if table.num_rows == 0:
+            raise ValueError(f"{name}: the calibration DataFrame has no non-null rows in column {col!r}; int8 "
+                             f"calibration needs a sample of real inputs")
+        return self._calibration_folder(from_arrow(table.column(0), col))
 
     def _calibration_folder(self, block: Any) -> str:
         """The calibration folder of a sampled input column block: the network's input rows, as ``.npy``."""
@@ -79,17 +92,3 @@ class HasCalibrationSample(HasCalibrationData):
 
     def _sidecar_params(self) -> tuple[str, ...]:
         return ("calibrationData",)
-
-
-def sample_folder(stage: Any, df: DataFrame) -> str:
-    """Sample ``df``'s input column, convert it as ``stage`` does, write it; return the folder."""
-    name, col = type(stage).__name__, stage.getInputCol()
-    require_columns(name, df.columns, [col], role="input column of the calibration DataFrame")
-    stage._validate_schema(df.schema)
-    picked = (df.where(column(col).isNotNull()).orderBy(F.rand(SAMPLE_SEED)).limit(SAMPLE_ROWS)
-              .select(stage._udf_input(df.schema[col])))
-    table = picked.toArrow()
-    if table.num_rows == 0:
-        raise ValueError(f"{name}: the calibration DataFrame has no non-null rows in column {col!r}; int8 "
-                         f"calibration needs a sample of real inputs")
-    return stage._calibration_folder(from_arrow(table.column(0), col))

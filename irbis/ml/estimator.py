@@ -339,6 +339,23 @@ class TorchEstimator(renamed_mixin("_EstimatorRenamed", ESTIMATOR_RENAMED), Irbi
         self._set(**kwargs)
         return self
 
+    def fine_tune(self, lr_factors: dict[str, float], classes_param: str | None = None) -> TorchEstimator:
+        """Train a pretrained network's layers at different rates (the stages that fine-tune a catalogue
+        network through this estimator, ``ImageClassifier`` and ``TextClassifier``, call it).
+
+        Parameters
+        ----------
+        lr_factors : dict of str to float
+            Parameter-name prefix -> factor of the learning rate: the first prefix, in order, that a
+            parameter's name starts with gives its factor (``""`` last for every other parameter).
+        classes_param : str, optional
+            The Param that sets the network's number of classes: labels outside ``[0, classes)`` are named by
+            the workers' checks.
+        """
+        self._lr_factors = dict(lr_factors)
+        self._classes_param = classes_param
+        return self
+
     def _set(self, **kwargs: Any) -> TorchEstimator:
         """Set Params; ``strategy`` and ``strategyOptions`` are checked together against the registry."""
         if {"strategy", "strategyOptions"} & kwargs.keys():

@@ -3,7 +3,8 @@
 In a ``PipelineModel`` every Irbis stage is one Python UDF: an ``ImageTransformer`` followed by a
 ``TorchModel`` sends the images to Python, the transformed pixels back to the JVM, and the same pixels
 to Python again. :func:`fuse` replaces each run of consecutive block-kernel stages with one
-:class:`FusedStages`, whose kernel runs the stages' kernels one after another on the same numpy blocks.
+:class:`FusedStages`, whose kernel runs the stages' kernels one after another on the same numpy blocks (a
+:class:`~irbis.kernels.chain.KernelChain`).
 Columns that only feed a later stage of the run are not sent back to the JVM at all (list them in
 ``keep`` to have them anyway).
 
@@ -22,7 +23,8 @@ from pyspark.ml.param import Param, Params, TypeConverters
 from pyspark.ml.util import DefaultParamsReader, DefaultParamsWriter, MLReader, MLWriter
 from pyspark.sql.types import DataType, StructType
 
-from irbis.kernels.blocks import BatchFn, run_steps
+from irbis.kernels.blocks import BatchFn
+from irbis.kernels.chain import KernelChain
 from irbis.ml.base import IrbisTransformer, _StageMixin
 from irbis.ml.persistence import load_local_stage
 
@@ -31,7 +33,7 @@ __all__ = ["FusedStages", "fuse"]
 
 def fusable(stage: Any) -> bool:
     """Whether ``stage`` is an Irbis stage that answers :meth:`~irbis.ml.base._StageMixin.kernel`."""
-    return isinstance(stage, _StageMixin) and stage._has_kernel()
+    return isinstance(stage, _StageMixin) and stage.has_kernel()
 
 
 class FusedStages(IrbisTransformer):
@@ -63,42 +65,31 @@ class FusedStages(IrbisTransformer):
         self.stages = stages
         return self
 
-    def _produced(self) -> list[tuple[str, DataType]]:
-        return [out for s in self.stages for out in s._output_columns()]
+    def _chain(self) -> KernelChain:
+        """The fused stages' columns as a chain (no kernels built)."""
+        return KernelChain([s.columns() for s in self.stages])
 
     def _input_columns(self) -> list[str]:
-        produced: set[str] = set()
-        needed: list[str] = []
-        for stage in self.stages:
-            needed += [c for c in stage._input_columns() if c not in produced and c not in needed]
-            produced |= {n for n, _ in stage._output_columns()}
-        return needed
-
-    def _internal(self) -> set[str]:
-        read = {c for s in self.stages[1:] for c in s._input_columns()}
-        return {n for n, _ in self._produced() if n in read} - set(self.getOrDefault(self.keep))
+        return list(self._chain().inputs)
 
     def _output_columns(self) -> list[tuple[str, DataType]]:
-        internal = self._internal()
-        return [(n, t) for n, t in self._produced() if n not in internal]
+        chain = self._chain()
+        internal = chain.consumed - set(self.getOrDefault(self.keep))
+        return [(n, chain.types[n]) for n in chain.outputs if n not in internal]
 
     def _validate_schema(self, schema: StructType) -> None:
         for stage in self.stages:
             schema = stage.transform_schema(schema)
 
     def _input_kinds(self) -> dict[str, frozenset[str]]:
-        kinds: dict[str, frozenset[str]] = {}
-        for stage in self.stages:
-            for column, accepted in stage._input_kinds().items():
-                kinds[column] = kinds[column] & accepted if column in kinds else accepted
-        return {c: kinds[c] for c in self._input_columns()}
+        return dict(self._chain().inputs)
 
     def _make_batch_fn(self) -> BatchFn:
-        steps = [(k.inputs, k.fn) for k in (s.kernel() for s in self.stages)]
+        chain = KernelChain([s.kernel() for s in self.stages])
         outputs = [n for n, _ in self._output_columns()]
 
         def run(blocks: dict[str, Any]) -> dict[str, Any]:
-            blocks = run_steps(steps, blocks)
+            blocks = chain.run(blocks)
             return {c: blocks[c] for c in outputs}
 
         return run

@@ -134,9 +134,7 @@ class ImageClassifier(IrbisEstimator, table_mixin("_HasImageClassifierParams", _
         est = TorchEstimator(network=factory, inputCol=self.getInputCol(), imagePreprocessing=backbone,
                              device=self.getDevice(), **{n: self.getOrDefault(n) for n in _SHARED
                                                          if self.isDefined(getattr(self, n))})
-        est._lr_factors = {head_name(layers): 1.0, "": self.getBackboneLearningRateFactor()}
-        est._classes_param = "numClasses"  # labels outside [0, numClasses) are named by the workers' checks
-        return est
+        return est.fine_tune({head_name(layers): 1.0, "": self.getBackboneLearningRateFactor()}, "numClasses")
 
     _model_class = ImageClassifierModel
 

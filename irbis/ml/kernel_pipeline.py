@@ -9,6 +9,9 @@ Every runtime that runs a fitted pipeline without a Spark job asks its stages fo
 * :func:`load_local` reads a saved stage or ``PipelineModel`` from a local folder with no JVM at all,
   through the stages' own readers (:meth:`irbis.ml.persistence.IrbisReader.local`) and SparkML's saved
   state (:func:`~irbis.kernels.sparkml_state.read_stage`);
+* :func:`model_chain` and :func:`local_chain` give the :class:`~irbis.kernels.chain.KernelChain` of a live or
+  a saved pipeline: each stage's kernel or, for a stage without one, the columns it reads and writes (its
+  :meth:`~irbis.ml.base._StageMixin.columns`, or a SparkML stage's column Params: :func:`param_columns`);
 * :func:`flatten` and :func:`saved_stages` list the stages of a live or a saved pipeline, nested pipelines
   flattened;
 * :class:`SparkBatches` is the fallback for a pipeline with a stage that has no kernel: each batch of
@@ -18,25 +21,28 @@ A stage without a kernel raises :class:`irbis.errors.NoKernelError`, naming its 
 
 Examples
 --------
->>> kernels = load_local("model/")                                          # doctest: +SKIP
->>> run_steps([(k.inputs, k.fn) for k in kernels], blocks)["prediction"]    # doctest: +SKIP
+>>> chain = local_chain("model/")                                           # doctest: +SKIP
+>>> list(chain.inputs), chain.run(blocks)["prediction"]                     # doctest: +SKIP
 """
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 from pyspark.ml.linalg import Vectors, VectorUDT
 from pyspark.sql.types import DataType, DoubleType, LongType, StringType, StructField, StructType
 
 from irbis.errors import NoKernelError
-from irbis.kernels.sparkml import SPARKML_KERNELS, kernel_from_state, sparkml_kernel
+from irbis.kernels.chain import KernelChain, StageColumns
+from irbis.kernels.sparkml import INPUT_KINDS, SPARKML_KERNELS, kernel_from_state, sparkml_kernel
 from irbis.kernels.sparkml_state import ANY_VALUE, StageKernel, StageState, read_metadata, read_stage
 from irbis.ml.persistence import load_local_stage
 
-__all__ = ["SparkBatches", "flatten", "load_local", "saved_stages", "spark_field", "stage_kernel"]
+__all__ = ["SparkBatches", "flatten", "load_local", "local_chain", "model_chain", "param_columns", "saved_stages",
+           "spark_field", "stage_kernel"]
 
 #: Spark type of a SparkML stage's output columns, by the Param that names them; other outputs are
 #: vectors unless :data:`_NUMBER_OUTPUTS` lists the class.
@@ -92,12 +98,60 @@ def saved_stages(path: str | os.PathLike) -> list[tuple[str, dict[str, Any]]]:
     return stages
 
 
-def _saved_kernel(folder: str, metadata: dict[str, Any]) -> StageKernel:
-    """An Irbis stage's kernel (read by its class's reader), or a SparkML stage's (from its saved state)."""
+def param_columns(cls: str, params: dict[str, Any], uid: str = "") -> StageColumns:
+    """The columns a SparkML stage of class ``cls`` reads (with the kinds it declares in
+    :data:`~irbis.kernels.sparkml.INPUT_KINDS`) and writes, from its column Params (set or default)."""
+    reads: dict[str, frozenset[str]] = {}
+    for name in ("inputCols", "inputCol", "featuresCol"):
+        if params.get(name) is not None:
+            value = params[name]
+            default = frozenset({"vector"}) if name == "featuresCol" else ANY_VALUE
+            reads = dict.fromkeys([value] if isinstance(value, str) else value, INPUT_KINDS.get(cls, default))
+            break
+    names = ("outputCol", "outputCols", "predictionCol", "probabilityCol", "rawPredictionCol")
+    values = [params[n] for n in names if params.get(n) is not None]
+    writes = [c for v in values for c in ([v] if isinstance(v, str) else v)]
+    return StageColumns(cls, list(reads), writes, kinds=reads, uid=uid)
+
+
+def _stage_step(stage: Any) -> StageKernel | StageColumns:
+    """A live stage's kernel, else its columns (see :func:`model_chain`), named by the class the
+    :class:`NoKernelError` names."""
+    try:
+        return stage_kernel(stage)
+    except NoKernelError as err:
+        name = err.cls or type(stage).__name__
+        if hasattr(stage, "columns"):
+            return replace(stage.columns(), name=name)
+        params = {param.name: value for param, value in stage.extractParamMap().items()}
+        return param_columns(name, params, stage.uid)
+
+
+def model_chain(model: Any, skip: Callable[[Any], bool] = lambda stage: False) -> KernelChain:
+    """The chain of a live fitted stage or ``PipelineModel`` (nested pipelines flattened, the stages ``skip``
+    picks left out): each stage's kernel (:func:`stage_kernel`), or where it has none, what it reads and
+    writes (an Irbis stage's :meth:`~irbis.ml.base._StageMixin.columns`, a SparkML stage's
+    :func:`param_columns`)."""
+    return KernelChain([_stage_step(s) for s in flatten(model) if not skip(s)])
+
+
+def _saved_step(folder: str, metadata: dict[str, Any]) -> StageKernel | StageColumns:
+    """A saved stage's kernel (an Irbis stage's, read by its class's reader; a SparkML stage's, from its saved
+    state), else its columns."""
     if metadata["class"].startswith("irbis."):
-        return load_local_stage(folder).kernel()
+        return _stage_step(load_local_stage(folder))
     state = read_stage(folder)
-    return _with_types(kernel_from_state(state), state)
+    try:
+        return _with_types(kernel_from_state(state), state)
+    except NoKernelError:
+        return param_columns(state.cls, state.params, metadata["uid"])
+
+
+def local_chain(path: str | os.PathLike) -> KernelChain:
+    """The chain of the stages saved in the local folder ``path`` (a stage or a ``PipelineModel``), read
+    without a JVM through the same persistence code as ``load``: each stage's kernel, or where it has none,
+    what it reads and writes (:attr:`~irbis.kernels.chain.KernelChain.missing`)."""
+    return KernelChain([_saved_step(folder, metadata) for folder, metadata in saved_stages(path)])
 
 
 def load_local(path: str | os.PathLike) -> list[StageKernel]:
@@ -109,16 +163,7 @@ def load_local(path: str | os.PathLike) -> list[StageKernel]:
     irbis.errors.NoKernelError
         Naming every stage that has no kernel (its class and uid); ``classes`` lists their classes.
     """
-    kernels, missing = [], []
-    for folder, metadata in saved_stages(path):
-        try:
-            kernels.append(_saved_kernel(folder, metadata))
-        except NoKernelError as err:
-            missing.append((err.cls, metadata["uid"]))
-    if missing:
-        names = ", ".join(f"{cls} ({uid})" for cls, uid in missing)
-        raise NoKernelError([cls for cls, _ in missing], f"these stages have no kernel: {names}")
-    return kernels
+    return local_chain(path).kernels()
 
 
 # -- the fallback: one Spark job per batch ------------------------------------------------------------

@@ -35,17 +35,17 @@ def _images_block(batch: Any) -> Any:
 
 def _network_input(model: Any, column: str) -> Any:
     """The preprocessing of the model's first stage when it is an image network reading ``column``
-    (an :class:`~irbis.ml.image_network.ImageNetworkStage`: ImageFeaturizer, a fitted image classifier): LIME then
-    masks its preprocessed input instead of preprocessing every masked image. None otherwise."""
+    (an :class:`~irbis.ml.image_network.ImageNetworkStage`: ImageFeaturizer, a fitted image classifier):
+    LIME then masks its preprocessed input instead of preprocessing every masked image. None otherwise."""
     from irbis.ml.ensemble import EnsembleByKey
     from irbis.ml.image_network import ImageNetworkStage
     from irbis.ml.kernel_pipeline import flatten
-    from irbis.ml.lime_scoring import local_kernels
+    from irbis.ml.lime_scoring import scoring_chain
 
     stages = [s for s in flatten(model) if not isinstance(s, EnsembleByKey)]
     first = stages[0] if stages else None
     # Only when every stage runs in the task: a model scored by Spark jobs takes the images themselves.
-    if isinstance(first, ImageNetworkStage) and first.getInputCol() == column and not local_kernels(model)[1]:
+    if isinstance(first, ImageNetworkStage) and first.getInputCol() == column and not scoring_chain(model).missing:
         return first._preprocessing()
     return None
 

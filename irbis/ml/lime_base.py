@@ -16,7 +16,7 @@ from pyspark.sql.types import ArrayType, DataType, DoubleType, LongType, StringT
 
 from irbis.errors import NoKernelError
 from irbis.kernels.blocks import BatchFn, rows_in
-from irbis.ml.lime_scoring import local_kernels, local_score_fn, spark_score_fn
+from irbis.ml.lime_scoring import local_score_fn, scoring_chain, spark_score_fn
 from irbis.ml.params import ColumnSetters, HasErrorCol, HasMiniBatchSize, Row, at_least, table_mixin
 
 __all__ = ["LIMEParams"]
@@ -100,11 +100,12 @@ class LIMEParams(ColumnSetters, HasErrorCol, HasMiniBatchSize, HasSeed,
         raise NotImplementedError
 
     def _local_score(self) -> Callable[[np.ndarray], np.ndarray]:
-        kernels, missing = local_kernels(self.getModel())
+        chain = scoring_chain(self.getModel())
+        missing = [s.name for s in chain.missing]
         if missing:
             raise NoKernelError(missing, f"{type(self).__name__}: the model's stages {missing} have no kernel; "
                                          "explain a Spark DataFrame instead (a Spark job per batch of perturbations)")
-        score, to_block = local_score_fn(kernels, self.getInputCol(), self.getTargetCol()), type(self)._to_block
+        score, to_block = local_score_fn(chain, self.getInputCol(), self.getTargetCol()), type(self)._to_block
         return lambda batch: score(to_block(batch))
 
     def _make_batch_fn(self) -> BatchFn:
@@ -113,7 +114,7 @@ class LIMEParams(ColumnSetters, HasErrorCol, HasMiniBatchSize, HasSeed,
 
     # -- Spark ------------------------------------------------------------------------------------
     def _transform_spark(self, df: DataFrame) -> DataFrame:
-        if not local_kernels(self.getModel())[1]:
+        if not scoring_chain(self.getModel()).missing:
             return super()._transform_spark(df)
         self._check_schema(df.schema)
         return _explain_on_driver(self, df)

@@ -1,8 +1,9 @@
 """The model behind a LIME stage, as a scoring function over perturbed inputs.
 
 A model (a fitted stage or a ``PipelineModel``) runs inside the Spark task when every stage has a
-kernel (:func:`irbis.ml.kernel_pipeline.stage_kernel`). ``EnsembleByKey`` is skipped: LIME scores single
-inputs, and a row alone in its group keeps its value, so the stage is the identity per row. Any other
+kernel (:func:`scoring_chain`, over :func:`irbis.ml.kernel_pipeline.model_chain`). ``EnsembleByKey`` is
+skipped: LIME scores single inputs, and a row alone in its group keeps its value, so the stage is the
+identity per row. Any other
 stage makes the model run as a Spark job per batch of perturbations instead (:func:`spark_score_fn`,
 over :class:`irbis.ml.kernel_pipeline.SparkBatches`).
 """
@@ -13,35 +14,26 @@ from typing import Any, Callable
 
 import numpy as np
 
-from irbis.errors import NoKernelError
-from irbis.kernels.blocks import Tensor, run_steps
-from irbis.kernels.sparkml_state import StageKernel
+from irbis.kernels.blocks import Tensor
+from irbis.kernels.chain import KernelChain
 from irbis.ml.ensemble import EnsembleByKey
-from irbis.ml.kernel_pipeline import SparkBatches, flatten, stage_kernel
+from irbis.ml.kernel_pipeline import SparkBatches, model_chain
 
-__all__ = ["local_kernels", "local_score_fn", "spark_score_fn"]
+__all__ = ["local_score_fn", "scoring_chain", "spark_score_fn"]
 
 LOG = logging.getLogger("irbis.explain")
 
 
-def local_kernels(model: Any) -> tuple[list[StageKernel], list[str]]:
-    """The kernels of the model's stages, and the names of the stages that have none."""
-    kernels, missing = [], []
-    for stage in flatten(model):
-        if isinstance(stage, EnsembleByKey):
-            continue
-        try:
-            kernels.append(stage_kernel(stage))
-        except NoKernelError as err:
-            missing.append(err.cls)
-    return kernels, missing
+def scoring_chain(model: Any) -> KernelChain:
+    """The chain of the model's stages, ``EnsembleByKey`` left out; its ``missing`` are the stages that have
+    no kernel."""
+    return model_chain(model, skip=lambda stage: isinstance(stage, EnsembleByKey))
 
 
-def check_target(kernels: list[StageKernel], target_col: str) -> None:
+def check_target(chain: KernelChain, target_col: str) -> None:
     """The model must write ``target_col``; name what it writes otherwise."""
-    produced = [c for k in kernels for c in k.outputs]
-    if target_col not in produced:
-        raise ValueError(f"the model does not produce targetCol {target_col!r}; it writes {produced}")
+    if target_col not in chain.outputs:
+        raise ValueError(f"the model does not produce targetCol {target_col!r}; it writes {chain.outputs}")
 
 
 def target_values(block: Any, column: str) -> np.ndarray:
@@ -54,20 +46,16 @@ def target_values(block: Any, column: str) -> np.ndarray:
     return values.reshape(len(values), -1)
 
 
-def local_score_fn(kernels: list[StageKernel], input_col: str,
-                   target_col: str) -> Callable[[Any], np.ndarray]:
-    """Score a block of perturbed ``input_col`` values through the kernels; return ``target_col``."""
-    check_target(kernels, target_col)
+def local_score_fn(chain: KernelChain, input_col: str, target_col: str) -> Callable[[Any], np.ndarray]:
+    """Score a block of perturbed ``input_col`` values through the chain's kernels; return ``target_col``."""
+    check_target(chain, target_col)
+    others = [c for c in chain.inputs if c != input_col]
 
     def score(block: Any) -> np.ndarray:
-        available = {input_col}
-        for kernel in kernels:
-            missing = [c for c in kernel.inputs if c not in available]
-            if missing:
-                raise ValueError(f"the model reads column {missing[0]!r}, which LIME does not have: "
-                                 f"it scores perturbed {input_col!r} values alone")
-            available |= set(kernel.outputs)
-        blocks = run_steps([(k.inputs, k.fn) for k in kernels], {input_col: block})
+        if others:
+            raise ValueError(f"the model reads column {others[0]!r}, which LIME does not have: "
+                             f"it scores perturbed {input_col!r} values alone")
+        blocks = chain.run({input_col: block})
         return target_values(blocks[target_col], target_col)
 
     return score

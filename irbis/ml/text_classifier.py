@@ -151,11 +151,8 @@ class TextClassifier(alias_mixin("TextClassifierNames", _ALIASES), IrbisEstimato
             freeze_until(layers, self.getFreezeUntil())
         est = TorchEstimator(network=self._factory(source), inputCol=self.getInputCol(), device=self.getDevice(),
                              **{n: self.getOrDefault(n) for n in _SHARED if self.isDefined(getattr(self, n))})
-        est._set(tokenBudget=self.getTokenBudget())
-        est.augment = self.augment
-        est._lr_factors = {head_name(layers): 1.0, "": self.getBackboneLearningRateFactor()}
-        est._classes_param = "numClasses"
-        return est
+        est.setParams(tokenBudget=self.getTokenBudget(), augment=self.augment)
+        return est.fine_tune({head_name(layers): 1.0, "": self.getBackboneLearningRateFactor()}, "numClasses")
 
     def _fit(self, dataset: Any) -> TextClassifierModel:
         import torch

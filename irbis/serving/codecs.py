@@ -20,8 +20,8 @@ import numpy as np
 from irbis.kernels.blocks import Images, Tensor, block_to_rows, mixed_shapes
 from irbis.kernels.image import ImageDecodeError, decode_image
 
-__all__ = ["ALL_OUTPUTS", "Parsed", "RequestError", "check_outputs", "encode_response", "json_rows", "json_value",
-           "parse_files", "parse_json"]
+__all__ = ["ALL_OUTPUTS", "Parsed", "RequestError", "check_outputs", "check_shapes", "decode_value", "encode_response",
+           "json_rows", "json_value", "parse_files", "parse_json"]
 
 #: Content types of a raw image body.
 IMAGE_TYPES = ("image/", "application/octet-stream")
@@ -70,7 +70,7 @@ def parse_json(body: bytes, inputs: dict[str, set[str]], nullable: dict[str, boo
                                     f"the pipeline reads {list(inputs)}")
         for column, kinds in inputs.items():
             columns[column].append(decode_value(row[column], column, kinds, nullable[column], where))
-    _check_shapes(columns, inputs)
+    check_shapes(columns, inputs)
     return Parsed(columns, len(rows), single)
 
 
@@ -147,7 +147,8 @@ def _image(data: bytes, column: str, where: str) -> np.ndarray:
         raise RequestError(422, f"column {column!r}{where}: undecodable image: {err}") from None
 
 
-def _check_shapes(columns: dict[str, list[Any]], inputs: dict[str, set[str]]) -> None:
+def check_shapes(columns: dict[str, list[Any]], inputs: dict[str, set[str]]) -> None:
+    """Refuse (422) a decoded tensor column whose rows have more than one shape (images may differ)."""
     for column, values in columns.items():
         message = mixed_shapes(column, {v.shape for v in values
                                         if isinstance(v, np.ndarray) and "image" not in inputs[column]})

@@ -8,49 +8,11 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from irbis.errors import NoKernelError
-from irbis.kernels.sparkml import INPUT_KINDS
-from irbis.kernels.sparkml_state import ANY_VALUE, read_metadata
-from irbis.ml.kernel_pipeline import SparkBatches, flatten, spark_field, stage_kernel
+from irbis.kernels.chain import KernelChain
+from irbis.ml.kernel_pipeline import SparkBatches, flatten, local_chain, spark_field
 from irbis.serving.codecs import check_outputs, json_value
 
 __all__ = ["SparkPredictor"]
-
-def _params_io(stage: Any) -> tuple[dict[str, frozenset[str]], set[str]]:
-    """The columns a stage without a kernel reads (with the kinds it declares) and writes, from its
-    column hooks (Irbis) or its column Params (SparkML)."""
-    if hasattr(stage, "_input_columns"):
-        return ({c: stage._accepts or ANY_VALUE for c in stage._input_columns()},
-                {n for n, _ in stage._output_columns()})
-    reads: dict[str, frozenset[str]] = {}
-    for name in ("inputCols", "inputCol", "featuresCol"):
-        if stage.hasParam(name) and stage.isDefined(stage.getParam(name)):
-            value = stage.getOrDefault(stage.getParam(name))
-            default = frozenset({"vector"}) if name == "featuresCol" else ANY_VALUE
-            reads = dict.fromkeys([value] if isinstance(value, str) else value,
-                                  INPUT_KINDS.get(type(stage).__name__, default))
-            break
-    names = ("outputCol", "outputCols", "predictionCol", "probabilityCol", "rawPredictionCol")
-    values = [stage.getOrDefault(stage.getParam(n)) for n in names
-              if stage.hasParam(n) and stage.isDefined(stage.getParam(n))]
-    return reads, {c for v in values for c in ([v] if isinstance(v, str) else v)}
-
-
-def _inputs(stages: list[Any]) -> dict[str, frozenset[str]]:
-    """The columns the pipeline reads from a request, with the kinds each accepts."""
-    inputs: dict[str, frozenset[str]] = {}
-    produced: set[str] = set()
-    for stage in stages:
-        try:
-            kernel = stage_kernel(stage)
-            reads, writes = {c: kernel.kinds.get(c) or ANY_VALUE for c in kernel.inputs}, set(kernel.outputs)
-        except NoKernelError:
-            reads, writes = _params_io(stage)
-        for column, kinds in reads.items():
-            if column not in produced and column not in inputs:
-                inputs[column] = kinds
-        produced |= writes
-    return inputs
 
 
 def _last_stage_outputs(model: Any, spark: Any, fields: list[Any], produced: list[str]) -> list[str]:
@@ -67,23 +29,22 @@ def _last_stage_outputs(model: Any, spark: Any, fields: list[Any], produced: lis
 
 class SparkPredictor:
     """A :class:`~irbis.serving.predictor.Predictor` whose batches run as Spark jobs (see the module); it
-    answers with ``outputs``, by default the columns the last stage adds, ``["all"]`` for every column."""
+    answers with ``outputs``, by default the columns the last stage adds, ``["all"]`` for every column.
+    A request gives the columns ``chain`` (the saved stages' :func:`~irbis.ml.kernel_pipeline.local_chain`,
+    read again when not given) reads from outside."""
 
     slow = True
 
-    def __init__(self, path: str, master: str, outputs: Sequence[str] | None = None) -> None:
+    def __init__(self, path: str, master: str, outputs: Sequence[str] | None = None,
+                 chain: KernelChain | None = None) -> None:
         from pyspark.ml.util import DefaultParamsReader
 
         from irbis.spark.session import get_spark
 
+        chain = local_chain(path) if chain is None else chain
         self.spark = get_spark(master, app_name="irbis-serve")
-        if read_metadata(path)["class"].endswith(".PipelineModel"):
-            from pyspark.ml import PipelineModel
-
-            self.model = PipelineModel.load(path)
-        else:
-            self.model = DefaultParamsReader.loadParamsInstance(path, self.spark)
-        self.inputs = {c: set(k) for c, k in _inputs(flatten(self.model)).items()}
+        self.model = DefaultParamsReader.loadParamsInstance(path, self.spark)  # a PipelineModel too
+        self.inputs = {c: set(k) for c, k in chain.inputs.items()}
         if not self.inputs:
             raise ValueError("cannot tell which columns the pipeline reads; no stage names its input columns")
         self.nullable = {c: True for c in self.inputs}

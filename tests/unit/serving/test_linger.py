@@ -22,6 +22,7 @@ import pytest
 
 from irbis.kernels.sparkml import StageKernel
 from irbis.serving import linger
+from irbis.kernels.chain import KernelChain
 from irbis.serving.app import ServeOptions, make_app
 from irbis.serving.predictor import Predictor
 from irbis.serving.server import BackgroundServer
@@ -36,7 +37,8 @@ if linger.HttpToolsProtocol is not None:
 def _app(**options):
     def run(blocks):
         return {"twice": np.asarray(blocks["a"], np.float64) * 2}
-    predictor = Predictor([StageKernel(["a"], ["twice"], run)], {"a": {"number"}}, {"a": False})
+    predictor = Predictor(KernelChain([StageKernel(["a"], ["twice"], run, nulls=False,
+                                                   kinds={"a": frozenset({"number"})})]))
     return make_app(predictor, ServeOptions(max_body_bytes=LIMIT, **options))
 
 

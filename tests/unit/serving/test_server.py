@@ -17,6 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from irbis.kernels.sparkml import StageKernel, assemble_vectors
+from irbis.kernels.chain import KernelChain
 from irbis.serving.app import ServeOptions, make_app
 from irbis.serving.predictor import Predictor
 from irbis.serving.server import BackgroundServer
@@ -32,11 +33,12 @@ def _sum_kernel(delay: float = 0.0, fail_on: float | None = None, started: list 
             raise RuntimeError(f"refusing {fail_on}")
         vec = assemble_vectors([blocks["a"], blocks["v"]], len(a))
         return {"total": vec.values.sum(axis=1), "vec": vec}
-    return StageKernel(["a", "v"], ["total", "vec"], run)
+    return StageKernel(["a", "v"], ["total", "vec"], run, nulls=False,
+                       kinds={"a": frozenset({"number"}), "v": frozenset({"vector"})})
 
 
 def _predictor(**kw) -> Predictor:
-    return Predictor([_sum_kernel(**kw)], {"a": {"number"}, "v": {"vector"}}, {"a": False, "v": False})
+    return Predictor(KernelChain([_sum_kernel(**kw)]))
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,110 @@
+"""A chain of stages run one after another: the columns it reads from outside (with the kinds of value each
+accepts), the columns it writes, and running it on blocks.
+
+Serving's :class:`~irbis.serving.predictor.Predictor`, the Spark fall-back's input discovery, ``fuse``'s
+:class:`~irbis.ml.fuse.FusedStages` and LIME's local scoring each build one :class:`KernelChain` from their
+stages' :class:`~irbis.kernels.sparkml_state.StageKernel` (or, for a stage with no kernel, its
+:class:`StageColumns`).
+
+Examples
+--------
+>>> from irbis.kernels.sparkml_state import StageKernel
+>>> double = StageKernel(["x"], ["y"], lambda b: {"y": b["x"] * 2}, kinds={"x": frozenset({"number"})})
+>>> add = StageKernel(["y", "z"], ["w"], lambda b: {"w": b["y"] + b["z"]})
+>>> chain = KernelChain([double, add])
+>>> list(chain.inputs), chain.outputs, sorted(chain.consumed)
+(['x', 'z'], ['y', 'w'], ['y'])
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Sequence, Union
+
+from irbis.errors import NoKernelError
+from irbis.kernels.blocks import run_steps
+from irbis.kernels.sparkml_state import ANY_VALUE, StageKernel
+
+__all__ = ["KernelChain", "StageColumns"]
+
+
+@dataclass
+class StageColumns:
+    """What a stage reads and writes, without a batch function: a stage that has no kernel (it runs only in
+    Spark), or one whose kernel is not built yet. The fields mean what :class:`StageKernel`'s do; ``name``
+    is the stage's class and ``uid`` its uid where known."""
+
+    name: str
+    inputs: list[str]
+    outputs: list[str]
+    kinds: dict[str, frozenset[str]] = field(default_factory=dict)
+    types: dict[str, Any] = field(default_factory=dict)
+    nulls: bool = True
+    ragged: frozenset[str] = frozenset()
+    uid: str = ""
+
+
+Step = Union[StageKernel, StageColumns]
+
+
+class KernelChain:
+    """Stages run one after another on the same blocks, each reading what the input and the earlier stages
+    gave.
+
+    Attributes
+    ----------
+    steps : list of StageKernel or StageColumns
+        The stages, in order.
+    inputs : dict of str to frozenset of str
+        The columns the chain reads from outside (those no earlier stage writes), in the order they are
+        first read, each with the kinds of value (:data:`~irbis.kernels.sparkml_state.KINDS`) that every
+        stage reading it from outside accepts (:data:`~irbis.kernels.sparkml_state.ANY_VALUE` where a stage
+        declares none).
+    nullable : dict of str to bool
+        Whether an input column may be null: ``False`` where a stage reading it from outside fails on nulls.
+    outputs : list of str
+        Every column the stages write, in order.
+    consumed : set of str
+        The written columns that a later stage reads.
+    types : dict of str to DataType
+        The output columns' Spark types, where the stages give them.
+    ragged : frozenset of str
+        The columns some stage reads as sequences of varying length.
+    missing : list of StageColumns
+        The stages without a batch function.
+    """
+
+    def __init__(self, steps: Sequence[Step]) -> None:
+        self.steps = list(steps)
+        self.inputs: dict[str, frozenset[str]] = {}
+        self.nullable: dict[str, bool] = {}
+        self.outputs: list[str] = []
+        self.consumed: set[str] = set()
+        for step in self.steps:
+            for column in step.inputs:
+                if column in self.outputs:
+                    self.consumed.add(column)
+                    continue
+                kinds = frozenset(step.kinds.get(column) or ANY_VALUE)
+                self.inputs[column] = self.inputs[column] & kinds if column in self.inputs else kinds
+                self.nullable[column] = self.nullable.get(column, True) and step.nulls
+            self.outputs += [c for c in step.outputs if c not in self.outputs]
+        self.types: dict[str, Any] = {c: t for s in self.steps for c, t in s.types.items()}
+        self.ragged = frozenset(c for s in self.steps for c in s.ragged)
+        self.missing = [s for s in self.steps if not isinstance(s, StageKernel)]
+
+    @property
+    def last_outputs(self) -> list[str]:
+        """The last stage's output columns (none for an empty chain)."""
+        return list(self.steps[-1].outputs) if self.steps else []
+
+    def kernels(self) -> list[StageKernel]:
+        """The stages' kernels; :class:`~irbis.errors.NoKernelError` naming every stage that has none."""
+        if self.missing:
+            names = ", ".join(f"{s.name} ({s.uid})" if s.uid else s.name for s in self.missing)
+            raise NoKernelError([s.name for s in self.missing], f"these stages have no kernel: {names}")
+        return list(self.steps)  # type: ignore[arg-type]
+
+    def run(self, blocks: dict[str, Any]) -> dict[str, Any]:
+        """Run the kernels on ``blocks`` (:func:`~irbis.kernels.blocks.run_steps`); every block, inputs
+        included."""
+        return run_steps([(k.inputs, k.fn) for k in self.kernels()], blocks)

@@ -33,12 +33,13 @@ def main() -> None:
     args = parser.parse_args()
 
     from irbis.demo.reviews import drug_reviews
+    from irbis.kernels.chain import KernelChain
     from irbis.kernels.sequences import length_batches
     from irbis.ml import TextEmbedder
     from irbis.serving.predictor import Predictor
 
     kernel = TextEmbedder(inputCol="review", outputCol="e", engine="torch").kernel()
-    predictor = Predictor([kernel], {"review": {"string"}}, {"review": True})
+    predictor = Predictor(KernelChain([kernel]))
     texts = drug_reviews()["review"].tolist()
     rng = np.random.default_rng(0)
     predictor.predict({"review": texts[:32]})  # untimed: loading

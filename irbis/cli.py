@@ -471,10 +471,9 @@ def _cmd_explain(args: argparse.Namespace) -> int:
 def _explained_text_column(model: Any, args: argparse.Namespace) -> str | None:
     """The text column ``irbis explain`` perturbs (``--column``, else the pipeline's one text input), or ``None``
     for a pipeline that reads images."""
-    from irbis.ml.kernel_pipeline import flatten
-    from irbis.serving.spark_predictor import _inputs
+    from irbis.ml.kernel_pipeline import model_chain
 
-    inputs = _inputs(flatten(model))
+    inputs = model_chain(model).inputs
     if any("image" in kinds for kinds in inputs.values()) and not args.text:
         return None
     texts = [c for c, kinds in inputs.items() if "string" in kinds]

@@ -20,9 +20,7 @@ import io
 import json
 import logging
 import posixpath
-import sys
 import uuid
-import warnings
 from collections.abc import Callable
 from dataclasses import replace
 from functools import partial
@@ -39,6 +37,7 @@ from irbis.ml.base import IrbisEstimator
 from irbis.ml.params import (SHARED_PARAMS, HasDevice, HasInputDtype, HasInputShape, Row, at_least, in_range, one_of,
                              table_mixin)
 from irbis.ml.torch_model import TorchModel
+from irbis.ml.tracking import fit_is_tracked, log_fit
 from irbis.refs import canonical, is_reference, is_unsaved, reference, resolve, unsaved
 from irbis.train import checkpoint as ckpt
 from irbis.train.auto_batch import DEFAULT_CANDIDATES, AutoBatch
@@ -239,31 +238,6 @@ def check_strategy(name: Any, options: Any) -> None:
         make_strategy(name, **parsed)
     except ValueError as err:
         raise ParamValueError("strategyOptions", options, f"valid options of strategy {name!r}: {err}") from None
-
-
-def _mlflow_tracked(asked: bool) -> bool:
-    """Whether a fit logs to MLflow: ``mlflowRun`` asks it (MLflow must then be installed), or an MLflow run
-    is active (which needs the caller to have imported mlflow: Irbis never imports it otherwise)."""
-    if asked:
-        try:
-            import mlflow  # noqa: F401
-        except ImportError as err:
-            raise ImportError(f"TorchEstimator: mlflowRun=True needs MLflow ({err})") from None
-        return True
-    mlflow = sys.modules.get("mlflow")
-    return mlflow is not None and getattr(mlflow, "active_run", lambda: None)() is not None
-
-
-def _log_to_mlflow(estimator: Any, summary: list[dict[str, Any]]) -> None:
-    """Log a finished fit (:func:`irbis.ml.tracking.log_training`); a tracking failure warns and keeps the
-    model."""
-    try:
-        from irbis.ml.tracking import log_training
-
-        log_training(estimator, summary, start_run=estimator.getMlflowRun())
-    except Exception as err:  # noqa: BLE001 - the fitted model matters more than its record
-        warnings.warn(f"TorchEstimator: the fit was not logged to MLflow: {type(err).__name__}: {err}",
-                      RuntimeWarning, stacklevel=3)
 
 
 #: The earlier names of TorchEstimator's Params (each still works, warning once).
@@ -470,14 +444,14 @@ class TorchEstimator(renamed_mixin("_EstimatorRenamed", ESTIMATOR_RENAMED), Irbi
 
     # -- fit -------------------------------------------------------------------------------------
     def _fit(self, dataset: Any) -> Any:
-        tracked = _mlflow_tracked(self.getMlflowRun())
+        tracked = fit_is_tracked(self)
         spec, module, results = self.train_job(dataset)
         if spec.input_format.sequences:  # token ids: no one input shape
             model = self._fitted(module, spec.network, results, None)
         else:
             model = self._fitted(module, spec.network, results, spec.input_shape or [results[0].info["features"]])
         if tracked:
-            _log_to_mlflow(self, model.training_summary)
+            log_fit(self, model.training_summary)
         return model
 
     def train_job(self, dataset: Any) -> tuple[TrainSpec, Any, list[Any]]:

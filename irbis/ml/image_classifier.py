@@ -23,7 +23,8 @@ from pyspark import keyword_only
 from pyspark.ml.param import TypeConverters
 
 from irbis.ml.base import IrbisEstimator
-from irbis.ml.estimator import TRAIN_PARAMS, TorchEstimator, _log_to_mlflow, _mlflow_tracked
+from irbis.ml.estimator import TRAIN_PARAMS, TorchEstimator
+from irbis.ml.tracking import fit_is_tracked, log_fit
 from irbis.ml.image_classifier_model import ImageClassifierModel
 from irbis.ml.params import HasDevice, Row, at_least, in_registry, one_of, table_mixin
 from irbis.models import MODELS
@@ -150,8 +151,8 @@ class ImageClassifier(IrbisEstimator, table_mixin("_HasImageClassifierParams", _
         else:
             model = self._fit_after_frozen(est, dataset, suffix)
         self.last_estimator = est
-        if _mlflow_tracked(self.getMlflowRun()):
-            _log_to_mlflow(self, model.training_summary)
+        if fit_is_tracked(self):
+            log_fit(self, model.training_summary)
         return model
 
     def _fitted(self, net: Any, results: list[Any], strict: bool = True) -> ImageClassifierModel:

@@ -24,7 +24,8 @@ from pyspark.ml.param import TypeConverters
 
 from irbis.ml.aliases import Alias, alias_mixin, resolve_aliases
 from irbis.ml.base import IrbisEstimator
-from irbis.ml.estimator import TRAIN_PARAMS, TorchEstimator, _log_to_mlflow, _mlflow_tracked
+from irbis.ml.estimator import TRAIN_PARAMS, TorchEstimator
+from irbis.ml.tracking import fit_is_tracked, log_fit
 from irbis.ml.image_classifier import _CLASSIFIER_ROWS, _SHARED as _IMAGE_SHARED
 from irbis.ml.params import SHARED_PARAMS, HasDevice, Row, in_range, table_mixin
 from irbis.ml.text_network import _TEXT_ROWS, TextClassifierModel, TextTokenizer
@@ -186,6 +187,6 @@ class TextClassifier(alias_mixin("TextClassifierNames", _ALIASES), IrbisEstimato
             precision=self.getPrecision(), device=self.getDevice())
         model.training_summary = results[0].history
         self.last_estimator = est
-        if _mlflow_tracked(self.getMlflowRun()):
-            _log_to_mlflow(self, model.training_summary)
+        if fit_is_tracked(self):
+            log_fit(self, model.training_summary)
         return model

@@ -1,20 +1,23 @@
-"""Logging a fit to MLflow from the driver: TorchEstimator's and ImageClassifier's ``mlflowRun``.
+"""Logging a fit to MLflow from the driver: the estimators' ``mlflowRun``.
 
-Imported only when a fit logs (an MLflow run is active, or ``mlflowRun=True``), so Irbis needs MLflow only
-then; :mod:`irbis.mlflow` (logging and loading models) re-exports :func:`log_training`.
+MLflow is imported only when a fit logs (an MLflow run is active, or ``mlflowRun=True``), so Irbis needs it
+only then: :func:`fit_is_tracked` says whether a fit logs, :func:`log_fit` logs it.
+:mod:`irbis.mlflow` (logging and loading models) re-exports :func:`log_training`.
 """
 from __future__ import annotations
 
 import math
 import os
 import shutil
+import sys
 import tempfile
 import time
+import warnings
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-__all__ = ["log_training"]
+__all__ = ["fit_is_tracked", "log_fit", "log_training"]
 
 #: MLflow's limit on a Param value's length.
 _PARAM_CHARS = 6000
@@ -84,3 +87,27 @@ def log_training(estimator: Any, summary: Sequence[Mapping[str, Any]], start_run
     finally:
         if owned:
             mlflow.end_run()
+
+
+def fit_is_tracked(estimator: Any) -> bool:
+    """Whether a fit of ``estimator`` logs to MLflow: its ``mlflowRun`` asks it (MLflow must then be
+    installed), or an MLflow run is active (which needs the caller to have imported mlflow: Irbis never
+    imports it otherwise)."""
+    if estimator.getMlflowRun():
+        try:
+            import mlflow  # noqa: F401
+        except ImportError as err:
+            raise ImportError(f"{type(estimator).__name__}: mlflowRun=True needs MLflow ({err})") from None
+        return True
+    mlflow = sys.modules.get("mlflow")
+    return mlflow is not None and getattr(mlflow, "active_run", lambda: None)() is not None
+
+
+def log_fit(estimator: Any, summary: list[dict[str, Any]]) -> None:
+    """Log a finished fit of ``estimator`` (:func:`log_training`); a tracking failure warns and keeps the
+    model."""
+    try:
+        log_training(estimator, summary, start_run=estimator.getMlflowRun())
+    except Exception as err:  # noqa: BLE001 - the fitted model matters more than its record
+        warnings.warn(f"{type(estimator).__name__}: the fit was not logged to MLflow: {type(err).__name__}: {err}",
+                      RuntimeWarning, stacklevel=3)

@@ -1,14 +1,14 @@
-"""A chain of stages run one after another: the columns it reads from outside (with the kinds of value each
-accepts), the columns it writes, and running it on blocks.
+"""The seam between a stage and what runs it: one stage as a kernel (:class:`StageKernel`), and a chain of
+stages run one after another: the columns it reads from outside (with the kinds of value each accepts), the
+columns it writes, and running it on blocks.
 
 Serving's :class:`~irbis.serving.predictor.Predictor`, the Spark fall-back's input discovery, ``fuse``'s
 :class:`~irbis.ml.fuse.FusedStages` and LIME's local scoring each build one :class:`KernelChain` from their
-stages' :class:`~irbis.kernels.sparkml_state.StageKernel` (or, for a stage with no kernel, its
+stages' :class:`StageKernel` (or, for a stage with no kernel, its
 :class:`StageColumns`).
 
 Examples
 --------
->>> from irbis.kernels.sparkml_state import StageKernel
 >>> double = StageKernel(["x"], ["y"], lambda b: {"y": b["x"] * 2}, kinds={"x": frozenset({"number"})})
 >>> add = StageKernel(["y", "z"], ["w"], lambda b: {"w": b["y"] + b["z"]})
 >>> chain = KernelChain([double, add])
@@ -21,10 +21,39 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence, Union
 
 from irbis.errors import NoKernelError
-from irbis.kernels.blocks import run_steps
-from irbis.kernels.sparkml_state import ANY_VALUE, StageKernel
+from irbis.kernels.blocks import BatchFn, run_steps
 
-__all__ = ["KernelChain", "StageColumns"]
+__all__ = ["ANY_VALUE", "KINDS", "KernelChain", "StageColumns", "StageKernel"]
+
+
+#: Kinds of value an input column may hold, as a runtime without Spark sees them: a number, a vector
+#: (an array of numbers), a string, or an image (decoded pixels, or the bytes of an encoded file).
+KINDS = ("number", "vector", "string", "image")
+#: What an input column accepts where its stage declares nothing: any value but an image.
+ANY_VALUE = frozenset({"number", "vector", "string"})
+
+
+@dataclass
+class StageKernel:
+    """A stage as a kernel: the columns it reads, the columns it writes, and its batch function.
+
+    ``kinds`` gives, for each input column, the :data:`KINDS` the stage accepts there (declared by the
+    stage); ``types`` gives each output column's Spark type (a ``pyspark.sql.types.DataType``) where the
+    stage's layer knows it. ``drops_rows`` is true for a stage that removes rows
+    (``handleInvalid="skip"``): its kernel gives nulls at those rows, and a runtime that serves rows
+    drops the rows where any output is null. ``nulls`` is false for a stage that fails on a null (or
+    NaN) input, so that a runtime can refuse one up front. ``ragged`` names the input columns read as
+    sequences of varying length (:func:`irbis.kernels.blocks.rows_in` with ``ragged=True``).
+    """
+
+    inputs: list[str]
+    outputs: list[str]
+    fn: BatchFn
+    drops_rows: bool = False
+    nulls: bool = True
+    kinds: dict[str, frozenset[str]] = field(default_factory=dict)
+    types: dict[str, Any] = field(default_factory=dict)
+    ragged: frozenset[str] = frozenset()
 
 
 @dataclass

@@ -22,40 +22,9 @@ from typing import Any
 import numpy as np
 
 from irbis.errors import NoKernelError
-from irbis.kernels.blocks import BatchFn, Tensor
+from irbis.kernels.blocks import Tensor
 
-__all__ = ["ANY_VALUE", "KINDS", "NoKernelError", "StageKernel", "StageState", "number_column", "read_metadata", "read_stage",
-           "vector_block"]
-
-
-#: Kinds of value an input column may hold, as a runtime without Spark sees them: a number, a vector
-#: (an array of numbers), a string, or an image (decoded pixels, or the bytes of an encoded file).
-KINDS = ("number", "vector", "string", "image")
-#: What an input column accepts where its stage declares nothing: any value but an image.
-ANY_VALUE = frozenset({"number", "vector", "string"})
-
-
-@dataclass
-class StageKernel:
-    """A stage as a kernel: the columns it reads, the columns it writes, and its batch function.
-
-    ``kinds`` gives, for each input column, the :data:`KINDS` the stage accepts there (declared by the
-    stage); ``types`` gives each output column's Spark type (a ``pyspark.sql.types.DataType``) where the
-    stage's layer knows it. ``drops_rows`` is true for a stage that removes rows
-    (``handleInvalid="skip"``): its kernel gives nulls at those rows, and a runtime that serves rows
-    drops the rows where any output is null. ``nulls`` is false for a stage that fails on a null (or
-    NaN) input, so that a runtime can refuse one up front. ``ragged`` names the input columns read as
-    sequences of varying length (:func:`irbis.kernels.blocks.rows_in` with ``ragged=True``).
-    """
-
-    inputs: list[str]
-    outputs: list[str]
-    fn: BatchFn
-    drops_rows: bool = False
-    nulls: bool = True
-    kinds: dict[str, frozenset[str]] = field(default_factory=dict)
-    types: dict[str, Any] = field(default_factory=dict)
-    ragged: frozenset[str] = frozenset()
+__all__ = ["NoKernelError", "StageState", "number_column", "read_metadata", "read_stage", "vector_block"]
 
 
 @dataclass

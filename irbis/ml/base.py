@@ -45,8 +45,7 @@ from irbis.kernels.blocks import (
     BatchFn, block_to_rows, bounded_slices, from_arrow, rows_in, to_arrow,
 )
 from irbis.errors import NoKernelError, require_columns
-from irbis.kernels.chain import StageColumns
-from irbis.kernels.sparkml_state import StageKernel
+from irbis.kernels.chain import StageColumns, StageKernel
 from irbis.ml.params import add_accessors
 from irbis.ml.persistence import IrbisPersistable
 from irbis.spark.resources import check_device

@@ -2,7 +2,7 @@
 
 Every runtime that runs a fitted pipeline without a Spark job asks its stages for their kernels here:
 
-* :func:`stage_kernel` gives a live stage's :class:`~irbis.kernels.sparkml_state.StageKernel`: an Irbis
+* :func:`stage_kernel` gives a live stage's :class:`~irbis.kernels.chain.StageKernel`: an Irbis
   stage's own :meth:`~irbis.ml.base._StageMixin.kernel`, or the kernel of a fitted SparkML stage of
   :data:`~irbis.kernels.sparkml.SPARKML_KERNELS` (from its public attributes), with its outputs' Spark
   types;
@@ -36,9 +36,9 @@ from pyspark.ml.linalg import Vectors, VectorUDT
 from pyspark.sql.types import DataType, DoubleType, LongType, StringType, StructField, StructType
 
 from irbis.errors import NoKernelError
-from irbis.kernels.chain import KernelChain, StageColumns
+from irbis.kernels.chain import ANY_VALUE, KernelChain, StageColumns, StageKernel
 from irbis.kernels.sparkml import INPUT_KINDS, SPARKML_KERNELS, kernel_from_state, sparkml_kernel
-from irbis.kernels.sparkml_state import ANY_VALUE, StageKernel, StageState, read_metadata, read_stage
+from irbis.kernels.sparkml_state import StageState, read_metadata, read_stage
 from irbis.ml.persistence import load_local_stage
 
 __all__ = ["SparkBatches", "flatten", "load_local", "local_chain", "model_chain", "param_columns", "saved_stages",

@@ -18,8 +18,7 @@ import numpy as np
 
 from irbis.errors import NoKernelError
 from irbis.kernels.blocks import Images, rows_in
-from irbis.kernels.chain import KernelChain
-from irbis.kernels.sparkml_state import KINDS
+from irbis.kernels.chain import KINDS, KernelChain
 from irbis.ml.kernel_pipeline import local_chain
 from irbis.serving.codecs import check_outputs, json_rows
 from irbis.serving.spark_predictor import SparkPredictor

@@ -188,7 +188,7 @@ def test_kernel_and_load_local_give_the_spark_results(spark, tmp_path, name):
     JVM) gives Spark's rows on the same input, declares the kinds of each input and the type of each
     output; a stage without one raises NoKernelError naming its class, and so does load_local."""
     from irbis.errors import NoKernelError
-    from irbis.kernels.sparkml_state import KINDS
+    from irbis.kernels.chain import KINDS
     from irbis.ml import load_local
 
     case = STAGE_CASES[name]

@@ -6,8 +6,7 @@ import pytest
 
 from irbis.errors import NoKernelError
 from irbis.kernels.blocks import Tensor, run_steps
-from irbis.kernels.chain import KernelChain, StageColumns
-from irbis.kernels.sparkml_state import ANY_VALUE, StageKernel
+from irbis.kernels.chain import ANY_VALUE, KernelChain, StageColumns, StageKernel
 
 
 def _steps() -> list[StageKernel]:

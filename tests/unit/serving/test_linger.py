@@ -20,9 +20,8 @@ import httpx
 import numpy as np
 import pytest
 
-from irbis.kernels.sparkml import StageKernel
+from irbis.kernels.chain import KernelChain, StageKernel
 from irbis.serving import linger
-from irbis.kernels.chain import KernelChain
 from irbis.serving.app import ServeOptions, make_app
 from irbis.serving.predictor import Predictor
 from irbis.serving.server import BackgroundServer

@@ -16,8 +16,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from irbis.kernels.sparkml import StageKernel, assemble_vectors
-from irbis.kernels.chain import KernelChain
+from irbis.kernels.sparkml import assemble_vectors
+from irbis.kernels.chain import KernelChain, StageKernel
 from irbis.serving.app import ServeOptions, make_app
 from irbis.serving.predictor import Predictor
 from irbis.serving.server import BackgroundServer

@@ -121,7 +121,7 @@ def test_a_network_trained_on_images_is_a_torch_model_that_reads_images_as_train
     expected = make_torch_predict_fn(resolve_source(model.getNetwork()))(batch)
     files = [cv2.imencode(".png", b)[1].tobytes() for b in bgr] + [b"\x89PNG not an image"]
     frame = spark.createDataFrame([(f,) for f in files], "image binary").coalesce(1)
-    model.write().overwrite().save(str(tmp_path / "scorer"))
+    model.save(str(tmp_path / "scorer"))  # a fresh folder: no overwrite(), which Spark Connect refuses
     again = TorchModel.load(str(tmp_path / "scorer")).setErrorCol("error")
     assert again.getImagePreprocessing() == "small_cnn_cifar"
     out = again.transform(frame).toPandas()

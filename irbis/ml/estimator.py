@@ -31,11 +31,12 @@ from pyspark.ml.param import TypeConverters as T
 
 from irbis.errors import ParamValueError
 from irbis.kernels.engines import ENGINE_NAMES
+from irbis.kernels.image_augment import parse_augmentation
 from irbis.kernels.inference import PRECISIONS
 from irbis.ml.aliases import Renamed, renamed_kwargs, renamed_mixin
 from irbis.ml.base import IrbisEstimator
 from irbis.ml.params import (SHARED_PARAMS, HasDevice, HasInputDtype, HasInputShape, Row, at_least, in_range, one_of,
-                             table_mixin)
+                             parsed_by, table_mixin)
 from irbis.ml.torch_model import TorchModel
 from irbis.ml.tracking import fit_is_tracked, log_fit
 from irbis.refs import canonical, is_reference, is_unsaved, reference, resolve, unsaved
@@ -53,13 +54,8 @@ _log = logging.getLogger(__name__)
 _CALLABLE_PARAMS = ("network", "loss", "optimizer")
 
 
-def check_augmentation(name: str, value: Any) -> None:
-    from irbis.kernels.image_augment import parse_augmentation
-
-    try:
-        parse_augmentation(value)
-    except (ValueError, TypeError) as err:
-        raise ParamValueError(name, value, f"a JSON list of augmentation ops ({err})") from None
+check_augmentation = parsed_by(parse_augmentation, "a JSON list of augmentation ops",
+                               ("a JSON list of augmentation ops",))
 
 
 def parse_class_weights(value: str) -> str | list[float] | None:
@@ -75,16 +71,8 @@ def parse_class_weights(value: str) -> str | list[float] | None:
     return [float(w) for w in weights]
 
 
-def check_class_weights(name: str, value: Any) -> None:
-    try:
-        parse_class_weights(value)
-    except (ValueError, TypeError) as err:
-        raise ParamValueError(name, value, f"'', 'balanced' or a JSON list of one weight >= 0 per class ({err})") \
-            from None
-
-
-check_augmentation.allowed = ("a JSON list of augmentation ops",)  # type: ignore[attr-defined]
-check_class_weights.allowed = ("balanced", "a JSON list of weights")  # type: ignore[attr-defined]
+check_class_weights = parsed_by(parse_class_weights, "'', 'balanced' or a JSON list of one weight >= 0 per class",
+                                ("balanced", "a JSON list of weights"))
 
 
 def to_batch_size(value: Any) -> int | str:
@@ -113,14 +101,8 @@ def parse_auto_sizes(value: str) -> tuple[int, ...]:
     return tuple(sizes)
 
 
-def check_auto_sizes(name: str, value: Any) -> None:
-    try:
-        parse_auto_sizes(value)
-    except (ValueError, TypeError) as err:
-        raise ParamValueError(name, value, f"a JSON list of batch sizes, e.g. '[16, 32, 64]' ({err})") from None
-
-
-check_auto_sizes.allowed = ("a JSON list of batch sizes",)  # type: ignore[attr-defined]
+check_auto_sizes = parsed_by(parse_auto_sizes, "a JSON list of batch sizes, e.g. '[16, 32, 64]'",
+                             ("a JSON list of batch sizes",))
 
 
 def to_name_or_reference(value: Any) -> str:
@@ -414,7 +396,6 @@ class TorchEstimator(renamed_mixin("_EstimatorRenamed", ESTIMATOR_RENAMED), Irbi
         """How the workers read the features column (:class:`~irbis.train.stream.InputFormat`); its ``shape``
         is the job's input shape (the preprocessing's for images, else ``spec.input_shape``). Raises naming
         the Param for a combination that cannot work."""
-        from irbis.kernels.image_augment import parse_augmentation
         from irbis.models import preprocessing_for
         from irbis.spark.training import input_kind
         from irbis.train.stream import InputFormat

@@ -18,6 +18,7 @@ from irbis.errors import ParamValueError
 from irbis.kernels.batching import TENSOR_DTYPES
 from irbis.kernels.engines import ENGINE_NAMES
 from irbis.kernels.inference import DEVICES, PRECISIONS
+from irbis.models import preprocessing_for
 from irbis.refs import is_reference, is_unsaved
 
 #: A Param as a table row: name, doc, type converter, default (None: no default), and optionally a
@@ -110,17 +111,22 @@ def local_folder(what: str) -> Check:
     return check
 
 
-def check_preprocessing(name: str, value: Any) -> None:
-    """The value is empty, a catalogue model with a preprocessing record, or such a record as JSON."""
-    from irbis.models import preprocessing_for
+def parsed_by(parse: Callable[[Any], Any], expected: str, allowed: tuple[str, ...]) -> Check:
+    """A check that ``parse`` takes the value: its ValueError or TypeError becomes a
+    :class:`ParamValueError` saying what was ``expected``, the parser's reason in brackets; ``allowed``
+    names the accepted forms (:func:`invalid_values`)."""
+    def check(name: str, value: Any) -> None:
+        try:
+            parse(value)
+        except (ValueError, TypeError) as err:
+            raise ParamValueError(name, value, f"{expected} ({err})") from None
+    check.allowed = allowed  # type: ignore[attr-defined]
+    return check
 
-    try:
-        preprocessing_for(value)
-    except (ValueError, TypeError) as err:
-        raise ParamValueError(name, value, f"a catalogue model name or a JSON preprocessing record ({err})") from None
 
-
-check_preprocessing.allowed = ("a catalogue model or a JSON preprocessing record",)  # type: ignore[attr-defined]
+#: imagePreprocessing: empty, a catalogue model with a preprocessing record, or such a record as JSON.
+check_preprocessing = parsed_by(preprocessing_for, "a catalogue model name or a JSON preprocessing record",
+                                ("a catalogue model or a JSON preprocessing record",))
 
 
 SHARED_PARAMS: list[Row] = [
@@ -272,4 +278,4 @@ class ColumnSetters(HasInputCol, HasOutputCol):
         return self._set(outputCol=value)
 
 
-__all__ = ["SHARED_PARAMS", "ParamValueError", "one_of", "in_registry", "in_range", "at_least", "checked", "param_check", "invalid_values", "ColumnSetters", "param_mixin", "accessor_names", "add_accessors", "table_mixin", "HasNetwork", "HasMiniBatchSize", "HasDevice", "HasPrecision", "HasCalibrationData", "HasEngine", "local_folder", "HasInputShape", "HasInputDtype", "HasOutputLayer", "HasErrorCol", "HasTokenBudget", "HasVariableLength", "HasImagePreprocessing", "check_preprocessing"]
+__all__ = ["SHARED_PARAMS", "ParamValueError", "one_of", "in_registry", "in_range", "at_least", "checked", "param_check", "invalid_values", "ColumnSetters", "param_mixin", "accessor_names", "add_accessors", "table_mixin", "HasNetwork", "HasMiniBatchSize", "HasDevice", "HasPrecision", "HasCalibrationData", "HasEngine", "local_folder", "parsed_by", "HasInputShape", "HasInputDtype", "HasOutputLayer", "HasErrorCol", "HasTokenBudget", "HasVariableLength", "HasImagePreprocessing", "check_preprocessing"]

@@ -27,7 +27,7 @@ from irbis.ml.export_ahead import export_ahead_of_job
 from irbis.ml.params import (HasDevice, HasEngine, HasErrorCol, HasMiniBatchSize, HasPrecision, Row, at_least,
                              table_mixin)
 
-__all__ = ["ImageNetworkStage"]
+__all__ = ["ImageNetworkStage", "image_batch", "is_image_column"]
 
 _DECODE_ROWS: list[Row] = [
     ("maxPixels", "pixel limit when decoding bytes (0: none)", TypeConverters.toInt, DEFAULT_MAX_PIXELS,
@@ -35,6 +35,27 @@ _DECODE_ROWS: list[Row] = [
     ("fastDecode", "decode large JPEG bytes at 1/2, 1/4 or 1/8 scale when still larger than the model's resize "
      "size (faster; pixels differ slightly from a full decode)", TypeConverters.toBoolean, False),
 ]
+
+
+def is_image_column(dtype: DataType) -> bool:
+    """Whether a column holds images as a network stage reads them: Spark image structs, or encoded image
+    files in a binary column."""
+    return is_image_struct(dtype) or isinstance(dtype, BinaryType)
+
+
+def image_batch(values: Any, preprocessing: Any, raise_errors: bool, max_pixels: int | None = DEFAULT_MAX_PIXELS,
+                fast_decode: bool = False) -> tuple[np.ndarray, np.ndarray, list[str | None]]:
+    """A column block of images as the network's batch: (batch, valid, errors) of
+    :func:`~irbis.kernels.image_features.preprocess_images`, the files decoded first where the block holds
+    encoded ones; a :class:`~irbis.kernels.blocks.Prepared` block (LIME's masked samples) is already the
+    network's input and is only checked against ``preprocessing``'s shape."""
+    if isinstance(values, Prepared):
+        if values.values.shape[1:] != tuple(preprocessing.input_shape):
+            raise ValueError(f"prepared inputs of shape {values.values.shape[1:]}, the network takes "
+                             f"{tuple(preprocessing.input_shape)}")
+        return values.values, values.valid, [None] * len(values)
+    return preprocess_images(values, preprocessing, encoded=isinstance(values, Binary), max_pixels=max_pixels,
+                             raise_errors=raise_errors, fast_decode=fast_decode)
 
 
 class ImageNetworkStage(HasInputCol, table_mixin("_ImageDecodeParams", _DECODE_ROWS), HasMiniBatchSize, HasDevice,
@@ -80,7 +101,7 @@ class ImageNetworkStage(HasInputCol, table_mixin("_ImageDecodeParams", _DECODE_R
 
     def _validate_schema(self, schema: StructType) -> None:
         found = schema[self.getInputCol()].dataType
-        if not (is_image_struct(found) or isinstance(found, BinaryType)):
+        if not is_image_column(found):
             raise TypeError(f"{type(self).__name__}: input column {self.getInputCol()!r} must be an image "
                             f"struct or binary (encoded files), found {found.simpleString()}")
 
@@ -121,13 +142,7 @@ class ImageNetworkStage(HasInputCol, table_mixin("_ImageDecodeParams", _DECODE_R
         limit, fast = self.getMaxPixels() or None, self.getFastDecode()
 
         def convert(values: Any, raise_errors: bool) -> tuple[Any, Any, Any]:
-            if isinstance(values, Prepared):  # already the network's input (LIME's masked samples)
-                if values.values.shape[1:] != tuple(preprocessing.input_shape):
-                    raise ValueError(f"prepared inputs of shape {values.values.shape[1:]}, the network takes "
-                                     f"{tuple(preprocessing.input_shape)}")
-                return values.values, values.valid, [None] * len(values)
-            return preprocess_images(values, preprocessing, encoded=isinstance(values, Binary), max_pixels=limit,
-                                     raise_errors=raise_errors, fast_decode=fast)
+            return image_batch(values, preprocessing, raise_errors, max_pixels=limit, fast_decode=fast)
 
         return convert
 

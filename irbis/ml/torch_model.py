@@ -13,19 +13,18 @@ import torch
 from pyspark import keyword_only
 from pyspark.ml.param import Param, Params, TypeConverters
 from pyspark.sql import DataFrame
-from pyspark.sql.types import BinaryType, DataType, StringType, StructType
+from pyspark.sql.types import DataType, StringType, StructType
 from torch import nn
 
 from irbis.kernels.batching import network_batch, refused_shape, sequence_rows
-from irbis.kernels.blocks import BatchFn, Binary, Tensor, flat_rows
+from irbis.kernels.blocks import BatchFn, Tensor, flat_rows
 from irbis.kernels.engines import EngineError
-from irbis.kernels.image_features import preprocess_images
 from irbis.kernels.inference import cached_predict_fn, make_sequence_predict_fn, resolve_source
 from irbis.ml.aliases import renamed_kwargs
 from irbis.ml.base import IrbisModel
 from irbis.ml.calibration import HasCalibrationSample
-from irbis.ml.columns import is_image_struct
 from irbis.ml.export_ahead import export_ahead_of_job
+from irbis.ml.image_network import image_batch, is_image_column
 from irbis.ml.network_params import NetworkStageParams
 from irbis.ml.params import HasEngine, HasErrorCol, HasImagePreprocessing, HasPrecision
 from irbis.ml.persistence import load_network_files, save_network_files
@@ -214,7 +213,7 @@ class TorchModel(NetworkStageParams, HasPrecision, HasCalibrationSample, HasEngi
         self._validate_network_params()
         col = self.getInputCol()
         found = schema[col].dataType
-        if not (is_image_struct(found) or isinstance(found, BinaryType)):
+        if not is_image_column(found):
             raise TypeError(f"TorchModel: column {col!r} has type {found.simpleString()}; with imagePreprocessing "
                             f"it must hold images: a Spark image struct or encoded image files (binary)")
 
@@ -297,8 +296,7 @@ class TorchModel(NetworkStageParams, HasPrecision, HasCalibrationSample, HasEngi
 
         def convert(block: Any, raise_errors: bool = True) -> tuple[np.ndarray, np.ndarray, list[str | None]]:
             if preprocessing is not None:
-                return preprocess_images(block, preprocessing, encoded=isinstance(block, Binary),
-                                         raise_errors=raise_errors)
+                return image_batch(block, preprocessing, raise_errors)
             batch = network_batch(block, col, shape, input_dtype=input_dtype, stage=stage)
             return batch.values, batch.valid, [None] * len(batch.valid)
 

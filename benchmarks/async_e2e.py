@@ -10,23 +10,39 @@ Each side's learning rate comes from its own sweep over a small grid, run with t
 80% of the training rows and chosen by accuracy on the other 20% (validation; the test rows are not
 used): Irbis's strategies at 0.5, 1, 2 and 4 times the rate ``train_async.learning_rate`` gives them,
 sparktorch at ``HOGWILD_RATES``. The sweep runs before the measured runs in the same session, so
-both sides' Spark Python workers are warm when timed (equal warm-up). Each side then makes ``REPEATS``
-timed runs at its chosen rate on all the training rows; the faster is reported, with its test accuracy.
+both sides' Spark Python workers are warm when timed (equal warm-up). A rate chosen at an edge of its grid
+is not trusted: the grid grows past that edge (by the grid's own step) until the best rate has a neighbour on
+each side, at most ``MAX_WIDEN`` times, and the sweep's line says where it stopped. Each side then makes
+``REPEATS`` timed runs at its chosen rate on all the training rows; the faster is reported, with its test
+accuracy. dcasgd runs on an SGD server here (``train_async.DCASGD_SGD``; its default rule is Adagrad), as the
+row's label says.
+
+Run: ``python benchmarks/async_e2e.py [--quick]``; results in ``benchmarks/results/async_e2e.txt``.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
+import os
+import sys
 from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 import torch
 
 from peers import PeerNotRun, digits_frame, not_run, sparktorch_fit
-from train_sync import MLP, accuracy, spark_fit
+from provenance import Run
+from train_async import ASYNC, MLP_EPOCHS, SCHEDULE, learning_rate
+from train_sync import MLP, accuracy, load_digits_split, spark_fit
 
-RATE_FACTORS = (0.5, 1.0, 2.0, 4.0)
-HOGWILD_RATES = (0.001, 0.003, 0.01, 0.03)
+#: bump when the figures would change (see provenance.py)
+MEASURING_CODE = 2
+RESULTS = Path(__file__).parent / "results"
+RATE_FACTORS = (0.25, 0.5, 1.0, 2.0, 4.0)
+HOGWILD_RATES = (0.0003, 0.001, 0.003, 0.01, 0.03)
+MAX_WIDEN = 3  # grid steps added past an edge at most, per side
 CHANCE = 0.1  # ten balanced classes
 REPEATS = 2  # timed runs per side at its chosen rate; the faster one is reported, with its accuracy
 
@@ -82,6 +98,28 @@ def swept(run: Callable, df: object, data: tuple, epochs: int, lr: float) -> flo
         return float("nan")
 
 
+def best_rate(tried: dict[float, float]) -> float:
+    """The rate of the best validation accuracy (NaN: the loss diverged); the smallest rate if all diverged."""
+    rates = sorted(tried)
+    accs = [tried[lr] for lr in rates]
+    return rates[int(np.nanargmax(accs))] if not np.isnan(accs).all() else rates[0]
+
+
+def widened(tried: dict[float, float]) -> float | None:
+    """The next rate to try past the grid's edge where the best rate sits on that edge (the grid's own step
+    beyond it), or None where the best rate has a neighbour on each side. Past the top, only if the top rate
+    did not diverge."""
+    rates = sorted(tried)
+    best = best_rate(tried)
+    if len(rates) < 2 or rates[0] < best < rates[-1]:
+        return None
+    if best == rates[-1] and not np.isnan(tried[best]):
+        return best * rates[-1] / rates[-2]
+    if best == rates[0]:
+        return best * rates[0] / rates[1]
+    return None
+
+
 def sweep_and_measure(spark: object, data: tuple, epochs: int, sides: dict) -> tuple[list[str], list[dict]]:
     """The sweep's lines and each side's measured row at its chosen rate (or a "not run" line)."""
     xfit, xval, yfit, yval = split_validation(data)
@@ -89,14 +127,20 @@ def sweep_and_measure(spark: object, data: tuple, epochs: int, sides: dict) -> t
     lines, chosen = [], {}
     for label, (grid, run) in sides.items():
         try:
-            accs = [swept(run, fit_df, (xfit, xval, yfit, yval), epochs, lr) for lr in grid]
+            tried = {lr: swept(run, fit_df, (xfit, xval, yfit, yval), epochs, lr) for lr in grid}
+            for _ in range(MAX_WIDEN):
+                beyond = widened(tried)
+                if beyond is None:
+                    break
+                tried[beyond] = swept(run, fit_df, (xfit, xval, yfit, yval), epochs, beyond)
         except PeerNotRun as err:
             lines.append("  " + not_run(label, err))
             continue
-        chosen[label] = grid[int(np.nanargmax(accs))] if not np.isnan(accs).all() else grid[0]
-        lines.append(f"  {label:34s} " + "  ".join(f"{lr:.4g}: {a:.3f}" for lr, a in zip(grid, accs))
+        rates = sorted(tried)
+        chosen[label] = best_rate(tried)
+        lines.append(f"  {label:34s} " + "  ".join(f"{lr:.4g}: {tried[lr]:.3f}" for lr in rates)
                      + f"  -> {chosen[label]:.4g}"
-                     + (" (an edge of its grid)" if chosen[label] in (grid[0], grid[-1]) else ""))
+                     + (" (an edge of its grid)" if chosen[label] in (rates[0], rates[-1]) else ""))
         print(lines[-1], flush=True)
     rows = []
     for label, lr in chosen.items():
@@ -130,3 +174,33 @@ def report(epochs: int, sweep_lines: list[str], rows: list[dict]) -> list[str]:
                    f"start-up sleep (without it: {base['e2e'] * base['wall'] / (base['wall'] - 5):,.0f} samples/s); "
                    "it reports no loop time (nan)")
     return out
+
+
+def end_to_end(epochs: int, quick: bool) -> list[str]:
+    """Irbis's asynchronous strategies (``train_async.ASYNC``) and sparktorch hogwild, both fit on Spark."""
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    from irbis.spark.session import get_spark
+
+    spark = get_spark("local[2]", app_name="irbis-async-bench", **{"spark.ui.enabled": "false",
+                                                                    "spark.sql.shuffle.partitions": "2"})
+    sides = contenders(ASYNC, lambda name, sopts: learning_rate(name, sopts, 2), SCHEDULE, quick)
+    lines, rows = sweep_and_measure(spark, load_digits_split(False), epochs, sides)
+    spark.stop()
+    return report(epochs, lines, rows)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="2 epochs, two rates a side: a smoke run")
+    args = parser.parse_args()
+    run = Run(__file__, packages=("torch", "pyspark", "sparktorch", "numpy"))
+    body = end_to_end(2 if args.quick else MLP_EPOCHS, quick=args.quick)
+    text = "\n".join(run.header("cosine schedule for Irbis's strategies; base rates from train_async.py", "")
+                     + body) + "\n"
+    print(text)
+    if not args.quick:
+        (RESULTS / "async_e2e.txt").write_text(text)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,14 +1,8 @@
-"""Benchmark: the parameter-server strategies (downpour, mixed, dcasgd) against synchronous SGD and sparktorch.
+"""Benchmark: the parameter-server strategies (downpour, mixed, dcasgd) against synchronous SGD, without Spark.
 
-Two kinds of figures, printed in separate, labelled tables:
+The end-to-end comparison on Spark, Irbis's asynchronous strategies against sparktorch hogwild, is
+``benchmarks/async_e2e.py`` (its own results file); this script's figures are:
 
-* END TO END ON SPARK (:mod:`async_e2e`): Irbis's asynchronous strategies through
-  ``TorchEstimator(...).fit(df)`` against sparktorch 0.2.0's hogwild mode (``SparkTorch(mode="hogwild")``,
-  :mod:`peers`), both on one ``local[2]`` session, 2 workers, the digits MLP, the same rows, global batch
-  and samples, each side at the learning rate of its own sweep (chosen by validation accuracy), both
-  warm, samples/s over the ``fit`` call and test accuracy; the output says when the baseline does not
-  learn. sparktorch is no dependency of the project (``pip install 'irbis[bench]'``); without it its
-  row is printed as not run, with the reason.
 * LOOP ONLY, NO SPARK: workers are spawned processes joined by gloo, the parameter-server shards
   co-located in them (or on dedicated server processes) and reached over the ZeroMQ transport
   (:func:`irbis.train.backends.local.run_processes`), so staleness is real even where 4 or 8 workers
@@ -79,6 +73,8 @@ LR, ADAGRAD_LR, TARGET_LOSS = 0.4, 0.02, 0.3
 # settle on the final weights, which a constant rate leaves them lagging (the CNN evaluates with them)
 SCHEDULE = {"type": "cosine"}
 MLP_EPOCHS, CNN_EPOCHS, SEEDS = 30, 6, 2
+#: bump when the figures would change (see provenance.py)
+MEASURING_CODE = 1
 SWEEP = {"LR": (0.05, 0.1, 0.2, 0.4), "ADAGRAD_LR": (0.01, 0.02, 0.04)}
 # dcasgd on the SGD server these results were measured with (its default server rule is Adagrad since the
 # study of benchmarks/dcasgd_defaults.py)
@@ -250,21 +246,6 @@ def sweep(epochs: int, workers: int = 2) -> list[str]:
     return out
 
 
-def end_to_end(epochs: int, quick: bool) -> list[str]:
-    """Irbis's asynchronous strategies and sparktorch hogwild, both fit on Spark (:mod:`async_e2e`)."""
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    from async_e2e import contenders, report, sweep_and_measure
-
-    from irbis.spark.session import get_spark
-
-    spark = get_spark("local[2]", app_name="irbis-async-bench", **{"spark.ui.enabled": "false",
-                                                                    "spark.sql.shuffle.partitions": "2"})
-    sides = contenders(ASYNC, lambda name, sopts: learning_rate(name, sopts, 2), SCHEDULE, quick)
-    lines, rows = sweep_and_measure(spark, load_digits_split(False), epochs, sides)
-    spark.stop()
-    return report(epochs, lines, rows)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true", help="2 workers, 1-2 epochs (MLP and CNN): a smoke run")
@@ -275,11 +256,9 @@ def main() -> None:
         print("\n".join(sweep(2 if args.quick else MLP_EPOCHS)), f"\nrun time {time.perf_counter() - t_start:.0f} s")
         return
     if args.quick:
-        e2e = end_to_end(2, quick=True)
         mlp, cnn = workload("mlp", MLP, [64], 1, [2]), workload("small_cnn", CNN, [3, 32, 32], 1, [2])
         slow, seeds, faults = stragglers(1), seeds_table(1, 1, 2), fault(3)
     else:
-        e2e = end_to_end(MLP_EPOCHS, quick=False)
         mlp = workload("mlp", MLP, [64], MLP_EPOCHS, MLP_WORKERS)
         cnn = workload("small_cnn", CNN, [3, 32, 32], CNN_EPOCHS, CNN_WORKERS)
         slow, seeds, faults = stragglers(MLP_EPOCHS), seeds_table(MLP_EPOCHS, SEEDS, 8), fault(MLP_EPOCHS)
@@ -291,7 +270,6 @@ def main() -> None:
         f"{os.cpu_count()} cores; workers are processes (gloo + ZeroMQ), one torch thread each",
         f"load average (1 min) before {load_before[0]:.1f}, after {os.getloadavg()[0]:.1f}; "
         f"run time {time.perf_counter() - t_start:.0f} s",
-        "", *e2e,
         "", f"loop-only tables: {rates}",
         "", table(loop_only + "digits MLP 64-128-10, global batch 64, equal samples", mlp),
         "", table(loop_only + "small_cnn on 3x32x32 digits, global batch 64, equal samples", cnn),

@@ -47,3 +47,16 @@ def test_a_missing_baseline_leaves_no_ratio_and_is_named():
     assert "sparktorch hogwild: not run: PeerNotRun: sparktorch is not installed" in text
     assert "no baseline in this table" in text
     assert next(line for line in text.splitlines() if line.startswith("irbis dcasgd")).endswith(" -")
+
+
+def test_a_grid_grows_past_the_edge_its_best_rate_sits_on():
+    from async_e2e import best_rate, widened
+
+    assert widened({0.1: 0.90, 0.2: 0.95, 0.4: 0.93}) is None
+    assert widened({0.1: 0.90, 0.2: 0.93, 0.4: 0.95}) == pytest.approx(0.8)  # the top: one step further up
+    assert widened({0.001: 0.95, 0.003: 0.93, 0.01: 0.90}) == pytest.approx(0.001 / 3)  # the bottom: down
+    # a top rate whose loss diverged is not a reason to go higher; the best finite rate is chosen
+    assert widened({0.1: 0.80, 0.2: 0.90, 0.4: float("nan")}) is None
+    assert widened({0.1: 0.90, 0.2: float("nan")}) == pytest.approx(0.05)
+    assert best_rate({0.1: 0.90, 0.2: float("nan")}) == 0.1
+    assert best_rate({0.1: float("nan"), 0.2: float("nan")}) == 0.1

@@ -195,8 +195,8 @@ def main() -> None:
     args = parser.parse_args()
     run = Run(__file__, packages=("torch", "pyspark", "sparktorch", "numpy"))
     body = end_to_end(2 if args.quick else MLP_EPOCHS, quick=args.quick)
-    text = "\n".join(run.header("cosine schedule for Irbis's strategies; base rates from train_async.py", "")
-                     + body) + "\n"
+    text = "\n".join([*run.header("cosine schedule for Irbis's strategies; base rates from train_async.py"), "",
+                      *body]) + "\n"
     print(text)
     if not args.quick:
         (RESULTS / "async_e2e.txt").write_text(text)

@@ -14,6 +14,10 @@ Where a figure is quoted (the convention the pages follow, stated at the top of 
   rate (a number followed by img/s, images/s, samples/s, rows/s, inputs/s or req/s) must cite one.
 - **References**: every results file the pages or the tests cite exists; in the README's Performance section
   and on ``docs/performance.md`` a bare file name in backticks (``cluster.png``) is a results file too.
+- **How each run was made**: a results file made by a benchmark (its first line ``# benchmarks/NAME.py``)
+  records the command, the commit, the date, the machine's cores and the load average before and after, and the
+  script's measuring-code version (``benchmarks/provenance.py``): it is outdated when the script declares
+  another ``MEASURING_CODE`` now (the measurement changed since the run), and must be made again.
 - **Superseded runs**: a results file is stale when a newer run of the same script (the script named on its
   first line, ``# benchmarks/NAME.py``, dated ``YYYY-MM-DD HH:MM`` in its header) holds a table row with the
   same label under the same ``## `` section; no stale file may be kept.
@@ -217,6 +221,49 @@ def stale_results_files(root: Path) -> list[Problem]:
             if other == script and new_date > old_date and old_rows & new_rows]
 
 
+#: What a benchmark's results file must record in its first lines (``benchmarks/provenance.py``'s header). A run
+#: made before that header says "not recorded by the run" where it recorded nothing.
+HEADER_FIELDS = {"the command": re.compile(r"^# command: \S", re.M),
+                 "the commit": re.compile(r"^# commit: \S", re.M),
+                 "the date": DATE,
+                 "the machine's cores": re.compile(r"\b\d+ (?:CPU )?cores\b|^# cores: not recorded", re.M),
+                 "the load average before and after": re.compile(r"load average.*before.*after")}
+MEASURED_BY = re.compile(r"^# commit: .*\bmeasuring code: (\S+)$", re.M)
+HEADER_LINES = 12
+
+
+def outdated_results_files(root: Path) -> list[Problem]:
+    """Each results file made by a benchmark that does not record how it was made, or that an older version
+    of its script's measuring code made (its script's ``MEASURING_CODE`` differs now)."""
+    import ast
+
+    problems = []
+    for name, text in results_files(root).items():
+        script, _ = header(text)
+        if not script or not name.endswith(".txt"):
+            continue
+        where = f"{RESULTS.as_posix()}/{name}"
+        head = "\n".join(text.splitlines()[:HEADER_LINES])
+        problems += [Problem(where, f"does not record {what} (benchmarks/provenance.py's header)")
+                     for what, pattern in HEADER_FIELDS.items() if not pattern.search(head)]
+        source = root / "benchmarks" / f"{script}.py"
+        if not source.exists():
+            problems.append(Problem(where, f"made by benchmarks/{script}.py, which is gone"))
+            continue
+        declared = next((str(ast.literal_eval(node.value)) for node in ast.parse(source.read_text()).body
+                         if isinstance(node, ast.Assign)
+                         and any(getattr(t, "id", None) == "MEASURING_CODE" for t in node.targets)), None)
+        recorded = MEASURED_BY.search(head)
+        if declared is None:
+            problems.append(Problem(f"benchmarks/{script}.py", "declares no MEASURING_CODE"))
+        elif recorded is None:
+            problems.append(Problem(where, "records no measuring code"))
+        elif recorded.group(1) != declared:
+            problems.append(Problem(where, f"made by measuring code {recorded.group(1)} of benchmarks/{script}.py, "
+                                           f"which is at {declared} now: run it again"))
+    return problems
+
+
 # -- the rules, on small cases ------------------------------------------------------------------------
 def test_the_extraction_rule_takes_figures_and_leaves_settings():
     cell = ("`sync` 23,098 end to end (3.7x), at 128 clients 0.935 over 2 workers; 224x224 images, "
@@ -252,6 +299,11 @@ def test_every_cited_results_file_exists():
     assert not problems, "\n".join(map(str, problems))
 
 
+def test_every_results_file_records_how_it_was_made_by_its_scripts_current_measuring_code():
+    problems = outdated_results_files(ROOT)
+    assert not problems, "\n".join(map(str, problems))
+
+
 def test_no_results_file_is_superseded_by_a_newer_run():
     problems = stale_results_files(ROOT)
     assert not problems, "\n".join(map(str, problems))
@@ -270,6 +322,8 @@ def copy(tmp_path: Path) -> Path:
         if result.is_file():  # charts too: the pages cite them, and they must exist
             shutil.copy(result, tmp_path / RESULTS / result.name)
     (tmp_path / "tests").mkdir()
+    shutil.copytree(ROOT / "benchmarks", tmp_path / "benchmarks", dirs_exist_ok=True,
+                    ignore=shutil.ignore_patterns("results", "__pycache__"))
     return tmp_path
 
 
@@ -290,6 +344,30 @@ def test_a_planted_stale_results_file_fails_the_check(copy: Path):
 
     found = planted(stale_results_files, copy, plant)
     assert len(found) == 1 and found[0].startswith(f"{RESULTS.as_posix()}/explain_old.txt: superseded by explain.txt")
+
+
+def test_a_run_of_an_older_measuring_code_fails_the_check(copy: Path):
+    """A script whose measurement changed (its MEASURING_CODE bumped) voids its results file; a rename in the
+    script does not."""
+    script = copy / "benchmarks" / "explain.py"
+    found = planted(outdated_results_files, copy,
+                    lambda root: script.write_text(script.read_text().replace("def main(", "def run_main(")
+                                                   .replace("main()", "run_main()")))
+    assert found == []
+    declared = re.search(r"^MEASURING_CODE = (\d+)", script.read_text(), re.M)
+    assert declared, "explain.py declares no MEASURING_CODE: the planted case needs updating"
+    bumped = int(declared.group(1)) + 1
+    found = planted(outdated_results_files, copy, lambda root: _replace(
+        script, declared.group(0), f"MEASURING_CODE = {bumped}"))
+    assert found == [f"{RESULTS.as_posix()}/explain.txt: made by measuring code {declared.group(1)} of "
+                     f"benchmarks/explain.py, which is at {bumped} now: run it again"]
+
+
+def test_a_results_file_that_does_not_say_how_it_was_made_fails_the_check(copy: Path):
+    found = planted(outdated_results_files, copy, lambda root: _replace(
+        root / RESULTS / "explain.txt", "# command: ", "# "))
+    assert found == [f"{RESULTS.as_posix()}/explain.txt: does not record the command (benchmarks/provenance.py's "
+                     "header)"]
 
 
 def _replace(path: Path, old: str, new: str) -> None:

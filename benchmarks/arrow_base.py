@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import subprocess
 import sys
 import tempfile
@@ -40,11 +39,14 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from images import SPARK_CONF, versions, write_jpegs  # noqa: E402
+from images import SPARK_CONF, write_jpegs  # noqa: E402
+from provenance import Run  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 MODEL = "efficientnet_lite0"
+#: bump when the figures would change (see provenance.py)
+MEASURING_CODE = 1
 
 
 # -- plain loops ---------------------------------------------------------------------------------
@@ -303,7 +305,7 @@ def main() -> None:
     write_jpegs(data["chain"], args.chain_images)
     write_jpegs(data["features"], args.images)
     write_vectors(data["vectors"], args.vectors)
-    load_before = os.getloadavg()
+    run = Run(__file__, packages=("torch", "pyspark", "opencv-python-headless", "numpy", "pyarrow"))
     rows, memory = {}, None
     only = set(filter(None, args.only.split(",")))
     for label, kind, spark, which, section in METHODS:
@@ -314,11 +316,7 @@ def main() -> None:
         memory = result.get("memory", memory)
         rows[label] = result
         print(label, f"{result['per_s']:.1f} rows/s", flush=True)
-    lines = [f"# benchmarks/arrow_base.py  {time.strftime('%Y-%m-%d %H:%M')}",
-             f"# machine: {platform.machine()}, {os.cpu_count()} cores; python {platform.python_version()}; "
-             f"{versions()}",
-             f"# load average before {tuple(round(v, 1) for v in load_before)}, after "
-             f"{tuple(round(v, 1) for v in os.getloadavg())}; compare rows within this run only", ""]
+    lines = [*run.header(), ""]
     lines += table(rows, counts)
     if memory:
         jpeg_mb = sum(f.stat().st_size for f in data["chain"].glob("*.jpg")) / 2**20

@@ -20,19 +20,20 @@ Run: ``flock /tmp/irbis-bench.lock .venv/bin/python benchmarks/auto_batch.py [--
 from __future__ import annotations
 
 import argparse
-import os
-import platform
 import threading
 import time
 from pathlib import Path
 
 import numpy as np
 import torch
+from provenance import Run
 from train_sync import digits_images, load_digits_split  # the same split and inputs as the training benchmark
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 SWEEP = (16, 32, 64, 128, 256)
+#: bump when the figures would change (see provenance.py)
+MEASURING_CODE = 1
 MLP = ("mlp", {"in_features": 64, "hidden": 128, "out_features": 10}, [64])
 CNN = ("small_cnn", {"num_classes": 10, "width": 32}, [3, 32, 32])
 #: name: (architecture, options, input shape, epochs, training rows shifted into 9 copies)
@@ -122,8 +123,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="the MLP only, 4 epochs")
     args = parser.parse_args()
     torch.set_num_threads(1)
-    load0, t_all = os.getloadavg()[0], time.perf_counter()
-    lines = [f"# benchmarks/auto_batch.py  {time.strftime('%Y-%m-%d %H:%M')}"]
+    this_run = Run(__file__, packages=("torch",))
     body = []
     for workload, (arch, _, _, epochs, shifted) in WORKLOADS.items():
         if args.quick and workload != "mlp":
@@ -170,13 +170,10 @@ def main() -> None:
         elif a is None:
             body.append("auto did not reach the target")
         print("\n".join(body[-14:]), flush=True)
-    lines.append(f"# machine: {platform.machine()}, {os.cpu_count()} cores; python {platform.python_version()}; "
-                 f"torch {torch.__version__}; load average {load0:.1f} before, {os.getloadavg()[0]:.1f} after; "
-                 f"run time {time.perf_counter() - t_all:.0f} s")
-    lines.append("# sync on 2 workers (thread backend, one torch thread each), momentum SGD 0.05 at batch 32, "
-                 "lrScaling linear (reference 32); auto: candidates " + ", ".join(map(str, SWEEP)) +
-                 ", searched every epoch (and every 5) on a sample of up to 512 rows per worker (and 128 more to judge on), tolerance 0.05; "
-                 "training goes on from the kept size's trial")
+    lines = this_run.header("sync on 2 workers (thread backend, one torch thread each), momentum SGD 0.05 at batch 32, "
+                            "lrScaling linear (reference 32); auto: candidates " + ", ".join(map(str, SWEEP)) +
+                            ", searched every epoch (and every 5) on a sample of up to 512 rows per worker "
+                            "(and 128 more to judge on), tolerance 0.05; training goes on from the kept size's trial")
     text = "\n".join(lines + body)
     print(text)
     if not args.quick:

@@ -36,7 +36,6 @@ import argparse
 import json
 import math
 import os
-import platform
 import subprocess
 import sys
 import tempfile
@@ -48,11 +47,15 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
 sys.path.insert(0, str(HERE))
+from provenance import Run  # noqa: E402
+
 #: The MMLSpark paper's data set (section 4): the projection's size.
 PAPER_IMAGES = 82_382
 #: Images per task in the projection (a split of about 15 MiB of JPEGs).
 TASK_IMAGES = 256
 CNN = {"num_classes": 10, "width": 32}
+#: bump when the figures would change (see provenance.py)
+MEASURING_CODE = 1
 
 
 # -- the application (a process of its own: one SparkContext per process) ------------------------------
@@ -192,7 +195,7 @@ def main() -> None:
     repeats = 1 if args.quick else args.repeats
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYSPARK_", "SPARK_"))}
     env |= {"PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
-    load_before = os.getloadavg()
+    run = Run(__file__, packages=("torch", "pyspark"))
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         write_jpegs(root / "all", max(sizes))
@@ -210,24 +213,15 @@ def main() -> None:
             for e in (1, 2):
                 apps[f"standalone x{e}"] = run_app(cluster.url, e, folders, repeats, args.quick, env)
                 print(f"standalone x{e} done", flush=True)
-    load_after = os.getloadavg()
-    report(apps, sizes, jpeg_bytes, args, load_before, load_after)
+    report(apps, sizes, jpeg_bytes, args, run)
 
 
-def report(apps: dict, sizes: tuple, jpeg_bytes: float, args: argparse.Namespace, load_before, load_after) -> None:
-    import torch
-
-    import pyspark
-
+def report(apps: dict, sizes: tuple, jpeg_bytes: float, args: argparse.Namespace, run: Run) -> None:
     big = max(sizes)
     base = best(apps["local[2]"], big, 2)
-    lines = [f"# benchmarks/cluster.py  {time.strftime('%Y-%m-%d %H:%M')}",
-             f"# machine: {platform.machine()}, {os.cpu_count()} cores; python {platform.python_version()}; "
-             f"torch {torch.__version__}, pyspark {pyspark.__version__}",
-             f"# load average before {tuple(round(x, 1) for x in load_before)}, after "
-             f"{tuple(round(x, 1) for x in load_after)}; compare rows within this run only",
-             f"# standalone: a master and 2 workers of 1 core each on this host (separate processes, folders and "
-             f"TMPDIR), driver in client mode; JPEGs of {jpeg_bytes / 1024:.0f} KiB on average",
+    lines = [*run.header(f"standalone: a master and 2 workers of 1 core each on this host (separate processes, "
+                         f"folders and TMPDIR), driver in client mode; JPEGs of {jpeg_bytes / 1024:.0f} KiB on "
+                         "average"),
              "", f"## (f) ImageFeaturizer, {big} JPEGs, fp32, engine auto (best of {args.repeats if not args.quick else 1} "
              "timed runs after a warm-up)", "",
              "| master | executors x cores | tasks | seconds | images/s | vs local[2] | first job s | session s |",

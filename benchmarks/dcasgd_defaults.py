@@ -37,10 +37,7 @@ from __future__ import annotations
 import argparse
 import io
 import multiprocessing as mp
-import os
-import platform
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -48,11 +45,14 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from provenance import Run  # noqa: E402
 from train_sync import MLP, accuracy, load_digits_split  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results"
 EPOCHS, BATCH = 10, 16
 WORKERS, RATES, SEEDS = (2, 4), (0.05, 0.1), (0, 1, 2)
+#: bump when the figures would change (see provenance.py)
+MEASURING_CODE = 1
 # (label, strategy, options, bias-corrected mean square); the first row is each cell's reference
 RUNS = [("downpour sgd", "downpour", {"serverOptimizer": "sgd"}, False),
         ("downpour sgd, run again", "downpour", {"serverOptimizer": "sgd"}, False),
@@ -240,7 +240,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true", help="2 workers, one rate, one seed, 2 epochs: a smoke run")
     args = parser.parse_args()
-    t_start, load_before = time.perf_counter(), os.getloadavg()
+    run = Run(__file__, packages=("torch",))
     data = load_digits_split(False)
     workers, rates, seeds, epochs = ((2,), RATES[:1], SEEDS[:1], 2) if args.quick else (WORKERS, RATES, SEEDS, EPOCHS)
     pool = Pool(max(workers))
@@ -260,18 +260,14 @@ def main() -> None:
     from irbis.train.strategies import DCASGD
 
     default = DCASGD()
-    text = "\n".join([
-        "# benchmarks/dcasgd_defaults.py",
-        f"python {platform.python_version()}, torch {torch.__version__}, {platform.machine()}, {os.cpu_count()} cores; "
+    text = "\n".join([*run.header(
         "one torch thread per worker",
-        f"load average (1 min) before {load_before[0]:.1f}, after {os.getloadavg()[0]:.1f}; "
-        f"run time {time.perf_counter() - t_start:.0f} s",
         f"digits MLP 64-128-10, server rule at a constant rate, batch {BATCH} per worker, {epochs} epochs, seeds "
         f"{list(seeds)}; dcasgd's defaults: lambda_={default.lambda_:g}, adaptive={default.adaptive}, "
         f"serverOptimizer={default.serverOptimizer!r}",
         "staleness: mean over the updates; |dc|/|g|: mean over the updates of the compensation's norm over the "
         "gradient's; 'vs downpour sgd': mean over the seeds of each seed's test accuracy minus downpour sgd's "
-        "(360 test rows: one row is 0.28 pts)",
+        "(360 test rows: one row is 0.28 pts)"),
         "", "PROCESSES (gloo + ZeroMQ, shards co-located): staleness of concurrent workers, timing-dependent",
         *processes,
         "THREADS (requests served in rank order, staleness (N - 1) / 2): the same schedule on every run, so a "

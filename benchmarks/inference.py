@@ -43,7 +43,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import subprocess
 import sys
 import tempfile
@@ -52,10 +51,13 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from provenance import Run
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 MODELS = {"effnet": "efficientnet_lite0", "resnet50": "resnet50"}
+#: bump when the figures would change (see provenance.py)
+MEASURING_CODE = 1
 
 
 # -- networks ------------------------------------------------------------------------------------
@@ -465,11 +467,10 @@ def main() -> None:
     if args.quick:
         args.images, args.repeats, args.models = 64, 1, "effnet"
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="irbis-bench-"))
-    lines = [f"# benchmarks/inference.py  {time.strftime('%Y-%m-%d %H:%M')}",
-             f"# machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores; "
-             f"python {platform.python_version()}; " + versions(),
-             f"# images per run: {args.images} (each model; ResNet-50 gets half), timed runs: {args.repeats}, "
-             "224x224x3 float32 inputs", f"# Python workers' environment (get_spark): {worker_tunables()}", ""]
+    run = Run(__file__, packages=("torch", "pyspark", "onnxruntime", "openvino", "numpy", "pyarrow"))
+    about = [f"images per run: {args.images} (each model; ResNet-50 gets half), timed runs: {args.repeats}, "
+             "224x224x3 float32 inputs", f"Python workers' environment (get_spark): {worker_tunables()}"]
+    lines: list[str] = []
     report: dict = {}
     for key in args.models.split(","):
         n = args.images if key == "effnet" else max(64, args.images // 2)
@@ -484,14 +485,15 @@ def main() -> None:
         agreement = spawn("agreement", key, n, 1, workdir) if key == "effnet" else None
         report[key] = {"images": n, "rows": rows, "agreement": agreement}
         lines += table(MODELS[key], n, rows, agreement)
-    text = "\n".join(lines)
+    header = run.header(*about)
+    text = "\n".join([*header, "", *lines])
     print(text)
     if args.quick:
         return
     out = Path(args.output)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(text + "\n")
-    out.with_suffix(".json").write_text(json.dumps(report, indent=1))
+    out.with_suffix(".json").write_text(json.dumps({"provenance": header, **report}, indent=1))
     plot(report, out.with_suffix(".png"))
 
 
@@ -540,19 +542,6 @@ def worker_tunables() -> str:
     from irbis.spark.session import worker_environment
 
     return ", ".join(f"{k.rsplit('.', 1)[1]}={v}" for k, v in worker_environment().items())
-
-
-def versions() -> str:
-    import importlib.metadata as md
-
-    names = ("torch", "pyspark", "onnxruntime", "openvino", "numpy", "pyarrow")
-    return ", ".join(f"{p} {md.version(p)}" for p in names if _installed(p))
-
-
-def _installed(name: str) -> bool:
-    import importlib.util
-
-    return importlib.util.find_spec(name) is not None
 
 
 if __name__ == "__main__":

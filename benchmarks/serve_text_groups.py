@@ -14,14 +14,15 @@ Usage: ``python benchmarks/serve_text_groups.py [--requests 16] [--drains 8]``; 
 from __future__ import annotations
 
 import argparse
-import os
-import platform
 import time
 from pathlib import Path
 
 import numpy as np
+from provenance import Run
 
 ROOT = Path(__file__).resolve().parents[1]
+#: bump when the figures would change (see provenance.py)
+MEASURING_CODE = 1
 
 
 def main() -> None:
@@ -46,7 +47,7 @@ def main() -> None:
     rows: dict[str, list[tuple[float, float]]] = {"one call per drain": []}
     for budget in args.budgets:
         rows[f"length groups, budget {budget}"] = []
-    load = os.getloadavg()
+    run = Run(__file__, packages=("torch", "tokenizers", "numpy"))
     for _ in range(args.drains):
         drain = [texts[i] for i in rng.choice(len(texts), args.requests, replace=False)]
         start = time.perf_counter()
@@ -61,10 +62,8 @@ def main() -> None:
                 predictor.predict({"review": [drain[i] for i in group]})
                 answered += [time.perf_counter() - start] * len(group)
             rows[f"length groups, budget {budget}"].append((answered[-1], float(np.mean(answered))))
-    lines = [f"# benchmarks/serve_text_groups.py  {time.strftime('%Y-%m-%d %H:%M')}",
-             f"# machine: {platform.machine()}, {os.cpu_count()} cores; load average before {load}, after "
-             f"{os.getloadavg()}; compare rows within this run only",
-             f"# {args.drains} drains of {args.requests} single-review requests, TextEmbedder (all_minilm_l6_v2, torch)",
+    lines = [*run.header(f"{args.drains} drains of {args.requests} single-review requests, TextEmbedder "
+                         "(all_minilm_l6_v2, torch)"),
              "", "| batcher | drain answered (s) | mean wait of a request (s) |", "|---|---|---|"]
     for name, values in rows.items():
         total, mean = np.array(values).mean(axis=0)

@@ -34,7 +34,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import socket
 import subprocess
 import sys
@@ -43,11 +42,16 @@ import time
 from pathlib import Path
 
 import numpy as np
+from provenance import Run
 
 from irbis.spark.standalone import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 FEATURES = 16
+#: bump when the figures would change (see provenance.py)
+MEASURING_CODE = 1
+#: The packages whose versions the results files' header names.
+PACKAGES = ("torch", "pyspark", "numpy", "pyarrow", "onnxruntime", "openvino", "starlette", "uvicorn", "mlflow")
 
 
 # -- setup: fit and save the pipelines (the only Spark in this benchmark) ----------------------------
@@ -356,16 +360,15 @@ def main() -> None:
         uvicorn.run(plain_app(args.plain_server, ["probability", "prediction"]), host="127.0.0.1",
                     port=args.port, log_level="warning")
         return
+    run = Run(__file__, packages=PACKAGES)
     if args.mlflow_breakdown:
-        lines = [f"serving benchmark, MLflow breakdown: {platform.processor() or platform.machine()}, "
-                 f"{os.cpu_count()} cores, python {platform.python_version()}", *mlflow_breakdown(args.seconds, 2000)]
+        lines = [*run.header("serving benchmark, MLflow breakdown"), *mlflow_breakdown(args.seconds, 2000)]
         print("\n".join(lines))
         (ROOT / "benchmarks" / "results" / "serving_mlflow.txt").write_text("\n".join(lines) + "\n")
         return
     clients = [1, 128] if args.quick else [1, 16, 128]
     seconds = 2.0 if args.quick else args.seconds
-    lines = [f"serving benchmark: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
-             f"python {platform.python_version()}, {seconds:g} s per row, irbis serve --processes {args.workers}"]
+    lines: list[str] = []
     with tempfile.TemporaryDirectory(prefix="bench-serving-") as tmp:
         folder = Path(tmp)
         pipelines = build_pipelines(folder, 4 if args.quick else args.images)
@@ -391,7 +394,8 @@ def main() -> None:
                 finally:
                     proc.terminate()
                     proc.wait(timeout=60)
-    text = "\n".join(lines)
+    text = "\n".join(run.header(f"serving benchmark: {seconds:g} s per row, irbis serve --processes {args.workers}")
+                     + lines)
     print(text)
     results = ROOT / "benchmarks" / "results"
     results.mkdir(exist_ok=True)

@@ -38,8 +38,6 @@ import asyncio
 import json
 import multiprocessing as mp
 import os
-import platform
-import shlex
 import subprocess
 import sys
 import tempfile
@@ -48,10 +46,13 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 import numpy as np
+from provenance import Run
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 MODEL = "all_minilm_l6_v2"
+#: bump when the figures would change (see provenance.py)
+MEASURING_CODE = 1
 COLUMN, OUTPUT = "review", "embedding"
 CHECKED = 4  # reviews whose embeddings are compared across servers
 REQUEST_TIMEOUT_S = 120.0  # a request unanswered this long counts as an error
@@ -364,8 +365,8 @@ def main() -> None:
     from irbis.demo.reviews import drug_reviews
     from irbis.spark.standalone import free_port
 
-    command = shlex.join(["python", "benchmarks/serving_text.py", *sys.argv[1:]])
-    load_before = os.getloadavg()
+    run = Run(__file__, packages=("torch", "tokenizers", "sentence-transformers", "transformers", "starlette",
+                                  "uvicorn", "numpy"))
     bodies = request_bodies(drug_reviews()[COLUMN].tolist())
     rows: list[dict] = []
     checked: dict[str, np.ndarray] = {}
@@ -384,18 +385,14 @@ def main() -> None:
                 checked[f"{side} ({settings})"] = embeddings(url, bodies[:CHECKED])
             finally:
                 stop(proc)
-    load_after = os.getloadavg()
     agree = agreement(checked)
-    lines = [f"# benchmarks/serving_text.py  {time.strftime('%Y-%m-%d %H:%M')}",
-             f"# command: {command}",
-             f"# machine: {platform.machine()}, {os.cpu_count()} cores; load average before {load_before}, after "
-             f"{load_after}; compare rows within this run only",
-             f"# all-MiniLM-L6-v2, one drug review per request (JSON), closed loop; per row {args.warmup_seconds:g} s "
-             f"warm-up, then {args.requests} requests timed; load generator pinned to core {os.cpu_count() - 1}",
-             "# baseline: Starlette on uvicorn, SentenceTransformer.encode per request, one process (pool: Starlette's "
-             "thread pool; serial: one encode at a time)",
-             "# irbis: irbis serve of PipelineModel([TextEmbedder(all_minilm_l6_v2)]), engine auto (torch fp32), "
-             "default batching (max 64 rows, 2 ms wait)",
+    lines = [*run.header(f"all-MiniLM-L6-v2, one drug review per request (JSON), closed loop; per row "
+                         f"{args.warmup_seconds:g} s warm-up, then {args.requests} requests timed; load generator "
+                         f"pinned to core {os.cpu_count() - 1}",
+                         "baseline: Starlette on uvicorn, SentenceTransformer.encode per request, one process (pool: "
+                         "Starlette's thread pool; serial: one encode at a time)",
+                         "irbis: irbis serve of PipelineModel([TextEmbedder(all_minilm_l6_v2)]), engine auto (torch "
+                         "fp32), default batching (max 64 rows, 2 ms wait)"),
              "", *table(rows), "", f"# {agree}"]
     if 16 in args.clients:
         lines.append(f"# {verdict(rows, 16)}")

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import platform
 import sys
 import time
 from pathlib import Path
@@ -38,8 +37,11 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
+from provenance import Run  # noqa: E402
 from scale_sim import Scenario, percentiles, simulate  # noqa: E402
 
+#: bump when the figures would change (see provenance.py)
+MEASURING_CODE = 1
 NODES = [1, 2, 4, 8, 16, 32, 64]
 BANDWIDTHS = [1.0, 10.0, 100.0]
 MODELS = {"mlp": ("mlp", {"in_features": 64, "hidden": 128, "out_features": 10}, [64]),
@@ -263,6 +265,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="few measured and simulated steps (a smoke run)")
     parser.add_argument("--out", default=str(Path(__file__).parent / "results"), help="folder for the PNG files")
     args = parser.parse_args()
+    run = Run(__file__, packages=("torch", "numpy"))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     torch.set_num_threads(1)
@@ -273,9 +276,7 @@ def main() -> None:
         compute, params = step_time(name, steps)
         models[name] = {"compute": compute, "params": params, "apply": apply,
                         "bytes": collective_bytes(name, 96 if args.quick else 256)}
-    lines = ["# benchmarks/simulate_scale.py",
-             f"python {platform.python_version()}, torch {torch.__version__}, {platform.machine()}, one torch thread",
-             "measured here: " + "; ".join(
+    lines = ["measured here: " + "; ".join(
                  f"{n} {m['params']:,} params, {m['compute'] * 1e3:.2f} ms/step (batch 32), bytes/step "
                  + ", ".join(f"{s} {b:,.0f}" for s, b in m["bytes"].items()) for n, m in models.items()),
              "server update per parameter: " + ", ".join(f"{r} {t * 1e9:.2f} ns" for r, t in apply.items()), ""]
@@ -293,7 +294,7 @@ def main() -> None:
     lines += nominal + [""] + inferred
     pngs = plot(models, grids, {"measured update": curve, "inferred server cost": curve_cost}, out)
     lines += [f"figures: {', '.join(str(p) for p in pngs)}"]
-    print("\n".join(lines))
+    print("\n".join(run.header("one torch thread") + lines))
 
 
 if __name__ == "__main__":

@@ -15,12 +15,9 @@ import argparse
 import os
 import platform
 import statistics
-import sys
 import time
 from collections.abc import Callable
-from datetime import datetime, timezone
 
-import pyspark
 from pyspark.ml import Pipeline
 from pyspark.ml.feature import IDF, HashingTF, RegexTokenizer, StopWordsRemover, VectorAssembler
 from pyspark.ml.functions import array_to_vector, vector_to_array
@@ -32,6 +29,10 @@ from irbis.ml.assembler import FastVectorAssembler
 from irbis.ml.ensemble import EnsembleByKey
 from irbis.ml.text import TextFeaturizer
 from irbis.spark.session import get_spark
+from provenance import Run
+
+#: bump when the figures would change (see provenance.py)
+MEASURING_CODE = 1
 
 
 def run(df_fn: Callable[[], DataFrame], repeats: int) -> float:
@@ -122,17 +123,14 @@ def main() -> None:
     parser.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results", "stages.txt"))
     parser.add_argument("--only", choices=["assembler", "text", "ensemble"], help="run one benchmark only")
     args = parser.parse_args()
+    this_run = Run(__file__, packages=("pyspark", "numpy", "pyarrow"))
     spark = get_spark("local[2]", **{"spark.ui.enabled": "false", "spark.driver.memory": "6g",
                                      "spark.sql.shuffle.partitions": "4"})
     spark.sparkContext.setLogLevel("ERROR")
-    log = [
-        "# benchmarks/stages.py",
-        f"date: {datetime.now(timezone.utc).isoformat(timespec='seconds')}",
-        f"machine: {platform.machine()}, {os.cpu_count()} cores, {platform.system()} {platform.release()}; "
-        f"master local[2]; load average (1/5/15 min) at start {tuple(round(v, 1) for v in os.getloadavg())}",
-        f"python {sys.version.split()[0]}, pyspark {pyspark.__version__}, java {spark.sparkContext._jvm.System.getProperty('java.version')}",
-        f"median of {args.repeats} runs after one warm-up; outputs computed with the noop writer",
-    ]
+    about = [f"{platform.system()} {platform.release()}; master local[2]; "
+             f"java {spark.sparkContext._jvm.System.getProperty('java.version')}",
+             f"median of {args.repeats} runs after one warm-up; outputs computed with the noop writer"]
+    log: list[str] = []
     if args.only in (None, "assembler"):
         bench_assembler(spark, log, args.rows, args.repeats)
     if args.only in (None, "text"):
@@ -141,7 +139,7 @@ def main() -> None:
         bench_ensemble(spark, log, args.rows, args.repeats)
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     with open(args.out, "w", encoding="utf-8") as f:
-        f.write("\n".join(log) + "\n")
+        f.write("\n".join(this_run.header(*about) + log) + "\n")
     spark.stop()
 
 

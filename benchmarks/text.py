@@ -41,11 +41,17 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from provenance import Run
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
 MAX_LENGTH = 256
 MODEL = "all_minilm_l6_v2"
+#: bump when the figures would change (see provenance.py)
+MEASURING_CODE = 1
+#: The packages whose versions the results file's header names.
+PACKAGES = ("torch", "pyspark", "sentence-transformers", "transformers", "tokenizers", "onnxruntime", "openvino",
+            "nncf", "numpy", "pyarrow")
 
 
 # -- helpers -------------------------------------------------------------------------------------------
@@ -296,7 +302,6 @@ def part_udf(args: argparse.Namespace) -> dict:
 def arrival_waste(data: list[str], batch: int) -> float:
     """Padded over real tokens when each partition's rows are cut in arrival order into ``batch`` rows
     (the rows reach predict_batch_udf in the order of the DataFrame: two partitions of a repartition)."""
-    from irbis.kernels.sequences import padded_length
     from irbis.kernels.text_encoder import text_tokens
     from irbis.models.text import text_source
 
@@ -388,16 +393,19 @@ def run_part(name: str, args: argparse.Namespace) -> dict:
     return json.loads(lines[-1])
 
 
-def report(args: argparse.Namespace, parts: dict) -> str:
-    n = len(texts(args.copies))
+def about(args: argparse.Namespace) -> list[str]:
+    """The results file's lines on what the run did (after the provenance header)."""
+    return [f"text embeddings, all-MiniLM-L6-v2, {len(texts(args.copies))} drug reviews, maxLength {MAX_LENGTH}, "
+            f"local[2] on {os.cpu_count()} cores",
+            f"token budget {args.budget}; every figure after one untimed run of the same work"]
+
+
+def report(args: argparse.Namespace, parts: dict, header: list[str]) -> str:
     st, plain, udf, irbis, engines = parts["st"], parts["plain"], parts["udf"], parts["irbis"], parts["engines"]
     best_st = max(st["texts_per_s"].values())
     best_plain = max(plain["texts_per_s"].values())
     best_udf = max(udf["texts_per_s"].values())
-    stamp = time.strftime("%Y-%m-%d %H:%M")
-    lines = [f"# benchmarks/text.py, {stamp}: text embeddings, all-MiniLM-L6-v2, {n} drug reviews, "
-             f"maxLength {MAX_LENGTH}, local[2] on {os.cpu_count()} cores",
-             f"# token budget {args.budget}; every figure after one untimed run of the same work", "",
+    lines = [*header, "",
              "| side | setting | texts/s | vs sentence-transformers | vs best plain loop | vs predict_batch_udf |",
              "|---|---|---|---|---|---|"]
 
@@ -453,6 +461,7 @@ def main() -> None:
     if args.part:
         print(json.dumps(PARTS[args.part](args)))
         return
+    run = Run(__file__, packages=PACKAGES)
     args.reference = Path(tempfile.mkdtemp(prefix="irbis-text-ref-")) / "reference.npy"
     save_reference(args.copies, args.reference)
     parts = {}
@@ -461,11 +470,13 @@ def main() -> None:
         print(name, json.dumps(parts[name]), flush=True)
         if "error" in parts[name]:
             raise SystemExit(f"part {name} failed: {parts[name]['error']}")
-    text = report(args, parts)
+    header = run.header(*about(args))
+    text = report(args, parts, header)
     print(text)
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "text.txt").write_text(text)
-    (RESULTS / "text.json").write_text(json.dumps({"copies": args.copies, "budget": args.budget, **parts}, indent=1))
+    (RESULTS / "text.json").write_text(json.dumps({"provenance": header, "copies": args.copies,
+                                                   "budget": args.budget, **parts}, indent=1))
 
 
 if __name__ == "__main__":

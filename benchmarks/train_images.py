@@ -63,7 +63,6 @@ import io
 import json
 import math
 import os
-import platform
 import shutil
 import subprocess
 import sys
@@ -73,9 +72,14 @@ import time
 from pathlib import Path
 
 import numpy as np
+from provenance import Run
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
+#: bump when the figures would change (see provenance.py)
+MEASURING_CODE = 1
+#: The packages whose versions the results files' header names.
+PACKAGES = ("torch", "pyspark", "opencv-python-headless", "numpy", "pyarrow")
 BACKBONE, FREEZE, DROPOUT, SEED = "efficientnet_lite0", "_blocks.12", 0.2, 0
 HEAD_LR, BACKBONE_FACTOR = 1e-3, 0.1
 GLOBAL_BATCH = 32
@@ -609,24 +613,6 @@ def spawn(kind: str, passive: bool = False, script: str = __file__, **spec) -> d
     return json.loads(lines[-1][7:])
 
 
-def versions(packages: tuple[str, ...] = ("torch", "pyspark", "opencv-python-headless", "numpy", "pyarrow")) -> str:
-    import importlib.metadata as md
-
-    return ", ".join(f"{p} {md.version(p)}" for p in packages)
-
-
-def header(script: str, t_start: float, load_before: tuple[float, ...], packages: str) -> list[str]:
-    """A results file's header: ``# <script><date>``, the machine and ``packages``' versions, the load average
-    before and now, the run time since ``t_start``."""
-    load_after = os.getloadavg()
-    return [f"# {script}{time.strftime('%Y-%m-%d %H:%M')}",
-            f"# machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores; python "
-            f"{platform.python_version()}; {packages}",
-            f"# load average (1/5/15 min) before {tuple(round(v, 1) for v in load_before)}, after "
-            f"{tuple(round(v, 1) for v in load_after)}; run time {time.perf_counter() - t_start:.0f} s. "
-            "Other work shared the machine: compare rows within this run only.", ""]
-
-
 def fmt_ratio(value: float | None, reference: float | None) -> str:
     return f"{value / reference:.2f}x" if reference and value else "-"
 
@@ -666,7 +652,7 @@ def main() -> None:
         return
     size, repeats = (QUICK_SET, 2) if args.quick else (FULL_SET, 8)
     epochs = args.epochs or (QUICK_EPOCHS if args.quick else EPOCHS)
-    t_start, load_before = time.perf_counter(), os.getloadavg()
+    run = Run(__file__, packages=PACKAGES)
     root = Path(tempfile.mkdtemp(prefix="irbis-bench-train-images-"))
     try:
         if args.frozen:
@@ -677,7 +663,8 @@ def main() -> None:
             report, payload = run_all(root, size, repeats, epochs, args.quick)
     finally:
         shutil.rmtree(root, ignore_errors=True)
-    text = "\n".join(header("benchmarks/train_images.py  ", t_start, load_before, versions()) + report) + "\n"
+    header = run.header()
+    text = "\n".join([*header, "", *report]) + "\n"
     print(text)
     if args.quick:
         return
@@ -686,7 +673,7 @@ def main() -> None:
         (RESULTS / f"train_images_{'frozen' if args.frozen else 'memory'}.txt").write_text(text)
         return
     (RESULTS / "train_images.txt").write_text(text)
-    (RESULTS / "train_images.json").write_text(json.dumps(payload, indent=1))
+    (RESULTS / "train_images.json").write_text(json.dumps({"provenance": header, **payload}, indent=1))
     from irbis.train import plot_loss_curves
 
     plot_loss_curves({r["label"]: r["curve"] for r in payload["rows"]}, str(RESULTS / "train_images_loss.png"),

@@ -27,15 +27,17 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import torch
+from provenance import Run
 
 RESULTS = Path(__file__).parent / "results"
+#: bump when the figures would change (see provenance.py)
+MEASURING_CODE = 1
 STRATEGIES = {"sync": "{}", "model_averaging": '{"period": 4}', "block_momentum": '{"blockSize": 4}',
               "one_bit": "{}"}
 MLP = {"in_features": 64, "hidden": 128, "out_features": 10}
@@ -276,7 +278,7 @@ def main() -> None:
     from irbis.spark.session import get_spark
     from irbis.train import plot_loss_curves
 
-    t_start, load_before = time.perf_counter(), os.getloadavg()
+    run = Run(__file__, packages=("torch", "pyspark", "sparktorch", "numpy", "pyarrow"))
     spark = get_spark("local[2]", app_name="irbis-train-bench", **{"spark.ui.enabled": "false",
                                                                     "spark.sql.shuffle.partitions": "2"})
     curves: dict = {}
@@ -293,12 +295,7 @@ def main() -> None:
     spark.stop()
     seeds = accuracy_over_seeds(digits_epochs, seeds=2 if args.quick else 5)
     report = [
-        "# benchmarks/train_sync.py",
-        f"python {platform.python_version()}, torch {torch.__version__}, {platform.machine()}, "
-        f"{os.cpu_count()} cores; Spark local[2], one torch thread per task",
-        f"load average (1 min) before {load_before[0]:.1f}, after {os.getloadavg()[0]:.1f}; "
-        f"run time {time.perf_counter() - t_start:.0f} s",
-        WARM_UP,
+        *run.header("Spark local[2], one torch thread per task", WARM_UP),
         "", table(f"digits: MLP 64-128-10, {digits_epochs} epochs, global batch 64", digits),
         *[f"  {line}" for line in missing],
         "every row in this table was measured in this run" + ("" if not missing else

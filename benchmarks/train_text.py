@@ -74,9 +74,12 @@ from pathlib import Path
 import numpy as np
 
 import train_images as ti  # the rows' processes, their memory and CPU sampler and clock
+from provenance import Run
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
+#: bump when the figures would change (see provenance.py)
+MEASURING_CODE = 1
 BACKBONE, NUM_CLASSES, DROPOUT, SEED = "all_minilm_l6_v2", 2, 0.1, 0
 HEAD_LR, BACKBONE_FACTOR = 1e-3, 0.1
 GLOBAL_BATCH, MAX_LENGTH = 16, 256
@@ -515,20 +518,20 @@ def main() -> None:
         return
     rows, repeats = (QUICK_ROWS, QUICK_REPEATS) if args.quick else (None, REPEATS)
     epochs = args.epochs or (QUICK_EPOCHS if args.quick else EPOCHS)
-    t_start, load_before = time.perf_counter(), os.getloadavg()
+    run = Run(__file__, packages=PACKAGES)
     root = Path(tempfile.mkdtemp(prefix="irbis-bench-train-text-"))
     try:
         report_lines, payload = run_all(root, rows, repeats, epochs, args.quick)
     finally:
         shutil.rmtree(root, ignore_errors=True)
-    header = ti.header("benchmarks/train_text.py, ", t_start, load_before, ti.versions(PACKAGES))
-    text = "\n".join(header + report_lines) + "\n"
+    header = run.header()
+    text = "\n".join([*header, "", *report_lines]) + "\n"
     print(text)
     if args.quick:
         return
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "train_text.txt").write_text(text)
-    (RESULTS / "train_text.json").write_text(json.dumps(payload, indent=1))
+    (RESULTS / "train_text.json").write_text(json.dumps({"provenance": header, **payload}, indent=1))
 
 
 if __name__ == "__main__":

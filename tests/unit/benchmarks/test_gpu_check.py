@@ -58,7 +58,11 @@ def test_the_gpu_check_runs_on_the_cpu_without_spark(tmp_path):
     assert {"device path: text fine-tuning step", "text fine-tuning loss is finite"} <= names
 
     text = (out / "gpu_check.txt").read_text()
-    assert text.splitlines()[1] == "# device: cpu: " + result["header"]["card"].split(": ", 1)[1]
+    lines = text.splitlines()
+    assert lines[0].startswith("# benchmarks/gpu_check.py  ") and lines[0] == result["provenance"][0]
+    assert lines[1].startswith("# command: python benchmarks/gpu_check.py --device cpu --quick --out ")
+    assert lines[2].endswith("; measuring code: 1")
+    assert lines[6] == "# device: cpu: " + result["header"]["card"].split(": ", 1)[1]
     assert "| resnet50 | random (none ship) | bf16 | Irbis kernel" in text and "# result: PASSED" in text
 
 

@@ -198,7 +198,7 @@ def report(rows: list[tuple[str, str, float, int]], header: list[str]) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--images", type=int, default=16)
+    parser.add_argument("--images", type=int, default=4, help="JPEGs to explain (4: the quoted run)")
     parser.add_argument("--image-samples", type=int, default=1000)
     parser.add_argument("--cell-size", type=int, default=32, help="superpixel size in pixels")
     parser.add_argument("--batch-sizes", default="10,50,100,200", help="the lime package's batch sizes to try")

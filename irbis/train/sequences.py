@@ -6,7 +6,9 @@ A :class:`~irbis.train.data.Shard` whose ``x`` is an object array of 1-d int64 a
 
 * **batches**: within the worker's rows (its shuffle window), rows are grouped by length and cut under the
   token budget by :func:`irbis.kernels.sequences.length_batches` (``batch_size`` caps the rows); the
-  ORDER of the batches is shuffled by a generator seeded by (seed, rank, epoch);
+  ORDER of the batches is shuffled by a generator seeded by (seed, epoch) and alike on every worker
+  (:func:`~irbis.train.data.matched_order`), so that at each step the workers take batches of about the
+  same length rank: a synchronous step waits for its slowest worker;
 * **equal steps**: every worker takes the same number of steps per epoch, the largest worker's count of
   batches (agreed through the communicator in the loop's setup). A worker with fewer batches repeats
   some: further permutations of its batches drawn from the same generator, taken until the count is
@@ -31,7 +33,7 @@ import torch
 from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence
 
 from irbis.kernels.sequences import PadStats, length_batches, pad_rows, padded_length
-from irbis.train.data import BatchedRows
+from irbis.train.data import BatchedRows, matched_order
 
 #: The values of a network's ``input_kind`` attribute.
 INPUT_KINDS = ("padded", "packed")
@@ -109,13 +111,14 @@ class RaggedRows(BatchedRows):
         return self._plan
 
     def order(self, count: int, seed: int, rank: int, epoch: int) -> list[np.ndarray]:
-        """The row indices of ``count`` batches of ``epoch``: the batches in a permutation drawn from a
-        generator seeded by (seed, rank, epoch); past the first pass, further permutations from the same
-        generator (the repeats that equalise the workers' steps)."""
-        rng = np.random.default_rng([seed, rank, epoch, 8])
+        """The row indices of ``count`` batches of ``epoch``: the batches (the plan is sorted by length) in a
+        :func:`~irbis.train.data.matched_order` drawn from a generator seeded by (seed, epoch), alike on every
+        worker, so that the workers of a step take batches of alike lengths; past the first pass, further
+        orders from the same generator (the repeats that equalise the workers' steps)."""
+        rng = np.random.default_rng([seed, epoch, 8])
         out: list[np.ndarray] = []
         while len(out) < count and self._plan:
-            out.extend(self._plan[j] for j in rng.permutation(len(self._plan)))
+            out.extend(self._plan[j] for j in matched_order(len(self._plan), rng))
         return out[:count]
 
     def _tensors(self, ids: np.ndarray, rows: list[np.ndarray], device: str,

@@ -64,6 +64,27 @@ def test_batch_order_differs_across_epochs_and_is_reproducible_for_one_seed():
     assert order(0) == order(0) and order(0) != order(1) and order(0) != order(0, seed=1)
 
 
+def test_the_workers_of_a_step_take_batches_of_alike_lengths():
+    """A synchronous step waits for its slowest worker: two workers with different rows of one length
+    distribution take, step by step, batches of about the same padded length, where shuffling each worker's
+    batches on its own pairs a short batch with a long one."""
+    rng = np.random.default_rng(0)
+    workers = [RaggedRows(rows_of(np.minimum(rng.lognormal(4.5, 0.6, 600).astype(int) + 1, 256), seed=k),
+                          np.zeros(600), "padded", 4096, 8) for k in range(2)]
+    count = max(len(w.plan()) for w in workers)
+    lengths = [[padded_length(w.lengths[b]) for b in w.order(count, seed=0, rank=k, epoch=1)]
+               for k, w in enumerate(workers)]
+    # each worker still takes every one of its rows once in the epoch's first pass
+    assert all(sorted(np.concatenate(w.order(len(w.plan()), 0, k, 1)).tolist()) == list(range(600))
+               for k, w in enumerate(workers))
+    a, b = np.asarray(lengths[0], float), np.asarray(lengths[1], float)
+    n = min(len(a), len(b))
+    matched = np.maximum(a[:n], b[:n]).sum() / ((a[:n] + b[:n]) / 2).sum()
+    alone = np.maximum(a[:n], rng.permutation(b[:n])).sum() / ((a[:n] + b[:n]) / 2).sum()
+    assert matched < 1.1 < alone
+    assert np.corrcoef(a[:n], b[:n])[0, 1] > 0.9
+
+
 def test_a_batch_reaches_the_network_padded_with_a_mask_or_packed():
     rows = [np.array([5, 6, 7]), np.array([1])]
     (ids, mask), stats = make_batch(rows, "padded")

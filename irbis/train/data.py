@@ -26,30 +26,21 @@ class Shard:
         return len(self.y)
 
 
-#: The length-rank cells and sub-cells of :func:`matched_order`: fixed, so that every worker draws alike.
-MATCH_CELLS, MATCH_SUBCELLS = 32, 8
+def matched_order(n: int, count: int, rng: np.random.Generator, rank: int = 0) -> np.ndarray:
+    """Which of a worker's ``n`` batches, sorted by length (shortest first), each of ``count`` steps takes
+    (``count >= n``, the steps every worker takes), given ``rng`` seeded alike on every worker: at each step
+    every worker of a synchronous job takes a batch of about the same length rank, since a step waits for
+    its slowest worker and unmatched a short batch waits for a long one at most steps.
 
-
-def matched_order(n: int, rng: np.random.Generator) -> np.ndarray:
-    """An order of ``n`` batches sorted by length (shortest first) in which every worker of a synchronous job
-    takes, at each step, a batch of about the same length rank as the others, given ``rng`` seeded alike on
-    every worker. A synchronous step waits for its slowest worker: with each worker shuffling its own
-    batches, a short batch on one waits for a long one on another at most steps.
-
-    Batch ``j`` has the length quantile ``(j + 0.5) / n`` of its worker's batches; the quantiles are cut into
-    ``MATCH_CELLS`` cells of ``MATCH_SUBCELLS`` sub-cells, which go in an order drawn from ``rng`` (the cells
-    in a permutation, then the sub-cells of each in one): workers whose batches have alike lengths, as
-    random shards of one dataset do, then meet the same quantiles at the same steps. Batches of one
-    sub-cell go shortest first. ``rng`` draws the same numbers whatever ``n``."""
-    cell_pos = rng.permutation(MATCH_CELLS)
-    sub_pos = np.argsort(rng.random((MATCH_CELLS, MATCH_SUBCELLS)), axis=1)
+    The steps take the length quantiles ``(s + 0.5) / count`` of the slots ``s`` of one permutation of the
+    ``count`` slots drawn from ``rng``, alike everywhere: a uniformly random order of lengths over time, as a
+    plain shuffle's. Each worker takes its batch at that quantile of its own ``n``: every batch once when
+    ``n == count``, some twice when fewer. Worker ``rank`` takes the batch ``rank`` further up (modulo
+    ``n``): of a length next to it, not the same rows where the shards hold copies of the same texts."""
+    slots = rng.permutation(count)
     if n == 0:
         return np.zeros(0, np.int64)
-    q = (np.arange(n) + 0.5) / n * MATCH_CELLS
-    cell = np.minimum(q.astype(np.int64), MATCH_CELLS - 1)
-    within = q - cell
-    sub = np.minimum((within * MATCH_SUBCELLS).astype(np.int64), MATCH_SUBCELLS - 1)
-    return np.lexsort((within, cell_pos[cell] * MATCH_SUBCELLS + sub_pos[cell, sub]))
+    return (((slots + 0.5) * n / count).astype(np.int64) + rank) % n
 
 
 def drop_nonfinite(shard: Shard) -> tuple[Shard, int]:

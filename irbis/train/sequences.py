@@ -8,11 +8,11 @@ A :class:`~irbis.train.data.Shard` whose ``x`` is an object array of 1-d int64 a
   token budget by :func:`irbis.kernels.sequences.length_batches` (``batch_size`` caps the rows); the
   ORDER of the batches is shuffled by a generator seeded by (seed, epoch) and alike on every worker
   (:func:`~irbis.train.data.matched_order`), so that at each step the workers take batches of about the
-  same length rank: a synchronous step waits for its slowest worker;
+  same length rank: a synchronous step waits for its slowest worker. (Streamed from a spill, window by
+  window, each worker shuffles its own batches, seeded by (seed, rank, epoch).);
 * **equal steps**: every worker takes the same number of steps per epoch, the largest worker's count of
   batches (agreed through the communicator in the loop's setup). A worker with fewer batches repeats
-  some: further permutations of its batches drawn from the same generator, taken until the count is
-  reached. Every row is seen once per epoch, plus those repeats;
+  some (those the matched order gives twice). Every row is seen once per epoch, plus those repeats;
 * **the network's input**: a batch reaches the network as its ``input_kind`` attribute declares
   (:func:`input_kind`): ``"padded"`` (the default) ``module(ids, mask)``, ids padded with 0 on the right
   to the batch's padded length, mask 1 on real positions; ``"packed"`` ``module(packed)``, a
@@ -111,15 +111,15 @@ class RaggedRows(BatchedRows):
         return self._plan
 
     def order(self, count: int, seed: int, rank: int, epoch: int) -> list[np.ndarray]:
-        """The row indices of ``count`` batches of ``epoch``: the batches (the plan is sorted by length) in a
-        :func:`~irbis.train.data.matched_order` drawn from a generator seeded by (seed, epoch), alike on every
-        worker, so that the workers of a step take batches of alike lengths; past the first pass, further
-        orders from the same generator (the repeats that equalise the workers' steps)."""
+        """The row indices of ``count`` batches of ``epoch`` (the steps every worker takes): the plan's
+        batches (sorted by length) in the :func:`~irbis.train.data.matched_order` of a generator seeded by
+        (seed, epoch), alike on every worker, so that the workers of a step take batches of alike lengths;
+        every batch once, and some twice on a worker with fewer batches than ``count`` (the repeats that
+        equalise the workers' steps)."""
+        if not self._plan:
+            return []
         rng = np.random.default_rng([seed, epoch, 8])
-        out: list[np.ndarray] = []
-        while len(out) < count and self._plan:
-            out.extend(self._plan[j] for j in matched_order(len(self._plan), rng))
-        return out[:count]
+        return [self._plan[j] for j in matched_order(len(self._plan), max(count, len(self._plan)), rng, rank)][:count]
 
     def _tensors(self, ids: np.ndarray, rows: list[np.ndarray], device: str,
                  label_dtype: Any) -> tuple[Batch, torch.Tensor]:

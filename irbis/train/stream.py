@@ -37,7 +37,7 @@ import pyarrow.compute as pc
 import torch
 
 from irbis.kernels.threads import for_each_row
-from irbis.train.data import BatchedRows, Shard, matched_order
+from irbis.train.data import BatchedRows, Shard
 
 #: Column names of the training frame (see :func:`irbis.spark.training.training_frame`).
 FEATURES, LABEL = "__features", "__label"
@@ -414,15 +414,10 @@ class StreamRows(BatchedRows):
         return [ids[b] for b in plan]
 
     def _window_batches(self, seed: int, rank: int, epoch: int) -> Iterator[tuple[int, list[np.ndarray]]]:
-        """(pass, the length batches of one window in a seeded order), window after window (:meth:`_passes`):
-        the order of :func:`~irbis.train.data.matched_order`, drawn from a generator seeded by (seed, epoch,
-        pass, window) alike on every worker, so that the workers of a step take batches of alike lengths."""
-        window_of: dict[int, int] = {}
-        for r, window, _ in self._passes(seed, rank, epoch):
-            w = window_of[r] = window_of.get(r, -1) + 1
+        """(pass, the length batches of one window in a seeded order), window after window (:meth:`_passes`)."""
+        for r, window, rng in self._passes(seed, rank, epoch):
             batches = self._length_batches(window)
-            order = matched_order(len(batches), np.random.default_rng([seed, epoch, 9, r, w]))
-            yield r, [batches[j] for j in order]
+            yield r, [batches[j] for j in rng.permutation(len(batches))]
 
     def batch_count(self, seed: int, rank: int, epoch: int) -> int:
         """The length batches of one pass over these rows in ``epoch`` (lengths only: nothing is read)."""

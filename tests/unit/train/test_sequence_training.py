@@ -48,10 +48,11 @@ def test_every_row_once_per_epoch_and_batches_respect_the_budget(lengths, budget
     for b in batches:
         assert len(b) <= max_rows
         assert len(b) == 1 or len(b) * padded_length(lens[b]) <= budget
-    # past the epoch's batches come repeats of them (equal steps across workers)
+    # a worker with fewer batches than the steps repeats some of them (equal steps across workers)
     more = rows.order(len(plan) + 3, seed=3, rank=1, epoch=epoch)
+    assert len(more) == len(plan) + 3
     assert all(any(np.array_equal(b, p) for p in plan) for b in more)
-    assert all(np.array_equal(a, b) for a, b in zip(more, batches))
+    assert set(np.concatenate(more).tolist()) == set(range(len(lengths)))
 
 
 def test_batch_order_differs_across_epochs_and_is_reproducible_for_one_seed():
@@ -82,7 +83,12 @@ def test_the_workers_of_a_step_take_batches_of_alike_lengths():
     matched = np.maximum(a[:n], b[:n]).sum() / ((a[:n] + b[:n]) / 2).sum()
     alone = np.maximum(a[:n], rng.permutation(b[:n])).sum() / ((a[:n] + b[:n]) / 2).sum()
     assert matched < 1.1 < alone
-    assert np.corrcoef(a[:n], b[:n])[0, 1] > 0.9
+    assert np.corrcoef(a[:n], b[:n])[0, 1] > 0.85
+    # shards holding the same rows (copies of the same texts) never pair a batch with itself in a step
+    same = workers[0]
+    steps = len(same.plan())
+    pairs = zip(same.order(steps, seed=0, rank=0, epoch=1), same.order(steps, seed=0, rank=1, epoch=1))
+    assert not any(np.array_equal(x, y) for x, y in pairs)
 
 
 def test_a_batch_reaches_the_network_padded_with_a_mask_or_packed():

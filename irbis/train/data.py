@@ -26,23 +26,6 @@ class Shard:
         return len(self.y)
 
 
-def matched_order(n: int, count: int, rng: np.random.Generator, rank: int = 0) -> np.ndarray:
-    """Which of a worker's ``n`` batches, sorted by length (shortest first), each of ``count`` steps takes
-    (``count >= n``, the steps every worker takes), given ``rng`` seeded alike on every worker: at each step
-    every worker of a synchronous job takes a batch of about the same length rank, since a step waits for
-    its slowest worker and unmatched a short batch waits for a long one at most steps.
-
-    The steps take the length quantiles ``(s + 0.5) / count`` of the slots ``s`` of one permutation of the
-    ``count`` slots drawn from ``rng``, alike everywhere: a uniformly random order of lengths over time, as a
-    plain shuffle's. Each worker takes its batch at that quantile of its own ``n``: every batch once when
-    ``n == count``, some twice when fewer. Worker ``rank`` takes the batch ``rank`` further up (modulo
-    ``n``): of a length next to it, not the same rows where the shards hold copies of the same texts."""
-    slots = rng.permutation(count)
-    if n == 0:
-        return np.zeros(0, np.int64)
-    return (((slots + 0.5) * n / count).astype(np.int64) + rank) % n
-
-
 def drop_nonfinite(shard: Shard) -> tuple[Shard, int]:
     """The shard without rows whose features or label are NaN or infinite, and how many were dropped."""
     keep = np.isfinite(shard.x).all(axis=1) & np.isfinite(shard.y)

@@ -7,9 +7,9 @@ A :class:`~irbis.train.data.Shard` whose ``x`` is an object array of 1-d int64 a
 * **batches**: within the worker's rows (its shuffle window), rows are grouped by length and cut under the
   token budget by :func:`irbis.kernels.sequences.length_batches` (``batch_size`` caps the rows); the
   ORDER of the batches is shuffled by a generator seeded by (seed, epoch) and alike on every worker
-  (:func:`~irbis.train.data.matched_order`), so that at each step the workers take batches of about the
-  same length rank: a synchronous step waits for its slowest worker. (Streamed from a spill, window by
-  window, each worker shuffles its own batches, seeded by (seed, rank, epoch).);
+  (:func:`matched_order`), so that at each step the workers take batches of about the
+  same length rank, since a synchronous step waits for its slowest worker (streamed from a spill, window
+  by window, each worker shuffles its own batches, seeded by (seed, rank, epoch));
 * **equal steps**: every worker takes the same number of steps per epoch, the largest worker's count of
   batches (agreed through the communicator in the loop's setup). A worker with fewer batches repeats
   some (those the matched order gives twice). Every row is seen once per epoch, plus those repeats;
@@ -33,7 +33,7 @@ import torch
 from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence
 
 from irbis.kernels.sequences import PadStats, length_batches, pad_rows, padded_length
-from irbis.train.data import BatchedRows, matched_order
+from irbis.train.data import BatchedRows
 
 #: The values of a network's ``input_kind`` attribute.
 INPUT_KINDS = ("padded", "packed")
@@ -63,6 +63,23 @@ def row_lengths(rows: np.ndarray) -> np.ndarray:
 def forward(model: torch.nn.Module, xb: Batch) -> torch.Tensor:
     """``model`` on one batch: ``model(ids, mask)`` for a padded batch, ``model(xb)`` otherwise."""
     return model(*xb) if isinstance(xb, tuple) and not isinstance(xb, PackedSequence) else model(xb)
+
+
+def matched_order(n: int, count: int, rng: np.random.Generator, rank: int = 0) -> np.ndarray:
+    """Which of a worker's ``n`` batches, sorted by length (shortest first), each of ``count`` steps takes
+    (``count >= n``, the steps every worker takes), given ``rng`` seeded alike on every worker: at each step
+    every worker of a synchronous job takes a batch of about the same length rank, since a step waits for
+    its slowest worker and unmatched a short batch waits for a long one at most steps.
+
+    The steps take the length quantiles ``(s + 0.5) / count`` of the slots ``s`` of one permutation of the
+    ``count`` slots drawn from ``rng``, alike everywhere: a uniformly random order of lengths over time, as a
+    plain shuffle's. Each worker takes its batch at that quantile of its own ``n``: every batch once when
+    ``n == count``, some twice when fewer. Worker ``rank`` takes the batch ``rank`` further up (modulo
+    ``n``): of a length next to it, not the same rows where the shards hold copies of the same texts."""
+    slots = rng.permutation(count)
+    if n == 0:
+        return np.zeros(0, np.int64)
+    return (((slots + 0.5) * n / count).astype(np.int64) + rank) % n
 
 
 def make_batch(rows: list[np.ndarray], kind: str, device: str = "cpu") -> tuple[Batch, PadStats]:
@@ -112,7 +129,7 @@ class RaggedRows(BatchedRows):
 
     def order(self, count: int, seed: int, rank: int, epoch: int) -> list[np.ndarray]:
         """The row indices of ``count`` batches of ``epoch`` (the steps every worker takes): the plan's
-        batches (sorted by length) in the :func:`~irbis.train.data.matched_order` of a generator seeded by
+        batches (sorted by length) in the :func:`matched_order` of a generator seeded by
         (seed, epoch), alike on every worker, so that the workers of a step take batches of alike lengths;
         every batch once, and some twice on a worker with fewer batches than ``count`` (the repeats that
         equalise the workers' steps)."""

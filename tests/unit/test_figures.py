@@ -38,12 +38,16 @@ from __future__ import annotations
 
 import re
 import shutil
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from provenance import measuring_code  # noqa: E402  (benchmarks/: the one reader of a script's version)
+
 RESULTS = Path("benchmarks") / "results"
 TEXT_SUFFIXES = {".txt", ".json", ".csv", ".md"}
 UNITS = r"(?:img/s|images/s|samples/s|rows/s|inputs/s|req/s|MiB|GiB|KiB|ms|s)"
@@ -235,8 +239,6 @@ HEADER_LINES = 12
 def outdated_results_files(root: Path) -> list[Problem]:
     """Each results file made by a benchmark that does not record how it was made, or that an older version
     of its script's measuring code made (its script's ``MEASURING_CODE`` differs now)."""
-    import ast
-
     problems = []
     for name, text in results_files(root).items():
         script, _ = header(text)
@@ -250,13 +252,13 @@ def outdated_results_files(root: Path) -> list[Problem]:
         if not source.exists():
             problems.append(Problem(where, f"made by benchmarks/{script}.py, which is gone"))
             continue
-        declared = next((str(ast.literal_eval(node.value)) for node in ast.parse(source.read_text()).body
-                         if isinstance(node, ast.Assign)
-                         and any(getattr(t, "id", None) == "MEASURING_CODE" for t in node.targets)), None)
-        recorded = MEASURED_BY.search(head)
-        if declared is None:
+        try:
+            declared = measuring_code(source)
+        except LookupError:
             problems.append(Problem(f"benchmarks/{script}.py", "declares no MEASURING_CODE"))
-        elif recorded is None:
+            continue
+        recorded = MEASURED_BY.search(head)
+        if recorded is None:
             problems.append(Problem(where, "records no measuring code"))
         elif recorded.group(1) != declared:
             problems.append(Problem(where, f"made by measuring code {recorded.group(1)} of benchmarks/{script}.py, "

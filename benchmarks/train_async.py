@@ -55,7 +55,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import sys
 import time
 from functools import partial
@@ -65,6 +64,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from provenance import Run  # noqa: E402
 from train_sync import CNN, MLP, accuracy, load_digits_split  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results"
@@ -251,9 +251,9 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="2 workers, 1-2 epochs (MLP and CNN): a smoke run")
     parser.add_argument("--sweep", action="store_true", help="the base-rate sweep behind LR and ADAGRAD_LR")
     args = parser.parse_args()
-    t_start, load_before = time.perf_counter(), os.getloadavg()
+    run = Run(__file__, packages=("torch", "pyzmq", "numpy"))
     if args.sweep:
-        print("\n".join(sweep(2 if args.quick else MLP_EPOCHS)), f"\nrun time {time.perf_counter() - t_start:.0f} s")
+        print("\n".join(sweep(2 if args.quick else MLP_EPOCHS)), f"\nrun time {time.perf_counter() - run.started:.0f} s")
         return
     if args.quick:
         mlp, cnn = workload("mlp", MLP, [64], 1, [2]), workload("small_cnn", CNN, [3, 32, 32], 1, [2])
@@ -265,11 +265,8 @@ def main() -> None:
     rates = f"base rates LR {LR}, ADAGRAD_LR {ADAGRAD_LR}, {SCHEDULE['type']} schedule"
     loop_only = "LOOP ONLY, NO SPARK (run_processes, no warm-up run): "
     report = [
-        "# benchmarks/train_async.py",
-        f"python {platform.python_version()}, torch {torch.__version__}, {platform.machine()}, "
-        f"{os.cpu_count()} cores; workers are processes (gloo + ZeroMQ), one torch thread each",
-        f"load average (1 min) before {load_before[0]:.1f}, after {os.getloadavg()[0]:.1f}; "
-        f"run time {time.perf_counter() - t_start:.0f} s",
+        *run.header("workers are processes (gloo + ZeroMQ), one torch thread each; the end-to-end comparison "
+                    "against sparktorch is benchmarks/async_e2e.py"),
         "", f"loop-only tables: {rates}",
         "", table(loop_only + "digits MLP 64-128-10, global batch 64, equal samples", mlp),
         "", table(loop_only + "small_cnn on 3x32x32 digits, global batch 64, equal samples", cnn),

@@ -4,12 +4,15 @@ A :class:`~irbis.train.data.Shard` whose ``x`` is an object array of 1-d int64 a
 ``(steps, features)`` arrays) holds ragged rows. :class:`RaggedRows` trains from them as
 :class:`~irbis.train.stream.StreamRows` does from a spill, with the same methods the loop calls:
 
-* **batches**: within the worker's rows (its shuffle window), rows are grouped by length and cut under the
-  token budget by :func:`irbis.kernels.sequences.length_batches` (``batch_size`` caps the rows); the
-  ORDER of the batches is shuffled by a generator seeded by (seed, epoch) and alike on every worker
-  (:func:`matched_order`), so that at each step the workers take batches of about the
-  same length rank, since a synchronous step waits for its slowest worker (streamed from a spill, window
-  by window, each worker shuffles its own batches, seeded by (seed, rank, epoch));
+* **batches**: each epoch, a worker's rows are shuffled (seeded by (seed, rank, epoch)) and cut into chunks
+  of :data:`GROUP_CHUNK` batches' rows; within a chunk, rows are grouped by length and cut under the token
+  budget by :func:`irbis.kernels.sequences.length_batches` (``batch_size`` caps the rows). So a batch holds
+  rows of alike length drawn afresh each epoch from a random chunk, not the same neighbours in length
+  every epoch, nor, where the data holds copies of the same texts, several copies of one text side by
+  side. The ORDER of the batches is then drawn by a generator seeded by (seed, epoch), alike on every
+  worker (:func:`matched_order`), so that at each step the workers take batches of about the same length
+  rank, since a synchronous step waits for its slowest worker (streamed from a spill, window by window,
+  each worker shuffles its own batches, seeded by (seed, rank, epoch));
 * **equal steps**: every worker takes the same number of steps per epoch, the largest worker's count of
   batches (agreed through the communicator in the loop's setup). A worker with fewer batches repeats
   some (those the matched order gives twice). Every row is seen once per epoch, plus those repeats;
@@ -32,11 +35,15 @@ import numpy as np
 import torch
 from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence
 
-from irbis.kernels.sequences import PadStats, length_batches, pad_rows, padded_length
+from irbis.kernels.sequences import PadStats, length_batches, pad_rows, padded_length, row_padded_lengths
 from irbis.train.data import BatchedRows
 
 #: The values of a network's ``input_kind`` attribute.
 INPUT_KINDS = ("padded", "packed")
+
+#: The rows of a chunk that length batches are cut from, in batches of the row cap: rows of alike length
+#: within a random chunk, each epoch's afresh (see the module docstring).
+GROUP_CHUNK = 50
 
 #: A batch as the network takes it: ``(ids, mask)`` (padded) or a PackedSequence (packed).
 Batch = Any
@@ -114,7 +121,7 @@ class RaggedRows(BatchedRows):
         self.rows, self._labels, self.kind = rows, labels, kind
         self.token_budget, self.max_rows = token_budget, max_rows
         self.lengths = row_lengths(rows)
-        self._plan = length_batches(self.lengths, token_budget=token_budget, max_rows=max_rows) if len(rows) else []
+        self.padded = row_padded_lengths(self.lengths)
         self.stats = PadStats()
 
     def __len__(self) -> int:
@@ -123,20 +130,33 @@ class RaggedRows(BatchedRows):
     def labels(self) -> np.ndarray:
         return self._labels
 
-    def plan(self) -> list[np.ndarray]:
-        """The row indices of each length batch (fixed: the rows are the whole window)."""
-        return self._plan
+    def plan(self, seed: int, rank: int, epoch: int) -> list[np.ndarray]:
+        """The row indices of each length batch of ``epoch`` on worker ``rank``, shortest first: the rows
+        in a permutation seeded by (seed, rank, epoch), cut into chunks of :data:`GROUP_CHUNK` batches'
+        rows, each chunk's rows grouped by length under the token budget; every row in one batch."""
+        n = len(self.rows)
+        perm = np.random.default_rng([seed, rank, epoch, 9]).permutation(n)
+        chunk = GROUP_CHUNK * self.max_rows
+        batches: list[np.ndarray] = []
+        for start in range(0, n, chunk):
+            part = perm[start:start + chunk]
+            # sorted by padded length, not length: rows of one padded length cost the same, and stay in
+            # the permutation's order, so copies of one text (of one length) do not sit side by side
+            batches += [part[b] for b in length_batches(self.padded[part], token_budget=self.token_budget,
+                                                        max_rows=self.max_rows)]
+        longest = np.array([padded_length(self.lengths[b]) for b in batches], np.int64)
+        return [batches[j] for j in np.argsort(longest, kind="stable")]
 
     def order(self, count: int, seed: int, rank: int, epoch: int) -> list[np.ndarray]:
-        """The row indices of ``count`` batches of ``epoch`` (the steps every worker takes): the plan's
-        batches (sorted by length) in the :func:`matched_order` of a generator seeded by
-        (seed, epoch), alike on every worker, so that the workers of a step take batches of alike lengths;
-        every batch once, and some twice on a worker with fewer batches than ``count`` (the repeats that
-        equalise the workers' steps)."""
-        if not self._plan:
+        """The row indices of ``count`` batches of ``epoch`` (the steps every worker takes): the epoch's
+        :meth:`plan` in the :func:`matched_order` of a generator seeded by (seed, epoch), alike on every
+        worker, so that the workers of a step take batches of alike lengths; every batch once, and some
+        twice on a worker with fewer batches than ``count`` (the repeats that equalise the workers' steps)."""
+        plan = self.plan(seed, rank, epoch)
+        if not plan:
             return []
         rng = np.random.default_rng([seed, epoch, 8])
-        return [self._plan[j] for j in matched_order(len(self._plan), max(count, len(self._plan)), rng, rank)][:count]
+        return [plan[j] for j in matched_order(len(plan), max(count, len(plan)), rng, rank)][:count]
 
     def _tensors(self, ids: np.ndarray, rows: list[np.ndarray], device: str,
                  label_dtype: Any) -> tuple[Batch, torch.Tensor]:
@@ -156,8 +176,9 @@ class RaggedRows(BatchedRows):
             yield self._tensors(ids, rows if hook is None else augment_rows(hook, rows, i), device, label_dtype)
 
     def step_count(self, batch_size: int, seed: int, rank: int, epochs: int) -> int:
-        """The length batches of one pass (the plan's; ``batch_size`` is the row cap given at construction)."""
-        return len(self._plan)
+        """The length batches of one pass, the most of any of the ``epochs`` (their chunks differ by epoch;
+        ``batch_size`` is the row cap given at construction)."""
+        return max((len(self.plan(seed, rank, e)) for e in range(epochs)), default=0)
 
     def sample(self, positions: np.ndarray, device: str,
                label_dtype: Any) -> Callable[[int, int, int], Iterator[tuple[Batch, torch.Tensor]]]:

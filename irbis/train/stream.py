@@ -408,15 +408,19 @@ class StreamRows(BatchedRows):
         self.kind, self.token_budget, self.max_rows, self.stats = kind, token_budget, max_rows, PadStats()
 
     def _length_batches(self, ids: np.ndarray) -> list[np.ndarray]:
-        from irbis.kernels.sequences import length_batches
+        """Rows ``ids`` in length batches, grouped by padded length (rows of one padded length cost the same
+        and keep the order of ``ids``: copies of one text do not sit side by side)."""
+        from irbis.kernels.sequences import length_batches, row_padded_lengths
 
-        plan = length_batches(self.shard.lengths[ids], token_budget=self.token_budget, max_rows=self.max_rows)
+        plan = length_batches(row_padded_lengths(self.shard.lengths[ids]), token_budget=self.token_budget,
+                              max_rows=self.max_rows)
         return [ids[b] for b in plan]
 
     def _window_batches(self, seed: int, rank: int, epoch: int) -> Iterator[tuple[int, list[np.ndarray]]]:
-        """(pass, the length batches of one window in a seeded order), window after window (:meth:`_passes`)."""
+        """(pass, the length batches of one window, its rows permuted, in a seeded order), window after window
+        (:meth:`_passes`)."""
         for r, window, rng in self._passes(seed, rank, epoch):
-            batches = self._length_batches(window)
+            batches = self._length_batches(rng.permutation(window))
             yield r, [batches[j] for j in rng.permutation(len(batches))]
 
     def batch_count(self, seed: int, rank: int, epoch: int) -> int:

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from train_helpers import peak_rss_mib, token_task
 
-from irbis.kernels.sequences import padded_length
+from irbis.kernels.sequences import length_batches, padded_length
 from irbis.train.auto_batch import AutoBatch
 from irbis.train.backends.local import run_threads, shard_rows
 from irbis.train.data import Shard
@@ -41,7 +41,7 @@ def spec(**kw):
        max_rows=st.integers(1, 20), epoch=st.integers(0, 5))
 def test_every_row_once_per_epoch_and_batches_respect_the_budget(lengths, budget, max_rows, epoch):
     rows = RaggedRows(rows_of(lengths), np.zeros(len(lengths)), "padded", budget, max_rows)
-    plan = rows.plan()
+    plan = rows.plan(3, 1, epoch)
     batches = rows.order(len(plan), seed=3, rank=1, epoch=epoch)
     assert sorted(np.concatenate(batches).tolist()) == list(range(len(lengths)))
     lens = np.asarray(lengths)
@@ -57,7 +57,7 @@ def test_every_row_once_per_epoch_and_batches_respect_the_budget(lengths, budget
 
 def test_batch_order_differs_across_epochs_and_is_reproducible_for_one_seed():
     rows = RaggedRows(rows_of(np.arange(1, 200) % 37 + 1), np.zeros(199), "padded", 256, 16)
-    n = len(rows.plan())
+    n = len(rows.plan(0, 0, 0))
 
     def order(epoch, seed=0):
         return [b.tolist() for b in rows.order(n, seed, 0, epoch)]
@@ -72,11 +72,11 @@ def test_the_workers_of_a_step_take_batches_of_alike_lengths():
     rng = np.random.default_rng(0)
     workers = [RaggedRows(rows_of(np.minimum(rng.lognormal(4.5, 0.6, 600).astype(int) + 1, 256), seed=k),
                           np.zeros(600), "padded", 4096, 8) for k in range(2)]
-    count = max(len(w.plan()) for w in workers)
+    count = max(len(w.plan(0, k, 1)) for k, w in enumerate(workers))
     lengths = [[padded_length(w.lengths[b]) for b in w.order(count, seed=0, rank=k, epoch=1)]
                for k, w in enumerate(workers)]
     # each worker still takes every one of its rows once in the epoch's first pass
-    assert all(sorted(np.concatenate(w.order(len(w.plan()), 0, k, 1)).tolist()) == list(range(600))
+    assert all(sorted(np.concatenate(w.order(len(w.plan(0, k, 1)), 0, k, 1)).tolist()) == list(range(600))
                for k, w in enumerate(workers))
     a, b = np.asarray(lengths[0], float), np.asarray(lengths[1], float)
     n = min(len(a), len(b))
@@ -86,7 +86,7 @@ def test_the_workers_of_a_step_take_batches_of_alike_lengths():
     assert np.corrcoef(a[:n], b[:n])[0, 1] > 0.85
     # shards holding the same rows (copies of the same texts) never pair a batch with itself in a step
     same = workers[0]
-    steps = len(same.plan())
+    steps = len(same.plan(0, 0, 1))
     pairs = zip(same.order(steps, seed=0, rank=0, epoch=1), same.order(steps, seed=0, rank=1, epoch=1))
     assert not any(np.array_equal(x, y) for x, y in pairs)
 
@@ -292,3 +292,23 @@ def test_augment_reaches_rows_streamed_from_the_spill(tmp_path):
 
     res = run_threads(spec(epochs=1, augment=watched, input_format=InputFormat("sequence")), [shard])
     assert len(lengths) == res[0].info["steps"] > 0 and all(after < before for before, after in lengths)
+
+
+def test_batches_are_cut_afresh_each_epoch_and_spread_copies_of_one_text():
+    """Data repeated 8x: cut from one sort of the whole shard, a batch of 8 holds the copies of one or two
+    texts side by side, and the same batches every epoch. Cut from random chunks by padded length, a batch
+    mostly holds distinct texts, and its neighbours change with the epoch."""
+    rng = np.random.default_rng(0)
+    base = rows_of(np.minimum(rng.lognormal(4.5, 0.6, 300).astype(int) + 1, 256))
+    rows = RaggedRows(np.concatenate([base] * 8), np.zeros(2400), "padded", 4096, 8)
+
+    def distinct(batches):
+        return np.mean([len(set((b % 300).tolist())) / len(b) for b in batches])
+
+    whole = length_batches(rows.lengths, token_budget=4096, max_rows=8)
+    assert distinct(rows.plan(0, 0, 0)) > 0.75 > 0.5 > distinct(whole)
+    first = {frozenset(b.tolist()) for b in rows.plan(0, 0, 0)}
+    assert len(first & {frozenset(b.tolist()) for b in rows.plan(0, 0, 1)}) < 0.05 * len(first)
+    # the padding stays as low as one sort's
+    waste = sum(len(b) * padded_length(rows.lengths[b]) for b in rows.plan(0, 0, 0)) / rows.lengths.sum()
+    assert waste < 1.10

@@ -10,8 +10,8 @@ Every side does the same work, measured in the same run:
 * the network: :func:`irbis.train.finetune.finetune_network` (the pretrained EfficientNet-Lite0 with a new
   2-class head drawn from seed 0, dropout 0.2), frozen up to ``_blocks.12`` (its BatchNorm statistics
   too): blocks 13-15, the head convolution and the classifier train;
-* the optimizer: Adam, the classifier at 1e-3 and the rest of the trainable layers at 1e-4 (ImageClassifier's
-  ``backboneLearningRateFactor`` 0.1), constant rate;
+* the optimizer: Adam with its fused kernel (as Irbis builds it), the classifier at 1e-3 and the rest of the
+  trainable layers at 1e-4 (ImageClassifier's ``backboneLearningRateFactor`` 0.1), constant rate;
 * the data: the same training files, ``EPOCHS`` epochs, global batch 32 (one process x 32, or two x 16);
 * the augmentation, drawn per image: random resized crop (scale 0.6-1, ratio 3/4-4/3) to 224x224 (bilinear),
   horizontal flip (p 0.5), brightness and contrast jitter of 0.2 (p 0.5), then (x - 127) / 128;
@@ -77,7 +77,7 @@ from provenance import Run
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 #: bump when the figures would change (see provenance.py)
-MEASURING_CODE = 1
+MEASURING_CODE = 2
 #: The packages whose versions the results files' header names.
 PACKAGES = ("torch", "pyspark", "opencv-python-headless", "numpy", "pyarrow")
 BACKBONE, FREEZE, DROPOUT, SEED = "efficientnet_lite0", "_blocks.12", 0.2, 0
@@ -198,13 +198,13 @@ def network(pretrained: bool = True):
 
 
 def adam_groups(params):
-    """Adam with ImageClassifier's two rates: the classifier (the last two trainable tensors: ``_fc``'s weight
-    and bias) at HEAD_LR, the rest at HEAD_LR * BACKBONE_FACTOR."""
+    """Adam (its fused kernel, as ImageClassifier's) with ImageClassifier's two rates: the classifier (the last
+    two trainable tensors: ``_fc``'s weight and bias) at HEAD_LR, the rest at HEAD_LR * BACKBONE_FACTOR."""
     import torch
 
     params = list(params)
     return torch.optim.Adam([{"params": params[:-2], "lr": HEAD_LR * BACKBONE_FACTOR},
-                             {"params": params[-2:], "lr": HEAD_LR}])
+                             {"params": params[-2:], "lr": HEAD_LR}], fused=True)
 
 
 def train_steps(model, opt, batches, channels_last: bool, limit: int | None = None):
@@ -840,7 +840,7 @@ def report(rows: list[dict], grown: list[dict], tune_a: dict, tune_b: dict, best
         f"{run['size']}, 320x240, quality 90), split by camera as the demo does: {n_train} training files "
         f"({run['mib']:.1f} MiB), {run['n_test']} held-out test files",
         f"same work on every row: {BACKBONE} pretrained, a new 2-class head (seed {SEED}, dropout {DROPOUT}), frozen "
-        f"up to {FREEZE}; Adam, head {HEAD_LR:g}, the other trainable layers {HEAD_LR * BACKBONE_FACTOR:g}; "
+        f"up to {FREEZE}; Adam (fused), head {HEAD_LR:g}, the other trainable layers {HEAD_LR * BACKBONE_FACTOR:g}; "
         f"{epochs} epochs, global batch {GLOBAL_BATCH} (1 x {GLOBAL_BATCH} or 2 x {GLOBAL_BATCH // 2}); "
         f"augmentation per image: random_resized_crop scale 0.6-1 to {SIZE}, flip p 0.5, brightness/contrast 0.2 "
         "p 0.5",

@@ -5,11 +5,13 @@ A :class:`~irbis.train.data.Shard` whose ``x`` is an object array of 1-d int64 a
 :class:`~irbis.train.stream.StreamRows` does from a spill, with the same methods the loop calls:
 
 * **batches**: each epoch, a worker's rows are shuffled (seeded by (seed, rank, epoch)) and cut into chunks
-  of :data:`GROUP_CHUNK` batches' rows; within a chunk, rows are grouped by length and cut under the token
-  budget by :func:`irbis.kernels.sequences.length_batches` (``batch_size`` caps the rows). So a batch holds
-  rows of alike length drawn afresh each epoch from a random chunk, not the same neighbours in length
-  every epoch, nor, where the data holds copies of the same texts, several copies of one text side by
-  side. The ORDER of the batches is then drawn by a generator seeded by (seed, epoch), alike on every
+  of :data:`GROUP_CHUNK` batches' rows; within a chunk, rows are sorted by length (rows of one length
+  kept in the permutation's order) and cut under the token budget by
+  :func:`irbis.kernels.sequences.length_batches` (``batch_size`` caps the rows). So a batch holds rows of
+  alike length drawn afresh each epoch from a random chunk: not the same neighbours in length every epoch,
+  and, where the data holds copies of the same texts, only the copies that fell in one chunk side by side
+  (a sort of the whole shard would put all of them there). Grouping by padded length (rows of one
+  multiple of 8 cost the same) spreads copies further, but a recurrent network learned worse from it. The ORDER of the batches is then drawn by a generator seeded by (seed, epoch), alike on every
   worker (:func:`matched_order`), so that at each step the workers take batches of about the same length
   rank, since a synchronous step waits for its slowest worker (streamed from a spill, window by window,
   each worker shuffles its own batches, seeded by (seed, rank, epoch));
@@ -35,7 +37,7 @@ import numpy as np
 import torch
 from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence
 
-from irbis.kernels.sequences import PadStats, length_batches, pad_rows, padded_length, row_padded_lengths
+from irbis.kernels.sequences import PadStats, length_batches, pad_rows, padded_length
 from irbis.train.data import BatchedRows
 
 #: The values of a network's ``input_kind`` attribute.
@@ -121,7 +123,6 @@ class RaggedRows(BatchedRows):
         self.rows, self._labels, self.kind = rows, labels, kind
         self.token_budget, self.max_rows = token_budget, max_rows
         self.lengths = row_lengths(rows)
-        self.padded = row_padded_lengths(self.lengths)
         self.stats = PadStats()
 
     def __len__(self) -> int:
@@ -140,9 +141,7 @@ class RaggedRows(BatchedRows):
         batches: list[np.ndarray] = []
         for start in range(0, n, chunk):
             part = perm[start:start + chunk]
-            # sorted by padded length, not length: rows of one padded length cost the same, and stay in
-            # the permutation's order, so copies of one text (of one length) do not sit side by side
-            batches += [part[b] for b in length_batches(self.padded[part], token_budget=self.token_budget,
+            batches += [part[b] for b in length_batches(self.lengths[part], token_budget=self.token_budget,
                                                         max_rows=self.max_rows)]
         longest = np.array([padded_length(self.lengths[b]) for b in batches], np.int64)
         return [batches[j] for j in np.argsort(longest, kind="stable")]

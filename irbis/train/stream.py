@@ -408,12 +408,10 @@ class StreamRows(BatchedRows):
         self.kind, self.token_budget, self.max_rows, self.stats = kind, token_budget, max_rows, PadStats()
 
     def _length_batches(self, ids: np.ndarray) -> list[np.ndarray]:
-        """Rows ``ids`` in length batches, grouped by padded length (rows of one padded length cost the same
-        and keep the order of ``ids``: copies of one text do not sit side by side)."""
-        from irbis.kernels.sequences import length_batches, row_padded_lengths
+        """Rows ``ids`` in length batches (rows of one length keep the order of ``ids``)."""
+        from irbis.kernels.sequences import length_batches
 
-        plan = length_batches(row_padded_lengths(self.shard.lengths[ids]), token_budget=self.token_budget,
-                              max_rows=self.max_rows)
+        plan = length_batches(self.shard.lengths[ids], token_budget=self.token_budget, max_rows=self.max_rows)
         return [ids[b] for b in plan]
 
     def _window_batches(self, seed: int, rank: int, epoch: int) -> Iterator[tuple[int, list[np.ndarray]]]:

@@ -296,8 +296,8 @@ def test_augment_reaches_rows_streamed_from_the_spill(tmp_path):
 
 def test_batches_are_cut_afresh_each_epoch_and_spread_copies_of_one_text():
     """Data repeated 8x: cut from one sort of the whole shard, a batch of 8 holds the copies of one or two
-    texts side by side, and the same batches every epoch. Cut from random chunks by padded length, a batch
-    mostly holds distinct texts, and its neighbours change with the epoch."""
+    texts side by side, and the same batches every epoch. Cut from random chunks, a batch mostly holds
+    distinct texts, and its neighbours change with the epoch."""
     rng = np.random.default_rng(0)
     base = rows_of(np.minimum(rng.lognormal(4.5, 0.6, 300).astype(int) + 1, 256))
     rows = RaggedRows(np.concatenate([base] * 8), np.zeros(2400), "padded", 4096, 8)
@@ -306,7 +306,7 @@ def test_batches_are_cut_afresh_each_epoch_and_spread_copies_of_one_text():
         return np.mean([len(set((b % 300).tolist())) / len(b) for b in batches])
 
     whole = length_batches(rows.lengths, token_budget=4096, max_rows=8)
-    assert distinct(rows.plan(0, 0, 0)) > 0.75 > 0.5 > distinct(whole)
+    assert distinct(rows.plan(0, 0, 0)) > 0.6 > 0.5 > distinct(whole)
     first = {frozenset(b.tolist()) for b in rows.plan(0, 0, 0)}
     assert len(first & {frozenset(b.tolist()) for b in rows.plan(0, 0, 1)}) < 0.05 * len(first)
     # the padding stays as low as one sort's

@@ -28,17 +28,10 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["PadStats", "check_row_output", "length_batches", "pad_rows", "padded_length", "row_padded_lengths",
-           "run_by_length"]
+__all__ = ["PadStats", "check_row_output", "length_batches", "pad_rows", "padded_length", "run_by_length"]
 
 #: Padded lengths are rounded up to a multiple of this (tensor cores and SIMD widths like it; fewer shapes).
 PAD_MULTIPLE = 8
-
-
-def row_padded_lengths(lengths: np.ndarray, multiple: int = PAD_MULTIPLE) -> np.ndarray:
-    """Each row's length rounded up to ``multiple`` (at least ``multiple``): what it costs in a batch it is
-    the longest of."""
-    return np.maximum(multiple, -(-np.asarray(lengths, dtype=np.int64) // multiple) * multiple)
 
 
 def padded_length(lengths: np.ndarray, multiple: int = PAD_MULTIPLE) -> int:
@@ -58,7 +51,7 @@ def length_batches(lengths: np.ndarray, *, token_budget: int, max_rows: int,
         raise ValueError(f"token_budget and max_rows must be >= 1, got {token_budget} and {max_rows}")
     lengths = np.asarray(lengths, dtype=np.int64)
     order = np.argsort(lengths, kind="stable")
-    padded = row_padded_lengths(lengths[order], multiple)
+    padded = np.maximum(multiple, -(-lengths[order] // multiple) * multiple)
     batches: list[np.ndarray] = []
     start, n = 0, len(order)
     while start < n:

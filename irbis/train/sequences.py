@@ -11,10 +11,11 @@ A :class:`~irbis.train.data.Shard` whose ``x`` is an object array of 1-d int64 a
   alike length drawn afresh each epoch from a random chunk: not the same neighbours in length every epoch,
   and, where the data holds copies of the same texts, only the copies that fell in one chunk side by side
   (a sort of the whole shard would put all of them there). Grouping by padded length (rows of one
-  multiple of 8 cost the same) spreads copies further, but a recurrent network learned worse from it. The ORDER of the batches is then drawn by a generator seeded by (seed, epoch), alike on every
-  worker (:func:`matched_order`), so that at each step the workers take batches of about the same length
-  rank, since a synchronous step waits for its slowest worker (streamed from a spill, window by window,
-  each worker shuffles its own batches, seeded by (seed, rank, epoch));
+  multiple of 8 cost the same) spreads copies further, but a recurrent network learned worse from it.
+  The ORDER of the batches is then drawn by a generator seeded by (seed, epoch), alike on every worker
+  (:func:`matched_order`), so that at each step the workers take batches of about the same length rank,
+  since a synchronous step waits for its slowest worker (streamed from a spill, window by window, each
+  worker shuffles its own batches, seeded by (seed, rank, epoch));
 * **equal steps**: every worker takes the same number of steps per epoch, the largest worker's count of
   batches (agreed through the communicator in the loop's setup). A worker with fewer batches repeats
   some (those the matched order gives twice). Every row is seen once per epoch, plus those repeats;

@@ -435,11 +435,14 @@ class TorchEstimator(renamed_mixin("_EstimatorRenamed", ESTIMATOR_RENAMED), Irbi
             log_fit(self, model.training_summary)
         return model
 
-    def train_job(self, dataset: Any) -> tuple[TrainSpec, Any, list[Any]]:
+    def train_job(self, dataset: Any, counted: Any = None) -> tuple[TrainSpec, Any, list[Any]]:
         """The training job of :meth:`fit` without the fitted model: the job's spec, the network as built on
         the driver (its initial weights) and every worker's result (rank 0's carries the trained
         ``state_dict`` bytes), also kept as ``last_spec`` and ``last_results``. For a stage that stores the
-        trained network its own way (a network that ``TorchModel`` cannot store)."""
+        trained network its own way (a network that ``TorchModel`` cannot store).
+
+        ``counted``: the frame whose rows are counted against ``numWorkers`` before the job, where counting
+        ``dataset`` would compute an expensive column (``dataset`` by default)."""
         from irbis.spark.barrier import SparkBarrierBackend
         from irbis.spark.resources import check_device, driver_host, is_local_master
         from irbis.spark.training import IMAGE_BATCH_ROWS, arrow_batch_rows, train_partition, training_frame
@@ -453,7 +456,7 @@ class TorchEstimator(renamed_mixin("_EstimatorRenamed", ESTIMATOR_RENAMED), Irbi
             raise ParamValueError("earlyStoppingPatience", spec.early_stopping_patience,
                                   "0 unless validationFraction > 0 (early stopping watches the validation loss)")
         check_device(dataset.sparkSession, spec.device)
-        self._check_rows(frame)
+        self._check_rows(frame if counted is None else counted)
         module = build_network(spec.network)
         checkpoint_dir = None
         if self.isDefined(self.checkpointDir):

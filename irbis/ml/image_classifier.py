@@ -144,12 +144,11 @@ class ImageClassifier(IrbisEstimator, table_mixin("_HasImageClassifierParams", _
         if self.getLabelCol() not in dataset.columns:
             raise ValueError(f"ImageClassifier: labelCol {self.getLabelCol()!r} is not a column; columns: "
                              f"{dataset.columns}")
-        suffix = self._frozen_suffix()
-        if suffix is None:
+        if self._frozen_cuts():
+            model = self._fit_after_frozen(est, dataset)
+        else:
             _, net, results = est.train_job(dataset)
             model = self._fitted(net, results)
-        else:
-            model = self._fit_after_frozen(est, dataset, suffix)
         self.last_estimator = est
         if fit_is_tracked(self):
             log_fit(self, model.training_summary)
@@ -179,14 +178,14 @@ class ImageClassifier(IrbisEstimator, table_mixin("_HasImageClassifierParams", _
         model.training_summary = results[0].history
         return model
 
-    def _frozen_suffix(self) -> Any:
-        """The network after freezeUntil when the frozen layers can run once per image (cacheFrozen), else
-        None: built on the meta device, only to learn that it cuts and the shape at the cut."""
+    def _frozen_cuts(self) -> bool:
+        """Whether the frozen layers can run once per image (cacheFrozen): learnt from the network built on the
+        meta device, without weights."""
         from irbis.train.finetune import finetune_network, frozen_suffix
 
         freeze = self.getFreezeUntil()
         if self.getCacheFrozen() == "never" or not freeze or json.loads(self.getAugmentation() or "[]"):
-            return None
+            return False
         import torch
 
         with torch.device("meta"):
@@ -195,19 +194,24 @@ class ImageClassifier(IrbisEstimator, table_mixin("_HasImageClassifierParams", _
         suffix, why = frozen_suffix(net, freeze)
         if suffix is None:
             _log.info("ImageClassifier: every epoch runs the whole network: %s", why)
-            return None
-        return net
+            return False
+        return True
 
-    def _fit_after_frozen(self, est: TorchEstimator, dataset: Any, net: Any) -> Any:
+    def _fit_after_frozen(self, est: TorchEstimator, dataset: Any) -> Any:
         """Fit the layers after freezeUntil on the frozen layers' output, computed once per image by
         ImageFeaturizer's inference path; the model returned scores images with the whole network."""
         from irbis.ml.image_featurizer import ImageFeaturizer
-        from irbis.models import get_entry
+        from irbis.models import get_entry, layer_output_shapes
         from irbis.spark.columns import column
         from irbis.train.finetune import finetune_network, finetune_suffix
 
         backbone, classes, freeze = self.getBackbone(), self.getNumClasses(), self.getFreezeUntil()
-        shape = _output_shape(net, freeze, get_entry(backbone).preprocessing)
+        # the shape from one image through the network built without its weights on the CPU: a tenth of the
+        # first forward on the meta device (about a second of kernel set-up)
+        preprocessing = get_entry(backbone).preprocessing
+        shapes = layer_output_shapes(finetune_network(backbone, classes, freeze, pretrained=False).eval(), [freeze],
+                                     (len(preprocessing.mean), *preprocessing.input_size))
+        shape = [int(d) for d in shapes[freeze]]
         frozen = f"{self.getInputCol()}_frozen"
         featurizer = ImageFeaturizer(network=backbone, inputCol=self.getInputCol(), outputLayer=freeze,
                                      outputCol=frozen, device=self.getDevice())
@@ -217,23 +221,9 @@ class ImageClassifier(IrbisEstimator, table_mixin("_HasImageClassifierParams", _
                                       self.getDropout()),
                       inputCol=frozen, inputShape=shape, augmentation="[]")
         est.clear(est.imagePreprocessing)
-        _, _, results = est.train_job(rows)
+        _, _, results = est.train_job(rows, counted=dataset)
         return self._fitted(finetune_network(backbone, classes, freeze, self.getSeed(), True, self.getDropout()),
                             results, strict=False)
-
-
-def _output_shape(net: Any, layer: str, preprocessing: Any) -> list[int]:
-    """The shape of ``layer``'s output for one preprocessed image (``net`` on the meta device)."""
-    import torch
-
-    seen: list[Any] = []
-    handle = net.get_submodule(layer).register_forward_hook(lambda m, i, o: seen.append(o.shape))
-    try:
-        with torch.no_grad():
-            net.eval()(torch.empty(1, len(preprocessing.mean), *preprocessing.input_size, device="meta"))
-    finally:
-        handle.remove()
-    return [int(d) for d in seen[0][1:]]
 
 
 def _meta_network(backbone: str) -> Any:

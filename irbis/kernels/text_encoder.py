@@ -39,13 +39,21 @@ from irbis.kernels.sequences import PadStats, run_by_length
 from irbis.kernels.threads import set_threads, task_threads
 from irbis.models.text import TextCard, TextModelError, card_from_source, check_tokenizer
 
-__all__ = ["CHARS_PER_TOKEN", "TextBatch", "TextRunner", "TextTokens", "decode_texts", "text_auto_order", "text_runner",
-           "text_tokens"]
+__all__ = ["CHARS_PER_TOKEN", "TEXT_TOKEN_BUDGET", "TextBatch", "TextRunner", "TextTokens", "decode_texts",
+           "text_auto_order", "text_runner", "text_tokens"]
 
 #: Characters kept per token of ``max_length`` before tokenizing: a 10 MB string costs no more than a
 #: text of ``64 x max_length`` characters (WordPiece and BPE tokens are far shorter than 64 characters,
 #: so the cap never removes a token that truncation would have kept).
 CHARS_PER_TOKEN = 64
+
+#: Padded tokens per batch of a text network at inference (``tokenBudget`` of the text stages). A CPU
+#: gains little from larger batches of a transformer (its cost is linear in the tokens), while a larger
+#: budget lets longer rows share a batch with shorter ones: over half the drug reviews (a Spark task's
+#: window) one thread ran MiniLM faster at 1024 than at 4096 (padding 1.06 against 1.12), and drains of 16
+#: reviews, as the HTTP server batches them, padded 1.31 against 1.80 (``benchmarks/text.py`` measures the
+#: stage at this default). Training keeps its own budget: it sets the rows of a step.
+TEXT_TOKEN_BUDGET = 1024
 
 TRUNCATIONS = ("truncate", "error")
 #: Words of the short texts int8 calibration adds, one per calibration text (:meth:`TextRunner._nncf_int8`).
@@ -178,7 +186,7 @@ class TextRunner:
 
     def __init__(self, source: dict[str, Any], *, engine: str = "auto", precision: str = "fp32",
                  device: str = "cpu", max_length: int = 0, truncation: str = "truncate",
-                 token_budget: int = 4096, max_rows: int = 128, calibration: str = "") -> None:
+                 token_budget: int = TEXT_TOKEN_BUDGET, max_rows: int = 128, calibration: str = "") -> None:
         self.card: TextCard = card_from_source(source)
         self.folder = Path(source["folder"])
         if truncation not in TRUNCATIONS:

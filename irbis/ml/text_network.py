@@ -23,6 +23,7 @@ from pyspark.sql.types import (ArrayType, BinaryType, DataType, DoubleType, Floa
                                StructType)
 
 from irbis.kernels.blocks import BatchFn, Tensor
+from irbis.kernels.text_encoder import TEXT_TOKEN_BUDGET
 from irbis.ml.aliases import Alias, alias_mixin, resolve_aliases
 from irbis.ml.base import IrbisModel, IrbisTransformer
 from irbis.ml.calibration import HasCalibrationSample
@@ -101,7 +102,8 @@ class _TextStage(ColumnSetters, HasTextParams):
     def _init_text_defaults(self) -> None:
         from irbis.models.text import DEFAULT_TEXT_MODEL
 
-        self._setDefault(network=DEFAULT_TEXT_MODEL, inputCol="text", miniBatchSize=256, errorCol="")
+        self._setDefault(network=DEFAULT_TEXT_MODEL, inputCol="text", miniBatchSize=256, errorCol="",
+                         tokenBudget=TEXT_TOKEN_BUDGET)
 
     def _input_columns(self) -> list[str]:
         return [self.getInputCol()]
@@ -227,7 +229,7 @@ class TextEmbedder(_TextStage, HasCalibrationSample, HasVectorOrArrayFormat, ali
 
     @keyword_only
     def __init__(self, *, network: str | None = None, inputCol: str | None = None, outputCol: str | None = None,
-                 maxLength: int = 0, truncation: str = "truncate", tokenBudget: int = 4096,
+                 maxLength: int = 0, truncation: str = "truncate", tokenBudget: int = TEXT_TOKEN_BUDGET,
                  miniBatchSize: int = 256, engine: str = "auto", precision: str = "fp32", device: str = "cpu",
                  errorCol: str = "", outputFormat: str = "vector", calibrationData: Any = "",
                  modelName: str | None = None, batchSize: int | None = None) -> None:
@@ -289,7 +291,7 @@ class TextClassifierModel(_TextStage, HasCalibrationSample, IrbisModel):
     def __init__(self, *, network: str | None = None, inputCol: str | None = None,
                  rawPredictionCol: str = "rawPrediction", probabilityCol: str = "probability",
                  predictionCol: str = "prediction", maxLength: int = 0, truncation: str = "truncate",
-                 tokenBudget: int = 4096, miniBatchSize: int = 256, engine: str = "auto", precision: str = "fp32",
+                 tokenBudget: int = TEXT_TOKEN_BUDGET, miniBatchSize: int = 256, engine: str = "auto", precision: str = "fp32",
                  device: str = "cpu", errorCol: str = "", calibrationData: Any = "") -> None:
         super().__init__()
         self._init_text_defaults()

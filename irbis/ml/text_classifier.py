@@ -87,7 +87,8 @@ class TextClassifier(alias_mixin("TextClassifierNames", _ALIASES), IrbisEstimato
     ``backboneLearningRateFactor`` times the head's ``learningRate`` and ``freezeUntil`` freezes it up to a
     named layer (e.g. ``model.bert.encoder.layer.3``). Texts are tokenized in the workers, truncated at
     ``maxLength`` tokens (0: the encoder's maximum), and batched by length under ``tokenBudget`` padded
-    tokens (``batchSize`` texts at most), the batches' order shuffled per worker and epoch from ``seed``.
+    tokens (``batchSize`` texts at most), the batches' order shuffled per worker and epoch from ``seed``; the
+    fitted model scores under the text stages' own default budget (set its ``tokenBudget`` to change it).
     ``strategy`` and ``numWorkers`` pick the data-parallel strategy, ``checkpointDir`` resumes after a lost
     worker, ``validationFraction`` adds per-epoch validation loss and accuracy to ``training_summary``.
     Labels are ``0..numClasses-1``. SynapseML's ``DeepTextClassifier`` names are accepted: ``textCol``,
@@ -183,8 +184,8 @@ class TextClassifier(alias_mixin("TextClassifierNames", _ALIASES), IrbisEstimato
         model = TextClassifierModel(
             network=str(folder), inputCol=self.getInputCol(), rawPredictionCol=self.getRawPredictionCol(),
             probabilityCol=self.getProbabilityCol(), predictionCol=self.getPredictionCol(),
-            maxLength=self.getMaxLength(), tokenBudget=self.getTokenBudget(), engine=self.getEngine(),
-            precision=self.getPrecision(), device=self.getDevice())
+            maxLength=self.getMaxLength(), engine=self.getEngine(), precision=self.getPrecision(),
+            device=self.getDevice())  # tokenBudget: the text stages' scoring default, not the training batches'
         model.training_summary = results[0].history
         self.last_estimator = est
         if fit_is_tracked(self):

@@ -8,9 +8,10 @@ length-aware batches (:func:`irbis.kernels.sequences.run_by_length`) and returns
 Engines, as for images (:mod:`irbis.kernels.engines`): eager ``torch``, or the network exported once per
 machine to ONNX with its batch and sequence axes dynamic and run by ``onnxruntime`` or ``openvino``.
 ``auto`` runs fp32 on eager torch first, on the CPU as on CUDA: on MiniLM over the drug reviews, with
-length-aware batches, eager torch (its fused attention, oneDNN's matrix products) ran level with OpenVINO
-and ahead of ONNX Runtime in one thread, a Spark task's share (``benchmarks/text.py`` measures the engines
-side by side; ``benchmarks/results/text.txt``). For bf16 it
+length-aware batches, eager torch (its fused attention, oneDNN's matrix products) ran ahead of ONNX Runtime
+in one thread, a Spark task's share, and within a sixth of OpenVINO, level in one run and behind in
+another (``benchmarks/text.py`` measures the engines side by side; ``benchmarks/results/text.txt``);
+OpenVINO first is the open question. For bf16 it
 tries OpenVINO on CPUs with bf16 instructions (ahead of torch's autocast there), for int8 ONNX Runtime's
 int8 OpenVINO runs the network as NNCF quantised it (its transformer preset, calibrated on sample texts:
 :func:`irbis.kernels.engines.quantize.nncf_transformer_path`), and ONNX Runtime its dynamic quantisation.

@@ -20,10 +20,11 @@ times. The network is the catalogue's all-MiniLM-L6-v2 in every row. Each part r
       is read after the fp32 rows, before they load the other precisions' engines, and once more at the end.
 
 Every timed run follows one untimed run of the same work (model loading, the engine's export, Spark's
-start); each Spark row (c and d) keeps the best of ``SPARK_REPEATS`` timed runs. Also: tokens computed over real tokens for (c) and (d) (padding waste), each part's peak RSS (the
-Python workers' for the Spark parts), the cosine of each side's embeddings with sentence-transformers' fp32,
-and, for the reduced precision, a logistic regression on the embeddings against the fp32 one (sentiment,
-the package's train/test split).
+start); each Spark row (c and d) keeps the best of ``SPARK_REPEATS`` timed runs. Also: tokens computed
+over real tokens for (c) and (d) (padding waste), each part's peak RSS (the Python workers' for the Spark
+parts), the cosine of each side's embeddings with sentence-transformers' fp32, and, for the reduced
+precision, a logistic regression on the embeddings against the fp32 one (sentiment, the package's
+train/test split).
 
 Usage: ``python benchmarks/text.py [--copies 1]``; writes ``results/text.txt`` and ``results/text.json``.
 """
@@ -461,7 +462,7 @@ def main() -> None:
     from irbis.kernels.text_encoder import TEXT_TOKEN_BUDGET
 
     parser.add_argument("--budget", type=int, default=TEXT_TOKEN_BUDGET,
-                        help="token budget of the sorted loops, Irbis's and the plain one (default: the text stages')")
+                        help="token budget of the sorted loops, Irbis's and the plain one (default: the stages')")
     parser.add_argument("--st-batches", type=int, nargs="+", default=[16, 32, 64])
     parser.add_argument("--udf-batches", type=int, nargs="+", default=[16, 64])
     parser.add_argument("--part", choices=sorted(PARTS), help=argparse.SUPPRESS)

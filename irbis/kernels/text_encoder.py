@@ -50,10 +50,10 @@ CHARS_PER_TOKEN = 64
 
 #: Padded tokens per batch of a text network at inference (``tokenBudget`` of the text stages). A CPU
 #: gains little from larger batches of a transformer (its cost is linear in the tokens), while a larger
-#: budget lets longer rows share a batch with shorter ones: over half the drug reviews (a Spark task's
-#: window) one thread ran MiniLM faster at 1024 than at 4096 (padding 1.06 against 1.12), and drains of 16
-#: reviews, as the HTTP server batches them, padded 1.31 against 1.80 (``benchmarks/text.py`` measures the
-#: stage at this default). Training keeps its own budget: it sets the rows of a step.
+#: budget lets longer rows share a batch with shorter ones, and pads them to the longest: a Spark task's
+#: window of rows, or a drain of the HTTP server's requests, pads less under 1024 than under 4096
+#: (``benchmarks/text.py`` measures the stage at this default: ``benchmarks/results/text.txt``). Training
+#: keeps its own budget: it sets the rows of a step.
 TEXT_TOKEN_BUDGET = 1024
 
 TRUNCATIONS = ("truncate", "error")

@@ -144,8 +144,9 @@ class ImageClassifier(IrbisEstimator, table_mixin("_HasImageClassifierParams", _
         if self.getLabelCol() not in dataset.columns:
             raise ValueError(f"ImageClassifier: labelCol {self.getLabelCol()!r} is not a column; columns: "
                              f"{dataset.columns}")
-        if self._frozen_cuts():
-            model = self._fit_after_frozen(est, dataset)
+        net = self._frozen_network()
+        if net is not None:
+            model = self._fit_after_frozen(est, dataset, net)
         else:
             _, net, results = est.train_job(dataset)
             model = self._fitted(net, results)
@@ -178,26 +179,23 @@ class ImageClassifier(IrbisEstimator, table_mixin("_HasImageClassifierParams", _
         model.training_summary = results[0].history
         return model
 
-    def _frozen_cuts(self) -> bool:
-        """Whether the frozen layers can run once per image (cacheFrozen): learnt from the network built on the
-        meta device, without weights."""
+    def _frozen_network(self) -> Any:
+        """The network, built on the CPU without its weights, when the frozen layers can run once per image
+        (cacheFrozen), else None: only to learn that it cuts at freezeUntil and the shape at the cut."""
         from irbis.train.finetune import finetune_network, frozen_suffix
 
         freeze = self.getFreezeUntil()
         if self.getCacheFrozen() == "never" or not freeze or json.loads(self.getAugmentation() or "[]"):
-            return False
-        import torch
-
-        with torch.device("meta"):
-            net = finetune_network(self.getBackbone(), self.getNumClasses(), freeze, self.getSeed(), False,
-                                   self.getDropout())
+            return None
+        net = finetune_network(self.getBackbone(), self.getNumClasses(), freeze, self.getSeed(), False,
+                               self.getDropout())
         suffix, why = frozen_suffix(net, freeze)
         if suffix is None:
             _log.info("ImageClassifier: every epoch runs the whole network: %s", why)
-            return False
-        return True
+            return None
+        return net
 
-    def _fit_after_frozen(self, est: TorchEstimator, dataset: Any) -> Any:
+    def _fit_after_frozen(self, est: TorchEstimator, dataset: Any, net: Any) -> Any:
         """Fit the layers after freezeUntil on the frozen layers' output, computed once per image by
         ImageFeaturizer's inference path; the model returned scores images with the whole network."""
         from irbis.ml.image_featurizer import ImageFeaturizer
@@ -206,11 +204,10 @@ class ImageClassifier(IrbisEstimator, table_mixin("_HasImageClassifierParams", _
         from irbis.train.finetune import finetune_network, finetune_suffix
 
         backbone, classes, freeze = self.getBackbone(), self.getNumClasses(), self.getFreezeUntil()
-        # the shape from one image through the network built without its weights on the CPU: a tenth of the
-        # first forward on the meta device (about a second of kernel set-up)
+        # the shape from one image through ``net`` on the CPU (a first forward on the meta device costs more:
+        # it sets up the meta kernels)
         preprocessing = get_entry(backbone).preprocessing
-        shapes = layer_output_shapes(finetune_network(backbone, classes, freeze, pretrained=False).eval(), [freeze],
-                                     (len(preprocessing.mean), *preprocessing.input_size))
+        shapes = layer_output_shapes(net.eval(), [freeze], (len(preprocessing.mean), *preprocessing.input_size))
         shape = [int(d) for d in shapes[freeze]]
         frozen = f"{self.getInputCol()}_frozen"
         featurizer = ImageFeaturizer(network=backbone, inputCol=self.getInputCol(), outputLayer=freeze,

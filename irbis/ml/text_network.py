@@ -291,8 +291,8 @@ class TextClassifierModel(_TextStage, HasCalibrationSample, IrbisModel):
     def __init__(self, *, network: str | None = None, inputCol: str | None = None,
                  rawPredictionCol: str = "rawPrediction", probabilityCol: str = "probability",
                  predictionCol: str = "prediction", maxLength: int = 0, truncation: str = "truncate",
-                 tokenBudget: int = TEXT_TOKEN_BUDGET, miniBatchSize: int = 256, engine: str = "auto", precision: str = "fp32",
-                 device: str = "cpu", errorCol: str = "", calibrationData: Any = "") -> None:
+                 tokenBudget: int = TEXT_TOKEN_BUDGET, miniBatchSize: int = 256, engine: str = "auto",
+                 precision: str = "fp32", device: str = "cpu", errorCol: str = "", calibrationData: Any = "") -> None:
         super().__init__()
         self._init_text_defaults()
         self._setDefault(rawPredictionCol="rawPrediction", probabilityCol="probability", predictionCol="prediction")

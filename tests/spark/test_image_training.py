@@ -75,7 +75,7 @@ def test_frozen_layers_run_once_and_the_model_scores_with_the_whole_network(phot
     assert len(model.training_summary) == 2
     out = model.transform(test).toPandas()  # images in: the whole network, the trained layers loaded
     assert float((out["prediction"] == out["label"]).mean()) >= 0.85
-    assert not ImageClassifier(freezeUntil="_blocks.14", numClasses=2)._frozen_cuts()  # augmentation on
+    assert ImageClassifier(freezeUntil="_blocks.14", numClasses=2)._frozen_network() is None  # augmentation on
 
 
 def small_images(spark, n=48, size=40, seed=0):

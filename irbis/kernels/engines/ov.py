@@ -104,7 +104,7 @@ def compile_graph(path: Any, *, threads: int, device: str = "cpu", precision: st
                           f"use engine='torch' for {precision}")
     # No pinning: the CPU plugin pins its threads to cores by default, and every process picks the same
     # first cores, so two Spark workers of one thread each shared one core and ran at half speed. Unpinned,
-    # MiniLM int8 on local[2] runs at twice one thread's rate (``benchmarks/results/text.txt``).
+    # MiniLM int8 on local[2] runs well above one thread's rate (``benchmarks/results/text.txt``).
     config = {"INFERENCE_PRECISION_HINT": _HINTS[precision], "INFERENCE_NUM_THREADS": str(max(1, threads)),
               "PERFORMANCE_HINT": "LATENCY", "ENABLE_CPU_PINNING": False}
     try:

@@ -24,6 +24,11 @@ MODEL = "efficientnet_lite0"
 #: less: 0.875 on those 168 crops and 0.80 on the 56 this test scores (where three standard errors of
 #: sampling are 0.10 anyway). A broken quantiser (wrong scales, ranges, zero points) lands far below this floor.
 INT8_AGREEMENT_FLOOR = 0.75
+#: bf16 on OpenVINO agrees with fp32 on 0.988 of the 168 crops in ``inference_effnet.txt``: about one crop in 80
+#: sits so near a tie that bf16's rounding flips it, and which ones flip depends on the CPU's bf16 kernels: all 56
+#: crops this test scores agreed on the machines of earlier runs, 54 on one with AMX. The floor allows 3 flips; a
+#: broken conversion (a layer in the wrong precision, bad scales) lands far below.
+BF16_AGREEMENT_FLOOR = 0.94
 
 
 @pytest.fixture(autouse=True)
@@ -41,7 +46,8 @@ def _top1(precision, engine, x):
                     reason="needs OpenVINO on a CPU with bf16 instructions")
 def test_openvino_bf16_keeps_top1_of_real_photographs():
     x = photo_crops(MODEL, 8)
-    assert (_top1("bf16", "openvino", x) == _top1("fp32", "torch", x)).mean() >= 0.99
+    assert len(x) == 56
+    assert (_top1("bf16", "openvino", x) == _top1("fp32", "torch", x)).mean() >= BF16_AGREEMENT_FLOOR
 
 
 @pytest.mark.skipif(not ENGINES["onnxruntime"].installed(), reason="needs onnxruntime")

@@ -42,7 +42,7 @@ from irbis.ml.image import ImageSetAugmenter
 from irbis.spark.images import read_images
 from irbis.spark.resources import default_parallelism
 
-__all__ = ["AUGMENT", "DemoResult", "PAPER", "run_demo"]
+__all__ = ["AUGMENT", "DemoResult", "PAPER", "load_demo", "run_demo"]
 
 #: The paper's accuracies (MMLSpark slides; RN2+A+E: its best, no figure given), shown beside ours.
 PAPER = {"LR120": 0.656, "EN1": 0.821, "EN2": 0.875, "+A": 0.897}
@@ -271,7 +271,8 @@ def _finish(spark: SparkSession, out: Path, meta: pd.DataFrame, images: Any, sco
     with timed(clock, "report"):
         notes = _notes(meta, images, opts, best, better, chosen, clock)
         notes.update(_head_note(steps, f"{better}+A+E+T"))
-        write_report(out, rows, steps, scored, ("other", opts["positive"]), notes, _paper(better))
+        write_report(out, rows, steps, scored, ("other", opts["positive"]), notes, _paper(better),
+                     extra={"best": best, "chosen": chosen, "folds": _fold_table(meta).to_dict("records")})
     if opts["explain"]:
         from irbis.demo.inside import explain_images
         wrong = scored[best].assign(err=lambda d: (d["score"] >= 0.5) != (d["y"] == 1))
@@ -280,7 +281,37 @@ def _finish(spark: SparkSession, out: Path, meta: pd.DataFrame, images: Any, sco
             explain_images(spark, out, picks)
     clock["total"] = time.perf_counter() - start
     (out / "seconds.json").write_text(json.dumps({k: round(v, 1) for k, v in clock.items()}, indent=2))
-    return DemoResult(rows, table, best, out, clock, chosen, meta[["camera", "is_test", "fold"]].drop_duplicates())
+    return DemoResult(rows, table, best, out, clock, chosen, _fold_table(meta))
+
+
+def _fold_table(meta: pd.DataFrame) -> pd.DataFrame:
+    """Each camera's split: ``camera``, ``is_test`` and its CV ``fold`` (-1 for the test cameras)."""
+    return meta[["camera", "is_test", "fold"]].drop_duplicates().reset_index(drop=True)
+
+
+def load_demo(output: str | Path) -> DemoResult:
+    """The results of a finished :func:`run_demo` in ``output``, read back from its files (``metrics.json``,
+    ``table.txt``, ``seconds.json``): to compare runs or draw from one without climbing the ladder again.
+
+    Raises
+    ------
+    FileNotFoundError
+        When ``output`` holds no finished run (``seconds.json``, written last, names the file missing).
+    """
+    out = Path(output)
+    for name in ("metrics.json", "table.txt", "seconds.json"):
+        if not (out / name).is_file():
+            raise FileNotFoundError(f"{out} holds no finished camera-trap demo run: {name} is missing "
+                                    "(run_demo writes seconds.json last)")
+    metrics = json.loads((out / "metrics.json").read_text())
+    if "chosen" not in metrics:
+        raise ValueError(f"{out / 'metrics.json'} was written by an older Irbis, which kept no CV choices and folds; "
+                         "run the demo again")
+    scores = [Scores(**{**v, "confusion": tuple(map(tuple, v["confusion"])), "accuracy_ci": tuple(v["accuracy_ci"]),
+                        "roc_auc_ci": tuple(v["roc_auc_ci"])}) for v in metrics["variants"]]
+    return DemoResult(scores, (out / "table.txt").read_text().rstrip("\n"), metrics["best"], out,
+                      json.loads((out / "seconds.json").read_text()), metrics["chosen"],
+                      pd.DataFrame(metrics["folds"], columns=["camera", "is_test", "fold"]))
 
 
 def _descriptions(better: str) -> dict[str, str]:

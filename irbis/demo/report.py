@@ -164,14 +164,23 @@ def _html_row(r: Scores, paper: float | None) -> str:
     return "<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>"
 
 
+def _json_scalar(value: Any) -> Any:
+    """A numpy scalar as the Python number it holds (``json.dumps``'s ``default``)."""
+    if hasattr(value, "item"):
+        return value.item()
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
 def write_report(folder: str | Path, rows: list[Scores], steps: list[Step], scored: dict[str, Any],
-                 class_names: tuple[str, str], notes: dict[str, str], paper: dict[str, float]) -> Path:
+                 class_names: tuple[str, str], notes: dict[str, str], paper: dict[str, float],
+                 extra: dict[str, Any] | None = None) -> Path:
     """Write ``report.html``, ``roc.png``, ``ladder.png``, ``wrong.png``, ``confusion_<variant>.png`` and
     ``metrics.json`` into ``folder``.
 
     ``scored`` maps each variant to its test frame (path, camera, burst, y, score); ``class_names`` are
     the names of classes 0 and 1; ``notes`` are shown as a definition list (data, split, timings);
-    ``paper`` holds the paper's accuracy of the rungs it reports, drawn beside ours.
+    ``paper`` holds the paper's accuracy of the rungs it reports, drawn beside ours; ``extra`` is kept in
+    ``metrics.json`` beside them (JSON; numpy scalars as numbers).
     """
     from irbis.demo.inside import gallery_of_mistakes, ladder_chart
 
@@ -185,7 +194,8 @@ def write_report(folder: str | Path, rows: list[Scores], steps: list[Step], scor
     (out / "metrics.json").write_text(json.dumps({"variants": [asdict(r) for r in rows],
                                                   "steps": [{**asdict(st), "accuracy_verdict": st.verdict("accuracy"),
                                                              "roc_auc_verdict": st.verdict("roc_auc")} for st in steps],
-                                                  "paper_accuracy": paper, "notes": notes}, indent=2))
+                                                  "paper_accuracy": paper, "notes": notes, **(extra or {})},
+                                                 indent=2, default=_json_scalar))
     esc = html.escape
     table = "".join(_html_row(r, paper.get(r.variant)) for r in rows)
     step_rows = "".join(f"<tr><td>{esc(st.base)} &rarr; {esc(st.variant)}</td>"

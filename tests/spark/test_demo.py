@@ -1,4 +1,8 @@
-"""`irbis demo` end to end on the small camera-trap set: the full ladder, its intervals and artefacts."""
+"""`irbis demo` end to end on the small camera-trap set: the full ladder, its intervals and artefacts.
+
+On the classic session the ladder is the camera-trap notebook's (the ``camera_trap_run`` fixture, shared with
+the notebook's test): its ``run_demo`` runs in the notebook's kernel and its results are read back with
+``load_demo``. Under ``--connect`` (the notebooks are not run) ``run_demo`` runs here, on the Connect session."""
 from __future__ import annotations
 
 import json
@@ -8,16 +12,34 @@ import pandas as pd
 import pytest
 from pyspark.ml import PipelineModel
 
-from irbis.demo.camera_trap import run_demo
+from irbis.demo.camera_trap import load_demo, run_demo
 from irbis.spark.images import read_images
 
 pytestmark = pytest.mark.spark
 
 
 @pytest.fixture(scope="module")
-def demo(spark, tmp_path_factory):
-    out = tmp_path_factory.mktemp("demo")
-    return run_demo(spark, out, size="small", n_boot=200, explain=1, progress=False)
+def demo(spark, tmp_path_factory, request):
+    if request.config.getoption("--connect"):
+        return run_demo(spark, tmp_path_factory.mktemp("demo"), size="small", folds=2, n_boot=200, explain=1,
+                        progress=False)
+    _, _, folder = request.getfixturevalue("camera_trap_run")
+    return load_demo(folder / "camera-trap-output")
+
+
+def test_a_finished_run_reads_back_as_run_demo_returned_it(demo, request):
+    again = load_demo(demo.output)
+    if request.config.getoption("--connect"):  # demo is run_demo's own result
+        assert again.scores == demo.scores and again.chosen == demo.chosen
+        pd.testing.assert_frame_equal(again.folds, demo.folds, check_dtype=False)
+    else:  # demo was read back: the notebook printed run_demo's own table and best rung
+        from notebook_runner import outputs_of
+
+        shown = "".join(outputs_of(request.getfixturevalue("camera_trap_run")[0], "text/plain"))
+        assert demo.table in shown and f"best: {demo.best}" in shown
+    assert again.best == demo.best and again.table == demo.table
+    with pytest.raises(FileNotFoundError, match="lime holds no finished camera-trap demo run: metrics.json is missing"):
+        load_demo(demo.output / "lime")
 
 
 def test_full_ladder_with_intervals(demo):
@@ -39,7 +61,7 @@ def test_grouped_cv_never_sees_a_test_camera(demo):
     folds = demo.folds
     assert (folds.loc[folds["is_test"], "fold"] == -1).all()
     train = folds[~folds["is_test"]]
-    assert (train["fold"] >= 0).all() and train["fold"].nunique() == 3
+    assert (train["fold"] >= 0).all() and train["fold"].nunique() == 2  # folds=2, as the notebook runs it
     assert train.groupby("camera")["fold"].nunique().max() == 1  # a camera lies in one fold
     assert not set(train["camera"]) & set(folds.loc[folds["is_test"], "camera"])
 

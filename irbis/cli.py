@@ -373,7 +373,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
 def _cmd_pack(args: argparse.Namespace) -> int:
     from irbis.spark.environment import pack
 
-    packed = pack(args.output)
+    packed = pack(args.output, compress=not args.no_compress)
     print(f"{packed.path}: {packed.bytes / 2**20:.0f} MiB, built in {packed.seconds:.0f} s; executors need "
           f"Python {packed.python}. Ship it with irbis.get_spark(master, environment={str(packed.path)!r})")
     return 0
@@ -692,6 +692,8 @@ def build_parser() -> argparse.ArgumentParser:
     pack = sub.add_parser("pack", help="build one PEX file of Irbis and what it needs, for executors whose Python "
                           "lacks them: irbis.get_spark(master, environment=FILE) ships it")
     pack.add_argument("--output", default="irbis-env.pex", help="the PEX file written (a name ending in .pex)")
+    pack.add_argument("--no-compress", action="store_true",
+                      help="store the files uncompressed: built in about half the time, about three times the size")
     pack.set_defaults(func=_cmd_pack)
 
     photos = sub.add_parser("photos", help="score the sample photographs with EfficientNet-Lite0 on Spark")

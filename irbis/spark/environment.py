@@ -45,10 +45,13 @@ def python_version() -> str:
     return f"{sys.version_info.major}.{sys.version_info.minor}"
 
 
-def pack(output: str | os.PathLike[str], requirements: tuple[str, ...] = ("irbis",)) -> Packed:
+def pack(output: str | os.PathLike[str], requirements: tuple[str, ...] = ("irbis",), compress: bool = True) -> Packed:
     """Build one PEX file holding ``requirements`` (Irbis by default) and everything they need, resolved
     from the packages installed in this environment (``pex --venv-repository``; Irbis itself as a wheel
     built from this installation), for executors with Python :func:`python_version`.
+
+    ``compress=False`` stores the zip's entries as they are: with PyTorch, about three times the size in half
+    the time (1.7 GiB in 55 s against 579 MiB in 117 s on 2 cores), for executors that read it from a fast disk.
 
     Raises
     ------
@@ -79,7 +82,7 @@ def pack(output: str | os.PathLike[str], requirements: tuple[str, ...] = ("irbis
                # pyspark and py4j come with every Spark worker (its PYTHONPATH): left out, and let in
                *EXCLUDED, "--inherit-path=fallback",
                "--python-shebang", f"/usr/bin/env python{python_version()}",
-               "--output-file", str(out)]
+               *([] if compress else ["--no-compress"]), "--output-file", str(out)]
         done = subprocess.run(cmd, capture_output=True, text=True)
     if done.returncode != 0:
         raise RuntimeError(f"pex failed (exit {done.returncode}): {' '.join(cmd)}\n{done.stdout}{done.stderr}")

@@ -50,8 +50,8 @@ def pack(output: str | os.PathLike[str], requirements: tuple[str, ...] = ("irbis
     from the packages installed in this environment (``pex --venv-repository``; Irbis itself as a wheel
     built from this installation), for executors with Python :func:`python_version`.
 
-    ``compress=False`` stores the zip's entries as they are: with PyTorch, about three times the size in half
-    the time (1.7 GiB in 55 s against 579 MiB in 117 s on 2 cores), for executors that read it from a fast disk.
+    ``compress=False`` stores the zip's entries as they are: with PyTorch, built in less than half the time at
+    about three times the size (``benchmarks/results/pack.txt``), for executors that read it from a fast disk.
 
     Raises
     ------

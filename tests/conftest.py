@@ -134,13 +134,13 @@ def tiny_images(tmp_path_factory):
     return paths
 
 
-TESTS = Path(__file__).resolve().parent
 @pytest.fixture(scope="session")
 def camera_trap_run(tmp_path_factory):
     """One run of ``examples/notebooks/camera_trap.py`` as a user runs it (:func:`notebook_runner.run_notebook`):
     ``(notebook, seconds, folder)``, ``folder`` its working folder, where the notebook's ``run_demo`` wrote
     ``camera-trap-output``. The notebook's test checks what it shows, ``tests/spark/test_demo.py`` the demo's
-    results and files (:func:`irbis.demo.camera_trap.load_demo`): the ladder is climbed once for both."""
+    results and files (:func:`irbis.demo.camera_trap.load_demo`): the ladder is climbed once for both (so
+    ``-m "not notebooks"`` still runs this notebook when ``test_demo.py`` runs on the classic session)."""
     from notebook_runner import NOTEBOOKS, run_notebook
 
     folder = tmp_path_factory.mktemp("camera_trap_notebook")
@@ -148,6 +148,7 @@ def camera_trap_run(tmp_path_factory):
     return notebook, seconds, folder
 
 
+TESTS = Path(__file__).resolve().parent
 #: Folders of TESTS whose tests all run under ``--connect``, whether or not they take the ``spark`` fixture.
 SPARK_FOLDERS = ("spark", "conformance")
 

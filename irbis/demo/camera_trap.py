@@ -291,12 +291,15 @@ def _fold_table(meta: pd.DataFrame) -> pd.DataFrame:
 
 def load_demo(output: str | Path) -> DemoResult:
     """The results of a finished :func:`run_demo` in ``output``, read back from its files (``metrics.json``,
-    ``table.txt``, ``seconds.json``): to compare runs or draw from one without climbing the ladder again.
+    ``table.txt``, ``seconds.json``): to compare runs or draw from one without climbing the ladder again. The
+    phases' seconds come back as ``seconds.json`` keeps them, to a tenth of a second.
 
     Raises
     ------
     FileNotFoundError
         When ``output`` holds no finished run (``seconds.json``, written last, names the file missing).
+    ValueError
+        When ``metrics.json`` was written by an Irbis that kept no CV choices and folds in it.
     """
     out = Path(output)
     for name in ("metrics.json", "table.txt", "seconds.json"):

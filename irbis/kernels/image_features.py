@@ -22,13 +22,15 @@ from typing import Any, Callable, Sequence
 import cv2
 import numpy as np
 
+from irbis.kernels.blocks import Binary, Prepared
 from irbis.kernels.image import DEFAULT_MAX_PIXELS, ImageDecodeError, decode_image, struct_to_array
 from irbis.kernels.image_header import header_size, sniff_format
 from irbis.kernels.image_ops import (INTERPOLATIONS, as_hwc, center_crop, center_offsets, color_format, normalize,
                                      resize, resized_size, to_chw)
 from irbis.models.preprocess import Preprocessing
 
-__all__ = ["decode_flags", "finish_rgb", "fit_geometry", "load_rgb", "preprocess_images", "preprocess_rgb", "to_rgb8"]
+__all__ = ["decode_flags", "finish_rgb", "fit_geometry", "image_batch", "load_rgb", "preprocess_images",
+           "preprocess_rgb", "to_rgb8"]
 
 _REDUCED = {False: {2: cv2.IMREAD_REDUCED_COLOR_2, 4: cv2.IMREAD_REDUCED_COLOR_4,
                     8: cv2.IMREAD_REDUCED_COLOR_8},
@@ -134,6 +136,21 @@ def preprocess_images(values: Sequence[Any], spec: Preprocessing, *, encoded: bo
         valid[i] = True
         count += 1
     return batch[:count], valid, errors
+
+
+def image_batch(values: Any, preprocessing: Any, raise_errors: bool, max_pixels: int | None = DEFAULT_MAX_PIXELS,
+                fast_decode: bool = False) -> tuple[np.ndarray, np.ndarray, list[str | None]]:
+    """A column block of images as the network's batch: (batch, valid, errors) of
+    :func:`preprocess_images`, the files decoded first where the block holds
+    encoded ones; a :class:`~irbis.kernels.blocks.Prepared` block (LIME's masked samples) is already the
+    network's input and is only checked against ``preprocessing``'s shape."""
+    if isinstance(values, Prepared):
+        if values.values.shape[1:] != tuple(preprocessing.input_shape):
+            raise ValueError(f"prepared inputs of shape {values.values.shape[1:]}, the network takes "
+                             f"{tuple(preprocessing.input_shape)}")
+        return values.values, values.valid, [None] * len(values)
+    return preprocess_images(values, preprocessing, encoded=isinstance(values, Binary), max_pixels=max_pixels,
+                             raise_errors=raise_errors, fast_decode=fast_decode)
 
 
 def preprocess_rgb(image: np.ndarray, spec: Preprocessing) -> np.ndarray:

@@ -48,7 +48,7 @@ from irbis.errors import NoKernelError, require_columns
 from irbis.kernels.chain import StageColumns, StageKernel
 from irbis.ml.params import add_accessors
 from irbis.ml.persistence import IrbisPersistable
-from irbis.spark.resources import check_device
+from irbis.spark.resources import check_device, set_task_threads
 from irbis.spark.columns import column
 from irbis.spark.guard import on_executors
 
@@ -248,18 +248,6 @@ def _max_batch_bytes(df: DataFrame) -> int:
         return int(value) if value else DEFAULT_MAX_BATCH_BYTES
     except ValueError:  # a size with a unit ("64m")
         return DEFAULT_MAX_BATCH_BYTES
-
-
-def set_task_threads() -> None:
-    """Give the kernels of this Spark task the cores the task owns (``spark.task.cpus``): torch, OpenCV
-    and the engines (:func:`irbis.kernels.threads.set_threads`, which imports neither torch nor OpenCV)."""
-    from pyspark import TaskContext
-
-    from irbis.kernels.threads import set_threads
-
-    context = TaskContext.get()
-    if context is not None:
-        set_threads(context.cpus())
 
 
 def _make_arrow_udf(fn: BatchFn, in_cols: list[str], wire: list[tuple[str, DataType]],

@@ -18,16 +18,16 @@ from pyspark.ml.param.shared import HasInputCol
 from pyspark.sql import DataFrame
 from pyspark.sql.types import BinaryType, DataType, StringType, StructType
 
-from irbis.kernels.blocks import BatchFn, Binary, Prepared, Tensor, flat_rows
+from irbis.kernels.blocks import BatchFn, Tensor, flat_rows
 from irbis.kernels.image import DEFAULT_MAX_PIXELS
-from irbis.kernels.image_features import preprocess_images
+from irbis.kernels.image_features import image_batch
 from irbis.ml.calibration import HasCalibrationSample
 from irbis.ml.columns import is_image_struct
 from irbis.ml.export_ahead import export_ahead_of_job
 from irbis.ml.params import (HasDevice, HasEngine, HasErrorCol, HasMiniBatchSize, HasPrecision, Row, at_least,
                              table_mixin)
 
-__all__ = ["ImageNetworkStage", "image_batch", "is_image_column"]
+__all__ = ["ImageNetworkStage", "is_image_column"]
 
 _DECODE_ROWS: list[Row] = [
     ("maxPixels", "pixel limit when decoding bytes (0: none)", TypeConverters.toInt, DEFAULT_MAX_PIXELS,
@@ -41,21 +41,6 @@ def is_image_column(dtype: DataType) -> bool:
     """Whether a column holds images as a network stage reads them: Spark image structs, or encoded image
     files in a binary column."""
     return is_image_struct(dtype) or isinstance(dtype, BinaryType)
-
-
-def image_batch(values: Any, preprocessing: Any, raise_errors: bool, max_pixels: int | None = DEFAULT_MAX_PIXELS,
-                fast_decode: bool = False) -> tuple[np.ndarray, np.ndarray, list[str | None]]:
-    """A column block of images as the network's batch: (batch, valid, errors) of
-    :func:`~irbis.kernels.image_features.preprocess_images`, the files decoded first where the block holds
-    encoded ones; a :class:`~irbis.kernels.blocks.Prepared` block (LIME's masked samples) is already the
-    network's input and is only checked against ``preprocessing``'s shape."""
-    if isinstance(values, Prepared):
-        if values.values.shape[1:] != tuple(preprocessing.input_shape):
-            raise ValueError(f"prepared inputs of shape {values.values.shape[1:]}, the network takes "
-                             f"{tuple(preprocessing.input_shape)}")
-        return values.values, values.valid, [None] * len(values)
-    return preprocess_images(values, preprocessing, encoded=isinstance(values, Binary), max_pixels=max_pixels,
-                             raise_errors=raise_errors, fast_decode=fast_decode)
 
 
 class ImageNetworkStage(HasInputCol, table_mixin("_ImageDecodeParams", _DECODE_ROWS), HasMiniBatchSize, HasDevice,

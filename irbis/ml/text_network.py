@@ -23,13 +23,14 @@ from pyspark.sql.types import (ArrayType, BinaryType, DataType, DoubleType, Floa
                                StructType)
 
 from irbis.kernels.blocks import BatchFn, Tensor
-from irbis.kernels.text_encoder import TEXT_TOKEN_BUDGET
+from irbis.kernels.text_encoder import TEXT_TOKEN_BUDGET, decode_texts
 from irbis.ml.aliases import Alias, alias_mixin, resolve_aliases
 from irbis.ml.base import IrbisModel, IrbisTransformer
 from irbis.ml.calibration import HasCalibrationSample
 from irbis.ml.network_params import HasVectorOrArrayFormat
 from irbis.ml.params import (ColumnSetters, HasDevice, HasEngine, HasErrorCol, HasMiniBatchSize, HasNetwork,
                              HasPrecision, HasTokenBudget, at_least, one_of, table_mixin)
+from irbis.spark.text_worker import WorkerText, check_reasons
 from irbis.train.progress import SummaryAttribute
 
 __all__ = ["TextClassifierModel", "TextEmbedder", "TextTokenizer"]
@@ -45,53 +46,6 @@ _TEXT_ROWS = [
 HasTextParams = table_mixin("HasTextParams", _TEXT_ROWS,
                             (HasNetwork, HasMiniBatchSize, HasEngine, HasPrecision, HasDevice, HasErrorCol,
                              HasTokenBudget))
-
-
-class _WorkerText:
-    """In a worker: the process's runner (or tokenizer) of a text network, and the stage's input checks.
-
-    Picklable and free of the stage object: a task ships the network's name, its source and the options.
-    """
-
-    def __init__(self, network: str, source: dict[str, Any], shipped: str | None, options: dict[str, Any],
-                 what: str) -> None:
-        self.network, self.source, self.shipped, self.options, self.what = network, source, shipped, options, what
-        self._found: Any = None
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_found": None}  # the runner stays in the process that loaded it
-
-    def __call__(self) -> Any:
-        """The runner (or tokenizer), looked up at the first batch and kept for the task's later batches."""
-        if self._found is None:
-            self._found = self._lookup()
-        return self._found
-
-    def _lookup(self) -> Any:
-        from irbis.kernels.text_encoder import text_runner, text_tokens
-        from irbis.models.text import TEXT_MODELS, text_source
-        from irbis.spark.files import localize
-
-        here = text_source(self.network) if self.network in TEXT_MODELS else dict(
-            self.source, folder=localize(self.source["folder"], self.shipped))
-        if self.what == "tokens":
-            return text_tokens(here, self.options["max_length"])
-        return text_runner(here, **self.options)
-
-
-def _texts(block: Any, column: str, stage: str) -> tuple[list[str | None], list[str | None]]:
-    from irbis.kernels.text_encoder import decode_texts
-
-    return decode_texts(block, column, stage)
-
-
-def _checked(errors: list[str | None], valid: np.ndarray, err_col: str) -> None:
-    """Without an error column, the first row that has no output for a reason other than a null fails the batch."""
-    if err_col:
-        return
-    for i, reason in enumerate(errors):
-        if not valid[i] and reason and reason != "null text":
-            raise ValueError(reason)
 
 
 class _TextStage(ColumnSetters, HasTextParams):
@@ -144,7 +98,7 @@ class _TextStage(ColumnSetters, HasTextParams):
 
         source, network, options = self._source(), self.getNetwork(), self._runner_options()
         shipped = None if network in TEXT_MODELS else ship_file(source["folder"])
-        return _WorkerText(network, source, shipped, options, what)
+        return WorkerText(network, source, shipped, options, what)
 
     # -- persistence: a user's folder travels with the stage ----------------------------------------
     def _has_extra(self) -> bool:
@@ -177,7 +131,7 @@ class _TextStage(ColumnSetters, HasTextParams):
         """A sampled text column block as a calibration folder of texts (int8 on OpenVINO)."""
         from irbis.kernels.calibration import write_texts
 
-        texts, _ = _texts(block, self.getInputCol(), type(self).__name__)
+        texts, _ = decode_texts(block, self.getInputCol(), type(self).__name__)
         return write_texts([t for t in texts if t is not None])
 
 
@@ -252,9 +206,9 @@ class TextEmbedder(_TextStage, HasCalibrationSample, HasVectorOrArrayFormat, ali
         col, stage = self.getInputCol(), type(self).__name__
 
         def run(blocks: dict[str, Any]) -> dict[str, Any]:
-            texts, errors = _texts(blocks[col], col, stage)
+            texts, errors = decode_texts(blocks[col], col, stage)
             batch = runner().encode(texts, errors)
-            _checked(batch.errors, batch.valid, err_col)
+            check_reasons(batch.errors, batch.valid, err_col)
             out = {out_col: Tensor(batch.values, batch.valid)}
             return {**out, err_col: batch.errors} if err_col else out
 
@@ -321,9 +275,9 @@ class TextClassifierModel(_TextStage, HasCalibrationSample, IrbisModel):
         col, stage = self.getInputCol(), type(self).__name__
 
         def run(blocks: dict[str, Any]) -> dict[str, Any]:
-            texts, errors = _texts(blocks[col], col, stage)
+            texts, errors = decode_texts(blocks[col], col, stage)
             batch = runner().encode(texts, errors)
-            _checked(batch.errors, batch.valid, err_col)
+            check_reasons(batch.errors, batch.valid, err_col)
             logits = batch.values.astype(np.float64)
             shifted = np.exp(logits - logits.max(axis=1, keepdims=True)) if len(logits) else logits
             out: dict[str, Any] = {}
@@ -361,7 +315,7 @@ class TextTokenizer(_TextStage, IrbisTransformer):
         col, stage, truncation = self.getInputCol(), type(self).__name__, self.getTruncation()
 
         def run(blocks: dict[str, Any]) -> dict[str, Any]:
-            texts, errors = _texts(blocks[col], col, stage)
+            texts, errors = decode_texts(blocks[col], col, stage)
             tokenizer = tokens()
             keep = [i for i, t in enumerate(texts) if t is not None and errors[i] is None]
             ids, cut = tokenizer.tokenize([texts[i] for i in keep])  # type: ignore[misc]
@@ -372,7 +326,7 @@ class TextTokenizer(_TextStage, IrbisTransformer):
                 else:
                     rows[i] = ids[k].astype(np.int32)
             valid = np.array([r is not None for r in rows], bool)
-            _checked(errors, valid, err_col)
+            check_reasons(errors, valid, err_col)
             out: dict[str, Any] = {out_col: rows}
             return {**out, err_col: [None if v else e for v, e in zip(valid, errors)]} if err_col else out
 

@@ -24,7 +24,8 @@ from irbis.ml.aliases import renamed_kwargs
 from irbis.ml.base import IrbisModel
 from irbis.ml.calibration import HasCalibrationSample
 from irbis.ml.export_ahead import export_ahead_of_job
-from irbis.ml.image_network import image_batch, is_image_column
+from irbis.kernels.image_features import image_batch
+from irbis.ml.image_network import is_image_column
 from irbis.ml.network_params import NetworkStageParams
 from irbis.ml.params import HasEngine, HasErrorCol, HasImagePreprocessing, HasPrecision
 from irbis.ml.persistence import load_network_files, save_network_files

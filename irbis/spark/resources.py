@@ -1,4 +1,5 @@
-"""What the cluster offers, as far as Spark's configuration says it, read on the driver.
+"""What the cluster offers, as far as Spark's configuration says it, read on the driver; and in a task, the
+cores that the task owns (:func:`set_task_threads`).
 
 Local masters (``local``, ``local[N]``, ``local[*]``, ``local-cluster[...]``) run their executors on the
 driver's machine: their task slots are known from the master string at once, and a GPU is there exactly
@@ -90,3 +91,19 @@ def check_device(session: Any, device: str) -> None:
 
 
 __all__ = ["check_device", "conf", "default_parallelism", "is_local_master", "local_slots", "master"]
+
+
+def set_task_threads() -> None:
+    """Give the kernels of this Spark task the cores the task owns (``spark.task.cpus``): torch, OpenCV
+    and the engines (:func:`irbis.kernels.threads.set_threads`, which imports neither torch nor OpenCV).
+
+    It runs in the stages' Arrow and pandas UDFs, which refer to it by name: a Python worker that unpickles
+    a UDF imports this module, which imports neither ``pyspark.ml`` nor torch (the stages' module,
+    :mod:`irbis.ml.base`, imports both)."""
+    from pyspark import TaskContext
+
+    from irbis.kernels.threads import set_threads
+
+    context = TaskContext.get()
+    if context is not None:
+        set_threads(context.cpus())

@@ -68,3 +68,31 @@ def test_training_the_suffix_trains_the_whole_networks_layers():
     nn.functional.cross_entropy(suffix(torch.randn(5, 8)), torch.tensor([0, 1, 0, 1, 1])).backward()
     opt.step()
     assert not torch.equal(net[2].weight, before)
+
+
+def test_the_suffix_factory_trains_channels_last_from_an_nchw_input_and_flat_params_keep_it():
+    from irbis.train.finetune import finetune_suffix
+    from irbis.train.strategy import FlatParams
+
+    torch.manual_seed(0)
+    suffix = finetune_suffix("efficientnet_lite0", 2, "_blocks.12", seed=0, pretrained=False).train()
+    convs = [p for p in suffix.parameters() if p.dim() == 4]
+
+    def channels_last(w: torch.Tensor) -> bool:  # the strides themselves: a 1x1 or a depthwise kernel is
+        _, c, h, wd = w.shape                    # "contiguous" in both layouts, yet oneDNN reads its strides
+        return w.stride() == (c * h * wd, 1, wd * c, c)
+
+    assert convs and all(channels_last(w) for w in convs)
+    flat = FlatParams(list(suffix.parameters()))  # the strategies' one buffer keeps the layout
+    assert all(channels_last(w) for w in convs)
+    x = torch.randn(4, 192, 7, 7)  # the frozen layers' output, as a tensor column gives it: NCHW
+    out = suffix(x)
+    assert out.shape == (4, 2)
+    nn.functional.cross_entropy(out, torch.tensor([0, 1, 0, 1])).backward()
+    flat.sync_grads_in()
+    assert float(flat.grads.abs().sum()) > 0  # every gradient lands in the flat buffer
+    nchw = finetune_suffix("efficientnet_lite0", 2, "_blocks.12", seed=0, pretrained=False).eval()
+    nchw = nchw.to(memory_format=torch.contiguous_format)
+    nchw.load_state_dict(suffix.state_dict())
+    with torch.no_grad():
+        torch.testing.assert_close(suffix.eval()(x), nchw(x), rtol=1e-4, atol=1e-5)

@@ -489,9 +489,13 @@ class TorchEstimator(renamed_mixin("_EstimatorRenamed", ESTIMATOR_RENAMED), Irbi
         return spec, module, results
 
     def _check_rows(self, frame: Any) -> None:
-        """Refuse, before the barrier stage, a frame with fewer rows than numWorkers (one small job)."""
+        """Refuse, before the barrier stage, a frame with fewer rows than numWorkers (one small job: ``take``
+        scans one partition first and more only when it holds too few rows, where ``limit().count()`` reads
+        every partition)."""
+        from pyspark.sql import functions as F
+
         workers = self.getNumWorkers()
-        found = frame.limit(workers).count()
+        found = len(frame.select(F.lit(1)).take(workers))
         if found < workers:
             what = "is empty" if found == 0 else f"has only {found} rows"
             raise ValueError(f"TorchEstimator: the training DataFrame {what}, and each of numWorkers={workers} "

@@ -282,48 +282,6 @@ def plain_run(folder: str, epochs: int, channels_last: bool, workers: int, state
     return {"seconds": end - start, "loop_seconds": end - t_loop, "images": len(items), "curve": curve}
 
 
-def plain_frozen(folder: str, epochs: int, once: bool, state_path: str) -> dict:
-    """(a) without augmentation (each file through the catalogue's resize 256 + centre crop 224): with
-    ``once``, the frozen layers run once per file (eager, channels-last, 2 threads, no gradients) and the
-    epochs train the layers after them on that output; else the whole network runs every epoch."""
-    import cv2
-    import torch
-
-    from irbis.kernels.image_features import preprocess_rgb
-    from irbis.models import get_entry
-    from irbis.train.finetune import frozen_suffix
-
-    start = clock()
-    torch.set_num_threads(2)
-    files, labels = list_files(folder)
-    model, opt = plain_model(True)
-    spec = get_entry(BACKBONE).preprocessing
-    x = torch.from_numpy(np.stack([preprocess_rgb(cv2.cvtColor(cv2.imread(f, cv2.IMREAD_COLOR), cv2.COLOR_BGR2RGB),
-                                                  spec) for f in files]))
-    y = torch.from_numpy(labels.astype(np.int64))
-    step = model
-    if once:
-        seen: list = []
-        hook = model.get_submodule(FREEZE).register_forward_hook(lambda m, i, o: seen.append(o))
-        with torch.no_grad():
-            for i in range(0, len(x), GLOBAL_BATCH):  # the frozen layers are in eval mode; the rest is not used
-                model(x[i:i + GLOBAL_BATCH].contiguous(memory_format=torch.channels_last))
-        hook.remove()
-        x = torch.cat(seen)
-        step, _ = frozen_suffix(model, FREEZE)
-    curve = []
-    t_loop = time.perf_counter()
-    for epoch in range(epochs):
-        perm = np.random.default_rng([SEED, 99, epoch]).permutation(len(files))
-        batches = ((x[perm[i:i + GLOBAL_BATCH]], y[perm[i:i + GLOBAL_BATCH]])
-                   for i in range(0, len(files), GLOBAL_BATCH))
-        loss_sum, rows, _ = train_steps(step, opt, batches, not once)
-        curve.append({"epoch": epoch + 1, "loss": loss_sum / rows})
-    end = time.perf_counter()
-    torch.save(model.state_dict(), state_path)
-    return {"seconds": end - start, "loop_seconds": end - t_loop, "images": epochs * len(files), "curve": curve}
-
-
 # -- TorchDistributor -------------------------------------------------------------------------------------------
 def td_train(folder: str, epochs: int, workers: int, channels_last: bool, state_path: str,
              limit: int | None = None, warm: int = 1) -> dict:
@@ -588,11 +546,9 @@ def child(args: argparse.Namespace) -> dict:
     spec = json.loads(args.child)
     kind = spec.pop("kind")
     global SAMPLER
-    sampler = SAMPLER = MemorySampler({"plain": "plain", "plain_tune": "plain", "plain_frozen": "plain",
-                                       "td": "td"}.get(kind, "spark"))
+    sampler = SAMPLER = MemorySampler({"plain": "plain", "plain_tune": "plain", "td": "td"}.get(kind, "spark"))
     sampler.start()
-    run = {"plain": plain_run, "plain_tune": plain_tune, "plain_frozen": plain_frozen, "td": td_run,
-           "spark": spark_run}[kind]
+    run = {"plain": plain_run, "plain_tune": plain_tune, "td": td_run, "spark": spark_run}[kind]
     out = run(**spec)
     return {"result": out, "memory": sampler.stop()}
 
@@ -639,9 +595,6 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="32 images, 1 epoch, data grown 2x; nothing written")
     parser.add_argument("--epochs", type=int, default=None)
-    parser.add_argument("--frozen", action="store_true",
-                        help="only the frozen-layers-once rows (no augmentation, FROZEN_EPOCHS epochs); writes "
-                             "train_images_frozen.txt")
     parser.add_argument("--memory", action="store_true",
                         help="only the memory rows: ImageClassifier at 1x (EPOCHS epochs) and 8x (1 epoch) on each "
                              "input; writes train_images_memory.txt")
@@ -655,9 +608,7 @@ def main() -> None:
     run = Run(__file__, packages=PACKAGES)
     root = Path(tempfile.mkdtemp(prefix="irbis-bench-train-images-"))
     try:
-        if args.frozen:
-            report, payload = run_frozen(root, size, args.epochs or (1 if args.quick else FROZEN_EPOCHS))
-        elif args.memory:
+        if args.memory:
             report, payload = run_memory(root, size, repeats, epochs)
         else:
             report, payload = run_all(root, size, repeats, epochs, args.quick)
@@ -669,8 +620,8 @@ def main() -> None:
     if args.quick:
         return
     RESULTS.mkdir(parents=True, exist_ok=True)
-    if args.frozen or args.memory:
-        (RESULTS / f"train_images_{'frozen' if args.frozen else 'memory'}.txt").write_text(text)
+    if args.memory:
+        (RESULTS / "train_images_memory.txt").write_text(text)
         return
     (RESULTS / "train_images.txt").write_text(text)
     (RESULTS / "train_images.json").write_text(json.dumps({"provenance": header, **payload}, indent=1))
@@ -678,9 +629,6 @@ def main() -> None:
 
     plot_loss_curves({r["label"]: r["curve"] for r in payload["rows"]}, str(RESULTS / "train_images_loss.png"),
                      title=f"EfficientNet-Lite0 on the camera-trap JPEGs, {epochs} epochs: training loss")
-
-
-FROZEN_EPOCHS = 4
 
 
 def run_memory(root: Path, size: tuple[int, int, int], repeats: int, epochs: int) -> tuple[list[str], dict]:
@@ -703,43 +651,6 @@ def run_memory(root: Path, size: tuple[int, int, int], repeats: int, epochs: int
                      f"{grown['result']['images'] / grown['result']['seconds']:15.1f}")
         print(lines[-1], flush=True)
     return lines, out
-
-
-def run_frozen(root: Path, size: tuple[int, int, int], epochs: int) -> tuple[list[str], dict]:
-    """Frozen layers run once: the same job without augmentation, the whole network every epoch against the
-    frozen layers once per image, in plain PyTorch and in ImageClassifier (cacheFrozen 'never' and 'auto')."""
-    folders = build_files(root, size, 1)
-    n_train = len(list_files(folders["train"])[0])
-    x_test, y_test = test_batch(folders["test"])
-    state = str(root / "state.pt")
-    rows = []
-    for label, kind, spec in (
-            ("(a) plain PyTorch, whole network every epoch", "plain_frozen", {"once": False}),
-            ("(a) plain PyTorch, frozen layers once (eager)", "plain_frozen", {"once": True}),
-            ("(c) ImageClassifier, cacheFrozen='never'", "spark",
-             {"stage_kind": "ImageClassifier", "source": "binaryFile", "augmentation": [], "cache_frozen": "never"}),
-            ("(c) ImageClassifier, cacheFrozen='auto'", "spark",
-             {"stage_kind": "ImageClassifier", "source": "binaryFile", "augmentation": [], "cache_frozen": "auto"})):
-        before = os.getloadavg()[0]
-        out = spawn(kind, folder=folders["train"], epochs=epochs, state_path=state, **spec)
-        res = out["result"]
-        rows.append({"label": label, "seconds": res["seconds"], "e2e": res["images"] / res["seconds"],
-                     "acc": accuracy(state, x_test, y_test), "loss": [round(c["loss"], 4) for c in res["curve"]],
-                     "load": (before, os.getloadavg()[0]), "rss": out["memory"]["peak_sum_mib"]})
-        print(rows[-1], flush=True)
-    base = rows[0]["e2e"]
-    lines = [f"frozen layers once: {BACKBONE} frozen up to {FREEZE}, no augmentation (each file through the "
-             f"catalogue's resize 256 + centre crop 224), {n_train} training files, {epochs} epochs, global batch "
-             f"{GLOBAL_BATCH}, Adam as above; Spark local[2], numWorkers=2, binaryFile; every row in a fresh process",
-             "", f"{'row':48s} {'img/s e2e':>9s} {'vs whole':>8s} {'e2e s':>6s} {'test acc':>8s} {'RSS MiB':>7s} "
-             f"{'load':>9s}  loss per epoch"]
-    for r in rows:
-        lines.append(f"{r['label']:48s} {r['e2e']:9.1f} {r['e2e'] / base:7.2f}x {r['seconds']:6.1f} {r['acc']:8.4f} "
-                     f"{r['rss']:7.0f} {r['load'][0]:4.1f}-{r['load'][1]:<4.1f}  {r['loss']}")
-    lines += ["", "img/s e2e: training images (files x epochs) over the whole call, the frozen layers' pass "
-              "included (for ImageClassifier 'auto': ImageFeaturizer's job on the inference engine, the network "
-              "exported to it once); vs whole: over the first row."]
-    return lines, {"rows": rows, "epochs": epochs}
 
 
 def _setting(r: dict) -> str:

@@ -381,9 +381,9 @@ def _replace(path: Path, old: str, new: str) -> None:
 def test_a_planted_figure_in_a_table_fails_the_check(copy: Path):
     page = copy / "docs" / "performance.md"
     found = planted(unbacked_table_figures, copy,
-                    lambda root: _replace(page, "(ONNX Runtime) 170.5", "(ONNX Runtime) 171.5"))
+                    lambda root: _replace(page, "(ONNX Runtime) 84.1", "(ONNX Runtime) 85.1"))
     assert len(found) == 1 and found[0].startswith("docs/performance.md, row 'EfficientNet-Lite0")
-    assert found[0].endswith("171.5 is not in inference_effnet.txt")
+    assert found[0].endswith("85.1 is not in inference_effnet.txt")
 
 
 def test_a_figure_from_another_scripts_file_fails_the_check(copy: Path):
@@ -391,18 +391,18 @@ def test_a_figure_from_another_scripts_file_fails_the_check(copy: Path):
     EfficientNet-Lite0 row, though a results file holds it."""
     assert backed("41.3", (copy / RESULTS / "inference_resnet50.txt").read_text())
     found = planted(unbacked_table_figures, copy,
-                    lambda root: _replace(root / "README.md", "(ONNX Runtime) 170.5", "(ONNX Runtime) 41.3"))
+                    lambda root: _replace(root / "README.md", "(ONNX Runtime) 84.1", "(ONNX Runtime) 41.3"))
     assert len(found) == 1 and found[0].endswith("41.3 is not in inference_effnet.txt")
 
 
 def test_a_planted_figure_in_prose_fails_the_check(copy: Path):
     def plant(root: Path) -> None:
-        _replace(root / "docs" / "images.md", "reached 73.3,", "reached 74.3,")
+        _replace(root / "docs" / "images.md", "reached 96.9 on", "reached 97.9 on")
         (root / "docs" / "planted.md").write_text("# Planted\n\nIt featurized 192 JPEGs at 84 img/s in 24 tasks.\n")
 
     found = planted(unbacked_prose_figures, copy, plant)
     assert len(found) == 2
-    assert any(f.startswith("docs/images.md") and f.endswith("74.3 is not in train_images_frozen.txt") for f in found)
+    assert any(f.startswith("docs/images.md") and f.endswith("97.9 is not in train_images_frozen.txt") for f in found)
     assert any(f.startswith("docs/planted.md") and f.endswith("states a rate and cites no results file") for f in found)
 
 

@@ -90,9 +90,6 @@ def check_device(session: Any, device: str) -> None:
                               f"{gpus}, so the executors have no GPU")
 
 
-__all__ = ["check_device", "conf", "default_parallelism", "is_local_master", "local_slots", "master"]
-
-
 def set_task_threads() -> None:
     """Give the kernels of this Spark task the cores the task owns (``spark.task.cpus``): torch, OpenCV
     and the engines (:func:`irbis.kernels.threads.set_threads`, which imports neither torch nor OpenCV).
@@ -107,3 +104,7 @@ def set_task_threads() -> None:
     context = TaskContext.get()
     if context is not None:
         set_threads(context.cpus())
+
+
+__all__ = ["check_device", "conf", "default_parallelism", "is_local_master", "local_slots", "master",
+           "set_task_threads"]

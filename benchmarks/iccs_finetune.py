@@ -11,6 +11,13 @@ images per second end to end (the fit, Spark job start included) and inside the 
 (mean and the range over seeds), and the parameter servers' mean staleness. The scaling chart
 (``benchmarks/results/iccs_finetune.png``) sits beside the simulator's.
 
+Each row's rate comes from its own sweep, run first: at 2 workers over ``SWEEP_SEEDS`` seeds, each rate of
+``RATE_FACTORS`` times the row's base rate trains on the training cameras less a third of them and is scored
+on that third (validation cameras; the test cameras are never used to choose). A rate chosen at an edge of
+its grid is not trusted: the grid grows past that edge (``async_e2e.widened``) until the best rate has a
+neighbour on each side, at most ``MAX_WIDEN`` times. The table then runs every row at its chosen rate on all
+the training cameras.
+
 Run: ``flock /tmp/irbis-bench.lock .venv/bin/python benchmarks/iccs_finetune.py`` (``--quick`` to check it runs).
 """
 from __future__ import annotations
@@ -23,21 +30,27 @@ import tempfile
 import time
 from pathlib import Path
 
+from async_e2e import MAX_WIDEN, best_rate, widened
 from provenance import Run
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 #: bump when the figures would change (see provenance.py)
-MEASURING_CODE = 1
-#: Rows: label -> (strategy, optimizer, rate, strategy options, the rule that applies the update). The
+MEASURING_CODE = 2
+#: Rows: label -> (strategy, optimizer, base rate, strategy options, the rule that applies the update). The
 #: parameter servers apply each push with their own rule (serverOptimizer) at the rate: downpour and mixed
 #: default to Adagrad (DistBelief's recipe); dcasgd runs on SGD here, as in the DC-ASGD paper, and "downpour,
-#: SGD server" pairs with it on the same rule, as the paper compares them.
-STRATEGIES = {"sync": ("sync", "adam", 1e-3, "{}", "Adam 1e-3 (workers)"),
-              "downpour": ("downpour", "sgd", 0.05, "{}", "Adagrad 0.05 (server default)"),
-              "downpour, SGD server": ("downpour", "sgd", 0.05, '{"serverOptimizer": "sgd"}', "SGD 0.05"),
-              "mixed": ("mixed", "sgd", 0.05, "{}", "Adagrad 0.05 (server default)"),
-              "dcasgd": ("dcasgd", "sgd", 0.05, '{"serverOptimizer": "sgd"}', "SGD 0.05, lambda 2, adaptive")}
+#: SGD server" pairs with it on the same rule, as the paper compares them. The rate each row runs at comes
+#: from its sweep around the base rate.
+STRATEGIES = {"sync": ("sync", "adam", 1e-3, "{}", "Adam (workers)"),
+              "downpour": ("downpour", "sgd", 0.05, "{}", "Adagrad (server default)"),
+              "downpour, SGD server": ("downpour", "sgd", 0.05, '{"serverOptimizer": "sgd"}', "SGD"),
+              "mixed": ("mixed", "sgd", 0.05, "{}", "Adagrad (server default)"),
+              "dcasgd": ("dcasgd", "sgd", 0.05, '{"serverOptimizer": "sgd"}', "SGD, lambda 2, adaptive")}
+#: The sweep's grid: these times each row's base rate, then widened past an edge where the best sits there.
+RATE_FACTORS = (1 / 3, 1.0, 3.0)
+#: Seeds each rate of the sweep runs over (its validation accuracy is their mean).
+SWEEP_SEEDS = 2
 
 
 def camera_frames(spark, folder: Path, size: tuple[int, int, int], seed: int):
@@ -60,10 +73,43 @@ def camera_frames(spark, folder: Path, size: tuple[int, int, int], seed: int):
     return data.where(~F.col("is_test")), data.where(F.col("is_test")), meta
 
 
-def run_cell(train, test, row: str, workers: int, seed: int, epochs: int, batch: int) -> dict:
+def validation_split(train, meta):
+    """The training frame split by camera: every third training camera validates the sweep's rates."""
+    from pyspark.sql import functions as F
+
+    cameras = sorted(meta.loc[~meta["is_test"], "camera"].unique())[1::3]
+    paths = ["file:" + p for p in meta.loc[meta["camera"].isin(cameras), "path"]]
+    held = F.col("path").isin(paths)
+    return train.where(~held), train.where(held), len(paths)
+
+
+def sweep(fit, validation, epochs: int, batch: int, seeds: int, quick: bool) -> tuple[dict[str, float], list[str]]:
+    """Each row's chosen rate (2 workers, mean validation accuracy over ``seeds``) and the sweep's lines."""
+    chosen, lines = {}, []
+    for name, (_, _, base, _, _) in STRATEGIES.items():
+        def score(rate: float) -> float:
+            return statistics.mean(run_cell(fit, validation, name, 2, seed, epochs, batch, rate)["accuracy"]
+                                   for seed in range(seeds))
+
+        tried = {base * f: score(base * f) for f in ((1.0,) if quick else RATE_FACTORS)}
+        for _ in range(MAX_WIDEN):
+            beyond = widened(tried)
+            if beyond is None:
+                break
+            tried[beyond] = score(beyond)
+        rates = sorted(tried)
+        chosen[name] = best_rate(tried)
+        edge = len(rates) > 1 and chosen[name] in (rates[0], rates[-1])
+        lines.append(f"| {name} | " + ", ".join(f"{lr:.3g}: {tried[lr]:.3f}" for lr in rates)
+                     + f" | {chosen[name]:.3g}{' (an edge of its grid)' if edge else ''} |")
+        print(lines[-1], flush=True)
+    return chosen, lines
+
+
+def run_cell(train, test, row: str, workers: int, seed: int, epochs: int, batch: int, rate: float) -> dict:
     from irbis.ml import ImageClassifier
 
-    strategy, optimizer, rate, options, _ = STRATEGIES[row]
+    strategy, optimizer, _, options, _ = STRATEGIES[row]
     clf = ImageClassifier(imageCol="content", labelCol="y", numClasses=2, epochs=epochs, batchSize=batch,
                           numWorkers=workers, strategy=strategy, strategyOptions=options, optimizer=optimizer,
                           learningRate=rate, freezeUntil="_blocks.12", seed=seed, showProgress=False,
@@ -128,13 +174,16 @@ def main() -> None:
         train, test, meta = camera_frames(spark, Path(tmp) / "traps", size, 0)
         n_train = int((~meta["is_test"]).sum())
         rows = []
-        run_cell(train, test, "sync", 2, 99, 1, args.batch)  # warm-up: workers, imports, the exported network
+        run_cell(train, test, "sync", 2, 99, 1, args.batch, 1e-3)  # warm-up: workers, imports, the exported network
+        fit, validation, n_val = validation_split(train, meta)
+        chosen, sweep_lines = sweep(fit, validation, epochs, args.batch, 1 if args.quick else SWEEP_SEEDS, args.quick)
         for name in STRATEGIES:
             for w in workers:
-                cells = [run_cell(train, test, name, w, seed, epochs, args.batch) for seed in range(seeds)]
+                cells = [run_cell(train, test, name, w, seed, epochs, args.batch, chosen[name])
+                         for seed in range(seeds)]
                 accs = [c["accuracy"] for c in cells]
                 stale = [c["staleness"] for c in cells if c["staleness"] is not None]
-                rows.append({"strategy": name, "rule": STRATEGIES[name][4], "workers": w,
+                rows.append({"strategy": name, "rule": f"{STRATEGIES[name][4]} at {chosen[name]:.3g}", "workers": w,
                              "e2e_ips": statistics.median(n_train * epochs / c["seconds"] for c in cells),
                              "loop_ips": statistics.median(c["loop_ips"] for c in cells),
                              "accuracy": statistics.mean(accs), "acc_lo": min(accs), "acc_hi": max(accs),
@@ -146,6 +195,15 @@ def main() -> None:
                          f"the workers; local[4] on {os.cpu_count()} cores; {seeds} seed(s) per cell; each row names "
                          "the rule that applies its updates (the parameter servers' serverOptimizer at the "
                          "estimator's rate)"),
+             "",
+             f"rates: each row's own sweep at 2 workers, {epochs} epoch(s), the mean validation accuracy over "
+             f"{1 if args.quick else SWEEP_SEEDS} seed(s), training on the training cameras less {n_val} images "
+             f"of a third of them, which validate (the test cameras are not used); the grid is {RATE_FACTORS[0]:.3g}, "
+             f"1 and {RATE_FACTORS[-1]:.3g} times the row's base rate, widened past an edge where the best sat there",
+             "",
+             "| strategy | validation accuracy by rate | chosen rate |",
+             "|---|---|---|",
+             *sweep_lines,
              "",
              "| strategy | update rule | workers | images/s end to end (median) | images/s in the loop "
              "| test accuracy (mean) | range over seeds | mean staleness |",

@@ -22,7 +22,8 @@ server's update as measured here, and with one server cost per parameter inferre
 from the single row that one server bounds (Table 1, 4 workers + 1 PS), the other
 rows then being predictions.
 
-Run: ``python benchmarks/simulate_scale.py [--quick] [--out DIR]``.
+Run: ``python benchmarks/simulate_scale.py [--quick] [--out DIR]``; a full run into the default folder
+writes ``benchmarks/results/simulate_scale.txt`` beside its figures.
 """
 
 from __future__ import annotations
@@ -293,8 +294,13 @@ def main() -> None:
                                         "inferred from Table 1's one-server row (every other row is a prediction)")
     lines += nominal + [""] + inferred
     pngs = plot(models, grids, {"measured update": curve, "inferred server cost": curve_cost}, out)
-    lines += [f"figures: {', '.join(str(p) for p in pngs)}"]
-    print("\n".join(run.header("one torch thread") + lines))
+    root = Path(__file__).resolve().parents[1]
+    lines += ["figures: " + ", ".join(str(p.resolve().relative_to(root)) if p.resolve().is_relative_to(root) else str(p)
+                                      for p in pngs)]
+    text = "\n".join(run.header("one torch thread") + lines) + "\n"
+    print(text)
+    if not args.quick and out.resolve() == (root / "benchmarks" / "results").resolve():
+        (out / "simulate_scale.txt").write_text(text)
 
 
 if __name__ == "__main__":

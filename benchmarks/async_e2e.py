@@ -120,6 +120,18 @@ def widened(tried: dict[float, float]) -> float | None:
     return None
 
 
+def sweep_rates(grid: tuple[float, ...], score: Callable[[float], float]) -> dict[float, float]:
+    """``score`` of each rate of ``grid``, then of the rates :func:`widened` adds past an edge where the best
+    sits there, at most ``MAX_WIDEN`` times."""
+    tried = {lr: score(lr) for lr in grid}
+    for _ in range(MAX_WIDEN):
+        beyond = widened(tried)
+        if beyond is None:
+            break
+        tried[beyond] = score(beyond)
+    return tried
+
+
 def sweep_and_measure(spark: object, data: tuple, epochs: int, sides: dict) -> tuple[list[str], list[dict]]:
     """The sweep's lines and each side's measured row at its chosen rate (or a "not run" line)."""
     xfit, xval, yfit, yval = split_validation(data)
@@ -127,12 +139,7 @@ def sweep_and_measure(spark: object, data: tuple, epochs: int, sides: dict) -> t
     lines, chosen = [], {}
     for label, (grid, run) in sides.items():
         try:
-            tried = {lr: swept(run, fit_df, (xfit, xval, yfit, yval), epochs, lr) for lr in grid}
-            for _ in range(MAX_WIDEN):
-                beyond = widened(tried)
-                if beyond is None:
-                    break
-                tried[beyond] = swept(run, fit_df, (xfit, xval, yfit, yval), epochs, beyond)
+            tried = sweep_rates(grid, lambda lr: swept(run, fit_df, (xfit, xval, yfit, yval), epochs, lr))
         except PeerNotRun as err:
             lines.append("  " + not_run(label, err))
             continue

@@ -295,8 +295,9 @@ def main() -> None:
     halves = [paths[i::POOL] for i in range(POOL)]
     pool_image_s = lime_pool("images", [(h, batch) for h in halves], [([h[0]], batch) for h in halves], 1,
                              args.image_samples, args.cell_size)
-    pool_table_s = lime_pool("table", np.array_split(x, POOL), [r[:2] for r in np.array_split(x, POOL)],
-                             TABLE_REPEATS, x, coef, intercept, args.table_samples)
+    parts = np.array_split(x, POOL)
+    pool_table_s = lime_pool("table", parts, [r[:2] for r in parts], TABLE_REPEATS, x, coef, intercept,
+                             args.table_samples)
     rows = [
         (f"images ({args.images} JPEGs, EfficientNet-Lite0, {args.image_samples} samples each, up to {most} superpixels)",
          f"(l) lime package, batch_size {batch}, 1 process", lime_image_s, args.images),

@@ -14,8 +14,8 @@ images per second end to end (the fit, Spark job start included) and inside the 
 Each row's rate comes from its own sweep, run first: at 2 workers over ``SWEEP_SEEDS`` seeds, each rate of
 ``RATE_FACTORS`` times the row's base rate trains on the training cameras less a third of them and is scored
 on that third (validation cameras; the test cameras are never used to choose). A rate chosen at an edge of
-its grid is not trusted: the grid grows past that edge (``async_e2e.widened``) until the best rate has a
-neighbour on each side, at most ``MAX_WIDEN`` times. The table then runs every row at its chosen rate on all
+its grid is not trusted: the grid grows past that edge (``async_e2e.sweep_rates``) until the best rate has a
+neighbour on each side, at most ``async_e2e.MAX_WIDEN`` times. The table then runs every row at its chosen rate on all
 the training cameras.
 
 Run: ``flock /tmp/irbis-bench.lock .venv/bin/python benchmarks/iccs_finetune.py`` (``--quick`` to check it runs).
@@ -30,7 +30,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from async_e2e import MAX_WIDEN, best_rate, widened
+from async_e2e import best_rate, sweep_rates
 from provenance import Run
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -91,12 +91,7 @@ def sweep(fit, validation, epochs: int, batch: int, seeds: int, quick: bool) -> 
             return statistics.mean(run_cell(fit, validation, name, 2, seed, epochs, batch, rate)["accuracy"]
                                    for seed in range(seeds))
 
-        tried = {base * f: score(base * f) for f in ((1.0,) if quick else RATE_FACTORS)}
-        for _ in range(MAX_WIDEN):
-            beyond = widened(tried)
-            if beyond is None:
-                break
-            tried[beyond] = score(beyond)
+        tried = sweep_rates(tuple(base * f for f in ((1.0,) if quick else RATE_FACTORS)), score)
         rates = sorted(tried)
         chosen[name] = best_rate(tried)
         edge = len(rates) > 1 and chosen[name] in (rates[0], rates[-1])
@@ -174,7 +169,7 @@ def main() -> None:
         train, test, meta = camera_frames(spark, Path(tmp) / "traps", size, 0)
         n_train = int((~meta["is_test"]).sum())
         rows = []
-        run_cell(train, test, "sync", 2, 99, 1, args.batch, 1e-3)  # warm-up: workers, imports, the exported network
+        run_cell(train, test, "sync", 2, 99, 1, args.batch, STRATEGIES["sync"][2])  # warm-up: workers, imports, the exported network
         fit, validation, n_val = validation_split(train, meta)
         chosen, sweep_lines = sweep(fit, validation, epochs, args.batch, 1 if args.quick else SWEEP_SEEDS, args.quick)
         for name in STRATEGIES:

@@ -18,12 +18,14 @@ Examples
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Sequence, Union
+from typing import Any, Callable, Sequence, Union
+
+import numpy as np
 
 from irbis.errors import NoKernelError
 from irbis.kernels.blocks import BatchFn, run_steps
 
-__all__ = ["ANY_VALUE", "KINDS", "KernelChain", "StageColumns", "StageKernel"]
+__all__ = ["ANY_VALUE", "KINDS", "KernelChain", "LengthRule", "StageColumns", "StageKernel"]
 
 
 #: Kinds of value an input column may hold, as a runtime without Spark sees them: a number, a vector
@@ -31,6 +33,18 @@ __all__ = ["ANY_VALUE", "KINDS", "KernelChain", "StageColumns", "StageKernel"]
 KINDS = ("number", "vector", "string", "image")
 #: What an input column accepts where its stage declares nothing: any value but an image.
 ANY_VALUE = frozenset({"number", "vector", "string"})
+
+
+@dataclass(frozen=True)
+class LengthRule:
+    """How a stage that batches its rows by length measures them: ``measure`` gives the length (tokens) of
+    each value of the input ``column``, as the stage will batch it, and ``budget`` is the stage's token
+    budget (:func:`irbis.kernels.sequences.length_batches`). A server uses it to cut a drain of requests
+    into length groups (:class:`irbis.serving.batcher.Batcher`)."""
+
+    column: str
+    measure: Callable[[list[Any]], np.ndarray]
+    budget: int
 
 
 @dataclass
@@ -43,7 +57,8 @@ class StageKernel:
     (``handleInvalid="skip"``): its kernel gives nulls at those rows, and a runtime that serves rows
     drops the rows where any output is null. ``nulls`` is false for a stage that fails on a null (or
     NaN) input, so that a runtime can refuse one up front. ``ragged`` names the input columns read as
-    sequences of varying length (:func:`irbis.kernels.blocks.rows_in` with ``ragged=True``).
+    sequences of varying length (:func:`irbis.kernels.blocks.rows_in` with ``ragged=True``). ``lengths`` is
+    set by a stage that batches its rows by length (:class:`LengthRule`).
     """
 
     inputs: list[str]
@@ -54,6 +69,7 @@ class StageKernel:
     kinds: dict[str, frozenset[str]] = field(default_factory=dict)
     types: dict[str, Any] = field(default_factory=dict)
     ragged: frozenset[str] = frozenset()
+    lengths: LengthRule | None = None
 
 
 @dataclass
@@ -100,6 +116,9 @@ class KernelChain:
         The columns some stage reads as sequences of varying length.
     missing : list of StageColumns
         The stages without a batch function.
+    lengths : LengthRule or None
+        The first stage's that batches by length a column the chain reads from outside (the column a
+        request gives), if any.
     """
 
     def __init__(self, steps: Sequence[Step]) -> None:
@@ -120,6 +139,8 @@ class KernelChain:
         self.types: dict[str, Any] = {c: t for s in self.steps for c, t in s.types.items()}
         self.ragged = frozenset(c for s in self.steps for c in s.ragged)
         self.missing = [s for s in self.steps if not isinstance(s, StageKernel)]
+        self.lengths = next((s.lengths for s in self.steps if isinstance(s, StageKernel) and s.lengths is not None
+                             and s.lengths.column in self.inputs), None)
 
     @property
     def last_outputs(self) -> list[str]:

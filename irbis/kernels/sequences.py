@@ -41,23 +41,28 @@ def padded_length(lengths: np.ndarray, multiple: int = PAD_MULTIPLE) -> int:
 
 
 def length_batches(lengths: np.ndarray, *, token_budget: int, max_rows: int,
-                   multiple: int = PAD_MULTIPLE) -> list[np.ndarray]:
+                   multiple: int = PAD_MULTIPLE, rows: np.ndarray | None = None) -> list[np.ndarray]:
     """Row indices of each batch: rows sorted by length (stable), batches cut greedily so that
     ``rows x padded length <= token_budget`` and ``rows <= max_rows``.
 
-    A row longer than the budget runs alone. Every row is in exactly one batch.
+    A row longer than the budget runs alone. Every row is in exactly one batch. With ``rows``, each item
+    stands for that many rows (a request of several texts, ``lengths`` its longest) and an item is never
+    split: a batch's rows are the sum of its items', and an item over either bound runs alone.
     """
     if token_budget < 1 or max_rows < 1:
         raise ValueError(f"token_budget and max_rows must be >= 1, got {token_budget} and {max_rows}")
     lengths = np.asarray(lengths, dtype=np.int64)
     order = np.argsort(lengths, kind="stable")
     padded = np.maximum(multiple, -(-lengths[order] // multiple) * multiple)
+    counts = np.ones(len(order), np.int64) if rows is None else np.asarray(rows, dtype=np.int64)[order]
+    total = np.concatenate([[0], np.cumsum(counts)])  # rows of the items before each sorted position
     batches: list[np.ndarray] = []
     start, n = 0, len(order)
     while start < n:
         # sorted ascending, so the batch [start, stop) is padded to padded[stop - 1]
         stop = start + 1
-        while stop < n and stop - start < max_rows and (stop + 1 - start) * padded[stop] <= token_budget:
+        while (stop < n and total[stop + 1] - total[start] <= max_rows
+               and (total[stop + 1] - total[start]) * padded[stop] <= token_budget):
             stop += 1
         batches.append(order[start:stop])
         start = stop

@@ -45,7 +45,7 @@ from irbis.kernels.blocks import (
     BatchFn, block_to_rows, bounded_slices, from_arrow, rows_in, to_arrow,
 )
 from irbis.errors import NoKernelError, require_columns
-from irbis.kernels.chain import StageColumns, StageKernel
+from irbis.kernels.chain import LengthRule, StageColumns, StageKernel
 from irbis.ml.params import add_accessors
 from irbis.ml.persistence import IrbisPersistable
 from irbis.spark.resources import check_device, set_task_threads
@@ -141,7 +141,11 @@ class _StageMixin(_KeywordParams, IrbisPersistable):
                                       "pandas; run it in Spark, or leave it out of what runs without Spark")
         io = self.columns()
         return StageKernel(io.inputs, io.outputs, self._make_batch_fn(), kinds=io.kinds, types=io.types,
-                           ragged=io.ragged)
+                           ragged=io.ragged, lengths=self._length_rule())
+
+    def _length_rule(self) -> LengthRule | None:
+        """How the stage measures its rows where it batches them by length (:class:`LengthRule`); ``None``."""
+        return None
 
     def _validate_schema(self, schema: StructType) -> None:
         """Stage-specific checks of input types; raise ``ValueError``/``TypeError`` naming the column."""

@@ -23,6 +23,7 @@ from pyspark.sql.types import (ArrayType, BinaryType, DataType, DoubleType, Floa
                                StructType)
 
 from irbis.kernels.blocks import BatchFn, Tensor
+from irbis.kernels.chain import LengthRule
 from irbis.kernels.text_encoder import TEXT_TOKEN_BUDGET, decode_texts
 from irbis.ml.aliases import Alias, alias_mixin, resolve_aliases
 from irbis.ml.base import IrbisModel, IrbisTransformer
@@ -126,6 +127,19 @@ class _TextStage(ColumnSetters, HasTextParams):
             self.training_summary = summary
         if isinstance(self, HasCalibrationSample):
             self._load_calibration(path)
+
+    def _length_rule(self) -> LengthRule | None:
+        """Texts measured in the network's tokens (as the runner will batch them) under ``tokenBudget``; a null
+        or a value that is not text counts as empty."""
+        tokens = self._worker("tokens")
+
+        def measure(values: list[Any]) -> np.ndarray:
+            texts = [v.decode("utf-8", "replace") if isinstance(v, bytes) else v if isinstance(v, str) else ""
+                     for v in values]
+            ids, _ = tokens().tokenize(texts)
+            return np.array([len(r) for r in ids], np.int64)
+
+        return LengthRule(self.getInputCol(), measure, self.getTokenBudget())
 
     def _calibration_folder(self, block: Any) -> str:
         """A sampled text column block as a calibration folder of texts (int8 on OpenVINO)."""
@@ -309,6 +323,9 @@ class TextTokenizer(_TextStage, IrbisTransformer):
 
     def _output_columns(self) -> list[tuple[str, DataType]]:
         return [(self.getOutputCol(), ArrayType(IntegerType()))] + self._error_columns()
+
+    def _length_rule(self) -> LengthRule | None:
+        return None  # tokenizing alone costs the same by length or not: nothing to group
 
     def _make_batch_fn(self) -> BatchFn:
         tokens, out_col, err_col = self._worker("tokens"), self.getOutputCol(), self.getErrorCol()

@@ -152,7 +152,8 @@ def make_app(predictor: Any, options: ServeOptions | None = None) -> Starlette:
     options = options or ServeOptions()
     metrics = _Metrics()
     batcher = Batcher(predictor.predict, options.max_batch_size, options.max_wait_ms, options.max_queue,
-                      on_batch=lambda rows, depth: (metrics.batch.observe(rows), metrics.depth.set(depth)))
+                      on_batch=lambda rows, depth: (metrics.batch.observe(rows), metrics.depth.set(depth)),
+                      groups=predictor.length_groups if getattr(predictor, "groups_by_length", False) else None)
     document = openapi_document(predictor)
     decoders = _decoders(predictor)
 

@@ -20,16 +20,16 @@ a few CPU cores, where a batch of 64 images costs 64 times one) runs small ones,
 waits behind a long batch that saves nothing. Every :data:`PROBE_EVERY` batches one batch tries half
 or twice the current size, so the choice follows the load and the machine.
 
-Requests of text (a pipeline with ``TextEmbedder``, ``TextClassifierModel``, ``TextTokenizer``) are grouped
-by length where the network runs: the requests of one drain reach the pipeline as one call, and the text
-stage's kernel sorts all their texts by token length and cuts them into batches under its ``tokenBudget``
-(:func:`irbis.kernels.sequences.run_by_length`), so a short text of one request is batched with the short
-texts of the others, never padded to a long one, and every answer goes back to its request. The batcher
-itself does not split a drain into length groups, one pipeline call per group, shortest first. Measured on
-drains of 16 real reviews outside the server (``benchmarks/serve_text_groups.py``), groups of 4096 tokens
-barely split a drain, while groups of the text stages' own budget (1024) answered the drain in the same time
-and cut the mean wait of a request from 0.315 s to 0.188 s. The server's adaptive batch size (above) already
-cuts a drain into smaller batches in arrival order; what length groups would add to it is not measured yet.
+Requests of text (a pipeline with ``TextEmbedder`` or ``TextClassifierModel``) are grouped by length twice.
+Within one pipeline call, the text stage's kernel sorts the texts by token length and cuts them into batches
+under its ``tokenBudget`` (:func:`irbis.kernels.sequences.run_by_length`), so a short text is never padded to
+a long one. Across the calls of one drain, ``groups`` (the predictor's
+:meth:`~irbis.serving.predictor.Predictor.length_groups`) splits the drain into groups of requests under that
+same budget, shortest first, one call each, each group answered as soon as it is done: a short request no
+longer waits for the long texts of its drain. Measured on drains of 16 real reviews outside the server
+(``benchmarks/serve_text_groups.py``), groups of the text stages' budget (1024 tokens) answered a drain in the
+same time as one call and cut the mean wait of a request from 0.315 s to 0.188 s. The drain's cost per row,
+not each group's, is what the batch size learns from.
 """
 from __future__ import annotations
 
@@ -52,6 +52,8 @@ PROBE_EVERY = 8
 COST_WEIGHT = 0.3
 
 PredictFn = Callable[[dict[str, list[Any]]], dict[str, list[Any]]]
+#: Given the columns of each request of a drain, the requests' indices in groups, one call each, in order.
+GroupFn = Callable[[list[dict[str, list[Any]]]], list[list[int]]]
 
 
 class Overloaded(RuntimeError):
@@ -72,12 +74,13 @@ class Batcher:
     """Gather requests into batches and run ``predict`` on them (see the module docstring)."""
 
     def __init__(self, predict: PredictFn, max_batch_size: int = 64, max_wait_ms: float = 2.0,
-                 max_queue: int = 1024, on_batch: Callable[[int, int], None] | None = None) -> None:
+                 max_queue: int = 1024, on_batch: Callable[[int, int], None] | None = None,
+                 groups: GroupFn | None = None) -> None:
         if max_batch_size < 1 or max_queue < 1 or max_wait_ms < 0:
             raise ValueError(f"maxBatchSize ({max_batch_size}) and the queue size ({max_queue}) must be "
                              f"at least 1, maxWaitMs ({max_wait_ms}) at least 0")
         self.predict, self.max_batch_size, self.max_wait = predict, max_batch_size, max_wait_ms / 1000
-        self.max_queue, self.on_batch = max_queue, on_batch
+        self.max_queue, self.on_batch, self.groups = max_queue, on_batch, groups
         self._queue: asyncio.Queue | None = None
         self._task: asyncio.Task | None = None
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="irbis-predict")
@@ -204,17 +207,35 @@ class Batcher:
         return items, False
 
     async def _run(self, items: list[_Item]) -> None:
+        """One drain: one call, or one call per length group (``groups``), each answered when it is done."""
+        plan = [list(range(len(items)))]
+        if self.groups is not None and len(items) > 1:
+            try:
+                plan = self.groups([i.columns for i in items])
+            except Exception:  # noqa: BLE001 (a request the measure cannot read fails, if at all, in the call)
+                pass
+        if len(plan) == 1:
+            await self._run_batch(items)
+            return
+        start = time.perf_counter()
+        for group in plan:
+            waiting = [items[k] for k in group if not items[k].future.done()]
+            if waiting:
+                await self._run_batch(waiting, learn=False)
+        self._learn(sum(i.rows for i in items), time.perf_counter() - start)
+
+    async def _run_batch(self, items: list[_Item], learn: bool = True) -> None:
         merged = items[0].columns if len(items) == 1 else {
             c: [v for i in items for v in i.columns[c]] for c in items[0].columns}
         total = sum(i.rows for i in items)
         if self.on_batch is not None:
             self.on_batch(total, self.depth)
         try:
-            out = await self._call(merged, total)
+            out = await self._call(merged, total, learn)
         except Exception as err:  # noqa: BLE001 (handed to the request that caused it)
             if len(items) > 1:
                 for item in items:
-                    await self._run([item])
+                    await self._run_batch([item], learn)
             elif not items[0].future.done():
                 items[0].future.set_exception(err)
             return
@@ -228,8 +249,9 @@ class Batcher:
                 item.future.set_result({c: v[start:start + item.rows] for c, v in out.items()})
             start += item.rows
 
-    async def _call(self, columns: dict[str, list[Any]], rows: int) -> dict[str, list[Any]]:
-        """``predict`` on the loop when the batch is cheap (see the module docstring), else on the worker."""
+    async def _call(self, columns: dict[str, list[Any]], rows: int, learn: bool = True) -> dict[str, list[Any]]:
+        """``predict`` on the loop when the batch is cheap (see the module docstring), else on the worker;
+        ``learn``: this call's cost per row informs the batch size (not for a length group: its drain's does)."""
         start = time.perf_counter()
         if self._row_cost is not None and self._row_cost * rows < INLINE_S:
             out = self.predict(columns)
@@ -237,7 +259,8 @@ class Batcher:
             out = await asyncio.get_running_loop().run_in_executor(self._executor, self.predict, columns)
         seconds = time.perf_counter() - start
         self._row_cost = seconds / rows
-        self._learn(rows, seconds)
+        if learn:
+            self._learn(rows, seconds)
         return out
 
 

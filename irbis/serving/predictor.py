@@ -19,6 +19,7 @@ import numpy as np
 from irbis.errors import NoKernelError
 from irbis.kernels.blocks import Images, rows_in
 from irbis.kernels.chain import KINDS, KernelChain
+from irbis.kernels.sequences import length_batches
 from irbis.ml.kernel_pipeline import local_chain
 from irbis.serving.codecs import check_outputs, json_rows
 from irbis.serving.spark_predictor import SparkPredictor
@@ -55,6 +56,30 @@ class Predictor:
         self.inputs = {c: set(k) for c, k in chain.inputs.items()}
         self.nullable = dict(chain.nullable)
         self.outputs = check_outputs(chain.outputs, outputs, chain.last_outputs)
+
+    @property
+    def groups_by_length(self) -> bool:
+        """Whether a stage batches a request column by length, so that :meth:`length_groups` may split."""
+        return self.chain.lengths is not None
+
+    def length_groups(self, requests: Sequence[dict[str, list[Any]]]) -> list[list[int]]:
+        """The requests (their indices) in groups, one pipeline call each, shortest first.
+
+        Where a stage batches a request column by length (:attr:`KernelChain.lengths`), the requests are
+        sorted by their longest value there and cut so that a group's rows times its padded longest stay
+        within the stage's token budget (:func:`~irbis.kernels.sequences.length_batches`; a request is never
+        split, and one over the budget is a group alone). Otherwise, and for one request, one group.
+        """
+        rule = self.chain.lengths
+        if rule is None or len(requests) < 2:
+            return [list(range(len(requests)))]
+        values = [r.get(rule.column) or [] for r in requests]
+        measured = rule.measure([v for vs in values for v in vs])
+        ends = np.cumsum([len(vs) for vs in values])
+        longest = np.array([measured[e - len(vs):e].max(initial=0) for vs, e in zip(values, ends)], np.int64)
+        rows = np.array([max(1, len(vs)) for vs in values], np.int64)
+        return [b.tolist() for b in length_batches(longest, token_budget=rule.budget, max_rows=int(rows.sum()),
+                                                   rows=rows)]
 
     def predict(self, columns: dict[str, list[Any]]) -> dict[str, list[Any]]:
         """Run the pipeline on decoded column values (images as ``(H, W, C)`` arrays); JSON-ready rows."""

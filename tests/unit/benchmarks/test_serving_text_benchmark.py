@@ -25,16 +25,26 @@ def test_request_bodies_are_one_review_each_in_one_seeded_order():
     assert sorted(json.loads(b)["review"] for b in bodies) == sorted(texts)
 
 
-def test_verdict_and_agreement_compare_the_best_of_each_side():
+def test_verdict_holds_each_irbis_setting_to_the_baselines_best_on_each_measure():
     row = {"clients": 16, "p50": 1.0, "requests": 10, "load": 1.0, "kinds": ""}
     rows = [{**row, "server": "baseline", "settings": "a", "rps": 30.0, "p99": 500.0, "errors": 0},
             {**row, "server": "baseline", "settings": "b", "rps": 20.0, "p99": 100.0, "errors": 0},
-            {**row, "server": "irbis", "settings": "c", "rps": 40.0, "p99": 400.0, "errors": 0}]
-    assert "met;" in verdict(rows) and "baseline (a)" in verdict(rows)
-    rows[2]["p99"] = 600.0
-    assert "NOT met" in verdict(rows)
-    assert "not measured" in verdict(rows[:2])
-    assert len(table(rows)) == 5
+            {**row, "server": "irbis", "settings": "--processes 2", "rps": 50.0, "p99": 90.0, "errors": 0},
+            {**row, "server": "irbis", "settings": "--processes 1", "rps": 40.0, "p99": 400.0, "errors": 0}]
+    first, second = verdict(rows)
+    # the default comes first, and is held to a's requests/s and b's p99 together
+    assert "--processes 1, the default) does NOT meet it" in first
+    assert "baseline (a) 30.0" in first and "baseline (b) 100.0 ms" in first
+    assert "--processes 2, not the default) meets it" in second
+    rows[3]["p99"] = 100.0
+    assert "the default) meets it" in verdict(rows)[0]
+    rows[3]["errors"] = 1
+    assert "does NOT meet it" in verdict(rows)[0]
+    assert "not measured" in verdict(rows[:2])[0]
+    assert len(table(rows)) == 6
+
+
+def test_agreement_is_the_lowest_cosine_across_sides():
     v = np.array([[1.0, 0.0], [0.0, 1.0]])
     assert "min cosine 1.000000 (>=" in agreement({"baseline (x)": v, "irbis (y)": v * 2})
     assert "BELOW" in agreement({"baseline (x)": v, "irbis (y)": v[::-1]})

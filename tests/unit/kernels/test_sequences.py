@@ -24,6 +24,25 @@ def test_every_row_once_and_the_budget_kept(lengths, budget, cap):
         assert cost <= budget or len(batch) == 1
 
 
+@settings(max_examples=200, deadline=None)
+@given(items=st.lists(st.tuples(st.integers(0, 600), st.integers(1, 20)), max_size=100),
+       budget=st.integers(8, 4096), cap=st.integers(1, 64))
+def test_items_of_several_rows_stay_whole_and_keep_the_bounds(items, budget, cap):
+    lengths = np.array([n for n, _ in items], np.int64)
+    rows = np.array([r for _, r in items], np.int64)
+    batches = length_batches(lengths, token_budget=budget, max_rows=cap, rows=rows)
+    seen = np.concatenate(batches) if batches else np.array([], np.int64)
+    assert sorted(seen.tolist()) == list(range(len(items)))
+    for batch in batches:
+        held = int(rows[batch].sum())
+        # an item over either bound runs alone; every other batch keeps both
+        assert len(batch) == 1 or (held <= cap and held * padded_length(lengths[batch]) <= budget)
+    if len(items):  # with one row an item, the counts change nothing
+        ones = length_batches(lengths, token_budget=budget, max_rows=cap, rows=np.ones(len(items)))
+        assert [b.tolist() for b in ones] == [b.tolist() for b in length_batches(lengths, token_budget=budget,
+                                                                                 max_rows=cap)]
+
+
 @settings(max_examples=100, deadline=None)
 @given(lengths=st.lists(st.integers(1, 300), min_size=1, max_size=120), budget=st.integers(8, 2048))
 def test_outputs_come_back_in_the_rows_order(lengths, budget):

@@ -155,3 +155,39 @@ def test_batches_shrink_where_batching_gains_nothing():
     assert batcher.limit <= 8, (batcher.limit, batcher._costs)
     assert max(sizes[:20]) >= 16  # it did try large batches first
     assert sorted(sizes[-40:])[20] <= 8  # and then ran small ones
+
+
+def test_length_groups_answer_the_short_requests_of_a_drain_first():
+    """With ``groups``, a drain runs as one call per group in the groups' order, each request answered
+    with its own rows as soon as its group is done; a failing group falls back to its own requests."""
+    calls: list[list[int]] = []
+    done: list[int] = []
+
+    def predict(columns):
+        calls.append(list(columns["a"]))
+        time.sleep(0.002 * sum(columns["a"]))  # a call costs what its values sum to
+        if 13 in columns["a"]:
+            raise ValueError("13 is bad")
+        return {"b": [v * 2 for v in columns["a"]]}
+
+    def groups(requests):  # short (under 10) first, then long
+        short = [i for i, r in enumerate(requests) if r["a"][0] < 10]
+        return [short, [i for i in range(len(requests)) if i not in short]]
+
+    batcher = Batcher(predict, max_wait_ms=50, groups=groups)
+
+    async def drain():  # the five requests queue before the batcher's loop wakes: one drain
+        async def one(v):
+            try:
+                out = await batcher.submit({"a": [v]}, 1, timeout=5)
+            except ValueError:
+                out = "error"
+            done.append(v)
+            return out
+        return await asyncio.gather(*[one(v) for v in (40, 2, 13, 3, 50)])
+
+    answers = asyncio.run(_with(batcher, drain))
+    assert answers == [{"b": [80]}, {"b": [4]}, "error", {"b": [6]}, {"b": [100]}]
+    assert calls[:2] == [[2, 3], [40, 13, 50]]  # the short group, then the long one (which fails)
+    assert sorted(calls[2:]) == [[13], [40], [50]]  # the long group's requests alone
+    assert done.index(2) < done.index(40) and done.index(3) < done.index(50)

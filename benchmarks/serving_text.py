@@ -15,7 +15,8 @@ max 256 tokens) on both sides, each in its own server process on loopback, one a
   irbis     ``irbis serve`` of a saved PipelineModel holding ``TextEmbedder(network="all_minilm_l6_v2")``
             (engine auto: eager torch, fp32), ``--outputs embedding``, default batching (``--max-batch-size 64``,
             ``--max-wait-ms 2``), for each ``--processes`` of ``--irbis-processes`` (1: one process whose network
-            takes both cores; 2: one thread each); ``OMP_NUM_THREADS`` unset
+            takes both cores; 2: one thread each), each without and with ``--length-groups`` (a drain
+            of queued requests run as groups of like length, shortest first); ``OMP_NUM_THREADS`` unset
 
 Requests: the ~1,000 drug reviews of ``irbis.demo.reviews``, one review per request, in one seeded order (the
 same bytes, ``{"review": text}``, to both sides). The load comes from one separate process pinned to the last
@@ -52,7 +53,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 MODEL = "all_minilm_l6_v2"
 #: bump when the figures would change (see provenance.py)
-MEASURING_CODE = 2
+MEASURING_CODE = 3
 COLUMN, OUTPUT = "review", "embedding"
 CHECKED = 4  # reviews whose embeddings are compared across servers
 REQUEST_TIMEOUT_S = 120.0  # a request unanswered this long counts as an error
@@ -241,9 +242,10 @@ def servers(args: argparse.Namespace, pipeline: Path) -> list[tuple[str, str, li
                         [sys.executable, str(Path(__file__).resolve()), "--baseline-server", "--threads",
                          str(threads), "--mode", mode], env))
     for processes in args.irbis_processes:
-        out.append(("irbis", f"--processes {processes}",
-                    [sys.executable, "-m", "irbis.cli", "serve", str(pipeline), "--outputs", OUTPUT,
-                     "--processes", str(processes)], irbis_env))
+        for groups in (False, True) if args.length_groups else (False,):
+            flags = ["--processes", str(processes)] + ["--length-groups"] * groups
+            out.append(("irbis", " ".join(flags), [sys.executable, "-m", "irbis.cli", "serve", str(pipeline),
+                                                   "--outputs", OUTPUT, *flags], irbis_env))
     return out
 
 
@@ -356,6 +358,8 @@ def main() -> None:
                         help="(default pool serial; --quick pool)")
     parser.add_argument("--irbis-processes", type=int, nargs="*", default=None,
                         help="irbis serve --processes (default 1 2; --quick 1; none: no irbis serve)")
+    parser.add_argument("--length-groups", action=argparse.BooleanOptionalAction, default=True,
+                        help="also run each irbis setting with --length-groups (default: yes)")
     parser.add_argument("--quick", action="store_true", help="a short check: the --quick defaults above")
     parser.add_argument("--output", default=str(HERE / "results" / "serving_text.txt"))
     parser.add_argument("--baseline-server", action="store_true", help=argparse.SUPPRESS)

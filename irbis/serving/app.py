@@ -49,6 +49,8 @@ class ServeOptions:
     token: str | None = None
     #: Threads of the pipeline's kernels (torch, OpenCV, the engines); None: ``OMP_NUM_THREADS``, else every core.
     threads: int | None = None
+    #: Split a drain of text requests into length groups, shortest first (:class:`irbis.serving.batcher.Batcher`).
+    length_groups: bool = False
 
     def __post_init__(self) -> None:
         for name in ("max_batch_size", "max_queue", "max_body_bytes"):
@@ -153,7 +155,8 @@ def make_app(predictor: Any, options: ServeOptions | None = None) -> Starlette:
     metrics = _Metrics()
     batcher = Batcher(predictor.predict, options.max_batch_size, options.max_wait_ms, options.max_queue,
                       on_batch=lambda rows, depth: (metrics.batch.observe(rows), metrics.depth.set(depth)),
-                      groups=predictor.length_groups if getattr(predictor, "groups_by_length", False) else None)
+                      groups=predictor.length_groups if options.length_groups and getattr(predictor, "groups_by_length",
+                                                                                           False) else None)
     document = openapi_document(predictor)
     decoders = _decoders(predictor)
 

@@ -286,7 +286,16 @@ def test_text_embedder_served_answers_what_transform_answers(text_pipelines):
         with ThreadPoolExecutor(len(texts)) as pool:  # concurrent requests, batched as they queue
             concurrent = list(pool.map(lambda t: httpx.post(f"{url}/predict", json={"review": t}, timeout=60).json(),
                                        texts))
-    for got, want in zip(concurrent, answer):  # each answer back to its own request
+    # with length groups, concurrent requests of mixed lengths (several rows, a null among them) are answered alike
+    from irbis.serving.app import ServeOptions
+
+    bodies = [{"review": t} for t in texts] + [[{"review": texts[3]}, {"review": None}, {"review": texts[2]}]]
+    with BackgroundServer(build_app(paths["embedder"], options=ServeOptions(length_groups=True, max_wait_ms=50))) as url:
+        with ThreadPoolExecutor(len(bodies)) as pool:
+            grouped = list(pool.map(lambda b: httpx.post(f"{url}/predict", json=b, timeout=60).json(), bodies))
+    assert grouped[-1][1] == {"e": None, "why": "null text"}
+    for got, want in [*zip(concurrent, answer), *zip(grouped, answer), (grouped[-1][0], answer[3]),
+                      (grouped[-1][2], answer[2])]:  # each answer back to its own request
         np.testing.assert_allclose(got["e"], want["e"], atol=1e-5)
     assert list(single) == ["e", "why"]
     for got, want in zip(answer + [single], expected["embedder"] + expected["embedder"][:1]):

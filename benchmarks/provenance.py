@@ -5,7 +5,7 @@ A benchmark's results file (``benchmarks/results/``) opens with::
     # benchmarks/NAME.py  YYYY-MM-DD HH:MM
     # command: python benchmarks/NAME.py ARGS
     # commit: 1a2b3c4 (and uncommitted changes); measuring code: 2
-    # machine: x86_64, 2 cores; python 3.11.7; torch 2.13.0+cpu, ...
+    # machine: x86_64, 2 cores (AVX-512, VNNI, AMX-BF16, AMX-INT8); python 3.11.7; torch 2.13.0+cpu, ...
     # load average (1/5/15 min) before (0.9, 1.2, 1.4), after (2.1, 1.8, 1.6); run time 312 s
 
 **The measuring code.** Each benchmark script declares ``MEASURING_CODE``, a version of what it measures,
@@ -74,6 +74,22 @@ def _load(values: tuple[float, ...]) -> str:
     return str(tuple(round(v, 1) for v in values))
 
 
+
+#: CPU flags (Linux ``/proc/cpuinfo``) that set what reduced precision gains, with the names the header gives.
+MATRIX_FLAGS = (("avx512f", "AVX-512"), ("avx512_vnni", "VNNI"), ("amx_bf16", "AMX-BF16"), ("amx_int8", "AMX-INT8"))
+
+
+def cpu_features(cpuinfo: str = "/proc/cpuinfo") -> str:
+    """`` (AVX-512, VNNI, AMX-BF16, AMX-INT8)``: the matrix instructions the CPU reports, which decide what bf16
+    and int8 gain (with AMX a bf16 matrix product runs several times an fp32 one); empty where none or unknown."""
+    try:
+        flags = set(Path(cpuinfo).read_text().split())
+    except OSError:
+        return ""
+    named = [name for flag, name in MATRIX_FLAGS if flag in flags]
+    return f" ({', '.join(named)})" if named else ""
+
+
 class Run:
     """One run of a benchmark script: started when built, described by :meth:`header` when it ends."""
 
@@ -101,7 +117,8 @@ class Run:
         return [f"# {self.name}  {self.date}",
                 "# command: " + shlex.join(["python", self.name, *self.argv]),
                 f"# commit: {self.commit}; measuring code: {measuring_code(self.script)}",
-                f"# machine: {platform.machine()}, {os.cpu_count()} cores; python {platform.python_version()}; "
+                f"# machine: {platform.machine()}, {os.cpu_count()} cores{cpu_features()}; "
+                f"python {platform.python_version()}; "
                 + versions(self.packages),
                 f"# load average (1/5/15 min) before {_load(self.load_before)}, after {_load(os.getloadavg())}; "
                 f"run time {time.perf_counter() - self.started:.0f} s; compare rows within this run only",

@@ -74,7 +74,6 @@ def _load(values: tuple[float, ...]) -> str:
     return str(tuple(round(v, 1) for v in values))
 
 
-
 #: CPU flags (Linux ``/proc/cpuinfo``) that set what reduced precision gains, with the names the header gives.
 MATRIX_FLAGS = (("avx512f", "AVX-512"), ("avx512_vnni", "VNNI"), ("amx_bf16", "AMX-BF16"), ("amx_int8", "AMX-INT8"))
 

@@ -2,7 +2,7 @@
 
 Without groups, the batcher hands every request of one queue drain to the pipeline in one call, and the text
 stage's kernel sorts the texts of that call by length and cuts them by ``tokenBudget``
-(:mod:`irbis.kernels.sequences`). With them (the default for a text pipeline), the drain is split into
+(:mod:`irbis.kernels.sequences`). With them (``irbis serve --length-groups``), the drain is split into
 length groups, shortest first, one pipeline call each (:meth:`irbis.serving.predictor.Predictor.length_groups`,
 the stage's tokens and budget), and each group is answered as soon as it is done. This measures both on drains
 of ``--requests`` single-review requests (real drug reviews, drawn at random) through a ``TextEmbedder``

@@ -129,14 +129,13 @@ class _TextStage(ColumnSetters, HasTextParams):
             self._load_calibration(path)
 
     def _length_rule(self) -> LengthRule | None:
-        """Texts measured in the network's tokens (as the runner will batch them) under ``tokenBudget``; a null
-        or a value that is not text counts as empty."""
-        tokens = self._worker("tokens")
+        """Texts measured in the network's tokens (as the runner will batch them) under ``tokenBudget``; a null,
+        or bytes that are not UTF-8, count as empty."""
+        tokens, col, stage = self._worker("tokens"), self.getInputCol(), type(self).__name__
 
         def measure(values: list[Any]) -> np.ndarray:
-            texts = [v.decode("utf-8", "replace") if isinstance(v, bytes) else v if isinstance(v, str) else ""
-                     for v in values]
-            ids, _ = tokens().tokenize(texts)
+            texts, _ = decode_texts(values, col, stage)
+            ids, _ = tokens().tokenize([t or "" for t in texts])
             return np.array([len(r) for r in ids], np.int64)
 
         return LengthRule(self.getInputCol(), measure, self.getTokenBudget())

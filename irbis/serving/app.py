@@ -155,8 +155,7 @@ def make_app(predictor: Any, options: ServeOptions | None = None) -> Starlette:
     metrics = _Metrics()
     batcher = Batcher(predictor.predict, options.max_batch_size, options.max_wait_ms, options.max_queue,
                       on_batch=lambda rows, depth: (metrics.batch.observe(rows), metrics.depth.set(depth)),
-                      groups=predictor.length_groups if options.length_groups and getattr(predictor, "groups_by_length",
-                                                                                           False) else None)
+                      groups=getattr(predictor, "length_groups", None) if options.length_groups else None)
     document = openapi_document(predictor)
     decoders = _decoders(predictor)
 

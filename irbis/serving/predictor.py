@@ -57,11 +57,6 @@ class Predictor:
         self.nullable = dict(chain.nullable)
         self.outputs = check_outputs(chain.outputs, outputs, chain.last_outputs)
 
-    @property
-    def groups_by_length(self) -> bool:
-        """Whether a stage batches a request column by length, so that :meth:`length_groups` may split."""
-        return self.chain.lengths is not None
-
     def length_groups(self, requests: Sequence[dict[str, list[Any]]]) -> list[list[int]]:
         """The requests (their indices) in groups, one pipeline call each, shortest first.
 

@@ -18,7 +18,7 @@ def test_requests_are_grouped_by_their_token_length_under_the_stages_budget():
 
     stage = TextEmbedder(network=tiny_text_network("embedding"), inputCol="review", outputCol="e", tokenBudget=256)
     predictor = _predictor(stage)
-    assert predictor.groups_by_length
+    assert predictor.chain.lengths is not None
     words = "the tablets worked well and the side effects were mild "
     requests = [{"review": [words * n]} for n in (12, 1, 6, 1, 12, 2)] + [{"review": [words, words * 3, None]}]
     groups = predictor.length_groups(requests)
@@ -51,5 +51,5 @@ def test_one_request_or_a_stage_that_does_not_batch_by_length_is_one_group():
     embedder = _predictor(TextEmbedder(network=network, inputCol="review", outputCol="e"))
     assert embedder.length_groups([{"review": ["a long text " * 50]}]) == [[0]]
     tokenizer = _predictor(TextTokenizer(network=network, inputCol="review", outputCol="ids"))
-    assert not tokenizer.groups_by_length
+    assert tokenizer.chain.lengths is None
     assert tokenizer.length_groups([{"review": ["a " * 300]}, {"review": ["b"]}]) == [[0, 1]]

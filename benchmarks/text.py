@@ -175,7 +175,7 @@ def part_plain(args: argparse.Namespace) -> dict:
         cosines[engine] = float(((got * reference).sum(1) / np.linalg.norm(reference, axis=1)).min())
     import openvino as ov
 
-    hint = str(ov.Core().get_property("CPU", "INFERENCE_PRECISION_HINT"))
+    hint = ov.Core().get_property("CPU", "INFERENCE_PRECISION_HINT").get_type_name()
     default = {"texts_per_s": rows.pop(DEFAULT_HINT), "min_cosine": cosines.pop(DEFAULT_HINT), "hint": hint}
     return {"texts_per_s": rows, "min_cosine": cosines, "default_hint": default, "peak_rss_mib": peak_rss_mib()}
 

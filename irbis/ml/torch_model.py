@@ -30,6 +30,7 @@ from irbis.ml.network_params import NetworkStageParams
 from irbis.ml.params import HasEngine, HasErrorCol, HasImagePreprocessing, HasPrecision
 from irbis.ml.persistence import load_network_files, save_network_files
 from irbis.models import default_cache_dir, sha256_file
+from irbis.models.fetch import place_folder
 from irbis.models.module_files import write_module
 from irbis.spark.files import localize, ship_file
 from irbis.train.progress import SummaryAttribute
@@ -155,22 +156,23 @@ class TorchModel(NetworkStageParams, HasPrecision, HasCalibrationSample, HasEngi
         eager = bool(params.get("variableLength"))
         if not eager and "inputShape" not in params and recorded_input_shape(module) is not None:
             params["inputShape"] = recorded_input_shape(module)
-        folder = Path(tempfile.mkdtemp(prefix="irbis-module-"))
-        if architecture is not None:
-            (folder / "architecture.json").write_text(json.dumps({"architecture": architecture,
-                                                                  "options": options or {}}))
-            torch.save(module.state_dict(), folder / "weights.pt")
-            main = folder
-        else:
-            main = write_module(module, folder, params.get("inputShape"), options, eager=eager)
+        modules = default_cache_dir() / "modules"
+        modules.mkdir(parents=True, exist_ok=True)
+        folder = Path(tempfile.mkdtemp(prefix=".staging-", dir=modules))  # on the entries' file system
+        try:
+            if architecture is not None:
+                (folder / "architecture.json").write_text(json.dumps({"architecture": architecture,
+                                                                      "options": options or {}}))
+                torch.save(module.state_dict(), folder / "weights.pt")
+                main = folder
+            else:
+                main = write_module(module, folder, params.get("inputShape"), options, eager=eager)
+        except BaseException:
+            shutil.rmtree(folder, ignore_errors=True)
+            raise
         name = main.name if main.is_file() else ""
         digest = sha256_file(main if name else folder / "weights.pt")[:24]
-        dest = default_cache_dir() / "modules" / digest
-        if not dest.exists():
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            shutil.move(str(folder), str(dest))
-        else:
-            shutil.rmtree(folder)
+        dest = place_folder(folder, modules / digest)
         return cls(network=str(dest / name if name else dest), **params)
 
     # -- execution -------------------------------------------------------------------------------

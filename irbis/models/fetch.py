@@ -9,9 +9,11 @@ large file is hashed once per process, not on every call.
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import hashlib
 import os
+import shutil
 import tempfile
 import urllib.parse
 import urllib.request
@@ -149,6 +151,21 @@ def _download(url: str, dest: Path, sha256: str, timeout: float) -> None:
         if digest.hexdigest() != sha256.lower():
             raise ChecksumMismatchError(f"checksum mismatch for {url}: expected sha256 {sha256}, found "
                                         f"{digest.hexdigest()}; the download was removed from the cache")
+
+
+def place_folder(staging: Path, dest: Path) -> Path:
+    """Move the complete folder ``staging`` onto ``dest`` (a content-addressed cache entry) in one rename;
+    when another process placed ``dest`` first, its copy (the same content) stays and ``staging`` is
+    removed. ``staging`` must be on ``dest``'s file system (make it in ``dest.parent``): readers then see
+    no entry or a whole one, and concurrent writers of one entry do not fail."""
+    try:
+        os.rename(staging, dest)
+    except OSError as err:
+        if err.errno not in (errno.EEXIST, errno.ENOTEMPTY) or not dest.is_dir():
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+        shutil.rmtree(staging, ignore_errors=True)
+    return dest
 
 
 @contextmanager

@@ -206,18 +206,13 @@ def plain_engine(engine: str, path: str) -> Any:
                 return torch.nn.functional.normalize(pooled, dim=-1).numpy()
 
         return run
-    if engine == "openvino":
+    if engine in ("openvino", DEFAULT_HINT):
         import openvino as ov
 
-        compiled = ov.Core().compile_model(path, "CPU", {"INFERENCE_PRECISION_HINT": "f32",
-                                                         "INFERENCE_NUM_THREADS": "2", "PERFORMANCE_HINT": "LATENCY"})
-        request = compiled.create_infer_request()
-        return lambda ids, mask: np.array(request.infer({0: ids, 1: mask})[0])
-    if engine == DEFAULT_HINT:  # no precision asked for: what a user gets who does not name one
-        import openvino as ov
-
-        compiled = ov.Core().compile_model(path, "CPU", {"INFERENCE_NUM_THREADS": "2", "PERFORMANCE_HINT": "LATENCY"})
-        request = compiled.create_infer_request()
+        config = {"INFERENCE_NUM_THREADS": "2", "PERFORMANCE_HINT": "LATENCY"}
+        if engine == "openvino":  # DEFAULT_HINT asks for no precision: what a user gets who does not name one
+            config["INFERENCE_PRECISION_HINT"] = "f32"
+        request = ov.Core().compile_model(path, "CPU", config).create_infer_request()
         return lambda ids, mask: np.array(request.infer({0: ids, 1: mask})[0])
     import onnxruntime as ort
 

@@ -161,10 +161,9 @@ def place_folder(staging: Path, dest: Path) -> Path:
     try:
         os.rename(staging, dest)
     except OSError as err:
-        if err.errno not in (errno.EEXIST, errno.ENOTEMPTY) or not dest.is_dir():
-            shutil.rmtree(staging, ignore_errors=True)
-            raise
         shutil.rmtree(staging, ignore_errors=True)
+        if err.errno not in (errno.EEXIST, errno.ENOTEMPTY) or not dest.is_dir():
+            raise
     return dest
 
 

@@ -60,7 +60,7 @@ import torch
 
 from irbis.train.optim import set_lr
 from irbis.train.rows import Rows
-from irbis.train.strategy import DistributedOptimizer, WorkerContext
+from irbis.train.strategy import DistributedOptimizer, WorkerContext, all_reduce_mean
 
 #: Candidate sizes per worker when the estimator's ``autoBatchSizes`` is not set.
 DEFAULT_CANDIDATES = (16, 32, 64, 128, 256, 512)
@@ -198,10 +198,10 @@ def trial(model: torch.nn.Module, optimizer: torch.optim.Optimizer, flat: Any, c
     set_lr(optimizer, rate)
     rows = 0
     for xb, yb in batches:
-        flat.grads.zero_()
+        flat.zero_grads()
         loss_fn(model(xb), yb).backward()
         flat.sync_grads_in()
-        comm.all_reduce_mean(flat.grads)
+        all_reduce_mean(flat, comm)
         optimizer.step()
         rows += len(yb)
     return rows

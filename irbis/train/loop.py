@@ -32,7 +32,7 @@ from irbis.train.optim import (LossFn, WeightedCrossEntropy, batch_scale, class_
 from irbis.train.rows import Rows, worker_rows
 from irbis.train.sequences import forward
 from irbis.train.strategies import make_strategy
-from irbis.train.strategy import DistributedOptimizer, FlatParams, WorkerContext
+from irbis.train.strategy import DistributedOptimizer, FlatParams, WorkerContext, embedding_tables
 
 Report = Callable[[dict[str, Any]], None]
 
@@ -131,7 +131,7 @@ def _setup(spec: TrainSpec, shard: Shard, ctx: WorkerContext,
     model = model.to(spec.device).train()
     if channels_last(spec):
         model = model.to(memory_format=torch.channels_last)
-    flat = FlatParams(list(model.parameters()))
+    flat = FlatParams(list(model.parameters()), embedding_tables(model))
     opt = make_optimizer(spec.optimizer, param_groups(model, spec.lr_factors, spec.learning_rate), spec.learning_rate, spec.momentum,
                          spec.unit_gain)
     strategy = make_strategy(spec.strategy, **spec.strategy_options)
@@ -383,6 +383,7 @@ def train_worker(spec: TrainSpec, shard: Shard, ctx: WorkerContext, report: Repo
         t_loop = _train(run, resume)
     finally:
         run.dopt.strategy.close()  # stops dedicated servers also when training stopped early
+        run.dopt.flat.release()
     t_after = time.perf_counter()
     recompute_batchnorm(run.model, run.train, spec.recompute_batchnorm, run.spec.batch_size, spec.seed, ctx.rank,
                         spec.epochs, spec.device, _label_dtype(spec))

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import time
 from abc import ABC, abstractmethod
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -39,15 +40,36 @@ class WorkerContext:
     endpoint: dict[str, Any] | None = None
 
 
+#: The fewest rows an embedding table needs for its gradient to travel as rows (:func:`embedding_tables`).
+ROW_SPARSE_MIN_ROWS = 1024
+
+
+def embedding_tables(model: torch.nn.Module, min_rows: int = ROW_SPARSE_MIN_ROWS) -> list[torch.nn.Embedding]:
+    """The model's large embedding tables whose gradient is row-sparse: ``nn.Embedding`` modules of at least
+    ``min_rows`` rows whose weight is trained, not tied to another module (an output layer sharing it gets a
+    dense gradient) and not max-norm'd. A vocabulary's table is often most of a text network (half of
+    MiniLM's 22.7 M weights), yet a batch of a few thousand tokens touches a few thousand of its rows."""
+    uses = Counter(id(p) for _, p in model.named_parameters(remove_duplicate=False))
+    return [m for m in model.modules()
+            if isinstance(m, torch.nn.Embedding) and m.weight.requires_grad and m.num_embeddings >= min_rows
+            and m.max_norm is None and uses[id(m.weight)] == 1]
+
+
 class FlatParams:
     """The parameters of a model re-homed as views of one flat buffer.
 
     ``weights`` holds every parameter, ``grads`` every gradient; after
     construction ``p.data`` and ``p.grad`` are views into them, so a strategy
     communicates one contiguous tensor per collective.
+
+    ``tables`` (see :func:`embedding_tables`) are embedding modules whose gradient autograd hands over as
+    rows (``sparse=True`` while training, until :meth:`release`): :meth:`sync_grads_in` writes their rows
+    into :attr:`grads` as for any parameter and records in :attr:`touched` which rows this worker's gradient
+    has, so that a strategy may exchange those rows instead of the whole table (:func:`all_reduce_mean`).
+    The optimizer still sees a dense gradient: the update is the same.
     """
 
-    def __init__(self, params: list[torch.nn.Parameter]) -> None:
+    def __init__(self, params: list[torch.nn.Parameter], tables: list[torch.nn.Embedding] = ()) -> None:
         self.params = [p for p in params if p.requires_grad]
         if not self.params:
             raise ValueError("the model has no trainable parameters")
@@ -67,21 +89,96 @@ class FlatParams:
             self._grad_views.append(p.grad)
             self.offsets.append((off, n))
             off += n
+        index = {id(p): i for i, p in enumerate(self.params)}
+        #: (parameter index, module) of each row-sparse table, in buffer order
+        self.tables = sorted((index[id(m.weight)], m) for m in tables if id(m.weight) in index)
+        self._sparse_before = [m.sparse for _, m in self.tables]
+        for _, m in self.tables:
+            m.sparse = True
+        #: parameter index -> the rows of the table that hold this worker's gradient (set by sync_grads_in)
+        self.touched: dict[int, torch.Tensor] = {}
+
+    def zero_grads(self) -> None:
+        """Zero :attr:`grads` in place (the views stay); the tables' gradients start anew as rows."""
+        self.grads.zero_()
+        for i, _ in self.tables:
+            self.params[i].grad = None
 
     def sync_grads_in(self) -> None:
         """Make sure every ``p.grad`` lives in :attr:`grads` (copy if autograd replaced it)."""
-        for p, view in zip(self.params, self._grad_views):
+        self.touched = {}
+        tables = {i for i, _ in self.tables}
+        for i, (p, view) in enumerate(zip(self.params, self._grad_views)):
             g = p.grad
             if g is None:
                 view.zero_()
                 p.grad = view
+                if i in tables:
+                    self.touched[i] = torch.zeros(0, dtype=torch.long, device=view.device)
+            elif g.is_sparse:
+                g = g.coalesce()
+                rows = g.indices()[0]
+                view.zero_()
+                view.index_copy_(0, rows, g.values().to(view.dtype))
+                p.grad = view
+                self.touched[i] = rows
             elif g.data_ptr() != view.data_ptr():
                 view.copy_(g)
                 p.grad = view
 
+    def release(self) -> None:
+        """Give the tables back their own ``sparse`` setting (after training)."""
+        for (_, m), before in zip(self.tables, self._sparse_before):
+            m.sparse = before
+
     def shapes(self) -> list[torch.Size]:
         """The parameter shapes, in buffer order."""
         return [p.shape for p in self.params]
+
+
+def all_reduce_mean(flat: FlatParams, comm: Communicator) -> None:
+    """Replace ``flat.grads`` by its mean over the workers, exchanging of each row-sparse table only the rows
+    that some worker's gradient has (:attr:`FlatParams.touched`): the other rows are zero on every worker,
+    so their mean is zero too, and the result is the dense all-reduce's. One small collective first makes
+    the union of the rows (and checks that every worker knows its rows); where the union is over half of the
+    tables' rows, or a worker does not know its rows, the whole buffer goes in one collective as before."""
+    if comm.world_size == 1 or not flat.tables:  # the same on every worker: no collective is skipped by one
+        comm.all_reduce_mean(flat.grads)
+        return
+    tables = [i for i, _ in flat.tables]
+    sizes = [flat.params[i].shape[0] for i in tables]
+    marks = torch.zeros(sum(sizes) + 1, dtype=torch.int32, device=flat.grads.device)
+    marks[-1] = int(all(i in flat.touched for i in tables))
+    base = 0
+    for i, n in zip(tables, sizes):
+        if i in flat.touched:
+            marks[base + flat.touched[i]] = 1
+        base += n
+    comm.all_reduce_sum(marks)
+    union = marks[:-1] > 0
+    if int(marks[-1]) < comm.world_size or 2 * int(union.sum()) > len(union):
+        comm.all_reduce_mean(flat.grads)
+        return
+    rows, spans, start, base = [], [], 0, 0
+    for i, n in zip(tables, sizes):
+        off, numel = flat.offsets[i]
+        if off > start:
+            spans.append((start, off))
+        start = off + numel
+        rows.append((flat.params[i].grad, union[base:base + n].nonzero().squeeze(1)))
+        base += n
+    if start < flat.grads.numel():
+        spans.append((start, flat.grads.numel()))
+    for a, b in spans:  # the dense parts, in place: 1-D slices of one buffer are contiguous
+        comm.all_reduce_mean(flat.grads[a:b])
+    packed = torch.cat([g.index_select(0, r).reshape(-1) for g, r in rows])
+    if packed.numel():  # the union is every worker's: all skip or none
+        comm.all_reduce_mean(packed)
+    at = 0
+    for g, r in rows:
+        n = r.numel() * g[0].numel()
+        g.index_copy_(0, r, packed[at:at + n].view(r.numel(), *g.shape[1:]))
+        at += n
 
 
 def _slot(buffer: torch.Tensor, p: torch.Tensor, offset: int) -> torch.Tensor:
@@ -224,8 +321,8 @@ class DistributedOptimizer:
         strategy.setup(flat, ctx)
 
     def zero_grad(self) -> None:
-        """Zero the flat gradient buffer in place (keeps the views)."""
-        self.flat.grads.zero_()
+        """Zero the flat gradient buffer in place (keeps the views; see :meth:`FlatParams.zero_grads`)."""
+        self.flat.zero_grads()
 
     def step(self) -> None:
         """Reduce the gradients as the strategy says, step, then the strategy's after-step

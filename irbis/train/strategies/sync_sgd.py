@@ -8,7 +8,9 @@ minibatch; all apply the same mean
 
 .. math:: g = \\frac{1}{N} \\sum_{i=1}^{N} g_i
 
-in one all-reduce of the flat gradient buffer. With ``b`` backup workers the
+in one all-reduce of the flat gradient buffer (a large embedding table's
+gradient goes as the rows some worker's batch touched, with the same result:
+:func:`irbis.train.strategy.all_reduce_mean`). With ``b`` backup workers the
 step goes on with the first ``N - b`` gradients to arrive,
 
 .. math:: g = \\frac{1}{N-b} \\sum_{i \\in A_{N-b}} g_i ,
@@ -32,7 +34,7 @@ from typing import Any
 
 import torch
 
-from irbis.train.strategy import FlatParams, Strategy, WorkerContext
+from irbis.train.strategy import FlatParams, Strategy, WorkerContext, all_reduce_mean
 
 
 @dataclass
@@ -84,7 +86,7 @@ class SyncSGD(Strategy):
         if ctx.world_size == 1:
             return
         if self.backupWorkers == 0:
-            ctx.comm.all_reduce_mean(flat.grads)
+            all_reduce_mean(flat, ctx.comm)  # an embedding table's gradient travels as its rows
             return
         k = ctx.world_size - self.backupWorkers
         parts = ctx.comm.gather_first(flat.grads, k, tag=f"sync/{step}")

@@ -95,12 +95,27 @@ class FlatParams:
         self._sparse_before = [m.sparse for _, m in self.tables]
         for _, m in self.tables:
             m.sparse = True
+        #: the (start, end) slices of :attr:`grads` outside the tables, in order
+        self.dense_spans: list[tuple[int, int]] = []
+        start = 0
+        for i, _ in self.tables:
+            off, n = self.offsets[i]
+            if off > start:
+                self.dense_spans.append((start, off))
+            start = off + n
+        if start < total:
+            self.dense_spans.append((start, total))
         #: parameter index -> the rows of the table that hold this worker's gradient (set by sync_grads_in)
         self.touched: dict[int, torch.Tensor] = {}
 
     def zero_grads(self) -> None:
-        """Zero :attr:`grads` in place (the views stay); the tables' gradients start anew as rows."""
-        self.grads.zero_()
+        """Zero :attr:`grads` in place (the views stay); the tables' gradients start anew as rows, and their
+        views are written whole by :meth:`sync_grads_in`."""
+        if not self.tables:
+            self.grads.zero_()
+            return
+        for a, b in self.dense_spans:
+            self.grads[a:b].zero_()
         for i, _ in self.tables:
             self.params[i].grad = None
 
@@ -159,17 +174,11 @@ def all_reduce_mean(flat: FlatParams, comm: Communicator) -> None:
     if int(marks[-1]) < comm.world_size or 2 * int(union.sum()) > len(union):
         comm.all_reduce_mean(flat.grads)
         return
-    rows, spans, start, base = [], [], 0, 0
+    rows, base = [], 0
     for i, n in zip(tables, sizes):
-        off, numel = flat.offsets[i]
-        if off > start:
-            spans.append((start, off))
-        start = off + numel
         rows.append((flat.params[i].grad, union[base:base + n].nonzero().squeeze(1)))
         base += n
-    if start < flat.grads.numel():
-        spans.append((start, flat.grads.numel()))
-    for a, b in spans:  # the dense parts, in place: 1-D slices of one buffer are contiguous
+    for a, b in flat.dense_spans:  # in place: 1-D slices of one buffer are contiguous
         comm.all_reduce_mean(flat.grads[a:b])
     packed = torch.cat([g.index_select(0, r).reshape(-1) for g, r in rows])
     if packed.numel():  # the union is every worker's: all skip or none

@@ -35,7 +35,9 @@ Rows:
       numClasses=2, epochs=E, batchSize=8, maxLength=256, numWorkers=2, seed=0, showProgress=False)`` (8 texts
       a worker and step: the global batch of 16) on a
       DataFrame of the texts and labels (made from pandas): the texts tokenized in the Spark workers and
-      trained on by TorchEstimator in length-bucketed batches. Where it cannot train (the row reports its
+      trained on by TorchEstimator in length-bucketed batches; its ``sync`` all-reduce sends of the vocabulary's
+      embedding table only the rows some worker's batch touched (the same mean as DDP's dense all-reduce,
+      :func:`irbis.train.strategy.all_reduce_mean`). Where it cannot train (the row reports its
       error as "(c) not available"), (a) and (b) are reported all the same.
 
 Each side runs on the training reviews (``EPOCHS`` epochs) and on the training reviews repeated ``REPEATS``
@@ -471,6 +473,8 @@ def report(tables: dict, tune_a: dict, tune_b: dict, best_a: dict, best_b: dict,
         f"longest text; global batch {GLOBAL_BATCH} (1 x {GLOBAL_BATCH} or 2 x {GLOBAL_BATCH // 2})",
         f"Spark: local[2] (one torch thread per task), get_spark defaults + {SPARK_CONF}; every row in a fresh "
         "process (and Spark session), one after the other",
+        "(b) all-reduces every gradient whole (DDP); (c)'s sync sends of the 30522-row word embedding table only the "
+        "rows some worker's batch touched (irbis.train.strategy.all_reduce_mean): the same mean",
         "",
         f"(a) tuned on {run['steps']} steps after {run['warm']} untimed, samples/s (padding waste of the timed "
         "batches): " + "; ".join(f"{k} {v['samples_per_s']:.1f} ({v['waste']:.2f})" for k, v in tune_a.items())

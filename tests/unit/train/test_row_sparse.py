@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import threading
-
 import pytest
 import torch
+from train_helpers import in_threads
 
-from irbis.train.comm import ThreadCommunicator
 from irbis.train.strategies.sync_sgd import SyncSGD
 from irbis.train.strategy import DistributedOptimizer, FlatParams, WorkerContext, embedding_tables
 
@@ -38,36 +36,24 @@ def _batches(rank: int, steps: int, vocab: int = VOCAB, width: int = 12) -> list
             for _ in range(steps)]
 
 
-def _train(world: int, sparse: bool, steps: int = 5, vocab: int = VOCAB, width: int = 12):
-    """``world`` thread workers under sync with Adam; returns each worker's weights and bytes sent."""
-    comms = ThreadCommunicator.group(world, timeout=30)
-    out, errors = [None] * world, []
+def _train(world: int, sparse: bool, steps: int = 5, vocab: int = VOCAB, width: int = 12) -> list:
+    """``world`` thread workers under sync with Adam; returns each worker's weights, bytes sent and whether
+    its table is still set sparse after :meth:`FlatParams.release`."""
     models = [BagOfWords(seed=rank, vocab=vocab) for rank in range(world)]
 
-    def work(rank: int) -> None:
-        try:
-            model = models[rank]
-            flat = FlatParams(list(model.parameters()), embedding_tables(model) if sparse else [])
-            dopt = DistributedOptimizer(torch.optim.Adam(model.parameters(), lr=0.01), SyncSGD(),
-                                        WorkerContext(comms[rank], rank, world), flat)
-            for xb, yb in _batches(rank, steps, vocab, width):
-                dopt.zero_grad()
-                torch.nn.functional.cross_entropy(model(xb), yb).backward()
-                dopt.step()
-            flat.release()
-            out[rank] = (flat.weights.clone(), comms[rank].bytes_sent, model.emb.sparse)
-        except BaseException as err:  # surfaced below
-            errors.append(err)
-            comms[rank]._shared.barrier.abort()
+    def work(rank: int, comm) -> tuple[torch.Tensor, int, bool]:
+        model = models[rank]
+        flat = FlatParams(list(model.parameters()), embedding_tables(model) if sparse else [])
+        dopt = DistributedOptimizer(torch.optim.Adam(model.parameters(), lr=0.01), SyncSGD(),
+                                    WorkerContext(comm, rank, world), flat)
+        for xb, yb in _batches(rank, steps, vocab, width):
+            dopt.zero_grad()
+            torch.nn.functional.cross_entropy(model(xb), yb).backward()
+            dopt.step()
+        flat.release()
+        return flat.weights.clone(), comm.bytes_sent, model.emb.sparse
 
-    threads = [threading.Thread(target=work, args=(r,)) for r in range(world)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    if errors:
-        raise errors[0]
-    return out
+    return in_threads(world, work)
 
 
 @pytest.mark.parametrize("world", [2, 3])

@@ -23,36 +23,21 @@ def tiny_data(n: int = 64, seed: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
     return x, torch.randn(n, 3, generator=g)
 
 
-def run_workers(world: int, make_strategy: Callable[[], Strategy], steps: int, batch: int = 8,
-                opt: Callable = lambda p: torch.optim.SGD(p, lr=0.1)) -> list[tuple[torch.nn.Module, DistributedOptimizer]]:
-    """Each worker r trains on rows r::world of a fixed dataset; returns (model, dopt) per worker."""
+def in_threads(world: int, work: Callable[[int, ThreadCommunicator], object]) -> list:
+    """``work(rank, comm)`` on ``world`` threads, each with its communicator of one group; returns each
+    rank's result. A worker that raises aborts the group's barrier (its peers stop waiting) and is raised."""
     comms = ThreadCommunicator.group(world, timeout=30)
-    x, y = tiny_data()
     out: list = [None] * world
     errors: list = []
-    # Different starts (setup must broadcast rank 0's), built before the threads: seeding torch's
-    # global RNG from several threads at once would give timing-dependent weights.
-    models = [tiny_net(seed=rank) for rank in range(world)]
 
-    def work(rank: int) -> None:
+    def run(rank: int) -> None:
         try:
-            model = models[rank]
-            flat = FlatParams(list(model.parameters()))
-            dopt = DistributedOptimizer(opt(model.parameters()), make_strategy(),
-                                        WorkerContext(comms[rank], rank, world), flat)
-            xs, ys = x[rank::world], y[rank::world]
-            for s in range(steps):
-                i = (s * batch) % len(xs)
-                dopt.zero_grad()
-                torch.nn.functional.mse_loss(model(xs[i:i + batch]), ys[i:i + batch]).backward()
-                dopt.step()
-            dopt.finalize()
-            out[rank] = (model, dopt)
+            out[rank] = work(rank, comms[rank])
         except BaseException as err:  # surfaced below
             errors.append(err)
             comms[rank]._shared.barrier.abort()
 
-    threads = [threading.Thread(target=work, args=(r,)) for r in range(world)]
+    threads = [threading.Thread(target=run, args=(r,)) for r in range(world)]
     for t in threads:
         t.start()
     for t in threads:
@@ -60,6 +45,30 @@ def run_workers(world: int, make_strategy: Callable[[], Strategy], steps: int, b
     if errors:
         raise errors[0]
     return out
+
+
+def run_workers(world: int, make_strategy: Callable[[], Strategy], steps: int, batch: int = 8,
+                opt: Callable = lambda p: torch.optim.SGD(p, lr=0.1)) -> list[tuple[torch.nn.Module, DistributedOptimizer]]:
+    """Each worker r trains on rows r::world of a fixed dataset; returns (model, dopt) per worker."""
+    x, y = tiny_data()
+    # Different starts (setup must broadcast rank 0's), built before the threads: seeding torch's
+    # global RNG from several threads at once would give timing-dependent weights.
+    models = [tiny_net(seed=rank) for rank in range(world)]
+
+    def work(rank: int, comm: ThreadCommunicator) -> tuple[torch.nn.Module, DistributedOptimizer]:
+        model = models[rank]
+        flat = FlatParams(list(model.parameters()))
+        dopt = DistributedOptimizer(opt(model.parameters()), make_strategy(), WorkerContext(comm, rank, world), flat)
+        xs, ys = x[rank::world], y[rank::world]
+        for s in range(steps):
+            i = (s * batch) % len(xs)
+            dopt.zero_grad()
+            torch.nn.functional.mse_loss(model(xs[i:i + batch]), ys[i:i + batch]).backward()
+            dopt.step()
+        dopt.finalize()
+        return model, dopt
+
+    return in_threads(world, work)
 
 
 def plain_sgd(steps: int, batch: int = 8, opt: Callable = lambda p: torch.optim.SGD(p, lr=0.1)) -> torch.nn.Module:

@@ -44,7 +44,7 @@ from irbis.train import checkpoint as ckpt
 from irbis.train.auto_batch import DEFAULT_CANDIDATES, AutoBatch
 from irbis.train.batchnorm import BATCHNORM_RECOMPUTE
 from irbis.train.health import NAN_POLICIES
-from irbis.train.loop import TrainSpec
+from irbis.train.loop import TRAINING_PRECISIONS, TrainSpec
 from irbis.train.networks import build_network, network_spec
 from irbis.train.optim import LOSSES, LR_SCALINGS, OPTIMIZERS, make_loss, validate_schedule
 from irbis.train.strategies import STRATEGIES, make_strategy
@@ -187,8 +187,13 @@ TRAIN_PARAMS: list[Row] = [
     ("seed", "random seed (initial weights, shuffling, validation split)", T.toInt, 0),
     ("engine", "what runs the fitted model's network (its engine; training runs in torch): auto, torch, "
                "onnxruntime or openvino", T.toString, "auto", one_of(*ENGINE_NAMES)),
-    ("precision", "numeric precision of the fitted model's network (its precision; training runs in fp32): "
+    ("precision", "numeric precision of the fitted model's network (its precision; training: trainingPrecision): "
                   "fp32, bf16 or int8", T.toString, "fp32", one_of(*PRECISIONS)),
+    ("trainingPrecision", "the arithmetic of the training steps' forward and backward passes: 'fp32'; 'bf16': "
+                          "autocast (matrix products and convolutions in bf16; weights, gradients, optimiser state "
+                          "and what the workers exchange in fp32), fast on a GPU or a CPU with AMX or AVX-512 bf16; "
+                          "'auto': bf16 for images on a GPU, fp32 elsewhere", T.toString, "auto",
+     one_of(*TRAINING_PRECISIONS)),
     ("showProgress", "draw a progress bar on the driver (classic sessions)", T.toBoolean, True),
     ("nanPolicy", "rows whose features or label are not finite: 'error' stops the fit naming them, 'skip' "
                   "drops them (counted in the training summary)", T.toString, "error", one_of(*NAN_POLICIES)),
@@ -390,7 +395,8 @@ class TorchEstimator(renamed_mixin("_EstimatorRenamed", ESTIMATOR_RENAMED), Irbi
             early_stopping_patience=self.getEarlyStoppingPatience(), lr_factors=dict(self._lr_factors),
             classes_param=self._classes_param,
             recompute_batchnorm=self.getRecomputeBatchNorm(), lr_scaling=self.getLrScaling(), warmup_epochs=warmup,
-            reference_batch_size=self.getReferenceBatchSize(), token_budget=self.getTokenBudget()), strategy
+            reference_batch_size=self.getReferenceBatchSize(), token_budget=self.getTokenBudget(),
+            training_precision=self.getTrainingPrecision()), strategy
 
     def _input_format(self, dataset: Any, spec: TrainSpec) -> Any:
         """How the workers read the features column (:class:`~irbis.train.stream.InputFormat`); its ``shape``

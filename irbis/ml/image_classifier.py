@@ -39,7 +39,7 @@ _SHARED = ("labelCol", "predictionCol", "optimizer", "learningRate", "momentum",
            "checkpointDir", "checkpointInterval", "seed", "showProgress", "nanPolicy", "shuffleBuffer",
            "classWeights", "earlyStoppingPatience", "augmentation", "recomputeBatchNorm", "lrScaling",
            "referenceBatchSize", "warmupEpochs", "mlflowRun", "autoBatchSizes", "autoBatchEvery",
-           "autoBatchTolerance", "engine", "precision")
+           "autoBatchTolerance", "engine", "precision", "trainingPrecision")
 _DEFAULTS = {"optimizer": "adam", "learningRate": 1e-3, "batchSize": 16, "epochs": 5,
              "augmentation": json.dumps([{"op": "random_resized_crop", "scale": [0.6, 1.0]},
                                          {"op": "flip", "flip_code": 1, "p": 0.5},

@@ -74,6 +74,10 @@ VOCABULARY: tuple[Term, ...] = (
          ("backend", "runtime", "executionProvider")),
     Term("precision", "precision", "numeric precision of the network's run: fp32, bf16 or int8",
          ("dtype", "computeDtype", "quantization")),
+    Term("training arithmetic", "trainingPrecision",
+         "the arithmetic of an estimator's training steps: fp32, bf16 (autocast; weights, gradients and "
+         "optimiser in fp32) or auto (bf16 for images on a GPU); precision is the fitted network's run",
+         ("mixedPrecision", "amp", "autocast", "trainPrecision")),
     Term("device", "device", "where the network runs: cpu, cuda or auto", ("deviceType", "gpu", "useGpu")),
     Term("error column", "errorCol",
          "a column for the reason a row gave a null output (empty: the first bad row fails the job)",

@@ -47,6 +47,7 @@ record). One seed reproduces the sizes and the weights.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import math
 import os
@@ -137,7 +138,8 @@ def available_bytes(device: str) -> int | None:
         return None
 
 
-def activation_bytes_per_row(model: torch.nn.Module, xb: torch.Tensor) -> float:
+def activation_bytes_per_row(model: torch.nn.Module, xb: torch.Tensor,
+                             autocast: Callable[[], Any] = contextlib.nullcontext) -> float:
     """Bytes of the tensors the network's modules output for one row (measured on ``xb``, without
     gradients): what a training step keeps for its backward pass, per row."""
     total = 0
@@ -151,7 +153,7 @@ def activation_bytes_per_row(model: torch.nn.Module, xb: torch.Tensor) -> float:
     leaves = [m for m in model.modules() if not list(m.children())]
     handles = [m.register_forward_hook(hook) for m in leaves]
     try:
-        with torch.no_grad():
+        with torch.no_grad(), autocast():
             model(xb)
     finally:
         for h in handles:
@@ -159,11 +161,12 @@ def activation_bytes_per_row(model: torch.nn.Module, xb: torch.Tensor) -> float:
     return total / max(len(xb), 1)
 
 
-def max_rows_in_memory(model: torch.nn.Module, xb: torch.Tensor, device: str) -> int | None:
+def max_rows_in_memory(model: torch.nn.Module, xb: torch.Tensor, device: str,
+                       autocast: Callable[[], Any] = contextlib.nullcontext) -> int | None:
     """The largest batch whose step fits: :data:`MEMORY_SHARE` of the free memory over three times the
     activations per row (kept for backward, their gradients, and the working space); None: no bound known."""
     free = available_bytes(device)
-    per_row = activation_bytes_per_row(model, xb)
+    per_row = activation_bytes_per_row(model, xb, autocast)
     if free is None or per_row <= 0:
         return None
     return max(1, int(MEMORY_SHARE * free / (3.0 * per_row)))
@@ -179,11 +182,12 @@ def sample_size(auto: AutoBatch, row_bytes: int, rows: int) -> int:
     return max(1, min(wanted, by_bytes, rows))
 
 
-def mean_loss(model: torch.nn.Module, loss_fn: Any, batches: Iterable[tuple[torch.Tensor, torch.Tensor]]) -> float:
+def mean_loss(model: torch.nn.Module, loss_fn: Any, batches: Iterable[tuple[torch.Tensor, torch.Tensor]],
+              autocast: Callable[[], Any] = contextlib.nullcontext) -> float:
     """The loss over the rows of ``batches``, in training mode (BatchNorm on each batch's statistics, as the
     trials trained) and without gradients."""
     total, rows = 0.0, 0
-    with torch.no_grad():
+    with torch.no_grad(), autocast():
         for xb, yb in batches:
             total += float(loss_fn(model(xb), yb)) * len(yb)
             rows += len(yb)
@@ -191,15 +195,19 @@ def mean_loss(model: torch.nn.Module, loss_fn: Any, batches: Iterable[tuple[torc
 
 
 def trial(model: torch.nn.Module, optimizer: torch.optim.Optimizer, flat: Any, comm: Any, loss_fn: Any,
-          batches: Iterable[tuple[torch.Tensor, torch.Tensor]], rate: float) -> int:
+          batches: Iterable[tuple[torch.Tensor, torch.Tensor]], rate: float,
+          autocast: Callable[[], Any] = contextlib.nullcontext) -> int:
     """Synchronous steps over ``batches`` on every worker (the same number on each): the gradient averaged
     over the workers (one all-reduce of the flat buffer, as ``sync`` steps), every parameter group at its
-    initial rate times ``rate`` (:func:`irbis.train.optim.set_lr`); returns the rows this worker computed."""
+    initial rate times ``rate`` (:func:`irbis.train.optim.set_lr`), each forward pass under ``autocast()``
+    (the steps' arithmetic, :func:`irbis.train.loop.step_autocast`); returns the rows this worker computed."""
     set_lr(optimizer, rate)
     rows = 0
     for xb, yb in batches:
         flat.zero_grads()
-        loss_fn(model(xb), yb).backward()
+        with autocast():
+            loss = loss_fn(model(xb), yb)
+        loss.backward()
         flat.sync_grads_in()
         all_reduce_mean(flat, comm)
         optimizer.step()
@@ -232,11 +240,13 @@ def restore(model: torch.nn.Module, dopt: DistributedOptimizer,
 
 def search_batch(model: torch.nn.Module, dopt: DistributedOptimizer, ctx: WorkerContext, loss_fn: Any, rows: Rows,
                  auto: AutoBatch, current: int, seed: int, epoch: int, device: str, label_dtype: Any,
-                 channels_last: bool, rate: Callable[[int], float]) -> dict[str, Any]:
+                 channels_last: bool, rate: Callable[[int], float],
+                 autocast: Callable[[], Any] = contextlib.nullcontext) -> dict[str, Any]:
     """``batchSize="auto"``: try the size in use (``current``) and the larger candidates on a held sample of
     the workers' training ``rows`` from the current weights, and keep the largest that learns about as much
     as the size in use (see the module docstring). ``channels_last``: image batches are laid out so for the
-    steps, as training's are; ``rate(b)`` is the factor on the base rate of a step of ``b`` rows per worker.
+    steps, as training's are; ``rate(b)`` is the factor on the base rate of a step of ``b`` rows per worker;
+    ``autocast()`` is the steps' arithmetic (:func:`irbis.train.loop.step_autocast`), for trials and losses alike.
     Returns ``{"batchSize", "losses": {size: loss after its trial, "start": loss before}, "samples",
     "seconds"}``, alike on every worker (the losses are averaged over them). Training goes on from the kept
     size's trial (its steps were synchronous steps on training rows); the other trials are undone. Where no
@@ -252,7 +262,7 @@ def search_batch(model: torch.nn.Module, dopt: DistributedOptimizer, ctx: Worker
 
     # the trials train on the first n rows and are judged on the rest;
     # every worker tries the same sizes: the smallest sample and the least memory among them decide
-    memory = max_rows_in_memory(model, next(iter(rows_of(0, 2, 2)))[0], device)
+    memory = max_rows_in_memory(model, next(iter(rows_of(0, 2, 2)))[0], device, autocast)
     mine = torch.tensor([float(n), float("inf") if memory is None else float(memory)], dtype=torch.float64)
     least, room = torch.stack(ctx.comm.all_gather(mine)).min(0).values.tolist()
     tried = [current] + [b for b in auto.candidates if current < b <= room and least // b >= auto.min_steps]
@@ -265,14 +275,15 @@ def search_batch(model: torch.nn.Module, dopt: DistributedOptimizer, ctx: Worker
     samples = 0
     found: dict[int, float] = {}
     with torch.random.fork_rng(devices=[]):  # the trials' draws (dropout) leave training's as they were
-        start = torch.tensor([mean_loss(model, loss_fn, rows_of(n, total_rows, chunk))], dtype=torch.float64)
+        judged = lambda: rows_of(n, total_rows, chunk)  # noqa: E731 - the rows every loss is judged on
+        start = torch.tensor([mean_loss(model, loss_fn, judged(), autocast)], dtype=torch.float64)
         ctx.comm.all_reduce_mean(start)  # every worker decides alike: on the losses averaged over them
         for b in tried:  # upward from the size in use, stopping at the first that does not keep up
             if b != current:
                 restore(model, dopt, start_state)
             samples += trial(model, opt, flat, ctx.comm, loss_fn,
-                             rows_of(0, min(max(steps_rows // b, 1) * b, n), b), rate(b))
-            loss = torch.tensor([mean_loss(model, loss_fn, rows_of(n, total_rows, chunk))], dtype=torch.float64)
+                             rows_of(0, min(max(steps_rows // b, 1) * b, n), b), rate(b), autocast)
+            loss = torch.tensor([mean_loss(model, loss_fn, judged(), autocast)], dtype=torch.float64)
             samples += total_rows - n
             ctx.comm.all_reduce_mean(loss)
             found[b] = float(loss)

@@ -41,6 +41,9 @@ Report = Callable[[dict[str, Any]], None]
 _INIT_LOCK = threading.Lock()
 # Rank 0 reports this many partial records per epoch (its running loss), so the bar moves within an epoch.
 PROGRESS_UPDATES = 20
+#: The arithmetic of a training step's forward and backward passes (``trainingPrecision``): see
+#: :func:`step_autocast`.
+TRAINING_PRECISIONS = ("auto", "fp32", "bf16")
 
 
 @dataclass(frozen=True)
@@ -84,6 +87,7 @@ class TrainSpec:
     reference_batch_size: int = 0  # the batch learning_rate is meant for (0: batch_size, one worker's)
     auto_batch: AutoBatch | None = None  # batchSize="auto": how the size is searched (batch_size: the first)
     token_budget: int = 4096  # variable-length rows: padded tokens (rows x padded length) per batch at most
+    training_precision: str = "auto"  # one of TRAINING_PRECISIONS: the arithmetic of a step (see step_autocast)
 
 
 @dataclass
@@ -173,21 +177,29 @@ def channels_last(spec: TrainSpec) -> bool:
 
 
 def gpu_images(spec: TrainSpec) -> bool:
-    """Whether the step runs the GPU's image path: bf16 autocast on channels-last batches (decoding and
-    augmentation stay on the CPU threads, batches move through pinned memory)."""
+    """Whether the step runs the GPU's image path: channels-last batches (decoding and augmentation stay on
+    the CPU threads, batches move through pinned memory), in bf16 under ``trainingPrecision='auto'``."""
     return spec.device.startswith("cuda") and spec.input_format is not None and spec.input_format.images
+
+
+def step_autocast(spec: TrainSpec) -> contextlib.AbstractContextManager[Any]:
+    """The forward passes' arithmetic while training: ``torch.autocast`` in bf16 on the training device for
+    ``trainingPrecision='bf16'``, and for ``'auto'`` on the GPU's image path (:func:`gpu_images`); else
+    none (fp32). Under autocast the matrix products and convolutions run in bf16 while the weights, their
+    gradients, the optimiser's state and what the workers exchange stay fp32 (mixed precision; fast on a GPU,
+    or a CPU with AMX or AVX-512 bf16 instructions: ``benchmarks/train_text.py`` measures it)."""
+    if spec.training_precision == "bf16" or (spec.training_precision == "auto" and gpu_images(spec)):
+        return torch.autocast("cuda" if spec.device.startswith("cuda") else "cpu", dtype=torch.bfloat16)
+    return contextlib.nullcontext()
 
 
 @contextlib.contextmanager
 def _step_precision(spec: TrainSpec, xb: torch.Tensor) -> Iterator[torch.Tensor]:
-    """The forward pass's setting: image batches in channels-last (:func:`channels_last`), and on the GPU's
-    image path (:func:`gpu_images`) bf16 autocast; elsewhere the batch as it is, in fp32."""
+    """The forward pass's setting: image batches in channels-last (:func:`channels_last`), under
+    :func:`step_autocast`."""
     if channels_last(spec) and xb.dim() == 4:
         xb = xb.contiguous(memory_format=torch.channels_last)
-    if not gpu_images(spec):
-        yield xb
-        return
-    with torch.autocast("cuda", dtype=torch.bfloat16):
+    with step_autocast(spec):
         yield xb
 
 
@@ -338,7 +350,7 @@ def _train(run: _Run, resume: dict[str, Any] | None) -> float:
         if auto is not None and epoch % auto.every == 0 and not (first and start_step > 0):
             run.search = search_batch(run.model, run.dopt, ctx, run.loss_fn, run.train, auto, run.spec.batch_size,
                                       spec.seed, epoch, spec.device, _label_dtype(spec), channels_last(spec),
-                                      lambda b: _rate(run, epoch, epoch, b))
+                                      lambda b: _rate(run, epoch, epoch, b), autocast=lambda: step_autocast(spec))
             _use_batch(run, run.search["batchSize"])
         set_lr(run.dopt.optimizer, _rate(run, epoch, epoch))
         sums = resume["sums"].clone() if first else torch.zeros(2, dtype=torch.float64)

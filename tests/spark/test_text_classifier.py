@@ -51,9 +51,13 @@ def test_one_seed_reproduces_a_two_worker_run_exactly(spark):
     _, train = sentiment_frame(spark, "train", 6)
     first, second = tiny(seed=3).fit(train), tiny(seed=3).fit(train)
     other = tiny(seed=4).fit(train)
+    mixed = tiny(seed=3, trainingPrecision="bf16").fit(train)
     losses = [r["loss"] for r in first.training_summary]
     assert losses == [r["loss"] for r in second.training_summary]
     assert losses != [r["loss"] for r in other.training_summary]
+    # the same run with its steps in bf16 (autocast): other losses, yet about the same
+    bf16 = [r["loss"] for r in mixed.training_summary]
+    assert bf16 != losses and np.allclose(bf16, losses, rtol=0.05)
     a = np.stack([v.toArray() for v in first.transform(train).orderBy("id").toPandas()["rawPrediction"]])
     b = np.stack([v.toArray() for v in second.transform(train).orderBy("id").toPandas()["rawPrediction"]])
     assert np.array_equal(a, b)
@@ -87,6 +91,8 @@ def test_null_texts_follow_nan_policy_and_bad_labels_are_named(spark):
 def test_bad_settings_are_refused_before_any_job():
     with pytest.raises(ParamValueError, match="backbone"):
         TextClassifier(backbone="no_such_encoder")
+    with pytest.raises(ParamValueError, match="trainingPrecision"):
+        TextClassifier(trainingPrecision="fp16")
     with pytest.raises(ParamValueError, match="sequence classifier already"):
         TextClassifier(backbone=tiny_text_network("classification"))
     with pytest.raises(ValueError, match="freezeUntil 'no.such.layer'"):

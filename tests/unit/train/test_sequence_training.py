@@ -16,7 +16,7 @@ from irbis.kernels.sequences import length_batches, padded_length
 from irbis.train.auto_batch import AutoBatch
 from irbis.train.backends.local import run_threads, shard_rows
 from irbis.train.data import Shard
-from irbis.train.loop import TrainSpec
+from irbis.train.loop import TrainSpec, step_autocast
 from irbis.train.networks import network_spec
 from irbis.train.sequences import RaggedRows, make_batch
 from irbis.train.stream import FEATURES, LABEL, InputFormat, SpilledShard, read_partition
@@ -312,3 +312,30 @@ def test_batches_are_cut_afresh_each_epoch_and_spread_copies_of_one_text():
     # the padding stays as low as one sort's
     waste = sum(len(b) * padded_length(rows.lengths[b]) for b in rows.plan(0, 0, 0)) / rows.lengths.sum()
     assert waste < 1.10
+
+
+@pytest.mark.parametrize(("precision", "device", "kind", "autocast"), [
+    ("bf16", "cpu", "sequence", "cpu"), ("fp32", "cpu", "sequence", None), ("auto", "cpu", "image", None),
+    ("auto", "cuda", "image", "cuda"), ("auto", "cuda", "sequence", None), ("fp32", "cuda", "image", None)])
+@pytest.mark.filterwarnings("ignore:CUDA is not available")
+def test_training_precision_sets_the_steps_autocast(precision, device, kind, autocast):
+    s = spec(training_precision=precision, device=device, input_format=InputFormat(kind=kind))
+    ctx = step_autocast(s)
+    assert (getattr(ctx, "device", None), getattr(ctx, "fast_dtype", None)) == (
+        (autocast, torch.bfloat16) if autocast else (None, None))
+    if device == "cpu":
+        with ctx:
+            out = torch.nn.Linear(4, 2)(torch.ones(1, 4))
+        assert out.dtype == (torch.bfloat16 if autocast else torch.float32)
+
+
+def test_a_gru_learns_in_bf16_with_its_weights_and_exchange_in_fp32():
+    x, y = token_task(300)
+    shards = [Shard(x[:200], y[:200]), Shard(x[200:], y[200:])]
+    fp32, bf16 = (run_threads(spec(epochs=6, validation_fraction=0.2, training_precision=p), shards)
+                  for p in ("fp32", "bf16"))
+    assert bf16[0].history[-1]["accuracy"] > 0.75 and bf16[0].history[-1]["loss"] < bf16[0].history[0]["loss"]
+    a, b = (torch.load(io.BytesIO(r[0].state), weights_only=True) for r in (fp32, bf16))
+    assert all(t.dtype == torch.float32 for t in b.values())  # the weights stay fp32
+    assert any(not torch.equal(a[k], b[k]) for k in a)  # the steps ran in bf16: other weights than fp32's
+    assert bf16[0].history[-1]["bytesPerStep"] == fp32[0].history[-1]["bytesPerStep"]  # fp32 gradients sent

@@ -207,9 +207,12 @@ def adam_groups(params):
                              {"params": params[-2:], "lr": HEAD_LR}], fused=True)
 
 
-def train_steps(model, opt, batches, channels_last: bool, limit: int | None = None):
+def train_steps(model, opt, batches, channels_last: bool, limit: int | None = None, bf16: bool = False):
     """Steps over ``batches`` of (the network's inputs..., labels), the first input made channels-last with
-    ``channels_last``; returns (loss sum, rows, steps)."""
+    ``channels_last``, the forward pass and the loss under bf16 autocast with ``bf16``; returns (loss sum,
+    rows, steps)."""
+    import contextlib
+
     import torch
 
     loss_sum, rows, steps = 0.0, 0, 0
@@ -217,7 +220,8 @@ def train_steps(model, opt, batches, channels_last: bool, limit: int | None = No
         if channels_last:
             xs[0] = xs[0].contiguous(memory_format=torch.channels_last)
         opt.zero_grad()
-        loss = torch.nn.functional.cross_entropy(model(*xs), yb)
+        with torch.autocast("cpu", dtype=torch.bfloat16) if bf16 else contextlib.nullcontext():
+            loss = torch.nn.functional.cross_entropy(model(*xs), yb)
         loss.backward()
         opt.step()
         loss_sum += float(loss) * len(yb)
@@ -307,10 +311,11 @@ def td_train(folder: str, epochs: int, workers: int, channels_last: bool, state_
 
 
 def ddp_loop(model, ddp, opt, epoch_batches, epochs: int, state_path: str, limit: int | None = None, warm: int = 1,
-             channels_last: bool = False) -> dict:
+             channels_last: bool = False, bf16: bool = False) -> dict:
     """The loop of one DDP process (the process group started): ``epoch_batches(epoch)`` gives this rank's
     batches of an epoch. With ``limit`` (a tuning run), ``warm`` untimed steps then ``limit`` timed ones of epoch
-    0; else ``epochs`` epochs, and rank 0 saves ``model``'s weights to ``state_path``. Ends the process group;
+    0; else ``epochs`` epochs, and rank 0 saves ``model``'s weights to ``state_path``; ``bf16``: the steps under
+    bf16 autocast (:func:`train_steps`). Ends the process group;
     returns the loop's seconds, the per-epoch loss over every rank and the tuning run's rows/s over every rank."""
     import torch
     import torch.distributed as dist
@@ -321,13 +326,13 @@ def ddp_loop(model, ddp, opt, epoch_batches, epochs: int, state_path: str, limit
     for epoch in range(epochs if limit is None else 1):
         batches = iter(epoch_batches(epoch))
         if limit is not None:
-            train_steps(ddp, opt, batches, channels_last, warm)
+            train_steps(ddp, opt, batches, channels_last, warm, bf16)
             t0 = time.perf_counter()
-            _, rows_timed, _ = train_steps(ddp, opt, batches, channels_last, limit)
+            _, rows_timed, _ = train_steps(ddp, opt, batches, channels_last, limit, bf16)
             timed = time.perf_counter() - t0
             del batches
             break
-        loss_sum, rows, _ = train_steps(ddp, opt, batches, channels_last)
+        loss_sum, rows, _ = train_steps(ddp, opt, batches, channels_last, bf16=bf16)
         sums = torch.tensor([loss_sum, float(rows)], dtype=torch.float64)
         dist.all_reduce(sums)
         curve.append({"epoch": epoch + 1, "loss": float(sums[0] / sums[1])})

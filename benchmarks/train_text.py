@@ -43,6 +43,11 @@ Rows:
 Each side runs on the training reviews (``EPOCHS`` epochs) and on the training reviews repeated ``REPEATS``
 times (1 epoch): the end-to-end rates once the fixed costs of a call are spread over more samples.
 
+On a CPU with bf16 instructions (AMX or AVX-512 bf16) the ``REPEATS`` rows run again in mixed precision: (a)
+and (b) with each step's forward pass and loss under ``torch.autocast("cpu", dtype=torch.bfloat16)`` (at the
+settings tuned in fp32), (c) with ``trainingPrecision="bf16"``, which does the same in its workers. Weights,
+gradients, Adam and what the processes exchange stay fp32 on every side.
+
 samples/s e2e: training samples (reviews x epochs) over the wall time of the whole call: for (a) from reading
 the texts (tokenizing them included) to the last step, for (b) ``TorchDistributor.run``, for (c) from making
 the DataFrame to the fitted model (every Spark job, the tokenization in the workers and the Python workers'
@@ -82,7 +87,7 @@ from provenance import Run
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 #: bump when the figures would change (see provenance.py)
-MEASURING_CODE = 2
+MEASURING_CODE = 3
 BACKBONE, NUM_CLASSES, DROPOUT, SEED = "all_minilm_l6_v2", 2, 0.1, 0
 HEAD_LR, BACKBONE_FACTOR = 1e-3, 0.1
 GLOBAL_BATCH, MAX_LENGTH = 16, 256
@@ -226,7 +231,7 @@ def plain_tune(data: str, steps: int, warm: int = 1) -> dict:
     return out
 
 
-def plain_run(data: str, epochs: int, state_path: str) -> dict:
+def plain_run(data: str, epochs: int, state_path: str, bf16: bool = False) -> dict:
     import torch
 
     start = ti.clock()
@@ -239,7 +244,7 @@ def plain_run(data: str, epochs: int, state_path: str) -> dict:
     t_loop = time.perf_counter()
     for epoch in range(epochs):
         batches = (pad(ids, labels, b, pad_id) for b in batch_order(lengths, GLOBAL_BATCH, epoch, True))
-        loss_sum, rows, _ = ti.train_steps(model, opt, batches, False)
+        loss_sum, rows, _ = ti.train_steps(model, opt, batches, False, bf16=bf16)
         curve.append({"epoch": epoch + 1, "loss": loss_sum / rows})
     end = time.perf_counter()
     torch.save(model.state_dict(), state_path)
@@ -268,7 +273,7 @@ class _Batches:
 
 
 def td_train(data: str, epochs: int, workers: int, state_path: str, limit: int | None = None,
-             warm: int = 1) -> dict:
+             warm: int = 1, bf16: bool = False) -> dict:
     """One DDP process of (b): a DataLoader over its half of every global batch, 8 rows a step."""
     import torch
     import torch.distributed as dist
@@ -290,10 +295,11 @@ def td_train(data: str, epochs: int, workers: int, state_path: str, limit: int |
         sampler = _Batches(ids, labels, order, rank, world, pad_id)
         return torch.utils.data.DataLoader(sampler, sampler=sampler, batch_size=None, num_workers=workers)
 
-    return ti.ddp_loop(model, ddp, opt, epoch_batches, epochs, state_path, limit, warm)
+    return ti.ddp_loop(model, ddp, opt, epoch_batches, epochs, state_path, limit, warm, bf16=bf16)
 
 
-def td_run(data: str, epochs: int, workers: int, state_path: str, limit: int | None = None, warm: int = 1) -> dict:
+def td_run(data: str, epochs: int, workers: int, state_path: str, limit: int | None = None, warm: int = 1,
+           bf16: bool = False) -> dict:
     from pyspark.ml.torch.distributor import TorchDistributor
 
     from irbis.spark.session import get_spark
@@ -302,13 +308,13 @@ def td_run(data: str, epochs: int, workers: int, state_path: str, limit: int | N
     n = len(read_data(data)[0])
     start = ti.clock()
     out = TorchDistributor(num_processes=2, local_mode=True, use_gpu=False).run(
-        td_train, data, epochs, workers, state_path, limit, warm)
+        td_train, data, epochs, workers, state_path, limit, warm, bf16)
     seconds = time.perf_counter() - start
     return {**out, "seconds": seconds, "samples": epochs * n}
 
 
 # -- (c) Irbis on Spark ------------------------------------------------------------------------------------------
-def spark_run(data: str, epochs: int, state_path: str) -> dict:
+def spark_run(data: str, epochs: int, state_path: str, bf16: bool = False) -> dict:
     import pandas as pd
 
     from irbis.ml import TextClassifier
@@ -322,7 +328,8 @@ def spark_run(data: str, epochs: int, state_path: str) -> dict:
     df = spark.createDataFrame(frame)
     clf = TextClassifier(backbone=BACKBONE, inputCol="text", labelCol="label", numClasses=NUM_CLASSES,
                          epochs=epochs, batchSize=GLOBAL_BATCH // 2, maxLength=MAX_LENGTH, numWorkers=2, seed=SEED,
-                         learningRate=HEAD_LR, backboneLearningRateFactor=BACKBONE_FACTOR, showProgress=False)
+                         learningRate=HEAD_LR, backboneLearningRateFactor=BACKBONE_FACTOR, showProgress=False,
+                         **({"trainingPrecision": "bf16"} if bf16 else {}))
     model = clf.fit(df)
     seconds = time.perf_counter() - start
     results = clf.last_estimator.last_results
@@ -353,6 +360,13 @@ def accuracy(state_path: str, ids: list[np.ndarray], labels: np.ndarray, pad_id:
 
 
 # -- driver ------------------------------------------------------------------------------------------------------
+def bf16_native() -> bool:
+    """Whether this CPU has bf16 instructions (AMX or AVX-512 bf16): where the bf16 rows are worth running."""
+    from irbis.kernels.engines import native_bf16
+
+    return native_bf16()
+
+
 def child(args: argparse.Namespace) -> dict:
     spec = json.loads(args.child)
     kind = spec.pop("kind")
@@ -427,6 +441,14 @@ def run_all(root: Path, rows: int | None, repeats: int, epochs: int, quick: bool
             row("(b) TorchDistributor DDP, 2 processes x 1", "td", data=data, epochs=n_epochs,
                 workers=best_b["workers"], state_path=state),
             row("(c) TextClassifier, numWorkers=2", "spark", data=data, epochs=n_epochs, state_path=state)]
+    if bf16_native():  # each side's steps under bf16 autocast, at the settings tuned in fp32
+        tables["bf16"] = [
+            row("(a) plain PyTorch, bf16 autocast", "plain", passive=best_a["passive"], data=paths["grown"],
+                epochs=1, state_path=state, bf16=True),
+            row("(b) TorchDistributor DDP, bf16 autocast", "td", data=paths["grown"], epochs=1,
+                workers=best_b["workers"], state_path=state, bf16=True),
+            row("(c) TextClassifier, trainingPrecision=bf16", "spark", data=paths["grown"], epochs=1,
+                state_path=state, bf16=True)]
     waste = {name: padding_waste(lengths, [b for e in range(epochs) for b in batch_order(lengths, GLOBAL_BATCH, e, g)])
              for name, g in (("shuffled", False), ("length-grouped", True))}
     return report(tables, tune_a, tune_b, best_a, best_b, waste, dict(
@@ -493,6 +515,7 @@ def report(tables: dict, tune_a: dict, tune_b: dict, best_a: dict, best_b: dict,
         "", *table(tables["one"]), "",
         f"## the training reviews repeated {repeats}x ({repeats * n_train} reviews), 1 epoch",
         "", *table(tables["grown"]), "",
+        *bf16_section(tables, repeats),
         f"test acc: one held-out review is {100 / run['n_test']:.2f} points; binomial standard error about "
         f"{100 * se:.1f} points",
         "samples/s e2e: training samples (reviews x epochs) over the whole call (for (a) tokenizing included, for "
@@ -508,6 +531,22 @@ def report(tables: dict, tune_a: dict, tune_b: dict, best_a: dict, best_b: dict,
         "mode).",
     ]
     return lines, {"tables": tables, "tune_a": tune_a, "tune_b": tune_b, "waste": waste, **run}
+
+
+def bf16_section(tables: dict, repeats: int) -> list[str]:
+    """The bf16 table (the grown data, each side under bf16 autocast) with each side's speed over its fp32 row."""
+    if "bf16" not in tables:
+        return ["## bf16 autocast: not run (this CPU has no bf16 instructions)", ""]
+    fp32 = {r["label"][:3]: r for r in tables["grown"] if "error" not in r}
+    gains = "; ".join(f"{r['label'][:3]} {ti.fmt_ratio(r['e2e'], fp32[r['label'][:3]]['e2e'])} e2e, "
+                      f"{ti.fmt_ratio(r['loop'], fp32[r['label'][:3]]['loop'])} loop"
+                      for r in tables["bf16"] if "error" not in r and r["label"][:3] in fp32)
+    return [f"## bf16 autocast: the same {repeats}x rows with each side's forward pass and loss under "
+            "torch.autocast('cpu', bfloat16)",
+            "weights, gradients, Adam and the exchange in fp32 on every side; (a) and (b) at the settings tuned in "
+            "fp32; (c) with trainingPrecision='bf16'",
+            "", *table(tables["bf16"]), "",
+            f"over the same side's fp32 row above: {gains}", ""]
 
 
 def main() -> None:

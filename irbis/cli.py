@@ -103,6 +103,12 @@ def _lr_scalings() -> Any:
     return LR_SCALINGS
 
 
+def _training_precisions() -> Any:
+    from irbis.train.loop import TRAINING_PRECISIONS
+
+    return TRAINING_PRECISIONS
+
+
 def _all_models() -> list[str]:
     from irbis.models import MODELS
 
@@ -147,6 +153,7 @@ def _stage_defaults(param: str) -> str:
 TRAIN_PARAMS = {"epochs": "epochs", "batch_size": "batchSize", "workers": "numWorkers", "strategy": "strategy",
                 "strategy_options": "strategyOptions", "optimizer": "optimizer", "learning_rate": "learningRate",
                 "validation_fraction": "validationFraction", "lr_scaling": "lrScaling",
+                "training_precision": "trainingPrecision",
                 "checkpoint_dir": "checkpointDir", "augmentation": "augmentation"}
 
 
@@ -681,6 +688,9 @@ def build_parser() -> argparse.ArgumentParser:
                   "strategies: searched from autoBatchSizes)", type=_batch_size)
     stage_default("--lr-scaling", "lrScaling", "scale the learning rate with the batch one update averages",
                   choices=_Lazy(_lr_scalings), metavar="SCALING")
+    stage_default("--training-precision", "trainingPrecision", "the training steps' arithmetic: fp32, bf16 "
+                  "(autocast; weights and optimiser in fp32) or auto (bf16 for images on a GPU)",
+                  choices=_Lazy(_training_precisions), metavar="PRECISION")
     stage_default("--workers", "numWorkers", "training tasks", type=int)
     stage_default("--strategy", "strategy", "data-parallel strategy", _strategy_help, choices=_Lazy(_strategies),
                   metavar="STRATEGY")

@@ -149,8 +149,11 @@ def test_train_names_its_task_and_keeps_the_stages_defaults(capsys):
     assert "--task" in capsys.readouterr().err
     args = build_parser().parse_args(["train", "folder", "--task", "image"])
     assert _train_params(args) == {}  # nothing set: ImageClassifier's own defaults
-    args = build_parser().parse_args(["train", "data", "--task", "vectors", "--epochs", "7", "--workers", "3"])
-    assert _train_params(args) == {"epochs": 7, "numWorkers": 3}
+    args = build_parser().parse_args(["train", "data", "--task", "vectors", "--epochs", "7", "--workers", "3",
+                                      "--training-precision", "bf16"])
+    assert _train_params(args) == {"epochs": 7, "numWorkers": 3, "trainingPrecision": "bf16"}
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["train", "data", "--task", "vectors", "--training-precision", "fp16"])
     text = " ".join(help_of(capsys, "train").split())
     for stage in (ImageClassifier, TorchEstimator):
         assert all(stage().hasParam(p) for p in TRAIN_PARAMS.values())

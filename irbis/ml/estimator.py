@@ -492,6 +492,9 @@ class TorchEstimator(renamed_mixin("_EstimatorRenamed", ESTIMATOR_RENAMED), Irbi
                 server.close()
         self.last_results = results
         self.last_spec = spec
+        for record in results[0].history:  # the training summary's warnings, for every stage that trains here
+            if "warning" in record:
+                _log.warning("%s: epoch %s: %s", type(self).__name__, record.get("epoch"), record["warning"])
         return spec, module, results
 
     def _check_rows(self, frame: Any) -> None:
@@ -540,9 +543,6 @@ class TorchEstimator(renamed_mixin("_EstimatorRenamed", ESTIMATOR_RENAMED), Irbi
                                        device=self.getDevice(), engine=self.getEngine(),
                                        precision=self.getPrecision(), **params, **arch)
         model.training_summary = results[0].history
-        for record in model.training_summary:
-            if "warning" in record:
-                _log.warning("TorchEstimator: %s", record["warning"])
         return model
 
 

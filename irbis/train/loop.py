@@ -193,6 +193,15 @@ def step_autocast(spec: TrainSpec) -> contextlib.AbstractContextManager[Any]:
     return contextlib.nullcontext()
 
 
+def bf16_emulated(device: str) -> bool:
+    """Whether bf16 on ``device`` lacks instructions of its own (a CPU without AVX-512 bf16, which every CPU
+    with AMX has): there autocast emulates bf16, slower than fp32. False where torch cannot tell."""
+    if device.startswith("cuda"):
+        return False
+    has_bf16 = getattr(torch.cpu, "_is_avx512_bf16_supported", None)
+    return has_bf16 is not None and not has_bf16()
+
+
 @contextlib.contextmanager
 def _step_precision(spec: TrainSpec, xb: torch.Tensor) -> Iterator[torch.Tensor]:
     """The forward pass's setting: image batches in channels-last (:func:`channels_last`), under
@@ -299,9 +308,12 @@ def _epoch_record(run: _Run, epoch: int, sums: torch.Tensor, done: int, seconds:
         pads = torch.tensor([run.train.stats.padded, run.train.stats.tokens], dtype=torch.float64)
         run.ctx.comm.all_reduce_sum(pads)
         rec["paddingWaste"] = float(pads[0] / pads[1]) if pads[1] else None
-    warning = growth_warning(first, last, epoch + 1, run.spec.learning_rate, run.ctx.world_size)
-    if warning:
-        rec["warning"] = warning
+    warnings = [growth_warning(first, last, epoch + 1, run.spec.learning_rate, run.ctx.world_size)]
+    if not run.history and run.spec.training_precision == "bf16" and bf16_emulated(run.spec.device):
+        warnings.append("trainingPrecision='bf16' on a CPU without bf16 instructions (AVX-512 bf16 or AMX): "
+                        "autocast emulates bf16 there and runs slower than fp32; set trainingPrecision='fp32'")
+    if any(warnings):
+        rec["warning"] = "; ".join(w for w in warnings if w)
     return rec
 
 

@@ -65,9 +65,11 @@ def test_more_workers_than_local_slots_is_answered_from_the_master(spark, rows):
         estimator(numWorkers=8).fit(spark.createDataFrame(rows, ["vec", "label"]))
 
 
-def test_huge_learning_rate_warns_in_the_summary(spark, rows):
-    model = estimator(learningRate=1e6, epochs=1).fit(spark.createDataFrame(rows, ["vec", "label"]))
+def test_huge_learning_rate_warns_in_the_summary_and_the_driver_log(spark, rows, caplog):
+    with caplog.at_level("WARNING", logger="irbis.ml.estimator"):
+        model = estimator(learningRate=1e6, epochs=1).fit(spark.createDataFrame(rows, ["vec", "label"]))
     assert "the loss grew from" in model.training_summary[0]["warning"]
+    assert any("epoch 1: the loss grew from" in r.getMessage() for r in caplog.records)
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without a GPU (the gpu test runs there)")

@@ -339,3 +339,12 @@ def test_a_gru_learns_in_bf16_with_its_weights_and_exchange_in_fp32():
     assert all(t.dtype == torch.float32 for t in b.values())  # the weights stay fp32
     assert any(not torch.equal(a[k], b[k]) for k in a)  # the steps ran in bf16: other weights than fp32's
     assert bf16[0].history[-1]["bytesPerStep"] == fp32[0].history[-1]["bytesPerStep"]  # fp32 gradients sent
+
+
+def test_bf16_on_a_cpu_without_bf16_instructions_warns_in_the_summary(monkeypatch):
+    x, y = token_task(60)
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False)
+    hist = run_threads(spec(epochs=2, training_precision="bf16"), shard_rows(x, y, 2))[0].history
+    assert "without bf16 instructions" in hist[0]["warning"] and "warning" not in hist[1]
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: True)
+    assert "warning" not in run_threads(spec(epochs=1, training_precision="bf16"), shard_rows(x, y, 2))[0].history[0]

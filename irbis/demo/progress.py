@@ -126,12 +126,15 @@ def _classic_progress(spark: SparkSession, description: str, bar: _Bar, interval
 @contextmanager
 def _connect_progress(spark: SparkSession, description: str, bar: _Bar, interval: float) -> Iterator[None]:
     seen: dict[tuple[str | None, int], tuple[int, int]] = {}  # (operation, stage) -> (tasks, finished)
+    lock = threading.Lock()  # operations run from several threads (a training job's) call the handler at once
 
     def handler(stages: Any, inflight_tasks: int, operation_id: str | None, done: bool) -> None:
-        for stage in stages or ():  # a finished operation's skipped stages (results reused) never run
-            seen[(operation_id, stage.stage_id)] = (stage.num_tasks, stage.num_tasks if done else
-                                                    stage.num_completed_tasks)
-        bar.show(sum(f for _, f in seen.values()), sum(t for t, _ in seen.values()))
+        with lock:
+            for stage in stages or ():  # a finished operation's skipped stages (results reused) never run
+                seen[(operation_id, stage.stage_id)] = (stage.num_tasks, stage.num_tasks if done else
+                                                        stage.num_completed_tasks)
+            counts = list(seen.values())
+        bar.show(sum(f for _, f in counts), sum(t for t, _ in counts))
 
     spark.registerProgressHandler(handler)
     try:

@@ -52,3 +52,30 @@ def test_the_head_cross_validation_reports_each_fit_it_ran():
                         epochs=(2,), on_fit=lambda: fits.append(1))
     assert len(fits) == _cv_fits(3, {"hidden": (4,), "weight_decay": (1e-4, 1e-2)}) == 6
     assert _cv_fits(3) == 3 * len(REG_GRID) and _cv_fits(2, HEAD_GRID) == 2 * 2 * 2
+
+
+def test_the_connect_handler_takes_reports_from_several_threads_at_once():
+    import threading
+    from types import SimpleNamespace
+
+    from irbis.demo.progress import _connect_progress
+
+    handlers = []
+    session = SimpleNamespace(registerProgressHandler=handlers.append, removeProgressHandler=handlers.remove)
+    block, errors = bar(1000), []
+
+    def report(op):
+        try:
+            for s in range(300):  # each report adds a stage while the other threads sum the stages seen
+                handlers[0]([SimpleNamespace(stage_id=s, num_tasks=2, num_completed_tasks=1)], 0, op, False)
+        except Exception as err:  # noqa: BLE001 - any error fails the test below
+            errors.append(err)
+
+    with _connect_progress(session, "scoring", block, 0.1):
+        threads = [threading.Thread(target=report, args=(f"op{i}",)) for i in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    assert errors == [] and handlers == []
+    assert block.bar.n == 500  # 2400 stages of 2 tasks, half of them finished

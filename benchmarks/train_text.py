@@ -360,13 +360,6 @@ def accuracy(state_path: str, ids: list[np.ndarray], labels: np.ndarray, pad_id:
 
 
 # -- driver ------------------------------------------------------------------------------------------------------
-def bf16_native() -> bool:
-    """Whether this CPU has bf16 instructions (AMX or AVX-512 bf16): where the bf16 rows are worth running."""
-    from irbis.kernels.engines import native_bf16
-
-    return native_bf16()
-
-
 def child(args: argparse.Namespace) -> dict:
     spec = json.loads(args.child)
     kind = spec.pop("kind")
@@ -441,7 +434,9 @@ def run_all(root: Path, rows: int | None, repeats: int, epochs: int, quick: bool
             row("(b) TorchDistributor DDP, 2 processes x 1", "td", data=data, epochs=n_epochs,
                 workers=best_b["workers"], state_path=state),
             row("(c) TextClassifier, numWorkers=2", "spark", data=data, epochs=n_epochs, state_path=state)]
-    if bf16_native():  # each side's steps under bf16 autocast, at the settings tuned in fp32
+    from irbis.train.loop import bf16_emulated
+
+    if not bf16_emulated("cpu"):  # each side's steps under bf16 autocast, at the settings tuned in fp32
         tables["bf16"] = [
             row("(a) plain PyTorch, bf16 autocast", "plain", passive=best_a["passive"], data=paths["grown"],
                 epochs=1, state_path=state, bf16=True),

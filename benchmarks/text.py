@@ -20,6 +20,10 @@ times. The network is the catalogue's all-MiniLM-L6-v2 in every row. Each part r
       default texts, and int8 calibrated on 256 training reviews (``calibrationData``). Its workers' peak RSS
       is read after the fp32 rows, before they load the other precisions' engines, and once more at the end.
 
+Also, apart: Irbis's text runner without Spark on one thread per engine and precision; and torch fp32 on the
+runner's padded batches against the same batches without padding in the linear layers (the tokens packed,
+attention padded per batch or on nested tensors), the issue's unpadded alternative.
+
 Every timed run follows one untimed run of the same work (model loading, the engine's export, Spark's
 start); every row keeps the best of ``REPEATS`` timed runs. The baseline (a) is measured first and again,
 at its best batch size, after the last part: a shared machine's speed drifts over a run of a quarter of an
@@ -55,7 +59,7 @@ MODEL = "all_minilm_l6_v2"
 #: bf16 instructions): shown apart, never as the fp32 bound.
 DEFAULT_HINT = "openvino default precision"
 #: bump when the figures would change (see provenance.py)
-MEASURING_CODE = 5
+MEASURING_CODE = 6
 #: Timed runs of every row, the best kept (after one untimed run), on every side alike: a Spark worker meets the
 #: batch shapes of the other partition only when Spark next gives it that partition, and each new shape sets
 #: up its kernels once; the loops without Spark get as many runs.
@@ -246,6 +250,102 @@ def part_engines(args: argparse.Namespace) -> dict:
     return {"texts_per_s": rows, "cosine": cosine}
 
 
+def unpadded_encoder(runner: Any, attention: str) -> Any:
+    """``encode(texts)`` of MiniLM (a BERT) without padding in its linear layers: the tokens of a batch packed
+    into one ``(tokens, hidden)`` matrix for the embeddings, every projection, feed-forward and layer norm;
+    only attention sees the rows apart, padded per batch with a mask (``attention="padded"``) or as a nested
+    tensor of jagged rows (``attention="nested"``, ``torch.nested``). The same weights and batches as the
+    runner's padded path (tokenize, sort, cut by the token budget), the outputs in the rows' order."""
+    import torch
+    import torch.nn.functional as F
+
+    from irbis.kernels.sequences import length_batches
+    from irbis.models.text import load_text_module, text_card
+
+    bert = load_text_module(runner.folder, text_card(MODEL)).model
+    heads = bert.config.num_attention_heads
+    hidden = bert.config.hidden_size
+    layers = [(torch.cat([lay.attention.self.query.weight, lay.attention.self.key.weight,
+                          lay.attention.self.value.weight]),
+               torch.cat([lay.attention.self.query.bias, lay.attention.self.key.bias,
+                          lay.attention.self.value.bias]), lay) for lay in bert.encoder.layer]
+
+    def attend(qkv: Any, lengths: np.ndarray, rows: Any, positions: Any) -> Any:
+        size = hidden // heads
+        if attention == "nested":
+            offsets = torch.from_numpy(np.concatenate([[0], np.cumsum(lengths)]))
+            nested = torch.nested.nested_tensor_from_jagged(qkv, offsets)  # (B, j, 3 * hidden)
+            q, k, v = (nested[..., i * hidden:(i + 1) * hidden].unflatten(-1, (heads, size)).transpose(1, 2)
+                       .contiguous() for i in range(3))
+            return F.scaled_dot_product_attention(q, k, v).transpose(1, 2).flatten(-2).values()
+        width = int(lengths.max())
+        where = rows * width + positions
+        padded = qkv.new_zeros(len(lengths) * width, 3 * hidden)
+        padded[where] = qkv
+        q, k, v = padded.view(len(lengths), width, 3, heads, size).permute(2, 0, 3, 1, 4)
+        mask = torch.zeros(len(lengths) * width, dtype=torch.bool)
+        mask[where] = True
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask.view(len(lengths), 1, 1, width))
+        return out.transpose(1, 2).reshape(len(lengths) * width, hidden)[where]
+
+    def forward(ids: list[np.ndarray]) -> Any:
+        lengths = np.array([len(r) for r in ids])
+        flat = torch.from_numpy(np.concatenate(ids).astype(np.int64))
+        positions = torch.from_numpy(np.concatenate([np.arange(n) for n in lengths]))
+        rows = torch.from_numpy(np.repeat(np.arange(len(ids)), lengths))
+        emb = bert.embeddings
+        x = emb.LayerNorm(emb.word_embeddings(flat) + emb.position_embeddings(positions)
+                          + emb.token_type_embeddings.weight[0])
+        for weight, bias, lay in layers:
+            context = attend(F.linear(x, weight, bias), lengths, rows, positions)
+            x = lay.attention.output.LayerNorm(lay.attention.output.dense(context) + x)
+            x = lay.output.LayerNorm(lay.output.dense(lay.intermediate(x)) + x)
+        pooled = torch.zeros(len(ids), hidden).index_add_(0, rows, x) / torch.from_numpy(lengths)[:, None]
+        return F.normalize(pooled, dim=-1)
+
+    def encode(data: list[str]) -> np.ndarray:
+        ids, _ = runner.tokenize(data)
+        lengths = np.array([len(r) for r in ids])
+        out = np.empty((len(ids), hidden), np.float32)
+        with torch.inference_mode():
+            for batch in length_batches(lengths, token_budget=runner.token_budget, max_rows=runner.max_rows):
+                out[batch] = forward([ids[i] for i in batch]).numpy()
+        return out
+
+    return encode
+
+
+def part_unpadded(args: argparse.Namespace) -> dict:
+    """torch fp32 on one thread, the runner's padded batches against the same batches without padding in the
+    linear layers (packed tokens), attention padded per batch or on nested tensors: which is faster decides
+    whether Irbis runs text unpadded (the padded path is what it runs)."""
+    import torch
+
+    from irbis.kernels.text_encoder import text_runner
+    from irbis.kernels.threads import set_threads
+    from irbis.models.text import text_source
+
+    set_threads(1)
+    data = texts(args.copies)
+    reference = np.load(args.reference)
+    runner = text_runner(text_source(MODEL), engine="torch", precision="fp32", max_length=MAX_LENGTH,
+                         token_budget=args.budget, max_rows=256)
+    sides = {"padded batches (Irbis's runner)": lambda d: runner.encode(d).values,
+             "packed tokens, attention padded per batch": unpadded_encoder(runner, "padded"),
+             "packed tokens, attention on nested tensors": unpadded_encoder(runner, "nested")}
+    rows, cosine, failed = {}, {}, {}
+    for name, encode in sides.items():
+        try:
+            got = encode(data[:len(reference)])
+        except RuntimeError as err:  # an operation without a kernel for this layout on this device
+            failed[name] = f"torch {torch.__version__}: {str(err).splitlines()[0]}"
+            continue
+        rows[name] = len(data) / timed(lambda: encode(data), repeats=REPEATS)
+        cos = (got * reference).sum(1) / (np.linalg.norm(got, axis=1) * np.linalg.norm(reference, axis=1))
+        cosine[name] = {"mean": float(cos.mean()), "min": float(cos.min())}
+    return {"texts_per_s": rows, "cosine": cosine, "failed": failed}
+
+
 def part_calibration(args: argparse.Namespace) -> dict:
     """int8 on OpenVINO (NNCF) by calibration sample: the 379 held-out reviews' cosine to fp32, with the
     default texts or 128 training reviews setting the ranges, each with and without the short texts (each
@@ -395,8 +495,8 @@ def sentiment_accuracy(embeddings: dict[str, np.ndarray]) -> dict[str, float]:
     return out
 
 
-PARTS = {"st": part_st, "plain": part_plain, "engines": part_engines, "calibration": part_calibration,
-         "udf": part_udf, "irbis": part_irbis}
+PARTS = {"st": part_st, "plain": part_plain, "engines": part_engines, "unpadded": part_unpadded,
+         "calibration": part_calibration, "udf": part_udf, "irbis": part_irbis}
 
 
 # -- the run ---------------------------------------------------------------------------------------------
@@ -457,6 +557,15 @@ def report(args: argparse.Namespace, parts: dict, header: list[str]) -> str:
               "| engine, precision | texts/s | mean cosine | min cosine |", "|---|---|---|---|"]
     lines += [f"| {k} | {v:.1f} | {engines['cosine'][k]['mean']:.5f} | {engines['cosine'][k]['min']:.5f} |"
               for k, v in engines["texts_per_s"].items()]
+    unpadded = parts["unpadded"]
+    lines += ["", "## Without padding: torch fp32, 1 thread, the same sorted batches", "",
+              "| batches | texts/s | vs padded | mean cosine | min cosine |", "|---|---|---|---|---|"]
+    padded_rate = next(iter(unpadded["texts_per_s"].values()))
+    lines += [f"| {k} | {v:.1f} | {v / padded_rate:.2f}x | {unpadded['cosine'][k]['mean']:.5f} | "
+              f"{unpadded['cosine'][k]['min']:.5f} |" for k, v in unpadded["texts_per_s"].items()]
+    lines += [f"| {k} | no run: {why} | | | |" for k, why in unpadded["failed"].items()]
+    faster = max(unpadded["texts_per_s"], key=unpadded["texts_per_s"].get)
+    lines += ["", f"Faster: {faster}."]
     calibration = parts["calibration"]
     lines += ["", f"## int8 (OpenVINO, NNCF) by calibration sample: the {calibration['texts']} held-out reviews "
               "against fp32", "", "| sample | mean cosine | min cosine |", "|---|---|---|"]
@@ -499,7 +608,7 @@ def main() -> None:
     args.reference = Path(tempfile.mkdtemp(prefix="irbis-text-ref-")) / "reference.npy"
     save_reference(args.copies, args.reference)
     parts = {}
-    for name in ("st", "plain", "engines", "calibration", "udf", "irbis"):
+    for name in ("st", "plain", "engines", "unpadded", "calibration", "udf", "irbis"):
         parts[name] = run_part(name, args)
         print(name, json.dumps(parts[name]), flush=True)
         if "error" in parts[name]:

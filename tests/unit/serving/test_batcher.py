@@ -4,6 +4,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+import types
 
 import pytest
 
@@ -116,13 +117,23 @@ def test_a_lone_request_times_out_and_refuses_when_stopping():
         asyncio.run(batcher.run_alone(lambda: "late"))
 
 
-def _costed(per_call: float, per_row: float):
-    """A pipeline whose call costs ``per_call`` seconds plus ``per_row`` per row; records the batch sizes."""
+def _costed(monkeypatch, per_call: float, per_row: float):
+    """A pipeline whose call costs ``per_call`` seconds plus ``per_row`` per row; records the batch sizes.
+
+    The call sleeps that long, so that requests queue behind it as behind a real one, and the batcher's
+    clock advances by exactly that cost: on a loaded machine a sleep's overshoot and the thread hand-off
+    would add a cost per call of their own, and the batcher would rightly weigh it."""
+    import irbis.serving.batcher as batcher_module
+
     sizes: list[int] = []
+    clock = [0.0]
+    monkeypatch.setattr(batcher_module, "time", types.SimpleNamespace(perf_counter=lambda: clock[0]))
 
     def predict(columns):
         sizes.append(len(columns["a"]))
-        time.sleep(per_call + per_row * len(columns["a"]))
+        cost = per_call + per_row * len(columns["a"])
+        time.sleep(cost)
+        clock[0] += cost
         return {"b": columns["a"]}
     return predict, sizes
 
@@ -137,19 +148,19 @@ async def _load(batcher: Batcher, requests: int, clients: int = 48) -> None:
     await asyncio.gather(*[client() for _ in range(clients)])
 
 
-def test_batches_stay_large_where_batching_pays():
+def test_batches_stay_large_where_batching_pays(monkeypatch):
     """A call costs 8 ms whatever it holds (a fixed cost, as a tabular pipeline's or a GPU's): the batches
     grow to the largest size the queue fills."""
-    predict, sizes = _costed(0.008, 0.00001)
+    predict, sizes = _costed(monkeypatch, 0.008, 0.00001)
     batcher = Batcher(predict, max_batch_size=32)
     asyncio.run(_with(batcher, lambda: _load(batcher, 600)))
     assert batcher.limit == 32 and max(sizes[-10:]) == 32
 
 
-def test_batches_shrink_where_batching_gains_nothing():
+def test_batches_shrink_where_batching_gains_nothing(monkeypatch):
     """A call costs 2 ms per row and nothing more (a CNN on a few CPU cores): one large batch saves no
     time, so the batcher settles on small ones, and requests stop waiting behind long batches."""
-    predict, sizes = _costed(0.0, 0.002)
+    predict, sizes = _costed(monkeypatch, 0.0, 0.002)
     batcher = Batcher(predict, max_batch_size=32)
     asyncio.run(_with(batcher, lambda: _load(batcher, 1000)))
     assert batcher.limit <= 8, (batcher.limit, batcher._costs)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 import pytest
 from connect_mode import connect_mode
@@ -148,30 +147,34 @@ def camera_trap_run(tmp_path_factory):
     return notebook, seconds, folder
 
 
-TESTS = Path(__file__).resolve().parent
-#: Folders of TESTS whose tests all run under ``--connect``, whether or not they take the ``spark`` fixture.
-SPARK_FOLDERS = ("spark", "conformance")
-
-
 def uses_spark(item) -> bool:
-    """Whether a test runs on the test run's Spark session: it takes the ``spark`` fixture (directly or
-    through another fixture), or lies in one of :data:`SPARK_FOLDERS`."""
-    if "spark" in getattr(item, "fixturenames", ()):
-        return True
-    path = Path(str(item.path)).resolve()
-    return any(path.is_relative_to(TESTS / folder) for folder in SPARK_FOLDERS)
+    """Whether a test runs on the test run's Spark session: it takes the ``spark`` fixture, directly or
+    through another fixture. What folder it lies in does not count: a test of ``tests/spark`` that starts no
+    session (a Param's range, an export, a fresh interpreter) gains nothing from a second run on Connect."""
+    return "spark" in getattr(item, "fixturenames", ())
+
+
+def compares_with_connect(item) -> bool:
+    """Whether a test takes the ``connect`` fixture: it holds the classic session and a Connect client of the
+    same server side by side and compares them. The classic run does that once; under ``--connect`` both
+    sides would be the Connect session, a comparison that cannot fail, so it is skipped there."""
+    return "connect" in getattr(item, "fixturenames", ())
 
 
 def run_order(item) -> int:
-    """0 for the ordinary tests, 1 for the slow ones on the local session, 2 for the ``notebooks`` (each runs
-    in a kernel process with a Spark driver of its own, so they run as a group after every other test on
-    the local session and before any cluster is started beside it), 3 for those on ``cluster_spark``, which
-    stops the local session: every test that needs it must run before."""
+    """0 for the ordinary tests; 1 for the ``cluster`` ones (a standalone cluster beside the local session,
+    stopped after them: they run after the ordinary tests so that the PEX they ship is built while those run,
+    see ``tests/cluster/conftest.py``); 2 for the slow ones on the local session; 3 for the ``notebooks``
+    (each runs in a kernel process with a Spark driver of its own, so they run as a group after every other
+    test on the local session); 4 for those on ``cluster_spark``, which stops the local session: every test
+    that needs it must run before."""
     if "cluster_spark" in getattr(item, "fixturenames", ()):
-        return 3
+        return 4
     if item.get_closest_marker("notebooks") is not None:
+        return 3
+    if item.get_closest_marker("slow") is not None:
         return 2
-    return 1 if item.get_closest_marker("slow") is not None else 0
+    return 1 if item.get_closest_marker("cluster") is not None else 0
 
 
 def pytest_collection_modifyitems(config, items):
@@ -181,7 +184,8 @@ def pytest_collection_modifyitems(config, items):
     Under ``--connect`` only the Spark tests run (:func:`uses_spark`; the others, the notebooks among them,
     gain nothing from a second run), and the multi-executor tests, the ``cluster`` ones and the
     ``classic_only`` ones are skipped: the first two start classic clusters and drivers of their own, the
-    last say why they need classic Spark.
+    last say why they need classic Spark. The tests that compare classic Spark with Connect
+    (:func:`compares_with_connect`) are skipped there too: the classic run makes each comparison once.
     """
     if on_connect(config):
         kept = [item for item in items if uses_spark(item)]
@@ -209,6 +213,9 @@ def pytest_collection_modifyitems(config, items):
                 item.add_marker(cluster)
             elif item.get_closest_marker("cluster") is not None:
                 item.add_marker(standalone)
+            elif compares_with_connect(item):
+                item.add_marker(pytest.mark.skip(reason="compares classic Spark with Connect: the classic run does, "
+                                                        "here both sides would be Connect"))
             elif (marker := item.get_closest_marker("classic_only")) is not None:
                 reason = marker.kwargs.get("reason") or (marker.args[0] if marker.args else "needs classic Spark")
                 item.add_marker(pytest.mark.skip(reason=f"classic only: {reason}"))

@@ -11,8 +11,10 @@ killed at the end of the run whatever the tests did.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -24,10 +26,10 @@ HERE = Path(__file__).resolve().parent
 CHECKS = HERE / "cluster_checks.py"
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def standalone(tmp_path_factory):
     """A master and two one-core workers on 127.0.0.1, as separate processes; the master is waited for,
-    the workers are not (an application waits for its executors). Stopped at the end of the run."""
+    the workers are not (an application waits for its executors). Stopped after the module's tests."""
     cluster = start_standalone(tmp_path_factory.mktemp("standalone"), workers=2, cores=1, memory="2g", wait=False)
     with cluster:
         yield cluster
@@ -121,29 +123,83 @@ def environment_fingerprint() -> str:
     return digest.hexdigest()[:16]
 
 
-@pytest.fixture(scope="session")
-def packed_env(request, tmp_path_factory):
-    """``irbis pack``'s PEX of this environment (Irbis and its packages, without pyspark and py4j), kept in
-    pytest's cache under :func:`environment_fingerprint`: a later run of an unchanged environment and
-    source tree reuses it instead of packing again. Packed uncompressed: about 1 minute, against 2 compressed."""
+def pack_cache() -> Path:
+    """Where the tests keep ``irbis pack``'s PEX between runs: outside the clone (a fresh clone of the same
+    source on this machine reuses it), under ``$IRBIS_TEST_CACHE`` or the user's cache folder."""
+    base = os.environ.get("IRBIS_TEST_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "irbis-tests")
+    folder = Path(base) / "pack"
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+def _build_pex(path: Path) -> str:
+    """Pack this environment into ``path`` (uncompressed: about half the time of a compressed pack, read from a
+    local disk), under a name of its own renamed once whole, so that an interrupted pack is never reused."""
     from irbis.spark.environment import pack
 
-    cache = getattr(request.config, "cache", None)
-    folder = cache.mkdir("irbis-pack") if cache is not None else tmp_path_factory.mktemp("packed")
-    path = Path(folder) / f"irbis-env-{environment_fingerprint()}.pex"
     if path.is_file():
-        print(f"irbis pack: reused {path.name}")
-        return str(path)
-    for old in Path(folder).glob("irbis-env-*.pex"):  # packs of an environment that has changed since
-        old.unlink()
-    # written under a name of its own, renamed once whole: an interrupted pack is never reused
-    packed = pack(path.with_name(f"partial-{path.name}"), compress=False)  # built faster; read from a local disk
+        return f"irbis pack: reused {path.name}"
+    # packs of environments that have changed since: the two newest stay (another clone may be shipping one)
+    for old in sorted(path.parent.glob("irbis-env-*.pex"), key=lambda p: p.stat().st_mtime)[:-2]:
+        old.unlink(missing_ok=True)
+    for old in path.parent.glob("partial-*.pex"):  # left by an interrupted run, not by one packing now
+        if time.time() - old.stat().st_mtime > 3600:
+            old.unlink(missing_ok=True)
+    packed = pack(path.with_name(f"partial-{os.getpid()}-{path.name}"), compress=False)
     packed.path.rename(path)
-    print(f"irbis pack: {packed.bytes / 2**20:.0f} MiB in {packed.seconds:.0f} s")
-    return str(path)
+    return f"irbis pack: {packed.bytes / 2**20:.0f} MiB in {packed.seconds:.0f} s"
+
+
+class _Packing(threading.Thread):
+    """:func:`_build_pex` in a daemon thread (an interrupted run does not wait for it); :meth:`result` joins."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(name="irbis-pack", daemon=True)
+        self.path, self.message, self.error = path, "", None
+        self.start()
+
+    def run(self) -> None:
+        try:
+            self.message = _build_pex(self.path)
+        except BaseException as err:  # raised again in the test that needs the PEX
+            self.error = err
+
+    def result(self, timeout_s: float) -> str:
+        self.join(timeout_s)
+        if self.is_alive():
+            raise TimeoutError(f"irbis pack did not end within {timeout_s:.0f} s")
+        if self.error is not None:
+            raise self.error
+        return self.message
+
+
+#: The pack started when the run collected a test that ships it (:func:`pytest_collection_finish`).
+_PACKING: list[_Packing] = []
+
+
+def pytest_collection_finish(session):
+    """Start packing as soon as the run is known to need the PEX, in a thread of its own: the ``cluster``
+    tests run after the ordinary ones (``run_order`` in ``tests/conftest.py``), so the pack overlaps them
+    instead of holding up the first cluster test."""
+    needed = any("packed_env" in getattr(item, "fixturenames", ()) and not item.get_closest_marker("skip")
+                 for item in session.items)
+    if needed and session.config.getoption("--connect", False) is False and not _PACKING:
+        _PACKING.append(_Packing(pack_cache() / f"irbis-env-{environment_fingerprint()}.pex"))
 
 
 @pytest.fixture(scope="session")
+def packed_env():
+    """``irbis pack``'s PEX of this environment (Irbis and its packages, without pyspark and py4j), kept in
+    :func:`pack_cache` under :func:`environment_fingerprint`: a later run of an unchanged environment and
+    source tree reuses it instead of packing again. Started at collection, waited for here."""
+    if not _PACKING:
+        _PACKING.append(_Packing(pack_cache() / f"irbis-env-{environment_fingerprint()}.pex"))
+    print(_PACKING[0].result(timeout_s=900))
+    return str(_PACKING[0].path)
+
+
+@pytest.fixture(scope="module")
 def cluster_app(standalone, cluster_images, bare_python, packed_env):
     """The cluster's drivers, started at once and left running while the tests compute the local
     results. First an application of one executor whose Python is ``bare_python`` fits (and fails), then

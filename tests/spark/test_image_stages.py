@@ -77,9 +77,35 @@ def test_spark_transform_chain_unroll_and_augment(spark):
     np.testing.assert_allclose(rows[1].vec.toArray(), expected.transpose(2, 0, 1).reshape(-1), rtol=1e-6)
     np.testing.assert_array_equal(rows[2].pixels.toArray(), COFFEE_BGR.transpose(2, 0, 1).reshape(-1))
     assert rows[3].img is None and rows[3].vec is None and rows[3].pixels is None
-    aug = ImageSetAugmenter(flipLeftRight=True, flipUpDown=True).transform(df)
-    counts = {r.id: r["count"] for r in aug.groupBy("id").count().collect()}
-    assert counts == {1: 3, 2: 3, 3: 1}
+
+
+def _pixels(image):
+    """A uint8 image struct's pixels read with numpy alone (no irbis decoding)."""
+    assert image.mode == cv2.CV_8UC3
+    return np.frombuffer(bytes(image.data), np.uint8).reshape(image.height, image.width, image.nChannels)
+
+
+@pytest.mark.spark
+def test_spark_augmenter_emits_each_copy_with_its_pixels(spark):
+    aug = ImageSetAugmenter(flipLeftRight=True, flipUpDown=True, cropFraction=0.5,
+                            exposureGain=1.5).transform(_spark_frame(spark))
+    photos = {1: ("cat", CAT_BGR), 2: ("coffee", COFFEE_BGR)}
+    seen = []
+    for r in aug.collect():
+        seen.append((r.id, r.augmentation))
+        if r.id == 3:  # a null image is kept once, without pixels
+            assert r.image is None or r.image.data is None
+            continue
+        origin, photo = photos[r.id]
+        (h, w), (ch, cw) = photo.shape[:2], (round(photo.shape[0] / 2), round(photo.shape[1] / 2))
+        centre = photo[(h - ch) // 2:(h - ch) // 2 + ch, (w - cw) // 2:(w - cw) // 2 + cw]
+        expected = {"original": photo, "flipLeftRight": np.flip(photo, axis=1), "flipUpDown": np.flip(photo, axis=0),
+                    "crop": cv2.resize(centre, (w, h), interpolation=cv2.INTER_LINEAR),
+                    "exposure": np.clip(photo.astype(np.float32) * 1.5, 0, 255).astype(np.uint8)}[r.augmentation]
+        assert r.image.origin == origin
+        np.testing.assert_array_equal(_pixels(r.image), expected, err_msg=f"{origin} {r.augmentation}")
+    variants = ["original", "flipLeftRight", "flipUpDown", "crop", "exposure"]
+    assert sorted(seen) == sorted([(i, v) for i in (1, 2) for v in variants] + [(3, "original")])
 
 
 @pytest.mark.spark

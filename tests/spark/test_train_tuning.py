@@ -34,10 +34,39 @@ def test_linear_scaling_on_two_sync_workers_doubles_the_rate(train_df):
     by_hand.fit(train_df)
     a, b = weights(scaled), weights(by_hand)
     assert all(torch.equal(a[k], b[k]) for k in a)
-    warm = estimator(lrScaling="linear", warmupEpochs=1.0)
-    model = warm.fit(train_df)
+
+
+def recording_sgd(folder):
+    """An optimizer factory: SGD at rate 0.05 that appends the rate of each of its steps to a file of its
+    worker process in ``folder``."""
+
+    def make(params):
+        import os
+
+        opt = torch.optim.SGD(params, lr=0.05)
+
+        def record(optimizer, args, kwargs):
+            with open(os.path.join(folder, f"rates-{os.getpid()}.txt"), "a") as f:
+                f.write(f"{optimizer.param_groups[0]['lr']!r}\n")
+
+        opt.register_step_pre_hook(record)
+        return opt
+
+    return make
+
+
+def test_warm_up_climbs_step_by_step_from_the_base_rate_to_the_scaled_one(train_df, tmp_path):
+    model = estimator(optimizer=recording_sgd(str(tmp_path)), lrScaling="linear", warmupEpochs=1.0).fit(train_df)
     assert len(model.training_summary) == 2
-    assert not all(torch.equal(a[k], v) for k, v in weights(warm).items())  # the first epoch ran slower
+    files = sorted(tmp_path.glob("rates-*.txt"))
+    assert len(files) == 2  # one per worker
+    for path in files:
+        rates = [float(line) for line in path.read_text().split()]
+        steps = len(rates) // 2
+        assert len(rates) == 2 * steps and steps > 10
+        # two sync workers of 16 rows: the scaled rate is 0.1; the first epoch climbs to it from 0.05
+        expected = [0.05 * (1 + min(1.0, k / steps)) for k in range(2 * steps)]
+        np.testing.assert_allclose(rates, expected, rtol=1e-12)
 
 
 @pytest.fixture(scope="module")

@@ -54,7 +54,40 @@ def test_one_bit_sends_25x_fewer_bytes_at_equal_accuracy(fitted, digits):
     assert test_accuracy(fitted["one_bit"], digits) >= test_accuracy(fitted["sync"], digits) - 0.03
 
 
+def test_sync_two_workers_with_plain_sgd_take_the_full_batch_gradient_step(spark, digits):
+    """2 workers, each with its whole half in one batch, under plain SGD == full-batch gradient descent in one
+    process: equal halves, so the mean of the workers' mean gradients is the mean over all rows. SGD's step is
+    proportional to the gradient, so a backend that summed the workers' gradients (a step twice as long)
+    fails here, where Adam (the test below) divides the gradient's scale out."""
+    from pyspark.ml.linalg import Vectors
+
+    from irbis.models import build_model
+
+    xtr, xte, ytr, _ = digits
+    n = len(ytr) // 4 * 4  # even halves of even input partitions: the workers' rows are equal in number
+    df = spark.createDataFrame([(Vectors.dense(a), int(b)) for a, b in zip(xtr[:n], ytr[:n])], ["features", "label"])
+    steps, lr = 8, 0.5
+    dist = estimator(optimizer="sgd", learningRate=lr, epochs=steps, batchSize=n, validationFraction=0.0,
+                     engine="torch").fit(df)
+    model = build_model("mlp", **json.loads(MLP)).train()
+    start = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+    opt = torch.optim.SGD(model.parameters(), lr=lr)
+    x, y = torch.tensor(xtr[:n], dtype=torch.float32), torch.tensor(ytr[:n])
+    for _ in range(steps):
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+    assert float((torch.cat([p.detach().reshape(-1) for p in model.parameters()]) - start).abs().max()) > 0.05
+    probe = xte[:64].astype(np.float32)
+    with torch.no_grad():
+        want = model(torch.from_numpy(probe)).numpy()
+    got = np.stack(dist.transform(pd.DataFrame({"features": list(probe)}))["prediction"].map(np.asarray))
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-4)
+
+
 def test_sync_two_workers_match_one_process_with_doubled_batch(fitted, digits):
+    """The Adam run (its optimizer's path): as accurate as one process on batches of twice the size. Adam is
+    blind to the gradient's scale; the plain-SGD test above checks that the workers average."""
     from irbis.models import build_model
 
     xtr, xte, ytr, yte = digits

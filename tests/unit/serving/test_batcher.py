@@ -21,6 +21,21 @@ def _recorder(delay: float = 0.0):
     return predict, calls
 
 
+def _clocked(monkeypatch, predict, cost: float):
+    """``predict`` as the batcher sees it on a simulated clock: each call advances the batcher's clock by exactly
+    ``cost`` seconds, whatever the call, a thread hand-off or a loaded machine take."""
+    import irbis.serving.batcher as batcher_module
+
+    clock = [0.0]
+    monkeypatch.setattr(batcher_module, "time", types.SimpleNamespace(perf_counter=lambda: clock[0]))
+
+    def timed(columns):
+        out = predict(columns)
+        clock[0] += cost
+        return out
+    return timed
+
+
 async def _with(batcher: Batcher, body):
     await batcher.start()
     try:
@@ -29,19 +44,23 @@ async def _with(batcher: Batcher, body):
         await batcher.stop()
 
 
-def test_cheap_batches_run_on_the_loop_and_slow_ones_on_the_worker():
+def test_cheap_batches_run_on_the_loop_and_slow_ones_on_the_worker(monkeypatch):
+    """The first call runs on the worker (no cost known yet); once a call's cost per row is known to be under
+    INLINE_S the next ones run on the loop, and a pipeline above it stays on the worker. The costs are those of
+    the batcher's simulated clock (nothing for the cheap pipeline, 10 ms for the slow one), not the wall time
+    of the calls, which includes the thread hand-off and grows on a loaded machine."""
     cheap, cheap_calls = _recorder()
-    slow, slow_calls = _recorder(delay=0.01)
+    slow, slow_calls = _recorder()
 
     async def ten(batcher):
-        return [await batcher.submit({"a": [i]}, 1, timeout=5) for i in range(10)]
+        return [await batcher.submit({"a": [i]}, 1, timeout=30) for i in range(10)]
 
-    for predict in (cheap, slow):
-        batcher = Batcher(predict)
+    for predict, cost in ((cheap, 0.0), (slow, 0.01)):
+        batcher = Batcher(_clocked(monkeypatch, predict, cost))
         assert asyncio.run(_with(batcher, lambda: ten(batcher))) == [{"b": [2 * i]} for i in range(10)]
     loop_thread = threading.current_thread().name
     assert cheap_calls[0][0].startswith("irbis-predict")  # no cost known yet: the worker
-    assert cheap_calls[-1][0] == loop_thread  # then on the loop, once a call showed it cheap
+    assert all(name == loop_thread for name, _ in cheap_calls[1:])  # then on the loop, once a call showed it cheap
     assert all(name.startswith("irbis-predict") for name, _ in slow_calls)
 
 
@@ -70,32 +89,56 @@ def test_concurrent_requests_share_a_batch_and_get_their_own_rows():
 
 
 def test_timeout_expires_the_request_and_the_batcher_goes_on():
-    predict, calls = _recorder(delay=0.3)
+    """The first request's call holds until the test releases it, after that request's timeout has expired:
+    the timeout cannot lose the race to the call, however slowly the machine runs either."""
+    release = threading.Event()
+    calls: list[list[int]] = []
+
+    def predict(columns):
+        calls.append(list(columns["a"]))
+        if columns["a"] == [1]:
+            assert release.wait(60), "the test never released the first call"
+        return {"b": [v * 2 for v in columns["a"]]}
     batcher = Batcher(predict)
 
     async def late_then_fine():
-        with pytest.raises(asyncio.TimeoutError):
-            await batcher.submit({"a": [1]}, 1, timeout=0.05)
-        return await batcher.submit({"a": [2]}, 1, timeout=5)
+        try:
+            with pytest.raises(asyncio.TimeoutError):
+                await batcher.submit({"a": [1]}, 1, timeout=0.05)
+        finally:
+            release.set()
+        return await batcher.submit({"a": [2]}, 1, timeout=30)
     assert asyncio.run(_with(batcher, late_then_fine)) == {"b": [4]}
+    assert calls == [[1], [2]]
 
 
 def test_a_lone_request_runs_whole_on_the_worker_and_later_ones_queue_behind_it():
-    predict, calls = _recorder(delay=0.01)
-    batcher = Batcher(predict)
+    """The lone request's work holds the worker until the test releases it, and the test releases it only once
+    the three later requests have been gathered into one batch (the batcher's ``on_batch`` hook): they are
+    certain to have come while the worker was taken, whatever the machine's load."""
+    predict, calls = _recorder()
     order: list[str] = []
+    started, release = threading.Event(), threading.Event()
+    batched = asyncio.Event()
+    batcher = Batcher(predict, on_batch=lambda rows, depth: batched.set())
 
     def alone():
         order.append("alone:" + threading.current_thread().name)
-        time.sleep(0.1)
+        started.set()
+        assert release.wait(60), "the test never released the lone request"
         return predict({"a": [5]})
 
     async def body():
         assert batcher.idle
-        lone = asyncio.create_task(batcher.run_alone(alone, timeout=5))
-        await asyncio.sleep(0.02)
-        assert not batcher.idle  # the worker is taken: new requests take the batched path
-        queued = await asyncio.gather(*[batcher.submit({"a": [i]}, 1, timeout=5) for i in range(3)])
+        lone = asyncio.create_task(batcher.run_alone(alone, timeout=60))
+        try:
+            assert await asyncio.to_thread(started.wait, 60), "the lone request never reached the worker"
+            assert not batcher.idle  # the worker is taken: new requests take the batched path
+            queued = asyncio.gather(*[batcher.submit({"a": [i]}, 1, timeout=60) for i in range(3)])
+            await asyncio.wait_for(batched.wait(), 60)  # a batch gathered while the worker is taken
+        finally:
+            release.set()
+        queued = await queued
         order.append("batched")
         return await lone, queued, batcher.idle
     lone, queued, idle_after = asyncio.run(_with(batcher, body))
@@ -105,12 +148,17 @@ def test_a_lone_request_runs_whole_on_the_worker_and_later_ones_queue_behind_it(
 
 
 def test_a_lone_request_times_out_and_refuses_when_stopping():
+    """The lone work holds the worker until the test releases it, after its timeout expired."""
     batcher = Batcher(lambda columns: columns)
+    release = threading.Event()
 
     async def body():
-        with pytest.raises(asyncio.TimeoutError):
-            await batcher.run_alone(lambda: time.sleep(0.3), timeout=0.05)
-        return await batcher.run_alone(lambda: "ok", timeout=5)
+        try:
+            with pytest.raises(asyncio.TimeoutError):
+                await batcher.run_alone(lambda: release.wait(60), timeout=0.05)
+        finally:
+            release.set()
+        return await batcher.run_alone(lambda: "ok", timeout=30)
     assert asyncio.run(_with(batcher, body)) == "ok"
     assert not batcher.idle
     with pytest.raises(Exception, match="stopping"):

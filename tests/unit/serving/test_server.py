@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, as_completed
 
 import httpx
 import numpy as np
@@ -23,11 +23,15 @@ from irbis.serving.predictor import Predictor
 from irbis.serving.server import BackgroundServer
 
 
-def _sum_kernel(delay: float = 0.0, fail_on: float | None = None, started: list | None = None) -> StageKernel:
+def _sum_kernel(fail_on: float | None = None, started: list | None = None,
+                gate: threading.Event | None = None) -> StageKernel:
+    """``a`` plus the values of ``v``; ``started`` records each call's values of ``a``, ``gate`` holds every call
+    until the test opens it."""
     def run(blocks):
         if started is not None:
-            started.append(len(blocks["a"]))
-        time.sleep(delay)
+            started.append(list(blocks["a"]))
+        if gate is not None and not gate.wait(60):
+            raise RuntimeError("the test never opened the gate")
         a = np.asarray(blocks["a"], np.float64)
         if fail_on is not None and (a == fail_on).any():
             raise RuntimeError(f"refusing {fail_on}")
@@ -35,6 +39,20 @@ def _sum_kernel(delay: float = 0.0, fail_on: float | None = None, started: list 
         return {"total": vec.values.sum(axis=1), "vec": vec}
     return StageKernel(["a", "v"], ["total", "vec"], run, nulls=False,
                        kinds={"a": frozenset({"number"}), "v": frozenset({"vector"})})
+
+
+def _until(condition, what: str, timeout: float = 60.0) -> None:
+    """Wait until ``condition()`` holds; fail saying ``what`` did not happen if it has not after ``timeout`` s
+    (a bound for a broken server, never a timing the test depends on)."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what} did not happen within {timeout:g} s")
+        time.sleep(0.005)
+
+
+def _post(url: str, a: float):
+    return httpx.post(f"{url}/predict", json={"a": a, "v": [0]}, timeout=60)
 
 
 def _predictor(**kw) -> Predictor:
@@ -102,61 +120,103 @@ def test_token_guards_predict():
 
 
 def test_flood_gets_503_with_retry_after_and_recovers():
-    app = make_app(_predictor(delay=0.2), ServeOptions(max_batch_size=1, max_queue=2))
+    """The pipeline's calls hold until the first answer comes back: the call running and the two requests the
+    queue holds cannot finish before then, so of the sixteen requests some are certainly refused, and the first
+    answer is a refusal, however slowly the clients send them; the held ones are served once the gate opens."""
+    gate = threading.Event()
+    app = make_app(_predictor(gate=gate), ServeOptions(max_batch_size=1, max_queue=2))
     with BackgroundServer(app) as url, ThreadPoolExecutor(16) as pool:
-        answers = list(pool.map(lambda i: httpx.post(f"{url}/predict", json={"a": i, "v": [0]}, timeout=30),
-                                range(16)))
+        try:
+            futures = [pool.submit(_post, url, i) for i in range(16)]
+            first = next(as_completed(futures, timeout=60)).result()
+        finally:
+            gate.set()
+        answers = [f.result() for f in futures]
+        assert first.status_code == 503
         refused = [r for r in answers if r.status_code == 503]
         served = [r for r in answers if r.status_code == 200]
         assert refused and served and len(refused) + len(served) == 16
         assert all(r.headers["retry-after"] == "1" and "busy" in r.json()["error"] for r in refused)
         assert all(r.json()["total"] == json.loads(r.request.content)["a"] for r in served)
-        assert httpx.post(f"{url}/predict", json={"a": 5, "v": [1]}, timeout=30).json()["total"] == 6.0
+        assert httpx.post(f"{url}/predict", json={"a": 5, "v": [1]}, timeout=60).json()["total"] == 6.0
 
 
 def test_timeout_gives_504():
-    app = make_app(_predictor(delay=1.0), ServeOptions(timeout_s=0.1))
+    """The pipeline's call holds until the 504 has come back: the 0.1 s timeout cannot lose to the call."""
+    gate = threading.Event()
+    app = make_app(_predictor(gate=gate), ServeOptions(timeout_s=0.1))
     with BackgroundServer(app) as url:
-        response = httpx.post(f"{url}/predict", json={"a": 1, "v": [1]}, timeout=30)
+        try:
+            response = httpx.post(f"{url}/predict", json={"a": 1, "v": [1]}, timeout=60)
+        finally:
+            gate.set()
         assert response.status_code == 504 and "0.1 s" in response.json()["error"]
 
 
 def test_one_failing_request_fails_alone():
-    app = make_app(_predictor(delay=0.05, fail_on=13.0), ServeOptions(max_batch_size=64, max_wait_ms=50))
+    """A first request holds the pipeline until the test has queued the others behind it, 13 first: the batch
+    that follows certainly holds 13 and other requests, fails, and is run again request by request."""
+    gate = threading.Event()
+    started: list[list[float]] = []
+    app = make_app(_predictor(fail_on=13.0, started=started, gate=gate), ServeOptions(max_batch_size=64))
+    batcher = app.state.batcher
     with BackgroundServer(app) as url, ThreadPoolExecutor(8) as pool:
-        answers = list(pool.map(lambda i: httpx.post(f"{url}/predict", json={"a": i, "v": [0]}, timeout=30),
-                                [1, 2, 13, 4, 5, 6, 7, 8]))
-    statuses = [r.status_code for r in answers]
-    assert statuses[2] == 500 and "refusing 13" in answers[2].json()["error"]
-    assert statuses[:2] + statuses[3:] == [200] * 7
-    assert [r.json()["total"] for i, r in enumerate(answers) if i != 2] == [1, 2, 4, 5, 6, 7, 8]
+        try:
+            first = pool.submit(_post, url, 1)
+            _until(lambda: started, "the first request's call")
+            rest = [pool.submit(_post, url, 13)]
+            _until(lambda: batcher.depth == 1, "13 queued behind the first request")
+            rest += [pool.submit(_post, url, i) for i in (2, 4, 5, 6, 7, 8)]
+            _until(lambda: batcher.depth == 7, "every request queued")
+        finally:
+            gate.set()
+        answers = [first.result()] + [f.result() for f in rest]
+    assert answers[1].status_code == 500 and "refusing 13" in answers[1].json()["error"]
+    assert [r.status_code for r in answers[:1] + answers[2:]] == [200] * 7
+    assert [r.json()["total"] for i, r in enumerate(answers) if i != 1] == [1, 2, 4, 5, 6, 7, 8]
+    assert any(13 in call and len(call) > 1 for call in started)  # 13 did share a batch that failed
+    assert [13] in started  # and ran again alone
 
 
 def test_concurrent_requests_are_batched():
-    started: list[int] = []
-    app = make_app(_predictor(delay=0.05, started=started), ServeOptions(max_batch_size=64))
-    with BackgroundServer(app) as url, ThreadPoolExecutor(16) as pool:
-        answers = list(pool.map(lambda i: httpx.post(f"{url}/predict", json={"a": i, "v": [1]}, timeout=30),
-                                range(32)))
-    assert [r.json()["total"] for r in answers] == [i + 1.0 for i in range(32)]
-    assert max(started) > 1 and len(started) < 32
+    """A first request holds the pipeline until sixteen more are queued behind it: they are certain to be
+    waiting together when it is done, whatever the clients' pace."""
+    gate = threading.Event()
+    started: list[list[float]] = []
+    app = make_app(_predictor(started=started, gate=gate), ServeOptions(max_batch_size=64))
+    batcher = app.state.batcher
+    with BackgroundServer(app) as url, ThreadPoolExecutor(17) as pool:
+        try:
+            first = pool.submit(_post, url, 0)
+            _until(lambda: started, "the first request's call")
+            rest = [pool.submit(_post, url, i) for i in range(1, 32)]
+            _until(lambda: batcher.depth == 16, "sixteen requests queued")
+        finally:
+            gate.set()
+        answers = [first.result()] + [f.result() for f in rest]
+    assert [r.json()["total"] for r in answers] == [float(i) for i in range(32)]
+    assert max(len(call) for call in started) > 1 and len(started) < 32
 
 
 def test_shutdown_finishes_accepted_requests():
-    started: list[int] = []
-    app = make_app(_predictor(delay=0.3, started=started), ServeOptions(max_batch_size=2))
+    """The pipeline's calls hold until the server has stopped listening (uvicorn's shutdown has begun) with all
+    eight requests inside it: the stop certainly comes while requests are still waiting, and they are answered."""
+    gate = threading.Event()
+    started: list[list[float]] = []
+    app = make_app(_predictor(started=started, gate=gate), ServeOptions(max_batch_size=2))
     server = BackgroundServer(app)
     url = server.start()
+    batcher = app.state.batcher
+    stopper = threading.Thread(target=server.stop)  # what uvicorn does on SIGTERM
     with ThreadPoolExecutor(8) as pool:
-        futures = [pool.submit(httpx.post, f"{url}/predict", json={"a": i, "v": [0]}, timeout=30)
-                   for i in range(8)]
-        batcher = app.state.batcher
-        deadline = time.monotonic() + 20
-        while sum(started) + batcher.depth < 8 and time.monotonic() < deadline:
-            time.sleep(0.005)  # until every request is in the server: accepted, queued or running
-        assert sum(started) < 8  # some are still waiting when the stop comes
-        stopper = threading.Thread(target=server.stop)
-        stopper.start()  # what uvicorn does on SIGTERM
+        try:
+            futures = [pool.submit(_post, url, i) for i in range(8)]
+            _until(lambda: sum(map(len, started)) + batcher.depth == 8, "every request in the server")
+            assert sum(map(len, started)) < 8  # some are still waiting when the stop comes
+            stopper.start()
+            _until(lambda: not any(s.is_serving() for s in server.server.servers), "the server's shutdown")
+        finally:
+            gate.set()
         answers = [f.result() for f in futures]
         stopper.join()
     assert [r.status_code for r in answers] == [200] * 8

@@ -50,27 +50,36 @@ def weights_dir(tmp_path: Path) -> Path:
 
 
 class _CountingHandler(http.server.SimpleHTTPRequestHandler):
-    requests: list[str]
+    served: "_Served"
 
     def do_GET(self) -> None:  # noqa: N802 (http.server API)
-        self.requests.append(self.path)
+        self.served.requests.append(self.path)
         if self.path.endswith(".pt"):
-            time.sleep(0.3)  # keep a download in flight while a second process asks for it
+            self.served.hold(self.path)
         super().do_GET()
 
     def log_message(self, *args) -> None:
         pass
 
 
+class _Served:
+    """What the test server has been asked (``requests``, in order) and how it answers for weights: ``hold``,
+    called with the path before a weight file is sent, may keep the answer back (by default it does not)."""
+
+    def __init__(self, url: str) -> None:
+        self.url, self.requests = url, []
+        self.hold = lambda path: None
+
+
 @pytest.fixture()
 def server(weights_dir: Path):
-    """An HTTP server on 127.0.0.1 serving ``weights_dir``; yields (base_url, list of request paths)."""
-    requests: list[str] = []
-    handler = type("Handler", (_CountingHandler,), {"requests": requests})
+    """An HTTP server on 127.0.0.1 serving ``weights_dir``; yields its :class:`_Served`."""
+    handler = type("Handler", (_CountingHandler,), {})
     httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), partial(handler, directory=str(weights_dir)))
+    handler.served = served = _Served(f"http://127.0.0.1:{httpd.server_address[1]}")
     thread = threading.Thread(target=httpd.serve_forever, daemon=True)
     thread.start()
-    yield f"http://127.0.0.1:{httpd.server_address[1]}", requests
+    yield served
     httpd.shutdown()
     httpd.server_close()
 
@@ -127,7 +136,7 @@ def test_local_checksum_mismatch_raises_but_keeps_the_users_file(weights_dir, tm
 
 
 def test_http_download_then_cache_hit(server, tmp_path):
-    base, requests = server
+    base, requests = server.url, server.requests
     repo = ModelRepository(f"{base}/catalogue.json", cache_dir=tmp_path / "cache")
     path = repo.fetch("mlp7")
     assert path.parent == tmp_path / "cache" and sha256_file(path) == repo.entry("mlp7").sha256
@@ -140,7 +149,7 @@ def test_http_download_then_cache_hit(server, tmp_path):
 
 
 def test_http_checksum_mismatch_removes_the_download(server, weights_dir, tmp_path):
-    base, _ = server
+    base = server.url
     repo = ModelRepository(cache_dir=tmp_path / "cache")
     entry = _mlp_entry("bad", f"{base}/w/mlp.pt", weights_dir / "w" / "mlp.pt")
     repo.register({**entry, "sha256": "f" * 64})
@@ -153,8 +162,40 @@ def _fetch_in_child(catalogue_url: str, cache_dir: str, queue) -> None:
     queue.put(str(ModelRepository(catalogue_url, cache_dir=cache_dir).fetch("mlp7")))
 
 
+def _lock_waiters(folder: Path) -> int:
+    """How many lock requests wait, blocked, on the lock files in ``folder`` (Linux's ``/proc/locks``, whose
+    lines name a file as device:inode; the inode alone is compared, as an overlay's device differs)."""
+    inodes = {str(lock.stat().st_ino) for lock in folder.glob("*.lock")}
+    lines = Path("/proc/locks").read_text().splitlines()
+    return sum(1 for line in lines if " -> " in line and line.split()[-3].rsplit(":", 1)[-1] in inodes)
+
+
+@pytest.mark.skipif(not Path("/proc/locks").exists(), reason="reads the blocked lock requests in /proc/locks")
 def test_two_processes_fetching_at_once_download_once(server, tmp_path):
-    base, requests = server
+    """The first download is held in flight, its process holding the cache entry's lock, until the second
+    process is seen blocked on that lock (``/proc/locks``) or has asked for the weights itself: the second
+    process certainly asks for the entry while the first one's download is under way, however the two are
+    scheduled, and must wait for it and use its file instead of downloading again."""
+    base, requests = server.url, server.requests
+    weights = threading.Condition()
+    why: list[str] = []
+
+    def hold(path: str) -> None:
+        with weights:
+            weights.notify_all()
+            if requests.count(path) > 1:
+                return  # a second download: the test fails on the count
+            deadline = time.monotonic() + 60
+            while not why:
+                if requests.count(path) > 1:
+                    why.append("a second download")
+                elif _lock_waiters(tmp_path / ".locks"):
+                    why.append("the other process waits for the lock")
+                elif time.monotonic() > deadline:
+                    why.append("neither: the second process never came within 60 s")
+                else:
+                    weights.wait(0.005)
+    server.hold = hold
     ctx = multiprocessing.get_context("fork")
     queue = ctx.Queue()
     procs = [ctx.Process(target=_fetch_in_child, args=(f"{base}/catalogue.json", str(tmp_path), queue))
@@ -162,8 +203,9 @@ def test_two_processes_fetching_at_once_download_once(server, tmp_path):
     for p in procs:
         p.start()
     for p in procs:
-        p.join(60)
+        p.join(120)
     assert [p.exitcode for p in procs] == [0, 0]
+    assert why == ["the other process waits for the lock"], why
     paths = {queue.get(timeout=5) for _ in procs}
     assert len(paths) == 1 and requests.count("/w/mlp.pt") == 1
     assert sha256_file(paths.pop()) == ModelRepository(f"{base}/catalogue.json").entry("mlp7").sha256
@@ -182,16 +224,23 @@ def test_pickled_files_are_refused_unless_allowed(tmp_path):
 
 
 def test_network_errors_name_the_url_and_time_out(server, tmp_path):
+    """The server holds its answer for the weights until the client has given up: the 0.05 s timeout cannot
+    lose to an answer, however late the client reads."""
     from irbis.models.fetch import ModelDownloadError
 
-    base, _ = server
+    base = server.url
     with pytest.raises(ModelDownloadError, match=f"cannot download {base}/missing.json: the server answered "
                                                  "HTTP 404") as info:
         ModelRepository(f"{base}/missing.json")
     assert info.value.__cause__ is not None
+    given_up = threading.Event()
+    server.hold = lambda path: given_up.wait(60)
     repo = ModelRepository(f"{base}/catalogue.json", cache_dir=tmp_path / "cache", timeout=0.05)
-    with pytest.raises(ModelDownloadError, match=rf"cannot download {base}/w/mlp.pt: no answer within 0.05 s"):
-        repo.fetch("mlp7")  # the server takes 0.3 s to answer for weights
+    try:
+        with pytest.raises(ModelDownloadError, match=rf"cannot download {base}/w/mlp.pt: no answer within 0.05 s"):
+            repo.fetch("mlp7")
+    finally:
+        given_up.set()
     assert not list((tmp_path / "cache").glob("*.pt"))
     with pytest.raises(ValueError, match="timeout must be > 0"):
         ModelRepository(timeout=0)

@@ -118,28 +118,47 @@ def test_reading_a_saved_pipeline_starts_no_spark(tabular):
     assert done.stdout.split()[0] == "True"
 
 
+def _wait_until_ready(url: str, proc: subprocess.Popen, timeout: float = 300.0) -> None:
+    """Wait until the server ``proc`` answers ``GET /ready`` with 200. Fail, with its output, when it exits first
+    or has not answered after ``timeout`` seconds (a bound for a server that hangs, not a pace it must keep)."""
+    deadline = time.monotonic() + timeout
+    last = "no answer yet"
+    while proc.poll() is None and time.monotonic() < deadline:
+        try:
+            answer = httpx.get(f"{url}/ready", timeout=30)
+            if answer.status_code == 200:
+                return
+            last = f"HTTP {answer.status_code}: {answer.text[:200]}"
+        except httpx.TransportError as err:
+            last = f"{type(err).__name__}: {err}"
+        time.sleep(0.1)
+    what = f"exited with code {proc.returncode}" if proc.poll() is not None else f"is not ready after {timeout:g} s"
+    proc.kill()
+    output = proc.stdout.read().decode(errors="replace")
+    raise AssertionError(f"the server on {url} {what} (last: {last}); its output:\n{output[-3000:]}")
+
+
 def test_cli_serves_and_stops_on_sigterm(tabular):
+    """Depends on the server's readiness (``GET /ready`` answering 200), which the test waits for, failing with the
+    server's output if it exits or never gets there; not on how long the CLI takes to start."""
     port = free_port()
     env = {**os.environ, "PYTHONPATH": str(ROOT), "IRBIS_SERVE_TOKEN": "t0k"}
     proc = subprocess.Popen([sys.executable, "-m", "irbis.cli", "serve", tabular, "--port", str(port),
                              "--outputs", "prediction"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
         url = f"http://127.0.0.1:{port}"
-        for _ in range(300):
-            try:
-                if httpx.get(f"{url}/ready").status_code == 200:
-                    break
-            except httpx.ConnectError:
-                time.sleep(0.1)
+        _wait_until_ready(url, proc)
         row = {"a": 1.0, "b": 1.0, "c": 0.0}
-        assert httpx.post(f"{url}/predict", json=row).status_code == 401
-        answer = httpx.post(f"{url}/predict", json=row, headers={"Authorization": "Bearer t0k"}).json()
+        assert httpx.post(f"{url}/predict", json=row, timeout=60).status_code == 401
+        answer = httpx.post(f"{url}/predict", json=row, headers={"Authorization": "Bearer t0k"}, timeout=60).json()
         assert list(answer) == ["prediction"]
         proc.send_signal(signal.SIGTERM)
         # uvicorn finishes the accepted requests, then re-raises the signal it caught
-        assert proc.wait(timeout=30) in (0, -signal.SIGTERM)
+        assert proc.wait(timeout=60) in (0, -signal.SIGTERM)
     finally:
         proc.kill()
+        proc.wait()
+        proc.stdout.close()
 
 
 @pytest.fixture(scope="module")

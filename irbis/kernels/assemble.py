@@ -99,6 +99,14 @@ def assembled_attributes(specs: Sequence[InputSpec]) -> dict[str, Any]:
     return {"ml_attr": {"attrs": groups, "num_attrs": idx}}
 
 
+def unknown_size_message(name: str) -> str:
+    """The error of a vector column whose nulls ``handleInvalid='keep'`` must fill with NaN, when the size of
+    its vectors is known neither from its metadata nor from any value (as ``VectorAssembler`` refuses it)."""
+    return (f"FastVectorAssembler: column {name!r} holds only nulls and no ml_attr size, so the NaNs that "
+            "handleInvalid='keep' puts in its place have no known length; add the size with "
+            "pyspark.ml.feature.VectorSizeHint, or set handleInvalid to 'skip' or 'error'")
+
+
 def _as_vector(value: Any, spec: InputSpec) -> np.ndarray | None:
     if value is None or (np.isscalar(value) and pd.isna(value)):
         return None

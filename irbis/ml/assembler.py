@@ -14,7 +14,9 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import BooleanType, DataType, FractionalType, NumericType, StructField, StructType
 
 from irbis.errors import require_columns
-from irbis.kernels.assemble import HANDLE_INVALID, InputSpec, assemble_frame, assembled_attributes, check_handle_invalid
+from irbis.kernels.assemble import (
+    HANDLE_INVALID, InputSpec, assemble_frame, assembled_attributes, check_handle_invalid, unknown_size_message,
+)
 from irbis.ml.base import IrbisTransformer
 from irbis.ml.columns import vector_size
 from irbis.ml.params import checked, one_of
@@ -168,6 +170,8 @@ def _as_array(field: StructField, spec: InputSpec, keep: bool) -> Column | str:
     if spec.is_vector:
         col = column(field.name)
         arr = F.when(col.isNotNull(), vector_to_array(col))
+        if keep and spec.size == 0:  # no size known: a null cannot become NaNs of the right length
+            return F.coalesce(arr, F.raise_error(F.lit(unknown_size_message(field.name))).cast("array<double>"))
         return F.coalesce(arr, F.array_repeat(F.lit(float("nan")), spec.size)) if keep else arr
     value = f"CAST({quote(field.name)} AS DOUBLE)"
     return f"coalesce({value}, double('NaN'))" if keep else value

@@ -444,10 +444,13 @@ def mixed_shapes(column: str, shapes: set[tuple[int, ...]]) -> str | None:
 
 def rows_in(values: Sequence[Any], column: str = "column", ragged: bool = False) -> Any:
     """Turn a column of Python values (a pandas column, JSON rows) into its block (with ``ragged``, a
-    :class:`Ragged` block of variable-length sequences)."""
+    :class:`Ragged` block of variable-length sequences). A NaN inside a sequence is a missing value, as
+    pandas holds one (a Spark array with a null element comes to pandas as floats with NaN), so its row gets
+    the ``"null value"`` reason the Spark path gives it."""
     plain = [_plain(v) for v in values]
     if ragged:
-        return ragged_rows(pa.array([None if v is None else np.asarray(v).tolist() for v in plain]), column)
+        return ragged_rows(pa.array([None if v is None else np.asarray(v).tolist() for v in plain], from_pandas=True),
+                           column)
     sample = next((v for v in plain if v is not None), None)
     if isinstance(sample, np.ndarray) and sample.dtype != object:
         valid = np.array([v is not None for v in plain], bool)

@@ -14,7 +14,7 @@ import math
 
 import pandas as pd
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 from pyspark.errors import AnalysisException
 from pyspark.ml import Estimator, Pipeline, PipelineModel, Transformer
@@ -120,6 +120,22 @@ def fit_stage(case: StageCase, df):
     return stage, stage
 
 
+#: (stage, transformer) of each case fitted on its own frame, per session: an estimator is fitted once per
+#: run on ``make_frame(spark)`` and its model reused by every test that only reads it (the tests whose
+#: subject is a fit, on other frames or columns, still fit).
+_FITTED: dict[tuple[str, int], tuple] = {}
+
+
+def fitted(name: str, spark) -> tuple:
+    """``fit_stage`` of case ``name`` on ``make_frame(spark)``, computed once per session. The stage and
+    model are shared, so a test must not set their Params."""
+    key = (name, id(spark))
+    if key not in _FITTED:
+        case = STAGE_CASES[name]
+        _FITTED[key] = fit_stage(case, case.make_frame(spark))
+    return _FITTED[key]
+
+
 # -- persistence and unchanged inputs -------------------------------------------------------------
 @pytest.mark.spark
 @pytest.mark.parametrize("name", NAMES)
@@ -128,7 +144,7 @@ def test_round_trips_and_unchanged_input(spark, tmp_path, name):
     case = STAGE_CASES[name]
     df = case.make_frame(spark)
     schema, before = df.schema, rows_of(df)
-    stage, model = fit_stage(case, df)
+    stage, model = fitted(name, spark)
     expected = rows_of(model.transform(df))
     model.save(str(tmp_path / "model"))
     assert rows_of(type(model).load(str(tmp_path / "model")).transform(df)) == expected
@@ -152,16 +168,23 @@ def test_pandas_gives_the_spark_results(spark, name):
     """The stage's pandas path (the kernel alone, as serving and LIME call it) gives Spark's rows."""
     case = STAGE_CASES[name]
     df = case.make_frame(spark)
-    out = fit_stage(case, df)[1].transform(df)
+    out = fitted(name, spark)[1].transform(df)
     pdf = to_pandas(df)
-    result = fit_stage(case, pdf)[1].transform(pdf)[out.columns]
-    # pandas holds a missing value of any scalar column as NaN/NaT (the kernels' own convention):
-    # compare scalars with null and NaN as one "missing"; arrays keep their NaN elements.
-    def cells(row):
-        return tuple(None if not isinstance(v, tuple) and v in ("nan", pd.NaT) else v for v in map(_norm, row))
+    _assert_same_rows(fit_stage(case, pdf)[1].transform(pdf)[out.columns], out)
 
-    got = sorted((cells(r) for r in result.itertuples(index=False)), key=repr)
-    want = sorted((cells(r) for r in out.collect()), key=repr)
+
+def _cells(row) -> tuple:
+    """A row's normalised cells, a missing scalar as None: pandas holds a missing value of any scalar column as
+    NaN/NaT (the kernels' own convention), so scalars compare with null and NaN as one "missing"; arrays keep
+    their NaN elements."""
+    return tuple(None if not isinstance(v, tuple) and v in ("nan", pd.NaT) else v for v in map(_norm, row))
+
+
+def _assert_same_rows(result: pd.DataFrame, out) -> None:
+    """The pandas frame ``result`` holds the rows of ``out`` (a Spark DataFrame, or its collected rows), in
+    any order."""
+    got = sorted((_cells(r) for r in result.itertuples(index=False)), key=repr)
+    want = sorted((_cells(r) for r in (out if isinstance(out, list) else out.collect())), key=repr)
     assert len(got) == len(want)
     for g, w in zip(got, want):
         assert _same(g, w), f"pandas row {g!r:.300}\n != Spark row {w!r:.300}"
@@ -193,7 +216,7 @@ def test_kernel_and_load_local_give_the_spark_results(spark, tmp_path, name):
 
     case = STAGE_CASES[name]
     df = case.make_frame(spark)
-    model = fit_stage(case, df)[1]
+    model = fitted(name, spark)[1]
     model.save(str(tmp_path / "model"))
     cls = type(model).__name__
     if name not in WITH_KERNEL:
@@ -271,22 +294,41 @@ def _sizes(df) -> dict[str, int]:
 @pytest.mark.spark
 @pytest.mark.parametrize("name", [n for n in NAMES if STAGE_CASES[n].generated])
 def test_generated_inputs(spark, name):
+    """Random small frames of the case's schema (nulls, NaN, unicode, long strings, empty frames and
+    partitions, single rows): each input row comes out once with the columns it passes on unchanged, and the
+    pandas path gives the Spark rows."""
     case = STAGE_CASES[name]
     template = case.make_frame(spark)
     schema, sizes = template.schema, _sizes(template)
     row = st.tuples(*[_value(f.dataType, sizes.get(f.name, 0)) for f in schema.fields])
 
-    @settings(max_examples=5, deadline=None, suppress_health_check=list(HealthCheck))
+    # no shrinking: each example is a Spark job, and a failure shows its (small) example as found
+    @settings(max_examples=5, deadline=None, suppress_health_check=list(HealthCheck),
+              phases=[Phase.explicit, Phase.reuse, Phase.generate])
     @given(rows=st.lists(row, min_size=0, max_size=5))
     def check(rows):
         df = spark.createDataFrame(rows, schema).repartition(3)
         _, model = fit_stage(case, df)
-        out = model.transform(df).collect()
-        if case.keeps_rows:
-            assert len(out) == len(rows)
-        if case.pandas:
-            result = model.transform(to_pandas(df))
+        out = model.transform(df)
+        try:
+            out_rows = out.collect()
+        except Exception as err:  # an input the stage cannot take: refused with an error naming its column
+            assert any(repr(c) in str(err) for c in schema.names), f"the error names no column: {err}"
+            return
+        kept = [c for c in schema.names if c in out.columns]  # the input columns the output passes on
+        made = [c for c in out.columns if c not in kept]
+
+        def project(columns: list[str]) -> list[tuple]:
+            return [tuple(r[c] for c in columns) for r in out_rows]
+
+        if case.keeps_rows:  # every input row comes out once, with the columns it passes on unchanged
+            assert len(out_rows) == len(rows)
+            assert sorted((tuple(map(_norm, r)) for r in project(kept)), key=repr) == rows_of(df.select(*kept))
+        if case.pandas:  # the pandas path gives Spark's rows on the same odd input, in the columns it makes
+            result = model.transform(to_pandas(df))  # (pandas holds a null inside an array as NaN)
             assert not case.keeps_rows or len(result) == len(rows)
+            if made:
+                _assert_same_rows(result[made], project(made))
 
     check()
 
@@ -315,7 +357,7 @@ def test_column_names_with_dots_spaces_and_backticks(spark, name):
     """The same rows when every column name holds a dot, a space and a backtick."""
     case = STAGE_CASES[name]
     df = case.make_frame(spark)
-    expected = rows_of(fit_stage(case, df)[1].transform(df))
+    expected = rows_of(fitted(name, spark)[1].transform(df))
     odd = df.toDF(*[odd_name(c) for c in df.columns])
     stage = _renamed(case.make_stage(), df.columns)
     model = stage.fit(odd) if isinstance(stage, Estimator) else stage
@@ -359,7 +401,7 @@ def test_connect_gives_the_classic_results(spark, connect, name):
         with connect_mode(), pytest.raises(ClassicOnlyError, match=type(case.make_stage()).__name__):
             fit_stage(case, case.make_frame(connect))
         return
-    expected = rows_of(fit_stage(case, case.make_frame(spark))[1].transform(case.make_frame(spark)))
+    expected = rows_of(fitted(name, spark)[1].transform(case.make_frame(spark)))
     with connect_mode():
         remote = case.make_frame(connect)
         assert rows_of(fit_stage(case, remote)[1].transform(remote)) == expected

@@ -32,8 +32,8 @@ demo: setup
 test: setup
 	$(PY) -m pytest
 
-# The Spark tests again (those on the spark fixture, tests/spark and tests/conformance), each on a
-# Spark Connect session (sc://); the tests marked classic_only are skipped, the others left out.
+# The Spark tests again (those on the spark fixture), each on a Spark Connect session (sc://); the tests
+# marked classic_only and those comparing classic with Connect are skipped, the others left out.
 test-connect: setup
 	$(PY) -m pytest --connect
 

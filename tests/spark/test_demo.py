@@ -5,7 +5,9 @@ the notebook's test): its ``run_demo`` runs in the notebook's kernel and its res
 ``load_demo``. Under ``--connect`` (the notebooks are not run) ``run_demo`` runs here, on the Connect session."""
 from __future__ import annotations
 
+import ast
 import json
+import re
 
 import numpy as np
 import pandas as pd
@@ -27,17 +29,34 @@ def demo(spark, tmp_path_factory, request):
     return load_demo(folder / "camera-trap-output")
 
 
+def _shown_rows(table: str) -> dict[str, list[float]]:
+    """The variant lines of a printed ladder table: variant -> accuracy, its interval, AUC, its interval."""
+    number = r"(\d\.\d{3})"
+    cells = rf"{number} \[{number}, {number}\]"
+    rows = re.findall(rf"^(\S+) +{cells} +{cells}  ", table, flags=re.MULTILINE)
+    return {r[0]: [float(v) for v in r[1:]] for r in rows}
+
+
 def test_a_finished_run_reads_back_as_run_demo_returned_it(demo, request):
-    again = load_demo(demo.output)
     if request.config.getoption("--connect"):  # demo is run_demo's own result
+        again = load_demo(demo.output)
         assert again.scores == demo.scores and again.chosen == demo.chosen
         pd.testing.assert_frame_equal(again.folds, demo.folds, check_dtype=False)
-    else:  # demo was read back: the notebook printed run_demo's own table and best rung
+        assert again.best == demo.best and again.table == demo.table
+        assert again.seconds == {k: round(v, 1) for k, v in demo.seconds.items()}
+    else:  # demo was read back: the notebook's kernel printed run_demo's own table, best rung and seconds
         from notebook_runner import outputs_of
 
-        shown = "".join(outputs_of(request.getfixturevalue("camera_trap_run")[0], "text/plain"))
-        assert demo.table in shown and f"best: {demo.best}" in shown
-    assert again.best == demo.best and again.table == demo.table
+        shown = outputs_of(request.getfixturevalue("camera_trap_run")[0], "text/plain")
+        printed = "".join(shown)
+        assert demo.table in printed and f"best: {demo.best}" in printed
+        rows = _shown_rows(printed)
+        assert list(rows) == [s.variant for s in demo.scores]
+        for s in demo.scores:
+            np.testing.assert_allclose(rows[s.variant], [s.accuracy, *s.accuracy_ci, s.roc_auc, *s.roc_auc_ci],
+                                       atol=5e-4, err_msg=s.variant)
+        seconds = [ast.literal_eval(text) for text in shown if text.startswith("{") and "'total'" in text]
+        assert seconds == [demo.seconds]
     with pytest.raises(FileNotFoundError, match="lime holds no finished camera-trap demo run: metrics.json is missing"):
         load_demo(demo.output / "lime")
 
@@ -55,6 +74,15 @@ def test_full_ladder_with_intervals(demo):
     deep = max(scores["EN1"].roc_auc, scores["EN2"].roc_auc)
     assert deep > scores["LR120"].roc_auc + 0.1
     assert all("regParam" in demo.chosen[v] for v in ("LR120", "EN1", "EN2", a))
+    meta = pd.read_csv(demo.output / "data" / "metadata.csv")  # the built set: every image, its label, camera
+    test = meta[meta["camera"].isin(demo.folds.loc[demo.folds["is_test"], "camera"])]
+    for s in demo.scores:  # each rung's figures agree with its confusion matrix over the test cameras' images
+        (tn, fp), (fn, tp) = s.confusion
+        assert (tn + fp, fn + tp) == ((test["label"] != "animal").sum(), (test["label"] == "animal").sum())
+        assert s.images == len(test)
+        assert s.accuracy == pytest.approx((tn + tp) / len(test)), s.variant
+        assert s.precision == pytest.approx(tp / (tp + fp) if tp + fp else 0.0), s.variant
+        assert s.recall == pytest.approx(tp / (tp + fn)), s.variant
 
 
 def test_grouped_cv_never_sees_a_test_camera(demo):
@@ -64,6 +92,7 @@ def test_grouped_cv_never_sees_a_test_camera(demo):
     assert (train["fold"] >= 0).all() and train["fold"].nunique() == 2  # folds=2, as the notebook runs it
     assert train.groupby("camera")["fold"].nunique().max() == 1  # a camera lies in one fold
     assert not set(train["camera"]) & set(folds.loc[folds["is_test"], "camera"])
+    assert sorted(folds["camera"]) == sorted(set(pd.read_csv(demo.output / "data" / "metadata.csv")["camera"]))
 
 
 def test_artefacts_and_saved_pipeline(demo, spark):

@@ -136,17 +136,52 @@ def test_torch_estimator_bad_data_raises_the_same_error_on_connect(spark, connec
         _digits_estimator(strategy="downpour", strategyOptions='{"placement": "driver"}').fit(remote)
 
 
+def _held_until(release: str):
+    """A UDF whose tasks wait until the file ``release`` exists (a Spark task on this machine sees the test's
+    files), then give their input back; failing loudly if nothing releases them."""
+    from pyspark.sql import functions as F
+
+    def wait(i):
+        import os
+        import time
+
+        deadline = time.monotonic() + 120
+        while not os.path.exists(release):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the test did not release the tasks ({release}) within 120 s")
+            time.sleep(0.01)
+        return i
+    return F.udf(wait, "long")
+
+
 @pytest.mark.parametrize("remote", [False, True], ids=["classic", "connect"])
-def test_the_progress_bar_follows_the_jobs_of_its_block(spark, connect, remote):
+def test_the_progress_bar_follows_the_jobs_of_its_block(spark, connect, remote, tmp_path):
+    """On Connect the bar sees a job only through the progress reports the server sends while it runs, so the
+    job's four tasks wait until a report of their stage has reached the client (a handler of the test's own
+    releases them); the final report then completes the bar. On classic the bar polls Spark's status tracker,
+    and the test waits until it has seen the job end. Neither depends on how long the tasks take."""
     from irbis.demo.progress import spark_progress
 
     session = connect if remote else spark
     mode = connect_mode() if remote else contextlib.nullcontext()
-    with mode, spark_progress(session, "count", images=100, enabled=True, interval=0.05) as bar:
-        assert bar.n == 0
-        # 4 tasks of 0.3 s on 2 cores: long enough for the Connect server's progress reports
-        session.range(0, 4, 1, 4).selectExpr("reflect('java.lang.Thread', 'sleep', 300L) AS s").collect()
-        deadline = time.monotonic() + 10
-        while bar.n < 100 and time.monotonic() < deadline:  # the classic bar polls in its own thread
-            time.sleep(0.05)
-        assert bar.n == 100  # every task of the block's job finished, before the block ended
+    release = tmp_path / "release"
+
+    def reported(stages, inflight_tasks, operation_id, done):
+        if any(stage.num_tasks for stage in stages or ()):
+            release.touch()
+    if remote:
+        session.registerProgressHandler(reported)
+    else:
+        release.touch()  # the status tracker sees the job whatever its tasks' length
+    try:
+        with mode, spark_progress(session, "count", images=100, enabled=True, interval=0.05) as bar:
+            assert bar.n == 0
+            session.range(0, 4, 1, 4).select(_held_until(str(release))("id").alias("s")).collect()
+            deadline = time.monotonic() + 60
+            while bar.n < 100 and time.monotonic() < deadline:  # the classic bar polls in its own thread
+                time.sleep(0.05)
+            assert release.exists()
+            assert bar.n == 100, "the bar did not see every task of the block's job finish before the block ended"
+    finally:
+        if remote:
+            session.removeProgressHandler(reported)

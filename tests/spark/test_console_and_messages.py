@@ -1,6 +1,7 @@
 """What a user sees: a clean console for a normal run, and errors that name the column, path and shape."""
 
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -38,10 +39,50 @@ NORMAL_RUN = textwrap.dedent(f"""
 
 NOISE = ("WARN", "Warning", "warning", "Traceback", "Exception", "\tat ", "ERROR")
 
+#: Warnings Spark prints when the machine is busy, not because of anything Irbis does: (logger, start of the
+#: message). A heartbeat or an RPC reply late beyond its timeout, a Python worker gone before its /proc entry
+#: was read, a shutdown hook that outlived its grace. Each may come with a stack trace, skipped with it.
+SPARK_LOAD_WARNINGS = (
+    ("Executor", "Issue communicating with driver in heartbeater"),
+    ("Executor", "Told to re-register on heartbeat"),
+    ("HeartbeatReceiver", "Removing executor"),
+    ("NettyRpcEnv", "Ignored failure:"),
+    ("NettyRpcEnv", "Ignored message:"),
+    ("TransportResponseHandler", "Ignoring response for RPC"),
+    ("ProcfsMetricsGetter", "There was a problem with reading the stat file of the process"),
+    ("ShutdownHookManager", "ShutdownHook "),
+)
+_SPARK_LINE = re.compile(r"^\d\d/\d\d/\d\d \d\d:\d\d:\d\d (?:WARN|ERROR|INFO|DEBUG) (\S+?): (.*)$")
+_TRACE_LINE = re.compile(r"^\s+at |^\s*\.\.\. \d+ more|^\s*Caused by: |^\s*Suppressed: |^[\w$.]+(?:Exception|Error)\b")
+
+
+def _noisy(console: str) -> list[str]:
+    """The lines of ``console`` that a user would take for a problem: warnings, errors and stack traces, less
+    Spark's start-up lines and the warnings Spark prints under load (:data:`SPARK_LOAD_WARNINGS`), whose stack
+    traces go with them."""
+    noisy, in_load_warning = [], False
+    for line in console.splitlines():
+        spark = _SPARK_LINE.match(line)
+        if spark is not None:
+            in_load_warning = any(spark[1] == name and spark[2].startswith(start)
+                                  for name, start in SPARK_LOAD_WARNINGS)
+            if in_load_warning:
+                continue
+        elif in_load_warning and _TRACE_LINE.match(line):
+            continue
+        else:
+            in_load_warning = False
+        if any(n in line for n in NOISE) and not _startup_line(line):
+            noisy.append(line)
+    return noisy
+
 
 @pytest.mark.classic_only(reason="a fresh driver process with a classic session of its own: it takes no "
                                  "Spark session from the test run")
 def test_a_normal_fit_and_transform_print_no_warning_or_stack_trace(tmp_path):
+    """Depends on what the run prints, not on the machine's pace: the warnings Spark prints when the machine is
+    busy (:data:`SPARK_LOAD_WARNINGS`) are let through, every other warning, error or stack trace fails it
+    (``test_the_console_check_lets_through_only_spark_load_warnings`` shows which)."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONWARNINGS"}  # Python's default filters, as a user has
     run = subprocess.run([sys.executable, "-c", NORMAL_RUN], cwd=tmp_path, env=env, capture_output=True,
                          text=True, timeout=600)
@@ -49,10 +90,34 @@ def test_a_normal_fit_and_transform_print_no_warning_or_stack_trace(tmp_path):
     assert run.returncode == 0, console[-3000:]
     after = (run.stdout.split(MARK, 1)[1] + "\n" + run.stderr.split(MARK, 1)[-1]) if MARK in run.stdout else console
     # Spark's own start-up lines come before the mark (stderr is read whole where the JVM printed no mark)
-    noisy = [line for line in after.splitlines() if any(n in line for n in NOISE)
-             and not _startup_line(line)]
+    noisy = _noisy(after)
     assert "=== run done ===" in run.stdout
     assert not noisy, "\n".join(noisy[:20])
+
+
+def test_the_console_check_lets_through_only_spark_load_warnings():
+    """The console check on a made-up console: Spark's load warnings pass with their stack traces; a warning of
+    Irbis (its logger's or Python's), a Spark warning Irbis causes (a large task binary) and a traceback fail."""
+    load = """26/01/02 10:00:00 WARN Executor: Issue communicating with driver in heartbeater
+org.apache.spark.rpc.RpcTimeoutException: Futures timed out after [10000 milliseconds]
+	at org.apache.spark.rpc.RpcTimeout.org$apache$spark$rpc$RpcTimeout$$createRpcTimeoutException(RpcTimeout.scala:47)
+	... 12 more
+Caused by: java.util.concurrent.TimeoutException: Futures timed out after [10000 milliseconds]
+	at scala.concurrent.impl.Promise$DefaultPromise.tryAwait0(Promise.scala:248)
+26/01/02 10:00:01 WARN NettyRpcEnv: Ignored message: HeartbeatResponse(false)
+26/01/02 10:00:02 WARN ProcfsMetricsGetter: There was a problem with reading the stat file of the process. 
+=== run done ==="""
+    assert _noisy(load) == []
+    ours = ["26/01/02 10:00:03 WARN DAGScheduler: Broadcasting large task binary with size 1042.3 KiB",
+            "WARNING:irbis.ml.estimator:the loss grew",
+            "/x/irbis/ml/torch_model.py:12: UserWarning: the batch was copied",
+            "Traceback (most recent call last):"]
+    for line in ours:
+        assert _noisy(load + "\n" + line) == [line]
+    trace_after = load + "\nTraceback (most recent call last):\n  File \"x.py\", line 1\nValueError: bad"
+    assert _noisy(trace_after) == ["Traceback (most recent call last):"]  # not taken for the warning's trace
+    assert _noisy("26/01/02 10:00:04 WARN Executor: Managed memory leak detected\n\tat x.y(z.java:1)") == [
+        "26/01/02 10:00:04 WARN Executor: Managed memory leak detected", "\tat x.y(z.java:1)"]
 
 
 def _startup_line(line: str) -> bool:

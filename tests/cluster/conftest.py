@@ -184,7 +184,8 @@ def pytest_collection_finish(session):
     instead of holding up the first cluster test."""
     needed = any("packed_env" in getattr(item, "fixturenames", ()) and not item.get_closest_marker("skip")
                  for item in session.items)
-    if needed and session.config.getoption("--connect", False) is False and not _PACKING:
+    if needed and not session.config.option.collectonly and not session.config.getoption("--connect", False) \
+            and not _PACKING:
         _PACKING.append(_Packing(pack_cache() / f"irbis-env-{environment_fingerprint()}.pex"))
 
 

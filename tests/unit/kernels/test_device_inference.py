@@ -75,10 +75,28 @@ def test_bf16_kernel_on_the_device_keeps_the_top_class(bundle, device):
     assert {p.device.type for p in network.parameters()} == {device}
 
 
-def test_inner_layers_on_the_device_match_the_cpu(bundle, device):
+def inner_reference(x: np.ndarray) -> dict[str, np.ndarray]:
+    """The plain module's inner outputs on the CPU, each layer called by hand in order (no hooks, contiguous
+    NCHW tensors), flattened per row in the logical (C, H, W) order."""
+    module = build_model("small_cnn", num_classes=5, width=8, seed=3)
+    with torch.inference_mode():
+        features = module.features(torch.from_numpy(x))
+        pool = module.pool(features)
+        classifier = module.classifier(module.flatten(pool))
+    return {name: t.reshape(len(x), -1).numpy() for name, t in
+            (("features", features), ("pool", pool), ("classifier", classifier))}
+
+
+def test_inner_layers_on_the_device_match_the_plain_module(bundle, device):
+    """Inner layers of one forward pass on the run's device (channels-last batches) against the plain module's
+    layers called one by one on the CPU: an independent reference, so on the CPU too (``pytest --device cpu``)
+    a hook that takes the wrong tensor, or a channels-last activation flattened in its memory order, fails."""
     x = inputs(8)
-    on_cpu = make_torch_predict_fn(bundle, output_layer=("pool", "classifier"), engine="torch")(x)
-    got = make_torch_predict_fn(bundle, output_layer=("pool", "classifier"), device=device, engine="torch")(x)
-    assert got["pool"].shape == (8, 32) and got["classifier"].shape == (8, 5)
-    for name in ("pool", "classifier"):
-        np.testing.assert_allclose(got[name], on_cpu[name], rtol=TOLERANCE[device], atol=TOLERANCE[device])
+    layers = ("features", "pool", "classifier")
+    got = make_torch_predict_fn(bundle, output_layer=layers, device=device, engine="torch")(x)
+    assert {name: got[name].shape for name in layers} == {"features": (8, 512), "pool": (8, 32), "classifier": (8, 5)}
+    want = inner_reference(x)
+    for name in layers:
+        np.testing.assert_allclose(got[name], want[name], rtol=TOLERANCE[device], atol=TOLERANCE[device])
+    (network,) = cached_networks()
+    assert {p.device.type for p in network.parameters()} == {device}

@@ -181,6 +181,12 @@ def test_cuda_on_a_cpu_local_master_fails_at_transform_on_the_driver(spark):
 
 @pytest.mark.gpu
 def test_cuda_transform_gives_the_outputs_of_the_cpu(spark):
+    """Skipped without a GPU; its path on the CPU: the same stage on a Spark frame against plain PyTorch,
+    ``test_torch_model_equals_plain_pytorch_and_keeps_nulls`` in ``tests/spark/test_network_stages.py``; the
+    kernel on the run's device against eager torch, ``test_fp32_kernel_on_the_device_gives_the_cpu_answers`` in
+    ``tests/unit/kernels/test_device_inference.py``; device='cuda' refused on the driver of a machine without
+    one, ``test_cuda_on_a_cpu_local_master_fails_at_transform_on_the_driver`` above. No CPU test runs the network
+    on CUDA inside a Spark task."""
     torch.manual_seed(0)
     net = torch.nn.Sequential(torch.nn.Linear(4, 16), torch.nn.ReLU(), torch.nn.Linear(16, 3))
     df = spark.createDataFrame([(Vectors.dense(v),) for v in np.random.default_rng(0).normal(size=(20, 4))], ["v"])

@@ -231,7 +231,16 @@ def test_image_structs_and_file_bytes_train_alike(spark):
 @pytest.mark.gpu
 def test_fine_tuning_on_the_gpu_runs_bf16_channels_last_and_learns(photo_frames):
     """device="cuda": decoding and augmentation on the CPU threads, the step in bf16 autocast on channels-last
-    batches through pinned memory; it learns as on the CPU. One worker: NCCL refuses two ranks on one GPU."""
+    batches through pinned memory; it learns as on the CPU. One worker: NCCL refuses two ranks on one GPU.
+
+    Skipped without a GPU; its path on the CPU: the fit of these photographs in fp32 (its first blocks frozen),
+    ``test_fine_tuning_a_pretrained_network_on_photographs_beats_chance`` above; the loop's image path
+    (channels-last batches decoded on the CPU threads),
+    ``test_image_training_on_the_device_takes_its_image_path_and_learns`` in
+    ``tests/unit/train/test_device_training.py``; the choice of bf16 autocast for the GPU's image path,
+    ``test_training_precision_sets_the_steps_autocast``, and steps under bf16 autocast,
+    ``test_a_gru_learns_in_bf16_with_its_weights_and_exchange_in_fp32``, both in
+    ``tests/unit/train/test_sequence_training.py``. No CPU test covers the pinned-memory copy or NCCL."""
     from irbis.train.loop import gpu_images
 
     train, test = photo_frames

@@ -81,7 +81,11 @@ def test_cuda_on_a_cpu_local_master_fails_at_fit_start_on_the_driver(spark, rows
 
 @pytest.mark.gpu
 def test_cuda_fit_learns_the_label(spark, rows):
-    # one worker: NCCL refuses two ranks on one GPU
+    """One worker: NCCL refuses two ranks on one GPU. Skipped without a GPU; its path on the CPU: fits on Spark
+    that learn, ``test_every_strategy_reaches_high_test_accuracy`` in ``tests/spark/test_train.py``; the loop on
+    the run's device against eager torch, ``test_vector_training_on_the_device_follows_eager_torch_on_the_cpu``
+    in ``tests/unit/train/test_device_training.py``; device='cuda' refused on the driver of a machine without
+    one, ``test_cuda_on_a_cpu_local_master_fails_at_fit_start_on_the_driver`` above. No CPU test covers NCCL."""
     model = estimator(device="cuda", numWorkers=1, epochs=8, learningRate=0.05).fit(
         spark.createDataFrame(rows, ["vec", "label"]))
     losses = [r["loss"] for r in model.training_summary]

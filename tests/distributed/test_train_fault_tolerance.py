@@ -1,7 +1,9 @@
 """A worker process is killed mid-training on local-cluster; Spark retries the barrier stage and
 training resumes from the last checkpoint with every epoch run exactly once."""
 
+import io
 import json
+import os
 from functools import partial
 
 import numpy as np
@@ -173,26 +175,60 @@ def test_killed_worker_resumes_training_on_variable_length_rows(cluster_spark, t
     assert summary[-1]["accuracy"] > 0.75  # chance is 0.5
 
 
+def _without_dropout(folder: str, into) -> str:
+    """A copy of the encoder folder ``folder`` whose config turns dropout off: the training is then the same
+    steps wherever it restarts (a resumed run draws no dropout masks of its own)."""
+    import shutil
+
+    into.mkdir()
+    for name in ("model.safetensors", "tokenizer.json"):
+        shutil.copy(os.path.join(folder, name), into / name)
+    with open(os.path.join(folder, "config.json")) as f:
+        config = json.load(f)
+    config.update(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    (into / "config.json").write_text(json.dumps(config))
+    return str(into)
+
+
 def test_killed_worker_resumes_a_text_fine_tuning_run(cluster_spark, tmp_path):
-    # MiniLM fine-tuned by TextClassifier on real reviews: a worker dies after the first checkpoint, the
-    # retried stage tokenizes its texts again and resumes mid-epoch; the fitted model scores
+    # a text encoder fine-tuned by TextClassifier on real reviews, one worker, one epoch: it dies after the first
+    # checkpoint, the retried stage tokenizes its texts again and resumes mid-epoch; the fitted model is the one
+    # a run that never died trains
+    import torch
+    from safetensors.torch import load_file
+    from text_networks import tiny_text_network
+
     from irbis.demo.reviews import drug_reviews
     from irbis.ml import TextClassifier
 
     reviews = drug_reviews().head(48)
     df = cluster_spark.createDataFrame([(str(t), int(s == "positive")) for t, s in
-                                        zip(reviews["review"], reviews["sentiment"])], "text string, label int")
+                                        zip(reviews["review"], reviews["sentiment"])],
+                                       "text string, label int").repartition(2)
     ckpt_root, marker = str(tmp_path / "ckpt"), str(tmp_path / "killed")
-    clf = TextClassifier(inputCol="text", numClasses=2, epochs=2, batchSize=8, maxLength=64, numWorkers=2,
-                         checkpointDir=ckpt_root, checkpointInterval=2, showProgress=False,
-                         augment=killer(ckpt_root, marker))
-    model = clf.fit(df.repartition(2))
-    import os
+    backbone = _without_dropout(tiny_text_network("embedding"), tmp_path / "encoder")
 
+    def fit():  # after the kill the marker exists: the same augment then lets every batch through
+        clf = TextClassifier(backbone=backbone, inputCol="text", numClasses=2, epochs=1, batchSize=8, maxLength=64,
+                             numWorkers=1, dropout=0.0, checkpointDir=ckpt_root,
+                             checkpointInterval=2, showProgress=False, augment=killer(ckpt_root, marker))
+        model = clf.fit(df)
+        results = clf.last_estimator.last_results
+        return model, results[0], torch.load(io.BytesIO(results[0].state), weights_only=True)
+
+    resumed, result, weights = fit()
     assert os.path.exists(marker), "the fault was never injected"
-    results = clf.last_estimator.last_results
-    assert results[0].resumed_from is not None and results[0].resumed_from % 2 == 0
-    assert [r["epoch"] for r in model.training_summary] == [1, 2]
-    assert np.isfinite([r["loss"] for r in model.training_summary]).all()
-    scored = model.transform(df.limit(4)).select("prediction").collect()
-    assert len(scored) == 4 and all(r.prediction in (0.0, 1.0) for r in scored)
+    assert result.resumed_from is not None and result.resumed_from % 2 == 0
+    assert [r["epoch"] for r in resumed.training_summary] == [1]
+    uninterrupted, reference, expected = fit()
+    assert reference.resumed_from is None
+    assert [r["epoch"] for r in uninterrupted.training_summary] == [1]
+    assert resumed.training_summary[0]["loss"] == pytest.approx(uninterrupted.training_summary[0]["loss"], rel=1e-6)
+    pretrained = load_file(os.path.join(backbone, "model.safetensors"))
+    assert not torch.equal(expected["model.bert.pooler.dense.weight"], pretrained["pooler.dense.weight"])  # it trained
+    for k in expected:
+        assert torch.allclose(weights[k], expected[k], atol=1e-6), k
+    rows = df.orderBy("text").limit(4)
+    got = [r.probability.toArray() for r in resumed.transform(rows).orderBy("text").collect()]
+    want = [r.probability.toArray() for r in uninterrupted.transform(rows).orderBy("text").collect()]
+    np.testing.assert_allclose(got, want, atol=1e-6)

@@ -16,28 +16,18 @@ from irbis.refs import lazy_exports
 
 __version__ = "0.1.0"
 
-#: public name -> module that defines it
+from irbis import ml as _ml  # the stages' table only: irbis.ml imports its stages on first use too
+
+#: public name -> module that defines it: every public name of :mod:`irbis.ml` (its own table), and the
+#: functions, catalogue and errors that the documentation names
 _EXPORTS: dict[str, str] = {
+    **_ml._EXPORTS,
     "get_spark": "irbis.spark.session",
-    "TorchModel": "irbis.ml.torch_model",
-    "ONNXModel": "irbis.ml.onnx_model",
-    "TorchEstimator": "irbis.ml.estimator",
-    "ImageClassifier": "irbis.ml.image_classifier",
-    "ImageClassifierModel": "irbis.ml.image_classifier_model",
     "read_images": "irbis.spark.images",
     "read_images_stream": "irbis.spark.images",
     "ImageReadStats": "irbis.spark.images",
-    "ImageFeaturizer": "irbis.ml.image_featurizer",
-    "ImageTransformer": "irbis.ml.image",
-    "ImageDecoder": "irbis.ml.image",
-    "ImageSetAugmenter": "irbis.ml.image",
-    "UnrollImage": "irbis.ml.image",
-    "EnsembleByKey": "irbis.ml.ensemble",
-    "FastVectorAssembler": "irbis.ml.assembler",
-    "TextFeaturizer": "irbis.ml.text",
-    "Featurize": "irbis.ml.featurize",
-    "ImageLIME": "irbis.ml.lime",
-    "TabularLIME": "irbis.ml.lime",
+    "tensor_bytes": "irbis.spark.tensors",
+    "tensor_bytes_column": "irbis.spark.tensors",
     "ModelRepository": "irbis.models",
     "CatalogueEntry": "irbis.models",
     "MODELS": "irbis.models",
@@ -47,6 +37,13 @@ _EXPORTS: dict[str, str] = {
     "register_model": "irbis.models",
     "register_catalogue": "irbis.models",
     "preprocess_rgb": "irbis.kernels.image_features",
+    "plot_image_explanation": "irbis.explain",
+    "plot_feature_weights": "irbis.explain",
+    "ColumnNotFoundError": "irbis.errors",
+    "ParamValueError": "irbis.errors",
+    "NonFiniteLossError": "irbis.errors",
+    "NoKernelError": "irbis.errors",
+    "ExecutorImportError": "irbis.errors",
 }
 
 __all__ = sorted(_EXPORTS) + ["__version__"]

@@ -3,7 +3,7 @@ stages run one after another: the columns it reads from outside (with the kinds 
 columns it writes, and running it on blocks.
 
 Serving's :class:`~irbis.serving.predictor.Predictor`, the Spark fall-back's input discovery, ``fuse``'s
-:class:`~irbis.ml.fuse.FusedStages` and LIME's local scoring each build one :class:`KernelChain` from their
+:class:`~irbis.ml.fused.FusedStages` and LIME's local scoring each build one :class:`KernelChain` from their
 stages' :class:`StageKernel` (or, for a stage with no kernel, its
 :class:`StageColumns`).
 

@@ -2,7 +2,8 @@
 
 ``__all__`` lists every public stage; the conformance suite (tests/conformance) tests each one. The names
 are imported on first use, so that a runtime that needs one module (the HTTP server reading a tabular
-pipeline with :func:`load_local`) does not import every stage, torch included.
+pipeline with :func:`load_local`) does not import every stage, torch included. The package's face,
+``irbis``, re-exports every name of this table.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ _EXPORTS: dict[str, str] = {
     "FastVectorAssembler": "irbis.ml.assembler",
     "Featurize": "irbis.ml.featurize",
     "FeaturizeModel": "irbis.ml.featurize",
-    "FusedStages": "irbis.ml.fuse",
+    "FusedStages": "irbis.ml.fused",
     "ImageDecoder": "irbis.ml.image",
     "ImageFeaturizer": "irbis.ml.image_featurizer",
     "ImageLIME": "irbis.ml.lime",
@@ -42,16 +43,11 @@ _EXPORTS: dict[str, str] = {
     "ImageClassifierModel": "irbis.ml.image_classifier_model",
     "TorchModel": "irbis.ml.torch_model",
     "UnrollImage": "irbis.ml.image",
-    "fuse": "irbis.ml.fuse",
+    "fuse": "irbis.ml.fused",
     "load_local": "irbis.ml.kernel_pipeline",
 }
 
 __all__ = sorted(_EXPORTS)
-
-# ``fuse`` is also the name of a submodule, and the first import of a submodule binds the module here:
-# the function is imported now, after that first import, so that ``irbis.ml.fuse`` stays the function.
-from irbis.ml.fuse import fuse  # noqa: E402
-
 
 __getattr__ = lazy_exports(__name__, _EXPORTS, globals())
 

@@ -276,7 +276,7 @@ def tiny_fused_stages() -> Any:
     """ImageTransformer (8x8 RGB pixels) fused with a seeded network over them."""
     import torch
 
-    from irbis.ml.fuse import fuse
+    from irbis.ml.fused import fuse
     from irbis.ml.image import ImageTransformer
     from irbis.ml.torch_model import TorchModel
 

@@ -7,7 +7,7 @@ import torch
 from pyspark.ml import PipelineModel
 
 from irbis.ml import ImageTransformer, TorchModel, fuse
-from irbis.ml.fuse import FusedStages
+from irbis.ml.fused import FusedStages
 
 pytestmark = pytest.mark.spark
 

@@ -24,7 +24,7 @@ READ_BACK = """
 import json, pickle, sys
 pickle.loads(sys.stdin.buffer.read())
 print(json.dumps({"pyspark.ml": "pyspark.ml" in sys.modules, "torch": "torch" in sys.modules,
-                  "stages": sorted(m for m in sys.modules if m.startswith("irbis.ml"))}))
+                  "stages": sorted(m for m in sys.modules if m.startswith("irbis.ml."))}))  # the table of irbis.ml is no stage
 """
 
 

@@ -91,11 +91,13 @@ def on_post_build(config) -> None:
     import irbis
     import irbis.ml
 
+    rendered = [pkgutil.resolve_name(name) for name in _rendered]
     for package in (irbis, irbis.ml):
         for name in package.__all__:
             obj = getattr(package, name)
             if inspect.isclass(obj) or inspect.isfunction(obj):
                 path = f"{obj.__module__}.{obj.__qualname__}"
-                if path not in _rendered:
+                # rendered by its own directive, or as a member of a module a page renders
+                if not any(r is obj or (inspect.ismodule(r) and getattr(r, name, None) is obj) for r in rendered):
                     log.warning("%s.%s (%s) is in no page of the API reference", package.__name__, name, path)
     _rendered.clear()

@@ -391,8 +391,8 @@ def test_a_figure_from_another_scripts_file_fails_the_check(copy: Path):
     EfficientNet-Lite0 row, though a results file holds it."""
     assert backed("54.5", (copy / RESULTS / "inference_resnet50.txt").read_text())
     found = planted(unbacked_table_figures, copy,
-                    lambda root: _replace(root / "README.md", "(ONNX Runtime) 84.1", "(ONNX Runtime) 54.5"))
-    assert len(found) == 1 and found[0].endswith("54.5 is not in inference_effnet.txt")
+                    lambda root: _replace(root / "README.md", '`engine="auto"`: 84.1', '`engine="auto"`: 54.5'))
+    assert len(found) == 1 and "54.5 is not in inference_effnet.txt" in found[0], found
 
 
 def test_a_planted_figure_in_prose_fails_the_check(copy: Path):
@@ -407,6 +407,6 @@ def test_a_planted_figure_in_prose_fails_the_check(copy: Path):
 
 
 def test_a_cited_results_file_that_is_gone_fails_the_check(copy: Path):
-    found = planted(missing_results_files, copy, lambda root: (root / RESULTS / "train_images_frozen.txt").unlink())
+    found = planted(missing_results_files, copy, lambda root: (root / RESULTS / "train_images.txt").unlink())
     assert {f.split(":")[0] for f in found} >= {"README.md", "docs/performance.md", "docs/images.md"}
-    assert all(f.endswith("cites train_images_frozen.txt, which is not in benchmarks/results") for f in found)
+    assert all(f.endswith("cites train_images.txt, which is not in benchmarks/results") for f in found)

@@ -247,10 +247,23 @@ def _cmd_featurize(args: argparse.Namespace) -> int:
                          pathGlobFilter=args.glob)
     featurizer = ImageFeaturizer(inputCol="image", outputCol="features", network=args.network,
                                  cutOutputLayers=args.cut, precision=args.precision)
-    featurizer.transform(images).select("path", "features").write.mode(args.mode).parquet(args.output)
+    out = _vectors_as(featurizer.transform(images).select("path", "features"), "features", args.vectors)
+    out.write.mode(args.mode).parquet(args.output)
     print(f"features of {stats.files - stats.bad_files} images written to {args.output}; "
           f"{stats.bad_files} files could not be decoded and were skipped")
     return 0
+
+
+def _vectors_as(frame: Any, column: str, kind: str) -> Any:
+    """``frame`` with its Spark ML vector ``column`` as ``array<float>`` (``kind`` "array": what pandas, DuckDB,
+    Polars and vector stores read as a list of float32), or as it is (``kind`` "ml": Spark ML's vector, which
+    they see as a struct of type, size, indices and values)."""
+    if kind == "ml":
+        return frame
+    from pyspark.ml.functions import vector_to_array
+    from pyspark.sql import functions as F
+
+    return frame.withColumn(column, vector_to_array(F.col(column), "float32"))
 
 
 def _text_frame(spark: Any, source: str, column: str) -> Any:
@@ -260,7 +273,8 @@ def _text_frame(spark: Any, source: str, column: str) -> Any:
     if lower.endswith(".parquet"):
         frame = spark.read.parquet(source)
     elif lower.endswith(".csv"):
-        frame = spark.read.option("header", True).option("multiLine", True).option("escape", '"').csv(source)
+        frame = (spark.read.option("header", True).option("multiLine", True).option("escape", '"')
+                 .option("inferSchema", True).csv(source))  # an integer id column stays an integer
     else:
         frame = (spark.read.format("binaryFile").option("pathGlobFilter", "*.txt").load(source)
                  .selectExpr("path", f"content as `{column}`"))  # bytes: a file that is not UTF-8 is named
@@ -278,7 +292,7 @@ def _cmd_embed(args: argparse.Namespace) -> int:
     texts = _text_frame(spark, args.texts, args.column)
     embedder = TextEmbedder(network=args.network, inputCol=args.column, outputCol="embedding",
                             precision=args.precision, maxLength=args.max_length, errorCol="error")
-    out = embedder.transform(texts).drop(args.column)
+    out = _vectors_as(embedder.transform(texts).drop(args.column), "embedding", args.vectors)
     out.write.mode(args.mode).parquet(args.output)
     written = spark.read.parquet(args.output)
     failed = written.where("embedding is null").count()
@@ -635,6 +649,9 @@ def build_parser() -> argparse.ArgumentParser:
     feat.add_argument("--glob", default="*.{jpg,jpeg,png,bmp,JPG,JPEG,PNG}", help="file name filter")
     feat.add_argument("--mode", default="errorifexists", choices=["errorifexists", "overwrite"],
                       help="when --output exists")
+    feat.add_argument("--vectors", default="array", choices=["array", "ml"],
+                       help="how the features are written: array (array<float>, float32, which pandas, DuckDB, "
+                       "Polars and vector stores read as lists) or ml (Spark ML vectors, for a Spark ML stage after)")
     _master_option(feat)
     feat.set_defaults(func=_cmd_featurize)
 
@@ -650,6 +667,9 @@ def build_parser() -> argparse.ArgumentParser:
     embed.add_argument("--max-length", type=int, default=0, help="tokens per text (0: the network's maximum)")
     embed.add_argument("--mode", default="errorifexists", choices=["errorifexists", "overwrite"],
                        help="when --output exists")
+    embed.add_argument("--vectors", default="array", choices=["array", "ml"],
+                       help="how the embeddings are written: array (array<float>, float32, which pandas, DuckDB, "
+                       "Polars and vector stores read as lists) or ml (Spark ML vectors, for a Spark ML stage after)")
     _master_option(embed)
     embed.set_defaults(func=_cmd_embed)
 

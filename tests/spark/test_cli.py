@@ -36,7 +36,8 @@ def test_featurize_writes_the_features_that_image_featurizer_gives(spark, tiny_i
     (folder / "notes.txt").write_text("not an image")
     out = tmp_path / "features.parquet"
     assert main(["featurize", str(folder), "--output", str(out), "--master", "local[2]"]) == 0
-    written = {Path(r.path).name: r.features.toArray() for r in spark.read.parquet(str(out)).collect()}
+    written = {Path(r.path).name: np.asarray(r.features) for r in spark.read.parquet(str(out)).collect()}
+    assert dict(spark.read.parquet(str(out)).dtypes)["features"] == "array<float>"  # what pandas reads as float32
     stage = ImageFeaturizer(inputCol="image", outputCol="features", cutOutputLayers=1, precision="fp32")
     images = read_images([str(p) for p in tiny_images.values()], spark=spark)
     expected = {Path(r.path).name: r.features.toArray() for r in stage.transform(images).collect()}

@@ -137,7 +137,22 @@ def test_cli_embed_writes_the_embeddings_of_a_folder_of_text_files(spark, tmp_pa
     rows = {r.path.rsplit("/", 1)[-1]: r for r in spark.read.parquet(str(out)).collect()}
     expected = TextEmbedder(inputCol="t", outputCol="e").transform(
         spark.createDataFrame([(texts["a.txt"],)], "t string")).first().e
-    np.testing.assert_allclose(rows["a.txt"].embedding.toArray(), expected.toArray(), atol=1e-5)
+    np.testing.assert_allclose(rows["a.txt"].embedding, expected.toArray(), atol=1e-5)
     assert rows["b.txt"].embedding is not None and rows["b.txt"].error is None
     assert rows["d.txt"].embedding is None and "not UTF-8" in rows["d.txt"].error
     assert "embeddings of" in capsys.readouterr().out
+    # the tools after Spark read the vectors as float32 lists, not as Spark ML's struct of type/size/indices/values
+    import pandas as pd
+
+    read = pd.read_parquet(out).set_index("path")
+    vector = read.loc[next(p for p in read.index if p.endswith("a.txt")), "embedding"]
+    assert vector.dtype == np.float32 and vector.shape == (384,)
+
+    # a CSV keeps its columns' types; --vectors ml writes Spark ML vectors
+    table = tmp_path / "notes.csv"
+    table.write_text('id,text\n7,"The snow leopard crossed the ridge at dawn."\n8,Fog.\n')
+    out_ml = tmp_path / "embedded_ml"
+    assert main(["embed", str(table), "--output", str(out_ml), "--vectors", "ml", "--master", "local[2]"]) == 0
+    written = spark.read.parquet(str(out_ml))
+    assert dict(written.dtypes)["id"] == "int" and dict(written.dtypes)["embedding"] == "vector"
+    np.testing.assert_allclose(written.where("id = 7").first().embedding.toArray(), expected.toArray(), atol=1e-5)

@@ -128,7 +128,8 @@ def spark_job(kind: str, spark, data: str):
 
     files = lambda: spark.read.format("binaryFile").load(data).select("path", "content")  # noqa: E731
     if kind in ("chain", "norm"):
-        stage = ImageTransformer(inputCol="content", outputCol="x", outputFormat="image" if kind == "chain" else "array")
+        stage = ImageTransformer(inputCol="content", outputCol="x",
+                                 outputFormat="image" if kind == "chain" else "array")
         stage = stage.resize(256, 256, keepAspectRatio=True).centerCrop(224, 224).flip(1)
         if kind == "norm":
             stage = stage.normalize(127.0, 128.0)
@@ -324,7 +325,8 @@ def main() -> None:
                   f"- input: {args.chain_images} JPEGs, {jpeg_mb:.1f} MiB, Arrow batches of up to "
                   f"{memory['batch_rows']} rows (one partition's files), i.e. up to {jpeg_mb:.1f} MiB",
                   f"- largest worker: idle {memory['idle_one'] / 2**20:.0f} MiB, peak "
-                  f"{memory['peak_one'] / 2**20:.0f} MiB (growth {(memory['peak_one'] - memory['idle_one']) / 2**20:.0f}"
+                  f"{memory['peak_one'] / 2**20:.0f} MiB (growth "
+                  f"{(memory['peak_one'] - memory['idle_one']) / 2**20:.0f}"
                   f" MiB); all workers together at peak {memory['peak_total'] / 2**20:.0f} MiB", ""]
     text = "\n".join(lines)
     print(text)

@@ -26,6 +26,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+
 from provenance import Run
 from train_sync import digits_images, load_digits_split  # the same split and inputs as the training benchmark
 
@@ -139,7 +140,8 @@ def main() -> None:
         reached = {b: to_target(r["curve"], target) for b, r in rows.items()}
         fixed = [b for b in SWEEP if reached[b][0] is not None and rows[b]["curve"][-1]["accuracy"] >= target]
         best = min(fixed, key=lambda b: reached[b][0]) if fixed else 32
-        body += ["", f"## {workload}: {arch}, {len(data[2])} training rows, {epochs} epochs, target test accuracy {target:.4f} "
+        body += ["", f"## {workload}: {arch}, {len(data[2])} training rows, {epochs} epochs, "
+                     f"target test accuracy {target:.4f} "
                      f"(fixed 32's final {rows[32]['curve'][-1]['accuracy']:.4f} - 0.5 pts)", "",
                  "| row | batch per worker | loop s to target | MB sent per worker to target | final test accuracy "
                  "| loop s, all epochs | trial rows |",
@@ -159,7 +161,8 @@ def main() -> None:
         searched = [p for p in curve_a if p["trialSamples"]]
         trained = len(data[2]) * epochs
         body.append("")
-        body.append(f"auto (every epoch): {len(searched)} searches took {sum(p['searchSeconds'] for p in curve_a):.2f} s "
+        body.append(f"auto (every epoch): {len(searched)} searches took "
+                    f"{sum(p['searchSeconds'] for p in curve_a):.2f} s "
                     f"of the loop's {rows['auto']['curve'][-1]['seconds']:.2f} s; their trials computed "
                     f"{sum(p['trialSamples'] for p in searched)} rows against {trained} rows of training")
         if a is not None and b32 is not None and bb is not None:

@@ -70,8 +70,8 @@ def main() -> None:
     import openvino as ov
 
     from irbis.demo.photos import photo_crops
-    from irbis.kernels.engines.ort import load as load_ort
     from irbis.kernels.engines.export import export_onnx
+    from irbis.kernels.engines.ort import load as load_ort
     from irbis.models import ModelRepository
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])

@@ -188,7 +188,6 @@ def main() -> None:
         return child(args)
 
     from images import write_jpegs
-
     from irbis.spark.standalone import start_standalone
 
     sizes = (48, 96) if args.quick else (96, 384)
@@ -222,7 +221,8 @@ def report(apps: dict, sizes: tuple, jpeg_bytes: float, args: argparse.Namespace
     lines = [*run.header(f"standalone: a master and 2 workers of 1 core each on this host (separate processes, "
                          f"folders and TMPDIR), driver in client mode; JPEGs of {jpeg_bytes / 1024:.0f} KiB on "
                          "average"),
-             "", f"## (f) ImageFeaturizer, {big} JPEGs, fp32, engine auto (best of {args.repeats if not args.quick else 1} "
+             "", f"## (f) ImageFeaturizer, {big} JPEGs, fp32, engine auto "
+                 f"(best of {args.repeats if not args.quick else 1} "
              "timed runs after a warm-up)", "",
              "| master | executors x cores | tasks | seconds | images/s | vs local[2] | first job s | session s |",
              "|---|---|---|---|---|---|---|---|"]

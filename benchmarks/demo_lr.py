@@ -23,8 +23,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from provenance import Run
 from pyspark.sql import functions as F
+
+from provenance import Run
 
 #: (name, fit_lr keyword arguments, cache the CV's rows first); the first row is the demo's setting.
 SETTINGS: list[tuple[str, dict[str, Any], bool]] = [

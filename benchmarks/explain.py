@@ -298,19 +298,17 @@ def main() -> None:
     parts = np.array_split(x, POOL)
     pool_table_s = lime_pool("table", parts, [r[:2] for r in parts], TABLE_REPEATS, x, coef, intercept,
                              args.table_samples)
+    image_job = (f"images ({args.images} JPEGs, EfficientNet-Lite0, {args.image_samples} samples each, "
+                 f"up to {most} superpixels)")
+    table_job = (f"table ({args.rows} rows x {args.features} features, LogisticRegression, "
+                 f"{args.table_samples} samples each)")
     rows = [
-        (f"images ({args.images} JPEGs, EfficientNet-Lite0, {args.image_samples} samples each, up to {most} superpixels)",
-         f"(l) lime package, batch_size {batch}, 1 process", lime_image_s, args.images),
-        (f"images ({args.images} JPEGs, EfficientNet-Lite0, {args.image_samples} samples each, up to {most} superpixels)",
-         f"(l2) lime package, batch_size {batch}, {POOL} processes", pool_image_s, args.images),
-        (f"images ({args.images} JPEGs, EfficientNet-Lite0, {args.image_samples} samples each, up to {most} superpixels)",
-         "(i) ImageLIME, Spark local[2]", image_s, args.images),
-        (f"table ({args.rows} rows x {args.features} features, LogisticRegression, {args.table_samples} samples each)",
-         "(lt) lime package, 1 process", lime_table_s, args.rows),
-        (f"table ({args.rows} rows x {args.features} features, LogisticRegression, {args.table_samples} samples each)",
-         f"(lt2) lime package, {POOL} processes", pool_table_s, args.rows),
-        (f"table ({args.rows} rows x {args.features} features, LogisticRegression, {args.table_samples} samples each)",
-         "(t) TabularLIME, Spark local[2]", table_s, args.rows),
+        (image_job, f"(l) lime package, batch_size {batch}, 1 process", lime_image_s, args.images),
+        (image_job, f"(l2) lime package, batch_size {batch}, {POOL} processes", pool_image_s, args.images),
+        (image_job, "(i) ImageLIME, Spark local[2]", image_s, args.images),
+        (table_job, "(lt) lime package, 1 process", lime_table_s, args.rows),
+        (table_job, f"(lt2) lime package, {POOL} processes", pool_table_s, args.rows),
+        (table_job, "(t) TabularLIME, Spark local[2]", table_s, args.rows),
     ]
     header = run.header()
     lime_rate, network_rate = args.images * args.image_samples / image_s, args.images * args.image_samples / network_s

@@ -1,7 +1,8 @@
 """The GPU check: every GPU path of Irbis run on one device in one command, each figure beside its baseline.
 
 ``make gpu-check`` (``DEVICE=cuda`` by default) runs this script with the ``python3`` on PATH. In one command,
-sized to take under 5 minutes on one H100 (its parts took 17 to 60 s each there) (about a minute on 2 CPU cores with ``--device cpu``):
+sized to take under 5 minutes on one H100 (its parts took 17 to 60 s each there) (about a minute on 2 CPU cores
+with ``--device cpu``):
 
 1. **Tests.** The tests that take the ``device`` fixture (``pytest -m device --device <device>``: the inference
    kernel and the training loop, in files that import no pyspark), and the tests marked ``gpu`` (``pytest -m
@@ -336,7 +337,6 @@ def run_tests(report: Report, device: str, out: Path, quick: bool) -> None:
 def networks(workdir: Path) -> dict[str, tuple[dict[str, Any], str]]:
     """name -> (source, what its weights are)."""
     from inference import model_source  # benchmarks/inference.py: ResNet-50 as a folder of random weights
-
     from irbis.kernels.inference import resolve_source
 
     return {BACKBONE: (resolve_source(BACKBONE), "pretrained"),

@@ -169,7 +169,8 @@ def main() -> None:
         train, test, meta = camera_frames(spark, Path(tmp) / "traps", size, 0)
         n_train = int((~meta["is_test"]).sum())
         rows = []
-        run_cell(train, test, "sync", 2, 99, 1, args.batch, STRATEGIES["sync"][2])  # warm-up: workers, imports, the exported network
+        # warm-up: workers, imports, the exported network
+        run_cell(train, test, "sync", 2, 99, 1, args.batch, STRATEGIES["sync"][2])
         fit, validation, n_val = validation_split(train, meta)
         chosen, sweep_lines = sweep(fit, validation, epochs, args.batch, 1 if args.quick else SWEEP_SEEDS, args.quick)
         for name in STRATEGIES:

@@ -50,6 +50,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+
 from provenance import Run
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -218,8 +219,8 @@ def run_plain_loop(run, repeats: int) -> dict:
 
 # -- Spark ---------------------------------------------------------------------------------------
 def spark_job(kind: str, spark, folder: str, precision: str, engine: str):
-    from irbis.ml.image_featurizer import ImageFeaturizer
     from irbis.ml.image import ImageTransformer
+    from irbis.ml.image_featurizer import ImageFeaturizer
     from irbis.spark.images import read_images
 
     if kind == "predict_batch_udf":

@@ -51,6 +51,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
 from provenance import Run
 
 ROOT = Path(__file__).resolve().parents[1]

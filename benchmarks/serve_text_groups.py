@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+
 from provenance import Run
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -42,9 +42,9 @@ import time
 from pathlib import Path
 
 import numpy as np
-from provenance import Run
 
 from irbis.spark.standalone import free_port
+from provenance import Run
 
 ROOT = Path(__file__).resolve().parents[1]
 FEATURES = 16

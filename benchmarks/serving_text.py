@@ -47,6 +47,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 import numpy as np
+
 from provenance import Run
 
 HERE = Path(__file__).resolve().parent

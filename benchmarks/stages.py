@@ -108,7 +108,8 @@ def bench_ensemble(spark, log, rows: int, repeats: int) -> None:
         return out.select("k", "x", array_to_vector(F.array(*[f"e{i}" for i in range(dim)])).alias("v"))
 
     compare(log, f"ensemble by key: {rows} rows, {rows // 10} keys, a number and a {dim}-dim vector", {
-        "hand-written groupBy/agg: avg + Summarizer.mean": lambda: df.groupBy("k").agg(F.avg("x"), Summarizer.mean(F.col("v"))),
+        "hand-written groupBy/agg: avg + Summarizer.mean":
+            lambda: df.groupBy("k").agg(F.avg("x"), Summarizer.mean(F.col("v"))),
         "hand-written groupBy/agg: avg per vector element": per_element,
         "Irbis EnsembleByKey": lambda: EnsembleByKey(keys=["k"], cols=["x", "v"]).transform(df),
     }, repeats)

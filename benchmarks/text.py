@@ -49,6 +49,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
 from provenance import Run
 
 HERE = Path(__file__).resolve().parent
@@ -463,7 +464,7 @@ def part_irbis(args: argparse.Namespace) -> dict:
         cosine[name] = {"mean": float(cos.mean()), "min": float(cos.min())}
         if name == "fp32":  # before the workers load the other precisions' engines
             fp32_peak = max(worker_peaks(), default=float("nan"))
-    from irbis.kernels.text_encoder import text_runner, text_tokens
+    from irbis.kernels.text_encoder import text_runner
     from irbis.models.text import text_source
 
     for name, options in settings.items():
@@ -545,10 +546,12 @@ def report(args: argparse.Namespace, parts: dict, header: list[str]) -> str:
         engine = irbis["engines"][setting.split(",")[0]]
         row("(d) Irbis TextEmbedder", f"{setting} ({engine})", rate)
     default = plain["default_hint"]
-    lines += ["", "## The plain OpenVINO loop at the CPU plugin's default precision (no INFERENCE_PRECISION_HINT given)",
+    lines += ["", "## The plain OpenVINO loop at the CPU plugin's default precision "
+              "(no INFERENCE_PRECISION_HINT given)",
               "", f"The plugin's default on this CPU: {default['hint']}. Not an fp32 row where that is bf16; "
               "not counted as the best plain loop.", "",
-              "| setting | texts/s | vs sentence-transformers | vs best plain loop | min cosine with sentence-transformers fp32 |",
+              "| setting | texts/s | vs sentence-transformers | vs best plain loop "
+              "| min cosine with sentence-transformers fp32 |",
               "|---|---|---|---|---|",
               f"| openvino, default precision ({default['hint']}) | {default['texts_per_s']:.1f} | "
               f"{default['texts_per_s'] / best_st:.2f}x | {default['texts_per_s'] / best_plain:.2f}x | "
@@ -584,7 +587,8 @@ def report(args: argparse.Namespace, parts: dict, header: list[str]) -> str:
     lines += ["", "| answers against sentence-transformers fp32 | mean cosine | min cosine | sentiment accuracy |",
               "|---|---|---|---|"]
     for precision, cos in irbis["cosine"].items():
-        lines.append(f"| Irbis {precision} | {cos['mean']:.5f} | {cos['min']:.5f} | {irbis['accuracy'][precision]:.4f} |")
+        lines.append(f"| Irbis {precision} | {cos['mean']:.5f} | {cos['min']:.5f} "
+                     f"| {irbis['accuracy'][precision]:.4f} |")
     lines += [f"| plain {k} fp32 | | {v:.5f} | |" for k, v in plain["min_cosine"].items()]
     return "\n".join(lines) + "\n"
 

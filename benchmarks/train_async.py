@@ -134,7 +134,8 @@ def train(arch: str, options: dict, shape: list[int], data: tuple, epochs: int, 
     reached = [t for h, t in zip(hist, elapsed) if h["loss"] <= TARGET_LOSS]
     stale = np.sum([h["staleness"]["histogram"] for h in hist if h.get("staleness", {}).get("updates")], axis=0)
     return {"strategy": strategy + ("" if not sopts else f" {sopts}"), "workers": workers, "lr": lr,
-            "acc": accuracy(module, xte, yte, shape), "loop": used_samples(results[:workers], strategy, sopts, spec) / loop,
+            "acc": accuracy(module, xte, yte, shape),
+            "loop": used_samples(results[:workers], strategy, sopts, spec) / loop,
             "wall": wall,
             "toTarget": reached[0] if reached else float("nan"), "loss": hist[-1]["loss"], "stale": stale,
             "restarts": sum(r.info.get("attempt", 0) for r in results),
@@ -160,11 +161,11 @@ def stale_text(hist: object) -> str:
 
 
 def table(title: str, rows: list[dict]) -> str:
-    lines = [title, f"{'strategy':34s} {'workers':>7s} {'lr':>7s} {'loop samples/s':>15s} {'s to loss<=%.1f' % TARGET_LOSS:>15s} "
-                    f"{'final loss':>10s} {'test acc':>9s}  staleness"]
+    lines = [title, f"{'strategy':34s} {'workers':>7s} {'lr':>7s} {'loop samples/s':>15s} "
+                    f"{'s to loss<=%.1f' % TARGET_LOSS:>15s} {'final loss':>10s} {'test acc':>9s}  staleness"]
     for r in rows:
-        lines.append(f"{r['strategy']:34s} {r['workers']:7d} {r.get('lr', float('nan')):7.4f} {r['loop']:15,.0f} {r['toTarget']:15.2f} "
-                     f"{r['loss']:10.3f} {r['acc']:9.3f}  {stale_text(r['stale'])}")
+        lines.append(f"{r['strategy']:34s} {r['workers']:7d} {r.get('lr', float('nan')):7.4f} {r['loop']:15,.0f} "
+                     f"{r['toTarget']:15.2f} {r['loss']:10.3f} {r['acc']:9.3f}  {stale_text(r['stale'])}")
     return "\n".join(lines)
 
 
@@ -210,12 +211,12 @@ def stragglers(epochs: int, workers: int = 2, factor: float = 3.0) -> list[str]:
     sync = runs[("sync", "{}")]
     lines = [f"STRAGGLERS, loop only, no Spark: MLP, {workers} workers on {os.cpu_count()} cores, rank 0 slowed "
              f"{factor:g}x (a sleep of {factor - 1:g}x its compute each step), {epochs} epochs",
-             f"{'strategy':24s} {'samples/s (none)':>16s} {'(straggler)':>11s} {'acc (none)':>10s} {'(straggler)':>11s} "
-             f"{'gain over sync (none)':>21s} {'(straggler)':>11s} {'straggler share':>15s}"]
+             f"{'strategy':24s} {'samples/s (none)':>16s} {'(straggler)':>11s} {'acc (none)':>10s} "
+             f"{'(straggler)':>11s} {'gain over sync (none)':>21s} {'(straggler)':>11s} {'straggler share':>15s}"]
     for r, slow in runs.values():
         gain, gain_slow = r["loop"] / sync[0]["loop"], slow["loop"] / sync[1]["loop"]
-        lines.append(f"{r['strategy']:24s} {r['loop']:16,.0f} {slow['loop']:11,.0f} {r['acc']:10.3f} {slow['acc']:11.3f} "
-                     f"{gain:20.2f}x {gain_slow:10.2f}x {gain_slow / gain:14.2f}x")
+        lines.append(f"{r['strategy']:24s} {r['loop']:16,.0f} {slow['loop']:11,.0f} {r['acc']:10.3f} "
+                     f"{slow['acc']:11.3f} {gain:20.2f}x {gain_slow:10.2f}x {gain_slow / gain:14.2f}x")
     lines.append(f"sync pays the straggler: {sync[0]['loop']:,.0f} samples/s without it, {sync[1]['loop']:,.0f} with "
                  f"it ({sync[1]['loop'] / sync[0]['loop']:.2f}x); straggler share = gain with / gain without")
     return lines
@@ -253,7 +254,8 @@ def main() -> None:
     args = parser.parse_args()
     run = Run(__file__, packages=("torch", "pyzmq", "numpy"))
     if args.sweep:
-        print("\n".join(sweep(2 if args.quick else MLP_EPOCHS)), f"\nrun time {time.perf_counter() - run.started:.0f} s")
+        print("\n".join(sweep(2 if args.quick else MLP_EPOCHS)),
+              f"\nrun time {time.perf_counter() - run.started:.0f} s")
         return
     if args.quick:
         mlp, cnn = workload("mlp", MLP, [64], 1, [2]), workload("small_cnn", CNN, [3, 32, 32], 1, [2])

@@ -72,6 +72,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+
 from provenance import Run
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -589,7 +590,8 @@ def table(rows: list[dict]) -> list[str]:
         epochs = f"{r['epochs_rate']:6.1f}" if r.get("epochs_rate") else f"{'-':>6s}"
         cpu = 1e3 * r["memory"]["cpu_seconds"] / r["images"]
         cpu_of = {k: 1e3 * v["memory"]["cpu_seconds"] / v["images"] for k, v in (("a", a), ("b", b)) if v}
-        out.append(f"{r['label']:41s} {r['e2e']:9.1f} {r['loop']:5.1f} {epochs} {fmt_ratio(r['e2e'], a and a['e2e']):>6s} "
+        out.append(f"{r['label']:41s} {r['e2e']:9.1f} {r['loop']:5.1f} {epochs} "
+                   f"{fmt_ratio(r['e2e'], a and a['e2e']):>6s} "
                    f"{fmt_ratio(r['e2e'], b and b['e2e']):>6s} {cpu:10.0f} {fmt_ratio(cpu_of.get('a'), cpu):>6s} "
                    f"{fmt_ratio(cpu_of.get('b'), cpu):>6s} {r['acc']:8.4f} {r['memory']['peak_sum_mib']:12.0f} "
                    f"{r['memory']['largest_mib']:11.0f} {r['seconds']:6.1f} {r['load'][0]:4.1f}-{r['load'][1]:<4.1f}")

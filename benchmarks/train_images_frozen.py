@@ -142,8 +142,8 @@ def run_frozen(root: Path, size: tuple[int, int, int], epochs: int) -> tuple[lis
              f"catalogue's resize 256 + centre crop 224), {n_train} training files ({REPEATS}x: each file "
              f"{REPEATS} times), {epochs} epochs, global batch {ti.GLOBAL_BATCH}, Adam as in train_images.py; "
              "Spark local[2], numWorkers=2, binaryFile; every row in a fresh process",
-             "", f"{'row':48s} {'files':>5s} {'img/s e2e':>9s} {'vs whole':>8s} {'vs plain':>8s} {'e2e s':>6s} {'loop s':>6s} "
-             f"{'before s':>8s} {'test acc':>8s} {'RSS MiB':>7s} {'load':>9s}  loss per epoch"]
+             "", f"{'row':48s} {'files':>5s} {'img/s e2e':>9s} {'vs whole':>8s} {'vs plain':>8s} {'e2e s':>6s} "
+                 f"{'loop s':>6s} {'before s':>8s} {'test acc':>8s} {'RSS MiB':>7s} {'load':>9s}  loss per epoch"]
     for r in rows:
         whole = f"{r['e2e'] / rows[0]['e2e']:7.2f}x" if r["files"] == "1x" else f"{'-':>8s}"
         same = rows[0] if "never" in r["label"] else next(
@@ -156,7 +156,8 @@ def run_frozen(root: Path, size: tuple[int, int, int], epochs: int) -> tuple[lis
     lines += ["", "img/s e2e: training images (files x epochs) over the whole call, the frozen layers' pass "
               "included (for 'auto': ImageFeaturizer's job on the inference engine). vs whole: over the first "
               "row. vs plain: over the plain row of the same work ('never': the first row; 'auto': the plain "
-              "frozen-once row on the same files). loop s: the training loop (Spark: the slowest worker's). before s: the "
+              "frozen-once row on the same files). loop s: the training loop (Spark: the slowest worker's). "
+              "before s: the "
               "rest of the call; for Spark, all before the training tasks: the file listing, Spark's first query "
               "(the numWorkers check), the Python workers' start and, for 'auto', the frozen layers' job. RSS: "
               "the peak of the training processes' summed resident memory (Spark: its Python workers)."]

@@ -33,6 +33,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+
 from provenance import Run
 
 RESULTS = Path(__file__).parent / "results"
@@ -141,9 +142,8 @@ def torch_distributor(data: tuple, epochs: int) -> dict:
 def sparktorch_sync(df, data: tuple, epochs: int) -> dict:
     """sparktorch's synchronous mode (barrier stage, gloo all-reduce of the mean gradient), Adam 1e-3,
     ``epochs * rows / 64`` iterations of 32 random rows per task; after one untimed 1-epoch run."""
-    from peers import sparktorch_fit
-
     from irbis.models import build_model
+    from peers import sparktorch_fit
 
     _, xte, ytr, yte = data
     iters = epochs * len(ytr) // 64
@@ -170,7 +170,6 @@ def peer_rows(df, data: tuple, epochs: int) -> tuple[list[dict], list[str]]:
 
 
 def _td_train(xtr, ytr, epochs):
-    import os
     import time
 
     import torch

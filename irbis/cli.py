@@ -371,8 +371,8 @@ def _batch_size(text: str) -> int | str:
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
-    from irbis.spark.session import get_spark
     from irbis.ml import TorchEstimator
+    from irbis.spark.session import get_spark
 
     spark = get_spark(args.master, app_name="irbis-train")
     if args.task == "image":

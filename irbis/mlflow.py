@@ -37,7 +37,7 @@ import numpy as np
 import pandas as pd
 
 try:
-    import mlflow
+    import mlflow  # noqa: F401  (imported only to fail early, with the extra to install, where it is missing)
 except ImportError as _err:  # pragma: no cover - the message is the point
     raise ImportError("irbis.mlflow needs MLflow: pip install 'irbis[mlflow]'") from _err
 
@@ -146,7 +146,10 @@ def save_model(irbis_model: Any, path: str, mlflow_model: Any = None, *, input_e
     from mlflow.models.model import MLMODEL_FILE_NAME
     from mlflow.models.utils import _save_example
     from mlflow.utils.environment import (
-        _CONDA_ENV_FILE_NAME, _PYTHON_ENV_FILE_NAME, _REQUIREMENTS_FILE_NAME, _process_pip_requirements,
+        _CONDA_ENV_FILE_NAME,
+        _PYTHON_ENV_FILE_NAME,
+        _REQUIREMENTS_FILE_NAME,
+        _process_pip_requirements,
         _PythonEnv,
     )
     from mlflow.utils.requirements_utils import _get_pinned_requirement

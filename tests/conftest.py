@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 
 import pytest
-from connect_mode import connect_mode
 
+from connect_mode import connect_mode
 from irbis.spark.standalone import free_port
 
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")

@@ -40,7 +40,8 @@ class LSTMIds(nn.Module):
 
     def __init__(self, vocab: int = 50, dim: int = 8, classes: int = 3) -> None:
         super().__init__()
-        self.embed, self.lstm, self.head = nn.Embedding(vocab, dim), nn.LSTM(dim, dim, batch_first=True), nn.Linear(dim, classes)
+        self.embed, self.lstm, self.head = (nn.Embedding(vocab, dim), nn.LSTM(dim, dim, batch_first=True),
+                                            nn.Linear(dim, classes))
 
     def forward(self, packed: PackedSequence) -> torch.Tensor:
         embedded = PackedSequence(self.embed(packed.data), packed.batch_sizes, packed.sorted_indices,

@@ -11,7 +11,8 @@ correlated: a random split would leak), each metric carries a 95 % bootstrap int
 bursts, each step's difference gets a paired interval, and regularisation is chosen by cross-validation
 grouped by camera on the training cameras only. The original images are decoded and featurized once
 (one cached DataFrame; EN1 and EN2 from the same forward pass of the network); the augmented copies
-are featurized only for the better deep cut, chosen by its cross-validated AUC. The best variant's per-image pipeline is saved with ``PipelineModel.save``.
+are featurized only for the better deep cut, chosen by its cross-validated AUC. The best variant's
+per-image pipeline is saved with ``PipelineModel.save``.
 
 Examples
 --------

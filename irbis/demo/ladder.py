@@ -37,8 +37,8 @@ from pyspark.sql import functions as F
 from irbis.ml.basic import Lambda
 from irbis.ml.ensemble import EnsembleByKey
 from irbis.ml.estimator import TorchEstimator
-from irbis.ml.image_featurizer import ImageFeaturizer
 from irbis.ml.image import ImageTransformer, UnrollImage
+from irbis.ml.image_featurizer import ImageFeaturizer
 from irbis.models import get_entry
 
 __all__ = ["EN2_LAYER", "KEYS", "LR_OPTIONS", "REG_GRID", "ROW_ORDER", "camera_folds",

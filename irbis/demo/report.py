@@ -215,10 +215,13 @@ bursts. A step is significant when the paired interval of its difference exclude
 <th>paper's accuracy</th></tr>{table}</table>
 <h2>The ladder</h2><img src="ladder.png" alt="accuracy and ROC AUC of each variant with 95% intervals">
 <h2>Each step against the one it builds on</h2>
-<table><tr><th>step</th><th>accuracy difference</th><th></th><th>ROC AUC difference</th><th></th></tr>{step_rows}</table>
+<table><tr><th>step</th><th>accuracy difference</th><th></th><th>ROC AUC difference</th><th></th></tr>
+{step_rows}</table>
 <h2>What the best variant ({esc(best)}) gets wrong</h2>
-<p>{wrong} misclassified test images (up to 12 shown, most confident first).</p><img src="wrong.png" alt="misclassified test images">
-<h2>What the model looked at (LIME)</h2><p><a href="lime/index.html">LIME overlays</a> of a few test images, for the saved pipeline.</p>
+<p>{wrong} misclassified test images (up to 12 shown, most confident first).</p>
+<img src="wrong.png" alt="misclassified test images">
+<h2>What the model looked at (LIME)</h2>
+<p><a href="lime/index.html">LIME overlays</a> of a few test images, for the saved pipeline.</p>
 <h2>ROC curves</h2><img src="{files['roc']}" alt="ROC curves">
 <h2>Normalised confusion matrices</h2>{mats}
 <h2>Run</h2><dl>{facts}</dl>

@@ -209,7 +209,8 @@ significant when the paired interval of its difference excludes 0.</p>
 <table><tr><th>rung</th><th>accuracy [95% CI]</th><th>ROC AUC [95% CI]</th><th>what it is</th></tr>{table}</table>
 <h2>The ladder</h2><img src="ladder.png" alt="accuracy and ROC AUC of each rung with 95% intervals">
 <h2>Each step against the rung below it</h2>
-<table><tr><th>step</th><th>accuracy difference</th><th></th><th>ROC AUC difference</th><th></th></tr>{step_rows}</table>
+<table><tr><th>step</th><th>accuracy difference</th><th></th><th>ROC AUC difference</th><th></th></tr>
+{step_rows}</table>
 <h2>Run</h2><dl>{facts}</dl></body></html>"""
     (folder / "report.html").write_text(page)
     return folder / "report.html"

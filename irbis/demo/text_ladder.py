@@ -139,8 +139,8 @@ RUNGS: dict[str, Rung] = {r.name: r for r in (
          tuple({"regParam": reg} for reg in REG_GRID), fit_embedding_lr, embedding_stages),
     Rung("LSTM", f"an LSTM ({LSTM}: 64-d embedding, 64 units) trained from scratch on {ENCODER}'s WordPiece "
          "ids by TorchEstimator", ({"epochs": 4}, {"epochs": 8}), fit_lstm, token_stages),
-    Rung("MiniLM-tuned", f"{ENCODER} fine-tuned with a new head (TextClassifier, 16 reviews a worker and step, maxLength "
-         f"{MAX_LENGTH})", ({"epochs": 1}, {"epochs": 3}), fit_fine_tuned),
+    Rung("MiniLM-tuned", f"{ENCODER} fine-tuned with a new head (TextClassifier, 16 reviews a worker and step, "
+         f"maxLength {MAX_LENGTH})", ({"epochs": 1}, {"epochs": 3}), fit_fine_tuned),
 )}
 
 

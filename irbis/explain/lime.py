@@ -14,7 +14,10 @@ from typing import Callable, Sequence
 import numpy as np
 
 from irbis.explain.fit import (
-    cosine_distance, euclidean_distance, exponential_kernel, weighted_ridge,
+    cosine_distance,
+    euclidean_distance,
+    exponential_kernel,
+    weighted_ridge,
 )
 from irbis.explain.segment import mask_images, superpixel_masks, superpixels
 

@@ -37,8 +37,9 @@ import pyarrow as pa
 
 from irbis.kernels.image import IMAGE_FIELDS, image_view, ocv_mode
 
-__all__ = ["BatchFn", "Binary", "Images", "Prepared", "Ragged", "ragged_rows", "Tensor", "as_block", "block_to_rows", "bounded_slices", "stack_rows", "flat_rows", "from_arrow", "from_rows",
-           "rows_in", "run_steps", "tensor_bytes", "to_arrow"]
+__all__ = ["BatchFn", "Binary", "Images", "Prepared", "Ragged", "ragged_rows", "Tensor", "as_block", "block_to_rows",
+           "bounded_slices", "stack_rows", "flat_rows", "from_arrow", "from_rows", "rows_in", "run_steps",
+           "tensor_bytes", "to_arrow"]
 
 #: A stage's kernel: a dict of input blocks (one per column) to a dict of output blocks.
 BatchFn = Callable[[dict[str, Any]], dict[str, Any]]

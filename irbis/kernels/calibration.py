@@ -136,7 +136,6 @@ def default_calibration_texts(count: int = 128) -> list[str]:
     average), and a sample of one's own texts (a DataFrame as ``calibrationData``) keeps them closer
     (``benchmarks/text.py`` measures both: ``benchmarks/results/text.txt``)."""
     import re
-
     from pydoc_data.topics import topics
 
     paragraphs = re.split(r"\n\s*\n", "\n\n".join(topics[k] for k in sorted(topics)))

@@ -28,11 +28,19 @@ from typing import Any, Sequence
 import cv2
 import numpy as np
 
-from irbis.kernels.image_header import header_size, sniff_format
 from irbis.kernels.image_chain import OPS, ImageChain  # noqa: F401  (re-exported)
-from irbis.kernels.image_ops import as_hwc
+from irbis.kernels.image_header import header_size, sniff_format
 from irbis.kernels.image_ops import (  # noqa: F401  (re-exported)
-    ImageOpError, blur, center_crop, color_format, crop, flip, normalize, resize, threshold,
+    ImageOpError,
+    as_hwc,
+    blur,
+    center_crop,
+    color_format,
+    crop,
+    flip,
+    normalize,
+    resize,
+    threshold,
     to_chw,
 )
 

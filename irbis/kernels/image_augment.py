@@ -99,7 +99,8 @@ def parse_augmentation(value: str | Sequence[Mapping[str, Any]] | None) -> list[
         unknown = sorted(set(op) - set(spec) - {"op"})
         if unknown:
             raise ValueError(f"augmentation op {name!r}: unknown arguments {unknown}; expected {sorted(spec)}")
-        out.append({"op": name, **{k: _check(name, k, kind, op.get(k, default)) for k, (kind, default) in spec.items()}})
+        out.append({"op": name,
+                    **{k: _check(name, k, kind, op.get(k, default)) for k, (kind, default) in spec.items()}})
     if sum(op["op"] == "random_resized_crop" for op in out) > 1:
         raise ValueError("augmentation: random_resized_crop may appear once (it is the geometry)")
     return out

@@ -25,8 +25,17 @@ import numpy as np
 from irbis.kernels.blocks import Binary, Prepared
 from irbis.kernels.image import DEFAULT_MAX_PIXELS, ImageDecodeError, decode_image, struct_to_array
 from irbis.kernels.image_header import header_size, sniff_format
-from irbis.kernels.image_ops import (INTERPOLATIONS, as_hwc, center_crop, center_offsets, color_format, normalize,
-                                     resize, resized_size, to_chw)
+from irbis.kernels.image_ops import (
+    INTERPOLATIONS,
+    as_hwc,
+    center_crop,
+    center_offsets,
+    color_format,
+    normalize,
+    resize,
+    resized_size,
+    to_chw,
+)
 from irbis.models.preprocess import Preprocessing
 
 __all__ = ["decode_flags", "finish_rgb", "fit_geometry", "image_batch", "load_rgb", "preprocess_images",

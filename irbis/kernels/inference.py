@@ -4,8 +4,9 @@
 array of inputs to one array of outputs (a stage's kernel, :data:`irbis.kernels.blocks.BatchFn`, wraps
 it over column blocks). It is called in every Python worker (Spark), server process or LIME loop; the
 loaded network is cached per process, keyed by the source, the identity of its files, the device and
-the precision, so a worker loads it once and stages that read different layers of it share it. Reading an inner layer leaves the
-cached network as it was: the hook that stops the forward pass lives for one call only.
+the precision, so a worker loads it once and stages that read different layers of it share it. Reading
+an inner layer leaves the cached network as it was: the hook that stops the forward pass lives for one
+call only.
 
 Sources (plain dicts, so they cross the Params boundary as JSON):
 
@@ -47,6 +48,7 @@ from irbis.kernels.threads import set_threads, task_threads  # noqa: F401  (re-e
 if TYPE_CHECKING:
     import torch
     from torch import nn
+
     from irbis.models import ModelRepository
 
 #: A network's batch function: one array of inputs to one array of outputs.
@@ -245,7 +247,8 @@ def unknown_layer_error(layer: str, names: list[str], param: str = "outputLayer"
 
 
 def check_output_layer(module: nn.Module, layer: Layers) -> None:
-    """Raise a clear error unless ``layer`` (None or empty: the output; or several names) names modules of the network."""
+    """Raise a clear error unless ``layer`` (None or empty: the output; or several names) names modules of the
+    network."""
     import torch
 
     if not layer:

@@ -28,10 +28,13 @@ import numpy as np
 
 from irbis.kernels.blocks import Tensor
 from irbis.kernels.chain import StageKernel
-from irbis.kernels.sparkml_features import (imputer, min_max_scaler, one_hot_encoder, standard_scaler,
-                                            string_indexer)
-from irbis.kernels.sparkml_predictors import (linear_regression_kernel, logistic_regression,
-                                              logistic_regression_kernel, perceptron_kernel)
+from irbis.kernels.sparkml_features import imputer, min_max_scaler, one_hot_encoder, standard_scaler, string_indexer
+from irbis.kernels.sparkml_predictors import (
+    linear_regression_kernel,
+    logistic_regression,
+    logistic_regression_kernel,
+    perceptron_kernel,
+)
 from irbis.kernels.sparkml_state import NoKernelError, StageState, read_stage
 from irbis.kernels.sparkml_trees import tree_classifier, tree_regressor
 

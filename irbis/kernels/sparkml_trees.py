@@ -14,8 +14,7 @@ from typing import Any
 import numpy as np
 
 from irbis.kernels.chain import StageKernel
-from irbis.kernels.sparkml_predictors import (Scores, classifier_kernel, regressor_kernel,
-                                              threshold_prediction)
+from irbis.kernels.sparkml_predictors import Scores, classifier_kernel, regressor_kernel, threshold_prediction
 from irbis.kernels.sparkml_state import StageState
 
 __all__ = ["Tree", "tree_classifier", "tree_regressor"]

@@ -209,7 +209,8 @@ def documents_terms(
     """Run tokenisation (unless ``tokenized``: texts are token lists), stop words and n-grams."""
     docs = []
     for text in texts:
-        tokens = text if tokenized else tokenize(text, steps.pattern, steps.gaps, steps.min_token_length, steps.to_lowercase)
+        tokens = text if tokenized else tokenize(text, steps.pattern, steps.gaps, steps.min_token_length,
+                                                 steps.to_lowercase)
         docs.append(process_tokens(tokens, steps))
     return docs
 

@@ -291,7 +291,8 @@ class TextRunner:
         from irbis.models.text import load_text_module
 
         if precision == "int8":
-            raise EngineError("engine='torch' runs text at fp32 or bf16; int8 runs on engine='openvino' or 'onnxruntime'")
+            raise EngineError("engine='torch' runs text at fp32 or bf16; "
+                              "int8 runs on engine='openvino' or 'onnxruntime'")
         module = load_text_module(self.folder, self.card).to(self.device)
         autocast = precision == "bf16"
 

@@ -15,13 +15,17 @@ from pyspark.sql.types import BooleanType, DataType, FractionalType, NumericType
 
 from irbis.errors import require_columns
 from irbis.kernels.assemble import (
-    HANDLE_INVALID, InputSpec, assemble_frame, assembled_attributes, check_handle_invalid, unknown_size_message,
+    HANDLE_INVALID,
+    InputSpec,
+    assemble_frame,
+    assembled_attributes,
+    check_handle_invalid,
+    unknown_size_message,
 )
 from irbis.ml.base import IrbisTransformer
 from irbis.ml.columns import vector_size
 from irbis.ml.params import checked, one_of
 from irbis.spark.columns import column, quote
-
 
 _ERROR_HINT = "; set handleInvalid to 'skip' to drop such rows or 'keep' to output NaN"
 

@@ -33,24 +33,29 @@ from typing import Any, Callable, Iterator, TypeVar
 import pandas as pd
 from pyspark import keyword_only
 from pyspark.ml import Estimator, Model, Transformer
-from pyspark.util import PythonEvalType
 from pyspark.ml.functions import array_to_vector, vector_to_array
 from pyspark.ml.linalg import VectorUDT
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.functions import pandas_udf
 from pyspark.sql.types import ArrayType, DataType, DoubleType, FloatType, StructField, StructType
+from pyspark.util import PythonEvalType
 
-from irbis.kernels.blocks import (
-    BatchFn, block_to_rows, bounded_slices, from_arrow, rows_in, to_arrow,
-)
 from irbis.errors import NoKernelError, require_columns
+from irbis.kernels.blocks import (
+    BatchFn,
+    block_to_rows,
+    bounded_slices,
+    from_arrow,
+    rows_in,
+    to_arrow,
+)
 from irbis.kernels.chain import LengthRule, StageColumns, StageKernel
 from irbis.ml.params import add_accessors
 from irbis.ml.persistence import IrbisPersistable
-from irbis.spark.resources import check_device, set_task_threads
 from irbis.spark.columns import column
 from irbis.spark.guard import on_executors
+from irbis.spark.resources import check_device, set_task_threads
 
 TransformFn = Callable[[pd.DataFrame], pd.DataFrame]
 P = TypeVar("P")

@@ -58,7 +58,8 @@ class Repartition(_ReshapeStage):
     ``partitionCols`` keeps Spark's default number of shuffle partitions.
     """
 
-    numPartitions = Param(Params._dummy(), "numPartitions", "number of partitions (>= 0)", checked("numPartitions", TypeConverters.toInt, at_least(0)))
+    numPartitions = Param(Params._dummy(), "numPartitions", "number of partitions (>= 0)",
+                          checked("numPartitions", TypeConverters.toInt, at_least(0)))
     partitionCols = Param(
         Params._dummy(), "partitionCols", "columns to hash rows by; empty: round robin", TypeConverters.toListString
     )
@@ -178,7 +179,8 @@ class RenameColumn(_ReshapeStage, HasInputCol, HasOutputCol):
         require_columns("RenameColumn", schema.fieldNames(), self._input_columns())
         self._check_output(_Names(schema))
         src, dst = self.getInputCol(), self.getOutputCol()
-        return StructType([f if f.name != src else type(f)(dst, f.dataType, f.nullable, f.metadata) for f in schema.fields])
+        return StructType([f if f.name != src else type(f)(dst, f.dataType, f.nullable, f.metadata)
+                           for f in schema.fields])
 
     def _reshape_pandas(self, pdf: pd.DataFrame) -> pd.DataFrame:
         self._check_output(pdf)
@@ -230,7 +232,8 @@ class Lambda(_ReshapeStage):
             self._fn = resolve(value)
             return self._set(function=value)
         if not callable(value):
-            raise TypeError(f"Lambda: function must be callable or a 'module:qualname' string, found {type(value).__name__}")
+            raise TypeError(f"Lambda: function must be callable or a 'module:qualname' string, "
+                            f"found {type(value).__name__}")
         self._fn = value
         try:
             ref, self._not_saveable = reference(value), ""

@@ -89,7 +89,8 @@ class EnsembleByKey(EnsembleByKeyNames, table_mixin("_EnsembleParams", _ENSEMBLE
     def _output_names(self) -> list[str]:
         cols, names = self.getOrDefault("cols"), self.getOrDefault("colNames")
         if names and len(names) != len(cols):
-            raise ValueError(f"EnsembleByKey: colNames has {len(names)} names for {len(cols)} cols; give one per column")
+            raise ValueError(f"EnsembleByKey: colNames has {len(names)} names for {len(cols)} cols; "
+                             "give one per column")
         return list(names) or default_output_names(cols, self.getOrDefault("strategy"))
 
     def _input_columns(self) -> list[str]:

@@ -35,8 +35,18 @@ from irbis.kernels.image_augment import parse_augmentation
 from irbis.kernels.inference import PRECISIONS
 from irbis.ml.aliases import Renamed, renamed_kwargs, renamed_mixin
 from irbis.ml.base import IrbisEstimator
-from irbis.ml.params import (SHARED_PARAMS, HasDevice, HasInputDtype, HasInputShape, Row, at_least, in_range, one_of,
-                             parsed_by, table_mixin)
+from irbis.ml.params import (
+    SHARED_PARAMS,
+    HasDevice,
+    HasInputDtype,
+    HasInputShape,
+    Row,
+    at_least,
+    in_range,
+    one_of,
+    parsed_by,
+    table_mixin,
+)
 from irbis.ml.torch_model import TorchModel
 from irbis.ml.tracking import fit_is_tracked, log_fit
 from irbis.refs import canonical, is_reference, is_unsaved, reference, resolve, unsaved
@@ -129,7 +139,8 @@ TRAIN_PARAMS: list[Row] = [
      '{"type": "constant"}'),
     ("lrScaling", "scale learningRate with the batch one update averages (numWorkers x batchSize under sync and "
                   "model averaging, whose gain block momentum's filter already applies; one worker's batch under "
-                  "the parameter-server strategies, where each push is applied alone): 'none'; 'linear' (Goyal et al. 2017: times that batch / referenceBatchSize; "
+                  "the parameter-server strategies, where each push is applied alone): 'none'; "
+                  "'linear' (Goyal et al. 2017: times that batch / referenceBatchSize; "
                   "for sgd, momentum, nesterov); 'sqrt' (its square root; for adam, adagrad, rmsprop, or "
                   "where linear diverges)", T.toString, "none", one_of(*LR_SCALINGS)),
     ("referenceBatchSize", "the batch learningRate was chosen for, which lrScaling scales from; 0: batchSize "

@@ -14,17 +14,23 @@ from pyspark.ml.stat import Summarizer
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
-    BooleanType, DataType, DateType, NumericType, StringType, StructType, TimestampNTZType, TimestampType,
+    BooleanType,
+    DataType,
+    DateType,
+    NumericType,
+    StringType,
+    StructType,
+    TimestampNTZType,
+    TimestampType,
 )
 
 from irbis.errors import ParamValueError, require_columns
 from irbis.kernels.featurize import build_column_plan, column_stats, infer_kind, slot_names, transform_frame
+from irbis.ml.aliases import Alias, alias_mixin, resolve_aliases
 from irbis.ml.base import IrbisEstimator, IrbisModel
 from irbis.ml.columns import vector_size
-from irbis.ml.aliases import Alias, alias_mixin, resolve_aliases
 from irbis.ml.params import Row, at_least, one_of, table_mixin
 from irbis.spark.columns import column
-
 
 
 def spark_kind(dtype: DataType) -> str | None:
@@ -132,7 +138,8 @@ class Featurize(IrbisEstimator, _FeaturizeParams):
             kinds = self._check_schema_kinds(dataset.schema)
             stats = spark_stats(dataset, kinds, self.getOrDefault("maxCategories"))
         plans = [
-            build_column_plan(c, kinds[c], stats[c], self.getOrDefault("maxCategories"), self.getOrDefault("numHashBuckets"))
+            build_column_plan(c, kinds[c], stats[c], self.getOrDefault("maxCategories"),
+                              self.getOrDefault("numHashBuckets"))
             for c in self._cols()
         ]
         model = FeaturizeModel()
@@ -154,14 +161,16 @@ def spark_stats(df: DataFrame, kinds: dict[str, str], max_categories: int) -> di
             aggs.append((F.avg(F.unix_date(c).cast("double")) * 86400.0).alias(f"{col}\u0000mean"))
         elif kind == "timestamp":
             # epoch seconds of the wall-clock time, as the pandas side sees a timestamp
-            wall = F.unix_date(F.to_date(c)).cast("double") * 86400.0 + F.hour(c) * 3600 + F.minute(c) * 60 + F.second(c)
+            wall = (F.unix_date(F.to_date(c)).cast("double") * 86400.0
+                    + F.hour(c) * 3600 + F.minute(c) * 60 + F.second(c))
             aggs.append(F.avg(wall).alias(f"{col}\u0000mean"))
     row = df.agg(*aggs).first().asDict()
     stats = {}
     for col, kind in kinds.items():
         s: dict[str, Any] = {"n_missing": int(row[f"{col}\u0000missing"] or 0)}
         if kind == "string":
-            top = df.where(column(col).isNotNull()).groupBy(column(col)).count().orderBy(F.desc("count"), column(col).asc())
+            top = (df.where(column(col).isNotNull()).groupBy(column(col)).count()
+                   .orderBy(F.desc("count"), column(col).asc()))
             levels = [r[0] for r in top.limit(max_categories + 1).collect()]
             s.update(distinct=len(levels), top=levels)
         elif kind == "vector":
@@ -219,7 +228,8 @@ class FeaturizeModel(IrbisModel, _FeaturizeParams):
     def _transform_spark(self, df: DataFrame) -> DataFrame:
         out = self.getOutputCol()
         names = self.feature_names
-        meta = {"ml_attr": {"attrs": {"numeric": [{"idx": i, "name": n} for i, n in enumerate(names)]}, "num_attrs": len(names)}}
+        meta = {"ml_attr": {"attrs": {"numeric": [{"idx": i, "name": n} for i, n in enumerate(names)]},
+                            "num_attrs": len(names)}}
         result = super()._transform_spark(df)
         # A top-level alias carries its metadata on classic and Connect sessions alike; on Connect the
         # metadata of an alias given to withColumn is lost.

@@ -22,13 +22,23 @@ from pyspark.ml.linalg import VectorUDT
 from pyspark.ml.param import Param, Params, TypeConverters
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
-    ArrayType, BinaryType, DataType, FloatType, StringType, StructField, StructType,
+    ArrayType,
+    BinaryType,
+    DataType,
+    FloatType,
+    StringType,
+    StructField,
+    StructType,
 )
 
 from irbis.kernels.blocks import BatchFn, Images, stack_rows
 from irbis.kernels.image import DEFAULT_MAX_PIXELS, IMAGE_FIELDS, array_to_struct, decode_batch
 from irbis.kernels.image_batch import (
-    AUGMENTATIONS, OUTPUT_FORMATS, augment_images, transform_images, unroll_images,
+    AUGMENTATIONS,
+    OUTPUT_FORMATS,
+    augment_images,
+    transform_images,
+    unroll_images,
 )
 from irbis.kernels.image_chain import ImageChain
 from irbis.kernels.image_ops import THRESHOLD_TYPES

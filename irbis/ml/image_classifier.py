@@ -24,9 +24,9 @@ from pyspark.ml.param import TypeConverters
 
 from irbis.ml.base import IrbisEstimator
 from irbis.ml.estimator import TRAIN_PARAMS, TorchEstimator
-from irbis.ml.tracking import fit_is_tracked, log_fit
 from irbis.ml.image_classifier_model import ImageClassifierModel
 from irbis.ml.params import HasDevice, Row, at_least, in_registry, one_of, table_mixin
+from irbis.ml.tracking import fit_is_tracked, log_fit
 from irbis.models import MODELS
 
 __all__ = ["ImageClassifier", "ImageClassifierModel"]

@@ -21,8 +21,8 @@ from irbis.ml.aliases import Renamed, alias_mixin, renamed_kwargs, renamed_mixin
 from irbis.ml.base import IrbisModel
 from irbis.ml.image_network import ImageNetworkStage
 from irbis.ml.params import Row, check_preprocessing, table_mixin
-from irbis.ml.synapseml import IMAGE_FEATURIZER_ALIASES
 from irbis.ml.persistence import load_network_files, save_network_files
+from irbis.ml.synapseml import IMAGE_FEATURIZER_ALIASES
 from irbis.models import MODELS
 from irbis.train.progress import SummaryAttribute
 

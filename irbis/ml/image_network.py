@@ -24,8 +24,16 @@ from irbis.kernels.image_features import image_batch
 from irbis.ml.calibration import HasCalibrationSample
 from irbis.ml.columns import is_image_struct
 from irbis.ml.export_ahead import export_ahead_of_job
-from irbis.ml.params import (HasDevice, HasEngine, HasErrorCol, HasMiniBatchSize, HasPrecision, Row, at_least,
-                             table_mixin)
+from irbis.ml.params import (
+    HasDevice,
+    HasEngine,
+    HasErrorCol,
+    HasMiniBatchSize,
+    HasPrecision,
+    Row,
+    at_least,
+    table_mixin,
+)
 
 __all__ = ["ImageNetworkStage", "is_image_column"]
 

@@ -23,8 +23,8 @@ from irbis.kernels.blocks import Images, Prepared
 from irbis.kernels.image_features import masked_inputs
 from irbis.ml.base import IrbisTransformer
 from irbis.ml.lime_base import LIMEParams
-from irbis.ml.params import at_least, in_range, table_mixin
 from irbis.ml.lime_tabular import TabularLIME, TabularLIMEModel
+from irbis.ml.params import at_least, in_range, table_mixin
 
 __all__ = ["ImageLIME", "TabularLIME", "TabularLIMEModel"]
 

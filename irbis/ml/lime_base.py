@@ -30,7 +30,8 @@ LIME_PARAMS: list[Row] = [
      TypeConverters.toString, None),
     ("targetClasses", "indices into targetCol to explain; one weight list each", TypeConverters.toListInt, None),
     ("numSamples", "perturbed samples per explained row", TypeConverters.toInt, None, at_least(2)),
-    ("regularization", "L2 penalty of the weighted ridge fit (0: least squares)", TypeConverters.toFloat, None, at_least(0)),
+    ("regularization", "L2 penalty of the weighted ridge fit (0: least squares)", TypeConverters.toFloat, None,
+     at_least(0)),
     ("metricsCol", "output column of the local fit's R², one per target class", TypeConverters.toString, None),
 ]
 

@@ -9,12 +9,12 @@ from pyspark import keyword_only
 from pyspark.ml.param import TypeConverters
 from pyspark.sql.types import DataType, StructType
 
+from irbis.errors import require_columns
 from irbis.explain.lime import FeatureStats, check_num_samples, explain_rows
 from irbis.kernels.blocks import BatchFn, Tensor, rows_in
 from irbis.ml.base import IrbisEstimator, IrbisModel
 from irbis.ml.lime_base import LIMEParams
 from irbis.ml.params import table_mixin
-from irbis.errors import require_columns
 from irbis.spark.columns import column as quoted
 
 __all__ = ["TabularLIME", "TabularLIMEModel", "explain_tensor", "feature_stats"]

@@ -6,12 +6,20 @@ from typing import Any
 
 from pyspark.ml.linalg import VectorUDT
 from pyspark.ml.param import TypeConverters
-from pyspark.sql.types import (ArrayType, BinaryType, DataType, FloatType, IntegralType, NumericType, StringType,
-                               StructType)
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    DataType,
+    FloatType,
+    IntegralType,
+    NumericType,
+    StringType,
+    StructType,
+)
 
 from irbis.kernels.inference import resolve_source
-from irbis.ml.columns import is_image_struct
 from irbis.ml.aliases import Renamed, renamed_mixin
+from irbis.ml.columns import is_image_struct
 from irbis.ml.params import (
     ColumnSetters,
     HasDevice,

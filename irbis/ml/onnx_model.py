@@ -15,7 +15,12 @@ from pyspark.sql.types import ArrayType, DataType, DoubleType, FloatType, Struct
 from irbis.kernels.batching import network_batch, sequence_rows
 from irbis.kernels.blocks import BatchFn
 from irbis.kernels.onnx import (
-    ONNX_ENGINES, OPTIMIZATION_LEVELS, graph_signature, input_dtypes, make_onnx_predict_fn, output_blocks,
+    ONNX_ENGINES,
+    OPTIMIZATION_LEVELS,
+    graph_signature,
+    input_dtypes,
+    make_onnx_predict_fn,
+    output_blocks,
 )
 from irbis.ml.aliases import renamed_kwargs, resolve_aliases
 from irbis.ml.base import IrbisModel

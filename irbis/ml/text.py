@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import scipy.sparse as sp
 from pyspark import keyword_only
-from pyspark.ml.feature import IDF, ElementwiseProduct, IDFModel, HashingTF, NGram, RegexTokenizer, StopWordsRemover
+from pyspark.ml.feature import IDF, ElementwiseProduct, HashingTF, IDFModel, NGram, RegexTokenizer, StopWordsRemover
 from pyspark.ml.linalg import DenseVector, SparseVector, VectorUDT
 from pyspark.ml.param import Param, Params, TypeConverters
 from pyspark.ml.param.shared import HasInputCol, HasOutputCol
@@ -32,22 +32,30 @@ STOP_WORDS_LANGUAGES = ("danish", "dutch", "english", "finnish", "french", "germ
 class _TextFeaturizerParams(HasInputCol, HasOutputCol):
     """Params shared by :class:`TextFeaturizer` and :class:`TextFeaturizerModel`."""
 
-    useTokenizer = Param(_P, "useTokenizer", "split text with a regex (false: the input holds token arrays)", TypeConverters.toBoolean)
+    useTokenizer = Param(_P, "useTokenizer", "split text with a regex (false: the input holds token arrays)",
+                         TypeConverters.toBoolean)
     tokenizerPattern = Param(_P, "tokenizerPattern", "regex of separators (gaps) or tokens", TypeConverters.toString)
-    tokenizerGaps = Param(_P, "tokenizerGaps", "the pattern matches separators (true) or tokens (false)", TypeConverters.toBoolean)
-    minTokenLength = Param(_P, "minTokenLength", "shorter tokens are dropped", checked("minTokenLength", TypeConverters.toInt, at_least(0)))
+    tokenizerGaps = Param(_P, "tokenizerGaps", "the pattern matches separators (true) or tokens (false)",
+                          TypeConverters.toBoolean)
+    minTokenLength = Param(_P, "minTokenLength", "shorter tokens are dropped",
+                           checked("minTokenLength", TypeConverters.toInt, at_least(0)))
     toLowercase = Param(_P, "toLowercase", "lower-case text before tokenising", TypeConverters.toBoolean)
     useStopWordsRemover = Param(_P, "useStopWordsRemover", "remove stop words", TypeConverters.toBoolean)
-    stopWords = Param(_P, "stopWords", "stop words (a list, or a comma-separated string); empty: the default list of stopWordsLanguage", comma_list)
+    stopWords = Param(_P, "stopWords", "stop words (a list, or a comma-separated string); "
+                      "empty: the default list of stopWordsLanguage", comma_list)
     stopWordsLanguage = Param(_P, "stopWordsLanguage", "language of the default stop words (e.g. english)",
                               checked("stopWordsLanguage", TypeConverters.toString, one_of(*STOP_WORDS_LANGUAGES)))
-    caseSensitiveStopWords = Param(_P, "caseSensitiveStopWords", "compare stop words case-sensitively", TypeConverters.toBoolean)
+    caseSensitiveStopWords = Param(_P, "caseSensitiveStopWords", "compare stop words case-sensitively",
+                                   TypeConverters.toBoolean)
     useNGram = Param(_P, "useNGram", "replace tokens by their n-grams", TypeConverters.toBoolean)
-    nGramLength = Param(_P, "nGramLength", "n of the n-grams (>= 1)", checked("nGramLength", TypeConverters.toInt, at_least(1)))
-    numFeatures = Param(_P, "numFeatures", "size of the hashed term-frequency vector", checked("numFeatures", TypeConverters.toInt, at_least(1)))
+    nGramLength = Param(_P, "nGramLength", "n of the n-grams (>= 1)",
+                        checked("nGramLength", TypeConverters.toInt, at_least(1)))
+    numFeatures = Param(_P, "numFeatures", "size of the hashed term-frequency vector",
+                        checked("numFeatures", TypeConverters.toInt, at_least(1)))
     binary = Param(_P, "binary", "term presence (1.0) instead of counts", TypeConverters.toBoolean)
     useIDF = Param(_P, "useIDF", "weight term frequencies by inverse document frequency", TypeConverters.toBoolean)
-    minDocFreq = Param(_P, "minDocFreq", "terms in fewer documents get IDF weight 0", checked("minDocFreq", TypeConverters.toInt, at_least(0)))
+    minDocFreq = Param(_P, "minDocFreq", "terms in fewer documents get IDF weight 0",
+                       checked("minDocFreq", TypeConverters.toInt, at_least(0)))
 
     _DEFAULTS: dict[str, Any] = dict(
         useTokenizer=True, tokenizerPattern=r"\s+", tokenizerGaps=True, minTokenLength=1, toLowercase=True,
@@ -71,7 +79,8 @@ class _TextFeaturizerParams(HasInputCol, HasOutputCol):
                 f"(useTokenizer={self.getOrDefault('useTokenizer')}), found {dtype.simpleString()}"
             )
         if self.getOutputCol() in schema.fieldNames():
-            raise ValueError(f"{type(self).__name__}: output column {self.getOutputCol()!r} already exists; choose another name")
+            raise ValueError(f"{type(self).__name__}: output column {self.getOutputCol()!r} already exists; "
+                             "choose another name")
 
     def _stop_words(self) -> list[str] | None:
         if not self.getOrDefault("useStopWordsRemover"):
@@ -84,7 +93,8 @@ class _TextFeaturizerParams(HasInputCol, HasOutputCol):
         g = self.getOrDefault
         return TextSteps(
             pattern=g("tokenizerPattern"), gaps=g("tokenizerGaps"), min_token_length=g("minTokenLength"),
-            to_lowercase=g("toLowercase"), stop_words=tuple(self._stop_words() or ()) if g("useStopWordsRemover") else None,
+            to_lowercase=g("toLowercase"),
+            stop_words=tuple(self._stop_words() or ()) if g("useStopWordsRemover") else None,
             case_sensitive_stop_words=g("caseSensitiveStopWords"),
             ngram_length=g("nGramLength") if g("useNGram") else None, num_features=g("numFeatures"), binary=g("binary"),
         )
@@ -113,7 +123,8 @@ class _TextFeaturizerParams(HasInputCol, HasOutputCol):
             df = stage.setInputCol(current).setOutputCol(out).transform(df)
             temps.append(out)
             current = out
-        df = HashingTF(inputCol=current, outputCol=tf_col, numFeatures=g("numFeatures"), binary=g("binary")).transform(df)
+        df = HashingTF(inputCol=current, outputCol=tf_col, numFeatures=g("numFeatures"),
+                       binary=g("binary")).transform(df)
         return df, temps
 
 
@@ -242,7 +253,8 @@ class TextFeaturizerModel(IrbisModel, _TextFeaturizerParams):
 
     def _save_extra(self, path: str) -> None:
         if self._idf_state() is not None:
-            np.savez(os.path.join(path, "idf.npz"), idf=self._idf.idf, doc_freq=self._idf.doc_freq, num_docs=self._idf.num_docs)
+            np.savez(os.path.join(path, "idf.npz"), idf=self._idf.idf, doc_freq=self._idf.doc_freq,
+                     num_docs=self._idf.num_docs)
 
     def _load_extra(self, path: str) -> None:
         file = os.path.join(path, "idf.npz")

@@ -25,10 +25,11 @@ from pyspark.ml.param import TypeConverters
 from irbis.ml.aliases import Alias, alias_mixin, resolve_aliases
 from irbis.ml.base import IrbisEstimator
 from irbis.ml.estimator import TRAIN_PARAMS, TorchEstimator
-from irbis.ml.tracking import fit_is_tracked, log_fit
-from irbis.ml.image_classifier import _CLASSIFIER_ROWS, _SHARED as _IMAGE_SHARED
+from irbis.ml.image_classifier import _CLASSIFIER_ROWS
+from irbis.ml.image_classifier import _SHARED as _IMAGE_SHARED
 from irbis.ml.params import SHARED_PARAMS, HasDevice, Row, in_range, table_mixin
 from irbis.ml.text_network import _TEXT_ROWS, TextClassifierModel, TextTokenizer
+from irbis.ml.tracking import fit_is_tracked, log_fit
 
 __all__ = ["TextClassifier", "TextClassifierModel"]
 

@@ -19,8 +19,16 @@ import numpy as np
 from pyspark import keyword_only
 from pyspark.ml.linalg import VectorUDT
 from pyspark.ml.param import TypeConverters
-from pyspark.sql.types import (ArrayType, BinaryType, DataType, DoubleType, FloatType, IntegerType, StringType,
-                               StructType)
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    DataType,
+    DoubleType,
+    FloatType,
+    IntegerType,
+    StringType,
+    StructType,
+)
 
 from irbis.kernels.blocks import BatchFn, Tensor
 from irbis.kernels.chain import LengthRule
@@ -29,8 +37,19 @@ from irbis.ml.aliases import Alias, alias_mixin, resolve_aliases
 from irbis.ml.base import IrbisModel, IrbisTransformer
 from irbis.ml.calibration import HasCalibrationSample
 from irbis.ml.network_params import HasVectorOrArrayFormat
-from irbis.ml.params import (ColumnSetters, HasDevice, HasEngine, HasErrorCol, HasMiniBatchSize, HasNetwork,
-                             HasPrecision, HasTokenBudget, at_least, one_of, table_mixin)
+from irbis.ml.params import (
+    ColumnSetters,
+    HasDevice,
+    HasEngine,
+    HasErrorCol,
+    HasMiniBatchSize,
+    HasNetwork,
+    HasPrecision,
+    HasTokenBudget,
+    at_least,
+    one_of,
+    table_mixin,
+)
 from irbis.spark.text_worker import WorkerText, check_reasons
 from irbis.train.progress import SummaryAttribute
 
@@ -154,8 +173,8 @@ _EMBEDDER_ALIASES = [Alias("modelName", "network", note="a text network of the c
                            "batches of long texts smaller")]
 
 
-class TextEmbedder(_TextStage, HasCalibrationSample, HasVectorOrArrayFormat, alias_mixin("TextEmbedderAliases", _EMBEDDER_ALIASES),
-                   IrbisTransformer):
+class TextEmbedder(_TextStage, HasCalibrationSample, HasVectorOrArrayFormat,
+                   alias_mixin("TextEmbedderAliases", _EMBEDDER_ALIASES), IrbisTransformer):
     """Embed a text column with a sentence encoder: one vector per text.
 
     With no network named, the catalogue's ``all_minilm_l6_v2`` (384-d, mean pooling, L2 norm): its

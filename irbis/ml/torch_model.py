@@ -19,12 +19,12 @@ from torch import nn
 from irbis.kernels.batching import network_batch, refused_shape, sequence_rows
 from irbis.kernels.blocks import BatchFn, Tensor, flat_rows
 from irbis.kernels.engines import EngineError
+from irbis.kernels.image_features import image_batch
 from irbis.kernels.inference import cached_predict_fn, make_sequence_predict_fn, resolve_source
 from irbis.ml.aliases import renamed_kwargs
 from irbis.ml.base import IrbisModel
 from irbis.ml.calibration import HasCalibrationSample
 from irbis.ml.export_ahead import export_ahead_of_job
-from irbis.kernels.image_features import image_batch
 from irbis.ml.image_network import is_image_column
 from irbis.ml.network_params import NetworkStageParams
 from irbis.ml.params import HasEngine, HasErrorCol, HasImagePreprocessing, HasPrecision
@@ -50,9 +50,9 @@ class TorchModel(NetworkStageParams, HasPrecision, HasCalibrationSample, HasEngi
     Parameters
     ----------
     network : str
-        A ``torch.export`` archive (``.pt2``), a TorchScript file (whole outputs only), a model folder (``architecture.json`` + ``weights.pt``) or a
-        model name of the catalogue (:data:`irbis.models.MODELS`: built-in, or added with
-        :func:`irbis.models.register_model`) such as ``"efficientnet_lite0"``.
+        A ``torch.export`` archive (``.pt2``), a TorchScript file (whole outputs only), a model folder
+        (``architecture.json`` + ``weights.pt``) or a model name of the catalogue (:data:`irbis.models.MODELS`:
+        built-in, or added with :func:`irbis.models.register_model`) such as ``"efficientnet_lite0"``.
     inputCol, outputCol : str
         Input column (vector, array<float>, nested arrays, image struct or tensor bytes) and output column.
     outputLayer : str

@@ -19,8 +19,8 @@ _SOURCES = {
     "CatalogueEntry": "catalogue", "read_catalogue": "catalogue",
     "ChecksumMismatchError": "fetch", "default_cache_dir": "fetch",
     "Preprocessing": "preprocess",
-    "MODELS": "registry", "get_entry": "registry", "preprocessing_for": "registry", "register_catalogue": "registry", "register_model": "registry",
-    "unregister_model": "registry",
+    "MODELS": "registry", "get_entry": "registry", "preprocessing_for": "registry", "register_catalogue": "registry",
+    "register_model": "registry", "unregister_model": "registry",
     "ModelRepository": "repository",
     "UnsafeModelFileError": "weights", "safe_load_state_dict": "weights", "sha256_file": "weights",
 }

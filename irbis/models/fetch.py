@@ -17,8 +17,8 @@ import shutil
 import tempfile
 import urllib.parse
 import urllib.request
-from contextlib import contextmanager
 from collections.abc import Iterator
+from contextlib import contextmanager
 from importlib import resources
 from pathlib import Path
 from typing import Any

@@ -6,13 +6,12 @@ training strategies compare against), without disturbing the global torch RNG.
 
 from __future__ import annotations
 
-from collections import OrderedDict
 import threading
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 
 import torch
 from torch import nn
-
 
 #: torch's global RNG is shared by the threads of a process: workers that build their networks at the
 #: same time (the thread backend) must take turns, or one reseeds the RNG in the middle of the other's

@@ -22,7 +22,13 @@ from urllib.parse import unquote
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import (
-    BinaryType, IntegerType, LongType, StringType, StructField, StructType, TimestampType,
+    BinaryType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
 )
 
 from irbis.kernels.blocks import Images, bounded_slices, from_arrow, to_arrow

@@ -18,15 +18,15 @@ from typing import Any, Iterator
 import numpy as np
 import pyarrow as pa
 from pyspark.sql import DataFrame
-from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, BinaryType, IntegerType, LongType, NumericType
 
 from irbis.errors import NonFiniteLossError, require_columns, with_fields
+from irbis.spark.columns import column, is_image_struct
 from irbis.train.backends.base import Rank
 from irbis.train.data import Shard
 from irbis.train.loop import TrainSpec, WorkerResult
-from irbis.spark.columns import column, is_image_struct
 from irbis.train.stream import FEATURES, LABEL, SpilledShard
+
 
 def input_kind(df: DataFrame, features_col: str, binary_as: str = "tensor") -> str:
     """The :data:`~irbis.train.stream.INPUT_KINDS` entry of a features column: ``sequence`` (an array of
@@ -165,4 +165,5 @@ def _train_shard(spec: TrainSpec, columns: tuple[str, str], progress: tuple[str,
     return result
 
 
-__all__ = ["FEATURES", "IMAGE_BATCH_ROWS", "LABEL", "arrow_batch_rows", "arrow_to_shard", "input_kind", "train_partition", "training_frame"]
+__all__ = ["FEATURES", "IMAGE_BATCH_ROWS", "LABEL", "arrow_batch_rows", "arrow_to_shard", "input_kind",
+           "train_partition", "training_frame"]

@@ -21,7 +21,6 @@ import torch
 from irbis.errors import with_fields
 from irbis.train.loop import TrainSpec
 
-
 PROFILE_KEYS = ("rows", "null_labels", "null_features", "min_len", "max_len", "min_label", "max_label",
                 "fractional_labels", "nonfinite_rows", "bad_images", "first_bad_image")
 

@@ -391,5 +391,5 @@ def init_torch_group(store, rank: int, world_size: int, device: str, timeout_s: 
     return TorchCommunicator(store)
 
 
-__all__ = ["Communicator", "StoreCommunicator", "ThreadCommunicator", "TorchCommunicator", "connect_store", "serve_store",
-           "init_torch_group"]
+__all__ = ["Communicator", "StoreCommunicator", "ThreadCommunicator", "TorchCommunicator", "connect_store",
+           "serve_store", "init_torch_group"]

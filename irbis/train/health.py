@@ -58,7 +58,8 @@ def non_finite_error(comm: Any, watch: LossWatch, rows: int, epoch: int, steps_p
                                                               dtype=torch.float64))]
     step = int(min(b for b, _ in found if b > 0))
     nonfinite = int(sum(r for _, r in found))
-    hint = " (drop them, or set nanPolicy='skip')" if nonfinite else f" (learningRate={learning_rate:g} may be too high)"
+    hint = (" (drop them, or set nanPolicy='skip')" if nonfinite
+            else f" (learningRate={learning_rate:g} may be too high)")
     return with_fields(NonFiniteLossError(  # type: ignore[return-value]
         f"the training loss became NaN or infinite at epoch {epoch}, step {step} of {steps_per_epoch}; "
         f"{nonfinite} training rows have non-finite features or labels" + hint),

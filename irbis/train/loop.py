@@ -27,8 +27,18 @@ from irbis.train.data import Augment, Shard
 from irbis.train.evaluate import AUC_BINS, auc_from_histograms, evaluate
 from irbis.train.health import LossWatch, growth_warning, non_finite_error
 from irbis.train.networks import build_network
-from irbis.train.optim import (LossFn, WeightedCrossEntropy, batch_scale, class_weights, make_loss, make_optimizer,
-                               param_groups, rate_factor, set_lr, update_batch)
+from irbis.train.optim import (
+    LossFn,
+    WeightedCrossEntropy,
+    batch_scale,
+    class_weights,
+    make_loss,
+    make_optimizer,
+    param_groups,
+    rate_factor,
+    set_lr,
+    update_batch,
+)
 from irbis.train.rows import Rows, worker_rows
 from irbis.train.sequences import forward
 from irbis.train.strategies import make_strategy
@@ -136,8 +146,8 @@ def _setup(spec: TrainSpec, shard: Shard, ctx: WorkerContext,
     if channels_last(spec):
         model = model.to(memory_format=torch.channels_last)
     flat = FlatParams(list(model.parameters()), embedding_tables(model))
-    opt = make_optimizer(spec.optimizer, param_groups(model, spec.lr_factors, spec.learning_rate), spec.learning_rate, spec.momentum,
-                         spec.unit_gain)
+    opt = make_optimizer(spec.optimizer, param_groups(model, spec.lr_factors, spec.learning_rate), spec.learning_rate,
+                         spec.momentum, spec.unit_gain)
     strategy = make_strategy(spec.strategy, **spec.strategy_options)
     train, val, skipped = worker_rows(shard, spec, ctx.rank, model)
     steps = train.step_count(spec.batch_size, spec.seed, ctx.rank, spec.epochs)

@@ -21,8 +21,16 @@ import numpy as np
 import torch
 
 from irbis.kernels.sequences import PadStats
-from irbis.train.data import (Augment, BatchRounds, Shard, batch_rng, drop_nonfinite, epoch_batches, iterate,
-                              split_validation)
+from irbis.train.data import (
+    Augment,
+    BatchRounds,
+    Shard,
+    batch_rng,
+    drop_nonfinite,
+    epoch_batches,
+    iterate,
+    split_validation,
+)
 from irbis.train.sequences import RaggedRows, check_network, first_batch, input_kind, is_ragged, usable_rows
 
 #: Batches of a sample: ``batches(lo, hi, size)`` gives its rows ``lo..hi-1``, ``size`` at a time.

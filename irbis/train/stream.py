@@ -469,7 +469,8 @@ class StreamRows(BatchedRows):
 
     def batches(self, batch_size: int, count: int, seed: int, rank: int, epoch: int, start: int, device: str,
                 label_dtype: Any, augment: bool,
-                hook: Callable[[np.ndarray, int], np.ndarray] | None = None) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+                hook: Callable[[np.ndarray, int], np.ndarray] | None = None
+                ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         """Decoded ``(xb, yb)`` for batches ``start..count-1`` of the epoch (see :meth:`order`); images drawn
         with the augmentation when ``augment``, then ``hook(batch, i)`` when given (the estimator's
         ``augment`` callable). Runs on one thread (give it its own generator)."""

@@ -153,9 +153,8 @@ def fit_bare(master: str, python: str, out: Path) -> None:
     """Fit on an application whose one executor runs ``python``, a Python without irbis. The data is made
     in the JVM alone, so a transform's pandas UDF is the first Python work on the executors (its error's
     text is saved to ``transform_bare.txt``), the fit's barrier stage the second."""
-    from pyspark.sql import functions as F
-
     import torch
+    from pyspark.sql import functions as F
 
     from irbis.ml import TorchModel
 

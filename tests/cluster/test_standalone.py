@@ -10,8 +10,8 @@ import sys
 import numpy as np
 import pandas as pd
 import pytest
-from cluster_checks import cat_canvas, digits, estimator, explain, scores, train_frame
 
+from cluster_checks import cat_canvas, digits, estimator, explain, scores, train_frame
 from irbis.ml.image_featurizer import ImageFeaturizer
 from irbis.spark.standalone import free_port
 

@@ -13,9 +13,10 @@ an error naming itself. ``make_stage`` builds the stage (an estimator is fitted 
 in ``fitted``); ``make_frame`` builds a small input DataFrame whose schema the harness also
 uses to generate random inputs with hypothesis (nulls, NaN, unicode, long strings, empty
 frames and partitions, single rows), and renames every column to a name holding dots, spaces and
-backticks (``renamable=False`` where a function or a nested stage names columns itself). ``input_col`` is a column the stage reads: the harness
-drops it and retypes it to ``wrong_type`` (a Spark SQL type name) and expects an error that
-names it. Use module-level functions (not lambdas) where a stage persists a function.
+backticks (``renamable=False`` where a function or a nested stage names columns itself). ``input_col``
+is a column the stage reads: the harness drops it and retypes it to ``wrong_type`` (a Spark SQL type
+name) and expects an error that names it. Use module-level functions (not lambdas) where a stage
+persists a function.
 """
 from __future__ import annotations
 
@@ -27,7 +28,15 @@ from pyspark.ml.linalg import Vectors, VectorUDT
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
-    ArrayType, BooleanType, DateType, DoubleType, IntegerType, StringType, StructField, StructType, TimestampType,
+    ArrayType,
+    BooleanType,
+    DateType,
+    DoubleType,
+    IntegerType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
 )
 
 from irbis.ml.assembler import FastVectorAssembler
@@ -63,17 +72,20 @@ def mixed_frame(spark: SparkSession) -> DataFrame:
         StructField("day", DateType()), StructField("ts", TimestampType()),
     ])
     rows = [
-        ("a", 1.0, 1, True, "The quick brown fox", Vectors.dense([1.0, 2.0]), dt.date(2024, 1, 1), dt.datetime(2024, 1, 1, 8)),
+        ("a", 1.0, 1, True, "The quick brown fox", Vectors.dense([1.0, 2.0]), dt.date(2024, 1, 1),
+         dt.datetime(2024, 1, 1, 8)),
         ("a", 3.0, None, False, "jumps over the lazy dog", Vectors.sparse(2, [1], [4.0]), dt.date(2024, 2, 29), None),
         ("b", float("nan"), 5, None, None, None, None, dt.datetime(2024, 3, 1, 23, 59, 59)),
-        ("c", -2.5, 7, True, "Ünïcode façade 東京", Vectors.dense([0.5, -1.0]), dt.date(1999, 12, 31), dt.datetime(2000, 1, 1)),
+        ("c", -2.5, 7, True, "Ünïcode façade 東京", Vectors.dense([0.5, -1.0]), dt.date(1999, 12, 31),
+         dt.datetime(2000, 1, 1)),
     ]
     return spark.createDataFrame(rows, schema)
 
 
 def tokens_frame(spark: SparkSession) -> DataFrame:
     """Pre-tokenised text (array<string>)."""
-    return spark.createDataFrame([(["a", "b", "a"],), ([],), (None,)], StructType([StructField("tokens", ArrayType(StringType()))]))
+    return spark.createDataFrame([(["a", "b", "a"],), ([],), (None,)],
+                                 StructType([StructField("tokens", ArrayType(StringType()))]))
 
 
 def add_x_squared(df: Any) -> Any:
@@ -94,7 +106,8 @@ STAGE_CASES: dict[str, StageCase] = {
         mixed_frame, "vec", "string",
     ),
     "TextFeaturizer": StageCase(
-        lambda: TextFeaturizer(inputCol="text", outputCol="tf", numFeatures=64, useStopWordsRemover=True, useNGram=True),
+        lambda: TextFeaturizer(inputCol="text", outputCol="tf", numFeatures=64, useStopWordsRemover=True,
+                               useNGram=True),
         mixed_frame, "text", "int", fitted="TextFeaturizerModel",
     ),
     "TextFeaturizerTokens": StageCase(
@@ -102,7 +115,8 @@ STAGE_CASES: dict[str, StageCase] = {
         tokens_frame, "tokens", "string", fitted="TextFeaturizerModel",
     ),
     "Featurize": StageCase(
-        lambda: Featurize(inputCols=["x", "n", "flag", "text", "vec", "day", "ts"], outputCol="features", maxCategories=2),
+        lambda: Featurize(inputCols=["x", "n", "flag", "text", "vec", "day", "ts"], outputCol="features",
+                          maxCategories=2),
         mixed_frame, "day", "array<int>", fitted="FeaturizeModel",
     ),
     "FastVectorAssembler": StageCase(
@@ -244,7 +258,8 @@ def tiny_image_transformer() -> Any:
 def labelled_frame(spark: SparkSession) -> DataFrame:
     """Eight 2-d points in two classes, for training."""
     rows = [(Vectors.dense([float(i), float(i % 2)]), i % 2) for i in range(8)]
-    return spark.createDataFrame(rows, StructType([StructField("vec", VectorUDT()), StructField("label", IntegerType())]))
+    return spark.createDataFrame(rows, StructType([StructField("vec", VectorUDT()),
+                                                   StructField("label", IntegerType())]))
 
 
 def tiny_estimator() -> Any:
@@ -256,8 +271,8 @@ def tiny_estimator() -> Any:
 
 
 def _image_stages() -> dict[str, StageCase]:
-    from irbis.ml.image_featurizer import ImageFeaturizer
     from irbis.ml.image import ImageDecoder, ImageSetAugmenter, UnrollImage
+    from irbis.ml.image_featurizer import ImageFeaturizer
 
     no_gen = dict(wrong_type="string", generated=False)
     return {

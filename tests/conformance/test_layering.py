@@ -219,7 +219,8 @@ def test_the_checker_finds_nothing_in_a_clean_tree(tmp_path):
 
 @pytest.mark.parametrize("planted,expected", [
     # the ground importing the image kernels, lazily, inside a function
-    ({"irbis/models/preprocess.py": "def preprocess_rgb(image, spec):\n    from irbis.kernels.image_ops import resize\n"},
+    ({"irbis/models/preprocess.py": "def preprocess_rgb(image, spec):\n"
+                                    "    from irbis.kernels.image_ops import resize\n"},
      "upward: irbis.models.preprocess (ground) -> irbis.kernels.image_ops (kernels)\n"
      "cycle: irbis.kernels.image_ops, irbis.models.preprocess"),
     # Spark glue importing an error from the stages' Params, lazily
@@ -300,7 +301,8 @@ def test_pure_modules_import_no_spark_or_web_framework():
 def test_public_entry_points_import_first_in_a_fresh_interpreter():
     # Each statement runs first in its own interpreter, so an import cycle between packages shows up
     # whatever the import order of the rest of the suite.
-    statements = ["from irbis.ml import TorchEstimator, TorchModel", "from irbis.spark.barrier import SparkBarrierBackend",
+    statements = ["from irbis.ml import TorchEstimator, TorchModel",
+                  "from irbis.spark.barrier import SparkBarrierBackend",
                   "import irbis; irbis.TorchEstimator; irbis.read_images; irbis.ImageFeaturizer",
                   "from irbis.spark.images import read_images", "from irbis.demo.camera_trap import run_demo"]
     for statement in statements:

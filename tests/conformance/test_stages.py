@@ -191,9 +191,10 @@ def _assert_same_rows(result: pd.DataFrame, out) -> None:
 
 
 #: The cases whose stage (or fitted model) is one batch kernel: serving, LIME and fuse run it without Spark.
-WITH_KERNEL = {"TorchModel", "ONNXModel", "TorchModelSequences", "ONNXModelSequences", "TorchEstimator", "ImageDecoder", "ImageTransformer", "UnrollImage",
-               "ImageFeaturizer", "FusedStages", "ImageLIME", "TabularLIME", "ImageClassifierModel", "ImageClassifier",
-               "TextEmbedder", "TextClassifierModel", "TextTokenizer", "TextLIME", "TextClassifier"}
+WITH_KERNEL = {"TorchModel", "ONNXModel", "TorchModelSequences", "ONNXModelSequences", "TorchEstimator", "ImageDecoder",
+               "ImageTransformer", "UnrollImage", "ImageFeaturizer", "FusedStages", "ImageLIME", "TabularLIME",
+               "ImageClassifierModel", "ImageClassifier", "TextEmbedder", "TextClassifierModel", "TextTokenizer",
+               "TextLIME", "TextClassifier"}
 
 
 def _kernel_rows(kernel, pdf: pd.DataFrame) -> list[tuple]:
@@ -393,7 +394,6 @@ def test_wrong_type_is_named(spark, name):
 def test_connect_gives_the_classic_results(spark, connect, name):
     """The same stage on a Spark Connect session gives the same rows as on classic Spark."""
     from connect_mode import connect_mode
-
     from irbis.spark.session import ClassicOnlyError
 
     case = STAGE_CASES[name]

@@ -9,13 +9,12 @@ import pytest
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit" / "train"))
-from train_helpers import run_workers, tiny_net, token_task, weights  # noqa: E402
-
 from irbis.train.backends.local import run_threads, shard_rows  # noqa: E402
 from irbis.train.loop import TrainSpec  # noqa: E402
 from irbis.train.networks import network_spec  # noqa: E402
 from irbis.train.strategies import STRATEGIES, make_strategy  # noqa: E402
 from irbis.train.strategy import Strategy  # noqa: E402
+from train_helpers import run_workers, tiny_net, token_task, weights  # noqa: E402
 
 NAMES = sorted(STRATEGIES)
 

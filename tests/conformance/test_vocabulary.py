@@ -23,7 +23,6 @@ import irbis.ml
 from irbis.ml import aliases
 from irbis.ml.params import accessor_names
 from irbis.ml.vocabulary import CLASSIFIER_OUTPUTS, VOCABULARY, avoided_names
-
 from stage_cases import STAGE_CASES
 from test_stages import fit_stage
 

@@ -196,10 +196,10 @@ def test_killed_worker_resumes_a_text_fine_tuning_run(cluster_spark, tmp_path):
     # a run that never died trains
     import torch
     from safetensors.torch import load_file
-    from text_networks import tiny_text_network
 
     from irbis.demo.reviews import drug_reviews
     from irbis.ml import TextClassifier
+    from text_networks import tiny_text_network
 
     reviews = drug_reviews().head(48)
     df = cluster_spark.createDataFrame([(str(t), int(s == "positive")) for t, s in

@@ -14,6 +14,7 @@ import inspect
 import os
 
 import pytest
+
 from notebook_runner import NOTEBOOKS, NotebookError, outputs_of, run_notebook
 
 pytestmark = pytest.mark.notebooks

@@ -81,8 +81,9 @@ def test_train_reports_a_missing_column(spark, tmp_path, capsys):
 
 
 def test_train_on_a_folder_of_images_saves_a_pipeline_that_names_the_classes(spark, tmp_path, capsys):
-    """``irbis train FOLDER --task image --output OUT``: <label>/ sub-folders of photographs in, a fitted PipelineModel out, whose
-    predictions are the folders' names; it tells the cat from the coffee cup on held-out crops."""
+    """``irbis train FOLDER --task image --output OUT``: <label>/ sub-folders of photographs in, a fitted
+    PipelineModel out, whose predictions are the folders' names; it tells the cat from the coffee cup on
+    held-out crops."""
     import cv2
     from pyspark.ml import PipelineModel
     from skimage import data

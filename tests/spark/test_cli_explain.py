@@ -79,7 +79,8 @@ def test_explain_finds_the_word_that_decides_a_text_classifier(spark, tmp_path, 
         assert first["words"][max(range(len(first["words"])), key=first["weights"].__getitem__)] == "excellent"
         assert first["r2"] > 0.5 and found[1]["weights"] is not None
         page = (out / "index.html").read_text()
-        assert 'excellent</span>' in page and (out / f"{first['name'].replace(' ', '_')}.png").read_bytes()[:4] == b"\x89PNG"
+        assert 'excellent</span>' in page
+        assert (out / f"{first['name'].replace(' ', '_')}.png").read_bytes()[:4] == b"\x89PNG"
     assert found[2]["weights"] is None and found[2]["error"] == "null text" and "no explanation" in page
     assert "explained 2 of 3 texts" in capsys.readouterr().out
     with pytest.raises(SystemExit, match="give either texts"):

@@ -70,7 +70,8 @@ def test_default_parallelism_is_known_on_connect(spark, connect):
 def test_get_spark_asks_a_connect_client_for_the_server_url(connect):
     from irbis.spark.session import get_spark
 
-    with connect_mode(), pytest.raises(RuntimeError, match="Spark Connect client.*sc:// URL instead of master 'local.2.'"):
+    with connect_mode(), pytest.raises(RuntimeError,
+                                       match="Spark Connect client.*sc:// URL instead of master 'local.2.'"):
         get_spark("local[2]")
 
 
@@ -132,7 +133,8 @@ def test_torch_estimator_bad_data_raises_the_same_error_on_connect(spark, connec
         _digits_estimator(inputCol="pixels").fit(remote)
     with connect_mode(), pytest.raises(ValueError, match="only 2 tasks"):
         _digits_estimator(numWorkers=3).fit(remote)
-    with connect_mode(), pytest.raises(ValueError, match="placement=.driver. .parameter-server shards on the driver. needs a classic session"):
+    with connect_mode(), pytest.raises(ValueError, match="placement=.driver. .parameter-server shards on the driver. "
+                                                         "needs a classic session"):
         _digits_estimator(strategy="downpour", strategyOptions='{"placement": "driver"}').fit(remote)
 
 

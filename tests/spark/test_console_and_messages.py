@@ -106,7 +106,7 @@ Caused by: java.util.concurrent.TimeoutException: Futures timed out after [10000
 	at scala.concurrent.impl.Promise$DefaultPromise.tryAwait0(Promise.scala:248)
 26/01/02 10:00:01 WARN NettyRpcEnv: Ignored message: HeartbeatResponse(false)
 26/01/02 10:00:02 WARN ProcfsMetricsGetter: There was a problem with reading the stat file of the process. 
-=== run done ==="""
+=== run done ==="""  # noqa: W291  (the ProcfsMetricsGetter line ends with a space, as Spark prints it)
     assert _noisy(load) == []
     ours = ["26/01/02 10:00:03 WARN DAGScheduler: Broadcasting large task binary with size 1042.3 KiB",
             "WARNING:irbis.ml.estimator:the loss grew",
@@ -123,7 +123,8 @@ Caused by: java.util.concurrent.TimeoutException: Futures timed out after [10000
 def _startup_line(line: str) -> bool:
     """Lines Spark prints while its JVM starts, before any Irbis code runs."""
     return any(s in line for s in ("NativeCodeLoader", "Using incubator modules", "SparkUI", "log4j",
-                                   "setLogLevel", "Setting default log level", "Utils: Your hostname", "Utils: Set SPARK_LOCAL_IP"))
+                                   "setLogLevel", "Setting default log level", "Utils: Your hostname",
+                                   "Utils: Set SPARK_LOCAL_IP"))
 
 
 def test_a_missing_image_folder_is_named_without_a_jvm_trace(spark, tmp_path, capfd):

@@ -9,9 +9,9 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from pyspark.errors import PythonException
 from pyspark.ml import Pipeline, PipelineModel
 from pyspark.ml.linalg import Vectors, VectorUDT
-from pyspark.errors import PythonException
 from pyspark.sql.types import IntegerType, StructField, StructType
 from skimage import data as skdata
 

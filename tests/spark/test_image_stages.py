@@ -9,8 +9,8 @@ from pyspark.ml import Pipeline, PipelineModel
 from skimage import data as skdata
 
 from irbis.kernels.image import ImageChain, array_to_struct, struct_to_array
-from irbis.ml.image_featurizer import ImageFeaturizer
 from irbis.ml.image import ImageDecoder, ImageSetAugmenter, ImageTransformer, UnrollImage
+from irbis.ml.image_featurizer import ImageFeaturizer
 from irbis.spark.images import IMAGE_STRUCT
 
 CAT_BGR = np.ascontiguousarray(skdata.chelsea()[::4, ::4, ::-1])  # 75x113x3

@@ -5,7 +5,7 @@ import json
 import cv2
 import numpy as np
 import pytest
-from pyspark.ml import Pipeline, PipelineModel
+from pyspark.ml import PipelineModel
 from pyspark.ml.linalg import Vectors
 from skimage import data
 
@@ -196,7 +196,8 @@ def test_a_file_read_images_could_not_decode_follows_nan_policy(spark, tmp_path)
 def test_bad_image_input_is_named_before_any_step(spark, photo_frames):
     train, _ = photo_frames
     with pytest.raises(ValueError, match=r"labelCol 'label' holds labels from 1 to 2, outside \[0, numClasses=2\)"):
-        ImageClassifier(imageCol="content", numClasses=2, epochs=1).fit(train.selectExpr("content", "label + 1 as label"))
+        ImageClassifier(imageCol="content", numClasses=2, epochs=1).fit(
+            train.selectExpr("content", "label + 1 as label"))
     vectors = spark.createDataFrame([(Vectors.dense([1.0, 2.0]), 0)] * 4, ["vec", "label"])
     with pytest.raises(ParamValueError, match="imagePreprocessing.*holds numbers, not images"):
         TorchEstimator(network="small_cnn", inputCol="vec", imagePreprocessing="small_cnn_cifar").fit(vectors)

@@ -12,10 +12,10 @@ from pyspark.ml.feature import SQLTransformer, VectorAssembler
 from pyspark.ml.linalg import Vectors, VectorUDT
 from pyspark.sql.types import IntegerType, StructField, StructType
 
-from irbis.ml import ImageLIME, TabularLIME, TabularLIMEModel
 from irbis.kernels.blocks import Tensor
 from irbis.kernels.image import array_to_struct
 from irbis.kernels.sparkml import sparkml_kernel
+from irbis.ml import ImageLIME, TabularLIME, TabularLIMEModel
 from irbis.ml.torch_model import TorchModel
 from irbis.spark.images import IMAGE_STRUCT
 
@@ -75,7 +75,8 @@ def test_logistic_regression_kernel_equals_sparkml(spark, table, family, thresho
 def test_vector_assembler_kernel_equals_sparkml(spark):
     from pyspark.sql.types import DoubleType
 
-    schema = StructType([StructField("a", DoubleType()), StructField("v", VectorUDT()), StructField("b", IntegerType())])
+    schema = StructType([StructField("a", DoubleType()), StructField("v", VectorUDT()),
+                         StructField("b", IntegerType())])
     df = spark.createDataFrame([(1.0, Vectors.dense([2.0, 3.0]), 4), (5.0, Vectors.dense([6.0, 7.0]), 8)], schema)
     stage = VectorAssembler(inputCols=["a", "v", "b"], outputCol="out")
     expected = [r.out.toArray() for r in stage.transform(df).collect()]

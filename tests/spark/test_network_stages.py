@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
 import onnxruntime as ort
+import pandas as pd
 import pytest
 import torch
 from pyspark.ml import Pipeline, PipelineModel

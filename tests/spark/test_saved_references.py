@@ -48,7 +48,8 @@ def test_an_image_featurizer_saved_under_its_old_module_path_loads(spark, tmp_pa
     from irbis.ml.image_featurizer import ImageFeaturizer
 
     old = Path(__file__).parents[1] / "data" / "saved_featurizer_v0" / "image_featurizer"
-    assert json.loads(next((old / "metadata").glob("part-*")).read_text())["class"] == "irbis.ml.featurizer.ImageFeaturizer"
+    metadata = json.loads(next((old / "metadata").glob("part-*")).read_text())
+    assert metadata["class"] == "irbis.ml.featurizer.ImageFeaturizer"
     loaded = ImageFeaturizer.load(str(old))
     assert type(loaded) is ImageFeaturizer and loaded.getNetwork() == "lenet_digits"
     assert (loaded.getInputCol(), loaded.getOutputCol()) == ("image", "features")

@@ -9,8 +9,8 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from pyspark.sql.types import ArrayType, FloatType, IntegerType, StructField, StructType
 from pyspark.ml.linalg import VectorUDT
+from pyspark.sql.types import ArrayType, FloatType, IntegerType, StructField, StructType
 
 from irbis.ml.onnx_model import ONNXModel
 from irbis.ml.torch_model import TorchModel

@@ -309,7 +309,8 @@ def test_text_embedder_served_answers_what_transform_answers(text_pipelines):
     from irbis.serving.app import ServeOptions
 
     bodies = [{"review": t} for t in texts] + [[{"review": texts[3]}, {"review": None}, {"review": texts[2]}]]
-    with BackgroundServer(build_app(paths["embedder"], options=ServeOptions(length_groups=True, max_wait_ms=50))) as url:
+    options = ServeOptions(length_groups=True, max_wait_ms=50)
+    with BackgroundServer(build_app(paths["embedder"], options=options)) as url:
         with ThreadPoolExecutor(len(bodies)) as pool:
             grouped = list(pool.map(lambda b: httpx.post(f"{url}/predict", json=b, timeout=60).json(), bodies))
     assert grouped[-1][1] == {"e": None, "why": "null text"}

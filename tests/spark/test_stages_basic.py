@@ -3,7 +3,6 @@ import pytest
 from pyspark.sql import functions as F
 
 from irbis.ml.basic import Cache, DropColumns, Lambda, RenameColumn, Repartition, SelectColumns
-from irbis.kernels.assemble import check_handle_invalid
 
 pytestmark = pytest.mark.spark
 

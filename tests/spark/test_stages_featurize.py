@@ -4,8 +4,16 @@ import datetime as dt
 import numpy as np
 import pytest
 from pyspark.ml.linalg import Vectors, VectorUDT
-from pyspark.sql.types import (BooleanType, DateType, DoubleType, MapType, StringType, StructField, StructType,
-                               TimestampType)
+from pyspark.sql.types import (
+    BooleanType,
+    DateType,
+    DoubleType,
+    MapType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
 
 from irbis.ml.featurize import Featurize
 

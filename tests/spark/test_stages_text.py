@@ -1,9 +1,9 @@
 """TextFeaturizer against the chain of SparkML stages it replaces."""
 import numpy as np
-from pyspark.ml.linalg import SparseVector
 import pytest
 from pyspark.ml import Pipeline
 from pyspark.ml.feature import IDF, HashingTF, NGram, RegexTokenizer, StopWordsRemover
+from pyspark.ml.linalg import SparseVector
 
 from irbis.ml.text import TextFeaturizer
 

@@ -12,14 +12,14 @@ import numpy as np
 import pytest
 import torch
 from onnx import TensorProto, helper, numpy_helper
-from pyspark.ml.feature import HashingTF, IDF, RegexTokenizer, VectorAssembler
+from pyspark.ml.feature import IDF, HashingTF, RegexTokenizer, VectorAssembler
 from pyspark.ml.linalg import Vectors
 from pyspark.sql.types import FloatType
 
 from irbis import ONNXModel
 from irbis.ml.ensemble import EnsembleByKey
-from irbis.ml.image_featurizer import ImageFeaturizer
 from irbis.ml.image import ImageTransformer
+from irbis.ml.image_featurizer import ImageFeaturizer
 from irbis.ml.params import ParamValueError
 from irbis.ml.synapseml import IMAGE_FEATURIZER_ALIASES, IMAGE_TRANSFORMER_ALIASES, ONNX_ALIASES
 from irbis.ml.text import TextFeaturizer

@@ -25,7 +25,8 @@ pytestmark = pytest.mark.spark
 def reviews(spark):
     frame = drug_reviews().iloc[::8].reset_index(drop=True)  # 123 reviews, every length
     frame["id"] = range(len(frame))
-    rows = list(frame[["id", "review", "sentiment"]].itertuples(index=False, name=None)) + [(len(frame), None, "neutral")]
+    rows = (list(frame[["id", "review", "sentiment"]].itertuples(index=False, name=None))
+            + [(len(frame), None, "neutral")])
     return frame, spark.createDataFrame(rows, "id int, review string, sentiment string").repartition(2)
 
 
@@ -38,7 +39,8 @@ def test_embeddings_on_spark_equal_sentence_transformers(reviews):
     out = TextEmbedder(inputCol="review", outputCol="e", errorCol="why").transform(df).orderBy("id").collect()
     assert out[-1].e is None and out[-1].why == "null text"
     ours = np.stack([r.e.toArray() for r in out[:-1]])
-    theirs = SentenceTransformer(text_source("all_minilm_l6_v2")["folder"], device="cpu").encode(frame["review"].tolist())
+    theirs = SentenceTransformer(text_source("all_minilm_l6_v2")["folder"],
+                                 device="cpu").encode(frame["review"].tolist())
     assert ((ours * theirs).sum(1) / np.linalg.norm(theirs, axis=1)).min() >= 0.9999
 
 
@@ -111,7 +113,8 @@ def test_serving_a_text_pipeline_answers_what_transform_answers(spark, reviews, 
     path = str(tmp_path / "served")
     pipeline.write().overwrite().save(path)
     texts = frame["review"][:6].tolist() + [""]
-    expected = (pipeline.transform(spark.createDataFrame([(t, "positive") for t in texts], "review string, sentiment string"))
+    expected = (pipeline.transform(spark.createDataFrame([(t, "positive") for t in texts],
+                                                         "review string, sentiment string"))
                 .select("probability").collect())
     with BackgroundServer(build_app(path)) as url:
         answer = httpx.post(f"{url}/predict", json=[{"review": t, "sentiment": "positive"} for t in texts],

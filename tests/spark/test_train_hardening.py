@@ -3,8 +3,8 @@
 import json
 
 import numpy as np
-import pyarrow as pa
 import pandas as pd
+import pyarrow as pa
 import pytest
 import torch
 from pyspark.ml.linalg import Vectors

@@ -11,12 +11,11 @@ import torch
 from pyspark.sql.types import ArrayType, DoubleType, IntegerType, StructField, StructType
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit" / "train"))
-from train_helpers import token_task  # noqa: E402
-
 from irbis.ml import TorchEstimator  # noqa: E402
 from irbis.models import build_model  # noqa: E402
 from irbis.spark.training import input_kind  # noqa: E402
 from irbis.train.sequences import make_batch  # noqa: E402
+from train_helpers import token_task  # noqa: E402
 
 pytestmark = pytest.mark.spark
 

@@ -10,8 +10,8 @@ import sys
 from functools import partial
 from pathlib import Path
 
-import pyspark
 import py4j
+import pyspark
 from pyspark import cloudpickle
 
 from irbis.errors import ExecutorImportError, executor_import_error, to_record

@@ -25,7 +25,8 @@ def fresh_warnings(monkeypatch):
 
 
 def _renamed_warnings(caught) -> list[str]:
-    return [str(w.message) for w in caught if issubclass(w.category, FutureWarning) and "is now called" in str(w.message)]
+    return [str(w.message) for w in caught
+            if issubclass(w.category, FutureWarning) and "is now called" in str(w.message)]
 
 
 def test_old_constructor_keywords_and_accessors_work_and_warn_once():
@@ -107,7 +108,8 @@ def test_an_image_classifier_model_of_an_earlier_version_loads_and_scores_as_a_t
     assert not _renamed_warnings(caught)
     assert isinstance(model, ImageClassifierModel)
     assert json.loads(model.getImagePreprocessing())["input_size"] == [32, 32]
-    assert (model.getInputCol(), model.getPredictionCol(), model.getBackbone()) == ("photo", "species", "small_cnn_cifar")
+    assert ((model.getInputCol(), model.getPredictionCol(), model.getBackbone())
+            == ("photo", "species", "small_cnn_cifar"))
     assert not {"outputCol", "outputCols", "outputLayer", "outputLayers", "cutOutputLayers", "weights"} & \
         {p.name for p in model.params}
     photos = [cv2.imencode(".png", np.ascontiguousarray(img[..., ::-1]))[1].tobytes()

@@ -23,8 +23,9 @@ from irbis.ml.base import _make_arrow_udf
 READ_BACK = """
 import json, pickle, sys
 pickle.loads(sys.stdin.buffer.read())
+# stages: the modules under irbis.ml (the table of irbis.ml itself is no stage)
 print(json.dumps({"pyspark.ml": "pyspark.ml" in sys.modules, "torch": "torch" in sys.modules,
-                  "stages": sorted(m for m in sys.modules if m.startswith("irbis.ml."))}))  # the table of irbis.ml is no stage
+                  "stages": sorted(m for m in sys.modules if m.startswith("irbis.ml."))}))
 """
 
 
@@ -35,17 +36,15 @@ def _image_featurizer():
 
 
 def _text_embedder():
-    from text_networks import tiny_text_network
-
     from irbis.ml.text_network import TextEmbedder
+    from text_networks import tiny_text_network
 
     return TextEmbedder(network=tiny_text_network("embedding"), inputCol="text", outputCol="emb")
 
 
 def _text_classifier():
-    from text_networks import tiny_text_network
-
     from irbis.ml.text_network import TextClassifierModel
+    from text_networks import tiny_text_network
 
     return TextClassifierModel(network=tiny_text_network("classification"), inputCol="text", errorCol="why")
 

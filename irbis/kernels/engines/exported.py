@@ -100,7 +100,8 @@ class ExportedNetwork:
         self.lock = threading.Lock()
 
     def predict(self, x: np.ndarray, batch_size: int, layer: Any) -> np.ndarray | list[np.ndarray]:
-        """The outputs for ``x`` (a list for several layers); an engine refusing a batch at run time raises :class:`InputShapeError`."""
+        """The outputs for ``x`` (a list for several layers); an engine refusing a batch at run time raises
+        :class:`InputShapeError`."""
         with self.lock:
             runner = self._runner(tuple(x.shape[1:]))
             try:

@@ -16,7 +16,6 @@ from irbis.kernels.calibration import Calibration
 from irbis.kernels.engines import EngineError, Runner
 from irbis.kernels.engines.exported import huge_page_malloc
 
-
 #: Whether the intra-op threads go on spin-waiting after a run ends (ONNX Runtime's default). Spinning
 #: suits back-to-back batches (Spark). A server waits on the network between requests: its sessions stop
 #: spinning when each run ends, so idle threads leave the cores to decoding and the event loop, while

@@ -81,7 +81,8 @@ def compile_mixed(path: str, *, threads: int) -> list[Any]:
     for target in list(edge.get_target_inputs()):
         target.replace_source_output(start.output(0))
     rest = ov.Model(rest_model.get_results(), [start], "rest")
-    return [compile_graph(stem, threads=threads, precision="fp32"), compile_graph(rest, threads=threads, precision="bf16")]
+    return [compile_graph(stem, threads=threads, precision="fp32"),
+            compile_graph(rest, threads=threads, precision="bf16")]
 
 
 def _output_named(model: Any, name: str) -> Any:

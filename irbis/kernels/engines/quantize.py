@@ -23,11 +23,11 @@ Dynamic quantisation (:func:`dynamic_path`) needs no sample: the weights of the 
 (``MatMul``, and ``Gemm`` rewritten as ``MatMul`` + ``Add``) become 8-bit per output channel, their inputs
 are quantised per batch as it runs, and convolutions stay in fp32. Weights and inputs are both unsigned:
 signed int8 weights against unsigned inputs saturate the 16-bit sums of the CPUs without VNNI
-instructions (AVX2 alone), which took a small MLP's largest error from 0.01 to 0.2 of its output range. It is what ``precision="int8"`` with
-``engine="torch"`` runs, in the place of PyTorch's deprecated ``torch.ao.quantization.quantize_dynamic``
-(the same recipe on ``nn.Linear``): top-1 agreement with fp32 on EfficientNet-Lite0, whose one fully
-connected layer is its classifier, 1.000 on the 56 crops of ``irbis models check`` and on 168, where
-PyTorch's (per-tensor weights) gave 0.982 on both.
+instructions (AVX2 alone), which took a small MLP's largest error from 0.01 to 0.2 of its output range.
+It is what ``precision="int8"`` with ``engine="torch"`` runs, in the place of PyTorch's deprecated
+``torch.ao.quantization.quantize_dynamic`` (the same recipe on ``nn.Linear``): top-1 agreement with fp32
+on EfficientNet-Lite0, whose one fully connected layer is its classifier, 1.000 on the 56 crops of
+``irbis models check`` and on 168, where PyTorch's (per-tensor weights) gave 0.982 on both.
 """
 
 from __future__ import annotations

@@ -22,7 +22,6 @@ from irbis.train.data import Shard
 from irbis.train.loop import Report, TrainSpec, WorkerResult
 from irbis.train.roles import run_rank
 from irbis.train.strategies import make_strategy
-from irbis.train.strategy import WorkerContext
 
 
 def shard_rows(x: np.ndarray, y: np.ndarray, num_workers: int) -> list[Shard]:

@@ -51,8 +51,9 @@ class DCASGD(Downpour):
 
     Examples
     --------
-    >>> DCASGD(lambda_=0.5, adaptive=False)
-    DCASGD(fetchEvery=1, pushEvery=1, serverOptimizer='adagrad', numShards=0, placement='colocated', lambda_=0.5, adaptive=False)
+    >>> DCASGD(lambda_=0.5, adaptive=False)  # doctest: +NORMALIZE_WHITESPACE
+    DCASGD(fetchEvery=1, pushEvery=1, serverOptimizer='adagrad', numShards=0, placement='colocated',
+           lambda_=0.5, adaptive=False)
     """
 
     name = "dcasgd"

@@ -9,7 +9,10 @@ weights every ``n_fetch`` steps; it never waits for its peers. Each shard ``s``
 applies every push as it arrives with its own optimizer (Adagrad, the paper's
 best setting, by default):
 
-.. math:: W^{(s)} \\leftarrow W^{(s)} - η\\, \\mathrm{rule}\\big(\\textstyle\\sum_{t \\in push} g_i^{(s)}(W_{pulled})\\big)
+.. math::
+
+    W^{(s)} \\leftarrow W^{(s)} - η\\,
+    \\mathrm{rule}\\big(\\textstyle\\sum_{t \\in push} g_i^{(s)}(W_{pulled})\\big)
 
 where the gradient was computed at weights :math:`τ` versions old (its
 staleness, recorded per update). ``η`` is the local optimizer's current

@@ -29,7 +29,8 @@ def test_each_side_sweeps_its_own_grid_around_its_own_rate():
     assert set(sides) == {"irbis downpour", "irbis mixed {'groupSize': 2}", "irbis dcasgd {'serverOptimizer': 'sgd'}",
                           "sparktorch hogwild"}
     assert learning_rate("dcasgd", DCASGD_SGD, 2) in sides["irbis dcasgd {'serverOptimizer': 'sgd'}"][0]
-    assert sides["irbis downpour"][0] != sides["irbis dcasgd {'serverOptimizer': 'sgd'}"][0] != sides["sparktorch hogwild"][0]
+    assert (sides["irbis downpour"][0] != sides["irbis dcasgd {'serverOptimizer': 'sgd'}"][0]
+            != sides["sparktorch hogwild"][0])
     assert all(len(grid) >= 3 for grid, _ in sides.values())
 
 

@@ -36,7 +36,8 @@ def test_csv_layout_keeps_extra_columns(tmp_path):
 @pytest.mark.parametrize("setup, message", [
     (lambda root: None, "no images"),
     (lambda root: _touch(root, "animal/c1/0.jpg"), "not at <label>/<camera>/<burst>/<image>"),
-    (lambda root: (root / "metadata.csv").write_text("path,label\na.jpg,animal\n"), r"missing column\(s\) \['camera', 'burst'\]"),
+    (lambda root: (root / "metadata.csv").write_text("path,label\na.jpg,animal\n"),
+     r"missing column\(s\) \['camera', 'burst'\]"),
     (lambda root: (root / "metadata.csv").write_text("path,label,camera,burst\nnope.jpg,animal,c,b\n"), "do not exist"),
 ])
 def test_bad_layouts(tmp_path, setup, message):

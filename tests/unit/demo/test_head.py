@@ -3,11 +3,16 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 import torch
 
-from irbis.demo.head import (DECAY_OPTIMIZERS, HEAD_GRID, cross_validate_head, one_standard_error, standardize,
-                             train_head)
+from irbis.demo.head import (
+    DECAY_OPTIMIZERS,
+    HEAD_GRID,
+    cross_validate_head,
+    one_standard_error,
+    standardize,
+    train_head,
+)
 from irbis.demo.stats import roc_auc
 
 

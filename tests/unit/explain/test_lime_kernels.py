@@ -6,8 +6,17 @@ import pytest
 from skimage import data
 
 from irbis.explain import (
-    FeatureStats, cosine_distance, explain_image, explain_rows, exponential_kernel, mask_images,
-    plot_feature_weights, plot_image_explanation, superpixel_masks, superpixels, weighted_ridge,
+    FeatureStats,
+    cosine_distance,
+    explain_image,
+    explain_rows,
+    exponential_kernel,
+    mask_images,
+    plot_feature_weights,
+    plot_image_explanation,
+    superpixel_masks,
+    superpixels,
+    weighted_ridge,
 )
 from irbis.kernels.sparkml import logistic_regression
 

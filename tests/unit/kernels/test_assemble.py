@@ -49,7 +49,8 @@ def test_attributes_follow_vector_assembler_naming():
         [
             InputSpec("a", 1),
             InputSpec("v", 2, True),
-            InputSpec("w", 2, True, ({"name": "x", "type": "numeric"}, {"name": "c", "type": "binary", "values": ["0", "1"]})),
+            InputSpec("w", 2, True, ({"name": "x", "type": "numeric"},
+                                     {"name": "c", "type": "binary", "values": ["0", "1"]})),
         ]
     )["ml_attr"]
     assert meta["num_attrs"] == 5

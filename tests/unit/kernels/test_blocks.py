@@ -7,7 +7,15 @@ import pytest
 from skimage import data as skdata
 
 from irbis.kernels.blocks import (
-    Binary, Images, Tensor, block_to_rows, bounded_slices, from_arrow, rows_in, stack_rows, to_arrow,
+    Binary,
+    Images,
+    Tensor,
+    block_to_rows,
+    bounded_slices,
+    from_arrow,
+    rows_in,
+    stack_rows,
+    to_arrow,
 )
 from irbis.kernels.image import array_to_struct
 

@@ -313,7 +313,8 @@ def test_ort_sessions_free_activations_after_each_run_only_with_huge_pages(tmp_p
 def test_engines_give_the_same_outputs_when_they_free_their_buffers_after_each_call(mlp_bundle, engine,
                                                                                    monkeypatch):
     """Freeing the buffers (huge pages) changes nothing in the outputs, and happens once per large call."""
-    from irbis.kernels.engines import exported, ort as ort_engine
+    from irbis.kernels.engines import exported
+    from irbis.kernels.engines import ort as ort_engine
 
     folder, _ = mlp_bundle
     x = np.random.default_rng(0).normal(size=(exported.TRIM_BYTES // 256 + 1, 64)).astype(np.float32)

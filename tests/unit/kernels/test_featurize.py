@@ -22,7 +22,8 @@ def _frame():
 
 def _plans(frame, max_categories=10, buckets=8):
     return [
-        build_column_plan(c, infer_kind(frame[c]), column_stats(frame[c], infer_kind(frame[c])), max_categories, buckets)
+        build_column_plan(c, infer_kind(frame[c]), column_stats(frame[c], infer_kind(frame[c])), max_categories,
+                          buckets)
         for c in frame.columns
     ]
 

@@ -6,10 +6,9 @@ import numpy as np
 import pytest
 from skimage import data as skdata
 
-from irbis.kernels.image import ImageChain, ImageOpError, array_to_struct, struct_to_array
+from irbis.kernels.image import ImageChain, ImageOpError, array_to_struct
 from irbis.kernels.image_batch import augment_images, transform_images, unroll_images
-from irbis.kernels.image_features import decode_flags, preprocess_images, to_rgb8
-from irbis.kernels.image_features import preprocess_rgb
+from irbis.kernels.image_features import decode_flags, preprocess_images, preprocess_rgb, to_rgb8
 from irbis.models import get_entry
 
 CAT_BGR = np.ascontiguousarray(skdata.chelsea()[:, :, ::-1])

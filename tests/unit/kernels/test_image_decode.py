@@ -7,7 +7,12 @@ import pytest
 from skimage import data as skdata
 
 from irbis.kernels.image import (
-    ImageDecodeError, array_to_struct, decode_batch, decode_image, ocv_mode, struct_to_array,
+    ImageDecodeError,
+    array_to_struct,
+    decode_batch,
+    decode_image,
+    ocv_mode,
+    struct_to_array,
 )
 from irbis.kernels.image_header import header_size, sniff_format
 

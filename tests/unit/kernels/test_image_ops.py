@@ -9,8 +9,18 @@ import pytest
 from skimage import data as skdata
 
 from irbis.kernels.image import (
-    OPS, ImageChain, ImageOpError, blur, center_crop, color_format, crop, flip, normalize,
-    resize, threshold, to_chw,
+    OPS,
+    ImageChain,
+    ImageOpError,
+    blur,
+    center_crop,
+    color_format,
+    crop,
+    flip,
+    normalize,
+    resize,
+    threshold,
+    to_chw,
 )
 
 COFFEE = np.ascontiguousarray(skdata.coffee()[:, :, ::-1])  # 400x600x3 BGR
@@ -148,7 +158,8 @@ def test_image_chains_give_every_catalogue_entrys_tensor_exactly(name):
     else:
         chain = chain.then("resize", height=spec.input_size[0], width=spec.input_size[1],
                            interpolation=spec.interpolation)
-    chain = chain.then("color_format", format=spec.color_order).then("normalize", mean=list(spec.mean), std=list(spec.std))
+    chain = (chain.then("color_format", format=spec.color_order)
+             .then("normalize", mean=list(spec.mean), std=list(spec.std)))
     for photo in (COFFEE, COFFEE[:, 100:397]):  # landscape, and portrait with an odd width
         rgb = np.ascontiguousarray(photo[:, :, ::-1])
         expected = preprocess_rgb(rgb, spec)

@@ -13,7 +13,6 @@ import torch
 from onnx import helper, numpy_helper
 
 import irbis.kernels.engines as engines
-
 from irbis.demo.photos import AGREEMENT_GOAL, check_precision, photo_crops
 from irbis.kernels.calibration import CALIBRATION_PHOTOS, calibration_files, make_calibration
 from irbis.kernels.engines import ENGINES, candidates, native_bf16
@@ -142,7 +141,8 @@ def test_static_int8_agreement_reported_is_the_one_recomputed_and_the_file_is_ca
     said = capsys.readouterr().out
     assert f"top-1 agreement with eager fp32 {report['agreement']:.3f}" in said
     assert (f"below the {AGREEMENT_GOAL:.2f} agreement" in said) == (not report["keeps_answers"])
-    static = [f for f in glob.glob(str(default_cache_dir() / "prepared" / "*.int8-*.onnx")) if ".int8-dynamic-" not in f]
+    static = [f for f in glob.glob(str(default_cache_dir() / "prepared" / "*.int8-*.onnx"))
+              if ".int8-dynamic-" not in f]
     assert len(static) == 1  # quantised once (the dynamic int8 file of test_dynamic_int8 shares this cache)
 
 

@@ -97,8 +97,9 @@ def test_truncation_error_names_the_limit():
 
 
 def test_bytes_that_are_not_utf8_are_named_by_row():
-    from irbis.kernels.blocks import from_arrow
     import pyarrow as pa
+
+    from irbis.kernels.blocks import from_arrow
 
     texts, errors = decode_texts(from_arrow(pa.array([b"ok", b"\xff\xfe", None]), "body"), "body", "TextEmbedder")
     assert texts == ["ok", None, None]

@@ -8,7 +8,9 @@ import json
 import numpy as np
 import pytest
 
+from irbis.cli import main
 from irbis.kernels.image_features import preprocess_rgb
+from irbis.kernels.image_ops import ImageOpError, center_crop, resize
 from irbis.models import (
     MODELS,
     CatalogueEntry,
@@ -21,8 +23,6 @@ from irbis.models import (
     register_model,
     unregister_model,
 )
-from irbis.cli import main
-from irbis.kernels.image_ops import ImageOpError, center_crop, resize
 
 
 def test_get_entry_unknown_name_lists_known_models():

@@ -16,8 +16,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from irbis.kernels.sparkml import assemble_vectors
 from irbis.kernels.chain import KernelChain, StageKernel
+from irbis.kernels.sparkml import assemble_vectors
 from irbis.serving.app import ServeOptions, make_app
 from irbis.serving.predictor import Predictor
 from irbis.serving.server import BackgroundServer
@@ -289,7 +289,8 @@ def test_the_server_sets_its_kernels_threads_and_reads_saved_stages_without_spar
         from irbis.serving.predictor import load_predictor
         predictor = load_predictor({str(saved)!r})
         predictor.predict({{"image": [np.zeros((8, 6, 3), np.uint8)]}})
-        started = "pyspark.context" in sys.modules and sys.modules["pyspark"].SparkContext._active_spark_context is not None
+        started = ("pyspark.context" in sys.modules
+                   and sys.modules["pyspark"].SparkContext._active_spark_context is not None)
         print("spark-started" if started else "no-spark")
     """)
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300)

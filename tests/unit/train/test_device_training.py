@@ -12,7 +12,6 @@ import numpy as np
 import pyarrow as pa
 import pytest
 import torch
-from train_helpers import token_task
 
 from irbis.models import build_model
 from irbis.train.backends.local import run_threads
@@ -20,7 +19,7 @@ from irbis.train.data import Shard, epoch_batches
 from irbis.train.loop import TrainSpec, gpu_images
 from irbis.train.networks import network_spec
 from irbis.train.stream import FEATURES, LABEL, InputFormat, read_partition
-
+from train_helpers import token_task
 
 #: How far the device's losses and weights may be from the eager CPU reference: cuDNN's recurrences and the
 #: GPU's kernels sum in other orders than the CPU's; on the CPU only the batching of the sums differs.

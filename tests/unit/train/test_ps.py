@@ -287,7 +287,8 @@ def test_dedicated_servers_train_exactly_as_colocated_shards_on_the_lockstep_sch
     co = run_threads(spec(name, options, epochs=4), shard_rows(x, y, 2))
     ded = run_threads(spec(name, {**options, "placement": "dedicated"}, epochs=4), shard_rows(x, y, 2))
     assert len(co) == 2 and len(ded) == 4  # two workers, then one server per shard
-    assert [r.info["role"] for r in ded[2:]] == ["server", "server"] and [r.info["shards"] for r in ded[2:]] == [[0], [1]]
+    assert [r.info["role"] for r in ded[2:]] == ["server", "server"]
+    assert [r.info["shards"] for r in ded[2:]] == [[0], [1]]
     assert ded[2].history == [] and ded[2].state is None
     a, b = final(co), final(ded)
     assert all(torch.equal(a[k], b[k]) for k in a)

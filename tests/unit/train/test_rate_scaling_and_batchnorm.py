@@ -14,8 +14,7 @@ from irbis.train.data import epoch_batches
 from irbis.train.loop import TrainSpec
 from irbis.train.networks import network_spec
 from irbis.train.optim import batch_scale, rate_factor, update_batch, warmup_factor
-from irbis.train.strategies import (DCASGD, BlockMomentum, Downpour, MixedSync, ModelAveraging, OneBitSGD,
-                                    SyncSGD)
+from irbis.train.strategies import DCASGD, BlockMomentum, Downpour, MixedSync, ModelAveraging, OneBitSGD, SyncSGD
 from train_helpers import CrashOnce
 
 

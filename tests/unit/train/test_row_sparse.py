@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 import torch
-from train_helpers import in_threads
 
 from irbis.train.strategies.sync_sgd import SyncSGD
 from irbis.train.strategy import DistributedOptimizer, FlatParams, WorkerContext, embedding_tables
+from train_helpers import in_threads
 
 VOCAB, DIM = 3000, 8
 

@@ -10,7 +10,6 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from train_helpers import peak_rss_mib, token_task
 
 from irbis.kernels.sequences import length_batches, padded_length
 from irbis.train.auto_batch import AutoBatch
@@ -20,6 +19,7 @@ from irbis.train.loop import TrainSpec, step_autocast
 from irbis.train.networks import network_spec
 from irbis.train.sequences import RaggedRows, make_batch
 from irbis.train.stream import FEATURES, LABEL, InputFormat, SpilledShard, read_partition
+from train_helpers import peak_rss_mib, token_task
 
 
 def rows_of(lengths, seed=0):

@@ -5,13 +5,21 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from train_helpers import plain_sgd, run_workers, weights
 
 from irbis.train.strategies import BlockMomentum, ModelAveraging, OneBitSGD, SyncSGD
 from irbis.train.strategies.block_momentum import State as BmufState
 from irbis.train.strategies.block_momentum import bmuf_update
-from irbis.train.strategies.one_bit_sgd import (column_ids, decode, dequantize, encode, pack_bits, packet_bytes,
-                                                quantize, unpack_bits)
+from irbis.train.strategies.one_bit_sgd import (
+    column_ids,
+    decode,
+    dequantize,
+    encode,
+    pack_bits,
+    packet_bytes,
+    quantize,
+    unpack_bits,
+)
+from train_helpers import plain_sgd, run_workers, weights
 
 
 @settings(max_examples=30, deadline=None)

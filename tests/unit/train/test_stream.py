@@ -5,11 +5,10 @@ import textwrap
 
 import numpy as np
 import pyarrow as pa
-import pytest
-from train_helpers import peak_rss_mib
 
 from irbis.train.data import Shard
 from irbis.train.stream import FEATURES, LABEL, InputFormat, SpilledShard, read_partition
+from train_helpers import peak_rss_mib
 
 
 def batches(n, d=4, per=37, start=0):

@@ -48,7 +48,8 @@ def in_threads(world: int, work: Callable[[int, ThreadCommunicator], object]) ->
 
 
 def run_workers(world: int, make_strategy: Callable[[], Strategy], steps: int, batch: int = 8,
-                opt: Callable = lambda p: torch.optim.SGD(p, lr=0.1)) -> list[tuple[torch.nn.Module, DistributedOptimizer]]:
+                opt: Callable = lambda p: torch.optim.SGD(p, lr=0.1)
+                ) -> list[tuple[torch.nn.Module, DistributedOptimizer]]:
     """Each worker r trains on rows r::world of a fixed dataset; returns (model, dopt) per worker."""
     x, y = tiny_data()
     # Different starts (setup must broadcast rank 0's), built before the threads: seeding torch's

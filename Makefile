@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test test-connect bench gpu-check docs clean
+.PHONY: setup demo lint test test-connect bench gpu-check docs clean
 
 setup: $(STAMP)
 
@@ -29,7 +29,12 @@ $(STAMP): pyproject.toml constraints.txt
 demo: setup
 	$(VENV)/bin/irbis demo
 
-test: setup
+# ruff (pyproject.toml's [tool.ruff]: pyflakes, pycodestyle, import order) on the code; `make test` runs it
+# first, so that a lint error fails the run (and CI, .ci/run) before any test starts.
+lint: setup
+	$(PY) -m ruff check irbis tests benchmarks docs
+
+test: setup lint
 	$(PY) -m pytest
 
 # The Spark tests again (those on the spark fixture), each on a Spark Connect session (sc://); the tests

@@ -221,9 +221,19 @@ def pytest_collection_modifyitems(config, items):
                 item.add_marker(pytest.mark.skip(reason=f"classic only: {reason}"))
 
 
+#: A GPU discovery script for the cluster session's workers: the first worker to run it advertises GPU "0",
+#: the other GPU "1" (fake addresses: the tests that read them never touch CUDA).
+FAKE_GPUS = """#!/bin/sh
+if mkdir "{folder}/first" 2>/dev/null; then echo '{{"name": "gpu", "addresses": ["0"]}}'
+else echo '{{"name": "gpu", "addresses": ["1"]}}'; fi
+"""
+
+
 @pytest.fixture(scope="session")
-def cluster_spark():
-    """A ``local-cluster[2,1,1024]`` session: two real executor JVMs with one core each.
+def cluster_spark(tmp_path_factory):
+    """A ``local-cluster[2,1,1024]`` session: two real executor JVMs with one core each, each worker with one
+    fake GPU that Spark assigns to every task (``spark.task.resource.gpu.amount`` 1), as on a GPU cluster; the
+    stages on it run on ``device="cpu"``, which takes no GPU.
 
     Only one SparkContext can live in a process, so this stops the local session; the tests on it run
     last (see ``pytest_collection_modifyitems``) and are the only users of this fixture.
@@ -232,6 +242,10 @@ def cluster_spark():
 
     from irbis.spark.session import get_spark
 
+    folder = tmp_path_factory.mktemp("fake-gpus")
+    script = folder / "discover.sh"
+    script.write_text(FAKE_GPUS.format(folder=folder))
+    script.chmod(0o755)
     _stop_connect_clients()
     active = SparkSession.getActiveSession()
     if active is not None:
@@ -239,7 +253,9 @@ def cluster_spark():
     session = get_spark(
         "local-cluster[2,1,1024]",
         app_name="irbis-cluster-tests",
-        **{"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2"},
+        **{"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2",
+           "spark.worker.resource.gpu.amount": "1", "spark.worker.resource.gpu.discoveryScript": str(script),
+           "spark.executor.resource.gpu.amount": "1", "spark.task.resource.gpu.amount": "1"},
     )
     yield session
     session.stop()

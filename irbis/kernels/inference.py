@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import numpy as np
 
 from irbis.kernels.calibration import Calibration, make_calibration
+from irbis.kernels.device import DEVICES, device_name, resolve_device  # noqa: F401  (DEVICES re-exported)
 from irbis.kernels.engines import EngineError, candidates, exported_engine
 from irbis.kernels.engines.exported import Chain, ExportedNetwork, in_batches
 from irbis.kernels.threads import set_threads, task_threads  # noqa: F401  (re-exported)
@@ -54,7 +55,6 @@ if TYPE_CHECKING:
 #: A network's batch function: one array of inputs to one array of outputs.
 ArrayFn = Callable[[np.ndarray], np.ndarray]
 PRECISIONS = ("fp32", "bf16", "int8")
-DEVICES = ("cpu", "cuda", "auto")
 
 _CACHE: dict[str, Any] = {}
 _CACHE_LOCK = threading.RLock()  # a predictor in the cache loads its networks through it
@@ -138,19 +138,6 @@ def load_network(source: dict[str, Any], allow_pickle: bool = False) -> nn.Modul
         module.load_state_dict(weights, assign=True)
         return module.eval()
     raise ValueError(f"unknown model source kind {kind!r}; expected repository, bundle, exported or torchscript")
-
-
-def resolve_device(device: str) -> torch.device:
-    """``auto`` picks CUDA when present; ``cuda`` without a GPU is an error, not a silent fallback."""
-    import torch
-
-    if device not in DEVICES:
-        raise ValueError(f"device must be one of {DEVICES}, got {device!r}")
-    if device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if device == "cuda" and not torch.cuda.is_available():
-        raise ValueError("device='cuda' was asked for, but no CUDA device is visible to this worker")
-    return torch.device(device)
 
 
 def prepare_network(module: nn.Module, precision: str, device: torch.device) -> nn.Module:
@@ -324,6 +311,7 @@ def make_torch_predict_fn(
     (2, 1000)
     """
     identity, threads = source_identity(source), task_threads()
+    device = device_name(device)  # this task's device (the one device rule): "cpu" or "cuda:N"
 
     def cached(name: str) -> Callable[[], Any]:
         runner = exported_engine(name, precision)
@@ -332,12 +320,12 @@ def make_torch_predict_fn(
         key = hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:24]
         if runner is None:
             return lambda: _cached(key, lambda: _Network(source, key, device, precision, allow_pickle))
-        if runner != name and _engine_device(device) != "cpu":
+        if runner != name and device_name(device) != "cpu":
             raise ValueError("precision='int8' runs on the CPU only; use bf16 on a GPU")
         load = partial(_load_for_export, source, allow_pickle, output_layer)
         calibration = partial(_calibration, source, calibration_data) if runner == name else None
         return lambda: _cached(key, lambda: ExportedNetwork(load, identity, runner, output_layer,
-                                                             _engine_device(device), precision, threads, calibration))
+                                                             device_name(device), precision, threads, calibration))
 
     if output_layer and not isinstance(output_layer, str):
         output_layer = tuple(output_layer)
@@ -496,12 +484,6 @@ def _calibration(source: dict[str, Any], folder: str) -> Calibration:
         raise EngineError("precision='int8' on an exported engine needs calibrationData (a folder of .npy "
                           "arrays of input rows) for a network outside the repository")
     return make_calibration(folder, spec)
-
-
-def _engine_device(device: str) -> str:
-    if device == "cpu":  # no torch needed to tell
-        return "cpu"
-    return "cuda" if resolve_device(device).type == "cuda" else "cpu"
 
 
 def cached_networks() -> list[nn.Module]:

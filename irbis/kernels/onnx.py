@@ -15,6 +15,7 @@ from typing import Any, Callable
 import numpy as np
 
 from irbis.kernels.blocks import Tensor, flat_rows, from_rows
+from irbis.kernels.device import cuda_index, device_name, is_cuda
 from irbis.kernels.engines.exported import TRIM_BYTES, huge_page_malloc, release_memory
 from irbis.kernels.inference import source_identity
 
@@ -158,7 +159,9 @@ def _session(path: str, extra_outputs: tuple[str, ...], device: str, num_threads
 
     from irbis.kernels.engines.ort import session_options
 
-    key = (source_identity({"kind": "onnx", "path": path}), extra_outputs, device, num_threads,
+    # this task's device (the one device rule), where ONNX Runtime can run on a GPU at all
+    name = device_name(device) if "CUDAExecutionProvider" in ort.get_available_providers() else "cpu"
+    key = (source_identity({"kind": "onnx", "path": path}), extra_outputs, name, num_threads,
            optimization_level)
     with _LOCK:
         if key in _SESSIONS:
@@ -168,10 +171,9 @@ def _session(path: str, extra_outputs: tuple[str, ...], device: str, num_threads
         if optimization_level not in OPTIMIZATION_LEVELS:
             raise ValueError(f"optimizationLevel {optimization_level!r} is not one of {list(OPTIMIZATION_LEVELS)}")
         options = session_options(num_threads, OPTIMIZATION_LEVELS[optimization_level])
-        providers = ["CUDAExecutionProvider", "CPUExecutionProvider"] if device in ("cuda", "auto") \
-            else ["CPUExecutionProvider"]
-        providers = [p for p in providers if p in ort.get_available_providers()]
-        if device == "cuda" and "CUDAExecutionProvider" not in providers:
+        providers: list[Any] = ([("CUDAExecutionProvider", {"device_id": cuda_index(name)})] if is_cuda(name)
+                                else []) + ["CPUExecutionProvider"]
+        if device == "cuda" and not is_cuda(name):
             raise ValueError("device='cuda' was asked for, but ONNX Runtime has no CUDA provider here")
         model: bytes | str = _with_outputs(path, extra_outputs) if extra_outputs else path
         session = ort.InferenceSession(model, options, providers=providers)
@@ -211,7 +213,7 @@ class _OpenVinoSession:
         with _LOCK:
             if key not in _SESSIONS:
                 graph = _graph_file(path, extra_outputs, key) if extra_outputs else path
-                _SESSIONS[key] = compile_graph(graph, threads=num_threads, device="cuda" if device == "cuda" else "cpu")
+                _SESSIONS[key] = compile_graph(graph, threads=num_threads, device="cuda" if is_cuda(device) else "cpu")
             self.compiled = _SESSIONS[key]
         self.request, self.lock = self.compiled.create_infer_request(), threading.Lock()
         self.free_buffers = huge_page_malloc()

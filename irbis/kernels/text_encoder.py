@@ -35,6 +35,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from irbis.kernels.device import device_name, is_cuda
 from irbis.kernels.engines import ENGINES, EngineError, export_lock_path, native_bf16, onnx_path
 from irbis.kernels.sequences import PadStats, run_by_length
 from irbis.kernels.threads import set_threads, task_threads
@@ -69,7 +70,7 @@ def _nncf_installed() -> bool:
 
 def text_auto_order(device: str, precision: str) -> tuple[str, ...]:
     """The engines ``engine="auto"`` tries for a text network, in order (see the module docstring)."""
-    if device == "cuda":
+    if is_cuda(device):
         return ("torch",)
     if precision == "bf16":
         return ("openvino", "torch") if native_bf16() else ("torch",)
@@ -195,7 +196,7 @@ class TextRunner:
         self.truncation, self.token_budget, self.max_rows = truncation, token_budget, max_rows
         self.tokens = text_tokens(source, max_length)
         self.max_length, self.pad_id = self.tokens.max_length, self.tokens.pad_id
-        self.device = _device(device)
+        self.device = device_name(device)
         self.calibration = calibration
         self.engine, self._run = self._load_engine(engine, precision)
         self.lock = threading.Lock()
@@ -263,7 +264,7 @@ class TextRunner:
 
             if precision == "bf16":
                 raise EngineError("engine='onnxruntime' runs text at fp32 or int8; use openvino or torch for bf16")
-            if self.device == "cuda":
+            if is_cuda(self.device):
                 raise EngineError("text on CUDA runs on engine='torch'")
             if precision == "int8":
                 from irbis.kernels.engines.quantize import dynamic_path
@@ -370,18 +371,6 @@ def write_text_onnx(folder: Path, card: TextCard, path: Path) -> None:
         raise EngineError(f"the text network cannot be exported to ONNX: {str(err).splitlines()[0][:300]}") from err
     with atomic_path(path) as tmp:
         program.save(str(tmp))
-
-
-def _device(device: str) -> str:
-    if device == "auto":
-        import importlib.util
-
-        if importlib.util.find_spec("torch") is not None:
-            import torch
-
-            return "cuda" if torch.cuda.is_available() else "cpu"
-        return "cpu"
-    return device
 
 
 _RUNNERS: dict[str, Any] = {}

@@ -16,8 +16,9 @@ from pyspark.ml.param.shared import HasInputCol, HasOutputCol
 
 from irbis.errors import ParamValueError
 from irbis.kernels.batching import TENSOR_DTYPES
+from irbis.kernels.device import DEVICES
 from irbis.kernels.engines import ENGINE_NAMES
-from irbis.kernels.inference import DEVICES, PRECISIONS
+from irbis.kernels.inference import PRECISIONS
 from irbis.models import preprocessing_for
 from irbis.refs import is_reference, is_unsaved
 

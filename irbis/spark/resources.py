@@ -14,6 +14,7 @@ import re
 from typing import Any
 
 from irbis.errors import ParamValueError
+from irbis.kernels.device import TASK_GPU_SETTING
 
 _LOCAL = re.compile(r"local(?:\[(\d+|\*)(?:,\d+)?\])?")
 _LOCAL_CLUSTER = re.compile(r"local-cluster\[\s*(\d+)\s*,\s*(\d+)\s*,\s*\d+\s*\]")
@@ -66,18 +67,27 @@ def default_parallelism(session: Any) -> int:
 
 
 def check_device(session: Any, device: str) -> None:
-    """Refuse ``device="cuda"`` on the driver when the cluster surely has no GPU.
+    """Refuse on the driver a ``device`` that the cluster surely cannot give.
 
     Raises
     ------
     irbis.errors.ParamValueError
-        On a local master without a visible CUDA device, or where Spark's resource scheduling gives the
-        executors no GPU. Elsewhere the first task checks (see ``irbis.kernels.inference.resolve_device``).
+        For ``cuda`` on a local master without a visible CUDA device, or where Spark's resource scheduling
+        gives the executors no GPU; for ``cuda`` or ``auto`` where the executors have GPUs but
+        ``spark.task.resource.gpu.amount`` gives them to no task (every task would take the first). Elsewhere
+        the first task checks (:mod:`irbis.kernels.device`).
     """
-    if device != "cuda":
+    if device == "cpu":
         return
     gpus = conf(session, "spark.executor.resource.gpu.amount")
+    task = conf(session, TASK_GPU_SETTING)
     if gpus is not None and float(gpus) > 0:
+        if task is None or float(task) <= 0:
+            raise ParamValueError("device", device, f"'cpu', or set {TASK_GPU_SETTING} (1 for one task per GPU, "
+                                  "0.5 for two tasks sharing one): the executors have GPUs, but Spark assigns "
+                                  "them to no task, so every task would take the first")
+        return
+    if device != "cuda":
         return
     if is_local_master(session):
         import torch
@@ -92,7 +102,8 @@ def check_device(session: Any, device: str) -> None:
 
 def set_task_threads() -> None:
     """Give the kernels of this Spark task the cores the task owns (``spark.task.cpus``): torch, OpenCV
-    and the engines (:func:`irbis.kernels.threads.set_threads`, which imports neither torch nor OpenCV).
+    and the engines (:func:`irbis.kernels.threads.set_threads`, which imports neither torch nor OpenCV);
+    and the GPU Spark assigned it, which the one device rule reads (:func:`assign_task_device`).
 
     It runs in the stages' Arrow and pandas UDFs, which refer to it by name: a Python worker that unpickles
     a UDF imports this module, which imports neither ``pyspark.ml`` nor torch (the stages' module,
@@ -104,7 +115,18 @@ def set_task_threads() -> None:
     context = TaskContext.get()
     if context is not None:
         set_threads(context.cpus())
+        assign_task_device(context)
 
 
-__all__ = ["check_device", "conf", "default_parallelism", "is_local_master", "local_slots", "master",
-           "set_task_threads"]
+def assign_task_device(context: Any) -> None:
+    """Record the GPU addresses Spark assigned the task of ``context`` (a ``TaskContext``), so that every
+    network of the task runs on them (:mod:`irbis.kernels.device`; Spark sets no ``CUDA_VISIBLE_DEVICES``
+    for Python workers)."""
+    from irbis.kernels.device import Assignment, assign_task
+
+    gpu = context.resources().get("gpu")
+    assign_task(Assignment(tuple(gpu.addresses) if gpu is not None else (), context.partitionId()))
+
+
+__all__ = ["assign_task_device", "check_device", "conf", "default_parallelism", "is_local_master", "local_slots",
+           "master", "set_task_threads"]

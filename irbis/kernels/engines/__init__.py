@@ -35,6 +35,8 @@ from typing import Any
 
 import numpy as np
 
+from irbis.kernels.device import is_cuda
+
 Runner = Callable[[np.ndarray], "np.ndarray | list[np.ndarray]"]
 
 #: The values of the ``engine`` Param; ``torch`` is eager PyTorch, ``auto`` follows :func:`auto_order`.
@@ -97,7 +99,7 @@ ENGINES: dict[str, Engine] = {
 
 def auto_order(device: str, precision: str) -> tuple[str, ...]:
     """The engines ``auto`` tries, in order, for this device and precision (see the module docstring)."""
-    if device == "cuda":
+    if is_cuda(device):
         return ("torch",)
     if precision == "bf16":
         return ("openvino", "torch") if native_bf16() else ("torch",)

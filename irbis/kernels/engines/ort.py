@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from irbis.kernels.calibration import Calibration
+from irbis.kernels.device import cuda_index, is_cuda
 from irbis.kernels.engines import EngineError, Runner
 from irbis.kernels.engines.exported import huge_page_malloc
 
@@ -42,8 +43,9 @@ def load(path: str, *, threads: int, device: str, precision: str, calibration: C
     if precision not in ("fp32", "int8"):
         raise EngineError(f"engine='onnxruntime' runs precision fp32 or int8, got {precision!r}; "
                           f"use engine='openvino' or 'torch' for {precision}")
-    providers = ["CUDAExecutionProvider"] if device == "cuda" else ["CPUExecutionProvider"]
-    if device == "cuda" and providers[0] not in ort.get_available_providers():
+    providers: list[Any] = [("CUDAExecutionProvider", {"device_id": cuda_index(device)})] if is_cuda(device) \
+        else ["CPUExecutionProvider"]
+    if is_cuda(device) and "CUDAExecutionProvider" not in ort.get_available_providers():
         raise EngineError("device='cuda' was asked for, but ONNX Runtime has no CUDA provider here "
                           "(pip install onnxruntime-gpu)")
     try:
@@ -84,6 +86,6 @@ def session_options(threads: int, level: str = "ORT_ENABLE_ALL") -> Any:
 def _int8_path(path: str, device: str, calibration: Calibration | None, shape: tuple[int, ...]) -> str:
     from irbis.kernels.engines.quantize import dynamic_path, quantized_path
 
-    if device == "cuda":
+    if is_cuda(device):
         raise EngineError("engine='onnxruntime' runs precision='int8' on the CPU only")
     return str(dynamic_path(path) if calibration is None else quantized_path(path, calibration, shape))

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from irbis.kernels.device import is_cuda
 from irbis.kernels.engines import EngineError, Runner
 from irbis.kernels.engines.exported import huge_page_malloc
 
@@ -24,7 +25,7 @@ def load(path: str, *, threads: int, device: str, precision: str, **_options: An
 
     ``_options`` (the int8 calibration sample) are not used: int8 runs on ONNX Runtime or torch.
     """
-    if precision == "bf16" and device != "cuda":
+    if precision == "bf16" and not is_cuda(device):
         parts = compile_mixed(path, threads=threads)
     else:
         parts = [compile_graph(path, threads=threads, device=device, precision=precision)]
@@ -97,7 +98,7 @@ def compile_graph(path: Any, *, threads: int, device: str = "cpu", precision: st
     """The ONNX file at ``path`` (or an ``openvino.Model``) compiled for the CPU (an ``openvino.CompiledModel``)."""
     import openvino as ov
 
-    if device == "cuda":
+    if is_cuda(device):
         raise EngineError("engine='openvino' runs on the CPU here (its GPU plugin is for Intel GPUs); "
                           "use engine='torch' or 'onnxruntime' with device='cuda'")
     if precision not in _HINTS:

@@ -137,6 +137,11 @@ def fitted(name: str, spark) -> tuple:
 
 
 # -- persistence and unchanged inputs -------------------------------------------------------------
+def _param_values(stage) -> dict:
+    """A stage's explicitly set and default Params, by name (values compared as Spark ML saves them)."""
+    return {p.name: stage.getOrDefault(p) for p in stage.params if stage.isDefined(p)}
+
+
 @pytest.mark.spark
 @pytest.mark.parametrize("name", NAMES)
 def test_round_trips_and_unchanged_input(spark, tmp_path, name):
@@ -153,9 +158,14 @@ def test_round_trips_and_unchanged_input(spark, tmp_path, name):
     Pipeline(stages=[stage]).save(str(tmp_path / "pipeline"))
     again = Pipeline.load(str(tmp_path / "pipeline"))
     assert type(again.getStages()[0]) is type(stage)
-    assert rows_of(again.fit(df).transform(df)) == expected
+    loaded, given = _param_values(again.getStages()[0]), _param_values(stage)
+    copied = {k for k, v in loaded.items() if isinstance(v, str) and v.startswith(str(tmp_path))}  # files saved
+    assert {k: v for k, v in loaded.items() if k not in copied} == {k: v for k, v in given.items() if k not in copied}
+    assert copied <= set(given)
+    if not isinstance(stage, Estimator):  # an estimator's refit is a second fit of the Params just compared
+        assert rows_of(again.fit(df).transform(df)) == expected
     assert df.schema == schema and rows_of(df) == before
-    if case.pandas:
+    if case.pandas and not case.keeps_rows:  # test_pandas_gives_the_spark_results checks the others' input
         pdf = to_pandas(df)
         snapshot = [tuple(_norm(v) for v in r) for r in pdf.itertuples(index=False)]
         fit_stage(case, pdf)[1].transform(pdf)
@@ -163,6 +173,8 @@ def test_round_trips_and_unchanged_input(spark, tmp_path, name):
 
 
 @pytest.mark.spark
+@pytest.mark.classic_only(reason="its subject runs no Spark (the pandas path, the kernels) or is the classic "
+                                  "session's; test_connect_gives_the_classic_results checks each stage on Connect")
 @pytest.mark.parametrize("name", [n for n in NAMES if STAGE_CASES[n].pandas and STAGE_CASES[n].keeps_rows])
 def test_pandas_gives_the_spark_results(spark, name):
     """The stage's pandas path (the kernel alone, as serving and LIME call it) gives Spark's rows."""
@@ -170,7 +182,9 @@ def test_pandas_gives_the_spark_results(spark, name):
     df = case.make_frame(spark)
     out = fitted(name, spark)[1].transform(df)
     pdf = to_pandas(df)
+    snapshot = [tuple(_norm(v) for v in r) for r in pdf.itertuples(index=False)]
     _assert_same_rows(fit_stage(case, pdf)[1].transform(pdf)[out.columns], out)
+    assert [tuple(_norm(v) for v in r) for r in pdf.itertuples(index=False)] == snapshot  # the input unchanged
 
 
 def _cells(row) -> tuple:
@@ -206,6 +220,8 @@ def _kernel_rows(kernel, pdf: pd.DataFrame) -> list[tuple]:
 
 
 @pytest.mark.spark
+@pytest.mark.classic_only(reason="its subject runs no Spark (the pandas path, the kernels) or is the classic "
+                                  "session's; test_connect_gives_the_classic_results checks each stage on Connect")
 @pytest.mark.parametrize("name", NAMES)
 def test_kernel_and_load_local_give_the_spark_results(spark, tmp_path, name):
     """Every stage answers kernel(): its kernel (and the one load_local reads from the saved stage, with no
@@ -293,6 +309,8 @@ def _sizes(df) -> dict[str, int]:
 
 
 @pytest.mark.spark
+@pytest.mark.classic_only(reason="its subject runs no Spark (the pandas path, the kernels) or is the classic "
+                                  "session's; test_connect_gives_the_classic_results checks each stage on Connect")
 @pytest.mark.parametrize("name", [n for n in NAMES if STAGE_CASES[n].generated])
 def test_generated_inputs(spark, name):
     """Random small frames of the case's schema (nulls, NaN, unicode, long strings, empty frames and

@@ -76,8 +76,8 @@ class App:
                                    f"{self.proc.returncode}) with results {results}:\n"
                                    f"{self.log.read_text(errors='replace')[-4000:]}\n{logs}")
             self._result = results | {"out": self.out, "seconds": seconds}
-            for other in self.companions:
-                self._result |= {k: v for k, v in other.result(timeout_s).items() if k not in self._result}
+            for other in self.companions:  # a companion ships a PEX of about 1.7 GB to its executor: more time
+                self._result |= {k: v for k, v in other.result(2 * timeout_s).items() if k not in self._result}
         return self._result
 
 

@@ -2,8 +2,8 @@
 
 On the classic session the ladder is the camera-trap notebook's (the ``camera_trap_run`` fixture, shared with
 the notebook's test): its ``run_demo`` runs in the notebook's kernel and its results are read back with
-``load_demo``. Under ``--connect`` (the notebooks are not run) ``run_demo`` runs here, on the Connect session,
-with the notebook's settings on a smaller set (:data:`CONNECT_SET`): every rung and artefact, fewer images."""
+``load_demo``. Not under ``--connect``: each stage of the ladder is checked on Connect by the conformance suite.
+"""
 from __future__ import annotations
 
 import ast
@@ -15,24 +15,16 @@ import pandas as pd
 import pytest
 from pyspark.ml import PipelineModel
 
-from irbis.demo.camera_trap import load_demo, run_demo
-from irbis.demo.data import build_camera_trap_set
+from irbis.demo.camera_trap import load_demo
 from irbis.spark.images import read_images
 
-pytestmark = pytest.mark.spark
-
-#: The set of the run under ``--connect``: (cameras, bursts per camera, frames per burst). Two of the six
-#: cameras are held out, as two of the eight of ``size="small"``; bursts of two frames keep +E an average.
-CONNECT_SET = (6, 6, 2)
+pytestmark = [pytest.mark.spark,
+              pytest.mark.classic_only(reason="the ladder's stages are each checked on Connect (conformance) and the "
+                                              "demo's ladder is the camera-trap notebook's on the classic session")]
 
 
 @pytest.fixture(scope="module")
-def demo(spark, tmp_path_factory, request):
-    if request.config.getoption("--connect"):  # the notebook's settings on a set half the size of "small"
-        out = tmp_path_factory.mktemp("demo")
-        images = build_camera_trap_set(out / "data", cameras=CONNECT_SET[0], bursts_per_camera=CONNECT_SET[1],
-                                       frames_per_burst=CONNECT_SET[2])
-        return run_demo(spark, out, images, folds=2, n_boot=200, explain=1, progress=False)
+def demo(spark, request):
     _, _, folder = request.getfixturevalue("camera_trap_run")
     return load_demo(folder / "camera-trap-output")
 
@@ -46,25 +38,19 @@ def _shown_rows(table: str) -> dict[str, list[float]]:
 
 
 def test_a_finished_run_reads_back_as_run_demo_returned_it(demo, request):
-    if request.config.getoption("--connect"):  # demo is run_demo's own result
-        again = load_demo(demo.output)
-        assert again.scores == demo.scores and again.chosen == demo.chosen
-        pd.testing.assert_frame_equal(again.folds, demo.folds, check_dtype=False)
-        assert again.best == demo.best and again.table == demo.table
-        assert again.seconds == {k: round(v, 1) for k, v in demo.seconds.items()}
-    else:  # demo was read back: the notebook's kernel printed run_demo's own table, best rung and seconds
-        from notebook_runner import outputs_of
+    # demo was read back: the notebook's kernel printed run_demo's own table, best rung and seconds
+    from notebook_runner import outputs_of
 
-        shown = outputs_of(request.getfixturevalue("camera_trap_run")[0], "text/plain")
-        printed = "".join(shown)
-        assert demo.table in printed and f"best: {demo.best}" in printed
-        rows = _shown_rows(printed)
-        assert list(rows) == [s.variant for s in demo.scores]
-        for s in demo.scores:
-            np.testing.assert_allclose(rows[s.variant], [s.accuracy, *s.accuracy_ci, s.roc_auc, *s.roc_auc_ci],
-                                       atol=5e-4, err_msg=s.variant)
-        seconds = [ast.literal_eval(text) for text in shown if text.startswith("{") and "'total'" in text]
-        assert seconds == [demo.seconds]
+    shown = outputs_of(request.getfixturevalue("camera_trap_run")[0], "text/plain")
+    printed = "".join(shown)
+    assert demo.table in printed and f"best: {demo.best}" in printed
+    rows = _shown_rows(printed)
+    assert list(rows) == [s.variant for s in demo.scores]
+    for s in demo.scores:
+        np.testing.assert_allclose(rows[s.variant], [s.accuracy, *s.accuracy_ci, s.roc_auc, *s.roc_auc_ci],
+                                   atol=5e-4, err_msg=s.variant)
+    seconds = [ast.literal_eval(text) for text in shown if text.startswith("{") and "'total'" in text]
+    assert seconds == [demo.seconds]
     with pytest.raises(FileNotFoundError, match="lime holds no finished camera-trap demo run: metrics.json is missing"):
         load_demo(demo.output / "lime")
 

@@ -263,7 +263,8 @@ def _vectors_as(frame: Any, column: str, kind: str) -> Any:
     from pyspark.ml.functions import vector_to_array
     from pyspark.sql import functions as F
 
-    return frame.withColumn(column, vector_to_array(F.col(column), "float32"))
+    # a row without a vector (a text that is not UTF-8) stays null: vector_to_array refuses a null input
+    return frame.withColumn(column, F.when(F.col(column).isNotNull(), vector_to_array(F.col(column), "float32")))
 
 
 def _text_frame(spark: Any, source: str, column: str) -> Any:

@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import numpy as np
 
 from irbis.kernels.calibration import Calibration, make_calibration
-from irbis.kernels.device import DEVICES, device_name, resolve_device  # noqa: F401  (DEVICES re-exported)
+from irbis.kernels.device import device_name, resolve_device
 from irbis.kernels.engines import EngineError, candidates, exported_engine
 from irbis.kernels.engines.exported import Chain, ExportedNetwork, in_batches
 from irbis.kernels.threads import set_threads, task_threads  # noqa: F401  (re-exported)
@@ -320,12 +320,12 @@ def make_torch_predict_fn(
         key = hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:24]
         if runner is None:
             return lambda: _cached(key, lambda: _Network(source, key, device, precision, allow_pickle))
-        if runner != name and device_name(device) != "cpu":
+        if runner != name and device != "cpu":
             raise ValueError("precision='int8' runs on the CPU only; use bf16 on a GPU")
         load = partial(_load_for_export, source, allow_pickle, output_layer)
         calibration = partial(_calibration, source, calibration_data) if runner == name else None
         return lambda: _cached(key, lambda: ExportedNetwork(load, identity, runner, output_layer,
-                                                             device_name(device), precision, threads, calibration))
+                                                             device, precision, threads, calibration))
 
     if output_layer and not isinstance(output_layer, str):
         output_layer = tuple(output_layer)

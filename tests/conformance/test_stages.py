@@ -137,6 +137,18 @@ def fitted(name: str, spark) -> tuple:
 
 
 # -- persistence and unchanged inputs -------------------------------------------------------------
+#: For the cases whose subject runs no Spark (the pandas path, the kernels) or is the classic session's: skipped
+#: under --connect, where test_connect_gives_the_classic_results checks each stage on Connect
+CLASSIC_COVERS_CONNECT = pytest.mark.classic_only(
+    reason="its subject runs no Spark (the pandas path, the kernels) or is the classic session's; "
+           "test_connect_gives_the_classic_results checks each stage on Connect")
+
+
+def _pandas_rows(pdf: pd.DataFrame) -> list[tuple]:
+    """A pandas frame's rows, normalised (to check that a stage left its input as it was)."""
+    return [tuple(_norm(v) for v in r) for r in pdf.itertuples(index=False)]
+
+
 def _param_values(stage) -> dict:
     """A stage's explicitly set and default Params, by name (values compared as Spark ML saves them)."""
     return {p.name: stage.getOrDefault(p) for p in stage.params if stage.isDefined(p)}
@@ -167,14 +179,13 @@ def test_round_trips_and_unchanged_input(spark, tmp_path, name):
     assert df.schema == schema and rows_of(df) == before
     if case.pandas and not case.keeps_rows:  # test_pandas_gives_the_spark_results checks the others' input
         pdf = to_pandas(df)
-        snapshot = [tuple(_norm(v) for v in r) for r in pdf.itertuples(index=False)]
+        snapshot = _pandas_rows(pdf)
         fit_stage(case, pdf)[1].transform(pdf)
-        assert [tuple(_norm(v) for v in r) for r in pdf.itertuples(index=False)] == snapshot
+        assert _pandas_rows(pdf) == snapshot
 
 
 @pytest.mark.spark
-@pytest.mark.classic_only(reason="its subject runs no Spark (the pandas path, the kernels) or is the classic "
-                                  "session's; test_connect_gives_the_classic_results checks each stage on Connect")
+@CLASSIC_COVERS_CONNECT
 @pytest.mark.parametrize("name", [n for n in NAMES if STAGE_CASES[n].pandas and STAGE_CASES[n].keeps_rows])
 def test_pandas_gives_the_spark_results(spark, name):
     """The stage's pandas path (the kernel alone, as serving and LIME call it) gives Spark's rows."""
@@ -182,9 +193,9 @@ def test_pandas_gives_the_spark_results(spark, name):
     df = case.make_frame(spark)
     out = fitted(name, spark)[1].transform(df)
     pdf = to_pandas(df)
-    snapshot = [tuple(_norm(v) for v in r) for r in pdf.itertuples(index=False)]
+    snapshot = _pandas_rows(pdf)
     _assert_same_rows(fit_stage(case, pdf)[1].transform(pdf)[out.columns], out)
-    assert [tuple(_norm(v) for v in r) for r in pdf.itertuples(index=False)] == snapshot  # the input unchanged
+    assert _pandas_rows(pdf) == snapshot  # the input unchanged
 
 
 def _cells(row) -> tuple:
@@ -220,8 +231,7 @@ def _kernel_rows(kernel, pdf: pd.DataFrame) -> list[tuple]:
 
 
 @pytest.mark.spark
-@pytest.mark.classic_only(reason="its subject runs no Spark (the pandas path, the kernels) or is the classic "
-                                  "session's; test_connect_gives_the_classic_results checks each stage on Connect")
+@CLASSIC_COVERS_CONNECT
 @pytest.mark.parametrize("name", NAMES)
 def test_kernel_and_load_local_give_the_spark_results(spark, tmp_path, name):
     """Every stage answers kernel(): its kernel (and the one load_local reads from the saved stage, with no
@@ -309,8 +319,7 @@ def _sizes(df) -> dict[str, int]:
 
 
 @pytest.mark.spark
-@pytest.mark.classic_only(reason="its subject runs no Spark (the pandas path, the kernels) or is the classic "
-                                  "session's; test_connect_gives_the_classic_results checks each stage on Connect")
+@CLASSIC_COVERS_CONNECT
 @pytest.mark.parametrize("name", [n for n in NAMES if STAGE_CASES[n].generated])
 def test_generated_inputs(spark, name):
     """Random small frames of the case's schema (nulls, NaN, unicode, long strings, empty frames and

@@ -276,7 +276,14 @@ class SparkBarrierBackend(Backend[WorkerResult]):
         (``pmod(hash(key), n)``, the expression ``repartition`` uses) sends to one of the first
         ``data_ranks`` partitions, keys found with that same expression on the driver. Unlike range
         bounds (drawn from a random sample), the split and each partition's row order (sorted by row
-        id) depend only on the input, so a seeded run is repeatable.
+        id) depend only on the input, so a seeded run is repeatable, and a retried stage resumes on the
+        batches its checkpoint was cut in.
+
+        The row id is taken after each input partition is sorted by a hash of its rows' content: the
+        id then depends on which rows a partition holds, not on their order. An input that comes out of
+        a shuffle (``repartition``, a join) has no fixed order: its reduce side reads the map outputs in
+        the order they arrive, local blocks first, so the same partition's rows come in another order on
+        another executor or in a retried task.
         """
         n, used = self.num_workers, self.data_ranks
         found = partition_keys(n)
@@ -284,6 +291,9 @@ class SparkBarrierBackend(Backend[WorkerResult]):
             raise RuntimeError(f"no partitioning key found for {used} of {n} partitions")
         keys = F.array(*[F.lit(found[p]).cast("long") for p in range(used)])
         row = "__irbis_row"
+        hashable = [c for c, t in data.dtypes if "map<" not in t]  # Spark refuses to hash a map
+        if hashable:
+            data = data.sortWithinPartitions(F.xxhash64(*[F.col(f"`{c}`") for c in hashable]))
         with_id = data.withColumn(row, F.monotonically_increasing_id())
         # the id is (input partition << 33) + row in that partition: deal each partition from its own
         # offset, so that many one-row partitions still spread over every rank

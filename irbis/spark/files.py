@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import os
 import shutil
@@ -44,6 +45,8 @@ def ship_file(path: str) -> str | None:
     if name in _SHIPPED:
         return name
     staged = Path(tempfile.mkdtemp(prefix="irbis-ship-")) / name
+    # the driver serves the staged copy for as long as the context lives: it goes when the process ends
+    atexit.register(shutil.rmtree, staged.parent, ignore_errors=True)
     if src.is_dir():
         # Spark adds no local folder on a cluster master: the folder travels as a zip archive, which
         # each executor unpacks into a folder called ``name``.

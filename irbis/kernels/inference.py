@@ -410,10 +410,6 @@ class _Network:
         return out.float().cpu().numpy()
 
 
-#: How a network of variable-length rows takes its batch (its module attribute ``input_kind``).
-INPUT_KINDS = ("padded", "packed")
-
-
 def make_sequence_predict_fn(source: dict[str, Any], *, device: str = "cpu", precision: str = "fp32",
                              allow_pickle: bool = False, token_budget: int = 4096,
                              max_rows: int = 64) -> Callable[[list[np.ndarray]], np.ndarray]:
@@ -428,14 +424,12 @@ def make_sequence_predict_fn(source: dict[str, Any], *, device: str = "cpu", pre
     The network must give one output per row (e.g. ``(B, C)`` logits); a per-step output (``(B, T, ...)``,
     or a ``PackedSequence``) raises ``ValueError``: pool the steps inside the network.
     """
-    from irbis.kernels.sequences import check_row_output, run_by_length
+    from irbis.kernels.sequences import check_row_output, input_kind, run_by_length
 
     parts = [source_identity(source), device, precision, allow_pickle]
     key = hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:24]
     network = _cached(key, lambda: _Network(source, key, device, precision, allow_pickle))
-    kind = getattr(network.module, "input_kind", "padded")
-    if kind not in INPUT_KINDS:
-        raise ValueError(f"the network's input_kind is {kind!r}; expected one of {', '.join(INPUT_KINDS)}")
+    kind = input_kind(network.module)
 
     def run(x: np.ndarray, mask: np.ndarray) -> np.ndarray:
         import torch

@@ -28,7 +28,27 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["PadStats", "check_row_output", "length_batches", "pad_rows", "padded_length", "run_by_length"]
+__all__ = ["INPUT_KINDS", "PadStats", "check_row_output", "input_kind", "length_batches", "pad_rows", "padded_length",
+           "run_by_length"]
+
+#: How a network of variable-length rows takes its batch, the values of its module attribute ``input_kind``:
+#: ``"padded"`` (the default) calls ``module(x, mask)``, ``"packed"`` ``module(packed_sequence)``.
+INPUT_KINDS = ("padded", "packed")
+
+
+def input_kind(module: Any) -> str:
+    """How ``module`` takes variable-length rows: its ``input_kind`` attribute, ``"padded"`` when absent.
+
+    Raises
+    ------
+    ValueError
+        For any other value.
+    """
+    kind = getattr(module, "input_kind", "padded")
+    if kind not in INPUT_KINDS:
+        raise ValueError(f"the network's input_kind must be one of {list(INPUT_KINDS)}, found {kind!r}")
+    return kind
+
 
 #: Padded lengths are rounded up to a multiple of this (tensor cores and SIMD widths like it; fewer shapes).
 PAD_MULTIPLE = 8

@@ -20,7 +20,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 import torch
 
-from irbis.kernels.sequences import PadStats
+from irbis.kernels.sequences import PadStats, input_kind
 from irbis.train.data import (
     Augment,
     BatchRounds,
@@ -31,7 +31,7 @@ from irbis.train.data import (
     iterate,
     split_validation,
 )
-from irbis.train.sequences import RaggedRows, check_network, first_batch, input_kind, is_ragged, usable_rows
+from irbis.train.sequences import RaggedRows, check_network, first_batch, is_ragged, usable_rows
 
 #: Batches of a sample: ``batches(lo, hi, size)`` gives its rows ``lo..hi-1``, ``size`` at a time.
 SampleBatches = Callable[[int, int, int], Iterator[tuple[Any, torch.Tensor]]]

@@ -20,10 +20,10 @@ A :class:`~irbis.train.data.Shard` whose ``x`` is an object array of 1-d int64 a
   batches (agreed through the communicator in the loop's setup). A worker with fewer batches repeats
   some (those the matched order gives twice). Every row is seen once per epoch, plus those repeats;
 * **the network's input**: a batch reaches the network as its ``input_kind`` attribute declares
-  (:func:`input_kind`): ``"padded"`` (the default) ``module(ids, mask)``, ids padded with 0 on the right
-  to the batch's padded length, mask 1 on real positions; ``"packed"`` ``module(packed)``, a
-  :class:`torch.nn.utils.rnn.PackedSequence`. Rows of float vectors give float32 ``(B, T, F)`` instead
-  of ids.
+  (:func:`irbis.kernels.sequences.input_kind`): ``"padded"`` (the default) ``module(ids, mask)``, ids
+  padded with 0 on the right to the batch's padded length, mask 1 on real positions; ``"packed"``
+  ``module(packed)``, a :class:`torch.nn.utils.rnn.PackedSequence`. Rows of float vectors give float32
+  ``(B, T, F)`` instead of ids.
 
 The padded and real tokens of the batches made are counted (:class:`~irbis.kernels.sequences.PadStats`)
 for the epoch record's ``paddingWaste``.
@@ -41,23 +41,12 @@ from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence
 from irbis.kernels.sequences import PadStats, length_batches, pad_rows, padded_length
 from irbis.train.data import BatchedRows
 
-#: The values of a network's ``input_kind`` attribute.
-INPUT_KINDS = ("padded", "packed")
-
 #: The rows of a chunk that length batches are cut from, in batches of the row cap: rows of alike length
 #: within a random chunk, each epoch's afresh (see the module docstring).
 GROUP_CHUNK = 50
 
 #: A batch as the network takes it: ``(ids, mask)`` (padded) or a PackedSequence (packed).
 Batch = Any
-
-
-def input_kind(model: torch.nn.Module) -> str:
-    """How ``model`` takes variable-length rows: its ``input_kind`` attribute, ``"padded"`` when absent."""
-    kind = getattr(model, "input_kind", "padded")
-    if kind not in INPUT_KINDS:
-        raise ValueError(f"the network's input_kind must be one of {list(INPUT_KINDS)}, found {kind!r}")
-    return kind
 
 
 def is_ragged(x: Any) -> bool:
@@ -117,7 +106,8 @@ class RaggedRows(BatchedRows):
     """Variable-length rows held in memory, read as length-bucketed batches (see the module docstring).
 
     ``rows``: an object array of arrays; ``labels``: one per row; ``kind``: the network's
-    :func:`input_kind`; ``token_budget`` bounds ``rows x padded length`` of a batch, ``max_rows`` its rows.
+    :func:`irbis.kernels.sequences.input_kind`; ``token_budget`` bounds ``rows x padded length`` of a batch,
+    ``max_rows`` its rows.
     """
 
     def __init__(self, rows: np.ndarray, labels: np.ndarray, kind: str, token_budget: int, max_rows: int) -> None:
@@ -266,5 +256,5 @@ def usable_rows(rows: np.ndarray, labels: np.ndarray, nan_policy: str) -> tuple[
     return np.flatnonzero(~bad), int(bad.sum())
 
 
-__all__ = ["INPUT_KINDS", "RaggedRows", "check_network", "first_batch", "forward", "input_kind", "is_ragged",
+__all__ = ["RaggedRows", "check_network", "first_batch", "forward", "is_ragged",
            "make_batch", "row_lengths", "usable_rows"]

@@ -73,3 +73,28 @@ def test_sorting_wastes_far_less_than_arrival_order_on_real_reviews():
     arrival = sum(len(c) * padded_length(c) for c in np.array_split(lengths, range(32, len(lengths), 32)))
     assert stats.waste <= 1.10
     assert arrival / lengths.sum() > 1.5 * stats.waste
+
+
+
+def test_a_network_says_how_it_takes_sequences_and_an_unknown_way_is_refused_before_training():
+    # one rule (irbis.kernels.sequences.input_kind), read by the scoring kernel and the training checks alike
+    import pytest
+    import torch
+
+    from irbis.kernels.sequences import input_kind
+    from irbis.train.checks import _sequence_output
+
+    class Net(torch.nn.Module):
+        input_kind = "ragged"
+
+        def forward(self, x, mask=None):
+            return x.float().mean(1, keepdim=True)
+
+    assert input_kind(torch.nn.Identity()) == "padded"
+    Net.input_kind = "packed"
+    assert input_kind(Net()) == "packed"
+    Net.input_kind = "ragged"
+    with pytest.raises(ValueError, match=r"input_kind must be one of \['padded', 'packed'\], found 'ragged'"):
+        input_kind(Net())
+    with pytest.raises(ValueError, match="found 'ragged'"):
+        _sequence_output(Net(), "ids")

@@ -45,6 +45,7 @@ from irbis.ml.params import (
     in_range,
     one_of,
     parsed_by,
+    row_named,
     table_mixin,
 )
 from irbis.ml.torch_model import TorchModel
@@ -172,7 +173,7 @@ TRAIN_PARAMS: list[Row] = [
     ("inputCol", "input column: a vector or an array of numbers, a Spark image struct (irbis.read_images), "
                     "or binary: encoded image files (binaryFile's content) when imagePreprocessing is set, else "
                     "tensor bytes of inputShape and inputDtype", T.toString, "features"),
-    next(row for row in SHARED_PARAMS if row[0] == "imagePreprocessing"),
+    row_named("imagePreprocessing", SHARED_PARAMS),
     ("augmentation", "JSON list of training-time image augmentations drawn per row, epoch and worker from seed "
                      "(irbis.kernels.image_augment: random_resized_crop, flip, rotate, color_jitter, grey, "
                      "each with a probability p); needs imagePreprocessing", T.toString, "[]", check_augmentation),
@@ -181,7 +182,7 @@ TRAIN_PARAMS: list[Row] = [
                       "reshuffled every epoch a window of about this many rows at a time (images: also at most "
                       "about 64 MiB of rows)", T.toInt, 10_000,
      at_least(1)),
-    next(row for row in SHARED_PARAMS if row[0] == "tokenBudget"),
+    row_named("tokenBudget", SHARED_PARAMS),
     ("classWeights", "cross_entropy class weights: empty (none), 'balanced' (n / (K * n_c) over the training "
                      "rows), or a JSON list of one weight per class", T.toString, "", check_class_weights),
     ("earlyStoppingPatience", "stop after this many epochs without a lower validation loss and keep the best "

@@ -8,7 +8,8 @@ own Params are rows in its module, turned into a mixin by the same functions.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from pyspark.ml.param import Param, Params, TypeConverters
@@ -25,6 +26,28 @@ from irbis.refs import is_reference, is_unsaved
 #: A Param as a table row: name, doc, type converter, default (None: no default), and optionally a
 #: check (:func:`one_of`, :func:`at_least`, :func:`in_range`) run eagerly whenever the Param is set.
 Row = tuple[Any, ...]
+
+
+def rows_named(names: Sequence[str], *tables: list[Row]) -> list[Row]:
+    """The rows of the Params ``names`` in ``tables``, in the tables' order: a stage that declares some
+    Params as another table does takes the rows themselves, never a copy.
+
+    Raises
+    ------
+    KeyError
+        For a name that no table declares, or that two declare.
+    """
+    found = [row for table in tables for row in table if row[0] in names]
+    counts = Counter(row[0] for row in found)
+    wrong = [n for n in names if counts[n] != 1]
+    if wrong:
+        raise KeyError(f"Params declared {[counts[n] for n in wrong]} times in the tables: {wrong}")
+    return found
+
+
+def row_named(name: str, *tables: list[Row]) -> Row:
+    """The row of the Param ``name`` in ``tables`` (:func:`rows_named`)."""
+    return rows_named([name], *tables)[0]
 
 
 Check = Callable[[str, Any], None]
@@ -279,7 +302,8 @@ class ColumnSetters(HasInputCol, HasOutputCol):
         return self._set(outputCol=value)
 
 
-__all__ = ["SHARED_PARAMS", "ParamValueError", "one_of", "in_registry", "in_range", "at_least", "checked",
+__all__ = ["SHARED_PARAMS", "ParamValueError", "row_named", "rows_named", "one_of", "in_registry", "in_range",
+           "at_least", "checked",
            "param_check", "invalid_values", "ColumnSetters", "param_mixin", "accessor_names", "add_accessors",
            "table_mixin", "HasNetwork", "HasMiniBatchSize", "HasDevice", "HasPrecision", "HasCalibrationData",
            "HasEngine", "local_folder", "parsed_by", "HasInputShape", "HasInputDtype", "HasOutputLayer", "HasErrorCol",

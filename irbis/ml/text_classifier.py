@@ -27,7 +27,7 @@ from irbis.ml.base import IrbisEstimator
 from irbis.ml.estimator import TRAIN_PARAMS, TorchEstimator
 from irbis.ml.image_classifier import _CLASSIFIER_ROWS
 from irbis.ml.image_classifier import _SHARED as _IMAGE_SHARED
-from irbis.ml.params import SHARED_PARAMS, HasDevice, Row, in_range, table_mixin
+from irbis.ml.params import SHARED_PARAMS, HasDevice, Row, in_range, rows_named, table_mixin
 from irbis.ml.text_network import _TEXT_ROWS, TextClassifierModel, TextTokenizer
 from irbis.ml.tracking import fit_is_tracked, log_fit
 
@@ -62,9 +62,8 @@ _check_backbone.allowed = ("a text encoder of the catalogue or a Hugging Face-fo
 _TEXT_CLASSIFIER_ROWS: list[Row] = [
     (name, doc, conv, _DEFAULTS.get(name, default), *rest)
     for name, doc, conv, default, *rest in TRAIN_PARAMS if name in _SHARED
-] + [row for row in _CLASSIFIER_ROWS if row[0] in _SAME_AS_IMAGES] + [
-    row for row in [*_TEXT_ROWS, *SHARED_PARAMS] if row[0] in ("maxLength", "tokenBudget")
-] + [
+] + rows_named(_SAME_AS_IMAGES, _CLASSIFIER_ROWS) + rows_named(("maxLength", "tokenBudget"), _TEXT_ROWS,
+                                                                 SHARED_PARAMS) + [
     ("inputCol", "text column (string, or UTF-8 bytes as binary)", TypeConverters.toString, "text"),
     ("backbone", "the pretrained text encoder: a text network of the catalogue (irbis.models.text.TEXT_MODELS) "
                  "or a Hugging Face-format encoder folder (config.json, model.safetensors, tokenizer.json)",

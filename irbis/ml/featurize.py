@@ -26,10 +26,11 @@ from pyspark.sql.types import (
 
 from irbis.errors import ParamValueError, require_columns
 from irbis.kernels.featurize import build_column_plan, column_stats, infer_kind, slot_names, transform_frame
-from irbis.ml.aliases import Alias, alias_mixin, resolve_aliases
+from irbis.ml.aliases import alias_mixin, resolve_aliases
 from irbis.ml.base import IrbisEstimator, IrbisModel
 from irbis.ml.columns import vector_size
 from irbis.ml.params import Row, at_least, one_of, table_mixin
+from irbis.ml.synapseml import FEATURIZE_ALIASES
 from irbis.spark.columns import column
 
 
@@ -70,12 +71,6 @@ _FEATURIZE_ROWS: list[Row] = [
      "keep); as in SynapseML with imputeMissing, no invalid value reaches the assembler, so each gives the same "
      "vectors", TypeConverters.toString, "error", one_of("error", "skip", "keep")),
 ]
-
-#: SynapseML's name of numHashBuckets (SynapseML hashes every string column into numFeatures slots, by
-#: default 2^18; Irbis one-hot encodes strings of at most maxCategories values and hashes the others).
-FEATURIZE_ALIASES = [Alias("numFeatures", "numHashBuckets", note="Irbis hashes only strings with more than "
-                           "maxCategories distinct values (SynapseML: every string column; default 2^18)")]
-
 
 class _FeaturizeParams(alias_mixin("_FeaturizeNames", FEATURIZE_ALIASES),
                        table_mixin("_FeaturizeRows", _FEATURIZE_ROWS), HasInputCols, HasOutputCol):

@@ -21,13 +21,15 @@ from irbis.ml.aliases import Alias, alias_mixin, flag, one_of_any_case
 from irbis.models import default_cache_dir
 
 __all__ = ["ONNX_ALIASES", "IMAGE_TRANSFORMER_ALIASES", "IMAGE_FEATURIZER_ALIASES", "TEXT_FEATURIZER_ALIASES",
-           "ENSEMBLE_ALIASES", "ImageTransformerNames", "ImageFeaturizerNames", "TextFeaturizerNames",
-           "EnsembleByKeyNames", "ONNXModelNames", "DECODING_ERROR_COL", "comma_list", "int_map", "same_names"]
+           "ENSEMBLE_ALIASES", "FEATURIZE_ALIASES", "TEXT_CLASSIFIER_ALIASES", "TEXT_EMBEDDER_ALIASES",
+           "ImageTransformerNames", "ImageFeaturizerNames", "TextFeaturizerNames", "EnsembleByKeyNames",
+           "ONNXModelNames", "DECODING_ERROR_COL", "comma_list", "int_map", "same_names"]
 
 
 def same_names(*names: str) -> list[Alias]:
     """Setters and getters SynapseML has for Params of the same name (``setKeys`` for ``keys``)."""
     return [Alias(name, name) for name in names]
+
 
 
 def toListStringOrCommas(value: Any) -> list[str]:  # noqa: N802 (named like PySpark's converters)
@@ -152,6 +154,23 @@ TEXT_FEATURIZER_ALIASES = [
 ]
 
 ENSEMBLE_ALIASES = same_names("keys", "cols", "colNames", "strategy", "collapseGroup", "vectorDims")
+
+#: Featurize: SynapseML's name of numHashBuckets (SynapseML hashes every string column into numFeatures
+#: slots, by default 2^18; Irbis one-hot encodes strings of at most maxCategories values and hashes the others).
+FEATURIZE_ALIASES = [Alias("numFeatures", "numHashBuckets", note="Irbis hashes only strings with more than "
+                           "maxCategories distinct values (SynapseML: every string column; default 2^18)")]
+
+#: TextClassifier: the names of SynapseML's DeepTextClassifier.
+TEXT_CLASSIFIER_ALIASES = [Alias("textCol", "inputCol"),
+                           Alias("checkpoint", "backbone", note="a catalogue encoder or a local Hugging Face-format "
+                                                                "folder; nothing is downloaded from a hub"),
+                           Alias("maxTokenLen", "maxLength")]
+
+#: TextEmbedder: the names of SynapseML's HuggingFaceSentenceEmbedder.
+TEXT_EMBEDDER_ALIASES = [Alias("modelName", "network", note="a text network of the catalogue or a Hugging "
+                               "Face-format folder; nothing is downloaded from a hub"),
+                         Alias("batchSize", "miniBatchSize", note="the most texts per batch; the token budget "
+                               "cuts batches of long texts smaller")]
 
 _ImageTransformerAliases = alias_mixin("_ImageTransformerAliases", IMAGE_TRANSFORMER_ALIASES)
 ImageFeaturizerNames = alias_mixin("ImageFeaturizerNames", IMAGE_FEATURIZER_ALIASES)

@@ -22,12 +22,13 @@ from typing import Any
 from pyspark import keyword_only
 from pyspark.ml.param import TypeConverters
 
-from irbis.ml.aliases import Alias, alias_mixin, resolve_aliases
+from irbis.ml.aliases import alias_mixin, resolve_aliases
 from irbis.ml.base import IrbisEstimator
 from irbis.ml.estimator import TRAIN_PARAMS, TorchEstimator
 from irbis.ml.image_classifier import _CLASSIFIER_ROWS
 from irbis.ml.image_classifier import _SHARED as _IMAGE_SHARED
 from irbis.ml.params import SHARED_PARAMS, HasDevice, Row, in_range, rows_named, table_mixin
+from irbis.ml.synapseml import TEXT_CLASSIFIER_ALIASES
 from irbis.ml.text_network import _TEXT_ROWS, TextClassifierModel, TextTokenizer
 from irbis.ml.tracking import fit_is_tracked, log_fit
 
@@ -72,13 +73,7 @@ _TEXT_CLASSIFIER_ROWS: list[Row] = [
      in_range(0, 1, high_open=True)),
 ]
 
-_ALIASES = [Alias("textCol", "inputCol"), Alias("checkpoint", "backbone",
-                                                note="a catalogue encoder or a local Hugging Face-format folder; "
-                                                     "nothing is downloaded from a hub"),
-            Alias("maxTokenLen", "maxLength")]
-
-
-class TextClassifier(alias_mixin("TextClassifierNames", _ALIASES), IrbisEstimator,
+class TextClassifier(alias_mixin("TextClassifierNames", TEXT_CLASSIFIER_ALIASES), IrbisEstimator,
                      table_mixin("_HasTextClassifierParams", _TEXT_CLASSIFIER_ROWS, (HasDevice,))):
     """Fine-tune a pretrained text encoder on the texts of a DataFrame.
 
@@ -122,7 +117,7 @@ class TextClassifier(alias_mixin("TextClassifierNames", _ALIASES), IrbisEstimato
         kwargs = dict(kwargs)
         if "augment" in kwargs:  # a callable on each batch's token ids (not a Param, not saved)
             self.augment = kwargs.pop("augment")
-        return self._set(**resolve_aliases(_ALIASES, kwargs))
+        return self._set(**resolve_aliases(TEXT_CLASSIFIER_ALIASES, kwargs))
 
     _model_class = TextClassifierModel
 

@@ -33,7 +33,7 @@ from pyspark.sql.types import (
 from irbis.kernels.blocks import BatchFn, Tensor
 from irbis.kernels.chain import LengthRule
 from irbis.kernels.text_encoder import TEXT_TOKEN_BUDGET, decode_texts
-from irbis.ml.aliases import Alias, alias_mixin, resolve_aliases
+from irbis.ml.aliases import alias_mixin, resolve_aliases
 from irbis.ml.base import IrbisModel, IrbisTransformer
 from irbis.ml.calibration import HasCalibrationSample
 from irbis.ml.network_params import HasVectorOrArrayFormat
@@ -50,6 +50,7 @@ from irbis.ml.params import (
     one_of,
     table_mixin,
 )
+from irbis.ml.synapseml import TEXT_EMBEDDER_ALIASES
 from irbis.spark.text_worker import WorkerText, check_reasons
 from irbis.train.progress import SummaryAttribute
 
@@ -167,14 +168,8 @@ class _TextStage(ColumnSetters, HasTextParams):
         return write_texts([t for t in texts if t is not None])
 
 
-_EMBEDDER_ALIASES = [Alias("modelName", "network", note="a text network of the catalogue or a Hugging Face-format "
-                           "folder; nothing is downloaded from a hub"),
-                     Alias("batchSize", "miniBatchSize", note="the most texts per batch; the token budget cuts "
-                           "batches of long texts smaller")]
-
-
 class TextEmbedder(_TextStage, HasCalibrationSample, HasVectorOrArrayFormat,
-                   alias_mixin("TextEmbedderAliases", _EMBEDDER_ALIASES), IrbisTransformer):
+                   alias_mixin("TextEmbedderAliases", TEXT_EMBEDDER_ALIASES), IrbisTransformer):
     """Embed a text column with a sentence encoder: one vector per text.
 
     With no network named, the catalogue's ``all_minilm_l6_v2`` (384-d, mean pooling, L2 norm): its
@@ -222,7 +217,7 @@ class TextEmbedder(_TextStage, HasCalibrationSample, HasVectorOrArrayFormat,
         super().__init__()
         self._init_text_defaults()
         self._setDefault(outputCol="embedding", outputFormat="vector")
-        self._set(**resolve_aliases(_EMBEDDER_ALIASES, dict(self._input_kwargs)))
+        self._set(**resolve_aliases(TEXT_EMBEDDER_ALIASES, dict(self._input_kwargs)))
 
     def _output_columns(self) -> list[tuple[str, DataType]]:
         out = VectorUDT() if self.getOutputFormat() == "vector" else ArrayType(FloatType())

@@ -93,7 +93,12 @@ def test_recompute_always_under_sync_gives_update_bn_statistics(image_df):
             assert torch.equal(v, kept[k]), k
     net = build_model("small_cnn", width=4)
     net.load_state_dict(got)
-    x = torch.from_numpy(np.stack([np.asarray(r.features, np.float32) for r in image_df.collect()]))
+    # the worker's rows in the order the backend deals them (by their content, see SparkBarrierBackend)
+    from irbis.spark.barrier import SparkBarrierBackend
+    from irbis.spark.training import training_frame
+
+    dealt = SparkBarrierBackend(image_df.sparkSession, 1)._partitioned(training_frame(image_df, "features", "label"))
+    x = torch.from_numpy(np.stack([np.asarray(r[0], np.float32) for r in dealt.collect()]))
     with torch.no_grad():  # the worker's 15 shuffled batches of 16, a pass after the last epoch
         update_bn([x[ids].view(-1, 3, 32, 32) for ids in epoch_batches(240, 16, 15, 3, 0, 1)], net)
     expected = net.state_dict()

@@ -303,8 +303,8 @@ class ColumnSetters(HasInputCol, HasOutputCol):
 
 
 __all__ = ["SHARED_PARAMS", "ParamValueError", "row_named", "rows_named", "one_of", "in_registry", "in_range",
-           "at_least", "checked",
-           "param_check", "invalid_values", "ColumnSetters", "param_mixin", "accessor_names", "add_accessors",
-           "table_mixin", "HasNetwork", "HasMiniBatchSize", "HasDevice", "HasPrecision", "HasCalibrationData",
-           "HasEngine", "local_folder", "parsed_by", "HasInputShape", "HasInputDtype", "HasOutputLayer", "HasErrorCol",
-           "HasTokenBudget", "HasVariableLength", "HasImagePreprocessing", "check_preprocessing"]
+           "at_least", "checked", "param_check", "invalid_values", "ColumnSetters", "param_mixin", "accessor_names",
+           "add_accessors", "table_mixin", "HasNetwork", "HasMiniBatchSize", "HasDevice", "HasPrecision",
+           "HasCalibrationData", "HasEngine", "local_folder", "parsed_by", "HasInputShape", "HasInputDtype",
+           "HasOutputLayer", "HasErrorCol", "HasTokenBudget", "HasVariableLength", "HasImagePreprocessing",
+           "check_preprocessing"]

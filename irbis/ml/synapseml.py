@@ -31,7 +31,6 @@ def same_names(*names: str) -> list[Alias]:
     return [Alias(name, name) for name in names]
 
 
-
 def toListStringOrCommas(value: Any) -> list[str]:  # noqa: N802 (named like PySpark's converters)
     """Param converter: a list of strings, or SynapseML's comma-separated string ``"a, the, and"``."""
     if isinstance(value, str):

@@ -55,7 +55,7 @@ from irbis.ml.params import add_accessors
 from irbis.ml.persistence import IrbisPersistable
 from irbis.spark.columns import column
 from irbis.spark.guard import on_executors
-from irbis.spark.resources import check_device, set_task_threads
+from irbis.spark.resources import check_device, executor_slots, set_task_threads, task_cores
 
 TransformFn = Callable[[pd.DataFrame], pd.DataFrame]
 P = TypeVar("P")
@@ -200,9 +200,11 @@ class _StageMixin(_KeywordParams, IrbisPersistable):
         outputs = self._output_columns()
         args = [self._udf_input(df.schema[c]) for c in self._input_columns()]
         wire = [(n, self._wire_type(t)) for n, t in outputs]
+        slots = executor_slots(df.sparkSession)
         if self._has_batch_fn():
             cap = _max_batch_bytes(df)
-            udf = _make_arrow_udf(self._make_batch_fn(), self._input_columns(), wire, cap, self._ragged_columns())
+            udf = _make_arrow_udf(self._make_batch_fn(), self._input_columns(), wire, cap, self._ragged_columns(),
+                                  slots)
             if len(wire) == 1:
                 result = df.withColumn(outputs[0][0], udf(*args))
             else:
@@ -211,11 +213,11 @@ class _StageMixin(_KeywordParams, IrbisPersistable):
                 result = result.select("*", *[column(tmp)[n].alias(n) for n, _ in outputs]).drop(tmp)
             return _vectors_out(result, outputs)
         if len(wire) == 1:
-            udf = _make_udf(self._make_transform_fn(), self._input_columns(), wire, single=True)
+            udf = _make_udf(self._make_transform_fn(), self._input_columns(), wire, True, slots)
             result = df.withColumn(outputs[0][0], udf(*args))
         else:
             tmp = f"__irbis_{self.uid}"
-            udf = _make_udf(self._make_transform_fn(), self._input_columns(), wire, single=False)
+            udf = _make_udf(self._make_transform_fn(), self._input_columns(), wire, False, slots)
             result = df.withColumn(tmp, udf(*args))
             result = result.select("*", *[column(tmp)[n].alias(n) for n, _ in outputs]).drop(tmp)
         result = _vectors_out(result, outputs)
@@ -260,8 +262,10 @@ def _max_batch_bytes(df: DataFrame) -> int:
 
 
 def _make_arrow_udf(fn: BatchFn, in_cols: list[str], wire: list[tuple[str, DataType]],
-                    max_bytes: int, ragged: frozenset[str] = frozenset()):
-    """An iterator Arrow UDF running ``fn`` on blocks, its output batches kept under ``max_bytes``."""
+                    max_bytes: int, ragged: frozenset[str] = frozenset(), slots: int | None = None):
+    """An iterator Arrow UDF running ``fn`` on blocks, its output batches kept under ``max_bytes``; each
+    task takes its share of its executor's ``slots`` (:class:`irbis.spark.resources.SharedCores`), read
+    again at every Arrow batch."""
     from pyspark.sql.pandas.types import to_arrow_type
 
     types = [(n, to_arrow_type(t)) for n, t in wire]
@@ -274,15 +278,16 @@ def _make_arrow_udf(fn: BatchFn, in_cols: list[str], wire: list[tuple[str, DataT
         return arrays[0] if len(arrays) == 1 else pa.StructArray.from_arrays(arrays, [n for n, _ in types])
 
     def run(batches: Iterator[Any]) -> Iterator[Any]:
-        set_task_threads()
-        for batch in batches:
-            arrays = batch if isinstance(batch, tuple) else (batch,)
+        with task_cores(slots) as share:
+            for batch in batches:
+                set_task_threads(share)
+                arrays = batch if isinstance(batch, tuple) else (batch,)
 
-            def run_slice(start: int, stop: int) -> Any:
-                return pack(fn({c: from_arrow(a.slice(start, stop - start), c, c in ragged)
-                                for c, a in zip(in_cols, arrays)}))
+                def run_slice(start: int, stop: int, arrays: tuple = arrays) -> Any:
+                    return pack(fn({c: from_arrow(a.slice(start, stop - start), c, c in ragged)
+                                    for c, a in zip(in_cols, arrays)}))
 
-            yield from bounded_slices(len(arrays[0]), run_slice, max_bytes)
+                yield from bounded_slices(len(arrays[0]), run_slice, max_bytes)
 
     from pyspark.sql.functions import arrow_udf
 
@@ -298,30 +303,26 @@ def _struct_to_records(frame: pd.DataFrame) -> pd.Series:
     return pd.Series([None if all(v is None for v in r.values()) else r for r in records], dtype=object)
 
 
-def _make_udf(fn: TransformFn, in_cols: list[str], wire: list[tuple[str, DataType]], single: bool):
+def _make_udf(fn: TransformFn, in_cols: list[str], wire: list[tuple[str, DataType]], single: bool,
+              slots: int | None = None):
     return_type = wire[0][1] if single else StructType([StructField(n, t, True) for n, t in wire])
     out_name = wire[0][0]
 
     def run(batches: Iterator[tuple[Any, ...]]) -> Iterator[Any]:
-        set_task_threads()
-        for batch in batches:
-            cols = batch if isinstance(batch, tuple) else (batch,)
-            frame = pd.DataFrame(
-                {
-                    name: _struct_to_records(c) if isinstance(c, pd.DataFrame) else c
-                    for name, c in zip(in_cols, cols)
-                }
-            )
-            out = fn(frame)
-            if single:
-                col = out[out_name]
-                if isinstance(return_type, StructType):
-                    rows = [r if r is not None else {} for r in col]
-                    yield pd.DataFrame(rows, columns=return_type.names)
+        with task_cores(slots) as share:
+            for batch in batches:
+                set_task_threads(share)
+                cols = batch if isinstance(batch, tuple) else (batch,)
+                frame = pd.DataFrame({name: _struct_to_records(c) if isinstance(c, pd.DataFrame) else c
+                                      for name, c in zip(in_cols, cols)})
+                out = fn(frame)
+                if not single:
+                    yield pd.DataFrame({n: out[n].to_numpy() for n, _ in wire})
+                elif isinstance(return_type, StructType):
+                    yield pd.DataFrame([r if r is not None else {} for r in out[out_name]],
+                                       columns=return_type.names)
                 else:
-                    yield col
-            else:
-                yield pd.DataFrame({n: out[n].to_numpy() for n, _ in wire})
+                    yield out[out_name]
 
     with warnings.catch_warnings():
         # The eval type is given explicitly because the number of input columns varies per stage.

@@ -1,5 +1,5 @@
 """What the cluster offers, as far as Spark's configuration says it, read on the driver; and in a task, the
-cores that the task owns (:func:`set_task_threads`).
+cores that the task may use (:func:`set_task_threads`, :class:`SharedCores`).
 
 Local masters (``local``, ``local[N]``, ``local[*]``, ``local-cluster[...]``) run their executors on the
 driver's machine: their task slots are known from the master string at once, and a GPU is there exactly
@@ -9,8 +9,14 @@ when the driver sees one. On other masters Spark exposes GPUs only through resou
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import itertools
 import os
 import re
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 from irbis.errors import ParamValueError
@@ -54,6 +60,20 @@ def local_slots(session: Any) -> int | None:
     if cluster:
         return int(cluster.group(1)) * (int(cluster.group(2)) // cpus)
     return None
+
+
+def executor_slots(session: Any) -> int | None:
+    """Tasks one executor runs at once (its cores / ``spark.task.cpus``): from the master string on a local
+    master (``local[N]``: N; ``local-cluster[n, c, m]``: c), else from ``spark.executor.cores`` where the
+    session sets it; None where neither says (a standalone executor that takes all its worker's cores)."""
+    m, cpus = master(session), int(conf(session, "spark.task.cpus", "1") or 1)
+    cluster = _LOCAL_CLUSTER.fullmatch(m)
+    if cluster:
+        return int(cluster.group(2)) // cpus
+    if _LOCAL.fullmatch(m):
+        return local_slots(session)
+    cores = conf(session, "spark.executor.cores")
+    return int(cores) // cpus if cores and cores.isdigit() else None
 
 
 def default_parallelism(session: Any) -> int:
@@ -100,10 +120,11 @@ def check_device(session: Any, device: str) -> None:
                               f"{gpus}, so the executors have no GPU")
 
 
-def set_task_threads() -> None:
-    """Give the kernels of this Spark task the cores the task owns (``spark.task.cpus``): torch, OpenCV
-    and the engines (:func:`irbis.kernels.threads.set_threads`, which imports neither torch nor OpenCV);
-    and the GPU Spark assigned it, which the one device rule reads (:func:`assign_task_device`).
+def set_task_threads(share: SharedCores | None = None) -> None:
+    """Give the kernels of this Spark task its cores: ``spark.task.cpus``, or with ``share`` the task's
+    share of its executor's cores (:meth:`SharedCores.threads`), to torch, OpenCV and the engines
+    (:func:`irbis.kernels.threads.set_threads`, which imports neither torch nor OpenCV); and the GPU Spark
+    assigned it, which the one device rule reads (:func:`assign_task_device`).
 
     It runs in the stages' Arrow and pandas UDFs, which refer to it by name: a Python worker that unpickles
     a UDF imports this module, which imports neither ``pyspark.ml`` nor torch (the stages' module,
@@ -114,8 +135,108 @@ def set_task_threads() -> None:
 
     context = TaskContext.get()
     if context is not None:
-        set_threads(context.cpus())
+        set_threads(share.threads() if share is not None else context.cpus())
         assign_task_device(context)
+
+
+#: Where the tasks of one executor register while they run (:class:`SharedCores`): a folder per executor.
+SHARE_ROOT = Path(tempfile.gettempdir()) / "irbis-cores"
+_REGISTRATIONS = itertools.count()  # one name per registration of this process (a task may run two kernels)
+
+
+class SharedCores:
+    """The cores of one executor, shared among the Irbis tasks it runs at once.
+
+    Spark gives a task ``spark.task.cpus`` cores whatever runs beside it, so an input of one partition
+    (one small Parquet file is one) runs one task on one core while the executor's other cores idle. A
+    task that runs a kernel registers here for as long as it runs (a file it holds locked, in a folder of
+    its executor: the Python workers of an executor are the children of one process), and
+    :meth:`threads` gives it ``cpus * (slots // tasks running)``: the whole executor when it runs alone,
+    its own cores when the executor is full. The count is read again at every Arrow batch, so a task that
+    started alone gives the cores back as others start (:meth:`threads`). No partition count is needed
+    (Spark Connect has none), and the rows and their order are the input's.
+
+    Parameters
+    ----------
+    cpus : int
+        The task's own cores (``TaskContext.cpus()``).
+    slots : int or None
+        Tasks the executor runs at once (:func:`executor_slots`, read on the driver); None or 1: the task
+        keeps its own cores.
+    """
+
+    def __init__(self, cpus: int, slots: int | None, root: Path | None = None) -> None:
+        self.cpus, self.slots = max(1, cpus), slots or 1
+        self.folder = (root or SHARE_ROOT) / str(os.getppid())
+        self._held: Any = None
+        self._path: Path | None = None
+        self._threads: int | None = None
+
+    def __enter__(self) -> SharedCores:
+        if self.slots > 1:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            name = f"{os.getpid()}-{next(_REGISTRATIONS)}"
+            partial = self.folder / f".{name}"
+            held = open(partial, "w")  # noqa: SIM115 - held (and locked) until __exit__
+            fcntl.flock(held, fcntl.LOCK_EX)
+            self._path = self.folder / name
+            os.replace(partial, self._path)  # only locked files carry a task's name: none is counted unlocked
+            self._held = held
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._held is not None:
+            with contextlib.suppress(OSError):
+                assert self._path is not None
+                self._path.unlink()
+            self._held.close()  # releases the lock
+            self._held = self._path = None
+
+    def running(self) -> int:
+        """The tasks of this executor registered now (this one included); a file left by a process that
+        died unlocked is removed."""
+        if self._held is None:
+            return 1
+        count = 0
+        for path in self.folder.iterdir():
+            if path.name.startswith("."):
+                continue
+            if path == self._path:
+                count += 1
+                continue
+            try:
+                with open(path) as other:
+                    fcntl.flock(other, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except BlockingIOError:
+                count += 1  # held by a running task
+            except OSError:
+                continue  # gone meanwhile
+            else:
+                with contextlib.suppress(OSError):
+                    path.unlink()  # nobody holds it: its task has ended without removing it
+        return max(count, 1)
+
+    def threads(self) -> int:
+        """This task's cores now: ``cpus * max(1, slots // running)``, and never more than it had at its
+        previous call: a task gives cores back as others start but takes no more later, since the kernels
+        load an engine per thread count (a task's tail is not worth an engine's compile)."""
+        share = self.cpus * max(1, self.slots // self.running())
+        self._threads = share if self._threads is None else min(share, self._threads)
+        return self._threads
+
+
+@contextlib.contextmanager
+def task_cores(slots: int | None) -> Iterator[SharedCores | None]:
+    """In a Spark task: its :class:`SharedCores` of an executor running ``slots`` tasks at once, held while
+    the block runs; outside a task, None."""
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    if context is None:
+        yield None
+        return
+    with SharedCores(context.cpus(), slots) as share:
+        yield share
 
 
 def assign_task_device(context: Any) -> None:
@@ -128,5 +249,5 @@ def assign_task_device(context: Any) -> None:
     assign_task(Assignment(tuple(gpu.addresses) if gpu is not None else (), context.partitionId()))
 
 
-__all__ = ["assign_task_device", "check_device", "conf", "default_parallelism", "is_local_master", "local_slots",
-           "master", "set_task_threads"]
+__all__ = ["SHARE_ROOT", "SharedCores", "assign_task_device", "check_device", "conf", "default_parallelism",
+           "executor_slots", "is_local_master", "local_slots", "master", "set_task_threads", "task_cores"]

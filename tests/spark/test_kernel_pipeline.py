@@ -1,5 +1,5 @@
-"""Pipelines as chains of kernels: ``load_local`` against ``load``, stages without a kernel, and folders
-saved by an earlier Irbis (tests/data/saved_v0) that must still load both ways."""
+"""Pipelines as chains of kernels: ``load_local`` against ``load``, stages without a kernel, and the saved
+folders of tests/data/saved_stages loaded both ways."""
 from __future__ import annotations
 
 import json
@@ -16,7 +16,7 @@ from irbis.ml import ImageTransformer, SelectColumns, TorchModel, load_local
 from irbis.ml.kernel_pipeline import flatten, stage_kernel
 
 pytestmark = pytest.mark.spark
-SAVED = Path(__file__).resolve().parents[1] / "data" / "saved_v0"
+SAVED = Path(__file__).resolve().parents[1] / "data" / "saved_stages"
 
 
 def _run(kernels, columns: dict[str, list]) -> dict:
@@ -48,7 +48,7 @@ def test_live_and_saved_sparkml_kernels_agree(spark, tmp_path):
         np.testing.assert_allclose(got[column].values, want[column].values, rtol=1e-6)
 
 
-def test_a_pipeline_saved_before_loads_with_load_and_load_local(spark):
+def test_a_saved_pipeline_gives_its_saved_outputs_with_load_and_load_local(spark):
     expected = json.loads((SAVED / "expected.json").read_text())
     rows, outputs = expected["inputs"], expected["outputs"]
     frame = spark.createDataFrame([(r["a"], r["b"], r["c"]) for r in rows], "a double, b double, c double")
@@ -61,7 +61,7 @@ def test_a_pipeline_saved_before_loads_with_load_and_load_local(spark):
         assert loaded[i]["prediction"] == want["prediction"] == local["prediction"][i]
 
 
-def test_stages_saved_before_load_with_load_and_load_local(spark):
+def test_saved_stages_load_with_load_and_load_local(spark):
     from skimage import data
 
     network = TorchModel.load(str(SAVED / "torch_model"))

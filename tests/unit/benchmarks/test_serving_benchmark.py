@@ -9,7 +9,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).parents[3] / "benchmarks"))
 from serving import plain_app  # noqa: E402
 
-SAVED = Path(__file__).resolve().parents[2] / "data" / "saved_v0" / "image_transformer"
+SAVED = Path(__file__).resolve().parents[2] / "data" / "saved_stages" / "image_transformer"
 
 
 def test_the_plain_endpoint_stops_engine_spinning_as_irbis_serve_does_and_answers():

@@ -2,7 +2,7 @@
 column it writes, or the ones named.
 
 The pipeline is saved and read without a JVM: the StandardScaler and LogisticRegression stages of the
-pipeline an earlier Irbis saved (tests/data/saved_v0), as a 2-stage ``PipelineModel`` of their own.
+saved pipeline of tests/data/saved_stages, as a 2-stage ``PipelineModel`` of their own.
 """
 from __future__ import annotations
 
@@ -18,8 +18,9 @@ from irbis.serving.codecs import check_outputs
 from irbis.serving.predictor import load_predictor
 from irbis.serving.server import BackgroundServer, build_app
 
-SAVED = Path(__file__).resolve().parents[2] / "data" / "saved_v0" / "tabular_pipeline"
-STAGES = ["StandardScaler_f9ce8f317eb9", "LogisticRegression_d091d1cdd4dd"]
+SAVED = Path(__file__).resolve().parents[2] / "data" / "saved_stages" / "tabular_pipeline"
+#: The stages' folders, in their order: StandardScaler, then LogisticRegression.
+FOLDERS = [next((SAVED / "stages").glob(f"*_{name}_*")) for name in ("StandardScaler", "LogisticRegression")]
 LAST = ["rawPrediction", "probability", "prediction"]  # the classifier's columns
 EVERY = ["scaled", *LAST]
 ROWS = [{"features": [0.5, -1.0, 2.0]}, {"features": [-0.2, 0.3, 0.1]}]
@@ -31,12 +32,11 @@ def two_stages(tmp_path_factory) -> str:
     folder = tmp_path_factory.mktemp("two_stages") / "model"
     (folder / "metadata").mkdir(parents=True)
     metadata = {"class": "pyspark.ml.pipeline.PipelineModel", "timestamp": 0, "sparkVersion": "4.3.0",
-                "uid": "PipelineModel_two", "paramMap": {"stageUids": STAGES, "language": "Python"},
-                "defaultParamMap": {}}
+                "uid": "PipelineModel_two", "defaultParamMap": {},
+                "paramMap": {"stageUids": [f.name.split("_", 1)[1] for f in FOLDERS], "language": "Python"}}
     (folder / "metadata" / "part-00000").write_text(json.dumps(metadata) + "\n")
-    for i, uid in enumerate(STAGES):
-        source = next((SAVED / "stages").glob(f"*_{uid}"))
-        shutil.copytree(source, folder / "stages" / f"{i}_{uid}")
+    for i, source in enumerate(FOLDERS):
+        shutil.copytree(source, folder / "stages" / f"{i}_{source.name.split('_', 1)[1]}")
     return str(folder)
 
 

@@ -251,7 +251,7 @@ def test_options_are_checked_when_made():
 
 def test_the_server_sets_its_kernels_threads_and_reads_saved_stages_without_spark():
     """build_app is the kernels' runner: it gives them its configured thread count; the stage it serves,
-    saved by an earlier Irbis (tests/data/saved_v0), is read through load_local with no JVM."""
+    saved in tests/data/saved_stages, is read through load_local with no JVM."""
     import sys
     from pathlib import Path
 
@@ -261,7 +261,7 @@ def test_the_server_sets_its_kernels_threads_and_reads_saved_stages_without_spar
     from irbis.serving.predictor import load_predictor
     from irbis.serving.server import build_app
 
-    saved = Path(__file__).resolve().parents[2] / "data" / "saved_v0" / "image_transformer"
+    saved = Path(__file__).resolve().parents[2] / "data" / "saved_stages" / "image_transformer"
     torch = sys.modules.get("torch")
     before = (cv2.getNumThreads(), list(threads._THREADS), torch.get_num_threads() if torch else None)
     try:

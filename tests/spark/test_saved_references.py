@@ -43,16 +43,3 @@ def test_a_lambda_and_an_estimator_share_the_format_and_the_reasons_for_refusing
     else:
         raise AssertionError("an estimator holding a lambda saved")
 
-
-def test_an_image_featurizer_saved_under_its_old_module_path_loads(spark, tmp_path):
-    from irbis.ml.image_featurizer import ImageFeaturizer
-
-    old = Path(__file__).parents[1] / "data" / "saved_featurizer_v0" / "image_featurizer"
-    metadata = json.loads(next((old / "metadata").glob("part-*")).read_text())
-    assert metadata["class"] == "irbis.ml.featurizer.ImageFeaturizer"
-    loaded = ImageFeaturizer.load(str(old))
-    assert type(loaded) is ImageFeaturizer and loaded.getNetwork() == "lenet_digits"
-    assert (loaded.getInputCol(), loaded.getOutputCol()) == ("image", "features")
-    loaded.save(str(tmp_path / "again"))
-    again = json.loads(next((tmp_path / "again" / "metadata").glob("part-*")).read_text())
-    assert again["class"] == "irbis.ml.image_featurizer.ImageFeaturizer"

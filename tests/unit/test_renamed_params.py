@@ -69,12 +69,10 @@ def test_stages_saved_under_the_old_names_load_without_spark_and_without_warning
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         torch_model = load_local_stage(str(DATA / "saved_v0" / "torch_model"))
-        featurizer = load_local_stage(str(DATA / "saved_featurizer_v0" / "image_featurizer"))
         kernels = load_local(str(DATA / "saved_v0" / "torch_model"))
     assert not _renamed_warnings(caught)
     assert Path(torch_model.getNetwork()).is_relative_to(DATA / "saved_v0" / "torch_model")  # the sidecar copy
     assert torch_model.getOutputFormat() == "vector" and torch_model.getInputCol() == "scaled"
-    assert featurizer.getNetwork() == "lenet_digits" and featurizer.getWeights() == ""
     assert kernels[0].inputs == ["scaled"]
 
 

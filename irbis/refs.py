@@ -6,14 +6,13 @@ the name it can be imported back by (never pickled), in the one format that the 
 :func:`pkgutil.resolve_name` reads. A lambda, a closure or an object of ``__main__`` has no such
 name; :func:`reference` says why, so that saving fails early instead of leaving a broken pipeline.
 
-Stages saved before wrote ``TorchEstimator``'s references as ``"python:package.module:qualname"``;
-:func:`resolve` still reads them. Pure: imports nothing of Irbis.
+Pure: imports nothing of Irbis.
 
 Examples
 --------
 >>> reference(resolve)
 'irbis.refs:resolve'
->>> resolve("python:irbis.refs:resolve") is resolve is resolve("irbis.refs:resolve")
+>>> resolve("irbis.refs:resolve") is resolve
 True
 """
 
@@ -27,10 +26,8 @@ from typing import Any
 
 #: The format of a reference, in words.
 FORMAT = "package.module:qualname"
-#: The prefix older saved estimators put before a reference.
-OLD_PREFIX = "python:"
 _DOTTED = r"(?!\d)\w+(?:\.(?!\d)\w+)*"
-_REFERENCE = re.compile(rf"(?:{re.escape(OLD_PREFIX)})?{_DOTTED}:{_DOTTED}")
+_REFERENCE = re.compile(rf"{_DOTTED}:{_DOTTED}")
 _UNSAVED = "<unsaved: "
 
 
@@ -61,8 +58,8 @@ def reference(obj: Any) -> str:
 
 
 def is_reference(value: Any) -> bool:
-    """Whether ``value`` is a reference string (``package.module:qualname``, or the older ``python:`` form),
-    as opposed to a name or a path held by the same Param."""
+    """Whether ``value`` is a reference string (``package.module:qualname``), as opposed to a name or a path
+    held by the same Param."""
     return isinstance(value, str) and _REFERENCE.fullmatch(value) is not None
 
 
@@ -77,14 +74,8 @@ def is_unsaved(value: Any) -> bool:
     return isinstance(value, str) and value.startswith(_UNSAVED)
 
 
-def canonical(value: Any) -> Any:
-    """``value`` with a reference written in the one format (the older ``python:`` prefix dropped); a value
-    that is no reference as it is."""
-    return value.removeprefix(OLD_PREFIX) if is_reference(value) else value
-
-
 def resolve(ref: str) -> Any:
-    """Import the object ``ref`` names (:func:`pkgutil.resolve_name`; the older ``python:`` prefix is read too).
+    """Import the object ``ref`` names (:func:`pkgutil.resolve_name`).
 
     Raises
     ------
@@ -95,7 +86,7 @@ def resolve(ref: str) -> Any:
     """
     if not is_reference(ref):
         raise ValueError(f"a reference looks like {FORMAT!r}, found {ref!r}")
-    return pkgutil.resolve_name(canonical(ref))
+    return pkgutil.resolve_name(ref)
 
 
 
@@ -112,5 +103,4 @@ def lazy_exports(package: str, exports: dict[str, str], namespace: dict[str, Any
     return __getattr__
 
 
-__all__ = ["FORMAT", "OLD_PREFIX", "canonical", "is_reference", "is_unsaved", "lazy_exports", "reference", "resolve",
-           "unsaved"]
+__all__ = ["FORMAT", "is_reference", "is_unsaved", "lazy_exports", "reference", "resolve", "unsaved"]

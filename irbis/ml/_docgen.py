@@ -23,7 +23,7 @@ TYPE_NAMES: dict[str, str] = {
     "toInt": "int", "toFloat": "float", "toString": "str", "toBoolean": "bool",
     "toListString": "list[str]", "toListInt": "list[int]", "toListFloat": "list[float]",
     "toListListFloat": "list[list[float]]", "toList": "list", "toVector": "vector",
-    "toMatrix": "matrix", "identity": "any (JSON)", "to_name_or_reference": "str",
+    "toMatrix": "matrix", "identity": "any (JSON)",
 }
 
 

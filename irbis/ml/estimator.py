@@ -50,7 +50,7 @@ from irbis.ml.params import (
 )
 from irbis.ml.torch_model import TorchModel
 from irbis.ml.tracking import fit_is_tracked, log_fit
-from irbis.refs import canonical, is_reference, is_unsaved, reference, resolve, unsaved
+from irbis.refs import is_reference, is_unsaved, reference, resolve, unsaved
 from irbis.train import checkpoint as ckpt
 from irbis.train.auto_batch import DEFAULT_CANDIDATES, AutoBatch
 from irbis.train.batchnorm import BATCHNORM_RECOMPUTE
@@ -116,21 +116,16 @@ check_auto_sizes = parsed_by(parse_auto_sizes, "a JSON list of batch sizes, e.g.
                              ("a JSON list of batch sizes",))
 
 
-def to_name_or_reference(value: Any) -> str:
-    """A callable Param's converter: a string, its reference in the one format (saves of older stages too)."""
-    return canonical(T.toString(value))
-
-
 #: TorchEstimator's own Params (name, doc, converter, default; None: unset); inputShape and device are
 #: the shared rows of :mod:`irbis.ml.params`.
 TRAIN_PARAMS: list[Row] = [
     ("network", "architecture name (irbis.models.ARCHITECTURES), TorchScript file path, or "
-                "'package.module:function' naming a module factory", to_name_or_reference, None),
+                "'package.module:function' naming a module factory", T.toString, None),
     ("networkOptions", "JSON object of keyword arguments for the architecture", T.toString, "{}"),
-    ("loss", "'cross_entropy', 'mse', or 'package.module:function'", to_name_or_reference, "cross_entropy",
+    ("loss", "'cross_entropy', 'mse', or 'package.module:function'", T.toString, "cross_entropy",
      one_of(*LOSSES, or_ref=True)),
     ("optimizer", "'sgd', 'momentum', 'nesterov', 'adagrad', 'rmsprop', 'adam', or "
-                  "'package.module:function' (params -> torch.optim.Optimizer)", to_name_or_reference, "adam",
+                  "'package.module:function' (params -> torch.optim.Optimizer)", T.toString, "adam",
      one_of(*OPTIMIZERS, or_ref=True)),
     ("learningRate", "learning rate", T.toFloat, 1e-3, in_range(0, low_open=True)),
     ("momentum", "momentum of 'momentum' and 'nesterov'", T.toFloat, 0.9, in_range(0, 1)),
@@ -249,8 +244,7 @@ class TorchEstimator(renamed_mixin("_EstimatorRenamed", ESTIMATOR_RENAMED), Irbi
     ``network``, ``loss`` and ``optimizer`` also accept Python callables (a module
     factory, ``f(output, target)``, ``f(params)``) and ``strategy`` a strategy
     object; importable functions are persisted as ``package.module:function``
-    references (:mod:`irbis.refs`; the ``python:package.module:function`` of older saves still loads)
-    and a strategy as its name + ``strategyOptions``. ``augment``
+    references (:mod:`irbis.refs`) and a strategy as its name + ``strategyOptions``. ``augment``
     (``f(batch: ndarray, rng) -> ndarray``, run in the prefetch thread) is not a
     Param and is not persisted. On a variable-length column (token ids) it gets the batch's rows before
     they are padded, an object array of 1-D int64 arrays, and returns as many rows (their lengths may

@@ -16,9 +16,8 @@ class _Net(nn.Module):
         self.fc = nn.Linear(width, 2)
 
 
-def test_a_top_level_function_or_class_round_trips_and_the_old_prefix_still_resolves():
-    assert reference(mlp) == "irbis.models.small:mlp"
-    assert resolve("irbis.models.small:mlp") is mlp is resolve("python:irbis.models.small:mlp")
+def test_a_top_level_function_or_class_round_trips():
+    assert reference(mlp) == "irbis.models.small:mlp" and resolve("irbis.models.small:mlp") is mlp
     assert reference(_Net) == f"{__name__}:_Net" and resolve(reference(_Net)) is _Net
     assert class_reference(_Net(4)) == f"{__name__}:_Net"
     assert build_from_reference(f"{__name__}:_Net", {"width": 4}).fc.in_features == 4
@@ -37,7 +36,7 @@ def test_what_has_no_reference_says_why():
 
 
 def test_references_are_told_apart_from_names_and_paths():
-    for value in ("irbis.models.small:mlp", "python:irbis.models.small:mlp", "pkg.mod:Outer.inner"):
+    for value in ("irbis.models.small:mlp", "pkg.mod:Outer.inner"):
         assert is_reference(value), value
     for value in ("mlp", "cross_entropy", "/models/net.pt", "hdfs://host/net.pt", "file:/tmp/x.pt", "a:b:c", 3):
         assert not is_reference(value), value

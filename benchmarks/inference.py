@@ -63,7 +63,7 @@ MEASURING_CODE = 1
 
 # -- networks ------------------------------------------------------------------------------------
 def model_source(key: str, workdir: Path) -> str:
-    """modelPath for TorchModel: a repository name, or a model folder with random ResNet-50 weights."""
+    """network for TorchModel: a repository name, or a model folder with random ResNet-50 weights."""
     if key == "effnet":
         return "efficientnet_lite0"
     import torch
@@ -225,14 +225,14 @@ def scorer(method: str, key: str, workdir: Path, precision: str, engine: str = "
         from irbis import TorchModel
 
         stage = TorchModel(network=model_source(key, workdir), inputCol="image", outputCol="out",
-                           inputShape=[3, 224, 224], precision=precision, outputType="array", engine=engine,
+                           inputShape=[3, 224, 224], precision=precision, outputFormat="array", engine=engine,
                            calibrationData=calibration_folder(workdir) if key != "effnet" else "")
         return stage.transform
     if method == "onnxmodel":
         from irbis import ONNXModel
 
         stage = ONNXModel(network=onnx_file(key, workdir), inputCol="image", outputCol="out",
-                          inputShape=[3, 224, 224], outputType="array")
+                          inputShape=[3, 224, 224], outputFormat="array")
         return stage.transform
     if method in ("spark_floor", "spark_floor_arrow"):
         return spark_floor(arrow=method == "spark_floor_arrow")

@@ -21,16 +21,13 @@ Examples
 
 from __future__ import annotations
 
-import sys
-import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from irbis.errors import ParamValueError
 
-__all__ = ["Alias", "alias_mixin", "resolve_aliases", "one_of_any_case", "flag", "Renamed", "renamed_mixin",
-           "renamed_kwargs", "renamed_metadata", "warn_renamed"]
+__all__ = ["Alias", "alias_mixin", "resolve_aliases", "one_of_any_case", "flag"]
 
 
 def _same(value: Any) -> Any:
@@ -114,114 +111,3 @@ def flag(name: str, when_true: Any, when_false: Any) -> Callable[[Any], Any]:
         return when_true if value else when_false
     return convert
 
-
-# -- earlier Irbis names -------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Renamed:
-    """An earlier Irbis name ``old`` of the Param now called ``new`` (:mod:`irbis.ml.vocabulary`).
-
-    The old name still works everywhere a user can meet it: ``set<Old>``/``get<Old>``, the constructor
-    keyword and ``stage.<old>`` (the Param itself, so ``getOrDefault("<old>")`` works too), each warning
-    once per process with a :class:`FutureWarning`; a stage saved under the old name loads
-    (:func:`renamed_metadata`), silently.
-    """
-
-    old: str
-    new: str
-
-
-_WARNED: set[tuple[str, str]] = set()
-
-
-def warn_renamed(stage: str, old: str, new: str) -> None:
-    """Warn, once per process for each ``old -> new``, that the Param ``old`` is now called ``new``; the
-    warning points at the user's line (the first caller outside Irbis and PySpark)."""
-    if (old, new) in _WARNED:
-        return
-    _WARNED.add((old, new))
-    warnings.warn(f"{stage}: the Param {old!r} is now called {new!r}; {old!r} still works but will be removed",
-                  FutureWarning, stacklevel=_user_stacklevel())
-
-
-def _user_stacklevel() -> int:
-    """The ``stacklevel`` of :func:`warnings.warn`, called by this function's caller, that names the first
-    frame outside the irbis and pyspark packages."""
-    import os
-
-    import pyspark
-
-    irbis_folder = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # irbis/ml/aliases.py -> irbis
-    inside = (irbis_folder + os.sep, os.path.dirname(pyspark.__file__) + os.sep)
-    frame, level = sys._getframe(2), 2  # level 1 is the frame that calls warnings.warn, 2 its caller
-    while frame is not None and frame.f_code.co_filename.startswith(inside):
-        frame, level = frame.f_back, level + 1
-    return level
-
-
-def renamed_mixin(class_name: str, rows: Sequence[Renamed]) -> type:
-    """A mixin with, for each row, ``<old>`` (a property giving the Param ``new``), ``set<Old>`` and
-    ``get<Old>``, each warning once (:func:`warn_renamed`); the rows are kept as ``RENAMED_PARAMS``.
-
-    Examples
-    --------
-    >>> import warnings
-    >>> from pyspark.ml.param.shared import HasOutputCol
-    >>> class Stage(renamed_mixin("Renamed", [Renamed("outCol", "outputCol")]), HasOutputCol):
-    ...     def setOutputCol(self, value):
-    ...         return self._set(outputCol=value)
-    >>> with warnings.catch_warnings():
-    ...     warnings.simplefilter("ignore")
-    ...     Stage().setOutCol("y").getOutputCol()
-    'y'
-    """
-    methods: dict[str, Any] = {"RENAMED_PARAMS": tuple(rows),
-                               "__doc__": f"Earlier names: {', '.join(f'{r.old} (now {r.new})' for r in rows)}."}
-    for row in rows:
-        cap, new_cap = row.old[0].upper() + row.old[1:], row.new[0].upper() + row.new[1:]
-        methods[row.old] = _renamed_param(row)
-        methods[f"set{cap}"] = _renamed_accessor(row, f"set{cap}", f"set{new_cap}")
-        methods[f"get{cap}"] = _renamed_accessor(row, f"get{cap}", f"get{new_cap}")
-    return type(class_name, (), methods)
-
-
-def _renamed_param(row: Renamed) -> property:
-    def param(self: Any) -> Any:
-        warn_renamed(type(self).__name__, row.old, row.new)
-        return getattr(self, row.new)
-
-    return property(param, doc=f"Earlier name of the Param {row.new} (warns once).")
-
-
-def _renamed_accessor(row: Renamed, name: str, target: str) -> Callable[..., Any]:
-    def accessor(self: Any, *args: Any) -> Any:
-        warn_renamed(type(self).__name__, row.old, row.new)
-        return getattr(self, target)(*args)
-
-    accessor.__name__ = name
-    accessor.__doc__ = f"Earlier name of {target} (warns once)."
-    return accessor
-
-
-def renamed_kwargs(cls: type, kwargs: dict[str, Any]) -> dict[str, Any]:
-    """Keywords with each earlier name of ``cls``'s Params replaced by the current one (warning once)."""
-    names = {r.old: r.new for r in getattr(cls, "RENAMED_PARAMS", ())}
-    for old in names.keys() & kwargs.keys():
-        warn_renamed(cls.__name__, old, names[old])
-    return {names.get(k, k): v for k, v in kwargs.items()}
-
-
-def renamed_metadata(cls: type, metadata: dict[str, Any]) -> dict[str, Any]:
-    """Saved metadata with the Params saved under earlier names (``cls.RENAMED_PARAMS``) under their
-    current names, so that stages saved by an earlier Irbis load; a current name present wins. Params the
-    class no longer has (``cls.RETIRED_PARAMS``, which it never used) are left out."""
-    names = {r.old: r.new for r in getattr(cls, "RENAMED_PARAMS", ())}
-    retired = set(getattr(cls, "RETIRED_PARAMS", ()))
-    if not (names or retired):
-        return metadata
-    out = dict(metadata)
-    for key in ("paramMap", "defaultParamMap"):
-        params = {k: v for k, v in (metadata.get(key) or {}).items() if k not in retired}
-        renamed = {names.get(k, k): v for k, v in params.items() if k not in names}
-        renamed.update({names[k]: v for k, v in params.items() if k in names and names[k] not in params})
-        out[key] = renamed
-    return out

@@ -33,7 +33,6 @@ from irbis.errors import ParamValueError
 from irbis.kernels.engines import ENGINE_NAMES
 from irbis.kernels.image_augment import parse_augmentation
 from irbis.kernels.inference import PRECISIONS
-from irbis.ml.aliases import Renamed, renamed_kwargs, renamed_mixin
 from irbis.ml.base import IrbisEstimator
 from irbis.ml.params import (
     SHARED_PARAMS,
@@ -234,11 +233,7 @@ def check_strategy(name: Any, options: Any) -> None:
         raise ParamValueError("strategyOptions", options, f"valid options of strategy {name!r}: {err}") from None
 
 
-#: The earlier names of TorchEstimator's Params (each still works, warning once).
-ESTIMATOR_RENAMED = [Renamed("featuresCol", "inputCol")]
-
-
-class TorchEstimator(renamed_mixin("_EstimatorRenamed", ESTIMATOR_RENAMED), IrbisEstimator, HasTrainParams):
+class TorchEstimator(IrbisEstimator, HasTrainParams):
     """Data-parallel PyTorch training inside a Spark ML pipeline.
 
     ``network``, ``loss`` and ``optimizer`` also accept Python callables (a module
@@ -250,8 +245,8 @@ class TorchEstimator(renamed_mixin("_EstimatorRenamed", ESTIMATOR_RENAMED), Irbi
     they are padded, an object array of 1-D int64 arrays, and returns as many rows (their lengths may
     change: token dropout, cropping).
 
-    The column it reads is ``inputCol``, as on its fitted model (the earlier name ``featuresCol`` still
-    works and warns once); ``device``, ``engine`` and ``precision`` are passed to the fitted model.
+    The column it reads is ``inputCol``, as on its fitted model; ``device``, ``engine`` and ``precision`` are
+    passed to the fitted model.
 
     ``fit`` returns a :class:`~irbis.ml.TorchModel` whatever the rows, its ``outputCol`` the network's
     output under ``predictionCol``'s name; trained on images with ``imagePreprocessing``, the model
@@ -286,7 +281,7 @@ class TorchEstimator(renamed_mixin("_EstimatorRenamed", ESTIMATOR_RENAMED), Irbi
     @keyword_only
     def setParams(self, **kwargs: Any) -> TorchEstimator:
         """Set Params by keyword (callables and strategy objects accepted, see the class doc)."""
-        kwargs = renamed_kwargs(type(self), self._input_kwargs)
+        kwargs = dict(self._input_kwargs)
         if "augment" in kwargs:
             self.augment = kwargs.pop("augment")
         strategy = kwargs.get("strategy")

@@ -17,7 +17,7 @@ from pyspark.ml.param import Param, Params, TypeConverters
 from pyspark.sql.types import DataType, DoubleType, StringType
 
 from irbis.kernels.blocks import BatchFn, Tensor
-from irbis.ml.aliases import Renamed, alias_mixin, renamed_kwargs, renamed_mixin
+from irbis.ml.aliases import alias_mixin
 from irbis.ml.base import IrbisModel
 from irbis.ml.image_network import ImageNetworkStage
 from irbis.ml.params import Row, check_preprocessing, table_mixin
@@ -27,10 +27,6 @@ from irbis.models import MODELS
 from irbis.train.progress import SummaryAttribute
 
 __all__ = ["ImageClassifierModel"]
-
-#: The earlier names of ImageClassifierModel's Params (each still works, warning once).
-CLASSIFIER_MODEL_RENAMED = [Renamed("model", "backbone"), Renamed("modelPath", "network"),
-                            Renamed("preprocessing", "imagePreprocessing")]
 
 _PREDICTION_ROWS: list[Row] = [
     ("rawPredictionCol", "column of the network's class scores (logits), a vector", TypeConverters.toString,
@@ -51,8 +47,7 @@ _ClassifierModelNames = alias_mixin("_ClassifierModelNames",
                                     [a for a in IMAGE_FEATURIZER_ALIASES if a.target == "errorCol"])
 
 
-class ImageClassifierModel(_ClassifierModelNames, renamed_mixin("_ClassifierModelRenamed", CLASSIFIER_MODEL_RENAMED),
-                           ImageNetworkStage,
+class ImageClassifierModel(_ClassifierModelNames, ImageNetworkStage,
                            table_mixin("_ClassifierModelParams", _PREDICTION_ROWS), IrbisModel):
     """Images to class scores, probabilities and the predicted class, with a fine-tuned network.
 
@@ -62,15 +57,11 @@ class ImageClassifierModel(_ClassifierModelNames, renamed_mixin("_ClassifierMode
     ``miniBatchSize``, ``errorCol``, ``maxPixels``, ``fastDecode``), but has none of its layer Params: it
     writes the network's output as Spark ML's classifiers do. ``network`` is the fine-tuned network (a model folder or
     file, saved with the stage), ``backbone`` the catalogue model it was fine-tuned from, and
-    ``imagePreprocessing`` the record its images get (empty: the catalogue entry ``backbone``'s; the earlier
-    name ``preprocessing`` still works and warns once).
+    ``imagePreprocessing`` the record its images get (empty: the catalogue entry ``backbone``'s).
     """
 
     #: The fit's per-epoch records, a list of dicts that shows as a table in a notebook (TrainingSummary).
     training_summary = SummaryAttribute()
-
-    #: Params that ImageClassifierModel had through ImageFeaturizer and never used: a saved one still loads.
-    RETIRED_PARAMS = ("outputCol", "outputCols", "outputLayer", "outputLayers", "cutOutputLayers", "weights")
 
     #: Not ImageFeaturizer's catalogue name: the network this model runs is its own, fine-tuned one.
     network = Param(Params._dummy(), "network", "the fine-tuned network: a model folder or file, saved with the "
@@ -82,12 +73,11 @@ class ImageClassifierModel(_ClassifierModelNames, renamed_mixin("_ClassifierMode
                  probabilityCol: str = "probability", predictionCol: str = "prediction", miniBatchSize: int = 64,
                  device: str = "cpu", precision: str = "fp32", engine: str = "auto", errorCol: str = "",
                  maxPixels: int = 100_000_000, fastDecode: bool = False,
-                 calibrationData: str = "", model: str | None = None, modelPath: str | None = None,
-                 preprocessing: str | None = None) -> None:
+                 calibrationData: str = "") -> None:
         super().__init__()
         self._setDefault(inputCol="image", network="", errorCol="")
         self.training_summary = None
-        self._set(**renamed_kwargs(type(self), self._input_kwargs))
+        self._set(**self._input_kwargs)
         self._check_layers()
 
     @classmethod

@@ -13,7 +13,6 @@ from pyspark.ml.param import TypeConverters
 from pyspark.sql import DataFrame
 
 from irbis.kernels.image import DEFAULT_MAX_PIXELS
-from irbis.ml.aliases import Renamed, renamed_kwargs, renamed_mixin
 from irbis.ml.base import IrbisTransformer
 from irbis.ml.image_network import ImageNetworkStage
 from irbis.ml.params import ColumnSetters, HasOutputLayer, Row, at_least, in_registry, table_mixin
@@ -32,9 +31,6 @@ _LAYERS_PARAMS = table_mixin("_HasOutputLayers", [
 ])
 
 
-#: The earlier names of ImageFeaturizer's Params (each still works, warning once).
-FEATURIZER_RENAMED = [Renamed("model", "network"), Renamed("modelPath", "weights")]
-
 _FEATURIZER_ROWS: list[Row] = [
     ("network", "the network: a model of the catalogue, which gives its preprocessing, feature layers and "
      f"weights: built-in {sorted(MODELS)} or added with irbis.models.register_model",
@@ -47,9 +43,8 @@ _FEATURIZER_ROWS: list[Row] = [
 ]
 
 
-class ImageFeaturizer(ImageFeaturizerNames, renamed_mixin("_FeaturizerRenamed", FEATURIZER_RENAMED),
-                      table_mixin("_FeaturizerParams", _FEATURIZER_ROWS), ImageNetworkStage, ColumnSetters,
-                      HasOutputLayer, _LAYERS_PARAMS, IrbisTransformer):
+class ImageFeaturizer(ImageFeaturizerNames, table_mixin("_FeaturizerParams", _FEATURIZER_ROWS), ImageNetworkStage,
+                      ColumnSetters, HasOutputLayer, _LAYERS_PARAMS, IrbisTransformer):
     """Featurize images with a pretrained network, cutting its last ``cutOutputLayers`` layers.
 
     The model is a catalogue entry (:data:`irbis.models.MODELS`, built-in or added with
@@ -67,12 +62,10 @@ class ImageFeaturizer(ImageFeaturizerNames, renamed_mixin("_FeaturizerRenamed", 
         earlier (flattened) activations for larger values (see the entry's ``layers``).
     network : str
         A model name of the catalogue, e.g. ``"efficientnet_lite0"`` or ``"resnet50"``; it fixes the
-        preprocessing, the feature layers and (unless ``weights`` is set) the weights. (Earlier name:
-        ``model``.)
+        preprocessing, the feature layers and (unless ``weights`` is set) the weights.
     weights : str
         Other weights for the same architecture: a catalogue name or a model folder
         (architecture.json + weights.pt); empty means the weights of the entry named ``network``.
-        (Earlier name: ``modelPath``.)
     cutOutputLayers : int
         How many final layers to remove: 0 class scores, 1 pooled features, 2+ earlier activations.
     outputLayer : str
@@ -123,11 +116,10 @@ class ImageFeaturizer(ImageFeaturizerNames, renamed_mixin("_FeaturizerRenamed", 
                  outputLayer: str = "", miniBatchSize: int = 64, device: str = "cpu", precision: str = "fp32",
                  errorCol: str = "", maxPixels: int = DEFAULT_MAX_PIXELS, fastDecode: bool = False,
                  engine: str = "auto", calibrationData: "str | DataFrame" = "", outputLayers: list[str] | None = None,
-                 outputCols: list[str] | None = None, model: str | None = None,
-                 modelPath: str | None = None) -> None:
+                 outputCols: list[str] | None = None) -> None:
         super().__init__()
         self._setDefault(inputCol="image", outputCol="features", errorCol="")
-        self._set(**renamed_kwargs(type(self), self._input_kwargs))
+        self._set(**self._input_kwargs)
         self._check_layers()
 
     def setNetwork(self, value: str) -> "ImageFeaturizer":  # noqa: N802

@@ -18,7 +18,6 @@ from pyspark.sql.types import (
 )
 
 from irbis.kernels.inference import resolve_source
-from irbis.ml.aliases import Renamed, renamed_mixin
 from irbis.ml.columns import is_image_struct
 from irbis.ml.params import (
     ColumnSetters,
@@ -38,16 +37,12 @@ from irbis.models import CatalogueEntry
 __all__ = ["NetworkStageParams", "check_network_input", "check_sequence_input"]
 
 
-#: The earlier names of the network stages' Params (each still works, warning once).
-NETWORK_RENAMED = [Renamed("modelPath", "network"), Renamed("outputType", "outputFormat")]
-
 HasVectorOrArrayFormat = param_mixin("outputFormat", "vector (Spark ML vector) or array (array<float>)",
                                      TypeConverters.toString, "vector", one_of("vector", "array"))
 
 
-class NetworkStageParams(renamed_mixin("_NetworkRenamed", NETWORK_RENAMED), ColumnSetters, HasNetwork,
-                         HasMiniBatchSize, HasDevice, HasInputShape, HasInputDtype, HasOutputLayer,
-                         HasVectorOrArrayFormat, HasTokenBudget, HasVariableLength):
+class NetworkStageParams(ColumnSetters, HasNetwork, HasMiniBatchSize, HasDevice, HasInputShape, HasInputDtype,
+                         HasOutputLayer, HasVectorOrArrayFormat, HasTokenBudget, HasVariableLength):
     """Params and input checks of a stage that runs a network over one column (TorchModel, ONNXModel)."""
 
     _accepts = frozenset({"vector", "image"})  # vectors and arrays of numbers, images, tensor bytes

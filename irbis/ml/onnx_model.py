@@ -22,7 +22,7 @@ from irbis.kernels.onnx import (
     make_onnx_predict_fn,
     output_blocks,
 )
-from irbis.ml.aliases import renamed_kwargs, resolve_aliases
+from irbis.ml.aliases import resolve_aliases
 from irbis.ml.base import IrbisModel
 from irbis.ml.network_params import NetworkStageParams, check_network_input, check_sequence_input
 from irbis.ml.params import one_of, param_mixin, table_mixin
@@ -105,10 +105,9 @@ class ONNXModel(NetworkStageParams, HasOnnxEngine, table_mixin("_ONNXParams", _O
                  optimizationLevel: str = "ALL_OPT", modelLocation: str | None = None,
                  modelPayload: bytes | None = None, deviceType: str | None = None,
                  engine: str = "auto", inputDtype: str = "float32", variableLength: bool = False,
-                 tokenBudget: int = 4096, modelPath: str | None = None,
-                 outputType: str | None = None) -> None:
+                 tokenBudget: int = 4096) -> None:
         super().__init__()
-        self._set(**renamed_kwargs(type(self), resolve_aliases(ONNX_ALIASES, self._input_kwargs)))
+        self._set(**resolve_aliases(ONNX_ALIASES, self._input_kwargs))
 
     def setFeedDict(self, value: dict[str, str]) -> "ONNXModel":
         """Sets feedDict: graph input name -> input column."""

@@ -34,7 +34,6 @@ from pyspark.ml.util import (
 )
 
 from irbis.kernels.sparkml_state import read_metadata
-from irbis.ml.aliases import renamed_metadata
 
 S = TypeVar("S", bound="IrbisPersistable")
 
@@ -161,7 +160,6 @@ class IrbisReader(MLReader[S], Generic[S]):
                 f"{path!r} holds a saved {metadata['class']}, which is not a {self.cls.__name__}; "
                 f"load it with {class_name}.load."
             )
-        metadata = renamed_metadata(py_type, metadata)  # Params saved under earlier names
         instance = py_type()
         instance._resetUid(metadata["uid"])
         restored = [n for n in instance._sidecar_params() if n in metadata["paramMap"]]

@@ -137,8 +137,7 @@ IMAGE_FEATURIZER_ALIASES = [
           note="True cuts the classifier (cutOutputLayers=1); cutOutputLayers also reaches earlier layers"),
     Alias("featureTensorName", "outputLayer", note="a module name of the torch network (named_modules()), "
           "not an ONNX node name"),
-    Alias("model", "network", note="a name of the Irbis model catalogue (SynapseML: of its ONNX hub); Irbis's "
-          "earlier constructor keyword model= still works and warns"),
+    Alias("model", "network", note="a name of the Irbis model catalogue (SynapseML: of its ONNX hub)"),
     Alias("modelLocation", "weights", note="weights for the architecture of network: a model folder or "
           "catalogue name; preprocessing comes from the catalogue entry"),
     _IGNORE_DECODING_ERRORS,

@@ -21,7 +21,6 @@ from irbis.kernels.blocks import BatchFn, Tensor, flat_rows
 from irbis.kernels.engines import EngineError
 from irbis.kernels.image_features import image_batch
 from irbis.kernels.inference import cached_predict_fn, make_sequence_predict_fn, resolve_source
-from irbis.ml.aliases import renamed_kwargs
 from irbis.ml.base import IrbisModel
 from irbis.ml.calibration import HasCalibrationSample
 from irbis.ml.export_ahead import export_ahead_of_job
@@ -43,9 +42,6 @@ class TorchModel(NetworkStageParams, HasPrecision, HasCalibrationSample, HasEngi
     The network runs in every Spark Python worker on Arrow batches of ``miniBatchSize`` rows, under
     ``torch.inference_mode``, with as many threads as the task owns. It is loaded once per worker; its
     prepared weights are memory-mapped from one file, so all workers of a machine share one copy.
-
-    The earlier names ``modelPath`` (now ``network``) and ``outputType`` (now ``outputFormat``) still work
-    and warn once.
 
     Parameters
     ----------
@@ -131,13 +127,11 @@ class TorchModel(NetworkStageParams, HasPrecision, HasCalibrationSample, HasEngi
                  inputShape: list[int] | None = None, device: str = "cpu", precision: str = "fp32",
                  outputFormat: str = "vector", allowPickle: bool = False, engine: str = "auto",
                  calibrationData: "str | DataFrame" = "", inputDtype: str = "float32", variableLength: bool = False,
-                 tokenBudget: int = 4096, errorCol: str = "", imagePreprocessing: str = "",
-                 modelPath: str | None = None,
-                 outputType: str | None = None) -> None:
+                 tokenBudget: int = 4096, errorCol: str = "", imagePreprocessing: str = "") -> None:
         super().__init__()
         self._setDefault(allowPickle=False, errorCol="")
         self.training_summary = None
-        self._set(**renamed_kwargs(type(self), self._input_kwargs))
+        self._set(**self._input_kwargs)
 
     # -- building from an in-memory network ------------------------------------------------------
     @classmethod

@@ -1,10 +1,9 @@
 """Irbis's vocabulary: each concept a user meets on the stages, its one Param name, and what it means.
 
 A stage that has a concept of this table names its Param as the table does, so that a user who learned
-one stage can guess the Params of every other (the stages to come included). The earlier or foreign
-names of a concept (``avoid``) are never the name of an Irbis Param: where an earlier Irbis used one,
-it stays as an alias that warns once (:class:`irbis.ml.aliases.Renamed`), and SynapseML's names stay
-as SynapseML aliases (:mod:`irbis.ml.synapseml`), which are methods, not Params.
+one stage can guess the Params of every other (the stages to come included). The other names of a
+concept (``avoid``) are never the name of an Irbis Param; SynapseML's names are SynapseML aliases
+(:mod:`irbis.ml.synapseml`), which are methods, not Params.
 
 The classifier outputs mean what Spark ML's classifiers write: ``rawPredictionCol`` the scores
 (a vector), ``probabilityCol`` the class probabilities (a vector summing to 1), ``predictionCol``

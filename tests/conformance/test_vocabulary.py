@@ -1,11 +1,10 @@
 """Every public stage follows Irbis's one vocabulary (irbis.ml.vocabulary), in the style of scikit-learn's
 estimator checks: driven by the table and by ``irbis.ml.__all__``, so a stage added later is checked too.
 
-- no Param of a stage goes by a name the vocabulary avoids (an earlier or foreign name of one of its
+- no Param of a stage goes by a name the vocabulary avoids (another name of one of its
   concepts): the concept's Param carries the vocabulary's name;
 - every Param has Spark ML's ``setX`` and ``getX``, and a value set reads back;
-- each earlier name (``RENAMED_PARAMS``) works as an alias of the current Param and warns once; each
-  SynapseML name (``SYNAPSEML_ALIASES``) has its setter and getter and reads the Irbis Param's default;
+- each SynapseML name (``SYNAPSEML_ALIASES``) has its setter and getter and reads the Irbis Param's default;
 - each Estimator declares its one Model class (``_model_class``), which the stage harness checks against
   what the estimator fits (test_stages.fit_stage);
 - a stage that writes ``rawPredictionCol``, ``probabilityCol`` and ``predictionCol`` means by them what
@@ -14,13 +13,11 @@ estimator checks: driven by the table and by ``irbis.ml.__all__``, so a stage ad
 from __future__ import annotations
 
 import math
-import warnings
 
 import pytest
 from pyspark.ml import Estimator, Model, Transformer
 
 import irbis.ml
-from irbis.ml import aliases
 from irbis.ml.params import accessor_names
 from irbis.ml.vocabulary import CLASSIFIER_OUTPUTS, VOCABULARY, avoided_names
 from stage_cases import STAGE_CASES
@@ -62,25 +59,6 @@ def test_every_param_has_its_setter_and_getter(name):
             copy = stage.copy()
             assert getattr(copy, set_name)(value) is copy, f"{name}.{set_name} does not return the stage"
             assert getattr(copy, get_name)() == value and copy.isSet(param.name)
-
-
-@pytest.mark.parametrize("name", sorted(n for n, c in STAGES.items() if getattr(c, "RENAMED_PARAMS", ())))
-def test_earlier_names_are_aliases_that_warn_once(name, monkeypatch):
-    monkeypatch.setattr(aliases, "_WARNED", set())
-    stage = STAGES[name]()
-    params = {p.name for p in stage.params}
-    for row in type(stage).RENAMED_PARAMS:
-        assert row.new in params and row.old not in params, f"{name}: {row} must alias an existing Param"
-        set_old, get_old = accessor_names(row.old)
-        value = stage.getOrDefault(row.new) if stage.hasDefault(row.new) else None
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            assert getattr(stage, row.old) is stage.getParam(row.new)
-            if value is not None:
-                getattr(stage, set_old)(value)
-                assert getattr(stage, get_old)() == value and stage.isSet(row.new)
-        named = [w for w in caught if issubclass(w.category, FutureWarning) and repr(row.old) in str(w.message)]
-        assert len(named) == 1 and repr(row.new) in str(named[0].message), [str(w.message) for w in caught]
 
 
 @pytest.mark.parametrize("name", sorted(n for n, c in STAGES.items() if getattr(c, "SYNAPSEML_ALIASES", ())))

@@ -107,7 +107,6 @@ def load_network(source: dict[str, Any], allow_pickle: bool = False) -> nn.Modul
     import torch
 
     from irbis.models import CatalogueEntry, ModelRepository, build_model, safe_load_state_dict
-    from irbis.models.catalogue import LEGACY_KEYS
     from irbis.models.module_files import build_from_reference, load_exported
 
     kind = source["kind"]
@@ -131,7 +130,7 @@ def load_network(source: dict[str, Any], allow_pickle: bool = False) -> nn.Modul
                 f"with architecture.json + weights.pt, or a repository name."
             ) from e
     if kind == "bundle":
-        arch = {LEGACY_KEYS.get(k, k): v for k, v in json.loads((path / "architecture.json").read_text()).items()}
+        arch = json.loads((path / "architecture.json").read_text())
         module = (build_from_reference(arch["class"], arch.get("options", {})) if "class" in arch
                   else build_model(arch["architecture"], **arch.get("options", {})))
         weights = safe_load_state_dict(path / "weights.pt", allow_pickle=allow_pickle)

@@ -37,8 +37,6 @@ CATALOGUE_FORMAT = "irbis-catalogue"
 CATALOGUE_VERSION = 1
 CATALOGUE_FILENAME = "catalogue.json"
 _REQUIRED = ("name", "architecture")
-#: keys that files written by earlier versions use, and the key they mean now
-LEGACY_KEYS = {"architecture_kwargs": "options", "kwargs": "options"}
 
 
 @dataclass(frozen=True, eq=False)
@@ -52,7 +50,7 @@ class CatalogueEntry:
     architecture : str
         Key of ``irbis.models.ARCHITECTURES``; built with ``options``.
     options : mapping
-        Keyword arguments of the architecture's builder (``architecture_kwargs`` in older files).
+        Keyword arguments of the architecture's builder.
     uri : str or None
         Weights: ``pkg://<package>/<path>``, ``file://...``, ``http(s)://...``, or a path (relative
         paths resolve against ``base``). None when users supply the weights themselves.
@@ -130,9 +128,7 @@ class CatalogueEntry:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any], base: str | None = None) -> CatalogueEntry:
-        """Parse one JSON entry, naming missing or unknown keys (older keys such as
-        ``architecture_kwargs`` are read as their current names)."""
-        d = {LEGACY_KEYS.get(k, k): v for k, v in d.items()}
+        """Parse one JSON entry, naming missing or unknown keys."""
         known = {f for f in cls.__dataclass_fields__ if f != "base"}
         missing = [k for k in _REQUIRED if k not in d]
         unknown = sorted(set(d) - known)

@@ -20,8 +20,6 @@ from typing import Any
 COLOR_FORMATS = {"BGR": 3, "RGB": 3, "GRAY": 1, "BGRA": 4, "RGBA": 4}
 #: The colour formats a network input may have (a catalogue entry's ``color_order``).
 COLOR_ORDERS = ("RGB", "BGR", "GRAY")
-#: Names the catalogue once used, still read: name -> the name of :data:`COLOR_FORMATS`.
-_OLD_COLOR_NAMES = {"L": "GRAY"}
 #: Resampling filters by name (each one an OpenCV interpolation flag in the image operations).
 INTERPOLATIONS = ("nearest", "linear", "bilinear", "cubic", "bicubic", "area", "lanczos")
 
@@ -32,8 +30,7 @@ class Preprocessing:
 
     The shorter side is resized to ``resize_to`` and the centre ``input_size`` (H, W) cropped; with
     ``resize_to=None`` the image is resized straight to ``input_size``. Then ``(x - mean) / std`` per
-    channel, with mean and std in 0..255 pixel units, in ``color_order`` ("RGB", "BGR" or "GRAY";
-    "L", the name catalogues used before, is read as "GRAY").
+    channel, with mean and std in 0..255 pixel units, in ``color_order`` ("RGB", "BGR" or "GRAY").
     """
 
     input_size: tuple[int, int]
@@ -44,7 +41,6 @@ class Preprocessing:
     color_order: str = "RGB"
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "color_order", _OLD_COLOR_NAMES.get(self.color_order, self.color_order))
         if self.color_order not in COLOR_ORDERS:
             raise ValueError(f"color_order must be one of {COLOR_ORDERS}, found {self.color_order!r}")
         if self.interpolation not in INTERPOLATIONS:

@@ -84,18 +84,6 @@ def test_stages_cutting_one_cached_network_at_different_layers_leave_it_untouche
     assert all("forward" not in vars(m) for m in cached.modules())
 
 
-@pytest.mark.parametrize("old_key", ["kwargs", "architecture_kwargs"])
-def test_model_folders_saved_with_an_older_options_key_still_load(mlp_bundle, tmp_path, old_key):
-    folder, net = mlp_bundle
-    arch = json.loads((folder / "architecture.json").read_text())
-    (tmp_path / "architecture.json").write_text(json.dumps({"architecture": "mlp", old_key: arch["options"]}))
-    (tmp_path / "weights.pt").write_bytes((folder / "weights.pt").read_bytes())
-    x = _digits()
-    with torch.no_grad():
-        expected = net(torch.from_numpy(x)).numpy()
-    np.testing.assert_allclose(make_torch_predict_fn(resolve_source(str(tmp_path)))(x), expected, rtol=1e-5)
-
-
 def test_unknown_output_layer_lists_modules(mlp_bundle):
     folder, _ = mlp_bundle
     with pytest.raises(ValueError, match="outputLayer 'nope'"):

@@ -90,14 +90,15 @@ def test_entry_validates_its_fields():
     assert base.cut_layer(2) == "layer4" and base.input_shape == (3, 224, 224)
 
 
-def test_entry_reads_the_old_architecture_kwargs_key():
-    old = {"name": "m", "architecture": "mlp", "architecture_kwargs": {"in_features": 4, "hidden": 3,
-                                                                      "out_features": 2}, "input_shape": [4]}
-    entry = CatalogueEntry.from_dict(old)
+def test_entry_reads_options_and_names_unknown_keys():
+    given = {"name": "m", "architecture": "mlp", "options": {"in_features": 4, "hidden": 3, "out_features": 2},
+             "input_shape": [4]}
+    entry = CatalogueEntry.from_dict(given)
     assert entry.options == {"in_features": 4, "hidden": 3, "out_features": 2}
-    assert "architecture_kwargs" not in entry.to_dict() and entry.to_dict()["options"] == entry.options
-    with pytest.raises(ValueError, match=r"unknown keys \['colour'\]"):
-        CatalogueEntry.from_dict({**old, "colour": "RGB"})
+    assert entry.to_dict()["options"] == entry.options
+    for unknown in ("colour", "architecture_kwargs"):
+        with pytest.raises(ValueError, match=rf"unknown keys \['{unknown}'\]"):
+            CatalogueEntry.from_dict({**given, unknown: "RGB"})
 
 
 def test_layer_output_shapes_names_missing_layers():
@@ -140,14 +141,15 @@ def test_preprocess_colour_orders_and_bad_input():
     assert isinstance(digits, Preprocessing) and digits.input_shape == (1, 8, 8)
 
 
-def test_colour_orders_speak_the_image_operations_vocabulary_and_old_names_still_load():
+def test_colour_orders_speak_the_image_operations_vocabulary():
     from irbis.kernels.image_ops import COLOR_FORMATS
 
-    assert set(get_entry("lenet_digits").preprocessing.to_dict()["color_order"].split()) <= set(COLOR_FORMATS)
-    old = {**get_entry("lenet_digits").preprocessing.to_dict(), "color_order": "L"}
-    pre = Preprocessing.from_dict(old)
+    gray = get_entry("lenet_digits").preprocessing.to_dict()
+    assert set(gray["color_order"].split()) <= set(COLOR_FORMATS)
+    pre = Preprocessing.from_dict(gray)
     assert pre.color_order == "GRAY" and pre.channels == 1 and pre == get_entry("lenet_digits").preprocessing
-    with pytest.raises(ValueError, match="color_order must be one of .*'GRAY'"):
-        Preprocessing.from_dict({**old, "color_order": "BGRA"})
+    for other in ("L", "BGRA"):
+        with pytest.raises(ValueError, match="color_order must be one of .*'GRAY'"):
+            Preprocessing.from_dict({**gray, "color_order": other})
     with pytest.raises(AttributeError, match="irbis.kernels.image_features"):
         __import__("irbis.models", fromlist=["x"]).preprocess_rgb

@@ -15,6 +15,7 @@ import itertools
 import os
 import re
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -142,6 +143,8 @@ def set_task_threads(share: SharedCores | None = None) -> None:
 #: Where the tasks of one executor register while they run (:class:`SharedCores`): a folder per executor.
 SHARE_ROOT = Path(tempfile.gettempdir()) / "irbis-cores"
 _REGISTRATIONS = itertools.count()  # one name per registration of this process (a task may run two kernels)
+#: How long a task that finds itself alone at its first batch waits for the others of its stage to register.
+GRACE_S = 0.5
 
 
 class SharedCores:
@@ -165,9 +168,12 @@ class SharedCores:
         keeps its own cores.
     """
 
-    def __init__(self, cpus: int, slots: int | None, root: Path | None = None) -> None:
+    def __init__(self, cpus: int, slots: int | None, root: Path | None = None, task: int | None = None,
+                 grace_s: float = GRACE_S) -> None:
         self.cpus, self.slots = max(1, cpus), slots or 1
         self.folder = (root or SHARE_ROOT) / str(os.getppid())
+        self.task = os.getpid() if task is None else task
+        self.grace_s = grace_s
         self._held: Any = None
         self._path: Path | None = None
         self._threads: int | None = None
@@ -175,7 +181,7 @@ class SharedCores:
     def __enter__(self) -> SharedCores:
         if self.slots > 1:
             self.folder.mkdir(parents=True, exist_ok=True)
-            name = f"{os.getpid()}-{next(_REGISTRATIONS)}"
+            name = f"{self.task}-{os.getpid()}-{next(_REGISTRATIONS)}"
             partial = self.folder / f".{name}"
             held = open(partial, "w")  # noqa: SIM115 - held (and locked) until __exit__
             fcntl.flock(held, fcntl.LOCK_EX)
@@ -193,34 +199,41 @@ class SharedCores:
             self._held = self._path = None
 
     def running(self) -> int:
-        """The tasks of this executor registered now (this one included); a file left by a process that
-        died unlocked is removed."""
+        """The tasks of this executor registered now, this one included (a task that runs two stages'
+        kernels registers twice and counts once); a file left by a process that died unlocked is removed."""
         if self._held is None:
             return 1
-        count = 0
+        tasks = {self.task}
         for path in self.folder.iterdir():
-            if path.name.startswith("."):
-                continue
-            if path == self._path:
-                count += 1
+            if path.name.startswith(".") or path == self._path:
                 continue
             try:
                 with open(path) as other:
                     fcntl.flock(other, fcntl.LOCK_SH | fcntl.LOCK_NB)
             except BlockingIOError:
-                count += 1  # held by a running task
-            except OSError:
-                continue  # gone meanwhile
+                tasks.add(int(path.name.split("-")[0]))  # held by a running task
+            except (OSError, ValueError):
+                continue  # gone meanwhile, or not a task's
             else:
                 with contextlib.suppress(OSError):
                     path.unlink()  # nobody holds it: its task has ended without removing it
-        return max(count, 1)
+        return len(tasks)
 
     def threads(self) -> int:
         """This task's cores now: ``cpus * max(1, slots // running)``, and never more than it had at its
         previous call: a task gives cores back as others start but takes no more later, since the kernels
-        load an engine per thread count (a task's tail is not worth an engine's compile)."""
-        share = self.cpus * max(1, self.slots // self.running())
+        load an engine per thread count (a task's tail is not worth an engine's compile).
+
+        At the first call, a task that finds itself alone waits up to ``grace_s`` for others: the tasks of a
+        stage start together but reach their first batch some milliseconds apart, and a task that took every
+        core for a whole batch beside another would put more threads than cores to work."""
+        running = self.running()
+        if self._threads is None and running == 1 and self._held is not None:
+            deadline = time.monotonic() + self.grace_s
+            while running == 1 and time.monotonic() < deadline:
+                time.sleep(0.02)
+                running = self.running()
+        share = self.cpus * max(1, self.slots // running)
         self._threads = share if self._threads is None else min(share, self._threads)
         return self._threads
 
@@ -235,7 +248,7 @@ def task_cores(slots: int | None) -> Iterator[SharedCores | None]:
     if context is None:
         yield None
         return
-    with SharedCores(context.cpus(), slots) as share:
+    with SharedCores(context.cpus(), slots, task=context.taskAttemptId()) as share:
         yield share
 
 
@@ -249,5 +262,5 @@ def assign_task_device(context: Any) -> None:
     assign_task(Assignment(tuple(gpu.addresses) if gpu is not None else (), context.partitionId()))
 
 
-__all__ = ["SHARE_ROOT", "SharedCores", "assign_task_device", "check_device", "conf", "default_parallelism",
+__all__ = ["GRACE_S", "SHARE_ROOT", "SharedCores", "assign_task_device", "check_device", "conf", "default_parallelism",
            "executor_slots", "is_local_master", "local_slots", "master", "set_task_threads", "task_cores"]

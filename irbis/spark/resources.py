@@ -144,7 +144,7 @@ def set_task_threads(share: SharedCores | None = None) -> None:
 SHARE_ROOT = Path(tempfile.gettempdir()) / "irbis-cores"
 _REGISTRATIONS = itertools.count()  # one name per registration of this process (a task may run two kernels)
 #: How long a task that finds itself alone at its first batch waits for the others of its stage to register.
-GRACE_S = 0.5
+GRACE_S = 0.1
 
 
 class SharedCores:

@@ -1,5 +1,5 @@
 """What the cluster offers, as far as Spark's configuration says it, read on the driver; and in a task, the
-cores that the task may use (:func:`set_task_threads`, :class:`SharedCores`).
+cores that the task may use (:func:`task_cores`, :func:`set_task_threads`, :class:`SharedCores`).
 
 Local masters (``local``, ``local[N]``, ``local[*]``, ``local-cluster[...]``) run their executors on the
 driver's machine: their task slots are known from the master string at once, and a GPU is there exactly
@@ -67,12 +67,13 @@ def executor_slots(session: Any) -> int | None:
     """Tasks one executor runs at once (its cores / ``spark.task.cpus``): from the master string on a local
     master (``local[N]``: N; ``local-cluster[n, c, m]``: c), else from ``spark.executor.cores`` where the
     session sets it; None where neither says (a standalone executor that takes all its worker's cores)."""
-    m, cpus = master(session), int(conf(session, "spark.task.cpus", "1") or 1)
+    m = master(session)
+    if _LOCAL.fullmatch(m):
+        return local_slots(session)
+    cpus = int(conf(session, "spark.task.cpus", "1") or 1)
     cluster = _LOCAL_CLUSTER.fullmatch(m)
     if cluster:
         return int(cluster.group(2)) // cpus
-    if _LOCAL.fullmatch(m):
-        return local_slots(session)
     cores = conf(session, "spark.executor.cores")
     return int(cores) // cpus if cores and cores.isdigit() else None
 
@@ -121,23 +122,14 @@ def check_device(session: Any, device: str) -> None:
                               f"{gpus}, so the executors have no GPU")
 
 
-def set_task_threads(share: SharedCores | None = None) -> None:
-    """Give the kernels of this Spark task its cores: ``spark.task.cpus``, or with ``share`` the task's
-    share of its executor's cores (:meth:`SharedCores.threads`), to torch, OpenCV and the engines
-    (:func:`irbis.kernels.threads.set_threads`, which imports neither torch nor OpenCV); and the GPU Spark
-    assigned it, which the one device rule reads (:func:`assign_task_device`).
-
-    It runs in the stages' Arrow and pandas UDFs, which refer to it by name: a Python worker that unpickles
-    a UDF imports this module, which imports neither ``pyspark.ml`` nor torch (the stages' module,
-    :mod:`irbis.ml.base`, imports both)."""
-    from pyspark import TaskContext
-
+def set_task_threads(share: SharedCores | None) -> None:
+    """Give the kernels of this Spark task its cores before a batch: ``share``'s count now
+    (:meth:`SharedCores.threads`), to torch, OpenCV and the engines (:func:`irbis.kernels.threads.set_threads`,
+    which imports neither torch nor OpenCV); ``None`` (outside a task) leaves them as they are."""
     from irbis.kernels.threads import set_threads
 
-    context = TaskContext.get()
-    if context is not None:
-        set_threads(share.threads() if share is not None else context.cpus())
-        assign_task_device(context)
+    if share is not None:
+        set_threads(share.threads())
 
 
 #: Where the tasks of one executor register while they run (:class:`SharedCores`): a folder per executor.
@@ -240,14 +232,21 @@ class SharedCores:
 
 @contextlib.contextmanager
 def task_cores(slots: int | None) -> Iterator[SharedCores | None]:
-    """In a Spark task: its :class:`SharedCores` of an executor running ``slots`` tasks at once, held while
-    the block runs; outside a task, None."""
+    """Set up a Spark task for its kernels, once: record the GPU Spark assigned it, which the one device rule
+    reads (:func:`assign_task_device`), and hold its :class:`SharedCores` of an executor running ``slots``
+    tasks at once while the block runs (:func:`set_task_threads` reads it before each batch); outside a task,
+    None.
+
+    It runs in the stages' Arrow and pandas UDFs, which refer to it by name: a Python worker that unpickles
+    a UDF imports this module, which imports neither ``pyspark.ml`` nor torch (the stages' module,
+    :mod:`irbis.ml.base`, imports both)."""
     from pyspark import TaskContext
 
     context = TaskContext.get()
     if context is None:
         yield None
         return
+    assign_task_device(context)
     with SharedCores(context.cpus(), slots, task=context.taskAttemptId()) as share:
         yield share
 

@@ -2,7 +2,7 @@
 
 The cluster session's two workers each advertise one GPU through a discovery script (``"0"`` on one, ``"1"``
 on the other; see ``cluster_spark`` in tests/conftest.py) and every task asks for one. Each task runs the hook
-that every stage's UDF runs first (:func:`irbis.spark.resources.set_task_threads`) and reports the device the
+that every stage's UDF runs first (:func:`irbis.spark.resources.task_cores`) and reports the device the
 one device rule gives it on a worker that sees two GPUs; nothing touches CUDA.
 """
 
@@ -20,11 +20,11 @@ def test_each_task_runs_on_the_gpu_spark_assigned_it(cluster_spark):
         from pyspark import TaskContext
 
         from irbis.kernels.device import assigned, task_device
-        from irbis.spark.resources import set_task_threads
+        from irbis.spark.resources import task_cores
 
-        set_task_threads()
-        for _ in batches:
-            pass
+        with task_cores(None):
+            for _ in batches:
+                pass
         context = TaskContext.get()
         gpu = context.resources().get("gpu")
         yield pa.RecordBatch.from_pylist([{"partition": context.partitionId(),

@@ -95,7 +95,7 @@ def _png(fields: Mapping[str, Any]) -> bytes:
     ok, encoded = False, None
     if pixels.dtype in (np.uint8, np.uint16) and pixels.shape[2] in (1, 3, 4):
         ok, encoded = cv2.imencode(".png", pixels)
-    if not ok:
+    if not ok or encoded is None:
         raise ValueError(f"image {fields.get('origin')!r}: {pixels.dtype} pixels with {pixels.shape[2]} channels "
                          "have no PNG form; pass the image file's bytes instead")
     return encoded.tobytes()

@@ -48,7 +48,7 @@ __all__ = ["AUGMENT", "DemoResult", "PAPER", "load_demo", "run_demo"]
 #: The paper's accuracies (MMLSpark slides; RN2+A+E: its best, no figure given), shown beside ours.
 PAPER = {"LR120": 0.656, "EN1": 0.821, "EN2": 0.875, "+A": 0.897}
 #: The camera-trap copies of +A: mirrored, a closer view, a darker shot.
-AUGMENT = {"flipLeftRight": True, "cropFraction": 0.8, "exposureGain": 0.6}
+AUGMENT: dict[str, Any] = {"flipLeftRight": True, "cropFraction": 0.8, "exposureGain": 0.6}
 _FEATURES = {"LR120": "raw", "EN1": "f1", "EN2": "f2"}
 
 

@@ -96,9 +96,9 @@ def _grace_hopper() -> np.ndarray | None:
         from matplotlib import cbook
     except ImportError:  # pragma: no cover - matplotlib is a demo dependency
         return None
-    with cbook.get_sample_data("grace_hopper.jpg") as f:
+    with open(cbook.get_sample_data("grace_hopper.jpg", asfileobj=False), "rb") as f:
         bgr = cv2.imdecode(np.frombuffer(f.read(), np.uint8), cv2.IMREAD_COLOR)
-    return cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB)
+    return None if bgr is None else cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB)
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pandas as pd
@@ -140,7 +140,7 @@ def fit_lr(train: DataFrame, col: str, folds: int, parallelism: int = 2, grid: t
     lr = LogisticRegression(featuresCol=col, labelCol="y", probabilityCol="probability",
                             rawPredictionCol="raw_prediction", **{**LR_OPTIONS, **options})
     params = ParamGridBuilder().addGrid(lr.regParam, list(grid)).build()
-    evaluator = BinaryClassificationEvaluator(labelCol="y", rawPredictionCol="raw_prediction")
+    evaluator: Any = BinaryClassificationEvaluator(labelCol="y", rawPredictionCol="raw_prediction")
     evaluator = evaluator if on_fit is None else _Counted(evaluator, on_fit)
     cv = CrossValidator(estimator=lr, estimatorParamMaps=params, evaluator=evaluator, numFolds=folds,
                         foldCol="fold", parallelism=parallelism, seed=0)
@@ -161,8 +161,8 @@ def select_head(train: DataFrame, col: str, seed: int = 0,
     """
     from irbis.demo.head import cross_validate_head
 
-    rows = (train.select(*ROW_ORDER, vector_to_array(col).alias("x"), "y", "fold").toPandas()
-            .sort_values(ROW_ORDER, ignore_index=True))
+    rows = cast(pd.DataFrame, train.select(*ROW_ORDER, vector_to_array(F.col(col)).alias("x"), "y", "fold")
+                .toPandas()).sort_values(ROW_ORDER, ignore_index=True)
     x = np.stack(rows["x"].to_numpy()).astype(np.float32)
     best, table = cross_validate_head(x, rows["y"].to_numpy(np.int64), rows["fold"].to_numpy(), seed,
                                       on_fit=on_fit)
@@ -203,9 +203,9 @@ def positive_score(model: Any, df: DataFrame) -> DataFrame:
     column (a TorchModel head) or from SparkML's ``probability`` vector."""
     out = model.transform(df)
     if "logits" in out.columns:  # the MLP head: softmax over its two logits
-        logits = vector_to_array("logits") if dict(out.dtypes)["logits"] == "vector" else F.col("logits")
+        logits = vector_to_array(F.col("logits")) if dict(out.dtypes)["logits"] == "vector" else F.col("logits")
         return out.withColumn("score", 1 / (1 + F.exp(logits[0] - logits[1])))
-    return out.withColumn("score", vector_to_array("probability")[1])
+    return out.withColumn("score", vector_to_array(F.col("probability"))[1])
 
 
 def score_test_set(model: Any, test: DataFrame, col: str, augmented: bool, bursts: bool) -> pd.DataFrame:
@@ -218,5 +218,5 @@ def score_test_set(model: Any, test: DataFrame, col: str, augmented: bool, burst
         scored = (EnsembleByKey(keys=["camera", "burst"], cols=["score"], colNames=["burst_score"],
                                 collapseGroup=False).transform(scored)
                   .drop("score").withColumnRenamed("burst_score", "score"))
-    out = scored.select("path", "camera", "burst", "y", "score").toPandas()
+    out = cast(pd.DataFrame, scored.select("path", "camera", "burst", "y", "score").toPandas())
     return out.sort_values("path", ignore_index=True)

@@ -119,8 +119,8 @@ def _classic_progress(spark: SparkSession, description: str, bar: _Bar, interval
     finally:
         done.set()
         thread.join()
-        sc.setLocalProperty("spark.jobGroup.id", None)
-        sc.setLocalProperty("spark.job.description", None)
+        sc.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]  # None removes it
+        sc.setLocalProperty("spark.job.description", None)  # type: ignore[arg-type]
 
 
 @contextmanager
@@ -136,8 +136,8 @@ def _connect_progress(spark: SparkSession, description: str, bar: _Bar, interval
             counts = list(seen.values())
         bar.show(sum(f for _, f in counts), sum(t for t, _ in counts))
 
-    spark.registerProgressHandler(handler)
+    spark.registerProgressHandler(handler)  # type: ignore[arg-type]  # a function is a ProgressHandler
     try:
         yield
     finally:
-        spark.removeProgressHandler(handler)
+        spark.removeProgressHandler(handler)  # type: ignore[arg-type]

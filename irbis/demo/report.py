@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import html
 import json
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -77,14 +78,14 @@ def score_variants(scored: dict[str, Any], descriptions: dict[str, str], builds_
         if list(frame[key]) != list(first[key]):
             raise ValueError(f"variant {name} was scored on other test rows than {next(iter(scored))}")
     units = first[list(groups)].astype(str).agg("/".join, axis=1).to_numpy()
-    y, groups = first["y"].to_numpy(np.float64), units
-    rows = [score(n, descriptions.get(n, ""), y, f["score"].to_numpy(), groups, n_boot, seed)
+    y = first["y"].to_numpy(np.float64)
+    rows = [score(n, descriptions.get(n, ""), y, f["score"].to_numpy(), units, n_boot, seed)
             for n, f in scored.items()]
     steps = []
     for name, base in builds_on.items():
         if name in scored and base in scored:
             s, b = scored[name]["score"].to_numpy(), scored[base]["score"].to_numpy()
-            steps.append(Step(name, base, *(bootstrap_ci(m, y, s, groups, n_boot=n_boot, seed=seed, baseline=b)
+            steps.append(Step(name, base, *(bootstrap_ci(m, y, s, units, n_boot=n_boot, seed=seed, baseline=b)
                                            for m in (accuracy, roc_auc))))
     return rows, steps
 
@@ -93,7 +94,7 @@ def _ci(value: float, ci: tuple[float, float]) -> str:
     return f"{value:.3f} [{ci[0]:.3f}, {ci[1]:.3f}]"
 
 
-def format_table(rows: list[Scores], steps: list[Step] = ()) -> str:
+def format_table(rows: list[Scores], steps: Sequence[Step] = ()) -> str:
     """The printed table: one line per variant with 95 % intervals, then each step's differences."""
     lines = [f"{'variant':14s} {'accuracy [95% CI]':>22s} {'ROC AUC [95% CI]':>22s}  description", "-" * 110]
     for r in rows:

@@ -28,7 +28,7 @@ import json
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pandas as pd
@@ -146,7 +146,7 @@ RUNGS: dict[str, Rung] = {r.name: r for r in (
 
 def scores(model: Any, rows: DataFrame) -> pd.DataFrame:
     """Each row's ``id``, ``y`` and ``score`` (the probability of ``positive``), in ``id`` order."""
-    scored = positive_score(model, rows).select("id", "y", "score").toPandas()
+    scored = cast(pd.DataFrame, positive_score(model, rows).select("id", "y", "score").toPandas())
     return scored.sort_values("id", ignore_index=True)
 
 

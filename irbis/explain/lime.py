@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -55,7 +55,7 @@ def check_targets(targets: Sequence[int], num_outputs: int, column: str = "targe
                              f"{num_outputs} values (classes 0..{num_outputs - 1})")
 
 
-def _score_batches(make: Callable[[int, int], np.ndarray], total: int, score: ScoreFn,
+def _score_batches(make: Callable[[int, int], Any], total: int, score: Callable[[Any], Any],
                    batch_size: int) -> np.ndarray:
     parts = []
     for start in range(0, total, max(1, batch_size)):

@@ -36,7 +36,7 @@ def top_superpixels(weights: np.ndarray, top: int = 5) -> np.ndarray:
     return order[:top][np.asarray(weights)[order[:top]] > 0]
 
 
-def plot_image_explanation(image: np.ndarray, segments: np.ndarray, weights: Sequence[float], *,
+def plot_image_explanation(image: np.ndarray, segments: np.ndarray, weights: Sequence[float] | np.ndarray, *,
                            top: int = 5, title: str = "", path: str | Path | None = None,
                            bgr: bool = True) -> bytes:
     """The image with its ``top`` positively weighted superpixels outlined and the rest dimmed (PNG).
@@ -73,7 +73,7 @@ def plot_image_explanation(image: np.ndarray, segments: np.ndarray, weights: Seq
     return _figure_png(fig, path)
 
 
-def plot_feature_weights(weights: Sequence[float], names: Sequence[str] | None = None, *, top: int = 10,
+def plot_feature_weights(weights: Sequence[float] | np.ndarray, names: Sequence[str] | None = None, *, top: int = 10,
                          title: str = "", path: str | Path | None = None) -> bytes:
     """A horizontal bar chart of the ``top`` features by absolute weight (PNG bytes)."""
     values = np.asarray(weights, np.float64)

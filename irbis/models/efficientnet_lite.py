@@ -77,6 +77,8 @@ class MBConvBlock(nn.Module):
         mid = in_channels * expand_ratio
         self.has_expand = expand_ratio != 1
         self.has_skip = stride == 1 and in_channels == out_channels
+        self._expand_conv: nn.Module
+        self._bn0: nn.Module
         if self.has_expand:
             self._expand_conv = SameConv2d(in_channels, mid, 1)
             self._bn0 = _bn(mid)

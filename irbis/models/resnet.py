@@ -98,6 +98,10 @@ class ResNet(nn.Module):
         self.bn1 = nn.BatchNorm2d(64)
         self.relu = nn.ReLU(inplace=True)
         self.maxpool = nn.MaxPool2d(3, stride=2, padding=1)
+        self.layer1: nn.Sequential
+        self.layer2: nn.Sequential
+        self.layer3: nn.Sequential
+        self.layer4: nn.Sequential
         cin = 64
         for i, (width, n) in enumerate(zip((64, 128, 256, 512), layers)):
             blocks = []

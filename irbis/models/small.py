@@ -9,6 +9,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 import torch
 from torch import nn
@@ -19,7 +20,9 @@ from torch import nn
 _RNG_LOCK = threading.Lock()
 
 
-def _seeded(seed: int, make: Callable[[], nn.Module]) -> nn.Module:
+_M = TypeVar("_M", bound=nn.Module)
+
+def _seeded(seed: int, make: Callable[[], _M]) -> _M:
     with _RNG_LOCK, torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         return make().eval()

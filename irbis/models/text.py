@@ -86,8 +86,11 @@ class TextCard:
 def _read_catalogue() -> dict[str, TextCard]:
     text = resources.files("irbis.models").joinpath("text_catalogue.json").read_text()
     entries = json.loads(text)["models"]
-    return {e["name"]: TextCard(**{k: (tuple(v) if k == "labels" else v) for k, v in e.items()})
-            for e in entries}
+    cards = {}
+    for entry in entries:
+        fields: dict[str, Any] = {k: (tuple(v) if k == "labels" else v) for k, v in entry.items()}
+        cards[entry["name"]] = TextCard(**fields)
+    return cards
 
 
 #: The text networks of the catalogue, by name.

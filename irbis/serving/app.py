@@ -21,7 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, AsyncIterator, Callable
+from typing import Any, AsyncGenerator, AsyncIterator, Callable
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from starlette.applications import Starlette
@@ -73,6 +73,11 @@ class _Metrics:
         self.depth = Gauge("irbis_queue_depth", "requests waiting for the pipeline", registry=self.registry)
         self._by_status: dict[int, Any] = {}
 
+    def on_batch(self, rows: int, depth: int) -> None:
+        """A pipeline call of ``rows`` rows started, ``depth`` requests left waiting."""
+        self.batch.observe(rows)
+        self.depth.set(depth)
+
     def answered(self, status: int, seconds: float) -> None:
         """Count one answer and its latency (the labelled counter is looked up once per status)."""
         counter = self._by_status.get(status)
@@ -99,7 +104,7 @@ async def _read_body(request: Request, limit: int) -> bytes:
     return b"".join(chunks)
 
 
-async def _once(body: bytes) -> AsyncIterator[bytes]:
+async def _once(body: bytes) -> AsyncGenerator[bytes, None]:
     yield body
 
 
@@ -154,7 +159,7 @@ def make_app(predictor: Any, options: ServeOptions | None = None) -> Starlette:
     options = options or ServeOptions()
     metrics = _Metrics()
     batcher = Batcher(predictor.predict, options.max_batch_size, options.max_wait_ms, options.max_queue,
-                      on_batch=lambda rows, depth: (metrics.batch.observe(rows), metrics.depth.set(depth)),
+                      on_batch=metrics.on_batch,
                       groups=getattr(predictor, "length_groups", None) if options.length_groups else None)
     document = openapi_document(predictor)
     decoders = _decoders(predictor)

@@ -120,6 +120,13 @@ class Batcher:
         finally:
             self._busy -= 1
 
+    @property
+    def _started(self) -> asyncio.Queue[Any]:
+        """The queue of a started batcher."""
+        if self._queue is None:
+            raise RuntimeError("the batcher has not been started")
+        return self._queue
+
     async def start(self) -> None:
         self._queue = asyncio.Queue(self.max_queue)
         self._task = asyncio.create_task(self._loop())
@@ -128,7 +135,7 @@ class Batcher:
         """Finish every request already accepted, then stop."""
         self.stopping = True
         if self._task is not None:
-            await self._queue.put(_STOP)
+            await self._started.put(_STOP)
             await self._task
         self._executor.shutdown(wait=True)
 
@@ -151,7 +158,7 @@ class Batcher:
 
     async def _loop(self) -> None:
         while True:
-            first = await self._queue.get()
+            first = await self._started.get()
             if first is _STOP:
                 return
             items, stop = await self._gather(first)
@@ -194,13 +201,13 @@ class Batcher:
         deadline = asyncio.get_running_loop().time() + (self.max_wait if self._concurrent else 0)
         while rows < limit:
             try:
-                item = self._queue.get_nowait()
+                item = self._started.get_nowait()
             except asyncio.QueueEmpty:
                 left = deadline - asyncio.get_running_loop().time()
                 if left <= 0:
                     break
                 try:
-                    item = await asyncio.wait_for(self._queue.get(), left)
+                    item = await asyncio.wait_for(self._started.get(), left)
                 except asyncio.TimeoutError:
                     break
             if item is _STOP:

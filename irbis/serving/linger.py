@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import asyncio
 from functools import partial
-from typing import Any, Callable
+from typing import Any, Callable, cast
 
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
@@ -86,9 +86,9 @@ class _Lingering:
         self._raw: asyncio.Transport | None = None
         self._timer: asyncio.TimerHandle | None = None
 
-    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        self._raw = transport
-        super().connection_made(_Transport(transport, self))  # type: ignore[misc]
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._raw = cast(asyncio.Transport, transport)  # uvloop's transports do not subclass asyncio's
+        super().connection_made(_Transport(self._raw, self))  # type: ignore[misc]
 
     def data_received(self, data: bytes) -> None:
         if self._lingering:
@@ -103,10 +103,9 @@ class _Lingering:
         super().on_response_complete()  # type: ignore[misc]
         self._watch_new()  # a pipelined request may start here
 
-    def eof_received(self) -> bool | None:
+    def eof_received(self) -> None:
         if self._lingering:
             self._stop_lingering()  # the client has sent all it will: nothing more to discard
-        return None
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self._timer is not None:

@@ -6,7 +6,7 @@ from typing import Any
 
 __all__ = ["openapi_document"]
 
-_KIND_SCHEMAS = {
+_KIND_SCHEMAS: dict[str, dict[str, Any]] = {
     "number": {"type": "number"},
     "vector": {"type": "array", "items": {"type": "number"}, "minItems": 1},
     "string": {"type": "string"},

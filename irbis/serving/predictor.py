@@ -106,7 +106,8 @@ def compile_stages(path: str, outputs: Sequence[str] | None = None) -> Predictor
     return _compiled(local_chain(path), outputs)
 
 
-def load_predictor(path: str, outputs: Sequence[str] | None = None, spark: str | None = None) -> Predictor:
+def load_predictor(path: str, outputs: Sequence[str] | None = None,
+                   spark: str | None = None) -> Predictor | SparkPredictor:
     """A predictor for the pipeline saved in ``path`` (see the module docstring), answering with ``outputs``:
     by default the last stage's output columns (a classifier's ``rawPrediction``, ``probability`` and
     ``prediction``, not the feature vectors before it), ``["all"]`` for every column the pipeline writes.

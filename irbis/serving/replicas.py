@@ -194,6 +194,7 @@ def serve_on_spark(pipeline: str, master: str, replicas: int, host: str = "127.0
         raise ValueError(f"--replicas must be at least 1, got {replicas}")
     spark = get_spark(master, app_name="irbis-serve")
     handle = start_replicas(pipeline, spark, replicas, host, port, outputs, options, addresses_file)
+    assert handle.job is not None  # start_replicas started it
     try:
         handle.job.join()
     except KeyboardInterrupt:

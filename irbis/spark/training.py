@@ -104,7 +104,7 @@ def arrow_batch_rows(session: Any, rows: int) -> Iterator[None]:
             session.conf.set(key, old)
 
 
-def arrow_to_shard(batches: Iterator[pa.RecordBatch]) -> tuple[Shard | None, np.ndarray]:
+def arrow_to_shard(batches: Iterator[pa.RecordBatch]) -> tuple[Shard | SpilledShard | None, np.ndarray]:
     """A partition of numbers as dense numpy arrays, and its profile for the checks (see
     :func:`irbis.train.stream.read_partition`, which this is with no bound on the rows held)."""
     from irbis.train.stream import InputFormat, read_partition

@@ -49,7 +49,8 @@ def serve(comm: Any, rank: int, num_workers: int, num_shards: int, sizes: list[i
             done.set()
 
     manifest = ckpt.latest(checkpoint_dir)
-    restore = None if manifest is None else ckpt.load_worker(checkpoint_dir, manifest["step"], rank)["server"]
+    restore = (None if manifest is None or not checkpoint_dir
+               else ckpt.load_worker(checkpoint_dir, manifest["step"], rank)["server"])
     layout = Layout(comm, num_workers, num_shards, dedicated=True)
     ps: ParameterServer = connect(layout, rank, weights.numpy(), sizes, host, shard_options, on_control, restore)
     try:

@@ -47,7 +47,7 @@ def _mac(secret: bytes, header: bytes, payload: memoryview | bytes) -> bytes:
 
 def _frames(secret: bytes, op: int, status: int = OK, flags: int = 0, worker: int = 0, shard: int = 0,
             seq: int = 0, version: int = 0, lr: float = 0.0, payload: np.ndarray | None = None) -> list:
-    body = memoryview(b"") if payload is None else memoryview(np.ascontiguousarray(payload)).cast("B")
+    body = memoryview(b"") if payload is None else memoryview(np.ascontiguousarray(payload).data).cast("B")
     header = HEADER.pack(MAGIC, op, status, flags, worker, shard, seq, version, lr, len(body))
     return [header, body, _mac(secret, header, body)]
 
@@ -83,9 +83,9 @@ class ShardServer:
                  on_control: Callable[[int, int], None] | None = None) -> None:
         self.shards, self.secret, self.on_control = shards, secret, on_control
         self.refused = 0
-        self._sock = zmq.Context.instance().socket(zmq.ROUTER)
+        self._sock: zmq.Socket[bytes] = zmq.Context.instance().socket(zmq.ROUTER)
         self._sock.setsockopt(zmq.LINGER, 0)
-        port = self._sock.bind_to_random_port(f"tcp://{host}")
+        port: int = self._sock.bind_to_random_port(f"tcp://{host}")
         self.address = f"tcp://{host}:{port}"
         self._held: dict[tuple, list] = {}
         self._stop = threading.Event()
@@ -115,6 +115,7 @@ class ShardServer:
         if shard is None or op not in (HELLO, PULL, PUSH, STATS, CONTROL) or (op == CONTROL and not self.on_control):
             self._send(ident, op=op, status=BAD_REQUEST, shard=sid)
         elif op == CONTROL:
+            assert self.on_control is not None  # refused above when there is none
             self.on_control(seq, version)
             self._send(ident, op=op, shard=sid, version=shard.version)
         elif op == HELLO:  # the shard's size and version, and the last push it applied from this worker
@@ -169,7 +170,7 @@ class PSClient:
     def __init__(self, addresses: Sequence[str], ranges: Sequence[tuple[int, int]], secret: bytes, worker: int,
                  timeout_s: float = 600.0) -> None:
         self.ranges, self.secret, self.worker, self.timeout_ms = list(ranges), secret, worker, int(timeout_s * 1000)
-        ctx = zmq.Context.instance()
+        ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context.instance()
         self._socks: dict[str, zmq.Socket] = {}
         for addr in dict.fromkeys(addresses):
             sock = ctx.socket(zmq.DEALER)

@@ -41,10 +41,11 @@ class State:
 
 def bmuf_update(avg: torch.Tensor, state: State, eta: float, zeta: float, nesterov: bool) -> torch.Tensor:
     """Apply one BMUF update in place on ``state``; return the next model to hand out."""
+    assert state.init_weights is not None and state.delta is not None and state.global_weights is not None
     g = avg - state.init_weights
-    state.delta.mul_(eta).add_(g, alpha=zeta)
-    state.global_weights.add_(state.delta)
-    start = state.global_weights + eta * state.delta if nesterov else state.global_weights.clone()
+    delta = state.delta.mul_(eta).add_(g, alpha=zeta)
+    weights = state.global_weights.add_(delta)
+    start = weights + eta * delta if nesterov else weights.clone()
     state.init_weights = start
     return start
 
@@ -112,6 +113,7 @@ class BlockMomentum(Strategy):
     def finalize(self, flat: FlatParams, ctx: WorkerContext) -> None:
         if self.state.since_sync > 0:
             self._block_update(flat, ctx)
+        assert self.state.global_weights is not None  # set up by setup()
         flat.weights.copy_(self.state.global_weights)
 
     def _block_update(self, flat: FlatParams, ctx: WorkerContext) -> None:

@@ -193,6 +193,7 @@ class Downpour(Strategy):
             return
         self.state.server.load_state_dict(state["server"])
         if state["pending"] is not None:
+            assert self.state.pending is not None  # made by setup()
             self.state.pending.copy_(state["pending"])
         self.state.pushes, self.state.lr = int(state["pushes"]), float(state["lr"])
         self.state.ctx.comm.barrier()  # no push reaches a shard before it is restored
@@ -202,6 +203,7 @@ class Downpour(Strategy):
         if server is None:
             return
         if self.state.pushes:  # the last partial accumulation is pushed, not lost
+            assert self.state.pending is not None  # made by setup()
             server.client.push(self.state.pending.numpy(), self.state.lr)
         ctx.comm.barrier()
         server.client.pull(flat.weights.numpy())

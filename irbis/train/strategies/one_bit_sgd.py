@@ -147,14 +147,16 @@ class OneBitSGD(Strategy):
         if step <= self.warmupSteps:
             ctx.comm.all_reduce_mean(flat.grads)
             return
-        c = flat.grads + self.state.error
-        packet, q = encode(c, self._cols, self._ncols)
-        torch.sub(c, q, out=self.state.error)
+        error, cols = self.state.error, self._cols
+        assert error is not None and cols is not None  # set up by setup()
+        c = flat.grads + error
+        packet, q = encode(c, cols, self._ncols)
+        torch.sub(c, q, out=error)
         packets = ctx.comm.all_gather(packet)
         n = flat.grads.numel()
-        total = decode(packets[0], n, self._cols, self._ncols, flat.grads.dtype)
+        total = decode(packets[0], n, cols, self._ncols, flat.grads.dtype)
         for p in packets[1:]:
-            total.add_(decode(p, n, self._cols, self._ncols, flat.grads.dtype))
+            total.add_(decode(p, n, cols, self._ncols, flat.grads.dtype))
         flat.grads.copy_(total.div_(len(packets)))
 
     def state_dict(self) -> dict[str, Any]:

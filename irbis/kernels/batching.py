@@ -97,7 +97,7 @@ def sequence_rows(block: Any, column: str) -> tuple[list[np.ndarray | None], lis
     return rows, errors
 
 
-def refused_shape(stage: str, column: str, found: Sequence[int], expected: Sequence[int] | None,
+def refused_shape(stage: str, column: str, found: Sequence[float], expected: Sequence[int] | None,
                   err: BaseException) -> ValueError:
     """The error for rows that the network (any engine) refuses: the column, both shapes and the reason.
 

@@ -184,7 +184,7 @@ def _read(files: list[Path], spec: Any | None, shape: tuple[int, ...], folder: s
 
     from irbis.kernels.image_features import preprocess_rgb
 
-    rows = []
+    rows: list[np.ndarray] = []
     for f in files:
         if f.suffix.lower() == ".npy":
             a = np.load(f, allow_pickle=False).astype(np.float32)
@@ -193,6 +193,9 @@ def _read(files: list[Path], spec: Any | None, shape: tuple[int, ...], folder: s
         bgr = cv2.imread(str(f), cv2.IMREAD_COLOR)
         if bgr is None:
             raise ValueError(f"calibrationData: {f} is not a readable image")
+        if spec is None:
+            raise ValueError(f"calibrationData: {f} is an image, but the network has no preprocessing record "
+                             "to read it with; give .npy input rows instead")
         rows.append(preprocess_rgb(cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB), spec))
     return _checked(np.stack(rows), shape, folder)
 

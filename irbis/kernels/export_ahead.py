@@ -25,7 +25,7 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from irbis.kernels.engines import EngineError, candidates, export_lock_path, exported_engine, onnx_path
 from irbis.kernels.engines.exported import export_key
@@ -85,7 +85,8 @@ def export_ahead(source: dict[str, Any], input_shape: list[int] | tuple[int, ...
     names = candidates(engine, device, precision)
     if not names or exported_engine(names[0], precision) is None:
         return None
-    layer = tuple(output_layer) if output_layer and not isinstance(output_layer, str) else output_layer
+    layer = (tuple(output_layer) if output_layer and not isinstance(output_layer, str)
+             else cast(str | None, output_layer))
     shape = tuple(int(d) for d in input_shape)
     path = onnx_path(export_key(source_identity(source), layer, shape))
     job = {"source": source, "layer": layer, "shape": shape, "allow_pickle": allow_pickle, "path": str(path)}

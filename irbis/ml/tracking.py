@@ -63,6 +63,7 @@ def log_training(estimator: Any, summary: Sequence[Mapping[str, Any]], start_run
     owned = active is None or nested
     run = mlflow.start_run(nested=nested, run_name=f"{type(estimator).__name__} {estimator.uid}") if owned \
         else active
+    assert run is not None  # started here unless one was active
     try:
         run_id = run.info.run_id
         client = mlflow.MlflowClient()
@@ -99,8 +100,8 @@ def fit_is_tracked(estimator: Any) -> bool:
         except ImportError as err:
             raise ImportError(f"{type(estimator).__name__}: mlflowRun=True needs MLflow ({err})") from None
         return True
-    mlflow = sys.modules.get("mlflow")
-    return mlflow is not None and getattr(mlflow, "active_run", lambda: None)() is not None
+    loaded = sys.modules.get("mlflow")
+    return loaded is not None and getattr(loaded, "active_run", lambda: None)() is not None
 
 
 def log_fit(estimator: Any, summary: list[dict[str, Any]]) -> None:

@@ -23,7 +23,7 @@ from __future__ import annotations
 import datetime
 import threading
 from collections.abc import Callable
-from typing import Protocol, TypeVar, runtime_checkable
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 import torch
 
@@ -217,7 +217,7 @@ class TorchCommunicator:
         A subgroup (see :meth:`subgroup`); the default group when None.
     """
 
-    def __init__(self, store: torch.distributed.Store | None = None, group: object | None = None) -> None:
+    def __init__(self, store: torch.distributed.Store | None = None, group: Any = None) -> None:
         import torch.distributed as dist
 
         if not dist.is_initialized():
@@ -282,7 +282,7 @@ class TorchCommunicator:
         order = store.add(f"{tag}/n", 1)
         self.late = order > k
         if not self.late:
-            store.set(f"{tag}/{order}", _tensor_bytes(tensor))
+            store.set(f"{tag}/{order}", _tensor_bytes(tensor))  # type: ignore[arg-type]  # bytes are stored as they are
             self.bytes_sent += tensor.numel() * tensor.element_size()
         out = []
         for i in range(1, k + 1):
@@ -338,7 +338,7 @@ class StoreCommunicator(_Exchanging):
         self._op += 1
         keys = [f"op{self._op}/{r}" for r in range(self.world_size)]
         # one leading byte: an empty value would read as "no contribution yet" to compare_set
-        self._store.compare_set(keys[self.rank], "", b"\x01" + payload)
+        self._store.compare_set(keys[self.rank], "", b"\x01" + payload)  # type: ignore[arg-type]  # bytes too
         self._store.wait(keys)
         return [raw[1:] for raw in self._store.multi_get(keys)]
 

@@ -79,7 +79,7 @@ def _fused(kind: type[torch.optim.Optimizer], params: list[Any], **options: Any)
     process. The update is the same rule; the last bits of a float may differ from the default
     implementation's."""
     try:
-        return kind(params, fused=True, **options)
+        return kind(params, fused=True, **options)  # type: ignore[call-arg]  # the optimizers that have it
     except (RuntimeError, ValueError, TypeError):
         return kind(params, **options)
 

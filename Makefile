@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo lint test test-connect bench gpu-check docs clean
+.PHONY: setup demo lint typecheck test test-connect bench gpu-check docs clean
 
 setup: $(STAMP)
 
@@ -33,6 +33,10 @@ demo: setup
 # first, so that a lint error fails the run (and CI, .ci/run) before any test starts.
 lint: setup
 	$(PY) -m ruff check irbis tests benchmarks docs
+
+# mypy (pyproject.toml's [tool.mypy]: the whole package, strict signatures on the public API).
+typecheck: setup
+	$(PY) -m mypy
 
 test: setup lint
 	$(PY) -m pytest

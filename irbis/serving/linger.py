@@ -80,7 +80,7 @@ class _Lingering:
 
     def __init__(self, *args: Any, linger_bytes: int = LINGER_FLOOR_BYTES, linger_s: float = LINGER_S,
                  **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)  # type: ignore[call-arg]
+        super().__init__(*args, **kwargs)
         self._linger_left, self._linger_s = linger_bytes, linger_s
         self._lingering = False
         self._raw: asyncio.Transport | None = None

@@ -20,7 +20,7 @@ import re
 from typing import Any, Callable, Iterator
 from urllib.parse import unquote
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import DataFrame, DataFrameReader, SparkSession
 from pyspark.sql.types import (
     BinaryType,
     IntegerType,
@@ -141,7 +141,7 @@ def _count_bad(paths: list[str], errors: list[str | None], counters: tuple[Any, 
         counters[1].add(len(bad))
 
 
-def _binary_reader(spark: SparkSession, recursive: bool, path_glob_filter: str | None):
+def _binary_reader(spark: SparkSession, recursive: bool, path_glob_filter: str | None) -> DataFrameReader:
     reader = spark.read.format("binaryFile").option("recursiveFileLookup", str(recursive).lower())
     return reader.option("pathGlobFilter", path_glob_filter) if path_glob_filter else reader
 

@@ -133,7 +133,7 @@ class ThreadCommunicator(_Exchanging):
         s = self._shared
         s.slots[self.rank] = tensor.detach().clone()
         s.barrier.wait()
-        out = list(s.slots)  # type: ignore[arg-type]
+        out = list(s.slots)
         s.barrier.wait()
         return out  # type: ignore[return-value]
 

@@ -14,7 +14,6 @@ The loop reads rows through :class:`Rows` only. Three kinds implement it:
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from functools import partial
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
@@ -22,10 +21,9 @@ import torch
 
 from irbis.kernels.sequences import PadStats, input_kind
 from irbis.train.data import (
-    Augment,
+    BatchPlan,
     BatchRounds,
     Shard,
-    batch_rng,
     drop_nonfinite,
     epoch_batches,
     iterate,
@@ -53,16 +51,12 @@ class Rows(Protocol):
     def step_count(self, batch_size: int, seed: int, rank: int, epochs: int) -> int:
         """Batches one pass over the rows takes at ``batch_size`` (length batches: the most of any epoch)."""
 
-    def train_batches(self, batch_size: int, steps: int, seed: int, rank: int, epoch: int, device: str,
-                      label_dtype: Any, start: int = 0, rounds: int = 1, augment: Augment | None = None,
-                      prefetch: bool = False) -> Iterator[tuple[Any, torch.Tensor]]:
-        """Batches ``start..steps * rounds - 1`` of ``epoch``, augmented (the input format's augmentation,
-        then ``augment`` drawing from :func:`~irbis.train.data.batch_rng` of the batch): ``steps`` a round,
-        the rounds past the first drawn afresh (workers that run free). Closing it stops any thread."""
+    def train_batches(self, plan: BatchPlan) -> Iterator[tuple[Any, torch.Tensor]]:
+        """The batches of ``plan`` (:class:`~irbis.train.data.BatchPlan`), augmented (the input format's
+        augmentation, then ``plan.augment``). Closing it stops any thread."""
 
-    def norm_inputs(self, batch_size: int, steps: int, seed: int, rank: int, epoch: int, device: str,
-                    label_dtype: Any) -> Iterator[Any]:
-        """The inputs of the first ``steps`` batches training draws in ``epoch``, unaugmented (BatchNorm's
+    def norm_inputs(self, plan: BatchPlan) -> Iterator[Any]:
+        """The inputs of the first ``plan.steps`` batches training draws in its epoch, unaugmented (BatchNorm's
         statistics)."""
 
     def eval_batches(self, batch_size: int, device: str, label_dtype: Any) -> Iterator[tuple[Any, torch.Tensor]]:
@@ -107,16 +101,14 @@ class TensorRows:
     def step_count(self, batch_size: int, seed: int, rank: int, epochs: int) -> int:
         return -(-len(self) // batch_size)
 
-    def train_batches(self, batch_size: int, steps: int, seed: int, rank: int, epoch: int, device: str,
-                      label_dtype: Any, start: int = 0, rounds: int = 1, augment: Augment | None = None,
-                      prefetch: bool = False) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        batches = BatchRounds(len(self), batch_size, steps, seed, rank, epoch, rounds)
-        return iterate(self.x, self.y, batches, augment, partial(batch_rng, seed, rank, epoch), prefetch, start)
+    def train_batches(self, plan: BatchPlan) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        batches = BatchRounds(len(self), plan.batch_size, plan.steps, plan.seed, plan.rank, plan.epoch, plan.rounds)
+        return iterate(self.x, self.y, batches, plan.augment, plan.rng, plan.prefetch, plan.start)
 
-    def norm_inputs(self, batch_size: int, steps: int, seed: int, rank: int, epoch: int, device: str,
-                    label_dtype: Any) -> Iterator[torch.Tensor]:
+    def norm_inputs(self, plan: BatchPlan) -> Iterator[torch.Tensor]:
         return iter([self.x[torch.from_numpy(ids).to(self.x.device)]
-                     for ids in epoch_batches(len(self), batch_size, steps, seed, rank, epoch)])
+                     for ids in epoch_batches(len(self), plan.batch_size, plan.steps, plan.seed, plan.rank,
+                                              plan.epoch)])
 
     def eval_batches(self, batch_size: int, device: str,
                      label_dtype: Any) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
@@ -142,30 +134,30 @@ def worker_rows(shard: Any, spec: Any, rank: int, model: torch.nn.Module) -> tup
     :class:`~irbis.train.stream.SpilledShard`; ``spec``: the run's :class:`~irbis.train.loop.TrainSpec`;
     ``model``: the network, whose ``input_kind`` variable-length batches take (checked on a first batch).
     The validation rows are a seeded share of the worker's (``validation_fraction``)."""
-    label_dtype = np.int64 if spec.loss == "cross_entropy" else np.float32
-    split_seed = spec.seed + 7919 * rank
+    label_dtype = np.int64 if spec.optim.loss == "cross_entropy" else np.float32
+    split_seed = spec.data.seed + 7919 * rank
     dense = isinstance(shard, Shard)
-    ragged = is_ragged(shard.x) if dense else (spec.input_format is not None and spec.input_format.sequences)
-    if ragged and spec.auto_batch is not None:
+    ragged = is_ragged(shard.x) if dense else (spec.data.input_format is not None and spec.data.input_format.sequences)
+    if ragged and spec.schedule.auto_batch is not None:
         raise ValueError("batchSize='auto' does not apply to variable-length rows: their batches are cut "
                          "by tokenBudget; give batchSize as a number (the most rows of a batch)")
     train: Any
     val: Any
     if dense and ragged:  # variable-length rows (irbis.train.sequences)
-        keep, skipped = usable_rows(shard.x, shard.y, spec.nan_policy)
-        tr, va = split_validation(Shard(shard.x[keep], shard.y[keep]), spec.validation_fraction, split_seed)
-        train, val = (RaggedRows(s.x, np.asarray(s.y, label_dtype), input_kind(model), spec.token_budget,
-                                 spec.batch_size) for s in (tr, va))
+        keep, skipped = usable_rows(shard.x, shard.y, spec.data.nanPolicy)
+        tr, va = split_validation(Shard(shard.x[keep], shard.y[keep]), spec.data.validationFraction, split_seed)
+        train, val = (RaggedRows(s.x, np.asarray(s.y, label_dtype), input_kind(model), spec.data.tokenBudget,
+                                 spec.schedule.batchSize) for s in (tr, va))
     elif dense:
-        shard, skipped = drop_nonfinite(shard) if spec.nan_policy == "skip" else (shard, 0)
-        tr, va = split_validation(shard, spec.validation_fraction, split_seed)
-        train, val = (TensorRows.of(s, spec.input_shape, label_dtype, spec.device) for s in (tr, va))
+        shard, skipped = drop_nonfinite(shard) if spec.data.nanPolicy == "skip" else (shard, 0)
+        tr, va = split_validation(shard, spec.data.validationFraction, split_seed)
+        train, val = (TensorRows.of(s, spec.data.inputShape, label_dtype, spec.hardware.device) for s in (tr, va))
     else:  # a SpilledShard (irbis.train.stream): rows read back a batch at a time
-        train, val, skipped = shard.split(spec.validation_fraction, split_seed, spec.nan_policy)
+        train, val, skipped = shard.split(spec.data.validationFraction, split_seed, spec.data.nanPolicy)
         if ragged:  # token ids past the buffer: length batches within each shuffle window
             for rows in (train, val):
-                rows.use_lengths(input_kind(model), spec.token_budget, spec.batch_size)
-    first = first_batch(train, spec.device, label_dtype) if ragged else None
+                rows.use_lengths(input_kind(model), spec.data.tokenBudget, spec.schedule.batchSize)
+    first = first_batch(train, spec.hardware.device, label_dtype) if ragged else None
     if first is not None:
         check_network(model, first[0], train.kind, first[1])
     return train, val, skipped

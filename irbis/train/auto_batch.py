@@ -59,9 +59,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from irbis.train.data import BatchPlan
 from irbis.train.optim import set_lr
-from irbis.train.rows import Rows
+from irbis.train.rows import BatchPlan, Rows
 from irbis.train.strategy import DistributedOptimizer, WorkerContext, all_reduce_mean
 
 #: Candidate sizes per worker when the estimator's ``autoBatchSizes`` is not set.

@@ -7,8 +7,7 @@ from typing import Any
 
 import torch
 
-from irbis.train.data import BatchPlan
-from irbis.train.rows import Rows
+from irbis.train.rows import BatchPlan, Rows
 from irbis.train.sequences import forward
 from irbis.train.strategy import WorkerContext
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import queue
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -24,31 +24,6 @@ class Shard:
 
     def __len__(self) -> int:
         return len(self.y)
-
-
-@dataclass(frozen=True)
-class BatchPlan:
-    """Which of a worker's batches to make, and how: ``steps`` batches a round of ``batch_size`` rows (rows cut
-    by length: at most), of ``epoch``'s order drawn from ``seed`` and ``rank``, on ``device`` with labels of
-    ``label_dtype``; from batch ``start`` on, for ``rounds`` rounds (the rounds past the first drawn afresh,
-    for workers that run free, see :class:`BatchRounds`); each batch passed through ``augment`` drawing from
-    :func:`batch_rng`, and, for rows held as tensors, made on a thread when ``prefetch``."""
-
-    batch_size: int
-    steps: int
-    seed: int
-    rank: int
-    epoch: int
-    device: str = "cpu"
-    label_dtype: Any = np.int64
-    start: int = 0
-    rounds: int = 1
-    augment: Augment | None = None
-    prefetch: bool = False
-
-    def rng(self, batch: int) -> np.random.Generator:
-        """The generator ``augment`` draws from for ``batch``: :func:`batch_rng` of its place in the run."""
-        return batch_rng(self.seed, self.rank, self.epoch, batch)
 
 
 def drop_nonfinite(shard: Shard) -> tuple[Shard, int]:
@@ -182,36 +157,3 @@ def prefetched(items: Iterator[Any], depth: int = 2) -> Iterator[Any]:
                 q.get(timeout=0.05)
             except queue.Empty:
                 pass
-
-
-class BatchedRows:
-    """The part of :class:`~irbis.train.rows.Rows` that rows made a batch at a time share (rows read back
-    from a spill, variable-length rows): a subclass gives ``batches(plan, augment, hook)``, the plan's batches
-    (:class:`BatchPlan`: ``start..steps * rounds - 1`` of its epoch; augmented by the input format when
-    ``augment``, then passed through ``hook(xb, i)``), and ``in_order(batch_size, device, label_dtype)``."""
-
-    def batches(self, plan: BatchPlan, augment: bool = True,
-                hook: Callable[[Any, int], Any] | None = None) -> Iterator[tuple[Any, torch.Tensor]]:
-        raise NotImplementedError
-
-    def in_order(self, batch_size: int, device: str, label_dtype: Any) -> Iterator[tuple[Any, torch.Tensor]]:
-        raise NotImplementedError
-
-    def train_batches(self, plan: BatchPlan) -> Iterator[tuple[Any, torch.Tensor]]:
-        """:meth:`batches` of ``plan``, augmented, then ``plan.augment``; made on a thread while the step runs
-        (always: ``plan.prefetch`` is for rows held as tensors)."""
-        augment = plan.augment
-        hook = None if augment is None else (lambda xb, i: augment(xb, plan.rng(i)))
-        return prefetched(self.batches(plan, augment=True, hook=hook))
-
-    def norm_inputs(self, plan: BatchPlan) -> Iterator[Any]:
-        """The inputs of the first ``plan.steps`` batches of its epoch (see :meth:`batches`), unaugmented."""
-        return (xb for xb, _ in self.batches(replace(plan, start=0, rounds=1), augment=False))
-
-    def eval_batches(self, batch_size: int, device: str, label_dtype: Any) -> Iterator[tuple[Any, torch.Tensor]]:
-        """Every row once: :meth:`in_order`."""
-        return self.in_order(batch_size, device, label_dtype)
-
-    def row_bytes(self) -> int:
-        """0: no row is held at a fixed size (rows are read back, or padded, a batch at a time)."""
-        return 0

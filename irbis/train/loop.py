@@ -23,7 +23,7 @@ from irbis.kernels.sequences import PadStats
 from irbis.train import checkpoint as ckpt
 from irbis.train.auto_batch import AutoBatch, search_batch
 from irbis.train.batchnorm import average_buffers, recompute_batchnorm
-from irbis.train.data import Augment, BatchPlan, Shard
+from irbis.train.data import Augment, Shard
 from irbis.train.evaluate import AUC_BINS, auc_from_histograms, evaluate
 from irbis.train.health import LossWatch, growth_warning, non_finite_error
 from irbis.train.networks import build_network
@@ -39,7 +39,7 @@ from irbis.train.optim import (
     set_lr,
     update_batch,
 )
-from irbis.train.rows import Rows, worker_rows
+from irbis.train.rows import BatchPlan, Rows, worker_rows
 from irbis.train.sequences import forward
 from irbis.train.strategies import make_strategy
 from irbis.train.strategy import DistributedOptimizer, FlatParams, WorkerContext, embedding_tables

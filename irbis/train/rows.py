@@ -1,6 +1,7 @@
 """A worker's training and validation rows behind one interface, whatever their kind.
 
-The loop reads rows through :class:`Rows` only. Three kinds implement it:
+The loop reads rows through :class:`Rows` only, and asks for batches by a :class:`BatchPlan`. Three kinds
+implement it (the two made a batch at a time share :class:`BatchedRows`):
 
 * :class:`TensorRows`: rows of one length held in memory as tensors on the run's device (a dense
   :class:`~irbis.train.data.Shard`), batched by :func:`~irbis.train.data.epoch_batches`;
@@ -14,6 +15,7 @@ The loop reads rows through :class:`Rows` only. Three kinds implement it:
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass, replace
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
@@ -21,18 +23,44 @@ import torch
 
 from irbis.kernels.sequences import PadStats, input_kind
 from irbis.train.data import (
-    BatchPlan,
+    Augment,
     BatchRounds,
     Shard,
+    batch_rng,
     drop_nonfinite,
     epoch_batches,
     iterate,
+    prefetched,
     split_validation,
 )
-from irbis.train.sequences import RaggedRows, check_network, first_batch, is_ragged, usable_rows
 
 #: Batches of a sample: ``batches(lo, hi, size)`` gives its rows ``lo..hi-1``, ``size`` at a time.
 SampleBatches = Callable[[int, int, int], Iterator[tuple[Any, torch.Tensor]]]
+
+
+@dataclass(frozen=True)
+class BatchPlan:
+    """Which of a worker's batches to make, and how: ``steps`` batches a round of ``batch_size`` rows (rows cut
+    by length: at most), of ``epoch``'s order drawn from ``seed`` and ``rank``, on ``device`` with labels of
+    ``label_dtype``; from batch ``start`` on, for ``rounds`` rounds (the rounds past the first drawn afresh,
+    for workers that run free, see :class:`~irbis.train.data.BatchRounds`); each batch passed through
+    ``augment`` drawing from :meth:`rng`, and, for rows held as tensors, made on a thread when ``prefetch``."""
+
+    batch_size: int
+    steps: int
+    seed: int
+    rank: int
+    epoch: int
+    device: str = "cpu"
+    label_dtype: Any = np.int64
+    start: int = 0
+    rounds: int = 1
+    augment: Augment | None = None
+    prefetch: bool = False
+
+    def rng(self, batch: int) -> np.random.Generator:
+        """The generator ``augment`` draws from for ``batch``: :func:`~irbis.train.data.batch_rng` of its place."""
+        return batch_rng(self.seed, self.rank, self.epoch, batch)
 
 
 @runtime_checkable
@@ -52,7 +80,7 @@ class Rows(Protocol):
         """Batches one pass over the rows takes at ``batch_size`` (length batches: the most of any epoch)."""
 
     def train_batches(self, plan: BatchPlan) -> Iterator[tuple[Any, torch.Tensor]]:
-        """The batches of ``plan`` (:class:`~irbis.train.data.BatchPlan`), augmented (the input format's
+        """The batches of ``plan`` (:class:`BatchPlan`), augmented (the input format's
         augmentation, then ``plan.augment``). Closing it stops any thread."""
 
     def norm_inputs(self, plan: BatchPlan) -> Iterator[Any]:
@@ -127,6 +155,39 @@ class TensorRows:
         return int((~torch.isfinite(x.reshape(len(x), -1)).all(1) | ~torch.isfinite(y.double())).sum())
 
 
+class BatchedRows:
+    """The part of :class:`Rows` that rows made a batch at a time share (rows read back
+    from a spill, variable-length rows): a subclass gives ``batches(plan, augment, hook)``, the plan's batches
+    (:class:`BatchPlan`: ``start..steps * rounds - 1`` of its epoch; augmented by the input format when
+    ``augment``, then passed through ``hook(xb, i)``), and ``in_order(batch_size, device, label_dtype)``."""
+
+    def batches(self, plan: BatchPlan, augment: bool = True,
+                hook: Callable[[Any, int], Any] | None = None) -> Iterator[tuple[Any, torch.Tensor]]:
+        raise NotImplementedError
+
+    def in_order(self, batch_size: int, device: str, label_dtype: Any) -> Iterator[tuple[Any, torch.Tensor]]:
+        raise NotImplementedError
+
+    def train_batches(self, plan: BatchPlan) -> Iterator[tuple[Any, torch.Tensor]]:
+        """:meth:`batches` of ``plan``, augmented, then ``plan.augment``; made on a thread while the step runs
+        (always: ``plan.prefetch`` is for rows held as tensors)."""
+        augment = plan.augment
+        hook = None if augment is None else (lambda xb, i: augment(xb, plan.rng(i)))
+        return prefetched(self.batches(plan, augment=True, hook=hook))
+
+    def norm_inputs(self, plan: BatchPlan) -> Iterator[Any]:
+        """The inputs of the first ``plan.steps`` batches of its epoch (see :meth:`batches`), unaugmented."""
+        return (xb for xb, _ in self.batches(replace(plan, start=0, rounds=1), augment=False))
+
+    def eval_batches(self, batch_size: int, device: str, label_dtype: Any) -> Iterator[tuple[Any, torch.Tensor]]:
+        """Every row once: :meth:`in_order`."""
+        return self.in_order(batch_size, device, label_dtype)
+
+    def row_bytes(self) -> int:
+        """0: no row is held at a fixed size (rows are read back, or padded, a batch at a time)."""
+        return 0
+
+
 def worker_rows(shard: Any, spec: Any, rank: int, model: torch.nn.Module) -> tuple[Rows, Rows, int]:
     """A worker's training and validation rows, and the rows left out under ``nan_policy="skip"``.
 
@@ -134,6 +195,8 @@ def worker_rows(shard: Any, spec: Any, rank: int, model: torch.nn.Module) -> tup
     :class:`~irbis.train.stream.SpilledShard`; ``spec``: the run's :class:`~irbis.train.loop.TrainSpec`;
     ``model``: the network, whose ``input_kind`` variable-length batches take (checked on a first batch).
     The validation rows are a seeded share of the worker's (``validation_fraction``)."""
+    from irbis.train.sequences import RaggedRows, check_network, first_batch, is_ragged, usable_rows
+
     label_dtype = np.int64 if spec.optim.loss == "cross_entropy" else np.float32
     split_seed = spec.data.seed + 7919 * rank
     dense = isinstance(shard, Shard)
@@ -163,4 +226,4 @@ def worker_rows(shard: Any, spec: Any, rank: int, model: torch.nn.Module) -> tup
     return train, val, skipped
 
 
-__all__ = ["Rows", "SampleBatches", "TensorRows", "worker_rows"]
+__all__ = ["BatchPlan", "BatchedRows", "Rows", "SampleBatches", "TensorRows", "worker_rows"]

@@ -39,7 +39,7 @@ import torch
 from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence
 
 from irbis.kernels.sequences import PadStats, length_batches, pad_rows, padded_length
-from irbis.train.data import BatchedRows, BatchPlan
+from irbis.train.rows import BatchedRows, BatchPlan
 
 #: The rows of a chunk that length batches are cut from, in batches of the row cap: rows of alike length
 #: within a random chunk, each epoch's afresh (see the module docstring).

@@ -37,7 +37,8 @@ import pyarrow.compute as pc
 import torch
 
 from irbis.kernels.threads import for_each_row
-from irbis.train.data import BatchedRows, BatchPlan, Shard
+from irbis.train.data import Shard
+from irbis.train.rows import BatchedRows, BatchPlan
 
 #: Column names of the training frame (see :func:`irbis.spark.training.training_frame`).
 FEATURES, LABEL = "__features", "__label"

@@ -14,9 +14,10 @@ from hypothesis import strategies as st
 from irbis.kernels.sequences import length_batches, padded_length
 from irbis.train.auto_batch import AutoBatch
 from irbis.train.backends.local import run_threads, shard_rows
-from irbis.train.data import BatchPlan, Shard
+from irbis.train.data import Shard
 from irbis.train.loop import TrainSpec, step_autocast
 from irbis.train.networks import network_spec
+from irbis.train.rows import BatchPlan
 from irbis.train.sequences import RaggedRows, make_batch
 from irbis.train.stream import FEATURES, LABEL, InputFormat, SpilledShard, read_partition
 from train_helpers import peak_rss_mib, token_task
@@ -222,7 +223,7 @@ def test_a_worker_streaming_8x_more_token_ids_keeps_its_peak_memory():
     176 MB), with a 2,000-row buffer, in length batches."""
     script = textwrap.dedent("""
         import resource, sys, numpy as np, pyarrow as pa
-        from irbis.train.data import BatchPlan
+        from irbis.train.rows import BatchPlan
         from irbis.train.stream import FEATURES, LABEL, InputFormat, read_partition
         rows = int(sys.argv[1])
         def gen():

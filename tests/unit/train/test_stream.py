@@ -6,7 +6,8 @@ import textwrap
 import numpy as np
 import pyarrow as pa
 
-from irbis.train.data import BatchPlan, Shard
+from irbis.train.data import Shard
+from irbis.train.rows import BatchPlan
 from irbis.train.stream import FEATURES, LABEL, InputFormat, SpilledShard, read_partition
 from train_helpers import peak_rss_mib
 
@@ -86,7 +87,7 @@ def test_a_worker_peak_memory_does_not_grow_with_its_share():
     """Peak RSS of a worker reading and training-iterating 40 MB and 320 MB of rows, with a 2,000-row buffer."""
     script = textwrap.dedent("""
         import resource, sys, numpy as np, pyarrow as pa
-        from irbis.train.data import BatchPlan
+        from irbis.train.rows import BatchPlan
         from irbis.train.stream import FEATURES, LABEL, InputFormat, read_partition
         rows, d = int(sys.argv[1]), 1000
         def gen():

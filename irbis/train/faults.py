@@ -71,7 +71,7 @@ class _Straggler:
     """One worker's straggling, entered around each of its steps."""
 
     def __init__(self, factor: float) -> None:
-        self.factor, self.last = factor, None
+        self.factor, self.last = factor, None  # type: float, float | None
 
     def __enter__(self) -> None:
         if self.last is not None:

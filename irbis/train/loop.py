@@ -56,11 +56,13 @@ PROGRESS_UPDATES = 20
 TRAINING_PRECISIONS = ("auto", "fp32", "bf16")
 
 
+# The groups of a TrainSpec. A field named in camel case is the estimator's Param of that name (its value
+# parsed, where the Param is text); the others are what the estimator works out.
+
+
 @dataclass(frozen=True)
 class OptimSpec:
-    """How a step updates the weights: the estimator's Params of the same names (``optimizer`` and ``loss``
-    resolved to what they name, ``classWeights`` parsed), and ``lr_factors``, parameter-name prefix ->
-    factor of the learning rate (the stages that fine-tune, see ``TorchEstimator.fine_tune``)."""
+    """How a step updates the weights (``optimizer`` and ``loss`` resolved to what they name)."""
 
     optimizer: str | Callable[..., torch.optim.Optimizer] = "adam"
     learningRate: float = 1e-3
@@ -68,34 +70,27 @@ class OptimSpec:
     unitGain: bool = False
     loss: str | LossFn = "cross_entropy"
     classWeights: str | list[float] | None = None  # cross-entropy weights: "balanced" or one per class
-    lr_factors: dict[str, float] = field(default_factory=dict)
+    lr_factors: dict[str, float] = field(default_factory=dict)  # parameter-name prefix -> learning-rate factor
 
 
 @dataclass(frozen=True)
 class ScheduleSpec:
-    """How long, in batches of what size, and at what rate over time: the estimator's Params of the same names
-    (``learningRateSchedule`` parsed; ``batchSize`` a number, the first candidate under ``batchSize="auto"``),
-    and ``auto_batch``, how the size is searched under ``batchSize="auto"``."""
+    """How long, in batches of what size, at what rate over time."""
 
     epochs: int = 10
-    batchSize: int = 32
+    batchSize: int = 32  # under batchSize="auto": the first size tried
     learningRateSchedule: dict[str, Any] | None = None
     lrScaling: str = "none"  # irbis.train.optim.LR_SCALINGS: the rate times the batch scaling
     warmupEpochs: float = 0.0  # epochs over which the batch scaling climbs from 1, step by step
     referenceBatchSize: int = 0  # the batch learningRate is meant for (0: batchSize, one worker's)
     earlyStoppingPatience: int = 0  # epochs without a better validation loss before stopping (0: never)
     recomputeBatchNorm: str = "auto"  # irbis.train.batchnorm.BATCHNORM_RECOMPUTE, see recompute_batchnorm
-    auto_batch: AutoBatch | None = None
+    auto_batch: AutoBatch | None = None  # batchSize="auto": how the size is searched
 
 
 @dataclass(frozen=True)
 class DataSpec:
-    """How a worker reads, holds, splits and batches its rows: the estimator's Params of the same names, and
-    what the estimator works out: ``input_format`` (:class:`irbis.train.stream.InputFormat` of the features
-    column; None: numbers), ``augment`` (a callable run on every batch, ``f(batch, rng)``) and ``prefetch``
-    (rows in memory: make the next batch on a thread), ``spill_dir`` (worker-local folder of the spill
-    file; None: the temporary folder), ``classes_param`` (the user's Param that set the network's classes,
-    named by the label check)."""
+    """How a worker reads, holds, splits and batches its rows."""
 
     seed: int = 0
     validationFraction: float = 0.0
@@ -103,39 +98,36 @@ class DataSpec:
     shuffleBuffer: int = 10_000  # rows a worker holds in memory: its whole share below it, a shuffle window above
     tokenBudget: int = 4096  # variable-length rows: padded tokens (rows x padded length) per batch at most
     nanPolicy: str = "error"  # one of irbis.train.health.NAN_POLICIES
-    input_format: Any = None
-    augment: Augment | None = None
-    prefetch: bool = False
-    spill_dir: str | None = None
-    classes_param: str | None = None
+    input_format: Any = None  # irbis.train.stream.InputFormat of the features column (None: numbers)
+    augment: Augment | None = None  # f(batch, rng), run on every batch
+    prefetch: bool = False  # rows in memory: make the next batch on a thread
+    spill_dir: str | None = None  # worker-local folder of the spill file (None: the temporary folder)
+    classes_param: str | None = None  # the user's Param that set the network's classes, for the label error
 
 
 @dataclass(frozen=True)
 class CheckpointSpec:
-    """Where and how often workers write checkpoints: the estimator's Params of the same names
-    (``checkpointDir`` the run's own folder in the user's)."""
+    """Where (the run's own folder) and how often (steps; 0: every epoch) the workers write checkpoints."""
 
     checkpointDir: str | None = None
-    checkpointInterval: int = 0  # steps between checkpoints (0: at the end of every epoch)
+    checkpointInterval: int = 0
 
 
 @dataclass(frozen=True)
 class StrategySpec:
-    """What the workers communicate, and when: the estimator's Params of the same names (``strategyOptions``
-    parsed), and ``ps_endpoint``, the driver's shards (:mod:`irbis.train.ps.driver`) where placed there."""
+    """What the workers communicate, and when."""
 
     strategy: str = "sync"
     strategyOptions: dict[str, Any] = field(default_factory=dict)
-    ps_endpoint: dict[str, Any] | None = None
+    ps_endpoint: dict[str, Any] | None = None  # the driver's shards (irbis.train.ps.driver), if placed there
 
 
 @dataclass(frozen=True)
 class DeviceSpec:
-    """Where and in what arithmetic a step runs: the estimator's Params of the same names, and
-    ``torch_threads``, torch's threads in a worker (None: torch's choice)."""
+    """Where and in what arithmetic a step runs."""
 
     device: str = "cpu"
-    trainingPrecision: str = "auto"  # one of TRAINING_PRECISIONS: the arithmetic of a step (see step_autocast)
+    trainingPrecision: str = "auto"  # one of TRAINING_PRECISIONS (see step_autocast)
     torch_threads: int | None = None
 
 
@@ -146,14 +138,11 @@ GROUPS = {"optim": OptimSpec, "schedule": ScheduleSpec, "data": DataSpec, "check
 
 @dataclass(frozen=True)
 class TrainSpec:
-    """Everything a worker needs, as plain picklable values, in groups whose fields are named as the
-    estimator's Params (the values that are no Param in snake case): the optimizer (``optim``), the
-    schedule, the data, the checkpoints, the strategy (``parallel``) and the device (``hardware``).
-
-    Built by :meth:`of` from values by name, changed by :meth:`updated`. ``step_hook``, for tests and
-    benchmarks (:class:`irbis.train.faults.Stragglers`): called with a worker's rank, a context manager
-    that the loop enters around each of that worker's steps.
-    """
+    """Everything a worker needs, as plain picklable values, in groups (:data:`GROUPS`): the optimizer
+    (``optim``), the schedule, the data, the checkpoints, the strategy (``parallel``) and the device
+    (``hardware``). Built by :meth:`of`, changed by :meth:`updated`, from values by name. ``step_hook``, for
+    tests and benchmarks (:mod:`irbis.train.faults`): called with a worker's rank, a context manager the loop
+    enters around each of its steps."""
 
     network: dict[str, Any]
     optim: OptimSpec = field(default_factory=OptimSpec)
@@ -166,28 +155,23 @@ class TrainSpec:
 
     @staticmethod
     def names() -> dict[str, str]:
-        """Every grouped value's name -> its group's field."""
+        """Every grouped value's name -> its group."""
         return {f.name: group for group, cls in GROUPS.items() for f in fields(cls)}
 
     @classmethod
     def of(cls, network: dict[str, Any], step_hook: Any = None, **values: Any) -> TrainSpec:
-        """The spec of ``network`` with ``values`` by name (the Params' names; the others' defaults)."""
-        return cls(network, step_hook=step_hook, **_grouped(cls(network), values))
+        """The spec of ``network`` with ``values`` by name, the defaults elsewhere."""
+        return cls(network, step_hook=step_hook).updated(**values)
 
     def updated(self, **values: Any) -> TrainSpec:
         """This spec with ``values`` by name changed."""
-        return replace(self, **_grouped(self, values))
-
-
-def _grouped(spec: TrainSpec, values: dict[str, Any]) -> dict[str, Any]:
-    names = TrainSpec.names()
-    unknown = sorted(set(values) - set(names))
-    if unknown:
-        raise TypeError(f"TrainSpec: unknown values {unknown}")
-    groups: dict[str, dict[str, Any]] = {}
-    for name, value in values.items():
-        groups.setdefault(names[name], {})[name] = value
-    return {group: replace(getattr(spec, group), **changed) for group, changed in groups.items()}
+        names, groups = self.names(), {}  # type: dict[str, str], dict[str, dict[str, Any]]
+        unknown = sorted(set(values) - set(names))
+        if unknown:
+            raise TypeError(f"TrainSpec: unknown values {unknown}")
+        for name, value in values.items():
+            groups.setdefault(names[name], {})[name] = value
+        return replace(self, **{g: replace(getattr(self, g), **changed) for g, changed in groups.items()})
 
 
 @dataclass

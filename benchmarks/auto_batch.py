@@ -104,9 +104,9 @@ def run(workload: str, batch: int | str, data: tuple, epochs: int, seed: int = 0
         return -(-((len(ytr) + 1) // 2) // b)
 
     auto = AutoBatch(SWEEP, every=every) if batch == "auto" else None
-    spec = TrainSpec(network=network_spec(factory), epochs=epochs, batch_size=SWEEP[0] if auto else int(batch),
-                     optimizer="momentum", learning_rate=0.05, lr_scaling="linear", reference_batch_size=32,
-                     auto_batch=auto, input_shape=shape, seed=seed, torch_threads=1, recompute_batchnorm="never")
+    spec = TrainSpec.of(network=network_spec(factory), epochs=epochs, batchSize=SWEEP[0] if auto else int(batch),
+                        optimizer="momentum", learningRate=0.05, lrScaling="linear", referenceBatchSize=32,
+                        auto_batch=auto, inputShape=shape, seed=seed, torch_threads=1, recomputeBatchNorm="never")
     clock["start"] = time.perf_counter()
     run_threads(spec, shard_rows(xtr, ytr, 2), report=report)
     return {"batch": batch, "curve": curve}

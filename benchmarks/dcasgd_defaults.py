@@ -171,9 +171,9 @@ def train(run: Any, data: tuple, strategy: str, options: dict, workers: int, lr:
 
     xtr, xte, ytr, yte = data
     arch, arch_options, shape, _ = WORKLOADS[workload]
-    spec = TrainSpec(network=network_spec(arch, arch_options), epochs=epochs, batch_size=BATCH, optimizer="sgd",
-                     learning_rate=lr, strategy=strategy, strategy_options=options, seed=seed, input_shape=shape,
-                     torch_threads=1)
+    spec = TrainSpec.of(network=network_spec(arch, arch_options), epochs=epochs, batchSize=BATCH, optimizer="sgd",
+                        learningRate=lr, strategy=strategy, strategyOptions=options, seed=seed, inputShape=shape,
+                        torch_threads=1)
     results = run(spec, shard_rows(xtr, ytr, workers), corrected)
     module = build_model(arch, **arch_options)
     module.load_state_dict(torch.load(io.BytesIO(results[0].state), weights_only=True))

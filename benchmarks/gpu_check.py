@@ -510,11 +510,11 @@ def finetune_spec(device: str, batch: int, side: int) -> Any:
     with torch.device("meta"):
         head = head_name(finetune_network(BACKBONE, 2, "", 0, False, 0.2))
     factory = partial(finetune_network, BACKBONE, 2, "", 0, True, 0.2)
-    return TrainSpec(network=network_spec(partial(watched_network, factory)), epochs=1, batch_size=batch,
-                     optimizer="adam", learning_rate=1e-3, device=device, input_shape=list(pre.input_shape),
-                     input_format=InputFormat("encoded", list(pre.input_shape), "float32", pre.to_dict(),
+    return TrainSpec.of(network=network_spec(partial(watched_network, factory)), epochs=1, batchSize=batch,
+                        optimizer="adam", learningRate=1e-3, device=device, inputShape=list(pre.input_shape),
+                        input_format=InputFormat("encoded", list(pre.input_shape), "float32", pre.to_dict(),
                                               parse_augmentation(json.dumps(AUGMENTATION))),
-                     lr_factors={head: 1.0, "": 0.1}, recompute_batchnorm="never", seed=0)
+                        lr_factors={head: 1.0, "": 0.1}, recomputeBatchNorm="never", seed=0)
 
 
 def irbis_finetune(spec: Any, files: list[bytes], labels: np.ndarray, workdir: Path) -> tuple[float, list[float]]:
@@ -525,9 +525,9 @@ def irbis_finetune(spec: Any, files: list[bytes], labels: np.ndarray, workdir: P
     from irbis.train.stream import FEATURES, LABEL, read_partition
 
     batch = pa.RecordBatch.from_pydict({FEATURES: pa.array(files, pa.binary()), LABEL: pa.array(labels)})
-    shard, _ = read_partition(iter([batch]), spec.input_format, buffer_rows=10_000, spill_dir=str(workdir))
+    shard, _ = read_partition(iter([batch]), spec.data.input_format, buffer_rows=10_000, spill_dir=str(workdir))
     (result,) = run_threads(spec, [shard])
-    return len(files) * spec.epochs / result.loop_seconds, [r["loss"] for r in result.history]
+    return len(files) * spec.schedule.epochs / result.loop_seconds, [r["loss"] for r in result.history]
 
 
 class JpegFiles:
@@ -544,7 +544,7 @@ class JpegFiles:
         from irbis.kernels.image_features import load_rgb
         from irbis.models.preprocess import Preprocessing
 
-        fmt = self.spec.input_format
+        fmt = self.spec.data.input_format
         pre = Preprocessing.from_dict(fmt.preprocessing)
         rgb = load_rgb(self.files[i], pre, True)
         return augment_rgb(rgb, pre, fmt.augmentation, np.random.default_rng(i)), int(self.labels[i])
@@ -556,15 +556,16 @@ def plain_finetune(spec: Any, files: list[bytes], labels: np.ndarray, workers: i
 
     from irbis.train.finetune import finetune_network
 
-    dev = torch.device(spec.device)
+    dev = torch.device(spec.hardware.device)
     model = finetune_network(BACKBONE, 2, "", 0, True, 0.2).to(dev).to(memory_format=torch.channels_last).train()
-    head = next(iter(spec.lr_factors))
-    groups = [{"params": [p for n, p in model.named_parameters() if n.startswith(head)], "lr": spec.learning_rate},
+    head = next(iter(spec.optim.lr_factors))
+    rate = spec.optim.learningRate
+    groups = [{"params": [p for n, p in model.named_parameters() if n.startswith(head)], "lr": rate},
               {"params": [p for n, p in model.named_parameters() if not n.startswith(head)],
-               "lr": spec.learning_rate * spec.lr_factors[""]}]
+               "lr": rate * spec.optim.lr_factors[""]}]
     opt = torch.optim.Adam(groups)
-    loader = torch.utils.data.DataLoader(JpegFiles(files, labels, spec), batch_size=spec.batch_size, shuffle=True,
-                                         num_workers=workers, pin_memory=dev.type == "cuda",
+    loader = torch.utils.data.DataLoader(JpegFiles(files, labels, spec), batch_size=spec.schedule.batchSize,
+                                         shuffle=True, num_workers=workers, pin_memory=dev.type == "cuda",
                                          generator=torch.Generator().manual_seed(0))
 
     def step(xb: torch.Tensor, yb: torch.Tensor) -> torch.Tensor:
@@ -602,7 +603,7 @@ def finetune_part(report: Report, device: str, sizes: Sizes, workdir: Path) -> N
     for path, rate in ((f"plain PyTorch, DataLoader with {sizes.loader_workers} workers", plain),
                        ("Irbis loop (ImageClassifier's spec, thread backend, 1 worker)", irbis)):
         report.rows.append({"part": "fine-tuning", "path": path, "batch": sizes.tune_batch, "images_per_s": rate,
-                            "vs_plain": rate / plain, "images": len(files), "side": spec.input_shape[-1]})
+                            "vs_plain": rate / plain, "images": len(files), "side": spec.data.inputShape[-1]})
         report.say(f"fine-tuning {path}: {rate:.1f} images/s ({rate / plain:.2f}x plain)")
 
 
@@ -738,9 +739,9 @@ def text_tuning_part(report: Report, device: str, sizes: Sizes, model: str = "al
         head = head_name(TextFinetune(source, 2, pretrained=False)())
 
     def spec(epochs: int) -> Any:
-        return TrainSpec(network=network_spec(partial(watched_network, factory)), epochs=epochs, batch_size=16,
-                         optimizer="adam", learning_rate=1e-3, lr_factors={head: 1.0, "": 0.1}, token_budget=4096,
-                         device=device, validation_fraction=0.0)
+        return TrainSpec.of(network=network_spec(partial(watched_network, factory)), epochs=epochs, batchSize=16,
+                            optimizer="adam", learningRate=1e-3, lr_factors={head: 1.0, "": 0.1}, tokenBudget=4096,
+                            device=device, validationFraction=0.0)
 
     run_threads(spec(1), [Shard(rows[:32], labels[:32])])  # warm-up
     TRAINING_OUTPUTS.clear()

@@ -90,8 +90,8 @@ def collective_bytes(name: str, rows: int) -> dict[str, float]:
     x = np.resize((x[:rows] / 16).astype(np.float32), (rows, int(np.prod(shape))))
     out = {}
     for strategy, opts in COLLECTIVES.items():
-        spec = TrainSpec(network=network_spec(arch, options), epochs=4, batch_size=16, strategy=strategy,
-                         strategy_options=opts, input_shape=shape)
+        spec = TrainSpec.of(network=network_spec(arch, options), epochs=4, batchSize=16, strategy=strategy,
+                            strategyOptions=opts, inputShape=shape)
         history = run_threads(spec, shard_rows(x, y[:rows], 2))[0].history  # 4 epochs: whole averaging periods
         out[strategy] = float(np.mean([h["bytesPerStep"] for h in history]))
     return out

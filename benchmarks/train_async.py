@@ -15,11 +15,11 @@ The end-to-end comparison on Spark, Irbis's asynchronous strategies against spar
   - time to a target training loss (the first epoch whose mean loss is at or below it);
   - the staleness distribution of the server updates (mean, 90th percentile, max);
   - stragglers: 2 workers on the 2 cores (no oversubscription), each strategy with and without rank 0
-    slowed 3x (a sleep of twice its compute time each step, the estimator's internal ``_slow_workers``
-    hook): sync's samples/s with and without it, and each strategy's gain over sync in both cases, whose
-    ratio is the straggler's share of the gain. An epoch of the asynchronous strategies is the job's
-    share of steps, taken by whichever worker is free (the straggler takes fewer); a late backup worker
-    skips the steps already made without it;
+    slowed 3x (a sleep of twice its compute time each step: the training spec's ``step_hook`` with
+    :class:`irbis.train.faults.Stragglers`, for tests and benchmarks): sync's samples/s with and without
+    it, and each strategy's gain over sync in both cases, whose ratio is the straggler's share of the gain.
+    An epoch of the asynchronous strategies is the job's share of steps, taken by whichever worker is free
+    (the straggler takes fewer); a late backup worker skips the steps already made without it;
   - accuracy under staleness: 8 workers over several seeds, each row labelled with its server rule and
     rate (downpour: Adagrad, dcasgd: SGD), and downpour with an SGD server at dcasgd's rate, which differs
     from dcasgd only in the delay compensation (the comparison of the DC-ASGD paper);
@@ -112,15 +112,16 @@ def train(arch: str, options: dict, shape: list[int], data: tuple, epochs: int, 
           rates: tuple[float, float] = (LR, ADAGRAD_LR), augment: object = None) -> dict:
     from irbis.models import build_model
     from irbis.train.backends.local import run_processes, shard_rows
+    from irbis.train.faults import Stragglers
     from irbis.train.loop import TrainSpec
     from irbis.train.networks import network_spec
 
     xtr, xte, ytr, yte = data
     lr = learning_rate(strategy, sopts, workers, rates)
-    spec = TrainSpec(network=network_spec(arch, options), epochs=epochs, batch_size=64 // workers, optimizer="sgd",
-                     learning_rate=lr, lr_schedule=SCHEDULE, strategy=strategy,
-                     strategy_options=sopts, seed=seed, input_shape=shape, torch_threads=1,
-                     slow_workers=dict(slow or {}), augment=augment)
+    spec = TrainSpec.of(network=network_spec(arch, options), epochs=epochs, batchSize=64 // workers, optimizer="sgd",
+                        learningRate=lr, learningRateSchedule=SCHEDULE, strategy=strategy,
+                        strategyOptions=sopts, seed=seed, inputShape=shape, torch_threads=1,
+                        step_hook=Stragglers(dict(slow or {})) if slow else None, augment=augment)
     t0 = time.perf_counter()
     results = run_processes(spec, shard_rows(xtr, ytr, workers), retries=1)
     wall = time.perf_counter() - t0
@@ -147,8 +148,8 @@ def used_samples(results: list, strategy: str, sopts: dict, spec: object) -> int
     numbers), and for ``sync`` the steps times the ``N - backupWorkers`` gradients each step uses."""
     steps = [r.info["steps"] for r in results]
     if strategy == "sync":
-        return steps[0] * (len(results) - sopts.get("backupWorkers", 0)) * spec.batch_size
-    return sum(steps) * spec.batch_size
+        return steps[0] * (len(results) - sopts.get("backupWorkers", 0)) * spec.schedule.batchSize
+    return sum(steps) * spec.schedule.batchSize
 
 
 def stale_text(hist: object) -> str:

@@ -248,8 +248,8 @@ def accuracy_over_seeds(epochs: int, seeds: int = 5) -> list[str]:
     for strategy, options in STRATEGIES.items():
         accs = []
         for seed in range(seeds):
-            spec = TrainSpec(network={"kind": "architecture", "name": "mlp", "options": MLP}, epochs=epochs,
-                             batch_size=32, strategy=strategy, strategy_options=json.loads(options), seed=seed)
+            spec = TrainSpec.of(network={"kind": "architecture", "name": "mlp", "options": MLP}, epochs=epochs,
+                                batchSize=32, strategy=strategy, strategyOptions=json.loads(options), seed=seed)
             result = run_threads(spec, shard_rows(xtr, ytr, 2))[0]
             module = build_model("mlp", **MLP)
             module.load_state_dict(torch.load(io.BytesIO(result.state), weights_only=True))

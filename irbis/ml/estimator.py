@@ -22,7 +22,6 @@ import logging
 import posixpath
 import uuid
 from collections.abc import Callable
-from dataclasses import replace
 from functools import partial
 from typing import Any
 
@@ -271,7 +270,6 @@ class TorchEstimator(IrbisEstimator, HasTrainParams):
         super().__init__()
         self._callables: dict[str, Callable[..., Any]] = {}
         self.augment: Callable[..., Any] | None = None
-        self._slow_workers: dict[int, float] = {}  # tests and benchmarks only: rank -> slowdown factor
         self._lr_factors: dict[str, float] = {}  # parameter-name prefix -> learning-rate factor (ImageClassifier)
         self.last_spec: TrainSpec | None = None
         self._classes_param: str | None = None  # the Param that sets the network's classes (ImageClassifier)
@@ -382,26 +380,21 @@ class TorchEstimator(IrbisEstimator, HasTrainParams):
             auto = AutoBatch(parse_auto_sizes(self.getAutoBatchSizes()), self.getAutoBatchEvery(),
                              self.getAutoBatchTolerance())
             batch = auto.smallest
-        return TrainSpec(
-            network=network_spec(self._resolved("network"), self._options("networkOptions")),
-            epochs=self.getEpochs(), batch_size=batch, auto_batch=auto, optimizer=opt,
-            learning_rate=self.getLearningRate(), momentum=self.getMomentum(), unit_gain=self.getUnitGain(),
-            lr_schedule=validate_schedule(self._options("learningRateSchedule")), loss=self._resolved("loss"),
-            strategy=self.getStrategy(), strategy_options=self._options("strategyOptions"),
-            validation_fraction=self.getValidationFraction(), seed=self.getSeed(), device=self.getDevice(),
-            input_shape=self.getOrDefault("inputShape") if self.isDefined(self.inputShape) else None,
-            checkpoint_every=self.getCheckpointInterval(), augment=self.augment, prefetch=self.augment is not None,
-            slow_workers=dict(self._slow_workers), nan_policy=self.getNanPolicy(),
-            buffer_rows=self.getShuffleBuffer(), class_weights=parse_class_weights(self.getClassWeights()),
-            early_stopping_patience=self.getEarlyStoppingPatience(), lr_factors=dict(self._lr_factors),
-            classes_param=self._classes_param,
-            recompute_batchnorm=self.getRecomputeBatchNorm(), lr_scaling=self.getLrScaling(), warmup_epochs=warmup,
-            reference_batch_size=self.getReferenceBatchSize(), token_budget=self.getTokenBudget(),
-            training_precision=self.getTrainingPrecision()), strategy
+        # every grouped value named as a Param takes that Param's value; the rest are parsed or worked out
+        params = {name: self.getOrDefault(name) for name in TrainSpec.names()
+                  if self.hasParam(name) and self.isDefined(name)}
+        return TrainSpec.of(
+            network_spec(self._resolved("network"), self._options("networkOptions")),
+            **{**params, "batchSize": batch, "auto_batch": auto, "optimizer": opt, "loss": self._resolved("loss"),
+               "learningRateSchedule": validate_schedule(self._options("learningRateSchedule")),
+               "strategyOptions": self._options("strategyOptions"),
+               "classWeights": parse_class_weights(self.getClassWeights()), "augment": self.augment,
+               "prefetch": self.augment is not None, "lr_factors": dict(self._lr_factors),
+               "classes_param": self._classes_param, "checkpointDir": None}), strategy  # train_job: the run's folder
 
     def _input_format(self, dataset: Any, spec: TrainSpec) -> Any:
         """How the workers read the features column (:class:`~irbis.train.stream.InputFormat`); its ``shape``
-        is the job's input shape (the preprocessing's for images, else ``spec.input_shape``). Raises naming
+        is the job's input shape (the preprocessing's for images, else ``spec.data.inputShape``). Raises naming
         the Param for a combination that cannot work."""
         from irbis.models import preprocessing_for
         from irbis.spark.training import input_kind
@@ -419,14 +412,14 @@ class TorchEstimator(IrbisEstimator, HasTrainParams):
             raise ParamValueError("augmentation", self.getAugmentation(),
                                   "'[]' unless imagePreprocessing is set (the augmentation draws the images' "
                                   "geometry at the network's input size)")
-        if kind == "image" and preprocessing is None and spec.input_shape is None:
+        if kind == "image" and preprocessing is None and spec.data.inputShape is None:
             raise ValueError(f"TorchEstimator: inputCol {col!r} holds images; set imagePreprocessing (a "
                              f"catalogue model, e.g. 'efficientnet_lite0') or inputShape (C, H, W) of images of "
                              f"one size")
-        if kind == "tensor" and spec.input_shape is None:
+        if kind == "tensor" and spec.data.inputShape is None:
             raise ValueError(f"TorchEstimator: inputCol {col!r} is binary: set imagePreprocessing when it holds "
                              f"encoded image files, or inputShape (and inputDtype) when it holds tensor bytes")
-        shape = list(preprocessing.input_shape) if preprocessing is not None else spec.input_shape
+        shape = list(preprocessing.input_shape) if preprocessing is not None else spec.data.inputShape
         return InputFormat(kind, shape, self.getInputDtype(),
                            None if preprocessing is None else preprocessing.to_dict(), augmentation)
 
@@ -434,10 +427,10 @@ class TorchEstimator(IrbisEstimator, HasTrainParams):
     def _fit(self, dataset: Any) -> Any:
         tracked = fit_is_tracked(self)
         spec, module, results = self.train_job(dataset)
-        if spec.input_format.sequences:  # token ids: no one input shape
+        if spec.data.input_format.sequences:  # token ids: no one input shape
             model = self._fitted(module, spec.network, results, None)
         else:
-            model = self._fitted(module, spec.network, results, spec.input_shape or [results[0].info["features"]])
+            model = self._fitted(module, spec.network, results, spec.data.inputShape or [results[0].info["features"]])
         if tracked:
             log_fit(self, model.training_summary)
         return model
@@ -459,10 +452,10 @@ class TorchEstimator(IrbisEstimator, HasTrainParams):
         frame = training_frame(dataset, self.getInputCol(), self.getLabelCol(),
                                binary_as="encoded" if self.getImagePreprocessing() else "tensor")
         fmt = self._input_format(dataset, spec)
-        if spec.early_stopping_patience and not spec.validation_fraction:
-            raise ParamValueError("earlyStoppingPatience", spec.early_stopping_patience,
+        if spec.schedule.earlyStoppingPatience and not spec.data.validationFraction:
+            raise ParamValueError("earlyStoppingPatience", spec.schedule.earlyStoppingPatience,
                                   "0 unless validationFraction > 0 (early stopping watches the validation loss)")
-        check_device(dataset.sparkSession, spec.device)
+        check_device(dataset.sparkSession, spec.hardware.device)
         self._check_rows(frame if counted is None else counted)
         module = build_network(spec.network)
         checkpoint_dir = None
@@ -474,18 +467,18 @@ class TorchEstimator(IrbisEstimator, HasTrainParams):
                              "executors' hosts and a retried task may run on another, so it must be a mount every "
                              "host shares, or give a URI (hdfs://, s3://, gs://, abfs://)", self.getCheckpointDir())
         session = dataset.sparkSession
-        spec = replace(spec, input_format=fmt, input_shape=fmt.shape, checkpoint_dir=checkpoint_dir,
-                       torch_threads=int(session.conf.get("spark.task.cpus", "1") or 1))
+        spec = spec.updated(input_format=fmt, inputShape=fmt.shape, checkpointDir=checkpoint_dir,
+                            torch_threads=int(session.conf.get("spark.task.cpus", "1") or 1))
         columns = (self.getInputCol(), self.getLabelCol())
         server = self._progress_server(spec, session)
         try:
             workers = self.getNumWorkers()
             tasks = workers + strategy.server_tasks(workers)
-            rows = IMAGE_BATCH_ROWS if spec.input_format.images else None
+            rows = IMAGE_BATCH_ROWS if spec.data.input_format.images else None
             with served(spec, strategy, workers, driver_host(session)) as spec, \
                     arrow_batch_rows(session, rows) if rows else contextlib.nullcontext(), \
-                    SparkBarrierBackend(session, tasks, spec.device, data_ranks=workers,
-                                        elastic=spec.ps_endpoint is not None) as backend:
+                    SparkBarrierBackend(session, tasks, spec.hardware.device, data_ranks=workers,
+                                        elastic=spec.parallel.ps_endpoint is not None) as backend:
                 results = backend.run(partial(train_partition, spec, columns, server.endpoint() if server else None,
                                               num_workers=workers), frame)
         finally:
@@ -524,7 +517,7 @@ class TorchEstimator(IrbisEstimator, HasTrainParams):
             _log.info("TorchEstimator: no progress bar on a Spark Connect session (the executors may not "
                       "reach the client); the per-epoch records are in the fitted model's training_summary")
             return None
-        return ProgressServer(spec.epochs, host=driver_host(session), desc=f"{spec.strategy}")
+        return ProgressServer(spec.schedule.epochs, host=driver_host(session), desc=f"{spec.parallel.strategy}")
 
     def _fitted(self, module: Any, network: dict[str, Any], results: list[Any], shape: list[int] | None) -> Any:
         """The fitted TorchModel; ``shape`` None: the network was trained on token ids of varying length

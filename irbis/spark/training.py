@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import time
-from dataclasses import replace
 from typing import Any, Iterator
 
 import numpy as np
@@ -122,11 +121,11 @@ def train_partition(spec: TrainSpec, columns: tuple[str, str], progress: tuple[s
     """
     from irbis.train.stream import InputFormat, read_partition
 
-    spec = replace(spec, device=rank.device)
+    spec = spec.updated(device=rank.device)
     t0 = time.perf_counter()
 
-    shard, profile = read_partition(rank.data, spec.input_format or InputFormat("vector"), spec.buffer_rows,
-                                    spec.spill_dir)
+    shard, profile = read_partition(rank.data, spec.data.input_format or InputFormat("vector"), spec.data.shuffleBuffer,
+                                    spec.data.spill_dir)
     read_s = time.perf_counter() - t0
     try:
         return _train_shard(spec, columns, progress, rank, num_workers, shard, profile, read_s)
@@ -155,7 +154,7 @@ def _train_shard(spec: TrainSpec, columns: tuple[str, str], progress: tuple[str,
     report = ProgressClient(progress) if rank.rank == 0 else None
     prepare_s = time.perf_counter() - t0
     try:
-        result = run_rank(spec, workers, shard, rank.comm, rank.rank, spec.device, rank.host, report, module)
+        result = run_rank(spec, workers, shard, rank.comm, rank.rank, spec.hardware.device, rank.host, report, module)
     except NonFiniteLossError as err:
         return err  # every rank stops at the same epoch with the same error
     finally:

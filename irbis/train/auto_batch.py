@@ -60,7 +60,7 @@ import numpy as np
 import torch
 
 from irbis.train.optim import set_lr
-from irbis.train.rows import Rows
+from irbis.train.rows import BatchPlan, Rows
 from irbis.train.strategy import DistributedOptimizer, WorkerContext, all_reduce_mean
 
 #: Candidate sizes per worker when the estimator's ``autoBatchSizes`` is not set.
@@ -239,10 +239,10 @@ def restore(model: torch.nn.Module, dopt: DistributedOptimizer,
 
 
 def search_batch(model: torch.nn.Module, dopt: DistributedOptimizer, ctx: WorkerContext, loss_fn: Any, rows: Rows,
-                 auto: AutoBatch, current: int, seed: int, epoch: int, device: str, label_dtype: Any,
-                 channels_last: bool, rate: Callable[[int], float],
+                 auto: AutoBatch, plan: BatchPlan, channels_last: bool, rate: Callable[[int], float],
                  autocast: Callable[[], Any] = contextlib.nullcontext) -> dict[str, Any]:
-    """``batchSize="auto"``: try the size in use (``current``) and the larger candidates on a held sample of
+    """``batchSize="auto"``: try the size in use (``plan.batch_size``; the sample is drawn from the plan's seed,
+    rank and epoch, and made on its device with its label type) and the larger candidates on a held sample of
     the workers' training ``rows`` from the current weights, and keep the largest that learns about as much
     as the size in use (see the module docstring). ``channels_last``: image batches are laid out so for the
     steps, as training's are; ``rate(b)`` is the factor on the base rate of a step of ``b`` rows per worker;
@@ -252,8 +252,10 @@ def search_batch(model: torch.nn.Module, dopt: DistributedOptimizer, ctx: Worker
     size's trial (its steps were synchronous steps on training rows); the other trials are undone. Where no
     larger candidate can be tried there is nothing to compare and no trial runs (``losses`` is empty)."""
     t0 = time.perf_counter()
+    current, device = plan.batch_size, plan.device
     n = sample_size(auto, rows.row_bytes(), len(rows) * 4 // 5)
-    sample = rows.sample(seeded_rows(len(rows), n + max(n // 4, 1), seed, ctx.rank, epoch), device, label_dtype)
+    sample = rows.sample(seeded_rows(len(rows), n + max(n // 4, 1), plan.seed, plan.rank, plan.epoch), device,
+                         plan.label_dtype)
     total_rows = min(n + max(n // 4, 1), len(rows))
 
     def rows_of(lo: int, hi: int, b: int) -> Iterable[tuple[torch.Tensor, torch.Tensor]]:

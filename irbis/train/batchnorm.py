@@ -2,25 +2,25 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import torch
 
-from irbis.train.rows import Rows
+from irbis.train.rows import BatchPlan, Rows
 from irbis.train.sequences import forward
 from irbis.train.strategy import WorkerContext
 
 #: Batches of a worker's rows that BatchNorm's running statistics are recomputed over after training.
 BATCHNORM_BATCHES = 50
-#: ``TrainSpec.recompute_batchnorm`` (the estimator's ``recomputeBatchNorm``).
+#: ``ScheduleSpec.recomputeBatchNorm`` (the estimator's ``recomputeBatchNorm``).
 BATCHNORM_RECOMPUTE = ("auto", "always", "never")
 
 
-def recompute_batchnorm(model: torch.nn.Module, rows: Rows, mode: str, batch_size: int, seed: int, rank: int,
-                        epochs: int, device: str, label_dtype: Any) -> None:
+def recompute_batchnorm(model: torch.nn.Module, rows: Rows, mode: str, plan: BatchPlan) -> None:
     """Recompute BatchNorm's running statistics under the final weights (``mode``, the spec's
-    ``recompute_batchnorm``), over this worker's training ``rows`` (``rank``'s, of a run of ``epochs`` epochs
-    of ``batch_size`` rows, seeded by ``seed``).
+    ``recomputeBatchNorm``), over this worker's training ``rows``: batches as ``plan`` draws them, its
+    ``epoch`` the one after the run's last.
 
     :func:`update_bn` (``torch.optim.swa_utils.update_bn``, the fix for weight averaging, for the layers
     that train) recomputes them as a plain mean over up to :data:`BATCHNORM_BATCHES` batches of this
@@ -57,9 +57,9 @@ def recompute_batchnorm(model: torch.nn.Module, rows: Rows, mode: str, batch_siz
     model.train(was_training)
     if not norms:
         return
-    count = min(BATCHNORM_BATCHES, -(-len(rows) // batch_size))
+    count = min(BATCHNORM_BATCHES, -(-len(rows) // plan.batch_size))
     # shuffled full batches, as training draws them, a pass after the last
-    loader = rows.norm_inputs(batch_size, count, seed, rank, epochs, device, label_dtype)
+    loader = rows.norm_inputs(replace(plan, steps=count))
     with torch.no_grad():
         update_bn(loader, model, norms)
 

@@ -60,24 +60,24 @@ def check_profile(p: dict[str, Any], spec: TrainSpec, features_col: str, label_c
         raise with_fields(ValueError(f"a training task received no rows ({p['rows']} rows for "
                                      f"numWorkers={num_workers}); use fewer workers or more data"),
                           expected="rows on every task", found=p["rows"])
-    if spec.nan_policy == "skip" and p["min_finite_rows"] == 0:
+    if spec.data.nanPolicy == "skip" and p["min_finite_rows"] == 0:
         raise with_fields(ValueError(f"a training task has no rows left after nanPolicy='skip' dropped the "
                                      f"{p['nonfinite_rows']} rows with NaN or infinite values of {features_col!r} "
                                      f"or {label_col!r}; use fewer workers or clean the data"),
                           column=features_col, expected="finite rows on every task", found=p["nonfinite_rows"])
-    if p.get("bad_images") and spec.nan_policy == "error":
+    if p.get("bad_images") and spec.data.nanPolicy == "error":
         raise with_fields(ValueError(f"{p['bad_images']} images of inputCol {features_col!r} cannot be read "
                                      f"(the first: row {p['first_bad_row']} of training task "
                                      f"{p['first_bad_worker']}'s partition); drop them, or set nanPolicy='skip' "
                                      "to train without them"),
                           column=features_col, expected="readable images", found=p["bad_images"])
-    if p["null_labels"] and spec.nan_policy != "skip":
+    if p["null_labels"] and spec.data.nanPolicy != "skip":
         raise with_fields(ValueError(f"labelCol {label_col!r} has {p['null_labels']} null/NaN values; "
                                      "drop or impute them before fitting"), column=label_col,
                           expected="no nulls", found=p["null_labels"])
-    sequences = spec.input_format is not None and spec.input_format.sequences
+    sequences = spec.data.input_format is not None and spec.data.input_format.sequences
     if p["null_features"] and sequences:
-        if spec.nan_policy != "skip":
+        if spec.data.nanPolicy != "skip":
             raise with_fields(ValueError(f"inputCol {features_col!r} has {p['null_features']} null or empty "
                                          "sequences; drop them, or set nanPolicy='skip' to train without them"),
                               column=features_col, expected="no null or empty sequences", found=p["null_features"])
@@ -85,12 +85,12 @@ def check_profile(p: dict[str, Any], spec: TrainSpec, features_col: str, label_c
         raise with_fields(ValueError(f"inputCol {features_col!r} has {p['null_features']} null rows; "
                                      "drop them first"), column=features_col, expected="no nulls",
                           found=p["null_features"])
-    if p["nonfinite_rows"] and spec.nan_policy == "error":
+    if p["nonfinite_rows"] and spec.data.nanPolicy == "error":
         raise with_fields(ValueError(f"{p['nonfinite_rows']} rows of inputCol {features_col!r} or labelCol "
                                      f"{label_col!r} hold NaN or infinite values, which would make the loss NaN; "
                                      "drop or impute them, or set nanPolicy='skip' to train without them"),
                           column=features_col, expected="finite values", found=p["nonfinite_rows"])
-    images = spec.input_format is not None and spec.input_format.images
+    images = spec.data.input_format is not None and spec.data.input_format.images
     if p["min_len"] != p["max_len"] and images:
         raise with_fields(ValueError(f"inputCol {features_col!r} holds images of different sizes (from "
                                      f"{p['min_len']} to {p['max_len']} values) and no preprocessing resizes "
@@ -100,7 +100,7 @@ def check_profile(p: dict[str, Any], spec: TrainSpec, features_col: str, label_c
         raise with_fields(ValueError(f"inputCol {features_col!r} rows must all have the same length, found "
                                      f"lengths from {p['min_len']} to {p['max_len']}"), column=features_col,
                           expected="one length", found=[p["min_len"], p["max_len"]])
-    if spec.loss == "cross_entropy" and (p["fractional_labels"] or p["min_label"] < 0):
+    if spec.optim.loss == "cross_entropy" and (p["fractional_labels"] or p["min_label"] < 0):
         raise with_fields(ValueError(f"labelCol {label_col!r} must hold class indices 0..K-1 for "
                                      f"loss='cross_entropy', found values from {p['min_label']} to "
                                      f"{p['max_label']}" + (" with fractions" if p["fractional_labels"] else "")),
@@ -112,7 +112,7 @@ def check_network(module: torch.nn.Module, spec: TrainSpec, n_features: int, max
                   features_col: str, label_col: str, min_label: float = 0.0) -> None:
     """Run the network on a zero batch (sequences: a batch of token ids as its input_kind takes them): input
     shape, and output width against the labels."""
-    if spec.input_format is not None and spec.input_format.sequences:
+    if spec.data.input_format is not None and spec.data.input_format.sequences:
         out = _sequence_output(module, features_col)
     else:
         out = _zero_output(module, spec, n_features, features_col)
@@ -136,7 +136,7 @@ def _sequence_output(module: torch.nn.Module, features_col: str) -> torch.Tensor
 
 
 def _zero_output(module: torch.nn.Module, spec: TrainSpec, n_features: int, features_col: str) -> torch.Tensor:
-    shape = list(spec.input_shape or [n_features])
+    shape = list(spec.data.inputShape or [n_features])
     if int(torch.tensor(shape).prod()) != n_features:
         raise with_fields(ValueError(f"inputShape {shape} holds {int(torch.tensor(shape).prod())} values but "
                                      f"inputCol {features_col!r} has {n_features}"), column=features_col,
@@ -154,15 +154,15 @@ def _zero_output(module: torch.nn.Module, spec: TrainSpec, n_features: int, feat
 
 
 def _check_output(out: torch.Tensor, spec: TrainSpec, max_label: float, label_col: str, min_label: float) -> None:
-    if spec.loss == "cross_entropy":
+    if spec.optim.loss == "cross_entropy":
         classes = out.shape[1] if out.dim() == 2 else None
-        weights = spec.class_weights
+        weights = spec.optim.classWeights
         if isinstance(weights, list) and classes is not None and len(weights) != classes:
             raise with_fields(ValueError(f"classWeights has {len(weights)} weights but the network outputs {classes} "
                                          "classes; give one weight per class"), column=label_col,
                               expected=classes, found=len(weights))
-        if classes is not None and max_label >= classes and spec.classes_param:
-            name = spec.classes_param
+        if classes is not None and max_label >= classes and spec.data.classes_param:
+            name = spec.data.classes_param
             raise with_fields(ValueError(f"labelCol {label_col!r} holds labels from {min_label:g} to {max_label:g}, "
                                          f"outside [0, {name}={classes}); index the labels 0..{classes - 1} "
                                          f"(StringIndexer) or set {name}"), column=label_col,

@@ -13,7 +13,7 @@ import io
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 import numpy as np
@@ -39,7 +39,7 @@ from irbis.train.optim import (
     set_lr,
     update_batch,
 )
-from irbis.train.rows import Rows, worker_rows
+from irbis.train.rows import BatchPlan, Rows, worker_rows
 from irbis.train.sequences import forward
 from irbis.train.strategies import make_strategy
 from irbis.train.strategy import DistributedOptimizer, FlatParams, WorkerContext, embedding_tables
@@ -56,48 +56,122 @@ PROGRESS_UPDATES = 20
 TRAINING_PRECISIONS = ("auto", "fp32", "bf16")
 
 
+# The groups of a TrainSpec. A field named in camel case is the estimator's Param of that name (its value
+# parsed, where the Param is text); the others are what the estimator works out.
+
+
+@dataclass(frozen=True)
+class OptimSpec:
+    """How a step updates the weights (``optimizer`` and ``loss`` resolved to what they name)."""
+
+    optimizer: str | Callable[..., torch.optim.Optimizer] = "adam"
+    learningRate: float = 1e-3
+    momentum: float = 0.9
+    unitGain: bool = False
+    loss: str | LossFn = "cross_entropy"
+    classWeights: str | list[float] | None = None  # cross-entropy weights: "balanced" or one per class
+    lr_factors: dict[str, float] = field(default_factory=dict)  # parameter-name prefix -> learning-rate factor
+
+
+@dataclass(frozen=True)
+class ScheduleSpec:
+    """How long, in batches of what size, at what rate over time."""
+
+    epochs: int = 10
+    batchSize: int = 32  # under batchSize="auto": the first size tried
+    learningRateSchedule: dict[str, Any] | None = None
+    lrScaling: str = "none"  # irbis.train.optim.LR_SCALINGS: the rate times the batch scaling
+    warmupEpochs: float = 0.0  # epochs over which the batch scaling climbs from 1, step by step
+    referenceBatchSize: int = 0  # the batch learningRate is meant for (0: batchSize, one worker's)
+    earlyStoppingPatience: int = 0  # epochs without a better validation loss before stopping (0: never)
+    recomputeBatchNorm: str = "auto"  # irbis.train.batchnorm.BATCHNORM_RECOMPUTE, see recompute_batchnorm
+    auto_batch: AutoBatch | None = None  # batchSize="auto": how the size is searched
+
+
+@dataclass(frozen=True)
+class DataSpec:
+    """How a worker reads, holds, splits and batches its rows."""
+
+    seed: int = 0
+    validationFraction: float = 0.0
+    inputShape: list[int] | None = None
+    shuffleBuffer: int = 10_000  # rows a worker holds in memory: its whole share below it, a shuffle window above
+    tokenBudget: int = 4096  # variable-length rows: padded tokens (rows x padded length) per batch at most
+    nanPolicy: str = "error"  # one of irbis.train.health.NAN_POLICIES
+    input_format: Any = None  # irbis.train.stream.InputFormat of the features column (None: numbers)
+    augment: Augment | None = None  # f(batch, rng), run on every batch
+    prefetch: bool = False  # rows in memory: make the next batch on a thread
+    spill_dir: str | None = None  # worker-local folder of the spill file (None: the temporary folder)
+    classes_param: str | None = None  # the user's Param that set the network's classes, for the label error
+
+
+@dataclass(frozen=True)
+class CheckpointSpec:
+    """Where (the run's own folder) and how often (steps; 0: every epoch) the workers write checkpoints."""
+
+    checkpointDir: str | None = None
+    checkpointInterval: int = 0
+
+
+@dataclass(frozen=True)
+class StrategySpec:
+    """What the workers communicate, and when."""
+
+    strategy: str = "sync"
+    strategyOptions: dict[str, Any] = field(default_factory=dict)
+    ps_endpoint: dict[str, Any] | None = None  # the driver's shards (irbis.train.ps.driver), if placed there
+
+
+@dataclass(frozen=True)
+class DeviceSpec:
+    """Where and in what arithmetic a step runs."""
+
+    device: str = "cpu"
+    trainingPrecision: str = "auto"  # one of TRAINING_PRECISIONS (see step_autocast)
+    torch_threads: int | None = None
+
+
+#: The groups of a :class:`TrainSpec`, by field name.
+GROUPS = {"optim": OptimSpec, "schedule": ScheduleSpec, "data": DataSpec, "checkpoint": CheckpointSpec,
+          "parallel": StrategySpec, "hardware": DeviceSpec}
+
+
 @dataclass(frozen=True)
 class TrainSpec:
-    """Everything a worker needs, as plain picklable values; built once (``dataclasses.replace`` for a
-    changed copy)."""
+    """Everything a worker needs, as plain picklable values, in groups (:data:`GROUPS`): the optimizer
+    (``optim``), the schedule, the data, the checkpoints, the strategy (``parallel``) and the device
+    (``hardware``). Built by :meth:`of`, changed by :meth:`updated`, from values by name. ``step_hook``, for
+    tests and benchmarks (:mod:`irbis.train.faults`): called with a worker's rank, a context manager the loop
+    enters around each of its steps."""
 
     network: dict[str, Any]
-    epochs: int = 10
-    batch_size: int = 32
-    optimizer: str | Callable[..., torch.optim.Optimizer] = "adam"
-    learning_rate: float = 1e-3
-    momentum: float = 0.9
-    unit_gain: bool = False
-    lr_schedule: dict[str, Any] | None = None
-    loss: str | LossFn = "cross_entropy"
-    strategy: str = "sync"
-    strategy_options: dict[str, Any] = field(default_factory=dict)
-    validation_fraction: float = 0.0
-    seed: int = 0
-    device: str = "cpu"
-    input_shape: list[int] | None = None
-    checkpoint_dir: str | None = None
-    checkpoint_every: int = 0
-    augment: Augment | None = None
-    prefetch: bool = False
-    torch_threads: int | None = None
-    slow_workers: dict[int, float] = field(default_factory=dict)  # tests/benchmarks: rank -> slowdown
-    nan_policy: str = "error"  # one of irbis.train.health.NAN_POLICIES
-    ps_endpoint: dict[str, Any] | None = None  # the driver's shards (irbis.train.ps.driver), if placed there
-    input_format: Any = None  # irbis.train.stream.InputFormat of the features column (None: numbers)
-    buffer_rows: int = 10_000  # rows a worker holds in memory: its whole share below it, a shuffle window above
-    spill_dir: str | None = None  # worker-local folder of the spill file (None: the temporary folder)
-    class_weights: str | list[float] | None = None  # cross-entropy weights: "balanced" or one per class
-    early_stopping_patience: int = 0  # epochs without a better validation loss before stopping (0: never)
-    classes_param: str | None = None  # the user's Param that set the network's classes, for the label error
-    lr_factors: dict[str, float] = field(default_factory=dict)  # parameter-name prefix -> learning-rate factor
-    recompute_batchnorm: str = "auto"  # irbis.train.batchnorm.BATCHNORM_RECOMPUTE, see recompute_batchnorm
-    lr_scaling: str = "none"  # irbis.train.optim.LR_SCALINGS: the rate times the batch scaling
-    warmup_epochs: float = 0.0  # epochs over which the batch scaling climbs from 1, step by step
-    reference_batch_size: int = 0  # the batch learning_rate is meant for (0: batch_size, one worker's)
-    auto_batch: AutoBatch | None = None  # batchSize="auto": how the size is searched (batch_size: the first)
-    token_budget: int = 4096  # variable-length rows: padded tokens (rows x padded length) per batch at most
-    training_precision: str = "auto"  # one of TRAINING_PRECISIONS: the arithmetic of a step (see step_autocast)
+    optim: OptimSpec = field(default_factory=OptimSpec)
+    schedule: ScheduleSpec = field(default_factory=ScheduleSpec)
+    data: DataSpec = field(default_factory=DataSpec)
+    checkpoint: CheckpointSpec = field(default_factory=CheckpointSpec)
+    parallel: StrategySpec = field(default_factory=StrategySpec)
+    hardware: DeviceSpec = field(default_factory=DeviceSpec)
+    step_hook: Callable[[int], contextlib.AbstractContextManager[Any]] | None = None
+
+    @staticmethod
+    def names() -> dict[str, str]:
+        """Every grouped value's name -> its group."""
+        return {f.name: group for group, cls in GROUPS.items() for f in fields(cls)}
+
+    @classmethod
+    def of(cls, network: dict[str, Any], step_hook: Any = None, **values: Any) -> TrainSpec:
+        """The spec of ``network`` with ``values`` by name, the defaults elsewhere."""
+        return cls(network, step_hook=step_hook).updated(**values)
+
+    def updated(self, **values: Any) -> TrainSpec:
+        """This spec with ``values`` by name changed."""
+        names, groups = self.names(), {}  # type: dict[str, str], dict[str, dict[str, Any]]
+        unknown = sorted(set(values) - set(names))
+        if unknown:
+            raise TypeError(f"TrainSpec: unknown values {unknown}")
+        for name, value in values.items():
+            groups.setdefault(names[name], {})[name] = value
+        return replace(self, **{g: replace(getattr(self, g), **changed) for g, changed in groups.items()})
 
 
 @dataclass
@@ -133,47 +207,50 @@ class _Run:
     best: tuple[float, int, dict[str, torch.Tensor]] | None = None  # early stopping: loss, epoch, weights
     rows: int = 0  # the most training rows a worker has (fixed-size batches: steps_per_epoch is this over the size)
     search: dict[str, Any] | None = None  # the epoch's batch-size search (batchSize="auto"), for its record
+    pace: contextlib.AbstractContextManager[Any] = field(default_factory=contextlib.nullcontext)  # see step_hook
 
 
 def _setup(spec: TrainSpec, shard: Shard, ctx: WorkerContext,
            model: torch.nn.Module | None) -> tuple[_Run, dict[str, Any] | None]:
-    if spec.torch_threads:
-        torch.set_num_threads(spec.torch_threads)
+    optim, device = spec.optim, spec.hardware.device
+    if spec.hardware.torch_threads:
+        torch.set_num_threads(spec.hardware.torch_threads)
     with _INIT_LOCK:
-        torch.manual_seed(spec.seed)
+        torch.manual_seed(spec.data.seed)
         model = model if model is not None else build_network(spec.network)
-    model = model.to(spec.device).train()
+    model = model.to(device).train()
     if channels_last(spec):
         model = model.to(memory_format=torch.channels_last)
     flat = FlatParams(list(model.parameters()), embedding_tables(model))
-    opt = make_optimizer(spec.optimizer, param_groups(model, spec.lr_factors, spec.learning_rate), spec.learning_rate,
-                         spec.momentum, spec.unit_gain)
-    strategy = make_strategy(spec.strategy, **spec.strategy_options)
+    opt = make_optimizer(optim.optimizer, param_groups(model, optim.lr_factors, optim.learningRate), optim.learningRate,
+                         optim.momentum, optim.unitGain)
+    strategy = make_strategy(spec.parallel.strategy, **spec.parallel.strategyOptions)
     train, val, skipped = worker_rows(shard, spec, ctx.rank, model)
-    steps = train.step_count(spec.batch_size, spec.seed, ctx.rank, spec.epochs)
+    steps = train.step_count(spec.schedule.batchSize, spec.data.seed, ctx.rank, spec.schedule.epochs)
     counts = [c.tolist() for c in ctx.comm.all_gather(torch.tensor([len(train), skipped, steps], dtype=torch.int64))]
     # every worker takes the steps of the one with the most batches (the others repeat some rows)
     steps = max(c[2] for c in counts)
     if min(c[0] for c in counts) == 0:
         raise ValueError(f"a worker has no training rows (rows per worker: {[c[0] for c in counts]}); "
                          "use fewer workers or more data")
-    manifest = ckpt.latest(spec.checkpoint_dir)
+    manifest = ckpt.latest(spec.checkpoint.checkpointDir)
     resume = None
     if manifest is not None:
         if manifest["worldSize"] != ctx.world_size:
-            raise ValueError(f"checkpoint in {spec.checkpoint_dir} was written by {manifest['worldSize']} "
+            raise ValueError(f"checkpoint in {spec.checkpoint.checkpointDir} was written by {manifest['worldSize']} "
                              f"workers, this job has {ctx.world_size}; use a new checkpointDir")
-        resume = ckpt.load_worker(spec.checkpoint_dir, manifest["step"], ctx.rank, spec.device)
+        resume = ckpt.load_worker(spec.checkpoint.checkpointDir, manifest["step"], ctx.rank, device)
         flat.weights.copy_(resume["weights"])
-    dopt = DistributedOptimizer(opt, strategy, ctx, flat, broadcast=resume is None,
-                                slowdown=spec.slow_workers.get(ctx.rank, 1.0))
+    dopt = DistributedOptimizer(opt, strategy, ctx, flat, broadcast=resume is None)
     if resume is not None:
         dopt.load_state_dict(resume["optimizer"])
-    loss_fn = make_loss(spec.loss)
-    if spec.class_weights is not None and spec.loss == "cross_entropy":
-        loss_fn = WeightedCrossEntropy(class_weights(spec.class_weights, train.labels(), ctx.comm).to(spec.device))
+    loss_fn = make_loss(optim.loss)
+    if optim.classWeights is not None and optim.loss == "cross_entropy":
+        loss_fn = WeightedCrossEntropy(class_weights(optim.classWeights, train.labels(), ctx.comm).to(device))
     run = _Run(spec, ctx, model, dopt, loss_fn, train, val, steps, list(manifest["history"]) if manifest else [],
                skipped=sum(c[1] for c in counts), rows=max(c[0] for c in counts))
+    if spec.step_hook is not None:
+        run.pace = spec.step_hook(ctx.rank)
     if resume is not None and "batchSize" in resume:  # the size the search had chosen when the cut was made
         _use_batch(run, int(resume["batchSize"]))
     return run, resume
@@ -183,13 +260,13 @@ def channels_last(spec: TrainSpec) -> bool:
     """Whether the network and its batches are laid out channels-last: for images, on every device (oneDNN's
     and cuDNN's faster layout for convolutions: EfficientNet-Lite0 fine-tuned on 2 CPU cores by plain
     PyTorch, 22.8 images/s against 16.5 in NCHW, ``benchmarks/train_images.py``)."""
-    return spec.input_format is not None and spec.input_format.images
+    return spec.data.input_format is not None and spec.data.input_format.images
 
 
 def gpu_images(spec: TrainSpec) -> bool:
     """Whether the step runs the GPU's image path: channels-last batches (decoding and augmentation stay on
     the CPU threads, batches move through pinned memory), in bf16 under ``trainingPrecision='auto'``."""
-    return spec.device.startswith("cuda") and spec.input_format is not None and spec.input_format.images
+    return spec.hardware.device.startswith("cuda") and channels_last(spec)
 
 
 def step_autocast(spec: TrainSpec) -> contextlib.AbstractContextManager[Any]:
@@ -198,8 +275,8 @@ def step_autocast(spec: TrainSpec) -> contextlib.AbstractContextManager[Any]:
     none (fp32). Under autocast the matrix products and convolutions run in bf16 while the weights, their
     gradients, the optimiser's state and what the workers exchange stay fp32 (mixed precision; fast on a GPU,
     or a CPU with AMX or AVX-512 bf16 instructions: ``benchmarks/train_text.py`` measures it)."""
-    if spec.training_precision == "bf16" or (spec.training_precision == "auto" and gpu_images(spec)):
-        return torch.autocast("cuda" if spec.device.startswith("cuda") else "cpu", dtype=torch.bfloat16)
+    if spec.hardware.trainingPrecision == "bf16" or (spec.hardware.trainingPrecision == "auto" and gpu_images(spec)):
+        return torch.autocast("cuda" if spec.hardware.device.startswith("cuda") else "cpu", dtype=torch.bfloat16)
     return contextlib.nullcontext()
 
 
@@ -226,40 +303,48 @@ def _checkpoint(run: _Run, epoch: int, step_in_epoch: int, sums: torch.Tensor) -
     spec, ctx = run.spec, run.ctx
     ctx.comm.barrier()  # a consistent cut: every worker's pushes to the parameter server are done
     payload = {"weights": run.dopt.flat.weights, "optimizer": run.dopt.state_dict(),
-               "epoch": epoch, "stepInEpoch": step_in_epoch, "sums": sums, "batchSize": spec.batch_size}
-    ckpt.save_worker(spec.checkpoint_dir, run.dopt.steps, ctx.rank, payload)
+               "epoch": epoch, "stepInEpoch": step_in_epoch, "sums": sums, "batchSize": spec.schedule.batchSize}
+    folder = spec.checkpoint.checkpointDir
+    ckpt.save_worker(folder, run.dopt.steps, ctx.rank, payload)
     ctx.comm.barrier()
     if ctx.rank == 0:
-        ckpt.commit(spec.checkpoint_dir, run.dopt.steps, {"worldSize": ctx.world_size, "history": run.history})
+        ckpt.commit(folder, run.dopt.steps, {"worldSize": ctx.world_size, "history": run.history})
 
 
 def _label_dtype(spec: TrainSpec) -> Any:
-    return np.int64 if spec.loss == "cross_entropy" else np.float32
+    return np.int64 if spec.optim.loss == "cross_entropy" else np.float32
+
+
+def _plan(run: _Run, epoch: int, **more: Any) -> BatchPlan:
+    """The worker's batches of ``epoch`` at the size in use (``more``: the other fields of the plan)."""
+    spec = run.spec
+    return BatchPlan(spec.schedule.batchSize, run.steps_per_epoch, spec.data.seed, run.ctx.rank, epoch,
+                     spec.hardware.device, _label_dtype(spec), **more)
 
 
 def _run_epoch(run: _Run, epoch: int, start: int, sums: torch.Tensor) -> tuple[torch.Tensor, int]:
     """Train one epoch from batch ``start``; ``sums`` = [loss·n, n] so far; also rows done now."""
     spec, ctx, dopt = run.spec, run.ctx, run.dopt
-    cuts = bool(spec.checkpoint_dir and spec.checkpoint_every)  # mid-epoch cuts need every worker at one step
+    # mid-epoch cuts need every worker at one step
+    cuts = bool(spec.checkpoint.checkpointDir and spec.checkpoint.checkpointInterval)
     free = not cuts and dopt.strategy.job_steps() is not None
     # where the workers run free, the job's steps for the epoch are shared out by speed (see
     # Strategy.job_steps): a fast worker goes on into further rounds of its rows
     target = (epoch + 1) * run.steps_per_epoch * ctx.world_size if free else 0
     every = max(1, run.steps_per_epoch // PROGRESS_UPDATES)
-    loss_sum, done = torch.zeros((), device=spec.device), 0
-    run.watch = LossWatch(spec.device)
+    loss_sum, done = torch.zeros((), device=spec.hardware.device), 0
+    run.watch = LossWatch(spec.hardware.device)
     if run.train.stats is not None:  # variable-length rows: this epoch's padding
         run.train.stats = PadStats()
     if free and dopt.strategy.job_steps() >= target:
         # the job made this epoch's steps without this worker: it was retried after it died, and replays
         # the epochs its peers finished (their records come back from the store) without taking steps
         return sums, 0
-    stream = run.train.train_batches(spec.batch_size, run.steps_per_epoch, spec.seed, ctx.rank, epoch, spec.device,
-                                     _label_dtype(spec), start, ctx.world_size if free else 1, spec.augment,
-                                     spec.prefetch)
+    stream = run.train.train_batches(_plan(run, epoch, start=start, rounds=ctx.world_size if free else 1,
+                                           augment=spec.data.augment, prefetch=spec.data.prefetch))
     try:
         for i, (xb, yb) in enumerate(stream, start + 1):
-            if spec.warmup_epochs > epoch:  # the rate climbs step by step while warming up
+            if spec.schedule.warmupEpochs > epoch:  # the rate climbs step by step while warming up
                 set_lr(dopt.optimizer, _rate(run, epoch, _progress(run, epoch, i, free)))
             dopt.zero_grad()
             computed = not dopt.step_decided()  # else faster workers made this step: take it as it is
@@ -267,13 +352,14 @@ def _run_epoch(run: _Run, epoch: int, start: int, sums: torch.Tensor) -> tuple[t
                 with _step_precision(spec, xb) as xb:
                     loss = run.loss_fn(forward(run.model, xb), yb)
                 loss.backward()
-            dopt.step()
+            with run.pace:
+                dopt.step()
             if computed:
                 run.watch.see(i, loss.detach())
                 loss_sum.add_(loss.detach(), alpha=len(yb))  # in place: no tensor allocated per step
                 done += len(yb)
                 run.computed += 1
-            if cuts and dopt.steps % spec.checkpoint_every == 0:
+            if cuts and dopt.steps % spec.checkpoint.checkpointInterval == 0:
                 _checkpoint(run, epoch, i, sums + torch.tensor([float(loss_sum), done], dtype=torch.float64))
             if run.report is not None and i % every == 0 and i < run.steps_per_epoch:
                 run.report({"epoch": epoch + 1, "step": i, "stepsPerEpoch": run.steps_per_epoch,
@@ -289,8 +375,8 @@ def _run_epoch(run: _Run, epoch: int, start: int, sums: torch.Tensor) -> tuple[t
 
 def _epoch_record(run: _Run, epoch: int, sums: torch.Tensor, done: int, seconds: float,
                   nbytes: int) -> dict[str, Any]:
-    vloss, correct, nval, hist = evaluate(run.model, run.loss_fn, run.val, max(run.spec.batch_size, 64),
-                                          run.spec.device, _label_dtype(run.spec))
+    vloss, correct, nval, hist = evaluate(run.model, run.loss_fn, run.val, max(run.spec.schedule.batchSize, 64),
+                                          run.spec.hardware.device, _label_dtype(run.spec))
     watched = run.watch.stats() if run.watch is not None else [0.0, 0.0, 0.0]
     stats = torch.cat([torch.tensor([float(sums[0]), float(sums[1]), vloss, correct, nval, done, seconds, nbytes,
                                      *watched], dtype=torch.float64), hist.reshape(-1)])
@@ -298,7 +384,7 @@ def _epoch_record(run: _Run, epoch: int, sums: torch.Tensor, done: int, seconds:
     tl, tn, vl, vc, vn, dn, secs, sent, first, last, bad_ranks = stats[:11].tolist()
     if bad_ranks:
         raise non_finite_error(run.ctx.comm, run.watch, run.train.nonfinite_rows(), epoch + 1, run.steps_per_epoch,
-                               run.spec.learning_rate)
+                               run.spec.optim.learningRate)
     rec = {"epoch": epoch + 1, "loss": tl / max(tn, 1), "samplesPerSecond": dn / max(secs / run.ctx.world_size, 1e-9),
            "bytesPerStep": sent / run.ctx.world_size / max(run.steps_per_epoch, 1)}
     rec["validationLoss"] = vl / vn if vn else None
@@ -307,19 +393,19 @@ def _epoch_record(run: _Run, epoch: int, sums: torch.Tensor, done: int, seconds:
     if auc is not None:
         rec["auc"] = auc
     rec.update(run.dopt.strategy.summary(run.ctx))
-    rec["batchSize"] = run.spec.batch_size
+    rec["batchSize"] = run.spec.schedule.batchSize
     if run.search is not None:
         rec["batchTrials"] = run.search["losses"]
         rec["trialSamples"] = run.search["samples"]
         rec["searchSeconds"] = run.search["seconds"]
-    if run.spec.nan_policy == "skip":
+    if run.spec.data.nanPolicy == "skip":
         rec["skippedRows"] = run.skipped
     if run.train.stats is not None:  # padded tokens over real tokens, every worker's batches
         pads = torch.tensor([run.train.stats.padded, run.train.stats.tokens], dtype=torch.float64)
         run.ctx.comm.all_reduce_sum(pads)
         rec["paddingWaste"] = float(pads[0] / pads[1]) if pads[1] else None
-    warnings = [growth_warning(first, last, epoch + 1, run.spec.learning_rate, run.ctx.world_size)]
-    if not run.history and run.spec.training_precision == "bf16" and bf16_emulated(run.spec.device):
+    warnings = [growth_warning(first, last, epoch + 1, run.spec.optim.learningRate, run.ctx.world_size)]
+    if not run.history and run.spec.hardware.trainingPrecision == "bf16" and bf16_emulated(run.spec.hardware.device):
         warnings.append("trainingPrecision='bf16' on a CPU without bf16 instructions (AVX-512 bf16 or AMX): "
                         "autocast emulates bf16 there and runs slower than fp32; set trainingPrecision='fp32'")
     if any(warnings):
@@ -333,17 +419,18 @@ def _rate(run: _Run, epoch: int, progress: float, batch_size: int | None = None)
     ``batch_size`` rows per worker (None: the size in use; the search's candidates) over
     ``reference_batch_size`` (0: one worker's batch; under ``batchSize="auto"`` the smallest candidate)."""
     spec = run.spec
-    batch_size = batch_size or spec.batch_size
+    batch_size = batch_size or spec.schedule.batchSize
     rows = update_batch(run.dopt.strategy, batch_size, run.ctx.world_size)
-    reference = spec.reference_batch_size or (spec.auto_batch.smallest if spec.auto_batch else batch_size)
-    scale = batch_scale(spec.lr_scaling, rows, reference)
-    return rate_factor(epoch, progress, spec.lr_schedule, spec.epochs, scale, spec.warmup_epochs)
+    sched = spec.schedule
+    reference = sched.referenceBatchSize or (sched.auto_batch.smallest if sched.auto_batch else batch_size)
+    scale = batch_scale(sched.lrScaling, rows, reference)
+    return rate_factor(epoch, progress, sched.learningRateSchedule, sched.epochs, scale, sched.warmupEpochs)
 
 
 def _use_batch(run: _Run, batch_size: int) -> None:
     """Train on with ``batch_size`` rows per worker and step: the spec and the steps of an epoch follow."""
-    if batch_size != run.spec.batch_size:
-        run.spec = replace(run.spec, batch_size=batch_size)
+    if batch_size != run.spec.schedule.batchSize:
+        run.spec = run.spec.updated(batchSize=batch_size)
         run.steps_per_epoch = -(-run.rows // batch_size)
 
 
@@ -364,15 +451,15 @@ def _train(run: _Run, resume: dict[str, Any] | None) -> float:
     if resume is not None:
         start_epoch, start_step = int(resume["epoch"]), int(resume["stepInEpoch"])
     t_loop = time.perf_counter()
-    for epoch in range(start_epoch, spec.epochs):
+    for epoch in range(start_epoch, spec.schedule.epochs):
         first = resume is not None and epoch == start_epoch
         t0, b0 = time.perf_counter(), ctx.comm.bytes_sent
         run.search = None
-        auto = run.spec.auto_batch
+        auto = run.spec.schedule.auto_batch
         if auto is not None and epoch % auto.every == 0 and not (first and start_step > 0):
-            run.search = search_batch(run.model, run.dopt, ctx, run.loss_fn, run.train, auto, run.spec.batch_size,
-                                      spec.seed, epoch, spec.device, _label_dtype(spec), channels_last(spec),
-                                      lambda b: _rate(run, epoch, epoch, b), autocast=lambda: step_autocast(spec))
+            run.search = search_batch(run.model, run.dopt, ctx, run.loss_fn, run.train, auto, _plan(run, epoch),
+                                      channels_last(spec), lambda b: _rate(run, epoch, epoch, b),
+                                      autocast=lambda: step_autocast(spec))
             _use_batch(run, run.search["batchSize"])
         set_lr(run.dopt.optimizer, _rate(run, epoch, epoch))
         sums = resume["sums"].clone() if first else torch.zeros(2, dtype=torch.float64)
@@ -381,9 +468,9 @@ def _train(run: _Run, resume: dict[str, Any] | None) -> float:
         run.history.append(_epoch_record(run, epoch, sums, done, secs, nbytes))
         if run.report is not None:
             run.report(run.history[-1])
-        if spec.checkpoint_dir and not spec.checkpoint_every:
+        if spec.checkpoint.checkpointDir and not spec.checkpoint.checkpointInterval:
             _checkpoint(run, epoch + 1, 0, torch.zeros(2, dtype=torch.float64))
-        if spec.early_stopping_patience and _stop_early(run, epoch):
+        if spec.schedule.earlyStoppingPatience and _stop_early(run, epoch):
             break
     run.dopt.finalize()
     if run.best is not None and run.best[1] != len(run.history):
@@ -401,7 +488,7 @@ def _stop_early(run: _Run, epoch: int) -> bool:
     if run.best is None or loss < run.best[0]:
         run.best = (loss, epoch + 1, {k: v.detach().clone() for k, v in run.model.state_dict().items()})
         return False
-    return epoch + 1 - run.best[1] >= run.spec.early_stopping_patience
+    return epoch + 1 - run.best[1] >= run.spec.schedule.earlyStoppingPatience
 
 
 def train_worker(spec: TrainSpec, shard: Shard, ctx: WorkerContext, report: Report | None = None,
@@ -419,8 +506,7 @@ def train_worker(spec: TrainSpec, shard: Shard, ctx: WorkerContext, report: Repo
         run.dopt.strategy.close()  # stops dedicated servers also when training stopped early
         run.dopt.flat.release()
     t_after = time.perf_counter()
-    recompute_batchnorm(run.model, run.train, spec.recompute_batchnorm, run.spec.batch_size, spec.seed, ctx.rank,
-                        spec.epochs, spec.device, _label_dtype(spec))
+    recompute_batchnorm(run.model, run.train, spec.schedule.recomputeBatchNorm, _plan(run, spec.schedule.epochs))
     average_buffers(run.model, ctx)
     loop_seconds = time.perf_counter() - t_loop
     state = None

@@ -24,7 +24,7 @@ def run_rank(spec: TrainSpec, num_workers: int, shard: Shard | None, comm: Any, 
              model: torch.nn.Module | None = None) -> WorkerResult:
     """Train (ranks below ``num_workers``) or serve a shard (the others); ``comm`` spans every rank."""
     if comm.world_size == num_workers:
-        ctx = WorkerContext(comm, rank, num_workers, device, host, endpoint=spec.ps_endpoint)
+        ctx = WorkerContext(comm, rank, num_workers, device, host, endpoint=spec.parallel.ps_endpoint)
         return train_worker(spec, shard, ctx, report, model)
     workers = comm.subgroup(list(range(num_workers)))
     if rank < num_workers:
@@ -32,11 +32,12 @@ def run_rank(spec: TrainSpec, num_workers: int, shard: Shard | None, comm: Any, 
         return train_worker(spec, shard, ctx, report, model)
     from irbis.train.ps.dedicated import serve
 
-    strategy = make_strategy(spec.strategy, **spec.strategy_options)
+    strategy = make_strategy(spec.parallel.strategy, **spec.parallel.strategyOptions)
     net = model if model is not None else build_network(spec.network)
     sizes = [p.numel() for p in net.parameters() if p.requires_grad]
     options = strategy.shard_options(WorkerContext(comm, rank, num_workers, device, host))
-    info = serve(comm, rank, num_workers, comm.world_size - num_workers, sizes, options, spec.checkpoint_dir, host)
+    info = serve(comm, rank, num_workers, comm.world_size - num_workers, sizes, options,
+                 spec.checkpoint.checkpointDir, host)
     return WorkerResult(rank, [], info=info)
 
 

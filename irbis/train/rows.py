@@ -1,6 +1,7 @@
 """A worker's training and validation rows behind one interface, whatever their kind.
 
-The loop reads rows through :class:`Rows` only. Three kinds implement it:
+The loop reads rows through :class:`Rows` only, and asks for batches by a :class:`BatchPlan`. Three kinds
+implement it (the two made a batch at a time share :class:`BatchedRows`):
 
 * :class:`TensorRows`: rows of one length held in memory as tensors on the run's device (a dense
   :class:`~irbis.train.data.Shard`), batched by :func:`~irbis.train.data.epoch_batches`;
@@ -14,7 +15,7 @@ The loop reads rows through :class:`Rows` only. Three kinds implement it:
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from functools import partial
+from dataclasses import dataclass, replace
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
@@ -29,12 +30,37 @@ from irbis.train.data import (
     drop_nonfinite,
     epoch_batches,
     iterate,
+    prefetched,
     split_validation,
 )
-from irbis.train.sequences import RaggedRows, check_network, first_batch, is_ragged, usable_rows
 
 #: Batches of a sample: ``batches(lo, hi, size)`` gives its rows ``lo..hi-1``, ``size`` at a time.
 SampleBatches = Callable[[int, int, int], Iterator[tuple[Any, torch.Tensor]]]
+
+
+@dataclass(frozen=True)
+class BatchPlan:
+    """Which of a worker's batches to make, and how: ``steps`` batches a round of ``batch_size`` rows (rows cut
+    by length: at most), of ``epoch``'s order drawn from ``seed`` and ``rank``, on ``device`` with labels of
+    ``label_dtype``; from batch ``start`` on, for ``rounds`` rounds (the rounds past the first drawn afresh,
+    for workers that run free, see :class:`~irbis.train.data.BatchRounds`); each batch passed through
+    ``augment`` drawing from :meth:`rng`, and, for rows held as tensors, made on a thread when ``prefetch``."""
+
+    batch_size: int
+    steps: int
+    seed: int
+    rank: int
+    epoch: int
+    device: str = "cpu"
+    label_dtype: Any = np.int64
+    start: int = 0
+    rounds: int = 1
+    augment: Augment | None = None
+    prefetch: bool = False
+
+    def rng(self, batch: int) -> np.random.Generator:
+        """The generator ``augment`` draws from for ``batch``: :func:`~irbis.train.data.batch_rng` of its place."""
+        return batch_rng(self.seed, self.rank, self.epoch, batch)
 
 
 @runtime_checkable
@@ -53,16 +79,12 @@ class Rows(Protocol):
     def step_count(self, batch_size: int, seed: int, rank: int, epochs: int) -> int:
         """Batches one pass over the rows takes at ``batch_size`` (length batches: the most of any epoch)."""
 
-    def train_batches(self, batch_size: int, steps: int, seed: int, rank: int, epoch: int, device: str,
-                      label_dtype: Any, start: int = 0, rounds: int = 1, augment: Augment | None = None,
-                      prefetch: bool = False) -> Iterator[tuple[Any, torch.Tensor]]:
-        """Batches ``start..steps * rounds - 1`` of ``epoch``, augmented (the input format's augmentation,
-        then ``augment`` drawing from :func:`~irbis.train.data.batch_rng` of the batch): ``steps`` a round,
-        the rounds past the first drawn afresh (workers that run free). Closing it stops any thread."""
+    def train_batches(self, plan: BatchPlan) -> Iterator[tuple[Any, torch.Tensor]]:
+        """The batches of ``plan`` (:class:`BatchPlan`), augmented (the input format's
+        augmentation, then ``plan.augment``). Closing it stops any thread."""
 
-    def norm_inputs(self, batch_size: int, steps: int, seed: int, rank: int, epoch: int, device: str,
-                    label_dtype: Any) -> Iterator[Any]:
-        """The inputs of the first ``steps`` batches training draws in ``epoch``, unaugmented (BatchNorm's
+    def norm_inputs(self, plan: BatchPlan) -> Iterator[Any]:
+        """The inputs of the first ``plan.steps`` batches training draws in its epoch, unaugmented (BatchNorm's
         statistics)."""
 
     def eval_batches(self, batch_size: int, device: str, label_dtype: Any) -> Iterator[tuple[Any, torch.Tensor]]:
@@ -107,16 +129,14 @@ class TensorRows:
     def step_count(self, batch_size: int, seed: int, rank: int, epochs: int) -> int:
         return -(-len(self) // batch_size)
 
-    def train_batches(self, batch_size: int, steps: int, seed: int, rank: int, epoch: int, device: str,
-                      label_dtype: Any, start: int = 0, rounds: int = 1, augment: Augment | None = None,
-                      prefetch: bool = False) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        batches = BatchRounds(len(self), batch_size, steps, seed, rank, epoch, rounds)
-        return iterate(self.x, self.y, batches, augment, partial(batch_rng, seed, rank, epoch), prefetch, start)
+    def train_batches(self, plan: BatchPlan) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        batches = BatchRounds(len(self), plan.batch_size, plan.steps, plan.seed, plan.rank, plan.epoch, plan.rounds)
+        return iterate(self.x, self.y, batches, plan.augment, plan.rng, plan.prefetch, plan.start)
 
-    def norm_inputs(self, batch_size: int, steps: int, seed: int, rank: int, epoch: int, device: str,
-                    label_dtype: Any) -> Iterator[torch.Tensor]:
+    def norm_inputs(self, plan: BatchPlan) -> Iterator[torch.Tensor]:
         return iter([self.x[torch.from_numpy(ids).to(self.x.device)]
-                     for ids in epoch_batches(len(self), batch_size, steps, seed, rank, epoch)])
+                     for ids in epoch_batches(len(self), plan.batch_size, plan.steps, plan.seed, plan.rank,
+                                              plan.epoch)])
 
     def eval_batches(self, batch_size: int, device: str,
                      label_dtype: Any) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
@@ -135,6 +155,39 @@ class TensorRows:
         return int((~torch.isfinite(x.reshape(len(x), -1)).all(1) | ~torch.isfinite(y.double())).sum())
 
 
+class BatchedRows:
+    """The part of :class:`Rows` that rows made a batch at a time share (rows read back
+    from a spill, variable-length rows): a subclass gives ``batches(plan, augment, hook)``, the plan's batches
+    (:class:`BatchPlan`: ``start..steps * rounds - 1`` of its epoch; augmented by the input format when
+    ``augment``, then passed through ``hook(xb, i)``), and ``in_order(batch_size, device, label_dtype)``."""
+
+    def batches(self, plan: BatchPlan, augment: bool = True,
+                hook: Callable[[Any, int], Any] | None = None) -> Iterator[tuple[Any, torch.Tensor]]:
+        raise NotImplementedError
+
+    def in_order(self, batch_size: int, device: str, label_dtype: Any) -> Iterator[tuple[Any, torch.Tensor]]:
+        raise NotImplementedError
+
+    def train_batches(self, plan: BatchPlan) -> Iterator[tuple[Any, torch.Tensor]]:
+        """:meth:`batches` of ``plan``, augmented, then ``plan.augment``; made on a thread while the step runs
+        (always: ``plan.prefetch`` is for rows held as tensors)."""
+        augment = plan.augment
+        hook = None if augment is None else (lambda xb, i: augment(xb, plan.rng(i)))
+        return prefetched(self.batches(plan, augment=True, hook=hook))
+
+    def norm_inputs(self, plan: BatchPlan) -> Iterator[Any]:
+        """The inputs of the first ``plan.steps`` batches of its epoch (see :meth:`batches`), unaugmented."""
+        return (xb for xb, _ in self.batches(replace(plan, start=0, rounds=1), augment=False))
+
+    def eval_batches(self, batch_size: int, device: str, label_dtype: Any) -> Iterator[tuple[Any, torch.Tensor]]:
+        """Every row once: :meth:`in_order`."""
+        return self.in_order(batch_size, device, label_dtype)
+
+    def row_bytes(self) -> int:
+        """0: no row is held at a fixed size (rows are read back, or padded, a batch at a time)."""
+        return 0
+
+
 def worker_rows(shard: Any, spec: Any, rank: int, model: torch.nn.Module) -> tuple[Rows, Rows, int]:
     """A worker's training and validation rows, and the rows left out under ``nan_policy="skip"``.
 
@@ -142,33 +195,35 @@ def worker_rows(shard: Any, spec: Any, rank: int, model: torch.nn.Module) -> tup
     :class:`~irbis.train.stream.SpilledShard`; ``spec``: the run's :class:`~irbis.train.loop.TrainSpec`;
     ``model``: the network, whose ``input_kind`` variable-length batches take (checked on a first batch).
     The validation rows are a seeded share of the worker's (``validation_fraction``)."""
-    label_dtype = np.int64 if spec.loss == "cross_entropy" else np.float32
-    split_seed = spec.seed + 7919 * rank
+    from irbis.train.sequences import RaggedRows, check_network, first_batch, is_ragged, usable_rows
+
+    label_dtype = np.int64 if spec.optim.loss == "cross_entropy" else np.float32
+    split_seed = spec.data.seed + 7919 * rank
     dense = isinstance(shard, Shard)
-    ragged = is_ragged(shard.x) if dense else (spec.input_format is not None and spec.input_format.sequences)
-    if ragged and spec.auto_batch is not None:
+    ragged = is_ragged(shard.x) if dense else (spec.data.input_format is not None and spec.data.input_format.sequences)
+    if ragged and spec.schedule.auto_batch is not None:
         raise ValueError("batchSize='auto' does not apply to variable-length rows: their batches are cut "
                          "by tokenBudget; give batchSize as a number (the most rows of a batch)")
     train: Any
     val: Any
     if dense and ragged:  # variable-length rows (irbis.train.sequences)
-        keep, skipped = usable_rows(shard.x, shard.y, spec.nan_policy)
-        tr, va = split_validation(Shard(shard.x[keep], shard.y[keep]), spec.validation_fraction, split_seed)
-        train, val = (RaggedRows(s.x, np.asarray(s.y, label_dtype), input_kind(model), spec.token_budget,
-                                 spec.batch_size) for s in (tr, va))
+        keep, skipped = usable_rows(shard.x, shard.y, spec.data.nanPolicy)
+        tr, va = split_validation(Shard(shard.x[keep], shard.y[keep]), spec.data.validationFraction, split_seed)
+        train, val = (RaggedRows(s.x, np.asarray(s.y, label_dtype), input_kind(model), spec.data.tokenBudget,
+                                 spec.schedule.batchSize) for s in (tr, va))
     elif dense:
-        shard, skipped = drop_nonfinite(shard) if spec.nan_policy == "skip" else (shard, 0)
-        tr, va = split_validation(shard, spec.validation_fraction, split_seed)
-        train, val = (TensorRows.of(s, spec.input_shape, label_dtype, spec.device) for s in (tr, va))
+        shard, skipped = drop_nonfinite(shard) if spec.data.nanPolicy == "skip" else (shard, 0)
+        tr, va = split_validation(shard, spec.data.validationFraction, split_seed)
+        train, val = (TensorRows.of(s, spec.data.inputShape, label_dtype, spec.hardware.device) for s in (tr, va))
     else:  # a SpilledShard (irbis.train.stream): rows read back a batch at a time
-        train, val, skipped = shard.split(spec.validation_fraction, split_seed, spec.nan_policy)
+        train, val, skipped = shard.split(spec.data.validationFraction, split_seed, spec.data.nanPolicy)
         if ragged:  # token ids past the buffer: length batches within each shuffle window
             for rows in (train, val):
-                rows.use_lengths(input_kind(model), spec.token_budget, spec.batch_size)
-    first = first_batch(train, spec.device, label_dtype) if ragged else None
+                rows.use_lengths(input_kind(model), spec.data.tokenBudget, spec.schedule.batchSize)
+    first = first_batch(train, spec.hardware.device, label_dtype) if ragged else None
     if first is not None:
         check_network(model, first[0], train.kind, first[1])
     return train, val, skipped
 
 
-__all__ = ["Rows", "SampleBatches", "TensorRows", "worker_rows"]
+__all__ = ["BatchPlan", "BatchedRows", "Rows", "SampleBatches", "TensorRows", "worker_rows"]

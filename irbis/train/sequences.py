@@ -39,7 +39,7 @@ import torch
 from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence
 
 from irbis.kernels.sequences import PadStats, length_batches, pad_rows, padded_length
-from irbis.train.data import BatchedRows
+from irbis.train.rows import BatchedRows, BatchPlan
 
 #: The rows of a chunk that length batches are cut from, in batches of the row cap: rows of alike length
 #: within a random chunk, each epoch's afresh (see the module docstring).
@@ -155,15 +155,16 @@ class RaggedRows(BatchedRows):
         self.stats.add(stats)
         return xb, torch.from_numpy(np.ascontiguousarray(self._labels[ids], label_dtype)).to(device)
 
-    def batches(self, batch_size: int, count: int, seed: int, rank: int, epoch: int, start: int, device: str,
-                label_dtype: Any, augment: bool,
+    def batches(self, plan: BatchPlan, augment: bool = True,
                 hook: Callable[[np.ndarray, int], np.ndarray] | None = None) -> Iterator[tuple[Batch, torch.Tensor]]:
-        """``(xb, yb)`` for batches ``start..count-1`` of the epoch (see :meth:`order`). ``batch_size`` is
-        the row cap given at construction; ``hook(rows, i)`` (the estimator's ``augment``) gets batch ``i``'s
-        rows before they are padded (see :func:`augment_rows`)."""
-        for i, ids in enumerate(self.order(count, seed, rank, epoch)[start:], start):
+        """``(xb, yb)`` for batches ``start..steps * rounds - 1`` of the plan's epoch (see :meth:`order`; its
+        ``batch_size`` is the row cap given at construction); ``hook(rows, i)`` (the estimator's ``augment``)
+        gets batch ``i``'s rows before they are padded (see :func:`augment_rows`)."""
+        order = self.order(plan.steps * plan.rounds, plan.seed, plan.rank, plan.epoch)
+        for i, ids in enumerate(order[plan.start:], plan.start):
             rows = [self.rows[j] for j in ids]
-            yield self._tensors(ids, rows if hook is None else augment_rows(hook, rows, i), device, label_dtype)
+            yield self._tensors(ids, rows if hook is None else augment_rows(hook, rows, i), plan.device,
+                                plan.label_dtype)
 
     def step_count(self, batch_size: int, seed: int, rank: int, epochs: int) -> int:
         """The length batches of one pass, the most of any of the ``epochs`` (their chunks differ by epoch;

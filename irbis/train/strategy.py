@@ -10,7 +10,6 @@ optimizer and drives the hooks around each step.
 
 from __future__ import annotations
 
-import time
 from abc import ABC, abstractmethod
 from collections import Counter
 from dataclasses import dataclass
@@ -304,9 +303,6 @@ class DistributedOptimizer:
     broadcast : bool, default True
         Start every replica from rank 0's weights (False when resuming, where
         each worker restored its own weights from its checkpoint).
-    slowdown : float, default 1.0
-        A straggler for tests and benchmarks: before communicating, sleep
-        ``slowdown - 1`` times the compute time since the last step.
 
     Examples
     --------
@@ -315,12 +311,8 @@ class DistributedOptimizer:
     """
 
     def __init__(self, optimizer: torch.optim.Optimizer, strategy: Strategy, ctx: WorkerContext,
-                 flat: FlatParams, broadcast: bool = True, slowdown: float = 1.0) -> None:
-        if not slowdown >= 1.0:
-            raise ValueError(f"slowdown must be >= 1, found {slowdown!r}")
+                 flat: FlatParams, broadcast: bool = True) -> None:
         self.optimizer = optimizer
-        self.slowdown = float(slowdown)
-        self._last_step: float | None = None
         self.strategy = strategy
         self.ctx = ctx
         self.flat = flat
@@ -337,7 +329,6 @@ class DistributedOptimizer:
         """Reduce the gradients as the strategy says, step, then the strategy's after-step
         (or let a strategy that owns the update apply it)."""
         self.steps += 1
-        self._straggle()
         self.flat.sync_grads_in()
         if self.strategy.owns_update:
             self.strategy.update(self.flat, self.ctx, self.steps, float(self.optimizer.param_groups[0]["lr"]))
@@ -345,16 +336,10 @@ class DistributedOptimizer:
             self.strategy.reduce_grads(self.flat, self.ctx, self.steps)
             self.optimizer.step()
             self.strategy.after_step(self.flat, self.ctx, self.steps)
-        if self.slowdown > 1.0:
-            self._last_step = time.perf_counter()
 
     def step_decided(self) -> bool:
         """Whether the next step's update is already made without this worker (see :meth:`Strategy.step_decided`)."""
         return self.strategy.step_decided(self.ctx, self.steps + 1)
-
-    def _straggle(self) -> None:
-        if self.slowdown > 1.0 and self._last_step is not None:
-            time.sleep((self.slowdown - 1.0) * (time.perf_counter() - self._last_step))
 
     def finalize(self) -> None:
         """Let the strategy make every replica hold the same final model."""

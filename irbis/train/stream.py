@@ -37,7 +37,8 @@ import pyarrow.compute as pc
 import torch
 
 from irbis.kernels.threads import for_each_row
-from irbis.train.data import BatchedRows, Shard
+from irbis.train.data import Shard
+from irbis.train.rows import BatchedRows, BatchPlan
 
 #: Column names of the training frame (see :func:`irbis.spark.training.training_frame`).
 FEATURES, LABEL = "__features", "__label"
@@ -467,17 +468,17 @@ class StreamRows(BatchedRows):
         merged = pa.concat_arrays(pieces) if len(pieces) > 1 else pieces[0]
         return merged.take(pa.array(where)) if len(pieces) > 1 else merged
 
-    def batches(self, batch_size: int, count: int, seed: int, rank: int, epoch: int, start: int, device: str,
-                label_dtype: Any, augment: bool,
+    def batches(self, plan: BatchPlan, augment: bool = True,
                 hook: Callable[[np.ndarray, int], np.ndarray] | None = None
                 ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        """Decoded ``(xb, yb)`` for batches ``start..count-1`` of the epoch (see :meth:`order`); images drawn
-        with the augmentation when ``augment``, then ``hook(batch, i)`` when given (the estimator's
-        ``augment`` callable). Runs on one thread (give it its own generator)."""
+        """Decoded ``(xb, yb)`` for batches ``start..steps * rounds - 1`` of the plan's epoch (see
+        :meth:`order`); images drawn with the augmentation when ``augment``, then ``hook(batch, i)`` when given
+        (the estimator's ``augment`` callable). Runs on one thread (give it its own generator)."""
+        seed, rank, epoch, device, label_dtype = plan.seed, plan.rank, plan.epoch, plan.device, plan.label_dtype
         cache = BlockCache(self.shard.spill.reader_copy(), keep=2 * max(1, self.shard.buffer_rows
                                                                        // self.shard.spill.block_rows) + 2)
-        for i, ids in enumerate(self.order(batch_size, count, seed, rank, epoch)):
-            if i < start:
+        for i, ids in enumerate(self.order(plan.batch_size, plan.steps * plan.rounds, seed, rank, epoch)):
+            if i < plan.start:
                 continue
             if self.kind is not None:  # variable-length rows: augmented before they are padded
                 from irbis.train.sequences import augment_rows

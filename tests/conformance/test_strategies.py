@@ -75,10 +75,10 @@ LSTM_OPTIONS = {"one_bit": {"columnSize": 8}}
 def test_an_lstm_over_variable_length_rows_learns_under_every_strategy(name):
     # does token 7 occur in a row of 3-40 tokens: an LSTM over packed rows, two workers, length batches
     x, y = token_task(320)
-    spec = TrainSpec(network=network_spec("lstm_classifier", {"vocab_size": 20, "embed": 8, "hidden": 16}),
-                     epochs=6, batch_size=16, learning_rate=1e-2, strategy=name,
-                     strategy_options=LSTM_OPTIONS.get(name, {}), validation_fraction=0.25, token_budget=1024,
-                     torch_threads=1)
+    spec = TrainSpec.of(network=network_spec("lstm_classifier", {"vocab_size": 20, "embed": 8, "hidden": 16}),
+                        epochs=6, batchSize=16, learningRate=1e-2, strategy=name,
+                        strategyOptions=LSTM_OPTIONS.get(name, {}), validationFraction=0.25, tokenBudget=1024,
+                        torch_threads=1)
     res = run_threads(spec, shard_rows(x, y, 2))
     last = res[0].history[-1]
     assert last["accuracy"] > 0.75, res[0].history  # chance is 0.5

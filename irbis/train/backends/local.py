@@ -75,7 +75,7 @@ class ThreadBackend(Backend[Any]):
 
 
 def _train_rank(spec: TrainSpec, num_workers: int, report: Report | None, rank: Rank) -> WorkerResult:
-    return run_rank(spec, num_workers, rank.data, rank.comm, rank.rank, spec.device, report=report)
+    return run_rank(spec, num_workers, rank.data, rank.comm, rank.rank, spec.hardware.device, report=report)
 
 
 def run_threads(spec: TrainSpec, shards: list[Shard], report: Report | None = None,
@@ -84,7 +84,7 @@ def run_threads(spec: TrainSpec, shards: list[Shard], report: Report | None = No
     worker error."""
     from irbis.train.ps.driver import served
 
-    strategy = make_strategy(spec.strategy, **spec.strategy_options)
+    strategy = make_strategy(spec.parallel.strategy, **spec.parallel.strategyOptions)
     servers = strategy.server_tasks(len(shards))
     with served(spec, strategy, len(shards)) as spec, ThreadBackend(len(shards) + servers, timeout) as backend:
         return backend.run(partial(_train_rank, spec, len(shards), report), list(shards) + [None] * servers)
@@ -93,14 +93,14 @@ def run_threads(spec: TrainSpec, shards: list[Shard], report: Report | None = No
 def _process_main(spec: TrainSpec, num_workers: int, shard: Shard | None, rank: int, world: int, port: int,
                   out: Any, attempt: int = 0) -> None:
     store = connect_store("127.0.0.1", port, rank, world, 120.0)
-    if spec.ps_endpoint is not None:  # elastic: collectives a restarted worker replays (see StoreCommunicator)
+    if spec.parallel.ps_endpoint is not None:  # elastic: collectives a restarted worker replays (see StoreCommunicator)
         import torch.distributed as dist
 
         comm: Any = StoreCommunicator(dist.PrefixStore("job", store), rank, world)
     else:
-        comm = init_torch_group(store, rank, world, spec.device, 120.0)
+        comm = init_torch_group(store, rank, world, spec.hardware.device, 120.0)
     try:
-        result = run_rank(spec, num_workers, shard, comm, rank, spec.device)
+        result = run_rank(spec, num_workers, shard, comm, rank, spec.hardware.device)
         result.info["attempt"] = attempt
         out.put((rank, result))
     except BaseException as err:
@@ -118,7 +118,7 @@ def run_processes(spec: TrainSpec, shards: list[Shard], retries: int = 0) -> lis
     """
     from irbis.train.ps.driver import served
 
-    strategy = make_strategy(spec.strategy, **spec.strategy_options)
+    strategy = make_strategy(spec.parallel.strategy, **spec.parallel.strategyOptions)
     data = list(shards) + [None] * strategy.server_tasks(len(shards))
     store = serve_store("127.0.0.1", len(data) + 1, 120.0)
     ctx = mp.get_context("spawn")
@@ -143,7 +143,7 @@ def run_processes(spec: TrainSpec, shards: list[Shard], retries: int = 0) -> lis
             for r, p in procs.items():
                 if r in results or p.is_alive() or p.exitcode == 0:
                     continue
-                if spec.ps_endpoint is None or attempts[r] >= retries:
+                if spec.parallel.ps_endpoint is None or attempts[r] >= retries:
                     raise RuntimeError(f"worker {r} died (exit code {p.exitcode}) with no retry left")
                 attempts[r] += 1
                 procs[r] = start(r, attempts[r])

@@ -21,7 +21,6 @@ from __future__ import annotations
 import secrets
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -124,12 +123,12 @@ def served(spec: Any, strategy: Any, num_workers: int, host: str = "127.0.0.1") 
     if not strategy.elastic():
         yield spec
         return
-    if spec.checkpoint_dir:
-        raise ValueError(f"{spec.strategy} with placement='driver' keeps its shards in the driver, which outlives "
-                         "every task (a retried worker rejoins from their current weights); checkpointDir is for "
-                         "shards inside the tasks: unset it, or use placement 'colocated' or 'dedicated'")
-    with DriverServers.for_job(spec.network, spec.seed, strategy, num_workers, host) as servers:
-        yield replace(spec, ps_endpoint=servers.endpoint())
+    if spec.checkpoint.checkpointDir:
+        raise ValueError(f"{spec.parallel.strategy} with placement='driver' keeps its shards in the driver, which "
+                         "outlives every task (a retried worker rejoins from their current weights); checkpointDir "
+                         "is for shards inside the tasks: unset it, or use placement 'colocated' or 'dedicated'")
+    with DriverServers.for_job(spec.network, spec.data.seed, strategy, num_workers, host) as servers:
+        yield spec.updated(ps_endpoint=servers.endpoint())
 
 
 __all__ = ["DriverServers", "join", "served"]

@@ -27,9 +27,9 @@ def separable(n=1024, seed=0):
 
 def linear_spec(**kw):
     base = dict(network=network_spec("mlp", {"in_features": 16, "hidden": [], "out_features": 2}),
-                epochs=2, batch_size=8, optimizer="sgd", learning_rate=0.05, lr_scaling="linear",
+                epochs=2, batchSize=8, optimizer="sgd", learningRate=0.05, lrScaling="linear",
                 auto_batch=AutoBatch((8, 16, 32, 64), sample_rows=512))
-    return TrainSpec(**{**base, **kw})
+    return TrainSpec.of(**{**base, **kw})
 
 
 def weights(results):
@@ -62,9 +62,9 @@ def test_auto_keeps_the_small_batch_where_large_batches_hurt():
     there without trying the larger ones."""
     x, y = load_digits(return_X_y=True)
     x = (x / 16).astype(np.float32)
-    spec = TrainSpec(network=network_spec("mlp", {"in_features": 64, "hidden": 32, "out_features": 10}),
-                     epochs=1, batch_size=16, optimizer="sgd", learning_rate=0.3, lr_scaling="linear",
-                     auto_batch=AutoBatch((16, 32, 64), sample_rows=512))
+    spec = TrainSpec.of(network=network_spec("mlp", {"in_features": 64, "hidden": 32, "out_features": 10}),
+                        epochs=1, batchSize=16, optimizer="sgd", learningRate=0.3, lrScaling="linear",
+                        auto_batch=AutoBatch((16, 32, 64), sample_rows=512))
     record = run_threads(spec, shard_rows(x, y, 2))[0].history[0]
     trials = record["batchTrials"]
     assert record["batchSize"] == 16, trials
@@ -92,9 +92,9 @@ def test_a_crash_mid_epoch_resumes_at_the_size_the_search_chose(tmp_path):
     assert ref[0].history[0]["batchSize"] > 8
     crash_once.arm()
     with pytest.raises(RuntimeError, match="injected"):
-        run_threads(linear_spec(checkpoint_dir=str(tmp_path), checkpoint_every=2, **kw), shard_rows(x, y, 2))
+        run_threads(linear_spec(checkpointDir=str(tmp_path), checkpointInterval=2, **kw), shard_rows(x, y, 2))
     assert ckpt.latest(str(tmp_path)) is not None
-    res = run_threads(linear_spec(checkpoint_dir=str(tmp_path), checkpoint_every=2, **kw), shard_rows(x, y, 2))
+    res = run_threads(linear_spec(checkpointDir=str(tmp_path), checkpointInterval=2, **kw), shard_rows(x, y, 2))
     assert res[0].resumed_from is not None
     got, want = weights(res), weights(ref)
     assert all(torch.allclose(got[k], want[k], atol=1e-6) for k in want)
@@ -126,7 +126,7 @@ def test_the_estimator_refuses_auto_under_a_parameter_server_and_a_tolerance_out
     with pytest.raises(ParamValueError, match="batchSize.*staleness"):
         est._spec()
     spec, _ = est.setStrategy("sync")._spec()
-    assert spec.auto_batch is not None and spec.batch_size == spec.auto_batch.smallest
+    assert spec.schedule.auto_batch is not None and spec.schedule.batchSize == spec.schedule.auto_batch.smallest
     for bad in (0.0, 1.0, 1.5):
         with pytest.raises(ParamValueError, match="autoBatchTolerance"):
             est.setAutoBatchTolerance(bad)

@@ -38,12 +38,12 @@ def test_resume_through_a_uri_equals_resume_through_a_path(tmp_path):
 
     def spec(**kw):
         base = dict(network=network_spec("mlp", {"in_features": 64, "hidden": 16, "out_features": 10}),
-                    epochs=3, batch_size=16, optimizer="momentum", learning_rate=0.05)
-        return TrainSpec(**{**base, **kw})
+                    epochs=3, batchSize=16, optimizer="momentum", learningRate=0.05)
+        return TrainSpec.of(**{**base, **kw})
 
     runs = {}
     for name, root in (("path", str(tmp_path / "p")), ("uri", f"file://{tmp_path}/u")):
-        run_threads(spec(epochs=2, checkpoint_dir=root), shard_rows(x, y, 2))
-        runs[name] = run_threads(spec(checkpoint_dir=root), shard_rows(x, y, 2))[0]
+        run_threads(spec(epochs=2, checkpointDir=root), shard_rows(x, y, 2))
+        runs[name] = run_threads(spec(checkpointDir=root), shard_rows(x, y, 2))[0]
     assert runs["uri"].resumed_from is not None and len(runs["uri"].history) == 3
     assert [h["loss"] for h in runs["uri"].history] == [h["loss"] for h in runs["path"].history]

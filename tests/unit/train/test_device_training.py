@@ -50,8 +50,8 @@ def test_vector_training_on_the_device_follows_eager_torch_on_the_cpu(device):
     x = rng.normal(size=(256, 8)).astype(np.float32)
     y = (x[:, 1] > 0).astype(np.int64)
     options, epochs, batch, lr = {"in_features": 8, "hidden": 16, "out_features": 2}, 6, 32, 0.2
-    spec = TrainSpec(network=network_spec("mlp", options), epochs=epochs, batch_size=batch, optimizer="sgd",
-                     learning_rate=lr, device=device)
+    spec = TrainSpec.of(network=network_spec("mlp", options), epochs=epochs, batchSize=batch, optimizer="sgd",
+                        learningRate=lr, device=device)
     (result,) = run_threads(spec, [Shard(x, y)])
     ref = build_model("mlp", **options)
     opt = torch.optim.SGD(ref.parameters(), lr=lr)
@@ -59,7 +59,7 @@ def test_vector_training_on_the_device_follows_eager_torch_on_the_cpu(device):
     with one_thread():
         for epoch in range(epochs):
             total = 0.0
-            for ids in epoch_batches(len(x), batch, len(x) // batch, spec.seed, 0, epoch):
+            for ids in epoch_batches(len(x), batch, len(x) // batch, spec.data.seed, 0, epoch):
                 opt.zero_grad()
                 loss = torch.nn.functional.cross_entropy(ref(xs[ids]), ys[ids])
                 loss.backward()
@@ -91,9 +91,9 @@ def test_image_training_on_the_device_takes_its_image_path_and_learns(device, tm
                                                               "std": [128.0] * 3})
     batch = pa.RecordBatch.from_pydict({FEATURES: pa.array(files, pa.binary()), LABEL: pa.array(labels)})
     shard, _ = read_partition(iter([batch]), fmt, buffer_rows=10_000, spill_dir=str(tmp_path))
-    spec = TrainSpec(network=network_spec("small_cnn", {"num_classes": 2, "width": 8}), epochs=5, batch_size=16,
-                     learning_rate=3e-3, device=device, input_shape=[3, 32, 32], input_format=fmt,
-                     recompute_batchnorm="never")
+    spec = TrainSpec.of(network=network_spec("small_cnn", {"num_classes": 2, "width": 8}), epochs=5, batchSize=16,
+                        learningRate=3e-3, device=device, inputShape=[3, 32, 32], input_format=fmt,
+                        recomputeBatchNorm="never")
     assert gpu_images(spec) == (device == "cuda")
     if device == "cuda":
         torch.cuda.reset_peak_memory_stats()
@@ -110,8 +110,8 @@ def test_two_thread_workers_share_the_device(device):
     rng = np.random.default_rng(2)
     x = rng.normal(size=(128, 4)).astype(np.float32)
     y = (x[:, 0] + x[:, 2] > 0).astype(np.int64)
-    spec = TrainSpec(network=network_spec("mlp", {"in_features": 4, "hidden": 8, "out_features": 2}), epochs=3,
-                     batch_size=16, optimizer="sgd", learning_rate=0.1, device=device)
+    spec = TrainSpec.of(network=network_spec("mlp", {"in_features": 4, "hidden": 8, "out_features": 2}), epochs=3,
+                        batchSize=16, optimizer="sgd", learningRate=0.1, device=device)
     results = run_threads(spec, [Shard(x[:64], y[:64]), Shard(x[64:], y[64:])])
     assert [r.rank for r in results] == [0, 1] and results[0].state is not None
     assert np.isfinite([r["loss"] for r in results[0].history]).all()
@@ -134,8 +134,8 @@ def test_variable_length_rows_train_on_the_device(device, architecture):
     are packed with the wrong lengths, fails this."""
     x, y = token_task(80)
     options, epochs, lr = {"vocab_size": 20, "embed": 8, "hidden": 16}, 3, 1.0
-    spec = TrainSpec(network=network_spec(architecture, options), epochs=epochs, batch_size=len(x), optimizer="sgd",
-                     learning_rate=lr, token_budget=len(x) * 40, device=device, torch_threads=1)
+    spec = TrainSpec.of(network=network_spec(architecture, options), epochs=epochs, batchSize=len(x), optimizer="sgd",
+                        learningRate=lr, tokenBudget=len(x) * 40, device=device, torch_threads=1)
     (result,) = run_threads(spec, [Shard(x, y)])
     ref = build_model(architecture, **options)
     opt = torch.optim.SGD(ref.parameters(), lr=lr)

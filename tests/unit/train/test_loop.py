@@ -23,8 +23,8 @@ def digits():
 
 def spec(**kw):
     base = dict(network=network_spec("mlp", {"in_features": 64, "hidden": 32, "out_features": 10}),
-                epochs=4, batch_size=16, optimizer="momentum", learning_rate=0.05)
-    return TrainSpec(**{**base, **kw})
+                epochs=4, batchSize=16, optimizer="momentum", learningRate=0.05)
+    return TrainSpec.of(**{**base, **kw})
 
 
 def final_weights(results):
@@ -76,7 +76,7 @@ def test_iterate_from_a_later_batch_draws_the_augmentation_of_the_full_pass(pref
 
 def test_two_workers_learn_and_report_summary(digits):
     x, y = digits
-    res = run_threads(spec(validation_fraction=0.2, epochs=6), shard_rows(x, y, 2))
+    res = run_threads(spec(validationFraction=0.2, epochs=6), shard_rows(x, y, 2))
     hist = res[0].history
     assert [h["epoch"] for h in hist] == list(range(1, 7))
     assert hist[-1]["loss"] < hist[0]["loss"] and hist[-1]["accuracy"] > 0.8
@@ -86,8 +86,8 @@ def test_two_workers_learn_and_report_summary(digits):
 def test_resume_from_epoch_checkpoint_equals_uninterrupted(digits, tmp_path):
     x, y = digits
     ref = final_weights(run_threads(spec(), shard_rows(x, y, 2)))
-    run_threads(spec(epochs=2, checkpoint_dir=str(tmp_path)), shard_rows(x, y, 2))
-    res = run_threads(spec(checkpoint_dir=str(tmp_path)), shard_rows(x, y, 2))
+    run_threads(spec(epochs=2, checkpointDir=str(tmp_path)), shard_rows(x, y, 2))
+    res = run_threads(spec(checkpointDir=str(tmp_path)), shard_rows(x, y, 2))
     assert res[0].resumed_from is not None and len(res[0].history) == 4
     assert same(final_weights(res), ref)
 
@@ -109,20 +109,20 @@ def test_crash_mid_epoch_resumes_exactly(digits, tmp_path, strategy):
     ref = final_weights(run_threads(spec(**kw), shard_rows(x, y, 2)))
     calls[0], armed[0] = 0, True
     with pytest.raises(RuntimeError, match="injected"):
-        run_threads(spec(checkpoint_dir=str(tmp_path), checkpoint_every=5, **kw), shard_rows(x, y, 2))
+        run_threads(spec(checkpointDir=str(tmp_path), checkpointInterval=5, **kw), shard_rows(x, y, 2))
     # the crash lands near step 10; whether that checkpoint was committed first depends on thread timing
     committed = ckpt.latest(str(tmp_path))["step"]
     assert committed in (5, 10)
-    res = run_threads(spec(checkpoint_dir=str(tmp_path), checkpoint_every=5, **kw), shard_rows(x, y, 2))
+    res = run_threads(spec(checkpointDir=str(tmp_path), checkpointInterval=5, **kw), shard_rows(x, y, 2))
     assert res[0].resumed_from == committed
     assert same(final_weights(res), ref)
 
 
 def test_checkpoint_from_other_world_size_is_refused(digits, tmp_path):
     x, y = digits
-    run_threads(spec(epochs=1, checkpoint_dir=str(tmp_path)), shard_rows(x, y, 2))
+    run_threads(spec(epochs=1, checkpointDir=str(tmp_path)), shard_rows(x, y, 2))
     with pytest.raises(ValueError, match="written by 2 workers"):
-        run_threads(spec(epochs=2, checkpoint_dir=str(tmp_path)), shard_rows(x, y, 1))
+        run_threads(spec(epochs=2, checkpointDir=str(tmp_path)), shard_rows(x, y, 1))
 
 
 # -- training never fails silently ----------------------------------------------------------------
@@ -144,7 +144,7 @@ def test_nan_policy_skip_drops_and_counts_the_rows(digits):
     x, y = digits
     x, y = x.copy(), y.astype(np.float64)
     x[[5, 7], 3], y[300] = np.inf, np.nan
-    hist = run_threads(spec(epochs=2, nan_policy="skip"), shard_rows(x, y, 2))[0].history
+    hist = run_threads(spec(epochs=2, nanPolicy="skip"), shard_rows(x, y, 2))[0].history
     assert [h["skippedRows"] for h in hist] == [3, 3]
     assert all(np.isfinite(h["loss"]) for h in hist) and hist[-1]["loss"] < hist[0]["loss"]
     assert all("warning" not in h for h in hist)
@@ -152,7 +152,7 @@ def test_nan_policy_skip_drops_and_counts_the_rows(digits):
 
 def test_a_loss_growing_by_orders_of_magnitude_warns_in_the_summary(digits):
     x, y = digits
-    hist = run_threads(spec(epochs=1, optimizer="adam", learning_rate=1e6), shard_rows(x, y, 2))[0].history
+    hist = run_threads(spec(epochs=1, optimizer="adam", learningRate=1e6), shard_rows(x, y, 2))[0].history
     assert "the loss grew from" in hist[0]["warning"] and "learning rate (1e+06)" in hist[0]["warning"]
 
 
@@ -167,7 +167,7 @@ def test_batchnorm_statistics_follow_the_final_weights_after_model_averaging(dig
     x, y = digits
     images = np.repeat(np.kron(x[:160].reshape(-1, 1, 8, 8), np.ones((1, 1, 4, 4), np.float32)), 3, axis=1)
     shards = shard_rows(images.reshape(160, -1), y[:160], 2)
-    res = run_threads(spec(network=network_spec("small_cnn", {"width": 4}), input_shape=[3, 32, 32], epochs=1,
+    res = run_threads(spec(network=network_spec("small_cnn", {"width": 4}), inputShape=[3, 32, 32], epochs=1,
                            strategy=strategy, optimizer="sgd"), shards)
     state = final_weights(res)
     net = build_model("small_cnn", width=4)

@@ -14,8 +14,8 @@ from irbis.train.progress import ProgressClient, ProgressServer
 
 def _records(epochs=2):
     x, y = load_digits(return_X_y=True)
-    spec = TrainSpec(network=network_spec("mlp", {"in_features": 64, "hidden": 16, "out_features": 10}),
-                     epochs=epochs, batch_size=8, learning_rate=0.01)
+    spec = TrainSpec.of(network=network_spec("mlp", {"in_features": 64, "hidden": 16, "out_features": 10}),
+                        epochs=epochs, batchSize=8, learningRate=0.01)
     got, lock = [], threading.Lock()
 
     def report(rec):

@@ -8,6 +8,7 @@ import torch
 from sklearn.datasets import load_digits
 
 from irbis.train.backends.local import run_processes, run_threads, shard_rows
+from irbis.train.faults import Stragglers
 from irbis.train.loop import TrainSpec
 from irbis.train.networks import network_spec
 from irbis.train.ps.rules import MIN_SHARD_WEIGHTS, SERVER_OPTIMIZERS, default_shards, delay_compensate, split_shards
@@ -141,9 +142,9 @@ def digits():
 
 def spec(strategy, options=None, **kw):
     base = dict(network=network_spec("mlp", {"in_features": 64, "hidden": 32, "out_features": 10}), epochs=3,
-                batch_size=16, optimizer="sgd", learning_rate=0.1, strategy=strategy,
-                strategy_options=options or {}, validation_fraction=0.2)
-    return TrainSpec(**{**base, **kw})
+                batchSize=16, optimizer="sgd", learningRate=0.1, strategy=strategy,
+                strategyOptions=options or {}, validationFraction=0.2)
+    return TrainSpec.of(**{**base, **kw})
 
 
 def final(results):
@@ -169,11 +170,11 @@ def test_one_worker_sees_no_staleness(digits):
 def test_the_straggler_hook_slows_a_worker_without_changing_the_math(digits):
     x, y = digits
     plain = run_threads(spec("sync", epochs=1), shard_rows(x, y, 2))
-    slowed = run_threads(spec("sync", epochs=1, slow_workers={1: 1.5}), shard_rows(x, y, 2))
+    slowed = run_threads(spec("sync", epochs=1, step_hook=Stragglers({1: 1.5})), shard_rows(x, y, 2))
     a, b = final(plain), final(slowed)
     assert all(torch.equal(a[k], b[k]) for k in a)
-    with pytest.raises(ValueError, match="slowdown must be >= 1, found 0.5"):
-        run_threads(spec("sync", epochs=1, slow_workers={0: 0.5}), shard_rows(x, y, 2))
+    with pytest.raises(ValueError, match=r"a straggler's factor must be >= 1, found \{0: 0.5\}"):
+        Stragglers({0: 0.5})
 
 
 def test_free_running_workers_share_each_epoch_by_speed_and_nobody_waits_for_the_straggler(digits):
@@ -181,8 +182,8 @@ def test_free_running_workers_share_each_epoch_by_speed_and_nobody_waits_for_the
     # permutations of its rows until the job's steps for the epoch (2 x 15) are spent
     x, y = digits
     epochs, steps = 3, -(-240 // 16)
-    res = run_processes(spec("downpour", {"serverOptimizer": "sgd"}, epochs=epochs, learning_rate=0.1,
-                             slow_workers={0: 6.0}, torch_threads=1), shard_rows(x, y, 2))
+    res = run_processes(spec("downpour", {"serverOptimizer": "sgd"}, epochs=epochs, learningRate=0.1,
+                             step_hook=Stragglers({0: 6.0}), torch_threads=1), shard_rows(x, y, 2))
     slow, fast = res[0].info["steps"], res[1].info["steps"]
     assert slow < steps * epochs < fast
     assert epochs * steps * 2 <= slow + fast <= epochs * (steps * 2 + 1)  # at most one step past each target
@@ -195,7 +196,8 @@ def test_a_late_backup_worker_catches_up_by_taking_decided_steps_without_computi
     # threads: rank 0 sleeps 8x its compute; with one backup worker the other two never wait for it,
     # and it skips the steps they already made instead of computing gradients that would be dropped
     x, y = digits
-    res = run_threads(spec("sync", {"backupWorkers": 1}, epochs=2, slow_workers={0: 8.0}), shard_rows(x, y, 3))
+    res = run_threads(spec("sync", {"backupWorkers": 1}, epochs=2, step_hook=Stragglers({0: 8.0})),
+                      shard_rows(x, y, 3))
     steps = 2 * -(-160 // 16)
     assert all(r.info["steps"] == steps for r in res)  # every replica takes every step
     assert res[0].info["computedSteps"] < steps and all(r.info["computedSteps"] == steps for r in res[1:])
@@ -235,7 +237,7 @@ def test_dcasgd_with_lambda_zero_is_downpour_on_the_same_schedule(digits):
 def test_each_async_strategy_learns_digits_on_threads(name, options, lr):
     x, y = load_digits(return_X_y=True)
     # four workers each applying their own updates: an effective step about four times ``lr``
-    res = run_threads(spec(name, options, epochs=5, learning_rate=lr), shard_rows((x / 16).astype(np.float32), y, 4))
+    res = run_threads(spec(name, options, epochs=5, learningRate=lr), shard_rows((x / 16).astype(np.float32), y, 4))
     last = res[0].history[-1]
     assert last["accuracy"] > 0.9 and last["psUpdates"]["rejected"] == 0
 
@@ -268,8 +270,8 @@ def test_a_crash_mid_epoch_resumes_from_the_saved_shards_losing_no_update(digits
     ref = run_threads(spec(name, options, **kw), shard_rows(x, y, 2))
     crash_once.arm()
     with pytest.raises(RuntimeError, match="injected"):
-        run_threads(spec(name, options, checkpoint_dir=str(tmp_path), checkpoint_every=5, **kw), shard_rows(x, y, 2))
-    res = run_threads(spec(name, options, checkpoint_dir=str(tmp_path), checkpoint_every=5, **kw),
+        run_threads(spec(name, options, checkpointDir=str(tmp_path), checkpointInterval=5, **kw), shard_rows(x, y, 2))
+    res = run_threads(spec(name, options, checkpointDir=str(tmp_path), checkpointInterval=5, **kw),
                       shard_rows(x, y, 2))
     assert res[0].resumed_from == 10
     a, b = final(ref), final(res)
@@ -301,7 +303,7 @@ def test_dedicated_servers_train_exactly_as_colocated_shards_on_the_lockstep_sch
 def test_dedicated_servers_save_their_shard_at_each_cut(digits, tmp_path):
     x, y = digits
     res = run_threads(spec("downpour", {"numShards": 2, "placement": "dedicated"}, epochs=2,
-                           checkpoint_dir=str(tmp_path)), shard_rows(x, y, 2))
+                           checkpointDir=str(tmp_path)), shard_rows(x, y, 2))
     steps = -(-240 // 16)
     assert res[2].info["cuts"] == res[3].info["cuts"] == [steps, 2 * steps]  # one cut per epoch
     saved = sorted(p.name for p in next(tmp_path.glob("step-*")).iterdir())
@@ -324,7 +326,7 @@ def test_a_killed_worker_is_restarted_alone_and_rejoins_losing_no_update(digits,
     marker = str(tmp_path / "killed")
     epochs, steps = 4, -(-160 // 16)
     res = run_processes(spec(name, {"placement": "driver", "serverOptimizer": "adagrad"}, epochs=epochs,
-                             learning_rate=0.05, torch_threads=1, augment=partial(kill_once, marker, steps + 4)),
+                             learningRate=0.05, torch_threads=1, augment=partial(kill_once, marker, steps + 4)),
                         shard_rows(x, y, 3), retries=1)
     import os
 
@@ -342,6 +344,6 @@ def test_a_killed_worker_is_restarted_alone_and_rejoins_losing_no_update(digits,
 def test_driver_shards_refuse_a_checkpoint_dir_and_mixed_refuses_them(digits, tmp_path):
     x, y = digits
     with pytest.raises(ValueError, match="placement='driver' keeps its shards in the driver.*unset it"):
-        run_threads(spec("downpour", {"placement": "driver"}, checkpoint_dir=str(tmp_path)), shard_rows(x, y, 2))
+        run_threads(spec("downpour", {"placement": "driver"}, checkpointDir=str(tmp_path)), shard_rows(x, y, 2))
     with pytest.raises(ValueError, match="mixed's groups reduce in lockstep"):
         make_strategy("mixed", placement="driver")

@@ -26,8 +26,8 @@ def digits():
 
 def spec(**kw):
     base = dict(network=network_spec("mlp", {"in_features": 64, "hidden": 32, "out_features": 10}),
-                epochs=3, batch_size=16, optimizer="sgd", learning_rate=0.05)
-    return TrainSpec(**{**base, **kw})
+                epochs=3, batchSize=16, optimizer="sgd", learningRate=0.05)
+    return TrainSpec.of(**{**base, **kw})
 
 
 def final_weights(results):
@@ -85,7 +85,7 @@ def test_linear_scaling_warms_up_step_by_step_then_follows_the_schedule(digits):
     x, y = digits  # 2 workers x 200 rows, batch 16: 13 steps an epoch
     RecordingSGD.made = []
     schedule = {"type": "step", "stepSize": 2, "gamma": 0.5}
-    run_threads(spec(optimizer=RecordingSGD, lr_scaling="linear", warmup_epochs=1.5, lr_schedule=schedule),
+    run_threads(spec(optimizer=RecordingSGD, lrScaling="linear", warmupEpochs=1.5, learningRateSchedule=schedule),
                 shard_rows(x, y, 2))
     steps = 13
     expected = [0.05 * (0.5 ** (k // steps // 2)) * (1 + min(1.0, k / steps / 1.5)) for k in range(3 * steps)]
@@ -95,8 +95,8 @@ def test_linear_scaling_warms_up_step_by_step_then_follows_the_schedule(digits):
 
 def test_scaled_rate_equals_the_rate_set_by_hand(digits):
     x, y = digits  # sqrt: 2 workers x batch 16 over a reference of 8 is a factor 2
-    scaled = run_threads(spec(lr_scaling="sqrt", reference_batch_size=8), shard_rows(x, y, 2))
-    by_hand = run_threads(spec(learning_rate=0.1), shard_rows(x, y, 2))
+    scaled = run_threads(spec(lrScaling="sqrt", referenceBatchSize=8), shard_rows(x, y, 2))
+    by_hand = run_threads(spec(learningRate=0.1), shard_rows(x, y, 2))
     a, b = final_weights(scaled), final_weights(by_hand)
     assert all(torch.equal(a[k], b[k]) for k in a)
 
@@ -105,13 +105,13 @@ def test_crash_during_warm_up_resumes_exactly(digits, tmp_path):
     x, y = digits
     crash_once = CrashOnce(at=25)
 
-    kw = dict(augment=crash_once, prefetch=True, lr_scaling="linear", warmup_epochs=2.0)
+    kw = dict(augment=crash_once, prefetch=True, lrScaling="linear", warmupEpochs=2.0)
     ref = final_weights(run_threads(spec(**kw), shard_rows(x, y, 2)))
     crash_once.arm()
     with pytest.raises(RuntimeError, match="injected"):
-        run_threads(spec(checkpoint_dir=str(tmp_path), checkpoint_every=5, **kw), shard_rows(x, y, 2))
+        run_threads(spec(checkpointDir=str(tmp_path), checkpointInterval=5, **kw), shard_rows(x, y, 2))
     assert ckpt.latest(str(tmp_path))["step"] in (5, 10)  # mid-epoch, mid-warm-up
-    res = run_threads(spec(checkpoint_dir=str(tmp_path), checkpoint_every=5, **kw), shard_rows(x, y, 2))
+    res = run_threads(spec(checkpointDir=str(tmp_path), checkpointInterval=5, **kw), shard_rows(x, y, 2))
     assert res[0].resumed_from is not None
     got = final_weights(res)
     assert all(torch.allclose(got[k], ref[k], atol=1e-6) for k in ref)
@@ -119,9 +119,9 @@ def test_crash_during_warm_up_resumes_exactly(digits, tmp_path):
 
 def test_parameter_server_workers_send_the_scaled_rate(digits):
     x, y = digits  # one worker's batch per update: linear scaling over a reference of 4 is a factor 4
-    scaled = run_threads(spec(strategy="downpour", strategy_options={"serverOptimizer": "sgd"}, lr_scaling="linear",
-                              reference_batch_size=4), shard_rows(x, y, 2))
-    by_hand = run_threads(spec(strategy="downpour", strategy_options={"serverOptimizer": "sgd"}, learning_rate=0.2),
+    scaled = run_threads(spec(strategy="downpour", strategyOptions={"serverOptimizer": "sgd"}, lrScaling="linear",
+                              referenceBatchSize=4), shard_rows(x, y, 2))
+    by_hand = run_threads(spec(strategy="downpour", strategyOptions={"serverOptimizer": "sgd"}, learningRate=0.2),
                           shard_rows(x, y, 2))
     a, b = final_weights(scaled), final_weights(by_hand)
     assert all(torch.equal(a[k], b[k]) for k in a)
@@ -160,8 +160,8 @@ def expected_statistics(state, shards, size=16, seed=0, epochs=1):
 def test_recompute_batchnorm_gives_update_bn_statistics(digits, strategy, mode, recomputed):
     x, y = digits
     shards = shard_rows(upscaled(x[:160]), y[:160], 2)
-    res = run_threads(spec(network=network_spec("small_cnn", {"width": 4}), input_shape=[3, 32, 32], epochs=1,
-                           strategy=strategy, recompute_batchnorm=mode), shards)
+    res = run_threads(spec(network=network_spec("small_cnn", {"width": 4}), inputShape=[3, 32, 32], epochs=1,
+                           strategy=strategy, recomputeBatchNorm=mode), shards)
     state = final_weights(res)
     expected = expected_statistics(state, shards)
     assert all(torch.allclose(state[k], v, atol=1e-5) for k, v in expected.items()) == recomputed
@@ -197,8 +197,8 @@ def test_frozen_batchnorm_layers_keep_their_statistics_and_use_them_meanwhile(di
 
     x, y = digits
     shards = shard_rows(upscaled(x[:64]), y[:64], 1)
-    res = run_threads(spec(network=network_spec(frozen_stem_cnn), input_shape=[3, 32, 32], epochs=1,
-                           recompute_batchnorm="always"), shards)
+    res = run_threads(spec(network=network_spec(frozen_stem_cnn), inputShape=[3, 32, 32], epochs=1,
+                           recomputeBatchNorm="always"), shards)
     state = final_weights(res)
     assert torch.all(state["features.1.running_mean"] == 0.25) and torch.all(state["features.1.running_var"] == 2.0)
     net = frozen_stem_cnn()
@@ -225,9 +225,9 @@ def test_one_worker_sync_small_cnn_tests_higher_with_statistics_recomputed():
     accuracy = {}
     for seed in (0, 1, 2):
         for mode in ("never", "auto"):
-            res = run_threads(TrainSpec(network=network_spec("small_cnn", {"width": 8}), epochs=3, batch_size=32,
-                                        optimizer="adam", learning_rate=3e-3, seed=seed, input_shape=[3, 32, 32],
-                                        recompute_batchnorm=mode), shard_rows(xtr, ytr, 1))
+            res = run_threads(TrainSpec.of(network=network_spec("small_cnn", {"width": 8}), epochs=3, batchSize=32,
+                                           optimizer="adam", learningRate=3e-3, seed=seed, inputShape=[3, 32, 32],
+                                           recomputeBatchNorm=mode), shard_rows(xtr, ytr, 1))
             net = build_model("small_cnn", width=8)
             net.load_state_dict(final_weights(res))
             with torch.no_grad():
@@ -249,6 +249,6 @@ def test_recomputed_variance_spans_rows_grouped_by_class():
     rng = np.random.default_rng(0)
     x = np.concatenate([rng.normal(0, 0.1, 64), rng.normal(10, 0.1, 64)]).astype(np.float32)[:, None]
     y = np.repeat([0, 1], 64)
-    res = run_threads(spec(network=network_spec(batchnorm_head), epochs=1, recompute_batchnorm="always"),
+    res = run_threads(spec(network=network_spec(batchnorm_head), epochs=1, recomputeBatchNorm="always"),
                       shard_rows(x, y, 1))
     assert 20 < float(final_weights(res)["0.running_var"]) < 30  # the variance of all rows: 25

@@ -9,7 +9,7 @@ import torch
 from irbis.train.data import BatchRounds, Shard, batch_rng, epoch_batches, iterate
 from irbis.train.loop import TrainSpec
 from irbis.train.networks import network_spec
-from irbis.train.rows import Rows, TensorRows, worker_rows
+from irbis.train.rows import BatchPlan, Rows, TensorRows, worker_rows
 from irbis.train.sequences import RaggedRows
 from irbis.train.stream import FEATURES, LABEL, InputFormat, StreamRows, read_partition
 
@@ -35,7 +35,7 @@ def arrow(x, sequences, per=37):
 def spec(sequences=False, **kw):
     net = network_spec("gru_classifier", {"vocab_size": 20, "embed": 8, "hidden": 16}) if sequences else \
         network_spec("mlp", {"in_features": 4, "hidden": 8, "out_features": N})
-    return TrainSpec(**{"network": net, "batch_size": 16, "token_budget": 256, **kw})
+    return TrainSpec.of(**{"network": net, "batchSize": 16, "tokenBudget": 256, **kw})
 
 
 def kinds():
@@ -70,19 +70,19 @@ def test_each_kind_of_shard_gives_its_kind_of_rows_behind_the_interface(all_kind
 def test_every_kind_yields_every_row_in_an_epoch_and_once_in_evaluation(all_kinds, epoch):
     for name, rows, _ in all_kinds:
         steps = rows.step_count(16, 5, 1, 4)
-        batches = list(rows.train_batches(16, steps, 5, 1, epoch, "cpu", np.int64))
+        batches = list(rows.train_batches(BatchPlan(16, steps, 5, 1, epoch)))
         assert len(batches) == steps, name
         seen = np.concatenate([yb.numpy() for _, yb in batches])
         # the first pass holds every row once; fixed-size batches top the last one up with rows drawn again
         assert sorted(seen[:N].tolist()) == list(range(N)), name
         if name == "ragged":
             assert len(seen) == N
-        other = np.concatenate([yb.numpy() for _, yb in rows.train_batches(16, steps, 5, 1, epoch + 1, "cpu",
-                                                                             np.int64)])
+        other = np.concatenate([yb.numpy() for _, yb in rows.train_batches(BatchPlan(16, steps, 5, 1,
+                                                                                       epoch + 1))])
         assert not np.array_equal(seen, other), name  # a fresh order every epoch
         evaluated = np.concatenate([yb.numpy() for _, yb in rows.eval_batches(64, "cpu", np.int64)])
         assert sorted(evaluated.tolist()) == list(range(N)), name
-        assert len(list(rows.norm_inputs(16, 3, 5, 1, epoch, "cpu", np.int64))) == 3, name
+        assert len(list(rows.norm_inputs(BatchPlan(16, 3, 5, 1, epoch)))) == 3, name
         assert rows.nonfinite_rows() == 0, name
 
 
@@ -94,14 +94,14 @@ def test_rows_in_memory_batch_as_epoch_batches_and_iterate_do():
         return batch + rng.normal(size=batch.shape)
 
     for prefetch in (False, True):
-        got = list(rows.train_batches(16, 4, 7, 1, 2, "cpu", np.int64, start=1, augment=noise, prefetch=prefetch))
+        got = list(rows.train_batches(BatchPlan(16, 4, 7, 1, 2, start=1, augment=noise, prefetch=prefetch)))
         want = list(iterate(x, y, epoch_batches(50, 16, 4, 7, 1, 2), noise, lambda i: batch_rng(7, 1, 2, i),
                             False, 1))
         assert len(got) == len(want) == 3
         assert all(torch.equal(a, c) and torch.equal(b, d) for (a, b), (c, d) in zip(got, want))
-    rounds = [yb for _, yb in rows.train_batches(16, 4, 7, 1, 2, "cpu", np.int64, rounds=3)]
+    rounds = [yb for _, yb in rows.train_batches(BatchPlan(16, 4, 7, 1, 2, rounds=3))]
     assert [b.tolist() for b in rounds] == [b.tolist() for b in BatchRounds(50, 16, 4, 7, 1, 2, 3)]
-    normed = list(rows.norm_inputs(16, 4, 7, 1, 2, "cpu", np.int64))
+    normed = list(rows.norm_inputs(BatchPlan(16, 4, 7, 1, 2)))
     assert all(torch.equal(a, x[torch.from_numpy(ids)]) for a, ids in zip(normed, epoch_batches(50, 16, 4, 7, 1, 2)))
     assert rows.step_count(16, 7, 1, 3) == 4 and rows.row_bytes() == 12
     sample = rows.sample(np.array([3, 8, 9, 20]), "cpu", np.int64)

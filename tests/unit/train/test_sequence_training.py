@@ -17,6 +17,7 @@ from irbis.train.backends.local import run_threads, shard_rows
 from irbis.train.data import Shard
 from irbis.train.loop import TrainSpec, step_autocast
 from irbis.train.networks import network_spec
+from irbis.train.rows import BatchPlan
 from irbis.train.sequences import RaggedRows, make_batch
 from irbis.train.stream import FEATURES, LABEL, InputFormat, SpilledShard, read_partition
 from train_helpers import peak_rss_mib, token_task
@@ -32,8 +33,8 @@ def rows_of(lengths, seed=0):
 
 def spec(**kw):
     base = dict(network=network_spec("gru_classifier", {"vocab_size": 20, "embed": 8, "hidden": 16}), epochs=4,
-                batch_size=16, learning_rate=1e-2, token_budget=512, torch_threads=1)
-    return TrainSpec(**{**base, **kw})
+                batchSize=16, learningRate=1e-2, tokenBudget=512, torch_threads=1)
+    return TrainSpec.of(**{**base, **kw})
 
 
 @settings(max_examples=60, deadline=None)
@@ -107,7 +108,7 @@ def test_a_batch_reaches_the_network_padded_with_a_mask_or_packed():
 def test_unequal_workers_take_equal_steps_and_a_gru_learns_with_validation_and_waste():
     x, y = token_task(300)
     shards = [Shard(x[:200], y[:200]), Shard(x[200:], y[200:])]  # two workers of unequal sizes
-    res = run_threads(spec(epochs=6, validation_fraction=0.2), shards)
+    res = run_threads(spec(epochs=6, validationFraction=0.2), shards)
     assert res[0].info["steps"] == res[1].info["steps"] > 0
     hist = res[0].history
     assert hist[-1]["accuracy"] > 0.75 and hist[-1]["loss"] < hist[0]["loss"]
@@ -123,8 +124,8 @@ def test_one_seed_reproduces_a_run_exactly():
 def test_resume_from_an_epoch_checkpoint_equals_the_uninterrupted_run(tmp_path):
     x, y = token_task(120)
     ref = run_threads(spec(epochs=3), shard_rows(x, y, 2))[0].state
-    run_threads(spec(epochs=1, checkpoint_dir=str(tmp_path)), shard_rows(x, y, 2))
-    res = run_threads(spec(epochs=3, checkpoint_dir=str(tmp_path)), shard_rows(x, y, 2))
+    run_threads(spec(epochs=1, checkpointDir=str(tmp_path)), shard_rows(x, y, 2))
+    res = run_threads(spec(epochs=3, checkpointDir=str(tmp_path)), shard_rows(x, y, 2))
     assert res[0].resumed_from is not None and len(res[0].history) == 3
     a, b = (torch.load(io.BytesIO(s), weights_only=True) for s in (ref, res[0].state))
     assert all(torch.allclose(a[k], b[k], atol=1e-6) for k in a)
@@ -162,7 +163,7 @@ def test_null_and_empty_rows_are_named_or_skipped_and_counted():
     x[3], x[10] = None, np.zeros(0, np.int64)
     with pytest.raises(ValueError, match="null sequence at row 3.*2 such rows.*nanPolicy"):
         run_threads(spec(epochs=1), shard_rows(x, y, 1))
-    res = run_threads(spec(epochs=1, nan_policy="skip"), shard_rows(x, y, 1))
+    res = run_threads(spec(epochs=1, nanPolicy="skip"), shard_rows(x, y, 1))
     assert res[0].history[-1]["skippedRows"] == 2
 
 
@@ -195,7 +196,7 @@ def test_token_ids_within_the_buffer_are_a_ragged_shard_and_past_it_spill_with_t
         assert all(len(b) <= 16 and (len(b) == 1 or len(b) * padded_length(spilled.lengths[b]) <= 256)
                    for b in order)
         assert [b.tolist() for b in order] != [b.tolist() for b in rows.order(16, count, 3, 0, 2)]
-        (ids, mask), yb = next(rows.batches(16, count, 3, 0, 1, 0, "cpu", np.int64, augment=False))
+        (ids, mask), yb = next(rows.batches(BatchPlan(16, count, 3, 0, 1), augment=False))
         first = order[0]
         assert ids.shape[0] == len(first) and mask[0].sum() == len(x[first[0]])
         assert ids[0, :len(x[first[0]])].tolist() == x[first[0]].tolist() and yb.tolist() == y[first].tolist()
@@ -208,7 +209,7 @@ def test_a_streamed_gru_learns_from_token_ids_past_the_buffer():
     fmt = InputFormat("sequence")
     shards = [read_partition(token_batches(x[r::2], y[r::2]), fmt, 64)[0] for r in range(2)]
     try:
-        res = run_threads(spec(epochs=6, input_format=fmt, buffer_rows=64, validation_fraction=0.2),
+        res = run_threads(spec(epochs=6, input_format=fmt, shuffleBuffer=64, validationFraction=0.2),
                           shards)
     finally:
         for s in shards:
@@ -222,6 +223,7 @@ def test_a_worker_streaming_8x_more_token_ids_keeps_its_peak_memory():
     176 MB), with a 2,000-row buffer, in length batches."""
     script = textwrap.dedent("""
         import resource, sys, numpy as np, pyarrow as pa
+        from irbis.train.rows import BatchPlan
         from irbis.train.stream import FEATURES, LABEL, InputFormat, read_partition
         rows = int(sys.argv[1])
         def gen():
@@ -237,7 +239,7 @@ def test_a_worker_streaming_8x_more_token_ids_keeps_its_peak_memory():
         seen = 0
         for epoch in range(2):
             count = train.batch_count(0, 0, epoch)
-            for (ids, mask), yb in train.batches(64, count, 0, 0, epoch, 0, "cpu", np.int64, False):
+            for (ids, mask), yb in train.batches(BatchPlan(64, count, 0, 0, epoch), augment=False):
                 seen += len(yb)
         shard.close()
         print(seen, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
@@ -319,7 +321,7 @@ def test_batches_are_cut_afresh_each_epoch_and_spread_copies_of_one_text():
     ("auto", "cuda", "image", "cuda"), ("auto", "cuda", "sequence", None), ("fp32", "cuda", "image", None)])
 @pytest.mark.filterwarnings("ignore:CUDA is not available")
 def test_training_precision_sets_the_steps_autocast(precision, device, kind, autocast):
-    s = spec(training_precision=precision, device=device, input_format=InputFormat(kind=kind))
+    s = spec(trainingPrecision=precision, device=device, input_format=InputFormat(kind=kind))
     ctx = step_autocast(s)
     assert (getattr(ctx, "device", None), getattr(ctx, "fast_dtype", None)) == (
         (autocast, torch.bfloat16) if autocast else (None, None))
@@ -332,7 +334,7 @@ def test_training_precision_sets_the_steps_autocast(precision, device, kind, aut
 def test_a_gru_learns_in_bf16_with_its_weights_and_exchange_in_fp32():
     x, y = token_task(300)
     shards = [Shard(x[:200], y[:200]), Shard(x[200:], y[200:])]
-    fp32, bf16 = (run_threads(spec(epochs=6, validation_fraction=0.2, training_precision=p), shards)
+    fp32, bf16 = (run_threads(spec(epochs=6, validationFraction=0.2, trainingPrecision=p), shards)
                   for p in ("fp32", "bf16"))
     assert bf16[0].history[-1]["accuracy"] > 0.75 and bf16[0].history[-1]["loss"] < bf16[0].history[0]["loss"]
     a, b = (torch.load(io.BytesIO(r[0].state), weights_only=True) for r in (fp32, bf16))
@@ -344,7 +346,7 @@ def test_a_gru_learns_in_bf16_with_its_weights_and_exchange_in_fp32():
 def test_bf16_on_a_cpu_without_bf16_instructions_warns_in_the_summary(monkeypatch):
     x, y = token_task(60)
     monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False)
-    hist = run_threads(spec(epochs=2, training_precision="bf16"), shard_rows(x, y, 2))[0].history
+    hist = run_threads(spec(epochs=2, trainingPrecision="bf16"), shard_rows(x, y, 2))[0].history
     assert "without bf16 instructions" in hist[0]["warning"] and "warning" not in hist[1]
     monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: True)
-    assert "warning" not in run_threads(spec(epochs=1, training_precision="bf16"), shard_rows(x, y, 2))[0].history[0]
+    assert "warning" not in run_threads(spec(epochs=1, trainingPrecision="bf16"), shard_rows(x, y, 2))[0].history[0]

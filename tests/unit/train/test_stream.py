@@ -7,6 +7,7 @@ import numpy as np
 import pyarrow as pa
 
 from irbis.train.data import Shard
+from irbis.train.rows import BatchPlan
 from irbis.train.stream import FEATURES, LABEL, InputFormat, SpilledShard, read_partition
 from train_helpers import peak_rss_mib
 
@@ -39,16 +40,16 @@ def test_every_row_once_per_epoch_in_an_order_that_changes_between_epochs():
     rows, _, _ = shard.split(0.0, 0, "error")
     seen = {}
     for epoch in (0, 1):
-        got = [xb[:, 0].numpy().astype(int) for xb, _ in rows.batches(50, 20, 0, 0, epoch, 0, "cpu", np.int64, True)]
+        got = [xb[:, 0].numpy().astype(int) for xb, _ in rows.batches(BatchPlan(50, 20, 0, 0, epoch))]
         order = np.concatenate(got)
         assert sorted(order.tolist()) == list(range(1000))  # 20 x 50 rows: each row once
         seen[epoch] = order
-        labels = np.concatenate([yb.numpy() for _, yb in rows.batches(50, 20, 0, 0, epoch, 0, "cpu", np.int64, True)])
+        labels = np.concatenate([yb.numpy() for _, yb in rows.batches(BatchPlan(50, 20, 0, 0, epoch))])
         assert np.array_equal(labels, order % 3)  # labels travel with their rows
     assert not np.array_equal(seen[0], seen[1])
     # a window holds about buffer_rows rows: the first 100 rows of an epoch come from few blocks
     assert len(np.unique(seen[0][:100] // 256)) <= 2
-    again = np.concatenate([xb[:, 0].numpy() for xb, _ in rows.batches(50, 20, 0, 0, 0, 0, "cpu", np.int64, True)])
+    again = np.concatenate([xb[:, 0].numpy() for xb, _ in rows.batches(BatchPlan(50, 20, 0, 0, 0))])
     assert np.array_equal(again, seen[0])  # the seed fixes the order
     shard.close()
 
@@ -56,11 +57,11 @@ def test_every_row_once_per_epoch_in_an_order_that_changes_between_epochs():
 def test_steps_past_the_rows_draw_from_the_next_pass_and_resume_skips_what_was_done():
     shard, _ = spilled(300)
     rows, _, _ = shard.split(0.0, 0, "error")
-    full = [xb[:, 0].numpy() for xb, _ in rows.batches(64, 6, 1, 0, 0, 0, "cpu", np.int64, True)]
+    full = [xb[:, 0].numpy() for xb, _ in rows.batches(BatchPlan(64, 6, 1, 0, 0))]
     assert len(full) == 6 and all(len(b) == 64 for b in full)
     first_pass = np.concatenate(full)[:300]
     assert sorted(first_pass.astype(int).tolist()) == list(range(300))
-    resumed = [xb[:, 0].numpy() for xb, _ in rows.batches(64, 6, 1, 0, 0, 4, "cpu", np.int64, True)]
+    resumed = [xb[:, 0].numpy() for xb, _ in rows.batches(BatchPlan(64, 6, 1, 0, 0, start=4))]
     assert len(resumed) == 2 and all(np.array_equal(a, b) for a, b in zip(resumed, full[4:]))
     shard.close()
 
@@ -86,6 +87,7 @@ def test_a_worker_peak_memory_does_not_grow_with_its_share():
     """Peak RSS of a worker reading and training-iterating 40 MB and 320 MB of rows, with a 2,000-row buffer."""
     script = textwrap.dedent("""
         import resource, sys, numpy as np, pyarrow as pa
+        from irbis.train.rows import BatchPlan
         from irbis.train.stream import FEATURES, LABEL, InputFormat, read_partition
         rows, d = int(sys.argv[1]), 1000
         def gen():
@@ -98,7 +100,7 @@ def test_a_worker_peak_memory_does_not_grow_with_its_share():
         train, _, _ = shard.split(0.0, 0, "error")
         seen = 0
         for epoch in range(2):
-            for xb, yb in train.batches(100, rows // 100, 0, 0, epoch, 0, "cpu", np.int64, True):
+            for xb, yb in train.batches(BatchPlan(100, rows // 100, 0, 0, epoch)):
                 seen += len(xb)
         shard.close()
         print(seen, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -64,7 +65,8 @@ def recompute_batchnorm(model: torch.nn.Module, rows: Rows, mode: str, plan: Bat
         update_bn(loader, model, norms)
 
 
-def update_bn(loader: Any, model: torch.nn.Module, norms: list[torch.nn.Module]) -> None:
+def update_bn(loader: Any, model: torch.nn.Module,
+              norms: Sequence[torch.nn.modules.batchnorm._BatchNorm]) -> None:
     """``torch.optim.swa_utils.update_bn`` for the BatchNorm layers ``norms`` only: their running statistics
     reset, then the plain mean (momentum None) of those of the batches of ``loader``, the model in training
     mode. ``update_bn`` itself resets every layer's, also those of layers held in eval mode, which would then

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import queue
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -101,9 +101,9 @@ def batch_rng(seed: int, rank: int, epoch: int, batch: int) -> np.random.Generat
     return np.random.default_rng([seed, rank, epoch, 1, batch])
 
 
-def iterate(x: torch.Tensor, y: torch.Tensor, batches: Sequence[np.ndarray], augment: Augment | None,
+def iterate(x: torch.Tensor, y: torch.Tensor, batches: Sequence[np.ndarray] | BatchRounds, augment: Augment | None,
             rng_of: Callable[[int], np.random.Generator], prefetch: bool,
-            start: int = 0) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+            start: int = 0) -> Generator[tuple[torch.Tensor, torch.Tensor], None, None]:
     """Yield ``(xb, yb)`` for ``batches[start:]``; batch ``i`` is augmented with ``rng_of(i)``.
 
     With ``prefetch`` the next batch is built in a thread meanwhile; a consumer that stops early
@@ -124,7 +124,7 @@ def iterate(x: torch.Tensor, y: torch.Tensor, batches: Sequence[np.ndarray], aug
     yield from prefetched(made)
 
 
-def prefetched(items: Iterator[Any], depth: int = 2) -> Iterator[Any]:
+def prefetched(items: Iterator[Any], depth: int = 2) -> Generator[Any, None, None]:
     """``items``, each made on a thread while the consumer works on the one before (up to ``depth`` ahead).
 
     A consumer that stops early (closes the generator) also stops the thread; an error raised while

@@ -165,4 +165,4 @@ def finetune_suffix(backbone: str, num_classes: int, freeze: str, seed: int = 0,
     suffix, why = frozen_suffix(finetune_network(backbone, num_classes, freeze, seed, pretrained, dropout), freeze)
     if suffix is None:
         raise ValueError(f"{backbone} does not cut at freezeUntil {freeze!r}: {why}")
-    return suffix.to(memory_format=torch.channels_last)
+    return suffix.to(memory_format=torch.channels_last)  # type: ignore[call-overload]  # torch's stubs lack it

@@ -23,7 +23,7 @@ from irbis.kernels.sequences import PadStats
 from irbis.train import checkpoint as ckpt
 from irbis.train.auto_batch import AutoBatch, search_batch
 from irbis.train.batchnorm import average_buffers, recompute_batchnorm
-from irbis.train.data import Augment, Shard
+from irbis.train.data import Augment
 from irbis.train.evaluate import AUC_BINS, auc_from_histograms, evaluate
 from irbis.train.health import LossWatch, growth_warning, non_finite_error
 from irbis.train.networks import build_network
@@ -210,7 +210,7 @@ class _Run:
     pace: contextlib.AbstractContextManager[Any] = field(default_factory=contextlib.nullcontext)  # see step_hook
 
 
-def _setup(spec: TrainSpec, shard: Shard, ctx: WorkerContext,
+def _setup(spec: TrainSpec, shard: Any, ctx: WorkerContext,
            model: torch.nn.Module | None) -> tuple[_Run, dict[str, Any] | None]:
     optim, device = spec.optim, spec.hardware.device
     if spec.hardware.torch_threads:
@@ -220,7 +220,7 @@ def _setup(spec: TrainSpec, shard: Shard, ctx: WorkerContext,
         model = model if model is not None else build_network(spec.network)
     model = model.to(device).train()
     if channels_last(spec):
-        model = model.to(memory_format=torch.channels_last)
+        model = model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]  # torch's stubs lack it
     flat = FlatParams(list(model.parameters()), embedding_tables(model))
     opt = make_optimizer(optim.optimizer, param_groups(model, optim.lr_factors, optim.learningRate), optim.learningRate,
                          optim.momentum, optim.unitGain)
@@ -239,7 +239,9 @@ def _setup(spec: TrainSpec, shard: Shard, ctx: WorkerContext,
         if manifest["worldSize"] != ctx.world_size:
             raise ValueError(f"checkpoint in {spec.checkpoint.checkpointDir} was written by {manifest['worldSize']} "
                              f"workers, this job has {ctx.world_size}; use a new checkpointDir")
-        resume = ckpt.load_worker(spec.checkpoint.checkpointDir, manifest["step"], ctx.rank, device)
+        folder = spec.checkpoint.checkpointDir
+        assert folder is not None  # a manifest was found in it
+        resume = ckpt.load_worker(folder, manifest["step"], ctx.rank, device)
         flat.weights.copy_(resume["weights"])
     dopt = DistributedOptimizer(opt, strategy, ctx, flat, broadcast=resume is None)
     if resume is not None:
@@ -305,6 +307,7 @@ def _checkpoint(run: _Run, epoch: int, step_in_epoch: int, sums: torch.Tensor) -
     payload = {"weights": run.dopt.flat.weights, "optimizer": run.dopt.state_dict(),
                "epoch": epoch, "stepInEpoch": step_in_epoch, "sums": sums, "batchSize": spec.schedule.batchSize}
     folder = spec.checkpoint.checkpointDir
+    assert folder is not None  # cuts are made only into a checkpointDir
     ckpt.save_worker(folder, run.dopt.steps, ctx.rank, payload)
     ctx.comm.barrier()
     if ctx.rank == 0:
@@ -336,7 +339,7 @@ def _run_epoch(run: _Run, epoch: int, start: int, sums: torch.Tensor) -> tuple[t
     run.watch = LossWatch(spec.hardware.device)
     if run.train.stats is not None:  # variable-length rows: this epoch's padding
         run.train.stats = PadStats()
-    if free and dopt.strategy.job_steps() >= target:
+    if free and (dopt.strategy.job_steps() or 0) >= target:
         # the job made this epoch's steps without this worker: it was retried after it died, and replays
         # the epochs its peers finished (their records come back from the store) without taking steps
         return sums, 0
@@ -364,7 +367,7 @@ def _run_epoch(run: _Run, epoch: int, start: int, sums: torch.Tensor) -> tuple[t
             if run.report is not None and i % every == 0 and i < run.steps_per_epoch:
                 run.report({"epoch": epoch + 1, "step": i, "stepsPerEpoch": run.steps_per_epoch,
                             "loss": float(loss_sum) / max(done, 1)})
-            if free and dopt.strategy.job_steps() >= target:
+            if free and (dopt.strategy.job_steps() or 0) >= target:
                 break
     finally:
         stream.close()
@@ -383,6 +386,7 @@ def _epoch_record(run: _Run, epoch: int, sums: torch.Tensor, done: int, seconds:
     run.ctx.comm.all_reduce_sum(stats)  # the record is made of collective results only: alike on every worker
     tl, tn, vl, vc, vn, dn, secs, sent, first, last, bad_ranks = stats[:11].tolist()
     if bad_ranks:
+        assert run.watch is not None  # the epoch's watch saw the non-finite loss
         raise non_finite_error(run.ctx.comm, run.watch, run.train.nonfinite_rows(), epoch + 1, run.steps_per_epoch,
                                run.spec.optim.learningRate)
     rec = {"epoch": epoch + 1, "loss": tl / max(tn, 1), "samplesPerSecond": dn / max(secs / run.ctx.world_size, 1e-9),
@@ -462,7 +466,7 @@ def _train(run: _Run, resume: dict[str, Any] | None) -> float:
                                       autocast=lambda: step_autocast(spec))
             _use_batch(run, run.search["batchSize"])
         set_lr(run.dopt.optimizer, _rate(run, epoch, epoch))
-        sums = resume["sums"].clone() if first else torch.zeros(2, dtype=torch.float64)
+        sums = resume["sums"].clone() if first and resume is not None else torch.zeros(2, dtype=torch.float64)
         sums, done = _run_epoch(run, epoch, start_step if first else 0, sums)
         nbytes, secs = ctx.comm.bytes_sent - b0, time.perf_counter() - t0
         run.history.append(_epoch_record(run, epoch, sums, done, secs, nbytes))
@@ -491,7 +495,7 @@ def _stop_early(run: _Run, epoch: int) -> bool:
     return epoch + 1 - run.best[1] >= run.spec.schedule.earlyStoppingPatience
 
 
-def train_worker(spec: TrainSpec, shard: Shard, ctx: WorkerContext, report: Report | None = None,
+def train_worker(spec: TrainSpec, shard: Any, ctx: WorkerContext, report: Report | None = None,
                  model: torch.nn.Module | None = None) -> WorkerResult:
     """Train on this worker's ``shard``; rank 0's result carries the final ``state_dict`` bytes.
 

@@ -14,7 +14,7 @@ implement it (the two made a batch at a time share :class:`BatchedRows`):
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, replace
 from typing import Any, Protocol, runtime_checkable
 
@@ -36,6 +36,9 @@ from irbis.train.data import (
 
 #: Batches of a sample: ``batches(lo, hi, size)`` gives its rows ``lo..hi-1``, ``size`` at a time.
 SampleBatches = Callable[[int, int, int], Iterator[tuple[Any, torch.Tensor]]]
+
+#: A training stream of ``(xb, yb)`` batches; closing it stops the thread that makes them ahead.
+Batches = Generator[tuple[Any, torch.Tensor], None, None]
 
 
 @dataclass(frozen=True)
@@ -79,7 +82,7 @@ class Rows(Protocol):
     def step_count(self, batch_size: int, seed: int, rank: int, epochs: int) -> int:
         """Batches one pass over the rows takes at ``batch_size`` (length batches: the most of any epoch)."""
 
-    def train_batches(self, plan: BatchPlan) -> Iterator[tuple[Any, torch.Tensor]]:
+    def train_batches(self, plan: BatchPlan) -> Batches:
         """The batches of ``plan`` (:class:`BatchPlan`), augmented (the input format's
         augmentation, then ``plan.augment``). Closing it stops any thread."""
 
@@ -129,7 +132,7 @@ class TensorRows:
     def step_count(self, batch_size: int, seed: int, rank: int, epochs: int) -> int:
         return -(-len(self) // batch_size)
 
-    def train_batches(self, plan: BatchPlan) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    def train_batches(self, plan: BatchPlan) -> Batches:
         batches = BatchRounds(len(self), plan.batch_size, plan.steps, plan.seed, plan.rank, plan.epoch, plan.rounds)
         return iterate(self.x, self.y, batches, plan.augment, plan.rng, plan.prefetch, plan.start)
 
@@ -168,7 +171,7 @@ class BatchedRows:
     def in_order(self, batch_size: int, device: str, label_dtype: Any) -> Iterator[tuple[Any, torch.Tensor]]:
         raise NotImplementedError
 
-    def train_batches(self, plan: BatchPlan) -> Iterator[tuple[Any, torch.Tensor]]:
+    def train_batches(self, plan: BatchPlan) -> Batches:
         """:meth:`batches` of ``plan``, augmented, then ``plan.augment``; made on a thread while the step runs
         (always: ``plan.prefetch`` is for rows held as tensors)."""
         augment = plan.augment

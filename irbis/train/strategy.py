@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -68,7 +69,7 @@ class FlatParams:
     The optimizer still sees a dense gradient: the update is the same.
     """
 
-    def __init__(self, params: list[torch.nn.Parameter], tables: list[torch.nn.Embedding] = ()) -> None:
+    def __init__(self, params: list[torch.nn.Parameter], tables: Sequence[torch.nn.Embedding] = ()) -> None:
         self.params = [p for p in params if p.requires_grad]
         if not self.params:
             raise ValueError("the model has no trainable parameters")
@@ -173,9 +174,12 @@ def all_reduce_mean(flat: FlatParams, comm: Communicator) -> None:
     if int(marks[-1]) < comm.world_size or 2 * int(union.sum()) > len(union):
         comm.all_reduce_mean(flat.grads)
         return
-    rows, base = [], 0
+    rows: list[tuple[torch.Tensor, torch.Tensor]] = []
+    base = 0
     for i, n in zip(tables, sizes):
-        rows.append((flat.params[i].grad, union[base:base + n].nonzero().squeeze(1)))
+        grad = flat.params[i].grad
+        assert grad is not None  # the tables' gradients are views of the flat buffer
+        rows.append((grad, union[base:base + n].nonzero().squeeze(1)))
         base += n
     for a, b in flat.dense_spans:  # in place: 1-D slices of one buffer are contiguous
         comm.all_reduce_mean(flat.grads[a:b])
@@ -228,6 +232,10 @@ class Strategy(ABC):
     def server_tasks(self, num_workers: int) -> int:
         """Tasks the job needs beside its ``num_workers`` workers (dedicated parameter servers); 0 by default."""
         return 0
+
+    def shard_options(self, ctx: WorkerContext | None) -> dict[str, Any]:
+        """The options of the parameter server's shards (the strategies that have :meth:`server_tasks`)."""
+        raise NotImplementedError(f"{type(self).__name__} has no parameter server")
 
     def elastic(self) -> bool:
         """True where workers do not run in lockstep and the model lives outside them (shards on the

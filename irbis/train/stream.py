@@ -29,6 +29,7 @@ import tempfile
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -206,7 +207,8 @@ def read_partition(batches: Iterator[pa.RecordBatch], fmt: InputFormat, buffer_r
     held: list[pa.RecordBatch] = []
     held_rows = 0
     spill: Spill | None = None
-    lengths, labels, bad, reasons = [], [], [], []
+    lengths: list[Any] = []  # per row (images) or per batch (arrays of lengths)
+    labels, bad, reasons = [], [], []
     null_features = 0
     x_bad: list[np.ndarray] = []
     offset = 0
@@ -218,6 +220,7 @@ def read_partition(batches: Iterator[pa.RecordBatch], fmt: InputFormat, buffer_r
         if fmt.images:  # a null image (a file read_images could not decode) is one that cannot be read
             values = feats.to_pylist() if fmt.kind == "encoded" else _struct_rows(feats)
             for i in range(len(values)):
+                why: str | None
                 try:
                     value = values[i]
                 except ValueError as err:  # a struct whose fields disagree with its bytes
@@ -412,7 +415,9 @@ class StreamRows(BatchedRows):
         """Rows ``ids`` in length batches (rows of one length keep the order of ``ids``)."""
         from irbis.kernels.sequences import length_batches
 
-        plan = length_batches(self.shard.lengths[ids], token_budget=self.token_budget, max_rows=self.max_rows)
+        lengths = self.shard.lengths
+        assert lengths is not None  # a shard of variable-length rows records them
+        plan = length_batches(lengths[ids], token_budget=self.token_budget, max_rows=self.max_rows)
         return [ids[b] for b in plan]
 
     def _window_batches(self, seed: int, rank: int, epoch: int) -> Iterator[tuple[int, list[np.ndarray]]]:
@@ -483,8 +488,8 @@ class StreamRows(BatchedRows):
             if self.kind is not None:  # variable-length rows: augmented before they are padded
                 from irbis.train.sequences import augment_rows
 
-                yield self._tensors(ids, cache, device, label_dtype, None, None if hook is None else
-                                    (lambda rows, i=i: augment_rows(hook, rows, i)))
+                rows_hook = None if hook is None else partial(augment_rows, hook, i=i)
+                yield self._tensors(ids, cache, device, label_dtype, None, rows_hook)
                 continue
             rngs = [np.random.default_rng([seed, rank, epoch, 6, int(r)]) for r in ids] \
                 if augment and self.shard.fmt.augmentation else None

@@ -122,7 +122,7 @@ def write_classifier_folder(net: nn.Module, encoder_folder: str | Path, folder: 
 
     out = Path(folder)
     out.mkdir(parents=True, exist_ok=True)
-    model = net.model
+    model: Any = net.model  # a transformers model: its config is read as it is
     model.config.architectures = [type(model).__name__]
     model.config.to_json_file(str(out / "config.json"))
     save_model(model.eval(), str(out / "model.safetensors"))

@@ -87,7 +87,8 @@ class _KeywordParams:
 
     def _keywords(self, kwargs: dict[str, Any]) -> dict[str, Any]:
         """The Param values of the keywords given to ``__init__`` or ``setParams`` (SynapseML's names resolved)."""
-        return resolve_aliases(getattr(self, "SYNAPSEML_ALIASES", ()), kwargs)
+        aliases = [a for a in getattr(self, "SYNAPSEML_ALIASES", ()) if not self.hasParam(a.name)]
+        return resolve_aliases(aliases, kwargs)
 
     def _check_params(self) -> None:
         """Checks across Params, run after ``__init__`` or ``setParams`` set them (each Param's own check runs

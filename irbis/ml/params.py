@@ -1,9 +1,13 @@
-"""The one Param mechanism of Irbis: Params declared as table rows (as PySpark's shared params are).
+"""The one Param mechanism of Irbis: each Param declared once, as a table row (as PySpark's shared params are).
 
-A row ``(name, doc, type converter, default)`` becomes a ``Has<Name>`` mixin with ``get<Name>`` and
-``set<Name>`` accessors (:func:`param_mixin`); :func:`table_mixin` joins the rows of one stage into one
-mixin. The rows below are the Params that several stages share, each declared once here; a stage's
-own Params are rows in its module, turned into a mixin by the same functions.
+A row ``(name, doc, type converter, default[, check])`` becomes a ``Has<Name>`` mixin holding the Param,
+its default and its ``get<Name>``/``set<Name>`` (:func:`param_mixin`); :func:`table_mixin` joins the rows
+of one stage into one mixin. The rows below are the Params that several stages share, each declared once
+here; a stage's own Params are rows in its module, and a stage that shares a row of another table takes
+the row itself, by name (:func:`rows_named`). A stage whose default differs from the row's says so in its
+``_defaults`` mapping, the one place it states a default; everything else is made from the rows: the
+accessors, the checks, and the stage's ``__init__`` and ``setParams`` with keyword-only signatures that
+list every Param with its default (:func:`make_stage_init`, :func:`stage_signature`).
 """
 
 from __future__ import annotations
@@ -261,7 +265,7 @@ def _getter(name: str, doc: str, method: str) -> Callable[..., Any]:
     def getter(self: Params) -> Any:
         return self.getOrDefault(getattr(self, name))
 
-    getter.__name__, getter.__doc__ = method, f"Gets the value of {name}: {doc}."
+    getter.__name__, getter.__doc__ = method, f"Gets the value of {name}: {doc.rstrip('.')}."
     return getter
 
 
@@ -269,7 +273,7 @@ def _setter(name: str, doc: str, method: str) -> Callable[..., Any]:
     def setter(self: Params, value: Any) -> Any:
         return self._set(**{name: value})
 
-    setter.__name__, setter.__doc__ = method, f"Sets the value of {name}: {doc}."
+    setter.__name__, setter.__doc__ = method, f"Sets the value of {name}: {doc.rstrip('.')}."
     return setter
 
 
@@ -361,17 +365,9 @@ def table_mixin(class_name: str, rows: list[Row], shared: tuple[type, ...] = ())
     return type(class_name, bases, {"__doc__": f"Params: {', '.join(r[0] for r in rows)}."})
 
 
-
+@add_accessors
 class ColumnSetters(HasInputCol, HasOutputCol):
     """``inputCol``/``outputCol`` with ``setInputCol``/``setOutputCol``, as PySpark's own stages have."""
-
-    def setInputCol(self, value: str) -> Any:  # noqa: N802
-        """Sets the value of inputCol."""
-        return self._set(inputCol=value)
-
-    def setOutputCol(self, value: str) -> Any:  # noqa: N802
-        """Sets the value of outputCol."""
-        return self._set(outputCol=value)
 
 
 __all__ = ["SHARED_PARAMS", "ParamValueError", "row_named", "rows_named", "one_of", "in_registry", "in_range",

@@ -62,6 +62,10 @@ def stages_page() -> str:
             "      show_root_heading: false",
             "      show_root_toc_entry: false",
             "      heading_level: 3",
+            # __init__ is made from the Params (irbis.ml.params.make_stage_init), which griffe's static
+            # reading of the source does not see: the docstring's Parameters are the stage's Params
+            "      docstring_options:",
+            "        warn_unknown_params: false",
             "",
             f"### Params of {name}",
             "",

@@ -4,10 +4,9 @@ from __future__ import annotations
 from typing import Any
 
 import pandas as pd
-from pyspark import keyword_only
 from pyspark.ml.functions import array_to_vector, vector_to_array
 from pyspark.ml.linalg import VectorUDT
-from pyspark.ml.param import Param, Params, TypeConverters
+from pyspark.ml.param import TypeConverters
 from pyspark.ml.param.shared import HasInputCols, HasOutputCol
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
@@ -24,13 +23,15 @@ from irbis.kernels.assemble import (
 )
 from irbis.ml.base import IrbisTransformer
 from irbis.ml.columns import vector_size
-from irbis.ml.params import checked, one_of
+from irbis.ml.params import one_of, param_mixin
 from irbis.spark.columns import column, quote
 
 _ERROR_HINT = "; set handleInvalid to 'skip' to drop such rows or 'keep' to output NaN"
 
 
-class FastVectorAssembler(IrbisTransformer, HasInputCols, HasOutputCol):
+class FastVectorAssembler(IrbisTransformer, HasInputCols, HasOutputCol, param_mixin(
+        "handleInvalid", f"what to do with null/NaN inputs: one of {HANDLE_INVALID}", TypeConverters.toString,
+        "error", one_of(*HANDLE_INVALID))):
     """Assemble numeric, boolean and vector columns into one vector, like ``VectorAssembler``.
 
     The output carries the same ``ml_attr`` metadata as ``VectorAssembler``'s (feature names,
@@ -49,20 +50,6 @@ class FastVectorAssembler(IrbisTransformer, HasInputCols, HasOutputCol):
     --------
     >>> FastVectorAssembler(inputCols=["age", "embedding"], outputCol="features").transform(df)  # doctest: +SKIP
     """
-
-    handleInvalid = Param(
-        Params._dummy(), "handleInvalid", f"what to do with null/NaN inputs: one of {HANDLE_INVALID}",
-        checked("handleInvalid", TypeConverters.toString, one_of(*HANDLE_INVALID)),
-    )
-
-    @keyword_only
-    def __init__(
-        self, *, inputCols: list[str] | None = None, outputCol: str | None = None, handleInvalid: str = "error"
-    ) -> None:
-        super().__init__()
-        self._setDefault(handleInvalid="error")
-        self._set(**self._input_kwargs)
-        check_handle_invalid(self.getOrDefault("handleInvalid"))
 
     def _input_columns(self) -> list[str]:
         return list(self.getInputCols()) if self.isDefined("inputCols") else []

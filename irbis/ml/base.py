@@ -28,10 +28,9 @@ from __future__ import annotations
 
 import warnings
 from functools import reduce
-from typing import Any, Callable, Iterator, TypeVar
+from typing import Any, Callable, Iterator
 
 import pandas as pd
-from pyspark import keyword_only
 from pyspark.ml import Estimator, Model, Transformer
 from pyspark.ml.functions import array_to_vector, vector_to_array
 from pyspark.ml.linalg import VectorUDT
@@ -51,31 +50,49 @@ from irbis.kernels.blocks import (
     to_arrow,
 )
 from irbis.kernels.chain import LengthRule, StageColumns, StageKernel
-from irbis.ml.params import add_accessors
+from irbis.ml.aliases import resolve_aliases
+from irbis.ml.params import add_accessors, make_set_params, make_stage_init
 from irbis.ml.persistence import IrbisPersistable
 from irbis.spark.columns import column
 from irbis.spark.guard import on_executors
 from irbis.spark.resources import check_device, executor_slots, set_task_threads, task_cores
 
 TransformFn = Callable[[pd.DataFrame], pd.DataFrame]
-P = TypeVar("P")
 
 #: Output bytes per Arrow batch when the session does not set ``maxBytesPerBatch``.
 DEFAULT_MAX_BATCH_BYTES = 64 * 1024 * 1024
 
 
 class _KeywordParams:
-    """``setParams(**kwargs)``, as PySpark's stages have it (keywords only, each a Param name), and a
-    ``set<Name>``/``get<Name>`` for every Param of every stage (:func:`irbis.ml.params.add_accessors`)."""
+    """What every stage is made of from its Params (:mod:`irbis.ml.params`): a ``set<Name>``/``get<Name>``
+    for every Param (:func:`~irbis.ml.params.add_accessors`), and an ``__init__`` and a ``setParams`` whose
+    keyword-only signatures list every Param with its default (:func:`~irbis.ml.params.make_stage_init`).
+
+    A stage states its own defaults in ``_defaults`` (Param name -> default, where it differs from the row's)
+    and its other work in three hooks: ``_init_state`` (attributes that are not Params), ``_keywords``
+    (keywords to Param values: SynapseML's names, values that are not a Param's) and ``_check_params``
+    (checks across Params, run when Params are set by keyword).
+    """
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         add_accessors(cls)
+        if "__init__" not in cls.__dict__:  # a class of a user's own may write its __init__
+            cls.__init__ = make_stage_init(cls)  # type: ignore[method-assign]
+        if "setParams" not in cls.__dict__:
+            cls.setParams = make_set_params(cls)  # type: ignore[attr-defined]
 
-    @keyword_only
-    def setParams(self: P, **kwargs: Any) -> P:  # noqa: N802
-        """Set any of the Params by keyword."""
-        return self._set(**self._input_kwargs)
+    def _init_state(self) -> None:
+        """Set the stage's attributes that are not Params (before the keywords are set)."""
+
+    def _keywords(self, kwargs: dict[str, Any]) -> dict[str, Any]:
+        """The Param values of the keywords given to ``__init__`` or ``setParams`` (SynapseML's names resolved)."""
+        aliases = [a for a in getattr(self, "SYNAPSEML_ALIASES", ()) if not self.hasParam(a.name)]
+        return resolve_aliases(aliases, kwargs)
+
+    def _check_params(self) -> None:
+        """Checks across Params, run after ``__init__`` or ``setParams`` set them (each Param's own check runs
+        when it is set)."""
 
 
 class _StageMixin(_KeywordParams, IrbisPersistable):

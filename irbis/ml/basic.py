@@ -8,15 +8,15 @@ from __future__ import annotations
 from typing import Any, Callable
 
 import pandas as pd
-from pyspark import StorageLevel, keyword_only
-from pyspark.ml.param import Param, Params, TypeConverters
+from pyspark import StorageLevel
+from pyspark.ml.param import TypeConverters
 from pyspark.ml.param.shared import HasInputCol, HasOutputCol
 from pyspark.sql import DataFrame
 from pyspark.sql.types import DataType, StructType
 
 from irbis.errors import require_columns
 from irbis.ml.base import IrbisTransformer
-from irbis.ml.params import at_least, checked, one_of
+from irbis.ml.params import at_least, one_of, param_mixin, table_mixin
 from irbis.refs import is_reference, reference, resolve
 from irbis.spark.columns import column
 from irbis.spark.session import is_connect
@@ -51,24 +51,17 @@ class _ReshapeStage(IrbisTransformer):
         raise NotImplementedError
 
 
-class Repartition(_ReshapeStage):
+class Repartition(_ReshapeStage, table_mixin("_RepartitionParams", [
+    ("numPartitions", "number of partitions (>= 0)", TypeConverters.toInt, 2, at_least(0)),
+    ("partitionCols", "columns to hash rows by; empty: round robin", TypeConverters.toListString, []),
+])):
     """Repartition a DataFrame into ``numPartitions`` (optionally hashing ``partitionCols``).
 
     Useful before a heavy stage (a network) so every core gets work. ``numPartitions=0`` with
     ``partitionCols`` keeps Spark's default number of shuffle partitions.
     """
 
-    numPartitions = Param(Params._dummy(), "numPartitions", "number of partitions (>= 0)",
-                          checked("numPartitions", TypeConverters.toInt, at_least(0)))
-    partitionCols = Param(
-        Params._dummy(), "partitionCols", "columns to hash rows by; empty: round robin", TypeConverters.toListString
-    )
-
-    @keyword_only
-    def __init__(self, *, numPartitions: int = 2, partitionCols: list[str] | None = None) -> None:
-        super().__init__()
-        self._setDefault(numPartitions=2, partitionCols=[])
-        self._set(**self._input_kwargs)
+    def _check_params(self) -> None:
         n = self.getOrDefault("numPartitions")
         if n < 0 or (n == 0 and not self.getOrDefault("partitionCols")):
             raise ValueError(f"Repartition: numPartitions must be >= 1 (or 0 with partitionCols), found {n}")
@@ -84,24 +77,15 @@ class Repartition(_ReshapeStage):
         return df.repartition(n)
 
 
-class Cache(_ReshapeStage):
+class Cache(_ReshapeStage, table_mixin("_CacheParams", [
+    ("storageLevel", "a pyspark.StorageLevel name, e.g. MEMORY_AND_DISK", TypeConverters.toString, "MEMORY_AND_DISK",
+     one_of(*STORAGE_LEVELS)),
+])):
     """Persist the DataFrame at ``storageLevel`` (for stages that read their input twice).
 
     As with ``DataFrame.persist``, Spark's cache is keyed by the query plan: the input
     DataFrame reports the same storage level afterwards. Its rows and schema are unchanged.
     """
-
-    storageLevel = Param(
-        Params._dummy(), "storageLevel", "a pyspark.StorageLevel name, e.g. MEMORY_AND_DISK",
-        checked("storageLevel", TypeConverters.toString, one_of(*STORAGE_LEVELS)),
-    )
-
-    @keyword_only
-    def __init__(self, *, storageLevel: str = "MEMORY_AND_DISK") -> None:
-        super().__init__()
-        self._setDefault(storageLevel="MEMORY_AND_DISK")
-        self._set(**self._input_kwargs)
-        self._level()
 
     def _level(self) -> StorageLevel:
         return getattr(StorageLevel, self.getOrDefault("storageLevel"))
@@ -113,20 +97,13 @@ class Cache(_ReshapeStage):
 class _ColumnListStage(_ReshapeStage):
     """A stage over a list of existing columns, ``cols`` (each subclass documents its own use of it)."""
 
-    @keyword_only
-    def __init__(self, *, cols: list[str] | None = None) -> None:
-        super().__init__()
-        self._setDefault(cols=[])
-        self._set(**self._input_kwargs)
-
     def _input_columns(self) -> list[str]:
         return list(self.getOrDefault("cols"))
 
 
-class SelectColumns(_ColumnListStage):
+class SelectColumns(_ColumnListStage, param_mixin("cols", "columns to keep, in order", TypeConverters.toListString,
+                                                  [])):
     """Keep only ``cols``, in that order."""
-
-    cols = Param(Params._dummy(), "cols", "columns to keep, in order", TypeConverters.toListString)
 
     def transform_schema(self, schema: StructType) -> StructType:
         """Schema of the output for an input of ``schema``."""
@@ -140,10 +117,8 @@ class SelectColumns(_ColumnListStage):
         return df.select(*map(column, self._input_columns()))
 
 
-class DropColumns(_ColumnListStage):
+class DropColumns(_ColumnListStage, param_mixin("cols", "columns to drop", TypeConverters.toListString, [])):
     """Drop ``cols`` (every one of them must exist)."""
-
-    cols = Param(Params._dummy(), "cols", "columns to drop", TypeConverters.toListString)
 
     def transform_schema(self, schema: StructType) -> StructType:
         """Schema of the output for an input of ``schema``."""
@@ -159,11 +134,6 @@ class DropColumns(_ColumnListStage):
 
 class RenameColumn(_ReshapeStage, HasInputCol, HasOutputCol):
     """Rename ``inputCol`` to ``outputCol`` (which must not exist yet)."""
-
-    @keyword_only
-    def __init__(self, *, inputCol: str | None = None, outputCol: str | None = None) -> None:
-        super().__init__()
-        self._set(**self._input_kwargs)
 
     def _input_columns(self) -> list[str]:
         return [self.getInputCol()] if self.isDefined("inputCol") else []
@@ -198,7 +168,8 @@ class _Names:
         self.columns = schema.fieldNames()
 
 
-class Lambda(_ReshapeStage):
+class Lambda(_ReshapeStage, param_mixin("function", "the function as 'package.module:qualname'",
+                                         TypeConverters.toString, None)):
     """Apply a user function ``f(DataFrame) -> DataFrame`` as a pipeline stage.
 
     The function is persisted *by reference* (``"module:qualname"``), so saving needs a function
@@ -211,17 +182,15 @@ class Lambda(_ReshapeStage):
     >>> Lambda(function="mypackage.cleaning:drop_blurry")              # doctest: +SKIP
     """
 
-    function = Param(
-        Params._dummy(), "function", "the function as 'package.module:qualname'", TypeConverters.toString
-    )
-
-    @keyword_only
-    def __init__(self, *, function: Callable[..., Any] | str | None = None) -> None:
-        super().__init__()
+    def _init_state(self) -> None:
         self._fn: Callable[..., Any] | None = None
         self._not_saveable = "no function was set"
+
+    def _keywords(self, kwargs: dict[str, Any]) -> dict[str, Any]:
+        function = kwargs.pop("function", None)  # a callable or a reference: setFunction resolves it
         if function is not None:
             self.setFunction(function)
+        return kwargs
 
     def setFunction(self, value: Callable[..., Any] | str) -> "Lambda":
         """Set the function: a callable or a ``"module:qualname"`` reference."""
@@ -242,12 +211,6 @@ class Lambda(_ReshapeStage):
             self.clear(self.function)
             return self
         return self._set(function=ref)
-
-    def setParams(self, **kwargs: Any) -> "Lambda":
-        """Set the function by keyword."""
-        if "function" in kwargs:
-            self.setFunction(kwargs.pop("function"))
-        return self._set(**kwargs)
 
     def write(self) -> Any:
         """Return a writer; raises ``ValueError`` when the function cannot be saved by reference."""

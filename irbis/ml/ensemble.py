@@ -4,10 +4,9 @@ from __future__ import annotations
 from typing import Any, Callable
 
 import pandas as pd
-from pyspark import keyword_only
 from pyspark.ml.functions import array_to_vector, vector_to_array
 from pyspark.ml.linalg import VectorUDT
-from pyspark.ml.param import Param, Params, TypeConverters
+from pyspark.ml.param import TypeConverters
 from pyspark.ml.stat import Summarizer
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
@@ -16,7 +15,7 @@ from pyspark.sql.types import DataType, DoubleType, NumericType, StructField, St
 from irbis.kernels.ensemble import ENSEMBLE_STRATEGIES, check_strategy, default_output_names, ensemble_frame
 from irbis.ml.base import IrbisTransformer
 from irbis.ml.columns import vector_size
-from irbis.ml.params import checked, one_of, table_mixin
+from irbis.ml.params import Row, one_of, table_mixin
 from irbis.ml.synapseml import EnsembleByKeyNames, int_map
 from irbis.spark.columns import column
 
@@ -26,7 +25,14 @@ _TINY_WEIGHT = 1e-300
 _FILLERS = {"mean": 0.0, "sum": 0.0, "max": float("-inf"), "min": float("inf")}
 
 
-_ENSEMBLE_ROWS = [
+_ENSEMBLE_ROWS: list[Row] = [
+    ("keys", "columns whose values define the groups", TypeConverters.toListString, []),
+    ("cols", "numeric or vector columns to combine", TypeConverters.toListString, []),
+    ("colNames", "output names, one per column of cols; unset or empty: '<strategy>(<col>)'",
+     TypeConverters.toListString, None),
+    ("strategy", f"how to combine: one of {sorted(ENSEMBLE_STRATEGIES)}", TypeConverters.toString, "mean",
+     one_of(*ENSEMBLE_STRATEGIES)),
+    ("collapseGroup", "one row per group (true) or keep every row (false)", TypeConverters.toBoolean, True),
     ("vectorDims", "length of the vectors of each vector column, as SynapseML's vectorDims: given, it saves "
      "the job that reads a first row to learn it", int_map("vectorDims"), {}),
 ]
@@ -51,43 +57,15 @@ class EnsembleByKey(EnsembleByKeyNames, table_mixin("_EnsembleParams", _ENSEMBLE
     >>> EnsembleByKey(keys=["burst"], cols=["probability"]).transform(df)  # doctest: +SKIP
     """
 
-    keys = Param(Params._dummy(), "keys", "columns whose values define the groups", TypeConverters.toListString)
-    cols = Param(Params._dummy(), "cols", "numeric or vector columns to combine", TypeConverters.toListString)
-    colNames = Param(
-        Params._dummy(), "colNames", "output names, one per column of cols; empty: '<strategy>(<col>)'",
-        TypeConverters.toListString,
-    )
-    strategy = Param(
-        Params._dummy(), "strategy", f"how to combine: one of {sorted(ENSEMBLE_STRATEGIES)}",
-        checked("strategy", TypeConverters.toString, one_of(*ENSEMBLE_STRATEGIES)),
-    )
-    collapseGroup = Param(
-        Params._dummy(), "collapseGroup", "one row per group (true) or keep every row (false)", TypeConverters.toBoolean
-    )
-
-    @keyword_only
-    def __init__(
-        self,
-        *,
-        keys: list[str] | None = None,
-        cols: list[str] | None = None,
-        colNames: list[str] | None = None,
-        strategy: str = "mean",
-        collapseGroup: bool = True,
-        vectorDims: dict[str, int] | None = None,
-    ) -> None:
-        super().__init__()
-        self._setDefault(keys=[], cols=[], colNames=[], strategy="mean", collapseGroup=True)
-        self._set(**self._input_kwargs)
-        check_strategy(self.getOrDefault("strategy"))
-
     def getColNames(self) -> list[str]:  # noqa: N802
         """The output names: colNames when set, else the derived ``'<strategy>(<col>)'`` of each column of
-        cols (``["mean(score)"]``), as SynapseML's getColNames answers."""
+        cols (``["mean(score)"]``), as SynapseML's getColNames answers; colNames has no default, as in
+        SynapseML, so an unset colNames stays unset (and unsaved) however often it is read."""
         return self._output_names()
 
     def _output_names(self) -> list[str]:
-        cols, names = self.getOrDefault("cols"), self.getOrDefault("colNames")
+        cols = self.getOrDefault("cols")
+        names = self.getOrDefault("colNames") if self.isDefined("colNames") else []
         if names and len(names) != len(cols):
             raise ValueError(f"EnsembleByKey: colNames has {len(names)} names for {len(cols)} cols; "
                              "give one per column")

@@ -25,7 +25,6 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any
 
-from pyspark import keyword_only
 from pyspark.ml.param import TypeConverters as T
 
 from irbis.errors import ParamValueError
@@ -265,21 +264,18 @@ class TorchEstimator(IrbisEstimator, HasTrainParams):
     #: carries that value and reads images as they were trained.
     _model_class = TorchModel
 
-    @keyword_only
-    def __init__(self, **kwargs: Any) -> None:
-        super().__init__()
+    _extra_keywords = ("augment",)
+
+    def _init_state(self) -> None:
         self._callables: dict[str, Callable[..., Any]] = {}
         self.augment: Callable[..., Any] | None = None
         self._lr_factors: dict[str, float] = {}  # parameter-name prefix -> learning-rate factor (ImageClassifier)
         self.last_spec: TrainSpec | None = None
         self._classes_param: str | None = None  # the Param that sets the network's classes (ImageClassifier)
         self.last_results: list[Any] | None = None
-        self.setParams(**self._input_kwargs)
 
-    @keyword_only
-    def setParams(self, **kwargs: Any) -> TorchEstimator:
-        """Set Params by keyword (callables and strategy objects accepted, see the class doc)."""
-        kwargs = dict(self._input_kwargs)
+    def _keywords(self, kwargs: dict[str, Any]) -> dict[str, Any]:
+        """Callables and strategy objects as Param values (see the class doc); ``augment`` kept aside."""
         if "augment" in kwargs:
             self.augment = kwargs.pop("augment")
         strategy = kwargs.get("strategy")
@@ -293,11 +289,7 @@ class TorchEstimator(IrbisEstimator, HasTrainParams):
                     kwargs[name] = reference(value)
                 except ValueError as err:
                     kwargs[name] = unsaved(str(err))
-        unknown = set(kwargs) - {p.name for p in self.params}
-        if unknown:
-            raise TypeError(f"TorchEstimator got unknown arguments {sorted(unknown)}")
-        self._set(**kwargs)
-        return self
+        return kwargs
 
     def fine_tune(self, lr_factors: dict[str, float], classes_param: str | None = None) -> TorchEstimator:
         """Train a pretrained network's layers at different rates (the stages that fine-tune a catalogue

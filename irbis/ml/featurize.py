@@ -6,7 +6,6 @@ import os
 from typing import Any, Callable
 
 import pandas as pd
-from pyspark import keyword_only
 from pyspark.ml.linalg import VectorUDT
 from pyspark.ml.param import TypeConverters
 from pyspark.ml.param.shared import HasInputCols, HasOutputCol
@@ -26,7 +25,7 @@ from pyspark.sql.types import (
 
 from irbis.errors import ParamValueError, require_columns
 from irbis.kernels.featurize import build_column_plan, column_stats, infer_kind, slot_names, transform_frame
-from irbis.ml.aliases import alias_mixin, resolve_aliases
+from irbis.ml.aliases import alias_mixin
 from irbis.ml.base import IrbisEstimator, IrbisModel
 from irbis.ml.columns import vector_size
 from irbis.ml.params import Row, at_least, one_of, table_mixin
@@ -115,15 +114,6 @@ class Featurize(IrbisEstimator, _FeaturizeParams):
     >>> model = Featurize(inputCols=["age", "city", "signup"], outputCol="features").fit(train)  # doctest: +SKIP
     """
 
-    @keyword_only
-    def __init__(
-        self, *, inputCols: list[str] | None = None, outputCol: str | None = None,
-        maxCategories: int = 50, numHashBuckets: int = 256, imputeMissing: bool = True,
-        vectorAssemblerHandleInvalid: str = "error", numFeatures: int | None = None,
-    ) -> None:
-        super().__init__()
-        self._set(**resolve_aliases(FEATURIZE_ALIASES, self._input_kwargs))
-
     def _fit(self, dataset: Any) -> "FeaturizeModel":
         if isinstance(dataset, pd.DataFrame):
             require_columns("Featurize", dataset.columns, self._cols())
@@ -183,10 +173,7 @@ def spark_stats(df: DataFrame, kinds: dict[str, str], max_categories: int) -> di
 class FeaturizeModel(IrbisModel, _FeaturizeParams):
     """A fitted :class:`Featurize`: its Params plus the per-column plan (saved as JSON beside them)."""
 
-    @keyword_only
-    def __init__(self, *, inputCols: list[str] | None = None, outputCol: str | None = None) -> None:
-        super().__init__()
-        self._set(**self._input_kwargs)
+    def _init_state(self) -> None:
         self._plans: list[dict[str, Any]] = []
 
     @property

@@ -17,15 +17,15 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
-from pyspark import keyword_only
 from pyspark.ml import PipelineModel, Transformer
-from pyspark.ml.param import Param, Params, TypeConverters
+from pyspark.ml.param import TypeConverters
 from pyspark.ml.util import DefaultParamsReader, DefaultParamsWriter, MLReader, MLWriter
 from pyspark.sql.types import DataType, StructType
 
 from irbis.kernels.blocks import BatchFn
 from irbis.kernels.chain import KernelChain
 from irbis.ml.base import IrbisTransformer, _StageMixin
+from irbis.ml.params import param_mixin
 from irbis.ml.persistence import load_local_stage
 
 __all__ = ["FusedStages", "fuse"]
@@ -36,7 +36,8 @@ def fusable(stage: Any) -> bool:
     return isinstance(stage, _StageMixin) and stage.has_kernel()
 
 
-class FusedStages(IrbisTransformer):
+class FusedStages(IrbisTransformer, param_mixin("keep", "intermediate columns to return anyway",
+                                                 TypeConverters.toListString, [])):
     """Several Irbis stages run as one Python pass per Arrow batch (see :func:`fuse`).
 
     Parameters
@@ -45,14 +46,7 @@ class FusedStages(IrbisTransformer):
         Intermediate columns to return although only the fused stages read them.
     """
 
-    keep = Param(Params._dummy(), "keep", "intermediate columns to return anyway",
-                 typeConverter=TypeConverters.toListString)
-
-    @keyword_only
-    def __init__(self, *, keep: list[str] | None = None) -> None:
-        super().__init__()
-        self._setDefault(keep=[])
-        self._set(**self._input_kwargs)
+    def _init_state(self) -> None:
         self.stages: list[Any] = []
 
     def setStages(self, stages: Iterable[Any]) -> "FusedStages":  # noqa: N802

@@ -17,9 +17,8 @@ from __future__ import annotations
 from typing import Any
 
 import pandas as pd
-from pyspark import keyword_only
 from pyspark.ml.linalg import VectorUDT
-from pyspark.ml.param import Param, Params, TypeConverters
+from pyspark.ml.param import TypeConverters
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
     ArrayType,
@@ -44,7 +43,7 @@ from irbis.kernels.image_chain import ImageChain
 from irbis.kernels.image_ops import THRESHOLD_TYPES
 from irbis.ml.base import IrbisTransformer
 from irbis.ml.columns import is_image_struct
-from irbis.ml.params import ColumnSetters, HasErrorCol, at_least, checked, in_range, one_of, table_mixin
+from irbis.ml.params import ColumnSetters, HasErrorCol, at_least, in_range, one_of, table_mixin
 from irbis.ml.synapseml import ImageTransformerNames
 from irbis.spark.images import IMAGE_STRUCT
 
@@ -91,7 +90,12 @@ class _ImageStage(IrbisTransformer, ColumnSetters):
         return out
 
 
-class ImageDecoder(_ImageStage, HasErrorCol):
+class ImageDecoder(_ImageStage, HasErrorCol, table_mixin("_DecoderParams", [
+    ("originCol", "optional column copied into the image's origin field (e.g. the file path)",
+     TypeConverters.toString, ""),
+    ("maxPixels", "refuse images with more pixels than this (0: no limit)", TypeConverters.toInt, DEFAULT_MAX_PIXELS,
+     at_least(0)),
+])):
     """Decode a column of encoded image bytes (JPEG, PNG, ...) into Spark image structs.
 
     Bad bytes give a null image and a message in ``errorCol`` (they never fail the job).
@@ -102,30 +106,7 @@ class ImageDecoder(_ImageStage, HasErrorCol):
     100000000
     """
 
-    originCol = Param(Params._dummy(), "originCol", "optional column copied into the image's "
-                      "origin field (e.g. the file path)", typeConverter=TypeConverters.toString)
-    maxPixels = Param(Params._dummy(), "maxPixels", "refuse images with more pixels than this "
-                      "(0: no limit)", typeConverter=checked("maxPixels", TypeConverters.toInt, at_least(0)))
-
-    @keyword_only
-    def __init__(self, *, inputCol: str = "content", outputCol: str = "image",
-                 errorCol: str = "error", originCol: str = "", maxPixels: int = DEFAULT_MAX_PIXELS) -> None:
-        super().__init__()
-        self._setDefault(inputCol="content", outputCol="image", errorCol="error", originCol="",
-                         maxPixels=DEFAULT_MAX_PIXELS)
-        self._set(**self._input_kwargs)
-
-    def setOriginCol(self, value: str) -> "ImageDecoder":  # noqa: N802
-        return self._set(originCol=value)
-
-    def setMaxPixels(self, value: int) -> "ImageDecoder":  # noqa: N802
-        return self._set(maxPixels=value)
-
-    def getOriginCol(self) -> str:
-        return self.getOrDefault(self.originCol)
-
-    def getMaxPixels(self) -> int:
-        return self.getOrDefault(self.maxPixels)
+    _defaults = {"inputCol": "content", "outputCol": "image", "errorCol": "error"}
 
     def _input_columns(self) -> list[str]:
         origin = self.getOriginCol()
@@ -158,7 +139,10 @@ class ImageDecoder(_ImageStage, HasErrorCol):
 _THRESHOLD_CODES = {code: name for name, code in THRESHOLD_TYPES.items()}
 
 
-class ImageTransformer(ImageTransformerNames, _ImageStage, HasErrorCol):
+class ImageTransformer(ImageTransformerNames, _ImageStage, HasErrorCol, table_mixin("_TransformerParams", [
+    ("ops", "the operations, a JSON list of {'op': name, args...}", _to_ops, []),
+    ("outputFormat", f"one of {OUTPUT_FORMATS}", TypeConverters.toString, "image", one_of(*OUTPUT_FORMATS)),
+])):
     """Apply a chain of OpenCV operations to an image column in one pass per image.
 
     The input is an image struct column, or a binary column of encoded files (decoded in the
@@ -176,32 +160,15 @@ class ImageTransformer(ImageTransformerNames, _ImageStage, HasErrorCol):
     {'op': 'flip', 'flip_code': 1}
     """
 
-    ops = Param(Params._dummy(), "ops", "the operations, a JSON list of {'op': name, args...}",
-                typeConverter=_to_ops)
-    outputFormat = Param(Params._dummy(), "outputFormat", f"one of {OUTPUT_FORMATS}",
-                         typeConverter=checked("outputFormat", TypeConverters.toString, one_of(*OUTPUT_FORMATS)))
+    _defaults = {"inputCol": "image", "outputCol": "transformed", "errorCol": ""}
 
-    @keyword_only
-    def __init__(self, *, inputCol: str = "image", outputCol: str = "transformed",
-                 ops: Any = None, outputFormat: str = "image", errorCol: str = "") -> None:
-        super().__init__()
-        self._setDefault(inputCol="image", outputCol="transformed", ops=[], outputFormat="image",
-                         errorCol="")
-        kwargs = {k: v for k, v in self._input_kwargs.items() if v is not None}
-        self.setOutputFormat(kwargs.pop("outputFormat", "image"))
-        self._set(**kwargs)
+    def _keywords(self, kwargs: dict[str, Any]) -> dict[str, Any]:
+        # outputFormat is always set (a saved ImageTransformer records it), None values are not
+        kwargs = {"outputFormat": self.getOutputFormat(), **{k: v for k, v in kwargs.items() if v is not None}}
+        return super()._keywords(kwargs)
 
     def getOps(self) -> list[dict[str, Any]]:
         return list(self.getOrDefault(self.ops))
-
-    def setOps(self, value: Any) -> "ImageTransformer":
-        return self._set(ops=value)
-
-    def setOutputFormat(self, value: str) -> "ImageTransformer":  # noqa: N802
-        return self._set(outputFormat=value)
-
-    def getOutputFormat(self) -> str:
-        return self.getOrDefault(self.outputFormat)
 
     def _add(self, op: str, **args: Any) -> "ImageTransformer":
         return self._set(ops=ImageChain(self.getOps()).then(op, **args).ops)
@@ -290,11 +257,7 @@ class UnrollImage(_ImageStage):
     'pixels'
     """
 
-    @keyword_only
-    def __init__(self, *, inputCol: str = "image", outputCol: str = "unrolled") -> None:
-        super().__init__()
-        self._setDefault(inputCol="image", outputCol="unrolled")
-        self._set(**self._input_kwargs)
+    _defaults = {"inputCol": "image", "outputCol": "unrolled"}
 
     def _input_columns(self) -> list[str]:
         return [self.getInputCol()]
@@ -311,6 +274,9 @@ class UnrollImage(_ImageStage):
 
 
 _AUGMENT_PARAMS = table_mixin("HasAugmentParams", [
+    ("flipLeftRight", "add a left-right mirrored copy", TypeConverters.toBoolean, True),
+    ("flipUpDown", "add an up-down mirrored copy", TypeConverters.toBoolean, False),
+    ("variantCol", "column naming each copy (empty: none)", TypeConverters.toString, "augmentation"),
     ("cropFraction", "add a closer view: the central share of the height and width, resized back "
      "(0: no such copy)", TypeConverters.toFloat, 0.0, in_range(0.0, 1.0, high_open=True)),
     ("exposureGain", "add a darker (< 1) or brighter (> 1) copy, pixel values times this gain "
@@ -332,22 +298,7 @@ class ImageSetAugmenter(_ImageStage, _AUGMENT_PARAMS):
     ['flipLeftRight', 'flipUpDown']
     """
 
-    flipLeftRight = Param(Params._dummy(), "flipLeftRight", "add a left-right mirrored copy",
-                          typeConverter=TypeConverters.toBoolean)
-    flipUpDown = Param(Params._dummy(), "flipUpDown", "add an up-down mirrored copy",
-                       typeConverter=TypeConverters.toBoolean)
-    variantCol = Param(Params._dummy(), "variantCol", "column naming each copy (empty: none)",
-                       typeConverter=TypeConverters.toString)
-
-    @keyword_only
-    def __init__(self, *, inputCol: str = "image", outputCol: str = "image",
-                 flipLeftRight: bool = True, flipUpDown: bool = False,
-                 variantCol: str = "augmentation", cropFraction: float = 0.0,
-                 exposureGain: float = 1.0) -> None:
-        super().__init__()
-        self._setDefault(inputCol="image", outputCol="image", flipLeftRight=True, flipUpDown=False,
-                         variantCol="augmentation")
-        self._set(**self._input_kwargs)
+    _defaults = {"inputCol": "image", "outputCol": "image"}
 
     def _augmentations(self) -> list[str]:
         return [name for name in AUGMENTATIONS if self.getOrDefault(getattr(self, name))]

@@ -19,13 +19,12 @@ import logging
 from functools import partial
 from typing import Any
 
-from pyspark import keyword_only
 from pyspark.ml.param import TypeConverters
 
 from irbis.ml.base import IrbisEstimator
 from irbis.ml.estimator import TRAIN_PARAMS, TorchEstimator
 from irbis.ml.image_classifier_model import ImageClassifierModel
-from irbis.ml.params import HasDevice, Row, at_least, in_registry, one_of, table_mixin
+from irbis.ml.params import HasDevice, Row, at_least, in_registry, one_of, rows_named, table_mixin
 from irbis.ml.tracking import fit_is_tracked, log_fit
 from irbis.models import MODELS
 
@@ -40,14 +39,7 @@ _SHARED = ("labelCol", "predictionCol", "optimizer", "learningRate", "momentum",
            "classWeights", "earlyStoppingPatience", "augmentation", "recomputeBatchNorm", "lrScaling",
            "referenceBatchSize", "warmupEpochs", "mlflowRun", "autoBatchSizes", "autoBatchEvery",
            "autoBatchTolerance", "engine", "precision", "trainingPrecision")
-_DEFAULTS = {"optimizer": "adam", "learningRate": 1e-3, "batchSize": 16, "epochs": 5,
-             "augmentation": json.dumps([{"op": "random_resized_crop", "scale": [0.6, 1.0]},
-                                         {"op": "flip", "flip_code": 1, "p": 0.5},
-                                         {"op": "color_jitter", "brightness": 0.2, "contrast": 0.2, "p": 0.5}])}
-_CLASSIFIER_ROWS: list[Row] = [
-    (name, doc, conv, _DEFAULTS.get(name, default), *rest)
-    for name, doc, conv, default, *rest in TRAIN_PARAMS if name in _SHARED
-] + [
+_CLASSIFIER_ROWS: list[Row] = rows_named(_SHARED, TRAIN_PARAMS) + [
     ("inputCol", "image column: Spark image structs (irbis.read_images) or the bytes of image files "
                  "(binaryFile's content)", TypeConverters.toString, "image"),
     ("backbone", "the pretrained network: a catalogue model (irbis.models.MODELS) with a preprocessing record",
@@ -96,20 +88,14 @@ class ImageClassifier(IrbisEstimator, table_mixin("_HasImageClassifierParams", _
         model.transform(test).select("probability", "prediction")
     """
 
-    @keyword_only
-    def __init__(self, **kwargs: Any) -> None:
-        super().__init__()
-        self._set(**self._aliased(self._input_kwargs))
+    _defaults = {"batchSize": 16, "epochs": 5,
+                 "augmentation": json.dumps([{"op": "random_resized_crop", "scale": [0.6, 1.0]},
+                                             {"op": "flip", "flip_code": 1, "p": 0.5},
+                                             {"op": "color_jitter", "brightness": 0.2, "contrast": 0.2, "p": 0.5}])}
+    _extra_keywords = ("imageCol",)
 
-    @keyword_only
-    def setParams(self, **kwargs: Any) -> ImageClassifier:
-        """Set Params by keyword (``imageCol`` is ``inputCol``)."""
-        return self._set(**self._aliased(self._input_kwargs))
-
-    @staticmethod
-    def _aliased(kwargs: dict[str, Any]) -> dict[str, Any]:
-        kwargs = dict(kwargs)
-        if "imageCol" in kwargs:
+    def _keywords(self, kwargs: dict[str, Any]) -> dict[str, Any]:
+        if "imageCol" in kwargs:  # SynapseML's name of inputCol
             kwargs["inputCol"] = kwargs.pop("imageCol")
         return kwargs
 

@@ -11,9 +11,8 @@ import json
 from typing import Any
 
 import numpy as np
-from pyspark import keyword_only
 from pyspark.ml.linalg import VectorUDT
-from pyspark.ml.param import Param, Params, TypeConverters
+from pyspark.ml.param import TypeConverters
 from pyspark.sql.types import DataType, DoubleType, StringType
 
 from irbis.kernels.blocks import BatchFn, Tensor
@@ -37,6 +36,7 @@ _PREDICTION_ROWS: list[Row] = [
     ("imagePreprocessing", "how the images become the network's input: a catalogue model or its JSON "
      "preprocessing record (empty: the catalogue entry backbone's)", TypeConverters.toString, "",
      check_preprocessing),
+    ("network", "the fine-tuned network: a model folder or file, saved with the stage", TypeConverters.toString, ""),
     ("backbone", "the catalogue model the network was fine-tuned from (its preprocessing, unless imagePreprocessing "
      "is set)", TypeConverters.toString, "efficientnet_lite0"),
 ]
@@ -64,20 +64,13 @@ class ImageClassifierModel(_ClassifierModelNames, ImageNetworkStage,
     training_summary = SummaryAttribute()
 
     #: Not ImageFeaturizer's catalogue name: the network this model runs is its own, fine-tuned one.
-    network = Param(Params._dummy(), "network", "the fine-tuned network: a model folder or file, saved with the "
-                    "stage", typeConverter=TypeConverters.toString)
 
-    @keyword_only
-    def __init__(self, *, inputCol: str = "image", backbone: str = "efficientnet_lite0", network: str = "",
-                 imagePreprocessing: str = "", rawPredictionCol: str = "rawPrediction",
-                 probabilityCol: str = "probability", predictionCol: str = "prediction", miniBatchSize: int = 64,
-                 device: str = "cpu", precision: str = "fp32", engine: str = "auto", errorCol: str = "",
-                 maxPixels: int = 100_000_000, fastDecode: bool = False,
-                 calibrationData: str = "") -> None:
-        super().__init__()
-        self._setDefault(inputCol="image", network="", errorCol="")
+    _defaults = {"inputCol": "image", "errorCol": ""}
+
+    def _init_state(self) -> None:
         self.training_summary = None
-        self._set(**self._input_kwargs)
+
+    def _check_params(self) -> None:
         self._check_layers()
 
     @classmethod

@@ -8,11 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from pyspark import keyword_only
 from pyspark.ml.param import TypeConverters
-from pyspark.sql import DataFrame
 
-from irbis.kernels.image import DEFAULT_MAX_PIXELS
 from irbis.ml.base import IrbisTransformer
 from irbis.ml.image_network import ImageNetworkStage
 from irbis.ml.params import ColumnSetters, HasOutputLayer, Row, at_least, in_registry, table_mixin
@@ -110,16 +107,9 @@ class ImageFeaturizer(ImageFeaturizerNames, table_mixin("_FeaturizerParams", _FE
         LogisticRegression(featuresCol="features").fit(features.join(labels, "path"))
     """
 
-    @keyword_only
-    def __init__(self, *, inputCol: str = "image", outputCol: str = "features",
-                 network: str = "efficientnet_lite0", weights: str = "", cutOutputLayers: int = 1,
-                 outputLayer: str = "", miniBatchSize: int = 64, device: str = "cpu", precision: str = "fp32",
-                 errorCol: str = "", maxPixels: int = DEFAULT_MAX_PIXELS, fastDecode: bool = False,
-                 engine: str = "auto", calibrationData: "str | DataFrame" = "", outputLayers: list[str] | None = None,
-                 outputCols: list[str] | None = None) -> None:
-        super().__init__()
-        self._setDefault(inputCol="image", outputCol="features", errorCol="")
-        self._set(**self._input_kwargs)
+    _defaults = {"inputCol": "image", "outputCol": "features", "errorCol": ""}
+
+    def _check_params(self) -> None:
         self._check_layers()
 
     def setNetwork(self, value: str) -> "ImageFeaturizer":  # noqa: N802

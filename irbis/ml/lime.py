@@ -13,7 +13,6 @@ from functools import partial
 from typing import Any, Callable
 
 import numpy as np
-from pyspark import keyword_only
 from pyspark.ml.param import TypeConverters
 from pyspark.sql.types import ArrayType, DataType, IntegerType, StructType
 
@@ -50,12 +49,12 @@ def _network_input(model: Any, column: str) -> Any:
     return None
 
 _IMAGE_PARAMS = table_mixin("HasImageLIMEParams", [
-    ("cellSize", "side of a superpixel in pixels", TypeConverters.toFloat, None, at_least(1)),
+    ("cellSize", "side of a superpixel in pixels", TypeConverters.toFloat, 16.0, at_least(1)),
     ("modifier", "SLIC compactness on the 0-255 colour scale (larger: squarer superpixels)",
-     TypeConverters.toFloat, None, in_range(0, low_open=True)),
-    ("samplingFraction", "probability that a superpixel is kept in a sample", TypeConverters.toFloat, None,
+     TypeConverters.toFloat, 130.0, in_range(0, low_open=True)),
+    ("samplingFraction", "probability that a superpixel is kept in a sample", TypeConverters.toFloat, 0.7,
      in_range(0, 1, low_open=True)),
-    ("superpixelCol", "output column of superpixel labels (empty: none)", TypeConverters.toString, None),
+    ("superpixelCol", "output column of superpixel labels (empty: none)", TypeConverters.toString, "superpixels"),
 ])
 
 
@@ -88,25 +87,7 @@ class ImageLIME(LIMEParams, _IMAGE_PARAMS, IrbisTransformer):
 
     _accepts = frozenset({"image"})
 
-    @keyword_only
-    def __init__(self, *, model: Any = None, inputCol: str = "image", outputCol: str = "weights",
-                 targetCol: str = "probability", targetClasses: list[int] | None = None,
-                 numSamples: int = 900, cellSize: float = 16.0, modifier: float = 130.0,
-                 samplingFraction: float = 0.7, regularization: float = 0.0, metricsCol: str = "r2",
-                 superpixelCol: str = "superpixels", errorCol: str = "explainError",
-                 miniBatchSize: int = 64, seed: int = 0) -> None:
-        super().__init__()
-        self._setDefault(inputCol="image", outputCol="weights", numSamples=900, cellSize=16.0,
-                         modifier=130.0, samplingFraction=0.7, superpixelCol="superpixels")
-        self._init(dict(self._input_kwargs))
-
-    def _check_params(self) -> None:
-        super()._check_params()
-        fraction, cell = self.getOrDefault(self.samplingFraction), self.getOrDefault(self.cellSize)
-        if not 0 < fraction <= 1:
-            raise ValueError(f"samplingFraction must be in (0, 1], found {fraction}")
-        if cell < 1:
-            raise ValueError(f"cellSize must be >= 1 pixel, found {cell}")
+    _defaults = {"inputCol": "image", "outputCol": "weights", "numSamples": 900}
 
     def _input_columns(self) -> list[str]:
         return [self.getInputCol()]

@@ -27,12 +27,12 @@ _WEIGHTS = ArrayType(ArrayType(DoubleType()))
 #: LIME's own Params (SynapseML's names), declared through the one Param table of ``irbis.ml.params``.
 LIME_PARAMS: list[Row] = [
     ("targetCol", "the model's output column to explain (a vector or a number), e.g. probability",
-     TypeConverters.toString, None),
-    ("targetClasses", "indices into targetCol to explain; one weight list each", TypeConverters.toListInt, None),
+     TypeConverters.toString, "probability"),
+    ("targetClasses", "indices into targetCol to explain; one weight list each", TypeConverters.toListInt, [0]),
     ("numSamples", "perturbed samples per explained row", TypeConverters.toInt, None, at_least(2)),
-    ("regularization", "L2 penalty of the weighted ridge fit (0: least squares)", TypeConverters.toFloat, None,
+    ("regularization", "L2 penalty of the weighted ridge fit (0: least squares)", TypeConverters.toFloat, 0.0,
      at_least(0)),
-    ("metricsCol", "output column of the local fit's R², one per target class", TypeConverters.toString, None),
+    ("metricsCol", "output column of the local fit's R², one per target class", TypeConverters.toString, "r2"),
 ]
 
 
@@ -40,32 +40,22 @@ class LIMEParams(ColumnSetters, HasErrorCol, HasMiniBatchSize, HasSeed,
                  table_mixin("HasLIMEParams", LIME_PARAMS)):
     """Params and the explained model shared by the LIME stages."""
 
-    def __init__(self) -> None:
-        super().__init__()
-        self._setDefault(targetCol="probability", targetClasses=[0], regularization=0.0,
-                         metricsCol="r2", errorCol="explainError", miniBatchSize=64, seed=0)
+    _defaults = {"errorCol": "explainError", "seed": 0}
+    _extra_keywords = ("model",)
+
+    def _init_state(self) -> None:
         self._model: Any = None
 
-    def _init(self, kwargs: dict[str, Any]) -> None:
-        model = kwargs.pop("model", None)
-        self._set(**kwargs)
+    def _keywords(self, kwargs: dict[str, Any]) -> dict[str, Any]:
+        model = kwargs.pop("model", None)  # the explained model, not a Param
         if model is not None:
             self.setModel(model)
-        self._check_params()
+        return kwargs
 
     def _check_params(self) -> None:
         classes = self.getOrDefault(self.targetClasses)
         if not classes or min(classes) < 0:
             raise ValueError(f"targetClasses must be a non-empty list of class indices >= 0, found {classes}")
-        if self.getOrDefault(self.numSamples) < 2:
-            raise ValueError(f"numSamples must be >= 2, found {self.getOrDefault(self.numSamples)}")
-        if self.getOrDefault(self.regularization) < 0:
-            raise ValueError(f"regularization must be >= 0, found {self.getOrDefault(self.regularization)}")
-
-    def setParams(self, **kwargs: Any) -> Any:
-        """Set any of the Params (and ``model``) by keyword."""
-        self._init(kwargs)
-        return self
 
     def setModel(self, value: Any) -> Any:  # noqa: N802
         """Set the fitted Transformer or PipelineModel to explain."""

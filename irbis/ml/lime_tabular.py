@@ -5,7 +5,6 @@ from functools import partial
 from typing import Any, Callable
 
 import numpy as np
-from pyspark import keyword_only
 from pyspark.ml.param import TypeConverters
 from pyspark.sql.types import DataType, StructType
 
@@ -107,14 +106,7 @@ class TabularLIME(LIMEParams, IrbisEstimator):
     >>> lime.transform(test).select("weights", "r2")                                            # doctest: +SKIP
     """
 
-    @keyword_only
-    def __init__(self, *, model: Any = None, inputCol: str = "features", outputCol: str = "weights",
-                 targetCol: str = "probability", targetClasses: list[int] | None = None,
-                 numSamples: int = 1000, regularization: float = 0.0, metricsCol: str = "r2",
-                 errorCol: str = "explainError", miniBatchSize: int = 8192, seed: int = 0) -> None:
-        super().__init__()
-        self._setDefault(inputCol="features", outputCol="weights", numSamples=1000, miniBatchSize=8192)
-        self._init(dict(self._input_kwargs))
+    _defaults = {"inputCol": "features", "outputCol": "weights", "numSamples": 1000, "miniBatchSize": 8192}
 
     def _fit(self, dataset: Any) -> "TabularLIMEModel":
         stats = feature_stats(dataset, self.getInputCol())
@@ -125,8 +117,8 @@ class TabularLIME(LIMEParams, IrbisEstimator):
 
 
 _STATS_PARAMS = table_mixin("HasFeatureStats", [
-    ("featureMeans", "per-feature means of the background data", TypeConverters.toListFloat, None),
-    ("featureStds", "per-feature standard deviations of the background data", TypeConverters.toListFloat, None),
+    ("featureMeans", "per-feature means of the background data", TypeConverters.toListFloat, []),
+    ("featureStds", "per-feature standard deviations of the background data", TypeConverters.toListFloat, []),
 ])
 
 
@@ -135,12 +127,7 @@ class TabularLIMEModel(LIMEParams, _STATS_PARAMS, IrbisModel):
 
     _accepts = frozenset({"vector"})
 
-    @keyword_only
-    def __init__(self, *, featureMeans: list[float] | None = None, featureStds: list[float] | None = None) -> None:
-        super().__init__()
-        self._setDefault(inputCol="features", outputCol="weights", numSamples=1000, miniBatchSize=8192,
-                         featureMeans=[], featureStds=[])
-        self._init(dict(self._input_kwargs))
+    _defaults = TabularLIME._defaults
 
     def stats(self) -> FeatureStats:
         """The background statistics as arrays."""

@@ -5,7 +5,6 @@ from functools import partial
 from typing import Any, Callable
 
 import numpy as np
-from pyspark import keyword_only
 from pyspark.ml.param import TypeConverters
 from pyspark.sql.types import ArrayType, BinaryType, DataType, StringType, StructType
 
@@ -53,10 +52,10 @@ def _texts_block(batch: np.ndarray) -> np.ndarray:
 
 
 _TEXT_LIME_PARAMS = table_mixin("HasTextLIMEParams", [
-    ("samplingFraction", "probability that a word is kept in a sample", TypeConverters.toFloat, None,
+    ("samplingFraction", "probability that a word is kept in a sample", TypeConverters.toFloat, 0.7,
      in_range(0, 1, low_open=True)),
     ("tokensCol", "output column of the explained words, one per weight (empty: none)", TypeConverters.toString,
-     None),
+     "tokens"),
 ])
 
 
@@ -78,16 +77,7 @@ class TextLIME(LIMEParams, _TEXT_LIME_PARAMS, IrbisTransformer):
     _accepts = frozenset({"string"})
     _to_block = staticmethod(_texts_block)
 
-    @keyword_only
-    def __init__(self, *, model: Any = None, inputCol: str = "text", outputCol: str = "weights",
-                 targetCol: str = "probability", targetClasses: list[int] | None = None, numSamples: int = 1000,
-                 samplingFraction: float = 0.7, regularization: float = 0.0, metricsCol: str = "r2",
-                 tokensCol: str = "tokens", errorCol: str = "explainError", miniBatchSize: int = 64,
-                 seed: int = 0) -> None:
-        super().__init__()
-        self._setDefault(inputCol="text", outputCol="weights", numSamples=1000, samplingFraction=0.7,
-                         tokensCol="tokens")
-        self._init(dict(self._input_kwargs))
+    _defaults = {"inputCol": "text", "outputCol": "weights", "numSamples": 1000}
 
     def _input_columns(self) -> list[str]:
         return [self.getInputCol()]

@@ -7,9 +7,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from pyspark import keyword_only
 from pyspark.ml.linalg import VectorUDT
-from pyspark.ml.param import Param, Params, TypeConverters
+from pyspark.ml.param import TypeConverters
 from pyspark.sql.types import ArrayType, DataType, DoubleType, FloatType, StructType
 
 from irbis.kernels.batching import network_batch, sequence_rows
@@ -22,11 +21,10 @@ from irbis.kernels.onnx import (
     make_onnx_predict_fn,
     output_blocks,
 )
-from irbis.ml.aliases import resolve_aliases
 from irbis.ml.base import IrbisModel
 from irbis.ml.network_params import NetworkStageParams, check_network_input, check_sequence_input
 from irbis.ml.params import one_of, param_mixin, table_mixin
-from irbis.ml.synapseml import ONNX_ALIASES, ONNXModelNames
+from irbis.ml.synapseml import ONNXModelNames
 from irbis.spark.files import localize, ship_file
 
 
@@ -38,7 +36,13 @@ def toColumnMap(value: Any) -> dict[str, str]:  # noqa: N802 (named like PySpark
     return dict(value)
 
 
+def _column_map(value: Any) -> dict[str, str]:
+    return dict(value)
+
+
 _ONNX_ROWS = [
+    ("feedDict", "graph input name -> input column", _column_map, None),
+    ("fetchDict", "output column -> graph output (or inner node output) name", _column_map, None),
     ("softMaxDict", "SynapseML's softmax heads: output column -> new column holding the softmax of its "
      "scores (a vector)", toColumnMap, {}),
     ("argMaxDict", "SynapseML's argmax heads: output column (or softMaxDict column) -> new column holding "
@@ -91,31 +95,6 @@ class ONNXModel(NetworkStageParams, HasOnnxEngine, table_mixin("_ONNXParams", _O
     """
 
     _vector_dtype = "float32"
-    feedDict = Param(Params._dummy(), "feedDict", "graph input name -> input column",
-                     typeConverter=TypeConverters.identity)
-    fetchDict = Param(Params._dummy(), "fetchDict", "output column -> graph output (or inner node output) name",
-                      typeConverter=TypeConverters.identity)
-
-    @keyword_only
-    def __init__(self, *, network: str | None = None, inputCol: str | None = None,
-                 outputCol: str | None = None, feedDict: dict[str, str] | None = None,
-                 fetchDict: dict[str, str] | None = None, outputLayer: str = "", miniBatchSize: int = 64,
-                 inputShape: list[int] | None = None, device: str = "cpu", outputFormat: str = "vector",
-                 softMaxDict: dict[str, str] | None = None, argMaxDict: dict[str, str] | None = None,
-                 optimizationLevel: str = "ALL_OPT", modelLocation: str | None = None,
-                 modelPayload: bytes | None = None, deviceType: str | None = None,
-                 engine: str = "auto", inputDtype: str = "float32", variableLength: bool = False,
-                 tokenBudget: int = 4096) -> None:
-        super().__init__()
-        self._set(**resolve_aliases(ONNX_ALIASES, self._input_kwargs))
-
-    def setFeedDict(self, value: dict[str, str]) -> "ONNXModel":
-        """Sets feedDict: graph input name -> input column."""
-        return self._set(feedDict=dict(value))
-
-    def setFetchDict(self, value: dict[str, str]) -> "ONNXModel":
-        """Sets fetchDict: output column -> graph output (or inner node output) name."""
-        return self._set(fetchDict=dict(value))
 
     # -- feeds and fetches -----------------------------------------------------------------------
     def _feeds(self) -> dict[str, str]:

@@ -1,13 +1,19 @@
-"""The one Param mechanism of Irbis: Params declared as table rows (as PySpark's shared params are).
+"""The one Param mechanism of Irbis: each Param declared once, as a table row (as PySpark's shared params are).
 
-A row ``(name, doc, type converter, default)`` becomes a ``Has<Name>`` mixin with ``get<Name>`` and
-``set<Name>`` accessors (:func:`param_mixin`); :func:`table_mixin` joins the rows of one stage into one
-mixin. The rows below are the Params that several stages share, each declared once here; a stage's
-own Params are rows in its module, turned into a mixin by the same functions.
+A row ``(name, doc, type converter, default[, check])`` becomes a ``Has<Name>`` mixin holding the Param,
+its default and its ``get<Name>``/``set<Name>`` (:func:`param_mixin`); :func:`table_mixin` joins the rows
+of one stage into one mixin. The rows below are the Params that several stages share, each declared once
+here; a stage's own Params are rows in its module, and a stage that shares a row of another table takes
+the row itself, by name (:func:`rows_named`). A stage whose default differs from the row's says so in its
+``_defaults`` mapping, the one place it states a default; everything else is made from the rows: the
+accessors, the checks, and the stage's ``__init__`` and ``setParams`` with keyword-only signatures that
+list every Param with its default (:func:`make_stage_init`, :func:`stage_signature`).
 """
 
 from __future__ import annotations
 
+import functools
+import inspect
 from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -205,37 +211,33 @@ def param_mixin(name: str, doc: str, converter: Any, default: Any, check: Check 
     """The ``Has<Name>`` mixin of one table row: the Param, its default, ``get<Name>``, ``set<Name>``.
 
     With a ``check``, a value outside the allowed set or range raises :class:`ParamValueError` when set.
+    The default is declared on the mixin (``_row_defaults``) and set by :func:`declared_defaults`, once,
+    after every ``__init__`` of the class has run, so that a stage's own default (``_defaults``) wins.
     """
-    cap = name[0].upper() + name[1:]
-
-    def __init__(self: Params, *args: Any, **kwargs: Any) -> None:
-        super(mixin, self).__init__(*args, **kwargs)
-        if default is not None:
-            self._setDefault(**{name: default})
-
-    def getter(self: Params) -> Any:
-        return self.getOrDefault(getattr(self, name))
-
-    def setter(self: Params, value: Any) -> Params:
-        return self._set(**{name: value})
-
-    getter.__doc__ = f"Gets the value of {name}: {doc}."
-    getter.__name__ = f"get{cap}"
-    setter.__doc__ = f"Sets the value of {name}: {doc}."
-    setter.__name__ = f"set{cap}"
-    mixin = type(
-        f"Has{cap}",
-        (Params,),
-        {name: Param(Params._dummy(), name, doc, typeConverter=checked(name, converter, check)), "__init__": __init__,
-         f"get{cap}": getter, f"set{cap}": setter, "__doc__": f"Mixin for the param {name}: {doc}."},
-    )
-    return mixin
+    set_name, get_name = accessor_names(name)
+    return type(f"Has{set_name[3:]}", (_Declared,), {
+        name: Param(Params._dummy(), name, doc, typeConverter=checked(name, converter, check)),
+        "_row_defaults": {} if default is None else {name: default},
+        get_name: _getter(name, doc, get_name), set_name: _setter(name, doc, set_name),
+        "__doc__": f"Mixin for the param {name}: {doc}."})
 
 
-(HasNetwork, HasMiniBatchSize, HasDevice, HasPrecision, HasCalibrationData, HasEngine, HasInputShape,
- HasInputDtype, HasOutputLayer, HasErrorCol, HasTokenBudget, HasVariableLength, HasImagePreprocessing) = (
-    param_mixin(*row) for row in SHARED_PARAMS
-)
+def declared_defaults(cls: type) -> dict[str, Any]:
+    """The default of each Param of ``cls``: its row's (``_row_defaults`` of the ``Has*`` mixins), replaced by
+    the ``_defaults`` of the stage classes, the more derived class winning."""
+    out: dict[str, Any] = {}
+    for klass in reversed(cls.__mro__):
+        out.update(klass.__dict__.get("_row_defaults", {}))
+        out.update(klass.__dict__.get("_defaults", {}))
+    return out
+
+
+class _Declared(Params):
+    """A Params class whose defaults are declared (:func:`declared_defaults`), set when it is made."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._setDefault(**declared_defaults(type(self)))
 
 
 def accessor_names(name: str) -> tuple[str, str]:
@@ -263,7 +265,7 @@ def _getter(name: str, doc: str, method: str) -> Callable[..., Any]:
     def getter(self: Params) -> Any:
         return self.getOrDefault(getattr(self, name))
 
-    getter.__name__, getter.__doc__ = method, f"Gets the value of {name}: {doc}."
+    getter.__name__, getter.__doc__ = method, f"Gets the value of {name}: {doc.rstrip('.')}."
     return getter
 
 
@@ -271,8 +273,82 @@ def _setter(name: str, doc: str, method: str) -> Callable[..., Any]:
     def setter(self: Params, value: Any) -> Any:
         return self._set(**{name: value})
 
-    setter.__name__, setter.__doc__ = method, f"Sets the value of {name}: {doc}."
+    setter.__name__, setter.__doc__ = method, f"Sets the value of {name}: {doc.rstrip('.')}."
     return setter
+
+
+@functools.cache
+def stage_signature(cls: type, returns: Any = None) -> inspect.Signature:
+    """The keyword-only signature of a stage's ``__init__`` and ``setParams``: each Param with its default
+    (None where it has none), then the other keywords the stage takes (``_extra_keywords``: SynapseML's
+    names, a callable that is not a Param), each defaulting to None."""
+    defaults = declared_defaults(cls)
+    params = sorted((p.name for p in (getattr(cls, n, None) for n in dir(cls)) if isinstance(p, Param)),
+                    key=str.lower)
+    extra = [n for n in _extra_keywords(cls) if n not in params]
+    kw = inspect.Parameter.KEYWORD_ONLY
+    return inspect.Signature(
+        [inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)]
+        + [inspect.Parameter(n, kw, default=defaults.get(n)) for n in params]
+        + [inspect.Parameter(n, kw, default=None) for n in extra], return_annotation=returns)
+
+
+def _extra_keywords(cls: type) -> list[str]:
+    return [a.name for a in getattr(cls, "SYNAPSEML_ALIASES", ())] + list(getattr(cls, "_extra_keywords", ()))
+
+
+def make_stage_init(cls: type) -> Callable[..., None]:
+    """The ``__init__`` of a stage ``cls``, made from its Params: the class's ``__init__`` chain, the declared
+    defaults (:func:`declared_defaults`), the stage's ``_init_state`` hook, then the keywords given, as
+    PySpark's ``keyword_only`` constructors do (what the user passed is set, the rest are defaults; the stage's
+    ``_keywords`` hook turns them into Param values), and its ``_check_params`` hook."""
+    def __init__(self: Any, **kwargs: Any) -> None:
+        if "_making" in self.__dict__:  # an inner __init__ of the chain: the outermost sets the Params
+            super(cls, self).__init__()
+            return
+        self.__dict__["_making"] = True
+        try:
+            super(cls, self).__init__()
+        finally:
+            del self.__dict__["_making"]
+        self._setDefault(**declared_defaults(type(self)))
+        self._init_state()
+        set_keywords(self, kwargs)
+
+    __init__.__signature__ = stage_signature(cls, None)  # type: ignore[attr-defined]
+    __init__.__doc__ = f"Make a {cls.__name__}: every Param as a keyword, the rest keep their defaults."
+    __init__.__qualname__ = f"{cls.__qualname__}.__init__"
+    return __init__
+
+
+def set_keywords(stage: Any, kwargs: dict[str, Any]) -> Any:
+    """Set the keywords given to a stage's ``__init__`` or ``setParams`` (through its ``_keywords`` hook),
+    then run its ``_check_params``; a keyword that is neither a Param nor one the stage takes raises
+    TypeError, as a signature would."""
+    unknown = sorted(set(kwargs) - set(stage_signature(type(stage)).parameters))
+    if unknown:
+        raise TypeError(f"{type(stage).__name__} got unknown arguments {unknown}")
+    stage._input_kwargs = kwargs
+    stage._set(**stage._keywords(dict(kwargs)))
+    stage._check_params()
+    return stage
+
+
+def make_set_params(cls: type) -> Callable[..., Any]:
+    """``setParams`` of a stage ``cls``: the keywords given set, as its ``__init__`` sets them."""
+    def setParams(self: Any, **kwargs: Any) -> Any:  # noqa: N802
+        return set_keywords(self, kwargs)
+
+    setParams.__signature__ = stage_signature(cls, cls.__name__)  # type: ignore[attr-defined]
+    setParams.__doc__ = "Set any of the Params by keyword."
+    setParams.__qualname__ = f"{cls.__qualname__}.setParams"
+    return setParams
+
+
+(HasNetwork, HasMiniBatchSize, HasDevice, HasPrecision, HasCalibrationData, HasEngine, HasInputShape,
+ HasInputDtype, HasOutputLayer, HasErrorCol, HasTokenBudget, HasVariableLength, HasImagePreprocessing) = (
+    param_mixin(*row) for row in SHARED_PARAMS
+)
 
 
 def table_mixin(class_name: str, rows: list[Row], shared: tuple[type, ...] = ()) -> type:
@@ -289,22 +365,15 @@ def table_mixin(class_name: str, rows: list[Row], shared: tuple[type, ...] = ())
     return type(class_name, bases, {"__doc__": f"Params: {', '.join(r[0] for r in rows)}."})
 
 
-
+@add_accessors
 class ColumnSetters(HasInputCol, HasOutputCol):
     """``inputCol``/``outputCol`` with ``setInputCol``/``setOutputCol``, as PySpark's own stages have."""
-
-    def setInputCol(self, value: str) -> Any:  # noqa: N802
-        """Sets the value of inputCol."""
-        return self._set(inputCol=value)
-
-    def setOutputCol(self, value: str) -> Any:  # noqa: N802
-        """Sets the value of outputCol."""
-        return self._set(outputCol=value)
 
 
 __all__ = ["SHARED_PARAMS", "ParamValueError", "row_named", "rows_named", "one_of", "in_registry", "in_range",
            "at_least", "checked", "param_check", "invalid_values", "ColumnSetters", "param_mixin", "accessor_names",
-           "add_accessors", "table_mixin", "HasNetwork", "HasMiniBatchSize", "HasDevice", "HasPrecision",
+           "add_accessors", "table_mixin", "declared_defaults", "make_stage_init", "make_set_params",
+           "stage_signature", "HasNetwork", "HasMiniBatchSize", "HasDevice", "HasPrecision",
            "HasCalibrationData", "HasEngine", "local_folder", "parsed_by", "HasInputShape", "HasInputDtype",
            "HasOutputLayer", "HasErrorCol", "HasTokenBudget", "HasVariableLength", "HasImagePreprocessing",
            "check_preprocessing"]

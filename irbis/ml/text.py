@@ -7,10 +7,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import scipy.sparse as sp
-from pyspark import keyword_only
 from pyspark.ml.feature import IDF, ElementwiseProduct, HashingTF, IDFModel, NGram, RegexTokenizer, StopWordsRemover
 from pyspark.ml.linalg import DenseVector, SparseVector, VectorUDT
-from pyspark.ml.param import Param, Params, TypeConverters
+from pyspark.ml.param import TypeConverters
 from pyspark.ml.param.shared import HasInputCol, HasOutputCol
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
@@ -19,54 +18,38 @@ from pyspark.sql.types import ArrayType, DataType, StringType, StructType
 from irbis.errors import require_columns
 from irbis.kernels.text import IdfState, TextSteps, apply_idf, fit_idf, text_vectors
 from irbis.ml.base import IrbisEstimator, IrbisModel
-from irbis.ml.params import at_least, checked, one_of
+from irbis.ml.params import Row, at_least, one_of, table_mixin
 from irbis.ml.synapseml import TextFeaturizerNames, comma_list
 from irbis.spark.columns import column
 
-_P = Params._dummy()
 #: The languages of Spark's default stop word lists (``StopWordsRemover.loadDefaultStopWords``).
 STOP_WORDS_LANGUAGES = ("danish", "dutch", "english", "finnish", "french", "german", "hungarian", "italian",
                         "norwegian", "portuguese", "russian", "spanish", "swedish", "turkish")
 
 
-class _TextFeaturizerParams(HasInputCol, HasOutputCol):
+_TEXT_FEATURIZER_ROWS: list[Row] = [
+    ("useTokenizer", "split text with a regex (false: the input holds token arrays)", TypeConverters.toBoolean, True),
+    ("tokenizerPattern", "regex of separators (gaps) or tokens", TypeConverters.toString, r"\s+"),
+    ("tokenizerGaps", "the pattern matches separators (true) or tokens (false)", TypeConverters.toBoolean, True),
+    ("minTokenLength", "shorter tokens are dropped", TypeConverters.toInt, 1, at_least(0)),
+    ("toLowercase", "lower-case text before tokenising", TypeConverters.toBoolean, True),
+    ("useStopWordsRemover", "remove stop words", TypeConverters.toBoolean, False),
+    ("stopWords", "stop words (a list, or a comma-separated string); empty: the default list of stopWordsLanguage",
+     comma_list, []),
+    ("stopWordsLanguage", "language of the default stop words (e.g. english)", TypeConverters.toString, "english",
+     one_of(*STOP_WORDS_LANGUAGES)),
+    ("caseSensitiveStopWords", "compare stop words case-sensitively", TypeConverters.toBoolean, False),
+    ("useNGram", "replace tokens by their n-grams", TypeConverters.toBoolean, False),
+    ("nGramLength", "n of the n-grams (>= 1)", TypeConverters.toInt, 2, at_least(1)),
+    ("numFeatures", "size of the hashed term-frequency vector", TypeConverters.toInt, 1 << 18, at_least(1)),
+    ("binary", "term presence (1.0) instead of counts", TypeConverters.toBoolean, False),
+    ("useIDF", "weight term frequencies by inverse document frequency", TypeConverters.toBoolean, True),
+    ("minDocFreq", "terms in fewer documents get IDF weight 0", TypeConverters.toInt, 1, at_least(0)),
+]
+
+
+class _TextFeaturizerParams(HasInputCol, HasOutputCol, table_mixin("_TextFeaturizerRows", _TEXT_FEATURIZER_ROWS)):
     """Params shared by :class:`TextFeaturizer` and :class:`TextFeaturizerModel`."""
-
-    useTokenizer = Param(_P, "useTokenizer", "split text with a regex (false: the input holds token arrays)",
-                         TypeConverters.toBoolean)
-    tokenizerPattern = Param(_P, "tokenizerPattern", "regex of separators (gaps) or tokens", TypeConverters.toString)
-    tokenizerGaps = Param(_P, "tokenizerGaps", "the pattern matches separators (true) or tokens (false)",
-                          TypeConverters.toBoolean)
-    minTokenLength = Param(_P, "minTokenLength", "shorter tokens are dropped",
-                           checked("minTokenLength", TypeConverters.toInt, at_least(0)))
-    toLowercase = Param(_P, "toLowercase", "lower-case text before tokenising", TypeConverters.toBoolean)
-    useStopWordsRemover = Param(_P, "useStopWordsRemover", "remove stop words", TypeConverters.toBoolean)
-    stopWords = Param(_P, "stopWords", "stop words (a list, or a comma-separated string); "
-                      "empty: the default list of stopWordsLanguage", comma_list)
-    stopWordsLanguage = Param(_P, "stopWordsLanguage", "language of the default stop words (e.g. english)",
-                              checked("stopWordsLanguage", TypeConverters.toString, one_of(*STOP_WORDS_LANGUAGES)))
-    caseSensitiveStopWords = Param(_P, "caseSensitiveStopWords", "compare stop words case-sensitively",
-                                   TypeConverters.toBoolean)
-    useNGram = Param(_P, "useNGram", "replace tokens by their n-grams", TypeConverters.toBoolean)
-    nGramLength = Param(_P, "nGramLength", "n of the n-grams (>= 1)",
-                        checked("nGramLength", TypeConverters.toInt, at_least(1)))
-    numFeatures = Param(_P, "numFeatures", "size of the hashed term-frequency vector",
-                        checked("numFeatures", TypeConverters.toInt, at_least(1)))
-    binary = Param(_P, "binary", "term presence (1.0) instead of counts", TypeConverters.toBoolean)
-    useIDF = Param(_P, "useIDF", "weight term frequencies by inverse document frequency", TypeConverters.toBoolean)
-    minDocFreq = Param(_P, "minDocFreq", "terms in fewer documents get IDF weight 0",
-                       checked("minDocFreq", TypeConverters.toInt, at_least(0)))
-
-    _DEFAULTS: dict[str, Any] = dict(
-        useTokenizer=True, tokenizerPattern=r"\s+", tokenizerGaps=True, minTokenLength=1, toLowercase=True,
-        useStopWordsRemover=False, stopWords=[], stopWordsLanguage="english", caseSensitiveStopWords=False,
-        useNGram=False, nGramLength=2, numFeatures=1 << 18, binary=False, useIDF=True, minDocFreq=1,
-    )
-
-    def _check_params(self) -> None:
-        for name, low in (("numFeatures", 1), ("nGramLength", 1), ("minTokenLength", 0), ("minDocFreq", 0)):
-            if self.getOrDefault(name) < low:
-                raise ValueError(f"{type(self).__name__}: {name} must be >= {low}, found {self.getOrDefault(name)}")
 
     def _check_input(self, schema: StructType) -> None:
         col = self.getInputCol()
@@ -145,15 +128,7 @@ class TextFeaturizer(TextFeaturizerNames, IrbisEstimator, _TextFeaturizerParams)
     >>> model = TextFeaturizer(inputCol="review", outputCol="features", useNGram=True).fit(train)  # doctest: +SKIP
     """
 
-    @keyword_only
-    def __init__(self, *, inputCol: str | None = None, outputCol: str | None = None, **kwargs: Any) -> None:
-        super().__init__()
-        self._setDefault(**self._DEFAULTS)
-        self._set(**self._input_kwargs)
-        self._check_params()
-
     def _fit(self, dataset: Any) -> "TextFeaturizerModel":
-        self._check_params()
         model = TextFeaturizerModel()
         self._copyValues(model)
         if isinstance(dataset, pd.DataFrame):
@@ -189,11 +164,7 @@ class TextFeaturizer(TextFeaturizerNames, IrbisEstimator, _TextFeaturizerParams)
 class TextFeaturizerModel(IrbisModel, _TextFeaturizerParams):
     """A fitted :class:`TextFeaturizer`: its Params plus the IDF weights (saved beside them)."""
 
-    @keyword_only
-    def __init__(self, *, inputCol: str | None = None, outputCol: str | None = None, **kwargs: Any) -> None:
-        super().__init__()
-        self._setDefault(**self._DEFAULTS)
-        self._set(**self._input_kwargs)
+    def _init_state(self) -> None:
         self._idf: IdfState | None = None
         self._jvm_idf: IDFModel | None = None
 

@@ -19,10 +19,9 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from pyspark import keyword_only
 from pyspark.ml.param import TypeConverters
 
-from irbis.ml.aliases import alias_mixin, resolve_aliases
+from irbis.ml.aliases import alias_mixin
 from irbis.ml.base import IrbisEstimator
 from irbis.ml.estimator import TRAIN_PARAMS, TorchEstimator
 from irbis.ml.image_classifier import _CLASSIFIER_ROWS
@@ -38,9 +37,6 @@ _log = logging.getLogger(__name__)
 
 #: The TorchEstimator Params TextClassifier shares with ImageClassifier (the image-only ones left out).
 _SHARED = tuple(n for n in _IMAGE_SHARED if n not in ("augmentation", "recomputeBatchNorm"))
-# the head at 1e-3 and the encoder at 1e-4 (backboneLearningRateFactor 0.1): MiniLM fine-tuned 3 epochs on the
-# drug reviews' sentiment tested at 0.768, against 0.741 at 3e-4 (majority class 0.654)
-_DEFAULTS = {"optimizer": "adam", "learningRate": 1e-3, "batchSize": 16, "epochs": 3}
 #: ImageClassifier's rows that mean the same here.
 _SAME_AS_IMAGES = ("numClasses", "freezeUntil", "backboneLearningRateFactor", "rawPredictionCol", "probabilityCol")
 
@@ -60,11 +56,8 @@ def _check_backbone(name: str, value: Any) -> None:
 
 _check_backbone.allowed = ("a text encoder of the catalogue or a Hugging Face-format encoder folder",)  # type: ignore[attr-defined]
 
-_TEXT_CLASSIFIER_ROWS: list[Row] = [
-    (name, doc, conv, _DEFAULTS.get(name, default), *rest)
-    for name, doc, conv, default, *rest in TRAIN_PARAMS if name in _SHARED
-] + rows_named(_SAME_AS_IMAGES, _CLASSIFIER_ROWS) + rows_named(("maxLength", "tokenBudget"), _TEXT_ROWS,
-                                                                 SHARED_PARAMS) + [
+_TEXT_CLASSIFIER_ROWS: list[Row] = (rows_named(_SHARED, TRAIN_PARAMS) + rows_named(_SAME_AS_IMAGES, _CLASSIFIER_ROWS)
+                                   + rows_named(("maxLength", "tokenBudget"), _TEXT_ROWS, SHARED_PARAMS)) + [
     ("inputCol", "text column (string, or UTF-8 bytes as binary)", TypeConverters.toString, "text"),
     ("backbone", "the pretrained text encoder: a text network of the catalogue (irbis.models.text.TEXT_MODELS) "
                  "or a Hugging Face-format encoder folder (config.json, model.safetensors, tokenizer.json)",
@@ -102,22 +95,19 @@ class TextClassifier(alias_mixin("TextClassifierNames", TEXT_CLASSIFIER_ALIASES)
         model.transform(test).select("probability", "prediction")
     """
 
-    @keyword_only
-    def __init__(self, **kwargs: Any) -> None:
-        super().__init__()
+    # learningRate is TorchEstimator's 1e-3 for the head and the encoder gets 1e-4 (backboneLearningRateFactor
+    # 0.1): MiniLM fine-tuned 3 epochs on the drug reviews' sentiment tested at 0.768, against 0.741 at 3e-4
+    # (majority class 0.654)
+    _defaults = {"batchSize": 16, "epochs": 3}
+    _extra_keywords = ("augment",)
+
+    def _init_state(self) -> None:
         self.augment: Any = None
-        self._set_kwargs(self._input_kwargs)
 
-    @keyword_only
-    def setParams(self, **kwargs: Any) -> TextClassifier:
-        """Set Params by keyword (SynapseML's names accepted; ``augment`` as on :class:`TorchEstimator`)."""
-        return self._set_kwargs(self._input_kwargs)
-
-    def _set_kwargs(self, kwargs: dict[str, Any]) -> TextClassifier:
-        kwargs = dict(kwargs)
+    def _keywords(self, kwargs: dict[str, Any]) -> dict[str, Any]:
         if "augment" in kwargs:  # a callable on each batch's token ids (not a Param, not saved)
             self.augment = kwargs.pop("augment")
-        return self._set(**resolve_aliases(TEXT_CLASSIFIER_ALIASES, kwargs))
+        return super()._keywords(kwargs)
 
     _model_class = TextClassifierModel
 

@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from pyspark import keyword_only
 from pyspark.ml.linalg import VectorUDT
 from pyspark.ml.param import TypeConverters
 from pyspark.sql.types import (
@@ -33,7 +32,7 @@ from pyspark.sql.types import (
 from irbis.kernels.blocks import BatchFn, Tensor
 from irbis.kernels.chain import LengthRule
 from irbis.kernels.text_encoder import TEXT_TOKEN_BUDGET, decode_texts
-from irbis.ml.aliases import alias_mixin, resolve_aliases
+from irbis.ml.aliases import alias_mixin
 from irbis.ml.base import IrbisModel, IrbisTransformer
 from irbis.ml.calibration import HasCalibrationSample
 from irbis.ml.network_params import HasVectorOrArrayFormat
@@ -46,11 +45,13 @@ from irbis.ml.params import (
     HasNetwork,
     HasPrecision,
     HasTokenBudget,
+    Row,
     at_least,
     one_of,
     table_mixin,
 )
 from irbis.ml.synapseml import TEXT_EMBEDDER_ALIASES
+from irbis.models.text import DEFAULT_TEXT_MODEL
 from irbis.spark.text_worker import WorkerText, check_reasons
 from irbis.train.progress import SummaryAttribute
 
@@ -73,12 +74,8 @@ class _TextStage(ColumnSetters, HasTextParams):
     """What the text stages share: the network, the text column, tokenization and the runner's options."""
 
     _accepts = frozenset({"string"})
-
-    def _init_text_defaults(self) -> None:
-        from irbis.models.text import DEFAULT_TEXT_MODEL
-
-        self._setDefault(network=DEFAULT_TEXT_MODEL, inputCol="text", miniBatchSize=256, errorCol="",
-                         tokenBudget=TEXT_TOKEN_BUDGET)
+    _defaults = {"network": DEFAULT_TEXT_MODEL, "inputCol": "text", "miniBatchSize": 256, "errorCol": "",
+                 "tokenBudget": TEXT_TOKEN_BUDGET}
 
     def _input_columns(self) -> list[str]:
         return [self.getInputCol()]
@@ -208,16 +205,7 @@ class TextEmbedder(_TextStage, HasCalibrationSample, HasVectorOrArrayFormat,
     ((384,), None)
     """
 
-    @keyword_only
-    def __init__(self, *, network: str | None = None, inputCol: str | None = None, outputCol: str | None = None,
-                 maxLength: int = 0, truncation: str = "truncate", tokenBudget: int = TEXT_TOKEN_BUDGET,
-                 miniBatchSize: int = 256, engine: str = "auto", precision: str = "fp32", device: str = "cpu",
-                 errorCol: str = "", outputFormat: str = "vector", calibrationData: Any = "",
-                 modelName: str | None = None, batchSize: int | None = None) -> None:
-        super().__init__()
-        self._init_text_defaults()
-        self._setDefault(outputCol="embedding", outputFormat="vector")
-        self._set(**resolve_aliases(TEXT_EMBEDDER_ALIASES, dict(self._input_kwargs)))
+    _defaults = {"outputCol": "embedding"}
 
     def _output_columns(self) -> list[tuple[str, DataType]]:
         out = VectorUDT() if self.getOutputFormat() == "vector" else ArrayType(FloatType())
@@ -242,7 +230,17 @@ class TextEmbedder(_TextStage, HasCalibrationSample, HasVectorOrArrayFormat,
         return run
 
 
-class TextClassifierModel(_TextStage, HasCalibrationSample, IrbisModel):
+_OUT_ROWS: list[Row] = [
+    ("rawPredictionCol", "column of the logits (empty: none)", TypeConverters.toString, "rawPrediction"),
+    ("probabilityCol", "column of the class probabilities (softmax of the logits; empty: none)",
+     TypeConverters.toString, "probability"),
+    ("predictionCol", "column of the predicted class index, a double (empty: none)", TypeConverters.toString,
+     "prediction"),
+]
+
+
+class TextClassifierModel(_TextStage, HasCalibrationSample, table_mixin("HasClassifierOutputs", _OUT_ROWS),
+                          IrbisModel):
     """Score a text classifier (a Hugging Face ``...ForSequenceClassification`` folder): the columns of a
     SparkML classifier.
 
@@ -254,30 +252,7 @@ class TextClassifierModel(_TextStage, HasCalibrationSample, IrbisModel):
 
     training_summary = SummaryAttribute()
 
-    _OUT_ROWS = [
-        ("rawPredictionCol", "column of the logits (empty: none)", TypeConverters.toString, "rawPrediction"),
-        ("probabilityCol", "column of the class probabilities (softmax of the logits; empty: none)",
-         TypeConverters.toString, "probability"),
-        ("predictionCol", "column of the predicted class index, a double (empty: none)", TypeConverters.toString,
-         "prediction"),
-    ]
-    _Outputs = table_mixin("HasClassifierOutputs", _OUT_ROWS)
-    rawPredictionCol, probabilityCol, predictionCol = (_Outputs.rawPredictionCol, _Outputs.probabilityCol,
-                                                       _Outputs.predictionCol)
-    getRawPredictionCol, setRawPredictionCol = _Outputs.getRawPredictionCol, _Outputs.setRawPredictionCol
-    getProbabilityCol, setProbabilityCol = _Outputs.getProbabilityCol, _Outputs.setProbabilityCol
-    getPredictionCol, setPredictionCol = _Outputs.getPredictionCol, _Outputs.setPredictionCol
-
-    @keyword_only
-    def __init__(self, *, network: str | None = None, inputCol: str | None = None,
-                 rawPredictionCol: str = "rawPrediction", probabilityCol: str = "probability",
-                 predictionCol: str = "prediction", maxLength: int = 0, truncation: str = "truncate",
-                 tokenBudget: int = TEXT_TOKEN_BUDGET, miniBatchSize: int = 256, engine: str = "auto",
-                 precision: str = "fp32", device: str = "cpu", errorCol: str = "", calibrationData: Any = "") -> None:
-        super().__init__()
-        self._init_text_defaults()
-        self._setDefault(rawPredictionCol="rawPrediction", probabilityCol="probability", predictionCol="prediction")
-        self._set(**self._input_kwargs)
+    def _init_state(self) -> None:
         self.training_summary = None
 
     @property
@@ -326,13 +301,7 @@ class TextTokenizer(_TextStage, IrbisTransformer):
     """Token ids of a text column with a network's tokenizer: ``array<int>`` per text, special tokens
     included, at most ``maxLength``; for feeding a network of one's own (``TorchModel``, training)."""
 
-    @keyword_only
-    def __init__(self, *, network: str | None = None, inputCol: str | None = None, outputCol: str | None = None,
-                 maxLength: int = 0, truncation: str = "truncate", errorCol: str = "") -> None:
-        super().__init__()
-        self._init_text_defaults()
-        self._setDefault(outputCol="tokens")
-        self._set(**self._input_kwargs)
+    _defaults = {"outputCol": "tokens"}
 
     def _output_columns(self) -> list[tuple[str, DataType]]:
         return [(self.getOutputCol(), ArrayType(IntegerType()))] + self._error_columns()

@@ -10,8 +10,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from pyspark import keyword_only
-from pyspark.ml.param import Param, Params, TypeConverters
+from pyspark.ml.param import TypeConverters
 from pyspark.sql import DataFrame
 from pyspark.sql.types import DataType, StringType, StructType
 from torch import nn
@@ -26,7 +25,7 @@ from irbis.ml.calibration import HasCalibrationSample
 from irbis.ml.export_ahead import export_ahead_of_job
 from irbis.ml.image_network import is_image_column
 from irbis.ml.network_params import NetworkStageParams
-from irbis.ml.params import HasEngine, HasErrorCol, HasImagePreprocessing, HasPrecision
+from irbis.ml.params import HasEngine, HasErrorCol, HasImagePreprocessing, HasPrecision, param_mixin
 from irbis.ml.persistence import load_network_files, save_network_files
 from irbis.models import default_cache_dir, sha256_file
 from irbis.models.fetch import place_folder
@@ -36,7 +35,8 @@ from irbis.train.progress import SummaryAttribute
 
 
 class TorchModel(NetworkStageParams, HasPrecision, HasCalibrationSample, HasEngine, HasErrorCol, HasImagePreprocessing,
-                 IrbisModel):
+                 param_mixin("allowPickle", "allow model files that need full unpickling (only for files you trust)",
+                             TypeConverters.toBoolean, False), IrbisModel):
     """Run a PyTorch network over a column: the network's output (or an inner layer's) per row.
 
     The network runs in every Spark Python worker on Arrow batches of ``miniBatchSize`` rows, under
@@ -118,20 +118,11 @@ class TorchModel(NetworkStageParams, HasPrecision, HasCalibrationSample, HasEngi
     training_summary = SummaryAttribute()
 
     _vector_dtype = "float32"
-    allowPickle = Param(Params._dummy(), "allowPickle", "allow model files that need full unpickling "
-                        "(only for files you trust)", typeConverter=TypeConverters.toBoolean)
 
-    @keyword_only
-    def __init__(self, *, network: str | None = None, inputCol: str | None = None,
-                 outputCol: str | None = None, outputLayer: str = "", miniBatchSize: int = 64,
-                 inputShape: list[int] | None = None, device: str = "cpu", precision: str = "fp32",
-                 outputFormat: str = "vector", allowPickle: bool = False, engine: str = "auto",
-                 calibrationData: "str | DataFrame" = "", inputDtype: str = "float32", variableLength: bool = False,
-                 tokenBudget: int = 4096, errorCol: str = "", imagePreprocessing: str = "") -> None:
-        super().__init__()
-        self._setDefault(allowPickle=False, errorCol="")
+    _defaults = {"errorCol": ""}
+
+    def _init_state(self) -> None:
         self.training_summary = None
-        self._set(**self._input_kwargs)
 
     # -- building from an in-memory network ------------------------------------------------------
     @classmethod

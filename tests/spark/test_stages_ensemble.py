@@ -60,3 +60,24 @@ def test_bad_input(frame, spark):
     bad = spark.createDataFrame([("a", Vectors.dense([1.0])), ("a", Vectors.dense([1.0, 2.0]))], schema)
     with pytest.raises(Exception, match="column 'v' holds vectors of different lengths"):
         EnsembleByKey(keys=["k"], cols=["v"]).transform(bad).collect()
+
+
+def test_col_names_is_neither_set_nor_defaulted_until_the_user_sets_it(frame, tmp_path):
+    """As SynapseML's: colNames has no default; the getter answers the derived names, before and after
+    transform and after a save and load, and the saved stage records no colNames."""
+    from irbis.kernels.sparkml_state import read_metadata
+
+    stage = EnsembleByKey(keys=["k"], cols=["x"])
+
+    def unset(s):
+        return not s.isSet("colNames") and not s.hasDefault("colNames") and s.getColNames() == ["mean(x)"]
+
+    assert unset(stage)
+    assert stage.transform(frame).columns == ["k", "mean(x)"] and unset(stage)
+    stage.write().overwrite().save(str(tmp_path / "e"))
+    metadata = read_metadata(str(tmp_path / "e"))
+    assert "colNames" not in metadata["paramMap"] and "colNames" not in metadata["defaultParamMap"]
+    loaded = EnsembleByKey.load(str(tmp_path / "e"))
+    assert unset(loaded) and loaded.transform(frame).columns == ["k", "mean(x)"]
+    named = EnsembleByKey(keys=["k"], cols=["x"], colNames=["avg"])
+    assert named.isSet("colNames") and named.getColNames() == ["avg"]

@@ -50,7 +50,7 @@ class Alias:
     note: str = ""
 
 
-def alias_mixin(class_name: str, aliases: Sequence[Alias]) -> type:
+def alias_mixin(class_name: str, aliases: Sequence[Alias]) -> Any:
     """A mixin with ``set<Name>``/``get<Name>`` for each alias, and ``SYNAPSEML_ALIASES``."""
     methods: dict[str, Any] = {"SYNAPSEML_ALIASES": tuple(aliases),
                                "__doc__": f"SynapseML names: {', '.join(a.name for a in aliases)}."}

@@ -29,9 +29,12 @@ from irbis.spark.columns import column, quote
 _ERROR_HINT = "; set handleInvalid to 'skip' to drop such rows or 'keep' to output NaN"
 
 
-class FastVectorAssembler(IrbisTransformer, HasInputCols, HasOutputCol, param_mixin(
+_FastVectorAssemblerParams: Any = param_mixin(
         "handleInvalid", f"what to do with null/NaN inputs: one of {HANDLE_INVALID}", TypeConverters.toString,
-        "error", one_of(*HANDLE_INVALID))):
+        "error", one_of(*HANDLE_INVALID))
+
+
+class FastVectorAssembler(IrbisTransformer, HasInputCols, HasOutputCol, _FastVectorAssemblerParams):
     """Assemble numeric, boolean and vector columns into one vector, like ``VectorAssembler``.
 
     The output carries the same ``ml_attr`` metadata as ``VectorAssembler``'s (feature names,

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import warnings
 from functools import reduce
-from typing import Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import pandas as pd
 from pyspark.ml import Estimator, Model, Transformer
@@ -63,7 +63,13 @@ TransformFn = Callable[[pd.DataFrame], pd.DataFrame]
 DEFAULT_MAX_BATCH_BYTES = 64 * 1024 * 1024
 
 
-class _KeywordParams:
+if TYPE_CHECKING:  # a mixin of Params: its stages are Params
+    from pyspark.ml.param import Params as _ParamsMixin
+else:
+    _ParamsMixin = object
+
+
+class _KeywordParams(_ParamsMixin):
     """What every stage is made of from its Params (:mod:`irbis.ml.params`): a ``set<Name>``/``get<Name>``
     for every Param (:func:`~irbis.ml.params.add_accessors`), and an ``__init__`` and a ``setParams`` whose
     keyword-only signatures list every Param with its default (:func:`~irbis.ml.params.make_stage_init`).
@@ -74,13 +80,18 @@ class _KeywordParams:
     (checks across Params, run when Params are set by keyword).
     """
 
+    if TYPE_CHECKING:  # what the generated methods take, for a type checker (their signatures are made at import)
+        def __init__(self, **kwargs: Any) -> None: ...
+
+        def setParams(self, **kwargs: Any) -> Any: ...  # noqa: N802
+
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         add_accessors(cls)
         if "__init__" not in cls.__dict__:  # a class of a user's own may write its __init__
             cls.__init__ = make_stage_init(cls)  # type: ignore[method-assign]
         if "setParams" not in cls.__dict__:
-            cls.setParams = make_set_params(cls)  # type: ignore[attr-defined]
+            cls.setParams = make_set_params(cls)  # type: ignore[method-assign]
 
     def _init_state(self) -> None:
         """Set the stage's attributes that are not Params (before the keywords are set)."""
@@ -279,7 +290,7 @@ def _max_batch_bytes(df: DataFrame) -> int:
 
 
 def _make_arrow_udf(fn: BatchFn, in_cols: list[str], wire: list[tuple[str, DataType]],
-                    max_bytes: int, ragged: frozenset[str] = frozenset(), slots: int | None = None):
+                    max_bytes: int, ragged: frozenset[str] = frozenset(), slots: int | None = None) -> Any:
     """An iterator Arrow UDF running ``fn`` on blocks, its output batches kept under ``max_bytes``; each
     task takes its share of its executor's ``slots`` (:class:`irbis.spark.resources.SharedCores`), read
     again at every Arrow batch."""
@@ -311,7 +322,8 @@ def _make_arrow_udf(fn: BatchFn, in_cols: list[str], wire: list[tuple[str, DataT
     with warnings.catch_warnings():
         # The eval type is given explicitly because the number of input columns varies per stage.
         warnings.simplefilter("ignore", UserWarning)
-        return arrow_udf(on_executors(run), return_type, PythonEvalType.SQL_SCALAR_ARROW_ITER_UDF)
+        return arrow_udf(on_executors(run), return_type,  # type: ignore[call-overload]  # a struct is returned
+                         PythonEvalType.SQL_SCALAR_ARROW_ITER_UDF)
 
 
 def _struct_to_records(frame: pd.DataFrame) -> pd.Series:
@@ -321,7 +333,7 @@ def _struct_to_records(frame: pd.DataFrame) -> pd.Series:
 
 
 def _make_udf(fn: TransformFn, in_cols: list[str], wire: list[tuple[str, DataType]], single: bool,
-              slots: int | None = None):
+              slots: int | None = None) -> Any:
     return_type = wire[0][1] if single else StructType([StructField(n, t, True) for n, t in wire])
     out_name = wire[0][0]
 
@@ -344,7 +356,8 @@ def _make_udf(fn: TransformFn, in_cols: list[str], wire: list[tuple[str, DataTyp
     with warnings.catch_warnings():
         # The eval type is given explicitly because the number of input columns varies per stage.
         warnings.simplefilter("ignore", UserWarning)
-        return pandas_udf(on_executors(run), return_type, PythonEvalType.SQL_SCALAR_PANDAS_ITER_UDF)
+        return pandas_udf(on_executors(run), return_type,  # type: ignore[call-overload]  # a struct is returned
+                          PythonEvalType.SQL_SCALAR_PANDAS_ITER_UDF)
 
 
 class IrbisTransformer(_StageMixin, Transformer):

@@ -51,10 +51,13 @@ class _ReshapeStage(IrbisTransformer):
         raise NotImplementedError
 
 
-class Repartition(_ReshapeStage, table_mixin("_RepartitionParams", [
+_RepartitionParams: Any = table_mixin("_RepartitionParams", [
     ("numPartitions", "number of partitions (>= 0)", TypeConverters.toInt, 2, at_least(0)),
     ("partitionCols", "columns to hash rows by; empty: round robin", TypeConverters.toListString, []),
-])):
+])
+
+
+class Repartition(_ReshapeStage, _RepartitionParams):
     """Repartition a DataFrame into ``numPartitions`` (optionally hashing ``partitionCols``).
 
     Useful before a heavy stage (a network) so every core gets work. ``numPartitions=0`` with
@@ -77,10 +80,13 @@ class Repartition(_ReshapeStage, table_mixin("_RepartitionParams", [
         return df.repartition(n)
 
 
-class Cache(_ReshapeStage, table_mixin("_CacheParams", [
+_CacheParams: Any = table_mixin("_CacheParams", [
     ("storageLevel", "a pyspark.StorageLevel name, e.g. MEMORY_AND_DISK", TypeConverters.toString, "MEMORY_AND_DISK",
      one_of(*STORAGE_LEVELS)),
-])):
+])
+
+
+class Cache(_ReshapeStage, _CacheParams):
     """Persist the DataFrame at ``storageLevel`` (for stages that read their input twice).
 
     As with ``DataFrame.persist``, Spark's cache is keyed by the query plan: the input
@@ -101,8 +107,11 @@ class _ColumnListStage(_ReshapeStage):
         return list(self.getOrDefault("cols"))
 
 
-class SelectColumns(_ColumnListStage, param_mixin("cols", "columns to keep, in order", TypeConverters.toListString,
-                                                  [])):
+_SelectColumnsParams: Any = param_mixin("cols", "columns to keep, in order", TypeConverters.toListString,
+                                   [])
+
+
+class SelectColumns(_ColumnListStage, _SelectColumnsParams):
     """Keep only ``cols``, in that order."""
 
     def transform_schema(self, schema: StructType) -> StructType:
@@ -117,7 +126,10 @@ class SelectColumns(_ColumnListStage, param_mixin("cols", "columns to keep, in o
         return df.select(*map(column, self._input_columns()))
 
 
-class DropColumns(_ColumnListStage, param_mixin("cols", "columns to drop", TypeConverters.toListString, [])):
+_DropColumnsParams: Any = param_mixin("cols", "columns to drop", TypeConverters.toListString, [])
+
+
+class DropColumns(_ColumnListStage, _DropColumnsParams):
     """Drop ``cols`` (every one of them must exist)."""
 
     def transform_schema(self, schema: StructType) -> StructType:
@@ -168,8 +180,11 @@ class _Names:
         self.columns = schema.fieldNames()
 
 
-class Lambda(_ReshapeStage, param_mixin("function", "the function as 'package.module:qualname'",
-                                         TypeConverters.toString, None)):
+_LambdaParams: Any = param_mixin("function", "the function as 'package.module:qualname'",
+                             TypeConverters.toString, None)
+
+
+class Lambda(_ReshapeStage, _LambdaParams):
     """Apply a user function ``f(DataFrame) -> DataFrame`` as a pipeline stage.
 
     The function is persisted *by reference* (``"module:qualname"``), so saving needs a function

@@ -11,6 +11,7 @@ from pyspark.ml.stat import Summarizer
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import DataType, DoubleType, NumericType, StructField, StructType
+from pyspark.sql.window import WindowSpec
 
 from irbis.kernels.ensemble import ENSEMBLE_STRATEGIES, check_strategy, default_output_names, ensemble_frame
 from irbis.ml.base import IrbisTransformer
@@ -38,7 +39,10 @@ _ENSEMBLE_ROWS: list[Row] = [
 ]
 
 
-class EnsembleByKey(EnsembleByKeyNames, table_mixin("_EnsembleParams", _ENSEMBLE_ROWS), IrbisTransformer):
+_EnsembleByKeyParams: Any = table_mixin("_EnsembleParams", _ENSEMBLE_ROWS)
+
+
+class EnsembleByKey(EnsembleByKeyNames, _EnsembleByKeyParams, IrbisTransformer):
     """Combine columns over the rows that share ``keys`` (camera bursts, augmented copies).
 
     Numbers are combined with ``strategy`` (``mean``, ``sum``, ``max``, ``min``) ignoring
@@ -144,7 +148,7 @@ def _aggregate_elementwise(col: str, strategy: str, tmp: str, size: int) -> tupl
     prepared = [F.when(c.isNull(), F.lit(None)).when(F.size(arr) != size, F.raise_error(F.lit(message)))
                 .otherwise(arr).alias(tmp)]
 
-    def make(w: Window | None) -> Column:
+    def make(w: WindowSpec | None) -> Column:
         over = (lambda col: col) if w is None else (lambda col: col.over(w))
         elements = [over(func(column(tmp)[i])) for i in range(size)]
         return F.when(over(F.count(tmp)) > 0, array_to_vector(F.array(*elements)))
@@ -178,7 +182,7 @@ def _aggregate(df: DataFrame, col: str, strategy: str, tmp: str,
     ]
     summary = Summarizer.metrics(strategy).summary(column(tmp), column(tmp + "_w"))
 
-    def make(w: Window | None) -> Column:
+    def make(w: WindowSpec | None) -> Column:
         present = F.sum(tmp + "_n") if w is None else F.sum(tmp + "_n").over(w)
         value = summary if w is None else summary.over(w)
         return F.when(present > 0, value[strategy])

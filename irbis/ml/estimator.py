@@ -207,7 +207,7 @@ TRAIN_PARAMS: list[Row] = [
                   "into it even when this is False", T.toBoolean, False),
 ]
 
-HasTrainParams = table_mixin("HasTrainParams", TRAIN_PARAMS, (HasInputShape, HasInputDtype, HasDevice))
+HasTrainParams: Any = table_mixin("HasTrainParams", TRAIN_PARAMS, (HasInputShape, HasInputDtype, HasDevice))
 
 
 def check_strategy(name: Any, options: Any) -> None:

@@ -71,8 +71,14 @@ _FEATURIZE_ROWS: list[Row] = [
      "vectors", TypeConverters.toString, "error", one_of("error", "skip", "keep")),
 ]
 
-class _FeaturizeParams(alias_mixin("_FeaturizeNames", FEATURIZE_ALIASES),
-                       table_mixin("_FeaturizeRows", _FEATURIZE_ROWS), HasInputCols, HasOutputCol):
+_FeaturizeParamsParams2: Any = table_mixin("_FeaturizeRows", _FEATURIZE_ROWS)
+
+
+_FeaturizeParamsParams1: Any = alias_mixin("_FeaturizeNames", FEATURIZE_ALIASES)
+
+
+class _FeaturizeParams(_FeaturizeParamsParams1,
+                       _FeaturizeParamsParams2, HasInputCols, HasOutputCol):
 
     def _cols(self) -> list[str]:
         return list(self.getInputCols()) if self.isDefined("inputCols") else []
@@ -149,7 +155,9 @@ def spark_stats(df: DataFrame, kinds: dict[str, str], max_categories: int) -> di
             wall = (F.unix_date(F.to_date(c)).cast("double") * 86400.0
                     + F.hour(c) * 3600 + F.minute(c) * 60 + F.second(c))
             aggs.append(F.avg(wall).alias(f"{col}\u0000mean"))
-    row = df.agg(*aggs).first().asDict()
+    first = df.agg(*aggs).first()
+    assert first is not None  # an aggregate has one row
+    row = first.asDict()
     stats = {}
     for col, kind in kinds.items():
         s: dict[str, Any] = {"n_missing": int(row[f"{col}\u0000missing"] or 0)}

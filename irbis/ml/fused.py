@@ -36,8 +36,11 @@ def fusable(stage: Any) -> bool:
     return isinstance(stage, _StageMixin) and stage.has_kernel()
 
 
-class FusedStages(IrbisTransformer, param_mixin("keep", "intermediate columns to return anyway",
-                                                 TypeConverters.toListString, [])):
+_FusedStagesParams: Any = param_mixin("keep", "intermediate columns to return anyway",
+                                  TypeConverters.toListString, [])
+
+
+class FusedStages(IrbisTransformer, _FusedStagesParams):
     """Several Irbis stages run as one Python pass per Arrow batch (see :func:`fuse`).
 
     Parameters
@@ -94,7 +97,7 @@ class FusedStages(IrbisTransformer, param_mixin("keep", "intermediate columns to
         return _FusedWriter(self)
 
     @classmethod
-    def read(cls) -> MLReader[Any]:
+    def read(cls) -> Any:
         """A reader for what :meth:`write` saved."""
         return _FusedReader(cls)
 

@@ -14,7 +14,7 @@ Examples
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Sequence, cast
 
 import pandas as pd
 from pyspark.ml.linalg import VectorUDT
@@ -90,12 +90,15 @@ class _ImageStage(IrbisTransformer, ColumnSetters):
         return out
 
 
-class ImageDecoder(_ImageStage, HasErrorCol, table_mixin("_DecoderParams", [
+_ImageDecoderParams: Any = table_mixin("_DecoderParams", [
     ("originCol", "optional column copied into the image's origin field (e.g. the file path)",
      TypeConverters.toString, ""),
     ("maxPixels", "refuse images with more pixels than this (0: no limit)", TypeConverters.toInt, DEFAULT_MAX_PIXELS,
      at_least(0)),
-])):
+])
+
+
+class ImageDecoder(_ImageStage, HasErrorCol, _ImageDecoderParams):
     """Decode a column of encoded image bytes (JPEG, PNG, ...) into Spark image structs.
 
     Bad bytes give a null image and a message in ``errorCol`` (they never fail the job).
@@ -139,10 +142,13 @@ class ImageDecoder(_ImageStage, HasErrorCol, table_mixin("_DecoderParams", [
 _THRESHOLD_CODES = {code: name for name, code in THRESHOLD_TYPES.items()}
 
 
-class ImageTransformer(ImageTransformerNames, _ImageStage, HasErrorCol, table_mixin("_TransformerParams", [
+_ImageTransformerParams: Any = table_mixin("_TransformerParams", [
     ("ops", "the operations, a JSON list of {'op': name, args...}", _to_ops, []),
     ("outputFormat", f"one of {OUTPUT_FORMATS}", TypeConverters.toString, "image", one_of(*OUTPUT_FORMATS)),
-])):
+])
+
+
+class ImageTransformer(ImageTransformerNames, _ImageStage, HasErrorCol, _ImageTransformerParams):
     """Apply a chain of OpenCV operations to an image column in one pass per image.
 
     The input is an image struct column, or a binary column of encoded files (decoded in the
@@ -239,7 +245,7 @@ class ImageTransformer(ImageTransformerNames, _ImageStage, HasErrorCol, table_mi
 
         def transform(blocks: dict[str, Any]) -> dict[str, Any]:
             images = blocks[in_col]
-            origins = images.origin if isinstance(images, Images) else None
+            origins = cast(Sequence[str | None], images.origin) if isinstance(images, Images) else None
             values, errors = transform_images(images, chain, fmt, not err_col, origins=origins)
             out = {out_col: Images.from_arrays(values, origins) if fmt == "image"
                    else stack_rows(values)}
@@ -273,7 +279,7 @@ class UnrollImage(_ImageStage):
         return lambda blocks: {out_col: stack_rows(unroll_images(blocks[in_col]))}
 
 
-_AUGMENT_PARAMS = table_mixin("HasAugmentParams", [
+_AUGMENT_PARAMS: Any = table_mixin("HasAugmentParams", [
     ("flipLeftRight", "add a left-right mirrored copy", TypeConverters.toBoolean, True),
     ("flipUpDown", "add an up-down mirrored copy", TypeConverters.toBoolean, False),
     ("variantCol", "column naming each copy (empty: none)", TypeConverters.toString, "augmentation"),
@@ -316,7 +322,7 @@ class ImageSetAugmenter(_ImageStage, _AUGMENT_PARAMS):
     def _validate_schema(self, schema: StructType) -> None:
         _check_image_column(self, schema, self.getInputCol())
 
-    def _make_transform_fn(self):
+    def _make_transform_fn(self) -> Any:
         in_col, tmp, augs = self.getInputCol(), self._tmp(), self._augmentations()
         crop, gain = self.getCropFraction(), self.getExposureGain()
 

@@ -61,7 +61,10 @@ _CLASSIFIER_ROWS: list[Row] = rows_named(_SHARED, TRAIN_PARAMS) + [
 ]
 
 
-class ImageClassifier(IrbisEstimator, table_mixin("_HasImageClassifierParams", _CLASSIFIER_ROWS, (HasDevice,))):
+_ImageClassifierParams: Any = table_mixin("_HasImageClassifierParams", _CLASSIFIER_ROWS, (HasDevice,))
+
+
+class ImageClassifier(IrbisEstimator, _ImageClassifierParams):
     """Fine-tune a pretrained catalogue network on the images of a DataFrame.
 
     The backbone keeps its pretrained weights and gets a new ``numClasses`` head; ``freezeUntil`` freezes

@@ -43,12 +43,14 @@ _PREDICTION_ROWS: list[Row] = [
 
 
 #: ImageFeaturizer's SynapseML name of errorCol (its other names are of layers this stage does not have).
-_ClassifierModelNames = alias_mixin("_ClassifierModelNames",
+_ClassifierModelNames: Any = alias_mixin("_ClassifierModelNames",
                                     [a for a in IMAGE_FEATURIZER_ALIASES if a.target == "errorCol"])
 
 
-class ImageClassifierModel(_ClassifierModelNames, ImageNetworkStage,
-                           table_mixin("_ClassifierModelParams", _PREDICTION_ROWS), IrbisModel):
+_ClassifierModelParams: Any = table_mixin("_ClassifierModelParams", _PREDICTION_ROWS)
+
+
+class ImageClassifierModel(_ClassifierModelNames, ImageNetworkStage, _ClassifierModelParams, IrbisModel):
     """Images to class scores, probabilities and the predicted class, with a fine-tuned network.
 
     Made by :class:`ImageClassifier`; ``training_summary`` holds the per-epoch records of that fit. It reads

@@ -19,7 +19,7 @@ from irbis.models import MODELS, get_entry, module_names
 __all__ = ["ImageFeaturizer"]
 
 #: Several layers of one forward pass, each written to its own vector column.
-_LAYERS_PARAMS = table_mixin("_HasOutputLayers", [
+_LAYERS_PARAMS: Any = table_mixin("_HasOutputLayers", [
     ("outputLayers", "inner modules (named_modules() names) whose activations are returned from one forward "
      "pass, each in the column of outputCols at the same position; when set they win over outputLayer, "
      "cutOutputLayers and outputCol", TypeConverters.toListString, []),
@@ -40,7 +40,10 @@ _FEATURIZER_ROWS: list[Row] = [
 ]
 
 
-class ImageFeaturizer(ImageFeaturizerNames, table_mixin("_FeaturizerParams", _FEATURIZER_ROWS), ImageNetworkStage,
+_ImageFeaturizerParams: Any = table_mixin("_FeaturizerParams", _FEATURIZER_ROWS)
+
+
+class ImageFeaturizer(ImageFeaturizerNames, _ImageFeaturizerParams, ImageNetworkStage,
                       ColumnSetters, HasOutputLayer, _LAYERS_PARAMS, IrbisTransformer):
     """Featurize images with a pretrained network, cutting its last ``cutOutputLayers`` layers.
 

@@ -30,6 +30,7 @@ from irbis.ml.params import (
     HasErrorCol,
     HasMiniBatchSize,
     HasPrecision,
+    KeywordInit,
     Row,
     at_least,
     table_mixin,
@@ -51,8 +52,11 @@ def is_image_column(dtype: DataType) -> bool:
     return is_image_struct(dtype) or isinstance(dtype, BinaryType)
 
 
-class ImageNetworkStage(HasInputCol, table_mixin("_ImageDecodeParams", _DECODE_ROWS), HasMiniBatchSize, HasDevice,
-                        HasPrecision, HasCalibrationSample, HasEngine, HasErrorCol):
+_ImageNetworkStageParams: Any = table_mixin("_ImageDecodeParams", _DECODE_ROWS)
+
+
+class ImageNetworkStage(KeywordInit, HasInputCol, _ImageNetworkStageParams, HasMiniBatchSize,
+                        HasDevice, HasPrecision, HasCalibrationSample, HasEngine, HasErrorCol):
     """A stage that decodes and preprocesses a column of images and runs a network on them in one pass.
 
     Its Params: ``inputCol`` (image structs, or encoded files in a binary column), ``miniBatchSize``,
@@ -99,7 +103,7 @@ class ImageNetworkStage(HasInputCol, table_mixin("_ImageDecodeParams", _DECODE_R
                             f"struct or binary (encoded files), found {found.simpleString()}")
 
     def _transform_spark(self, df: DataFrame) -> DataFrame:
-        out = super()._transform_spark(df)  # type: ignore[misc]
+        out = super()._transform_spark(df)
         export_ahead_of_job(df, self._source(), list(self._preprocessing().input_shape), **self._network_options())
         return out
 

@@ -176,9 +176,9 @@ def spark_field(column: str, kinds: Sequence[str]) -> StructField:
     order of preference."""
     from irbis.spark.images import IMAGE_STRUCT
 
-    kinds = set(kinds) or ANY_VALUE
-    dtype = (IMAGE_STRUCT if "image" in kinds else DoubleType() if "number" in kinds
-             else VectorUDT() if "vector" in kinds else StringType())
+    accepted = set(kinds) or ANY_VALUE
+    dtype = (IMAGE_STRUCT if "image" in accepted else DoubleType() if "number" in accepted
+             else VectorUDT() if "vector" in accepted else StringType())
     return StructField(column, dtype, True)
 
 

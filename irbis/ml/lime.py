@@ -48,7 +48,7 @@ def _network_input(model: Any, column: str) -> Any:
         return first._preprocessing()
     return None
 
-_IMAGE_PARAMS = table_mixin("HasImageLIMEParams", [
+_IMAGE_PARAMS: Any = table_mixin("HasImageLIMEParams", [
     ("cellSize", "side of a superpixel in pixels", TypeConverters.toFloat, 16.0, at_least(1)),
     ("modifier", "SLIC compactness on the 0-255 colour scale (larger: squarer superpixels)",
      TypeConverters.toFloat, 130.0, in_range(0, low_open=True)),

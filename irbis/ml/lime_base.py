@@ -36,8 +36,10 @@ LIME_PARAMS: list[Row] = [
 ]
 
 
-class LIMEParams(ColumnSetters, HasErrorCol, HasMiniBatchSize, HasSeed,
-                 table_mixin("HasLIMEParams", LIME_PARAMS)):
+HasLIMEParams: Any = table_mixin("HasLIMEParams", LIME_PARAMS)
+
+
+class LIMEParams(ColumnSetters, HasErrorCol, HasMiniBatchSize, HasSeed, HasLIMEParams):
     """Params and the explained model shared by the LIME stages."""
 
     _defaults = {"errorCol": "explainError", "seed": 0}

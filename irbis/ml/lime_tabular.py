@@ -116,7 +116,7 @@ class TabularLIME(LIMEParams, IrbisEstimator):
         return model
 
 
-_STATS_PARAMS = table_mixin("HasFeatureStats", [
+_STATS_PARAMS: Any = table_mixin("HasFeatureStats", [
     ("featureMeans", "per-feature means of the background data", TypeConverters.toListFloat, []),
     ("featureStds", "per-feature standard deviations of the background data", TypeConverters.toListFloat, []),
 ])

@@ -38,7 +38,7 @@ def explain_texts(block: Any, score: Callable[[np.ndarray], np.ndarray], setting
             reasons[i] = str(err)
             continue
         weights[i], fits[i] = found.weights.tolist(), found.r2.tolist()
-        words[i] = [text[a:b] for a, b in found.segments]
+        words[i] = [text[a:b] for a, b in found.segments]  # type: ignore[union-attr]  # a text's spans
     if not settings["error"] and any(r and r != "null text" for r in reasons):
         raise ValueError(next(r for r in reasons if r and r != "null text"))
     out = {settings["output"]: weights, settings["metrics"]: fits}
@@ -51,7 +51,7 @@ def _texts_block(batch: np.ndarray) -> np.ndarray:
     return np.asarray(batch, dtype=object)
 
 
-_TEXT_LIME_PARAMS = table_mixin("HasTextLIMEParams", [
+_TEXT_LIME_PARAMS: Any = table_mixin("HasTextLIMEParams", [
     ("samplingFraction", "probability that a word is kept in a sample", TypeConverters.toFloat, 0.7,
      in_range(0, 1, low_open=True)),
     ("tokensCol", "output column of the explained words, one per weight (empty: none)", TypeConverters.toString,

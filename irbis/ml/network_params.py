@@ -37,7 +37,7 @@ from irbis.models import CatalogueEntry
 __all__ = ["NetworkStageParams", "check_network_input", "check_sequence_input"]
 
 
-HasVectorOrArrayFormat = param_mixin("outputFormat", "vector (Spark ML vector) or array (array<float>)",
+HasVectorOrArrayFormat: Any = param_mixin("outputFormat", "vector (Spark ML vector) or array (array<float>)",
                                      TypeConverters.toString, "vector", one_of("vector", "array"))
 
 

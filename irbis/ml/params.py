@@ -16,7 +16,7 @@ import functools
 import inspect
 from collections import Counter
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pyspark.ml.param import Param, Params, TypeConverters
 from pyspark.ml.param.shared import HasInputCol, HasOutputCol
@@ -207,7 +207,7 @@ SHARED_PARAMS: list[Row] = [
 ]
 
 
-def param_mixin(name: str, doc: str, converter: Any, default: Any, check: Check | None = None) -> type:
+def param_mixin(name: str, doc: str, converter: Any, default: Any, check: Check | None = None) -> Any:
     """The ``Has<Name>`` mixin of one table row: the Param, its default, ``get<Name>``, ``set<Name>``.
 
     With a ``check``, a value outside the allowed set or range raises :class:`ParamValueError` when set.
@@ -302,13 +302,15 @@ def make_stage_init(cls: type) -> Callable[..., None]:
     defaults (:func:`declared_defaults`), the stage's ``_init_state`` hook, then the keywords given, as
     PySpark's ``keyword_only`` constructors do (what the user passed is set, the rest are defaults; the stage's
     ``_keywords`` hook turns them into Param values), and its ``_check_params`` hook."""
+    stage: Any = cls  # a class made by __init_subclass__, which a checker cannot follow
+
     def __init__(self: Any, **kwargs: Any) -> None:
         if "_making" in self.__dict__:  # an inner __init__ of the chain: the outermost sets the Params
-            super(cls, self).__init__()
+            super(stage, self).__init__()
             return
         self.__dict__["_making"] = True
         try:
-            super(cls, self).__init__()
+            super(stage, self).__init__()
         finally:
             del self.__dict__["_making"]
         self._setDefault(**declared_defaults(type(self)))
@@ -325,7 +327,7 @@ def set_keywords(stage: Any, kwargs: dict[str, Any]) -> Any:
     """Set the keywords given to a stage's ``__init__`` or ``setParams`` (through its ``_keywords`` hook),
     then run its ``_check_params``; a keyword that is neither a Param nor one the stage takes raises
     TypeError, as a signature would."""
-    unknown = sorted(set(kwargs) - set(stage_signature(type(stage)).parameters))
+    unknown = sorted(set(kwargs) - set(stage_signature(type(stage)).parameters))  # type: ignore[arg-type]
     if unknown:
         raise TypeError(f"{type(stage).__name__} got unknown arguments {unknown}")
     stage._input_kwargs = kwargs
@@ -351,7 +353,7 @@ def make_set_params(cls: type) -> Callable[..., Any]:
 )
 
 
-def table_mixin(class_name: str, rows: list[Row], shared: tuple[type, ...] = ()) -> type:
+def table_mixin(class_name: str, rows: list[Row], shared: tuple[type, ...] = ()) -> Any:
     """One mixin holding the Params of ``rows`` plus the ``shared`` ``Has*`` mixins.
 
     Examples
@@ -366,13 +368,21 @@ def table_mixin(class_name: str, rows: list[Row], shared: tuple[type, ...] = ())
 
 
 @add_accessors
-class ColumnSetters(HasInputCol, HasOutputCol):
+class KeywordInit:
+    """Placed before PySpark's ``Has*`` mixins (whose ``__init__`` takes nothing), it tells a type checker that a
+    stage's ``__init__``, made from its Params at import (:mod:`irbis.ml.base`), takes them as keywords."""
+
+    if TYPE_CHECKING:
+        def __init__(self, **kwargs: Any) -> None: ...
+
+
+class ColumnSetters(KeywordInit, HasInputCol, HasOutputCol):
     """``inputCol``/``outputCol`` with ``setInputCol``/``setOutputCol``, as PySpark's own stages have."""
 
 
 __all__ = ["SHARED_PARAMS", "ParamValueError", "row_named", "rows_named", "one_of", "in_registry", "in_range",
            "at_least", "checked", "param_check", "invalid_values", "ColumnSetters", "param_mixin", "accessor_names",
-           "add_accessors", "table_mixin", "declared_defaults", "make_stage_init", "make_set_params",
+           "add_accessors", "table_mixin", "KeywordInit", "declared_defaults", "make_stage_init", "make_set_params",
            "stage_signature", "HasNetwork", "HasMiniBatchSize", "HasDevice", "HasPrecision",
            "HasCalibrationData", "HasEngine", "local_folder", "parsed_by", "HasInputShape", "HasInputDtype",
            "HasOutputLayer", "HasErrorCol", "HasTokenBudget", "HasVariableLength", "HasImagePreprocessing",

@@ -21,9 +21,10 @@ from __future__ import annotations
 import os
 import tempfile
 from pathlib import Path
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, cast
 from urllib.parse import urlparse
 
+from pyspark.ml.param import Params
 from pyspark.ml.util import (
     DefaultParamsReader,
     DefaultParamsWriter,
@@ -113,7 +114,7 @@ class IrbisWriter(MLWriter):
     def saveImpl(self, path: str) -> None:  # noqa: N802 (PySpark's name)
         extra = self.instance._has_extra()
         through_spark = extra and not is_local_path(path)
-        DefaultParamsWriter.saveMetadata(self.instance, path, self.sparkSession,
+        DefaultParamsWriter.saveMetadata(cast(Params, self.instance), path, self.sparkSession,
                                          extraMetadata={_THROUGH_SPARK: through_spark})
         if not extra:
             return

@@ -170,11 +170,11 @@ TEXT_EMBEDDER_ALIASES = [Alias("modelName", "network", note="a text network of t
                          Alias("batchSize", "miniBatchSize", note="the most texts per batch; the token budget "
                                "cuts batches of long texts smaller")]
 
-_ImageTransformerAliases = alias_mixin("_ImageTransformerAliases", IMAGE_TRANSFORMER_ALIASES)
-ImageFeaturizerNames = alias_mixin("ImageFeaturizerNames", IMAGE_FEATURIZER_ALIASES)
-TextFeaturizerNames = alias_mixin("TextFeaturizerNames", TEXT_FEATURIZER_ALIASES)
-EnsembleByKeyNames = alias_mixin("EnsembleByKeyNames", ENSEMBLE_ALIASES)
-ONNXModelNames = alias_mixin("ONNXModelNames", ONNX_ALIASES)
+_ImageTransformerAliases: Any = alias_mixin("_ImageTransformerAliases", IMAGE_TRANSFORMER_ALIASES)
+ImageFeaturizerNames: Any = alias_mixin("ImageFeaturizerNames", IMAGE_FEATURIZER_ALIASES)
+TextFeaturizerNames: Any = alias_mixin("TextFeaturizerNames", TEXT_FEATURIZER_ALIASES)
+EnsembleByKeyNames: Any = alias_mixin("EnsembleByKeyNames", ENSEMBLE_ALIASES)
+ONNXModelNames: Any = alias_mixin("ONNXModelNames", ONNX_ALIASES)
 
 
 class ImageTransformerNames(_ImageTransformerAliases):

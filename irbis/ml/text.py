@@ -48,7 +48,10 @@ _TEXT_FEATURIZER_ROWS: list[Row] = [
 ]
 
 
-class _TextFeaturizerParams(HasInputCol, HasOutputCol, table_mixin("_TextFeaturizerRows", _TEXT_FEATURIZER_ROWS)):
+_TextFeaturizerParamsParams: Any = table_mixin("_TextFeaturizerRows", _TEXT_FEATURIZER_ROWS)
+
+
+class _TextFeaturizerParams(HasInputCol, HasOutputCol, _TextFeaturizerParamsParams):
     """Params shared by :class:`TextFeaturizer` and :class:`TextFeaturizerModel`."""
 
     def _check_input(self, schema: StructType) -> None:
@@ -93,7 +96,7 @@ class _TextFeaturizerParams(HasInputCol, HasOutputCol, table_mixin("_TextFeaturi
         empty = F.lit("") if g("useTokenizer") else F.array().cast("array<string>")
         df = df.withColumn(text, F.coalesce(column(self.getInputCol()), empty))
         temps, current = [text], text
-        stages = []
+        stages: list[Any] = []
         if g("useTokenizer"):
             stages.append(RegexTokenizer(pattern=g("tokenizerPattern"), gaps=g("tokenizerGaps"),
                                          minTokenLength=g("minTokenLength"), toLowercase=g("toLowercase")))
@@ -201,9 +204,11 @@ class TextFeaturizerModel(IrbisModel, _TextFeaturizerParams):
         else:
             tf_col = f"__{self.uid}_tf"
             df, temps = self._term_frequencies(dataset, tf_col)
+            scale: IDFModel | ElementwiseProduct
             if self._jvm_idf is not None:
                 scale = self._jvm_idf.copy().setInputCol(tf_col).setOutputCol(out)
             else:
+                assert self._idf is not None
                 scale = ElementwiseProduct(scalingVec=DenseVector(self._idf.idf), inputCol=tf_col, outputCol=out)
             df = scale.transform(df)
             temps.append(tf_col)
@@ -212,8 +217,9 @@ class TextFeaturizerModel(IrbisModel, _TextFeaturizerParams):
     def _transform_pandas_text(self, pdf: pd.DataFrame) -> pd.DataFrame:
         require_columns("TextFeaturizerModel", pdf.columns, [self.getInputCol()])
         tf = self._tf_pandas(pdf[self.getInputCol()].tolist())
-        if self._idf_state() is not None:
-            tf = apply_idf(tf, self._idf)
+        state = self._idf_state()
+        if state is not None:
+            tf = apply_idf(tf, state)
         out = pdf.copy()
         tf = tf.tocsr()
         size = tf.shape[1]
@@ -223,9 +229,9 @@ class TextFeaturizerModel(IrbisModel, _TextFeaturizerParams):
         return out
 
     def _save_extra(self, path: str) -> None:
-        if self._idf_state() is not None:
-            np.savez(os.path.join(path, "idf.npz"), idf=self._idf.idf, doc_freq=self._idf.doc_freq,
-                     num_docs=self._idf.num_docs)
+        state = self._idf_state()
+        if state is not None:
+            np.savez(os.path.join(path, "idf.npz"), idf=state.idf, doc_freq=state.doc_freq, num_docs=state.num_docs)
 
     def _load_extra(self, path: str) -> None:
         file = os.path.join(path, "idf.npz")

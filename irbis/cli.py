@@ -463,7 +463,7 @@ def _cmd_explain(args: argparse.Namespace) -> int:
     from pyspark.ml import PipelineModel
 
     from irbis.explain.page import ExplainedImage, write_explanation_page
-    from irbis.kernels.image import struct_to_array
+    from irbis.kernels.image.decode import struct_to_array
     from irbis.ml.lime import ImageLIME
     from irbis.spark.images import read_images
     from irbis.spark.session import get_spark

@@ -99,7 +99,7 @@ class _StageMixin(_KeywordParams, IrbisPersistable):
     def _has_batch_fn(self) -> bool:
         return type(self)._make_batch_fn is not _StageMixin._make_batch_fn
 
-    #: Kinds of value (:data:`irbis.kernels.sparkml_state.KINDS`) the input columns accept; declared by
+    #: Kinds of value (:data:`irbis.kernels.chain.KINDS`) the input columns accept; declared by
     #: every stage that has a kernel.
     _accepts: frozenset[str] = frozenset()
 

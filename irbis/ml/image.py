@@ -1,6 +1,6 @@
 """Spark stages for images: decoding, OpenCV transform chains, unrolling and flip augmentation.
 
-The stages are thin adapters over :mod:`irbis.kernels.image_batch`; every stage works on a Spark
+The stages are thin adapters over :mod:`irbis.kernels.image.batch`; every stage works on a Spark
 DataFrame (through Arrow) and on a pandas DataFrame (for tests and small data), and saves and loads
 with its Params, alone or inside a Pipeline.
 
@@ -32,16 +32,16 @@ from pyspark.sql.types import (
 )
 
 from irbis.kernels.blocks import BatchFn, Images, stack_rows
-from irbis.kernels.image import DEFAULT_MAX_PIXELS, IMAGE_FIELDS, array_to_struct, decode_batch
-from irbis.kernels.image_batch import (
+from irbis.kernels.image.batch import (
     AUGMENTATIONS,
     OUTPUT_FORMATS,
     augment_images,
     transform_images,
     unroll_images,
 )
-from irbis.kernels.image_chain import ImageChain
-from irbis.kernels.image_ops import THRESHOLD_TYPES
+from irbis.kernels.image.chain import ImageChain
+from irbis.kernels.image.decode import DEFAULT_MAX_PIXELS, IMAGE_FIELDS, array_to_struct, decode_batch
+from irbis.kernels.image.ops import THRESHOLD_TYPES
 from irbis.ml.base import IrbisTransformer
 from irbis.ml.columns import is_image_struct
 from irbis.ml.params import ColumnSetters, HasErrorCol, at_least, checked, in_range, one_of, table_mixin
@@ -166,7 +166,7 @@ class ImageTransformer(ImageTransformerNames, _ImageStage, HasErrorCol):
 
     Build the chain with the methods ``resize``, ``crop``, ``centerCrop``, ``flip``, ``blur``,
     ``threshold``, ``colorFormat`` and ``normalize`` (each returns the stage), or pass ``ops``, a
-    JSON list of :data:`irbis.kernels.image_chain.OPS` steps. ``outputFormat`` is ``"image"`` (an
+    JSON list of :data:`irbis.kernels.image.chain.OPS` steps. ``outputFormat`` is ``"image"`` (an
     image struct), ``"array"`` (array<float>, CHW) or ``"vector"`` (a Spark ML vector, CHW).
 
     Examples

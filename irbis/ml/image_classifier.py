@@ -5,7 +5,7 @@ ResNets, or a registered model) with its pretrained weights and a new head, trai
 DataFrame (Spark image structs, or the bytes of image files) through :class:`~irbis.ml.TorchEstimator`,
 so every strategy, checkpointing, validation, class weights and early stopping apply. The images are
 streamed and decoded in the workers, through the model's one preprocessing and the training-time
-augmentation of :mod:`irbis.kernels.image_augment`.
+augmentation of :mod:`irbis.kernels.image.augment`.
 
 :class:`ImageClassifierModel` scores images through the fast inference path of
 :class:`~irbis.ml.ImageFeaturizer` (decoding, preprocessing and the network in one Arrow batch, the network

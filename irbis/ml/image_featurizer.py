@@ -12,7 +12,7 @@ from pyspark import keyword_only
 from pyspark.ml.param import TypeConverters
 from pyspark.sql import DataFrame
 
-from irbis.kernels.image import DEFAULT_MAX_PIXELS
+from irbis.kernels.image.decode import DEFAULT_MAX_PIXELS
 from irbis.ml.base import IrbisTransformer
 from irbis.ml.image_network import ImageNetworkStage
 from irbis.ml.params import ColumnSetters, HasOutputLayer, Row, at_least, in_registry, table_mixin

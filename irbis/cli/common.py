@@ -117,9 +117,8 @@ def model_option(parser: argparse.ArgumentParser, flag: str, what: str, num_clas
 
 
 def master_option(parser: argparse.ArgumentParser) -> None:
-    """``--master``, the Spark master URL of every command, :data:`~irbis.spark.session.DEFAULT_MASTER` by
-    default."""
-    from irbis.spark.session import DEFAULT_MASTER
+    """``--master``, the Spark master URL of every command, :data:`irbis.spark.DEFAULT_MASTER` by default."""
+    from irbis.spark import DEFAULT_MASTER
 
     parser.add_argument("--master", default=DEFAULT_MASTER, help="Spark master URL")
 

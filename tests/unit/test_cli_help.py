@@ -183,12 +183,14 @@ def test_plain_text_takes_the_markup_out(text, plain):
     assert plain_text(text) == plain
 
 
-def test_the_top_help_and_parsing_another_command_import_no_torch():
-    """The registries that need torch are read only where their names are shown or checked."""
+def test_the_top_help_and_parsing_another_command_import_no_torch_and_no_pyspark():
+    """The registries that need torch are read only where their names are shown or checked, and the Spark
+    session's module only where a command runs."""
     import subprocess
     import sys
 
     code = ("import sys; from irbis.cli import build_parser; p = build_parser(); p.format_help(); "
-            "p.parse_args(['demo', '--size', 'small', '--precision', 'bf16']); print('torch' in sys.modules)")
+            "p.parse_args(['demo', '--size', 'small', '--precision', 'bf16']); "
+            "print('torch' in sys.modules, 'pyspark' in sys.modules)")
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert run.stdout.strip() == "False", run.stdout + run.stderr
+    assert run.stdout.strip() == "False False", run.stdout + run.stderr

@@ -497,7 +497,7 @@ def finetune_spec(device: str, batch: int, side: int) -> Any:
 
     import torch
 
-    from irbis.kernels.image_augment import parse_augmentation
+    from irbis.kernels.image.augment import parse_augmentation
     from irbis.models import get_entry
     from irbis.train.finetune import finetune_network, head_name
     from irbis.train.loop import TrainSpec
@@ -540,8 +540,8 @@ class JpegFiles:
         return len(self.files)
 
     def __getitem__(self, i: int) -> tuple[np.ndarray, int]:
-        from irbis.kernels.image_augment import augment_rgb
-        from irbis.kernels.image_features import load_rgb
+        from irbis.kernels.image.augment import augment_rgb
+        from irbis.kernels.image.features import load_rgb
         from irbis.models.preprocess import Preprocessing
 
         fmt = self.spec.data.input_format

@@ -227,7 +227,7 @@ def _photos(folder: Path) -> list[Path]:
 
 def decode_time(folder: Path, repeats: int) -> str:
     """Median ms to decode one request image (part of every image request, not of the network's time)."""
-    from irbis.kernels.image import decode_image
+    from irbis.kernels.image.decode import decode_image
 
     files = [p.read_bytes() for p in _photos(folder)]
     times = []
@@ -251,7 +251,7 @@ def network_time(path: Path, folder: Path, repeats: int) -> float:
 
 def _network_time_here(path: str, folder: Path, repeats: int) -> float:
     from irbis.kernels.engines.ort import set_thread_spinning
-    from irbis.kernels.image import decode_image
+    from irbis.kernels.image.decode import decode_image
     from irbis.serving.predictor import load_predictor
 
     set_thread_spinning(False)  # as a server loads it

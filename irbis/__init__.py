@@ -36,7 +36,7 @@ _EXPORTS: dict[str, str] = {
     "get_entry": "irbis.models",
     "register_model": "irbis.models",
     "register_catalogue": "irbis.models",
-    "preprocess_rgb": "irbis.kernels.image_features",
+    "preprocess_rgb": "irbis.kernels.image.features",
     "plot_image_explanation": "irbis.explain",
     "plot_feature_weights": "irbis.explain",
     "ColumnNotFoundError": "irbis.errors",

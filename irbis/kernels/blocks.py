@@ -35,7 +35,7 @@ from typing import Any, Callable, Iterator, Sequence
 import numpy as np
 import pyarrow as pa
 
-from irbis.kernels.image import IMAGE_FIELDS, image_view, ocv_mode
+from irbis.kernels.image.decode import IMAGE_FIELDS, image_view, ocv_mode
 
 __all__ = ["BatchFn", "Binary", "Images", "Prepared", "Ragged", "ragged_rows", "Tensor", "as_block", "block_to_rows",
            "bounded_slices", "stack_rows", "flat_rows", "from_arrow", "from_rows", "rows_in", "run_steps",
@@ -71,7 +71,7 @@ class Tensor:
 
 @dataclass
 class Images:
-    """Image structs whose pixels stay in one buffer (see :func:`irbis.kernels.image.image_view`).
+    """Image structs whose pixels stay in one buffer (see :func:`irbis.kernels.image.decode.image_view`).
 
     ``images[i]`` (and iterating) gives an ``(H, W, C)`` read-only view or ``None`` for a null
     image; a struct whose fields do not agree raises ``ValueError`` when its row is reached, so a
@@ -132,7 +132,7 @@ class Images:
 class Prepared:
     """Images already preprocessed into a network's input (N, C, H, W) float32, every row valid: what an
     image network stage runs on without preprocessing again (LIME's masked inputs,
-    :func:`irbis.kernels.image_features.masked_inputs`)."""
+    :func:`irbis.kernels.image.features.masked_inputs`)."""
 
     values: np.ndarray
 

@@ -45,7 +45,7 @@ def random_crops(photos: list[np.ndarray], spec: Any, per_photo: int, seed: int)
     """Random crops (60-100% of each side, half of them mirrored) of ``photos``, preprocessed by ``spec``."""
     import cv2
 
-    from irbis.kernels.image_features import preprocess_rgb
+    from irbis.kernels.image.features import preprocess_rgb
 
     rng = np.random.default_rng(seed)
     batch = []
@@ -182,7 +182,7 @@ def calibration_files(folder: str, texts: bool = False) -> list[Path]:
 def _read(files: list[Path], spec: Any | None, shape: tuple[int, ...], folder: str) -> np.ndarray:
     import cv2
 
-    from irbis.kernels.image_features import preprocess_rgb
+    from irbis.kernels.image.features import preprocess_rgb
 
     rows: list[np.ndarray] = []
     for f in files:

@@ -101,8 +101,8 @@ class KernelChain:
         The stages, in order.
     inputs : dict of str to frozenset of str
         The columns the chain reads from outside (those no earlier stage writes), in the order they are
-        first read, each with the kinds of value (:data:`~irbis.kernels.sparkml_state.KINDS`) that every
-        stage reading it from outside accepts (:data:`~irbis.kernels.sparkml_state.ANY_VALUE` where a stage
+        first read, each with the kinds of value (:data:`KINDS`) that every
+        stage reading it from outside accepts (:data:`ANY_VALUE` where a stage
         declares none).
     nullable : dict of str to bool
         Whether an input column may be null: ``False`` where a stage reading it from outside fails on nulls.

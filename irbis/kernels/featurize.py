@@ -22,6 +22,12 @@ timestamp     the date parts plus hour, minute, second
 
 Every column that had missing values in training also gets a ``<column>_missing`` flag slot
 (1.0 where the value was imputed). Missing strings put no 1.0 in their one-hot slots.
+
+A numeric column planned with ``impute=False`` (SynapseML's ``imputeMissing=False``) is neither
+imputed nor flagged: a missing value is *invalid*, and ``invalid`` says what the transform does
+with it, as SynapseML's final assembler does (its ``handleInvalid``): ``"keep"`` writes NaN in the
+slot, ``"error"`` raises naming the column, ``"skip"`` drops the row (:func:`invalid_rows` finds
+those rows; the caller drops them before the transform).
 """
 from __future__ import annotations
 
@@ -97,11 +103,15 @@ def column_stats(series: pd.Series, kind: str) -> dict[str, Any]:
 
 
 def build_column_plan(
-    name: str, kind: str, stats: Mapping[str, Any], max_categories: int, num_hash_buckets: int
+    name: str, kind: str, stats: Mapping[str, Any], max_categories: int, num_hash_buckets: int,
+    impute: bool = True,
 ) -> dict[str, Any]:
-    """Turn one column's statistics into its JSON plan entry."""
+    """Turn one column's statistics into its JSON plan entry; ``impute=False`` leaves a numeric column's
+    missing values unimputed and unflagged (invalid, see :func:`transform_column`)."""
     plan: dict[str, Any] = {"name": name, "flag": bool(stats.get("n_missing", 0) > 0)}
-    if kind == "string":
+    if kind == "numeric" and not impute:
+        plan.update(kind=kind, fill=_finite(stats["mean"]), flag=False, impute=False)
+    elif kind == "string":
         if stats["distinct"] <= max_categories:
             plan.update(kind="categorical", levels=list(stats["top"]))
         else:
@@ -151,12 +161,37 @@ def _one_hot(index: np.ndarray, width: int, missing: np.ndarray) -> np.ndarray:
     return out
 
 
-def transform_column(series: pd.Series, plan: Mapping[str, Any]) -> np.ndarray:
-    """Apply one column plan: an ``(n, len(slot_names(plan)))`` float array."""
+def imputes(plan: Mapping[str, Any]) -> bool:
+    """Whether a column plan imputes its missing values (every plan but a numeric one fitted with
+    ``impute=False``)."""
+    return bool(plan.get("impute", True))
+
+
+def invalid_rows(frame: pd.DataFrame, plans: Sequence[Mapping[str, Any]]) -> np.ndarray:
+    """The rows of ``frame`` with an invalid value: missing in a column whose plan does not impute."""
+    invalid = np.zeros(len(frame), dtype=bool)
+    for plan in plans:
+        if not imputes(plan):
+            invalid |= _missing_mask(frame[plan["name"]])
+    return invalid
+
+
+def transform_column(series: pd.Series, plan: Mapping[str, Any], invalid: str = "keep") -> np.ndarray:
+    """Apply one column plan: an ``(n, len(slot_names(plan)))`` float array.
+
+    A missing value of a plan that does not impute is NaN with ``invalid="keep"`` (and ``"skip"``, whose rows
+    the caller dropped) and a ``ValueError`` naming the column with ``invalid="error"``."""
     kind = plan["kind"]
     missing = _missing_mask(series)
+    if not imputes(plan) and invalid == "error" and missing.any():
+        raise ValueError(
+            f"column {plan['name']!r} has a missing value (null or NaN) in row {int(np.argmax(missing))} of the "
+            "batch and imputeMissing is False; set vectorAssemblerHandleInvalid to 'keep' (NaN in its slot) or "
+            "'skip' (the row is dropped), or imputeMissing to True (the training mean)"
+        )
     if kind in ("numeric", "boolean"):
-        values = np.where(missing, plan["fill"], pd.Series(series).where(~missing, 0).astype(np.float64))
+        fill = plan["fill"] if imputes(plan) else np.nan
+        values = np.where(missing, fill, pd.Series(series).where(~missing, 0).astype(np.float64))
         block = values[:, None]
     elif kind == "categorical":
         lookup = {lvl: i for i, lvl in enumerate(plan["levels"])}
@@ -185,9 +220,10 @@ def transform_column(series: pd.Series, plan: Mapping[str, Any]) -> np.ndarray:
     return block
 
 
-def transform_frame(frame: pd.DataFrame, plans: Sequence[Mapping[str, Any]]) -> np.ndarray:
-    """Apply every column plan to ``frame`` and concatenate: an ``(n, slots)`` float array."""
-    blocks = [transform_column(frame[p["name"]], p) for p in plans]
+def transform_frame(frame: pd.DataFrame, plans: Sequence[Mapping[str, Any]], invalid: str = "keep") -> np.ndarray:
+    """Apply every column plan to ``frame`` (``invalid`` as :func:`transform_column` takes it) and concatenate:
+    an ``(n, slots)`` float array."""
+    blocks = [transform_column(frame[p["name"]], p, invalid) for p in plans]
     if not blocks:
         return np.zeros((len(frame), 0))
     return np.concatenate(blocks, axis=1)

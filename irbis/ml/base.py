@@ -127,7 +127,7 @@ class _StageMixin(_KeywordParams, IrbisPersistable):
     def _has_batch_fn(self) -> bool:
         return type(self)._make_batch_fn is not _StageMixin._make_batch_fn
 
-    #: Kinds of value (:data:`irbis.kernels.sparkml_state.KINDS`) the input columns accept; declared by
+    #: Kinds of value (:data:`irbis.kernels.chain.KINDS`) the input columns accept; declared by
     #: every stage that has a kernel.
     _accepts: frozenset[str] = frozenset()
 
@@ -248,7 +248,7 @@ class _StageMixin(_KeywordParams, IrbisPersistable):
             udf = _make_udf(self._make_transform_fn(), self._input_columns(), wire, False, slots)
             result = df.withColumn(tmp, udf(*args))
             result = result.select("*", *[column(tmp)[n].alias(n) for n, _ in outputs]).drop(tmp)
-        result = _vectors_out(result, outputs)
+        result = _vectors_out(result, outputs, from_pandas=True)
         for name, dtype in outputs:
             if isinstance(dtype, StructType):
                 # pandas UDFs cannot emit a null struct: a row whose fields are all null becomes null.
@@ -272,12 +272,16 @@ class _StageMixin(_KeywordParams, IrbisPersistable):
         return dtype
 
 
-def _vectors_out(result: DataFrame, outputs: list[tuple[str, DataType]]) -> DataFrame:
-    """Turn the array columns that stand for Spark ML vectors back into vectors, on the JVM side."""
+def _vectors_out(result: DataFrame, outputs: list[tuple[str, DataType]], from_pandas: bool = False) -> DataFrame:
+    """Turn the array columns that stand for Spark ML vectors back into vectors, on the JVM side.
+
+    ``from_pandas``: the arrays came from a pandas UDF, whose conversion to Arrow turns a NaN element into a
+    null; a vector's element is never null, so each null element is the NaN it was."""
     for name, dtype in outputs:
         if isinstance(dtype, VectorUDT):
             col = column(name)
-            result = result.withColumn(name, F.when(col.isNotNull(), array_to_vector(col)))
+            values = F.transform(col, lambda x: F.coalesce(x, F.lit(float("nan")))) if from_pandas else col
+            result = result.withColumn(name, F.when(col.isNotNull(), array_to_vector(values)))
     return result
 
 

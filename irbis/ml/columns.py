@@ -1,7 +1,7 @@
 """What the stages ask of a DataFrame's columns: is a column an image struct, how long are its vectors.
 
 One answer for every stage: an image column (:func:`irbis.spark.columns.is_image_struct`) is a struct
-with every field of Spark's image schema (:data:`irbis.kernels.image.IMAGE_FIELDS`, the fields the Arrow
+with every field of Spark's image schema (:data:`irbis.kernels.image.decode.IMAGE_FIELDS`, the fields the Arrow
 blocks read), and a vector column's size comes from its ``ml_attr`` metadata when Spark ML wrote one.
 """
 

@@ -39,10 +39,10 @@ _ENSEMBLE_ROWS: list[Row] = [
 ]
 
 
-_EnsembleByKeyParams: Any = table_mixin("_EnsembleParams", _ENSEMBLE_ROWS)
+_EnsembleParams: Any = table_mixin("_EnsembleParams", _ENSEMBLE_ROWS)
 
 
-class EnsembleByKey(EnsembleByKeyNames, _EnsembleByKeyParams, IrbisTransformer):
+class EnsembleByKey(EnsembleByKeyNames, _EnsembleParams, IrbisTransformer):
     """Combine columns over the rows that share ``keys`` (camera bursts, augmented copies).
 
     Numbers are combined with ``strategy`` (``mean``, ``sum``, ``max``, ``min``) ignoring

@@ -29,7 +29,7 @@ from pyspark.ml.param import TypeConverters as T
 
 from irbis.errors import ParamValueError
 from irbis.kernels.engines import ENGINE_NAMES
-from irbis.kernels.image_augment import parse_augmentation
+from irbis.kernels.image.augment import parse_augmentation
 from irbis.kernels.inference import PRECISIONS
 from irbis.ml.base import IrbisEstimator
 from irbis.ml.params import (
@@ -167,7 +167,7 @@ TRAIN_PARAMS: list[Row] = [
                     "tensor bytes of inputShape and inputDtype", T.toString, "features"),
     row_named("imagePreprocessing", SHARED_PARAMS),
     ("augmentation", "JSON list of training-time image augmentations drawn per row, epoch and worker from seed "
-                     "(irbis.kernels.image_augment: random_resized_crop, flip, rotate, color_jitter, grey, "
+                     "(irbis.kernels.image.augment: random_resized_crop, flip, rotate, color_jitter, grey, "
                      "each with a probability p); needs imagePreprocessing", T.toString, "[]", check_augmentation),
     ("shuffleBuffer", "rows a worker holds in memory: a share of numbers up to this many rows trains from "
                       "memory; a larger one, and images always, stream from a worker-local spill file, "

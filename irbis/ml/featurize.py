@@ -23,8 +23,16 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from irbis.errors import ParamValueError, require_columns
-from irbis.kernels.featurize import build_column_plan, column_stats, infer_kind, slot_names, transform_frame
+from irbis.errors import require_columns
+from irbis.kernels.featurize import (
+    build_column_plan,
+    column_stats,
+    imputes,
+    infer_kind,
+    invalid_rows,
+    slot_names,
+    transform_frame,
+)
 from irbis.ml.aliases import alias_mixin
 from irbis.ml.base import IrbisEstimator, IrbisModel
 from irbis.ml.columns import vector_size
@@ -50,35 +58,25 @@ def spark_kind(dtype: DataType) -> str | None:
     return None
 
 
-def toBoolean(value: Any) -> bool:  # noqa: N802 (named like PySpark's converters, as the docs show them)
-    """imputeMissing's converter: a boolean, True only (Irbis always imputes)."""
-    value = TypeConverters.toBoolean(value)
-    if not value:
-        raise ParamValueError("imputeMissing", value, "True: Irbis's Featurize always imputes a missing value with "
-                              "the training mean and flags it in a <col>_missing slot; drop the rows with missing "
-                              "values first to leave them out")
-    return value
-
-
 _FEATURIZE_ROWS: list[Row] = [
     ("maxCategories", "strings with at most this many distinct values are one-hot encoded", TypeConverters.toInt,
      50, at_least(1)),
     ("numHashBuckets", "one-hot slots for hashed high-cardinality strings", TypeConverters.toInt, 256, at_least(1)),
-    ("imputeMissing", "SynapseML's imputeMissing: a missing value is imputed with the training mean (and "
-     "flagged in a <col>_missing slot); only True", toBoolean, True),
-    ("vectorAssemblerHandleInvalid", "SynapseML's handling of invalid values by its assembler (error, skip or "
-     "keep); as in SynapseML with imputeMissing, no invalid value reaches the assembler, so each gives the same "
-     "vectors", TypeConverters.toString, "error", one_of("error", "skip", "keep")),
+    ("imputeMissing", "SynapseML's imputeMissing: True imputes a missing number with the training mean (and "
+     "flags it in a <col>_missing slot); False leaves it missing (null or NaN), an invalid value that "
+     "vectorAssemblerHandleInvalid handles. Booleans, vectors, dates and timestamps are imputed either way",
+     TypeConverters.toBoolean, True),
+    ("vectorAssemblerHandleInvalid", "SynapseML's handling of the invalid values that reach its assembler, the "
+     "missing numbers of imputeMissing=False: error fails the transform naming the column, skip drops the row, "
+     "keep writes NaN in its slot; with imputeMissing no invalid value reaches the assembler, so each gives the "
+     "same vectors", TypeConverters.toString, "error", one_of("error", "skip", "keep")),
 ]
 
-_FeaturizeParamsParams2: Any = table_mixin("_FeaturizeRows", _FEATURIZE_ROWS)
+_FeaturizeNames: Any = alias_mixin("_FeaturizeNames", FEATURIZE_ALIASES)
+_FeaturizeRows: Any = table_mixin("_FeaturizeRows", _FEATURIZE_ROWS)
 
 
-_FeaturizeParamsParams1: Any = alias_mixin("_FeaturizeNames", FEATURIZE_ALIASES)
-
-
-class _FeaturizeParams(_FeaturizeParamsParams1,
-                       _FeaturizeParamsParams2, HasInputCols, HasOutputCol):
+class _FeaturizeParams(_FeaturizeNames, _FeaturizeRows, HasInputCols, HasOutputCol):
 
     def _cols(self) -> list[str]:
         return list(self.getInputCols()) if self.isDefined("inputCols") else []
@@ -108,7 +106,9 @@ class Featurize(IrbisEstimator, _FeaturizeParams):
     ``numHashBuckets`` slots, vectors are appended, dates and timestamps become their parts
     (year, month, day, weekday, and hour, minute, second). Missing values are imputed with the
     training mean (a missing string gets no one-hot slot) and flagged in a ``<col>_missing``
-    slot for columns that had missing values in training. The output vector carries
+    slot for columns that had missing values in training. With ``imputeMissing=False`` a missing
+    number is left missing, as in SynapseML: ``vectorAssemblerHandleInvalid`` keeps its row with
+    NaN in the slot (``keep``), drops the row (``skip``) or fails (``error``). The output vector carries
     ``ml_attr`` metadata naming each slot. See :mod:`irbis.kernels.featurize`.
 
     Bad input: a missing column raises ``ValueError``; a column of another type (arrays,
@@ -130,7 +130,7 @@ class Featurize(IrbisEstimator, _FeaturizeParams):
             stats = spark_stats(dataset, kinds, self.getOrDefault("maxCategories"))
         plans = [
             build_column_plan(c, kinds[c], stats[c], self.getOrDefault("maxCategories"),
-                              self.getOrDefault("numHashBuckets"))
+                              self.getOrDefault("numHashBuckets"), impute=self.getOrDefault("imputeMissing"))
             for c in self._cols()
         ]
         model = FeaturizeModel()
@@ -208,18 +208,33 @@ class FeaturizeModel(IrbisModel, _FeaturizeParams):
 
     def _make_transform_fn(self) -> Callable[[pd.DataFrame], pd.DataFrame]:
         plans, out = list(self._plans), self.getOutputCol()
+        invalid = self.getOrDefault("vectorAssemblerHandleInvalid")
 
         def featurize(frame: pd.DataFrame) -> pd.DataFrame:
-            values = transform_frame(frame, plans)
+            values = transform_frame(frame, plans, invalid)
             return pd.DataFrame({out: list(values)})
 
         return featurize
+
+    def _skips(self) -> list[str]:
+        """The columns whose missing values drop their row: those not imputed, under ``skip``."""
+        if self.getOrDefault("vectorAssemblerHandleInvalid") != "skip":
+            return []
+        return [p["name"] for p in self._plans if not imputes(p)]
+
+    def _transform_pandas(self, pdf: pd.DataFrame) -> pd.DataFrame:
+        if self._skips():
+            require_columns(type(self).__name__, pdf.columns, self._cols())
+            pdf = pdf[~invalid_rows(pdf, self._plans)]
+        return super()._transform_pandas(pdf)
 
     def _transform_spark(self, df: DataFrame) -> DataFrame:
         out = self.getOutputCol()
         names = self.feature_names
         meta = {"ml_attr": {"attrs": {"numeric": [{"idx": i, "name": n} for i, n in enumerate(names)]},
                             "num_attrs": len(names)}}
+        for name in self._skips():  # a missing number, as spark_stats counts it
+            df = df.where(column(name).isNotNull() & ~F.isnan(column(name).cast("double")))
         result = super()._transform_spark(df)
         # A top-level alias carries its metadata on classic and Connect sessions alike; on Connect the
         # metadata of an alias given to withColumn is lost.

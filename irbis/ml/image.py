@@ -1,6 +1,6 @@
 """Spark stages for images: decoding, OpenCV transform chains, unrolling and flip augmentation.
 
-The stages are thin adapters over :mod:`irbis.kernels.image_batch`; every stage works on a Spark
+The stages are thin adapters over :mod:`irbis.kernels.image.batch`; every stage works on a Spark
 DataFrame (through Arrow) and on a pandas DataFrame (for tests and small data), and saves and loads
 with its Params, alone or inside a Pipeline.
 
@@ -31,16 +31,16 @@ from pyspark.sql.types import (
 )
 
 from irbis.kernels.blocks import BatchFn, Images, stack_rows
-from irbis.kernels.image import DEFAULT_MAX_PIXELS, IMAGE_FIELDS, array_to_struct, decode_batch
-from irbis.kernels.image_batch import (
+from irbis.kernels.image.batch import (
     AUGMENTATIONS,
     OUTPUT_FORMATS,
     augment_images,
     transform_images,
     unroll_images,
 )
-from irbis.kernels.image_chain import ImageChain
-from irbis.kernels.image_ops import THRESHOLD_TYPES
+from irbis.kernels.image.chain import ImageChain
+from irbis.kernels.image.decode import DEFAULT_MAX_PIXELS, IMAGE_FIELDS, array_to_struct, decode_batch
+from irbis.kernels.image.ops import THRESHOLD_TYPES
 from irbis.ml.base import IrbisTransformer
 from irbis.ml.columns import is_image_struct
 from irbis.ml.params import ColumnSetters, HasErrorCol, at_least, in_range, one_of, table_mixin
@@ -90,7 +90,7 @@ class _ImageStage(IrbisTransformer, ColumnSetters):
         return out
 
 
-_ImageDecoderParams: Any = table_mixin("_DecoderParams", [
+_DecoderParams: Any = table_mixin("_DecoderParams", [
     ("originCol", "optional column copied into the image's origin field (e.g. the file path)",
      TypeConverters.toString, ""),
     ("maxPixels", "refuse images with more pixels than this (0: no limit)", TypeConverters.toInt, DEFAULT_MAX_PIXELS,
@@ -98,7 +98,7 @@ _ImageDecoderParams: Any = table_mixin("_DecoderParams", [
 ])
 
 
-class ImageDecoder(_ImageStage, HasErrorCol, _ImageDecoderParams):
+class ImageDecoder(_ImageStage, HasErrorCol, _DecoderParams):
     """Decode a column of encoded image bytes (JPEG, PNG, ...) into Spark image structs.
 
     Bad bytes give a null image and a message in ``errorCol`` (they never fail the job).
@@ -142,13 +142,13 @@ class ImageDecoder(_ImageStage, HasErrorCol, _ImageDecoderParams):
 _THRESHOLD_CODES = {code: name for name, code in THRESHOLD_TYPES.items()}
 
 
-_ImageTransformerParams: Any = table_mixin("_TransformerParams", [
+_TransformerParams: Any = table_mixin("_TransformerParams", [
     ("ops", "the operations, a JSON list of {'op': name, args...}", _to_ops, []),
     ("outputFormat", f"one of {OUTPUT_FORMATS}", TypeConverters.toString, "image", one_of(*OUTPUT_FORMATS)),
 ])
 
 
-class ImageTransformer(ImageTransformerNames, _ImageStage, HasErrorCol, _ImageTransformerParams):
+class ImageTransformer(ImageTransformerNames, _ImageStage, HasErrorCol, _TransformerParams):
     """Apply a chain of OpenCV operations to an image column in one pass per image.
 
     The input is an image struct column, or a binary column of encoded files (decoded in the
@@ -156,7 +156,7 @@ class ImageTransformer(ImageTransformerNames, _ImageStage, HasErrorCol, _ImageTr
 
     Build the chain with the methods ``resize``, ``crop``, ``centerCrop``, ``flip``, ``blur``,
     ``threshold``, ``colorFormat`` and ``normalize`` (each returns the stage), or pass ``ops``, a
-    JSON list of :data:`irbis.kernels.image_chain.OPS` steps. ``outputFormat`` is ``"image"`` (an
+    JSON list of :data:`irbis.kernels.image.chain.OPS` steps. ``outputFormat`` is ``"image"`` (an
     image struct), ``"array"`` (array<float>, CHW) or ``"vector"`` (a Spark ML vector, CHW).
 
     Examples

@@ -5,7 +5,7 @@ ResNets, or a registered model) with its pretrained weights and a new head, trai
 DataFrame (Spark image structs, or the bytes of image files) through :class:`~irbis.ml.TorchEstimator`,
 so every strategy, checkpointing, validation, class weights and early stopping apply. The images are
 streamed and decoded in the workers, through the model's one preprocessing and the training-time
-augmentation of :mod:`irbis.kernels.image_augment`.
+augmentation of :mod:`irbis.kernels.image.augment`.
 
 :class:`ImageClassifierModel` scores images through the fast inference path of
 :class:`~irbis.ml.ImageFeaturizer` (decoding, preprocessing and the network in one Arrow batch, the network
@@ -61,10 +61,10 @@ _CLASSIFIER_ROWS: list[Row] = rows_named(_SHARED, TRAIN_PARAMS) + [
 ]
 
 
-_ImageClassifierParams: Any = table_mixin("_HasImageClassifierParams", _CLASSIFIER_ROWS, (HasDevice,))
+_HasImageClassifierParams: Any = table_mixin("_HasImageClassifierParams", _CLASSIFIER_ROWS, (HasDevice,))
 
 
-class ImageClassifier(IrbisEstimator, _ImageClassifierParams):
+class ImageClassifier(IrbisEstimator, _HasImageClassifierParams):
     """Fine-tune a pretrained catalogue network on the images of a DataFrame.
 
     The backbone keeps its pretrained weights and gets a new ``numClasses`` head; ``freezeUntil`` freezes

@@ -40,10 +40,10 @@ _FEATURIZER_ROWS: list[Row] = [
 ]
 
 
-_ImageFeaturizerParams: Any = table_mixin("_FeaturizerParams", _FEATURIZER_ROWS)
+_FeaturizerParams: Any = table_mixin("_FeaturizerParams", _FEATURIZER_ROWS)
 
 
-class ImageFeaturizer(ImageFeaturizerNames, _ImageFeaturizerParams, ImageNetworkStage,
+class ImageFeaturizer(ImageFeaturizerNames, _FeaturizerParams, ImageNetworkStage,
                       ColumnSetters, HasOutputLayer, _LAYERS_PARAMS, IrbisTransformer):
     """Featurize images with a pretrained network, cutting its last ``cutOutputLayers`` layers.
 

@@ -19,8 +19,8 @@ from pyspark.sql import DataFrame
 from pyspark.sql.types import BinaryType, DataType, StringType, StructType
 
 from irbis.kernels.blocks import BatchFn, Tensor, flat_rows
-from irbis.kernels.image import DEFAULT_MAX_PIXELS
-from irbis.kernels.image_features import image_batch
+from irbis.kernels.image.decode import DEFAULT_MAX_PIXELS
+from irbis.kernels.image.features import image_batch
 from irbis.ml.calibration import HasCalibrationSample
 from irbis.ml.columns import is_image_struct
 from irbis.ml.export_ahead import export_ahead_of_job
@@ -52,10 +52,10 @@ def is_image_column(dtype: DataType) -> bool:
     return is_image_struct(dtype) or isinstance(dtype, BinaryType)
 
 
-_ImageNetworkStageParams: Any = table_mixin("_ImageDecodeParams", _DECODE_ROWS)
+_ImageDecodeParams: Any = table_mixin("_ImageDecodeParams", _DECODE_ROWS)
 
 
-class ImageNetworkStage(KeywordInit, HasInputCol, _ImageNetworkStageParams, HasMiniBatchSize,
+class ImageNetworkStage(KeywordInit, HasInputCol, _ImageDecodeParams, HasMiniBatchSize,
                         HasDevice, HasPrecision, HasCalibrationSample, HasEngine, HasErrorCol):
     """A stage that decodes and preprocesses a column of images and runs a network on them in one pass.
 

@@ -4,11 +4,11 @@ Every runtime that runs a fitted pipeline without a Spark job asks its stages fo
 
 * :func:`stage_kernel` gives a live stage's :class:`~irbis.kernels.chain.StageKernel`: an Irbis
   stage's own :meth:`~irbis.ml.base._StageMixin.kernel`, or the kernel of a fitted SparkML stage of
-  :data:`~irbis.kernels.sparkml.SPARKML_KERNELS` (from its public attributes), with its outputs' Spark
+  :data:`~irbis.kernels.sparkml.registry.SPARKML_KERNELS` (from its public attributes), with its outputs' Spark
   types;
 * :func:`load_local` reads a saved stage or ``PipelineModel`` from a local folder with no JVM at all,
   through the stages' own readers (:meth:`irbis.ml.persistence.IrbisReader.local`) and SparkML's saved
-  state (:func:`~irbis.kernels.sparkml_state.read_stage`);
+  state (:func:`~irbis.kernels.sparkml.state.read_stage`);
 * :func:`model_chain` and :func:`local_chain` give the :class:`~irbis.kernels.chain.KernelChain` of a live or
   a saved pipeline: each stage's kernel or, for a stage without one, the columns it reads and writes (its
   :meth:`~irbis.ml.base._StageMixin.columns`, or a SparkML stage's column Params: :func:`param_columns`);
@@ -37,8 +37,8 @@ from pyspark.sql.types import DataType, DoubleType, LongType, StringType, Struct
 
 from irbis.errors import NoKernelError
 from irbis.kernels.chain import ANY_VALUE, KernelChain, StageColumns, StageKernel
-from irbis.kernels.sparkml import INPUT_KINDS, SPARKML_KERNELS, kernel_from_state, sparkml_kernel
-from irbis.kernels.sparkml_state import StageState, read_metadata, read_stage
+from irbis.kernels.sparkml.registry import INPUT_KINDS, SPARKML_KERNELS, kernel_from_state, sparkml_kernel
+from irbis.kernels.sparkml.state import StageState, read_metadata, read_stage
 from irbis.ml.persistence import load_local_stage
 
 __all__ = ["SparkBatches", "flatten", "load_local", "local_chain", "model_chain", "param_columns", "saved_stages",
@@ -100,7 +100,7 @@ def saved_stages(path: str | os.PathLike) -> list[tuple[str, dict[str, Any]]]:
 
 def param_columns(cls: str, params: dict[str, Any], uid: str = "") -> StageColumns:
     """The columns a SparkML stage of class ``cls`` reads (with the kinds it declares in
-    :data:`~irbis.kernels.sparkml.INPUT_KINDS`) and writes, from its column Params (set or default)."""
+    :data:`~irbis.kernels.sparkml.registry.INPUT_KINDS`) and writes, from its column Params (set or default)."""
     reads: dict[str, frozenset[str]] = {}
     for name in ("inputCols", "inputCol", "featuresCol"):
         if params.get(name) is not None:
@@ -172,7 +172,7 @@ _ROW = "__irbis_row"
 
 def spark_field(column: str, kinds: Sequence[str]) -> StructField:
     """The Spark field of an input column that accepts ``kinds`` (of
-    :data:`~irbis.kernels.sparkml_state.KINDS`): an image struct, a number, a vector or a string, in that
+    :data:`~irbis.kernels.chain.KINDS`): an image struct, a number, a vector or a string, in that
     order of preference."""
     from irbis.spark.images import IMAGE_STRUCT
 
@@ -186,7 +186,7 @@ def _spark_value(value: Any) -> Any:
     """A decoded value as Spark takes it: an (H, W, C) integer array as an image struct, an array as a
     dense vector, anything else as it is."""
     if isinstance(value, np.ndarray):
-        from irbis.kernels.image import array_to_struct
+        from irbis.kernels.image.decode import array_to_struct
 
         if value.ndim == 3 and value.dtype.kind == "u":
             return array_to_struct(value, "")

@@ -19,7 +19,7 @@ from pyspark.sql.types import ArrayType, DataType, IntegerType, StructType
 from irbis.explain.lime import check_num_samples, explain_image
 from irbis.explain.segment import superpixels
 from irbis.kernels.blocks import Images, Prepared
-from irbis.kernels.image_features import masked_inputs
+from irbis.kernels.image.features import masked_inputs
 from irbis.ml.base import IrbisTransformer
 from irbis.ml.lime_base import LIMEParams
 from irbis.ml.lime_tabular import TabularLIME, TabularLIMEModel

@@ -34,7 +34,7 @@ from pyspark.ml.util import (
     MLWriter,
 )
 
-from irbis.kernels.sparkml_state import read_metadata
+from irbis.kernels.sparkml.state import read_metadata
 
 S = TypeVar("S", bound="IrbisPersistable")
 

@@ -16,7 +16,7 @@ from typing import Any
 from pyspark.sql.types import DataType, FloatType
 
 from irbis.errors import ParamValueError
-from irbis.kernels.image_chain import ImageChain
+from irbis.kernels.image.chain import ImageChain
 from irbis.ml.aliases import Alias, alias_mixin, flag, one_of_any_case
 from irbis.models import default_cache_dir
 
@@ -108,7 +108,7 @@ def _synapse_stage(stage: dict[str, Any]) -> dict[str, Any]:
     if name == "gaussiankernel":
         out["width"] = 1
     if name == "threshold" and isinstance(out.get("type"), int):
-        from irbis.kernels.image_ops import THRESHOLD_TYPES
+        from irbis.kernels.image.ops import THRESHOLD_TYPES
 
         out["type"] = {code: key for key, code in THRESHOLD_TYPES.items()}[out["type"]]
     return out

@@ -48,10 +48,10 @@ _TEXT_FEATURIZER_ROWS: list[Row] = [
 ]
 
 
-_TextFeaturizerParamsParams: Any = table_mixin("_TextFeaturizerRows", _TEXT_FEATURIZER_ROWS)
+_TextFeaturizerRows: Any = table_mixin("_TextFeaturizerRows", _TEXT_FEATURIZER_ROWS)
 
 
-class _TextFeaturizerParams(HasInputCol, HasOutputCol, _TextFeaturizerParamsParams):
+class _TextFeaturizerParams(HasInputCol, HasOutputCol, _TextFeaturizerRows):
     """Params shared by :class:`TextFeaturizer` and :class:`TextFeaturizerModel`."""
 
     def _check_input(self, schema: StructType) -> None:

@@ -66,14 +66,14 @@ _TEXT_CLASSIFIER_ROWS: list[Row] = (rows_named(_SHARED, TRAIN_PARAMS) + rows_nam
      in_range(0, 1, high_open=True)),
 ]
 
-_TextClassifierParams2: Any = table_mixin("_HasTextClassifierParams", _TEXT_CLASSIFIER_ROWS, (HasDevice,))
+_HasTextClassifierParams: Any = table_mixin("_HasTextClassifierParams", _TEXT_CLASSIFIER_ROWS, (HasDevice,))
 
 
-_TextClassifierParams1: Any = alias_mixin("TextClassifierNames", TEXT_CLASSIFIER_ALIASES)
+TextClassifierNames: Any = alias_mixin("TextClassifierNames", TEXT_CLASSIFIER_ALIASES)
 
 
-class TextClassifier(_TextClassifierParams1, IrbisEstimator,
-                     _TextClassifierParams2):
+class TextClassifier(TextClassifierNames, IrbisEstimator,
+                     _HasTextClassifierParams):
     """Fine-tune a pretrained text encoder on the texts of a DataFrame.
 
     The encoder keeps its pretrained weights and gets a new ``numClasses`` head (its architecture's

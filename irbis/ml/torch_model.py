@@ -18,7 +18,7 @@ from torch import nn
 from irbis.kernels.batching import network_batch, refused_shape, sequence_rows
 from irbis.kernels.blocks import BatchFn, Tensor, flat_rows
 from irbis.kernels.engines import EngineError
-from irbis.kernels.image_features import image_batch
+from irbis.kernels.image.features import image_batch
 from irbis.kernels.inference import cached_predict_fn, make_sequence_predict_fn, resolve_source
 from irbis.ml.base import IrbisModel
 from irbis.ml.calibration import HasCalibrationSample

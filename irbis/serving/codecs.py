@@ -3,7 +3,7 @@
 A request is a JSON object (one row) or a JSON array of objects (many rows), keyed by the
 pipeline's input columns, or image files (a raw body, or multipart parts) for a pipeline with one
 image input. Every value is checked against the kinds its column accepts
-(:data:`irbis.kernels.sparkml_state.KINDS`); anything wrong is a :class:`RequestError` carrying the HTTP
+(:data:`irbis.kernels.chain.KINDS`); anything wrong is a :class:`RequestError` carrying the HTTP
 status and a message naming the column, the row and what was expected.
 """
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from irbis.kernels.blocks import Images, Tensor, block_to_rows, mixed_shapes
-from irbis.kernels.image import ImageDecodeError, decode_image
+from irbis.kernels.image.decode import ImageDecodeError, decode_image
 
 __all__ = ["ALL_OUTPUTS", "Parsed", "RequestError", "check_outputs", "check_shapes", "decode_value", "encode_response",
            "json_rows", "json_value", "parse_files", "parse_json"]

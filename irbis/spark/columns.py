@@ -11,7 +11,7 @@ from pyspark.sql import Column
 from pyspark.sql import functions as F
 from pyspark.sql.types import DataType, StructType
 
-from irbis.kernels.image import IMAGE_FIELDS
+from irbis.kernels.image.decode import IMAGE_FIELDS
 
 
 def quote(name: str) -> str:
@@ -32,7 +32,7 @@ def column(name: str) -> Column:
 
 def is_image_struct(dtype: DataType) -> bool:
     """Whether ``dtype`` is an image struct: a struct holding every field of Spark's image schema
-    (:data:`irbis.kernels.image.IMAGE_FIELDS`, the fields the Arrow blocks read)."""
+    (:data:`irbis.kernels.image.decode.IMAGE_FIELDS`, the fields the Arrow blocks read)."""
     return isinstance(dtype, StructType) and not set(IMAGE_FIELDS) - set(dtype.names)
 
 

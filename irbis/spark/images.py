@@ -32,7 +32,7 @@ from pyspark.sql.types import (
 )
 
 from irbis.kernels.blocks import Images, bounded_slices, from_arrow, to_arrow
-from irbis.kernels.image import DEFAULT_MAX_PIXELS, decode_batch
+from irbis.kernels.image.decode import DEFAULT_MAX_PIXELS, decode_batch
 from irbis.spark.guard import on_executors
 from irbis.spark.resources import conf
 

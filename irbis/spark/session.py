@@ -9,11 +9,9 @@ from typing import Any
 from pyspark.sql import SparkSession
 
 from irbis.kernels.engines.exported import HUGE_PAGE_TUNABLE
+from irbis.spark import DEFAULT_MASTER
 from irbis.spark.environment import environment_conf, merge_conf
 from irbis.spark.java import use_java
-
-#: The master of :func:`get_spark` when none is given (outside ``spark-submit``), and of the ``irbis`` commands.
-DEFAULT_MASTER = "local[*]"
 
 #: Defaults applied unless the caller sets the key. Arrow is what every Irbis stage moves data with;
 #: the byte cap keeps one Arrow batch of images (600 KB per 224x224x3 float row) from filling memory.

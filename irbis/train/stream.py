@@ -10,7 +10,7 @@ IPC file of fixed blocks (:class:`Spill`), and the worker trains from there (:cl
 * each batch is read back from the file and decoded on the prefetch thread
   (:class:`InputFormat`): numbers as they are, tensor bytes with their dtype and shape, Spark image
   structs and encoded image files through the model's one image geometry
-  (:mod:`irbis.kernels.image_features`), with the augmentation of :mod:`irbis.kernels.image_augment`
+  (:mod:`irbis.kernels.image.features`), with the augmentation of :mod:`irbis.kernels.image.augment`
   drawn from a generator seeded by the run's seed, the worker, the epoch and the row;
 * the read pass profiles the rows for the checks (:mod:`irbis.train.checks`), and decodes each image
   once, so that a corrupt file is known (skipped and counted, or named) before the first step.
@@ -62,7 +62,7 @@ class InputFormat:
     row, see :mod:`irbis.train.sequences`), ``"tensor"`` (raw little-endian bytes of ``dtype``, reshaped
     to ``shape``), ``"image"`` (a Spark image struct) or ``"encoded"`` (the bytes of an image file).
     ``preprocessing`` is a :class:`~irbis.models.preprocess.Preprocessing` as a dict (None: images keep their
-    size, RGB 0..255, CHW), ``augmentation`` the parsed list of :func:`~irbis.kernels.image_augment.parse_augmentation`.
+    size, RGB 0..255, CHW), ``augmentation`` the parsed list of :func:`~irbis.kernels.image.augment.parse_augmentation`.
     """
 
     kind: str = "vector"
@@ -97,7 +97,7 @@ class InputFormat:
             return column.flatten().to_numpy(zero_copy_only=False).astype(np.float32, copy=False).reshape(n, -1)
         from irbis.kernels.batching import network_batch
         from irbis.kernels.blocks import from_arrow
-        from irbis.kernels.image_features import preprocess_images
+        from irbis.kernels.image.features import preprocess_images
 
         spec = self._spec()
         values = from_arrow(column, FEATURES)
@@ -109,8 +109,8 @@ class InputFormat:
         return self._augmented(values, spec, rngs)
 
     def _augmented(self, values: Any, spec: Any, rngs: list[np.random.Generator]) -> np.ndarray:
-        from irbis.kernels.image_augment import augment_rgb
-        from irbis.kernels.image_features import load_rgb
+        from irbis.kernels.image.augment import augment_rgb
+        from irbis.kernels.image.features import load_rgb
 
         batch = np.empty((len(values), *spec.input_shape), np.float32)
 
@@ -127,7 +127,7 @@ class InputFormat:
     def check_row(self, value: Any) -> tuple[int, str | None]:
         """One row's feature length as the network will see it, and why it cannot be read (None: it can);
         images are decoded once here."""
-        from irbis.kernels.image_features import load_rgb
+        from irbis.kernels.image.features import load_rgb
 
         spec = self._spec()
         try:

@@ -237,7 +237,7 @@ def image_frame(spark: SparkSession) -> DataFrame:
     from pyspark.sql.types import BinaryType
     from skimage import data
 
-    from irbis.kernels.image import array_to_struct
+    from irbis.kernels.image.decode import array_to_struct
     from irbis.spark.images import IMAGE_STRUCT
 
     photos = [data.chelsea()[::4, ::4, ::-1], data.coffee()[::8, ::8, ::-1]]
@@ -330,7 +330,7 @@ def labelled_images(spark: SparkSession) -> DataFrame:
     import cv2
     from skimage import data
 
-    from irbis.kernels.image import array_to_struct
+    from irbis.kernels.image.decode import array_to_struct
     from irbis.spark.images import IMAGE_STRUCT
 
     rows = []

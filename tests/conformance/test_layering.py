@@ -198,8 +198,8 @@ def _plant(root: Path, files: dict[str, str]) -> Path:
 CLEAN = {
     "irbis/errors.py": "class ParamValueError(ValueError):\n    pass\n",
     "irbis/models/preprocess.py": "COLOR_FORMATS = {'RGB': 3}\n",
-    "irbis/kernels/image_ops.py": "from irbis.models.preprocess import COLOR_FORMATS\n",
-    "irbis/kernels/image_features.py": "def f():\n    from .image_ops import COLOR_FORMATS\n",
+    "irbis/kernels/image/ops.py": "from irbis.models.preprocess import COLOR_FORMATS\n",
+    "irbis/kernels/image/features.py": "def f():\n    from .ops import COLOR_FORMATS\n",
     "irbis/ml/params.py": "from irbis.errors import ParamValueError\n",
     "irbis/spark/resources.py": "from irbis.errors import ParamValueError\n",
     "irbis/train/ps/__init__.py": "DONE = 2\n",
@@ -213,16 +213,16 @@ CLEAN = {
 
 def test_the_checker_finds_nothing_in_a_clean_tree(tmp_path):
     graph = import_graph(_plant(tmp_path, CLEAN))
-    assert graph["irbis.kernels.image_features"] == {"irbis.kernels.image_ops"}
+    assert graph["irbis.kernels.image.features"] == {"irbis.kernels.image.ops"}
     assert upward_imports(graph) == [] and sibling_imports(graph) == [] and import_cycles(graph) == []
 
 
 @pytest.mark.parametrize("planted,expected", [
     # the ground importing the image kernels, lazily, inside a function
     ({"irbis/models/preprocess.py": "def preprocess_rgb(image, spec):\n"
-                                    "    from irbis.kernels.image_ops import resize\n"},
-     "upward: irbis.models.preprocess (ground) -> irbis.kernels.image_ops (kernels)\n"
-     "cycle: irbis.kernels.image_ops, irbis.models.preprocess"),
+                                    "    from irbis.kernels.image.ops import resize\n"},
+     "upward: irbis.models.preprocess (ground) -> irbis.kernels.image.ops (kernels)\n"
+     "cycle: irbis.kernels.image.ops, irbis.models.preprocess"),
     # Spark glue importing an error from the stages' Params, lazily
     ({"irbis/spark/resources.py": "def check_device():\n    from irbis.ml.params import ParamValueError\n"},
      "upward: irbis.spark.resources (spark) -> irbis.ml.params (stages)"),
@@ -234,11 +234,11 @@ def test_the_checker_finds_nothing_in_a_clean_tree(tmp_path):
       "irbis/train/ps/driver.py": "def served(spec):\n    from irbis.train.strategies import make_strategy\n"},
      "cycle: irbis.train.ps, irbis.train.ps.driver, irbis.train.strategies, irbis.train.strategies.downpour"),
     # the kernels importing the training loop, which sits above them
-    ({"irbis/kernels/image_features.py": "def f():\n    from irbis.train.ps import DONE\n"},
-     "upward: irbis.kernels.image_features (kernels) -> irbis.train.ps (training)"),
+    ({"irbis/kernels/image/features.py": "def f():\n    from irbis.train.ps import DONE\n"},
+     "upward: irbis.kernels.image.features (kernels) -> irbis.train.ps (training)"),
     # a sibling of the kernels importing them
-    ({"irbis/explain/lime.py": "from irbis.kernels.image_ops import COLOR_FORMATS\n"},
-     "sibling: irbis.explain.lime -> irbis.kernels.image_ops"),
+    ({"irbis/explain/lime.py": "from irbis.kernels.image.ops import COLOR_FORMATS\n"},
+     "sibling: irbis.explain.lime -> irbis.kernels.image.ops"),
     # two serving modules importing each other
     ({"irbis/serving/predictor.py": "def load():\n    from irbis.serving.spark_predictor import SparkPredictor\n"},
      "cycle: irbis.serving.predictor, irbis.serving.spark_predictor"),

@@ -118,7 +118,7 @@ def test_killed_worker_resumes_image_training_streamed_from_its_spill(cluster_sp
     import cv2
     from skimage import data
 
-    from irbis.kernels.image import array_to_struct
+    from irbis.kernels.image.decode import array_to_struct
     from irbis.spark.images import IMAGE_STRUCT
 
     rng = np.random.default_rng(0)

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from skimage import data as skdata
 
-from irbis.kernels.image import struct_to_array
+from irbis.kernels.image.decode import struct_to_array
 from irbis.ml.image import ImageDecoder
 from irbis.spark.images import ImageReadStats, read_images, read_images_stream
 

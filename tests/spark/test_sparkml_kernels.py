@@ -11,8 +11,8 @@ from pyspark.ml.linalg import Vectors
 from sklearn.datasets import load_digits
 
 from irbis.kernels.blocks import Tensor, run_steps
-from irbis.kernels.sparkml import NoKernelError, load_sparkml_kernel, sparkml_kernel
-from irbis.kernels.sparkml_state import read_stage
+from irbis.kernels.sparkml.registry import NoKernelError, load_sparkml_kernel, sparkml_kernel
+from irbis.kernels.sparkml.state import read_stage
 
 pytestmark = pytest.mark.spark
 

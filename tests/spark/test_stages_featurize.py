@@ -8,6 +8,7 @@ from pyspark.sql.types import (
     BooleanType,
     DateType,
     DoubleType,
+    IntegerType,
     MapType,
     StringType,
     StructField,
@@ -58,3 +59,42 @@ def test_high_cardinality_strings_are_hashed_and_maps_refused(spark, frame):
     with pytest.raises(TypeError, match="'m'"):
         Featurize(inputCols=["m"], outputCol="x").fit(bad)
     assert np.isfinite(model.transform(frame).first().x.toArray()).all()
+
+
+def _by_id(rows):
+    return {r.id: np.asarray(r.x.toArray() if hasattr(r.x, "toArray") else r.x).tolist() for r in rows}
+
+
+@pytest.mark.parametrize("local", [False, True], ids=["spark", "pandas"])
+def test_without_imputation_a_missing_number_is_kept_as_nan_or_its_row_skipped(spark, frame, tmp_path, local):
+    """imputeMissing=False: a missing number (null or NaN) is left missing and unflagged, and
+    vectorAssemblerHandleInvalid keeps its row with NaN or drops the row; the other kinds are imputed as before."""
+    data = spark.createDataFrame([(i, *row) for i, row in enumerate(ROWS)],
+                                 StructType([StructField("id", IntegerType()), *SCHEMA.fields]))
+    data = data.toPandas() if local else data
+    cols = ["n", "b", "s", "d"]
+    keep = Featurize(inputCols=cols, outputCol="x", imputeMissing=False, vectorAssemblerHandleInvalid="keep")
+    model = keep.fit(data)
+    assert "n_missing" not in model.feature_names and "b_missing" in model.feature_names
+    rows = _by_id(model.transform(data).itertuples() if local else model.transform(data).collect())
+    assert set(rows) == {0, 1, 2} and rows[0][0] == 1.0
+    assert np.isnan(rows[1][0]) and np.isnan(rows[2][0])  # null and NaN alike
+    assert rows[2][model.feature_names.index("b")] == 0.5  # a missing boolean is still imputed
+    model.write().overwrite().save(str(tmp_path / "keep"))
+    loaded = type(model).load(str(tmp_path / "keep"))
+    assert loaded.getImputeMissing() is False and loaded._plans == model._plans
+    skipped = loaded.copy({loaded.vectorAssemblerHandleInvalid: "skip"}).transform(data)
+    assert set(_by_id(skipped.itertuples() if local else skipped.collect())) == {0}
+    imputed = Featurize(inputCols=cols, outputCol="x").fit(data).transform(data)
+    assert (len(imputed) if local else imputed.count()) == 3
+
+
+def test_without_imputation_error_fails_naming_the_column(frame):
+    model = Featurize(inputCols=["n", "s"], outputCol="x", imputeMissing=False).fit(frame)
+    assert model.getVectorAssemblerHandleInvalid() == "error"
+    with pytest.raises(Exception, match="column 'n' has a missing value"):
+        model.transform(frame).collect()
+    with pytest.raises(ValueError, match="column 'n' has a missing value.*vectorAssemblerHandleInvalid"):
+        model.transform(frame.toPandas())
+    present = frame.where("n = 1.0")
+    assert model.transform(present).first().x.toArray()[0] == 1.0

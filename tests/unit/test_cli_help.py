@@ -132,26 +132,33 @@ def test_one_flag_name_per_concept_on_every_command(capsys):
                 assert "default" in entry, (command, action.option_strings, entry)
 
 
-def test_the_old_flag_names_still_parse():
-    parse = build_parser().parse_args
-    serve = parse(["serve", "model", "--spark", "local[2]", "--workers", "3"])
-    assert serve.master == "local[2]" and serve.processes == 3
-    assert parse(["featurize", "in", "--model", "resnet18"]).network == "resnet18"
-    assert parse(["classify", "in", "--model", "resnet18"]).network == "resnet18"
+@pytest.mark.parametrize("argv, flag", [
+    (["serve", "model", "--spark", "local[2]"], "--spark"),
+    (["serve", "model", "--workers", "3"], "--workers"),
+    (["featurize", "in", "--model", "resnet18"], "--model"),
+    (["classify", "in", "--model", "resnet18"], "--model"),
+])
+def test_the_removed_flag_names_are_refused(capsys, argv, flag):
+    """0.1.0 is the first release: serve's --spark and --workers and the --model of featurize and classify are
+    gone (--master, --processes, --network), refused as any unknown flag is."""
+    with pytest.raises(SystemExit) as done:
+        build_parser().parse_args(argv)
+    assert done.value.code == 2
+    assert f"unrecognized arguments: {flag}" in capsys.readouterr().err
 
 
 def test_train_names_its_task_and_keeps_the_stages_defaults(capsys):
-    from irbis.cli import TRAIN_PARAMS, _train_params
+    from irbis.cli.train import TRAIN_PARAMS, train_params
     from irbis.ml import ImageClassifier, TorchEstimator
 
     with pytest.raises(SystemExit):
         build_parser().parse_args(["train", "folder"])  # which stage trains is said, not guessed
     assert "--task" in capsys.readouterr().err
     args = build_parser().parse_args(["train", "folder", "--task", "image"])
-    assert _train_params(args) == {}  # nothing set: ImageClassifier's own defaults
+    assert train_params(args) == {}  # nothing set: ImageClassifier's own defaults
     args = build_parser().parse_args(["train", "data", "--task", "vectors", "--epochs", "7", "--workers", "3",
                                       "--training-precision", "bf16"])
-    assert _train_params(args) == {"epochs": 7, "numWorkers": 3, "trainingPrecision": "bf16"}
+    assert train_params(args) == {"epochs": 7, "numWorkers": 3, "trainingPrecision": "bf16"}
     with pytest.raises(SystemExit):
         build_parser().parse_args(["train", "data", "--task", "vectors", "--training-precision", "fp16"])
     text = " ".join(help_of(capsys, "train").split())
@@ -176,12 +183,14 @@ def test_plain_text_takes_the_markup_out(text, plain):
     assert plain_text(text) == plain
 
 
-def test_the_top_help_and_parsing_another_command_import_no_torch():
-    """The registries that need torch are read only where their names are shown or checked."""
+def test_the_top_help_and_parsing_another_command_import_no_torch_and_no_pyspark():
+    """The registries that need torch are read only where their names are shown or checked, and the Spark
+    session's module only where a command runs."""
     import subprocess
     import sys
 
     code = ("import sys; from irbis.cli import build_parser; p = build_parser(); p.format_help(); "
-            "p.parse_args(['demo', '--size', 'small', '--precision', 'bf16']); print('torch' in sys.modules)")
+            "p.parse_args(['demo', '--size', 'small', '--precision', 'bf16']); "
+            "print('torch' in sys.modules, 'pyspark' in sys.modules)")
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert run.stdout.strip() == "False", run.stdout + run.stderr
+    assert run.stdout.strip() == "False False", run.stdout + run.stderr

@@ -17,7 +17,7 @@ from irbis.kernels.blocks import (
     stack_rows,
     to_arrow,
 )
-from irbis.kernels.image import array_to_struct
+from irbis.kernels.image.decode import array_to_struct
 
 IMAGE_TYPE = pa.struct([("origin", pa.string()), ("height", pa.int32()), ("width", pa.int32()),
                         ("nChannels", pa.int32()), ("mode", pa.int32()), ("data", pa.binary())])

@@ -5,7 +5,14 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from irbis.kernels.featurize import build_column_plan, column_stats, infer_kind, slot_names, transform_frame
+from irbis.kernels.featurize import (
+    build_column_plan,
+    column_stats,
+    infer_kind,
+    invalid_rows,
+    slot_names,
+    transform_frame,
+)
 
 
 def _frame():
@@ -77,3 +84,17 @@ def test_missing_timestamps_are_flagged():
     assert plans[0]["kind"] == "timestamp" and plans[0]["flag"]
     out = transform_frame(f, plans)
     assert out[1, 4] == 11.0 and out[1, -1] == 1.0 and out[0, -1] == 0.0
+
+
+def test_a_numeric_column_planned_without_imputation_is_invalid_where_missing():
+    frame = pd.DataFrame({"num": [1.0, None, np.nan, 4.0], "flag": [True, None, False, True]})
+    kinds = {c: infer_kind(frame[c]) for c in frame.columns}
+    plans = [build_column_plan(c, kinds[c], column_stats(frame[c], kinds[c]), 10, 8, impute=False) for c in frame]
+    assert [slot_names(p) for p in plans] == [["num"], ["flag", "flag_missing"]]  # only numbers go unimputed
+    assert invalid_rows(frame, plans).tolist() == [False, True, True, False]
+    kept = transform_frame(frame, plans, "keep")
+    assert kept[[0, 3], 0].tolist() == [1.0, 4.0] and np.isnan(kept[[1, 2], 0]).all()
+    assert kept[1, 1:].tolist() == [2 / 3, 1.0]  # the boolean is imputed and flagged as before
+    with pytest.raises(ValueError, match="column 'num' has a missing value .* in row 1"):
+        transform_frame(frame, plans, "error")
+    assert transform_frame(frame.iloc[[0, 3]], plans, "error")[:, 0].tolist() == [1.0, 4.0]

@@ -3,8 +3,8 @@ import numpy as np
 import pytest
 from skimage import data
 
-from irbis.kernels.image_augment import augment_rgb, parse_augmentation
-from irbis.kernels.image_features import preprocess_rgb
+from irbis.kernels.image.augment import augment_rgb, parse_augmentation
+from irbis.kernels.image.features import preprocess_rgb
 from irbis.models import get_entry
 
 SPEC = get_entry("efficientnet_lite0").preprocessing

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from skimage import data as skdata
 
-from irbis.kernels.image import (
+from irbis.kernels.image.decode import (
     ImageDecodeError,
     array_to_struct,
     decode_batch,
@@ -14,7 +14,7 @@ from irbis.kernels.image import (
     ocv_mode,
     struct_to_array,
 )
-from irbis.kernels.image_header import header_size, sniff_format
+from irbis.kernels.image.header import header_size, sniff_format
 
 CAT_BGR = np.ascontiguousarray(skdata.chelsea()[:, :, ::-1])  # 300x451x3
 

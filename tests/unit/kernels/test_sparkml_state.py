@@ -6,9 +6,9 @@ import json
 import numpy as np
 import pytest
 
-from irbis.kernels.sparkml import NoKernelError, kernel_from_state, load_sparkml_kernel
-from irbis.kernels.sparkml_state import StageState, _udt, read_stage
-from irbis.kernels.sparkml_trees import Tree
+from irbis.kernels.sparkml.registry import NoKernelError, kernel_from_state, load_sparkml_kernel
+from irbis.kernels.sparkml.state import StageState, _udt, read_stage
+from irbis.kernels.sparkml.trees import Tree
 
 
 def test_vector_structs_dense_and_sparse():

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from irbis.cli import main
-from irbis.kernels.image_features import preprocess_rgb
-from irbis.kernels.image_ops import ImageOpError, center_crop, resize
+from irbis.kernels.image.features import preprocess_rgb
+from irbis.kernels.image.ops import ImageOpError, center_crop, resize
 from irbis.models import (
     MODELS,
     CatalogueEntry,
@@ -142,7 +142,7 @@ def test_preprocess_colour_orders_and_bad_input():
 
 
 def test_colour_orders_speak_the_image_operations_vocabulary():
-    from irbis.kernels.image_ops import COLOR_FORMATS
+    from irbis.kernels.image.ops import COLOR_FORMATS
 
     gray = get_entry("lenet_digits").preprocessing.to_dict()
     assert set(gray["color_order"].split()) <= set(COLOR_FORMATS)
@@ -151,5 +151,5 @@ def test_colour_orders_speak_the_image_operations_vocabulary():
     for other in ("L", "BGRA"):
         with pytest.raises(ValueError, match="color_order must be one of .*'GRAY'"):
             Preprocessing.from_dict({**gray, "color_order": other})
-    with pytest.raises(AttributeError, match="irbis.kernels.image_features"):
+    with pytest.raises(AttributeError, match="irbis.kernels.image.features"):
         __import__("irbis.models", fromlist=["x"]).preprocess_rgb

@@ -8,7 +8,7 @@ import pyarrow as pa
 import pytest
 
 from irbis.kernels import threads
-from irbis.kernels.image_augment import parse_augmentation
+from irbis.kernels.image.augment import parse_augmentation
 from irbis.train.stream import InputFormat
 
 PREP = {"input_size": [32, 32], "mean": [127.0] * 3, "std": [128.0] * 3}

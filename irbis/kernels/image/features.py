@@ -9,7 +9,7 @@ Examples
 --------
 >>> import numpy as np
 >>> from irbis.models import get_entry
->>> from irbis.kernels.image import array_to_struct
+>>> from irbis.kernels.image.decode import array_to_struct
 >>> batch, valid, errors = preprocess_images(
 ...     [array_to_struct(np.zeros((300, 400, 3), np.uint8)), None], get_entry("efficientnet_lite0").preprocessing)
 >>> batch.shape, valid.tolist(), errors
@@ -23,9 +23,9 @@ import cv2
 import numpy as np
 
 from irbis.kernels.blocks import Binary, Prepared
-from irbis.kernels.image import DEFAULT_MAX_PIXELS, ImageDecodeError, decode_image, struct_to_array
-from irbis.kernels.image_header import header_size, sniff_format
-from irbis.kernels.image_ops import (
+from irbis.kernels.image.decode import DEFAULT_MAX_PIXELS, ImageDecodeError, decode_image, struct_to_array
+from irbis.kernels.image.header import header_size, sniff_format
+from irbis.kernels.image.ops import (
     INTERPOLATIONS,
     as_hwc,
     center_crop,

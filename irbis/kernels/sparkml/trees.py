@@ -14,8 +14,8 @@ from typing import Any
 import numpy as np
 
 from irbis.kernels.chain import StageKernel
-from irbis.kernels.sparkml_predictors import Scores, classifier_kernel, regressor_kernel, threshold_prediction
-from irbis.kernels.sparkml_state import StageState
+from irbis.kernels.sparkml.predictors import Scores, classifier_kernel, regressor_kernel, threshold_prediction
+from irbis.kernels.sparkml.state import StageState
 
 __all__ = ["Tree", "tree_classifier", "tree_regressor"]
 

@@ -2,7 +2,7 @@
 
 SparkML's fitted models compute in the JVM. :data:`SPARKML_KERNELS` maps a stage's class name to a
 builder that takes the stage's state (its Params and fitted data, a
-:class:`~irbis.kernels.sparkml_state.StageState`) and returns a :class:`StageKernel`, a
+:class:`~irbis.kernels.sparkml.state.StageState`) and returns a :class:`StageKernel`, a
 :data:`~irbis.kernels.blocks.BatchFn` over column blocks with SparkML's numerics. The state comes
 from either side of the Spark boundary:
 
@@ -28,15 +28,15 @@ import numpy as np
 
 from irbis.kernels.blocks import Tensor
 from irbis.kernels.chain import StageKernel
-from irbis.kernels.sparkml_features import imputer, min_max_scaler, one_hot_encoder, standard_scaler, string_indexer
-from irbis.kernels.sparkml_predictors import (
+from irbis.kernels.sparkml.features import imputer, min_max_scaler, one_hot_encoder, standard_scaler, string_indexer
+from irbis.kernels.sparkml.predictors import (
     linear_regression_kernel,
     logistic_regression,
     logistic_regression_kernel,
     perceptron_kernel,
 )
-from irbis.kernels.sparkml_state import NoKernelError, StageState, read_stage
-from irbis.kernels.sparkml_trees import tree_classifier, tree_regressor
+from irbis.kernels.sparkml.state import NoKernelError, StageState, read_stage
+from irbis.kernels.sparkml.trees import tree_classifier, tree_regressor
 
 __all__ = ["INPUT_KINDS", "SPARKML_KERNELS", "NoKernelError", "assemble_vectors", "kernel_from_state",
            "load_sparkml_kernel", "logistic_regression", "sparkml_kernel"]
@@ -116,7 +116,7 @@ LIVE_DATA: dict[str, Callable[[Any], dict[str, Any]]] = {
 }
 
 
-#: SparkML class name -> the kinds of value (:data:`~irbis.kernels.sparkml_state.KINDS`) its input
+#: SparkML class name -> the kinds of value (:data:`~irbis.kernels.chain.KINDS`) its input
 #: columns accept; a class not listed reads vectors (its ``featuresCol``, or a vector ``inputCol``).
 INPUT_KINDS: dict[str, frozenset[str]] = {
     "VectorAssembler": frozenset({"number", "vector"}),

@@ -13,7 +13,7 @@ import numpy as np
 
 from irbis.kernels.blocks import Tensor
 from irbis.kernels.chain import StageKernel
-from irbis.kernels.sparkml_state import StageState, vector_block
+from irbis.kernels.sparkml.state import StageState, vector_block
 
 __all__ = ["classifier_kernel", "linear_regression", "logistic_regression", "multilayer_perceptron",
            "regressor_kernel", "softmax", "threshold_prediction"]

@@ -32,8 +32,8 @@ from typing import Any, Callable, Iterable, Mapping
 import cv2
 import numpy as np
 
-from irbis.kernels import image_ops as ops
-from irbis.kernels.image_ops import ImageOpError, describe
+from irbis.kernels.image import ops
+from irbis.kernels.image.ops import ImageOpError, describe
 
 __all__ = ["OPS", "ImageChain", "OpSpec"]
 

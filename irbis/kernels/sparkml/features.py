@@ -1,6 +1,6 @@
 """Kernels of SparkML's fitted feature stages, with SparkML's numerics (float64, as the JVM computes).
 
-Each builder takes a :class:`~irbis.kernels.sparkml_state.StageState` and returns a
+Each builder takes a :class:`~irbis.kernels.sparkml.state.StageState` and returns a
 :class:`~irbis.kernels.chain.StageKernel`. Vectors come out dense. Numeric columns arrive as
 float64 blocks where a null is NaN (the block convention), so ``NaN`` and null are one value here:
 OneHotEncoder gives null for it (as SparkML does for null) and Imputer replaces it. Pure: no pyspark.
@@ -13,7 +13,7 @@ import numpy as np
 
 from irbis.kernels.blocks import Tensor
 from irbis.kernels.chain import StageKernel
-from irbis.kernels.sparkml_state import StageState, number_column, vector_block
+from irbis.kernels.sparkml.state import StageState, number_column, vector_block
 
 __all__ = ["imputer", "min_max_scaler", "one_hot_encoder", "standard_scaler", "string_indexer"]
 

@@ -7,9 +7,9 @@ channels interleaved in BGR(A) order, native byte order for 16-bit and
 float images).  Inside a kernel the same image is a ``(height, width,
 channels)`` ndarray; single-channel images keep their channel axis.
 
-The operations (resize, crop, flip, ...) and the chain that applies several
-of them in one pass live in :mod:`irbis.kernels.image_ops` and are re-exported
-here.
+The operations (resize, crop, flip, ...) live in :mod:`irbis.kernels.image.ops`
+and the chain that applies several of them in one pass in
+:mod:`irbis.kernels.image.chain`.
 
 Examples
 --------
@@ -28,27 +28,12 @@ from typing import Any, Sequence
 import cv2
 import numpy as np
 
-from irbis.kernels.image_chain import OPS, ImageChain  # noqa: F401  (re-exported)
-from irbis.kernels.image_header import header_size, sniff_format
-from irbis.kernels.image_ops import (  # noqa: F401  (re-exported)
-    ImageOpError,
-    as_hwc,
-    blur,
-    center_crop,
-    color_format,
-    crop,
-    flip,
-    normalize,
-    resize,
-    threshold,
-    to_chw,
-)
+from irbis.kernels.image.header import header_size, sniff_format
+from irbis.kernels.image.ops import as_hwc
 
 __all__ = [
-    "DEFAULT_MAX_PIXELS", "IMAGE_FIELDS", "ImageDecodeError", "ImageChain", "ImageOpError", "OPS",
-    "array_to_struct", "blur", "center_crop", "color_format", "crop", "decode_batch",
-    "decode_image", "flip", "image_view", "normalize", "ocv_mode", "resize", "struct_to_array",
-    "threshold", "to_chw",
+    "DEFAULT_MAX_PIXELS", "IMAGE_FIELDS", "ImageDecodeError", "array_to_struct", "decode_batch", "decode_image",
+    "image_view", "ocv_mode", "struct_to_array",
 ]
 
 #: Images larger than this many pixels are refused before decoding.

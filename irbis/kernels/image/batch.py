@@ -7,7 +7,7 @@ result per input, so a Spark stage only moves columns in and out.
 Examples
 --------
 >>> import numpy as np
->>> from irbis.kernels.image import array_to_struct
+>>> from irbis.kernels.image.decode import array_to_struct
 >>> images = [np.arange(12, dtype=np.uint8).reshape(2, 2, 3), None]
 >>> [None if v is None else v.tolist() for v in unroll_images(images)]
 [[0.0, 3.0, 6.0, 9.0, 1.0, 4.0, 7.0, 10.0, 2.0, 5.0, 8.0, 11.0], None]
@@ -19,9 +19,9 @@ from typing import Any, Sequence
 import cv2
 import numpy as np
 
-from irbis.kernels.image import DEFAULT_MAX_PIXELS, decode_image, struct_to_array
-from irbis.kernels.image_chain import ImageChain
-from irbis.kernels.image_ops import ImageOpError, as_hwc, flip, to_chw
+from irbis.kernels.image.chain import ImageChain
+from irbis.kernels.image.decode import DEFAULT_MAX_PIXELS, decode_image, struct_to_array
+from irbis.kernels.image.ops import ImageOpError, as_hwc, flip, to_chw
 
 __all__ = [
     "AUGMENTATIONS", "OUTPUT_FORMATS", "augment_images", "pixels_of", "transform_images", "unroll_images",

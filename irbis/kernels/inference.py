@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import numpy as np
 
 from irbis.kernels.calibration import Calibration, make_calibration
-from irbis.kernels.device import device_name, resolve_device
+from irbis.kernels.device import task_device
 from irbis.kernels.engines import EngineError, candidates, exported_engine
 from irbis.kernels.engines.exported import Chain, ExportedNetwork, in_batches
 from irbis.kernels.threads import set_threads, task_threads  # noqa: F401  (re-exported)
@@ -310,7 +310,7 @@ def make_torch_predict_fn(
     (2, 1000)
     """
     identity, threads = source_identity(source), task_threads()
-    device = device_name(device)  # this task's device (the one device rule): "cpu" or "cuda:N"
+    device = task_device(device)  # this task's device (the one device rule): "cpu" or "cuda:N"
 
     def cached(name: str) -> Callable[[], Any]:
         runner = exported_engine(name, precision)
@@ -379,7 +379,9 @@ class _Network:
     engine = "torch"
 
     def __init__(self, source: dict[str, Any], key: str, device: str, precision: str, allow_pickle: bool) -> None:
-        self.device = resolve_device(device)
+        import torch
+
+        self.device = torch.device(task_device(device))
         self.module = prepare_network(load_network(source, allow_pickle), precision, self.device)
         if self.device.type == "cpu":
             self.module = share_weights(self.module, key)

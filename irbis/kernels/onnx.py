@@ -15,7 +15,7 @@ from typing import Any, Callable
 import numpy as np
 
 from irbis.kernels.blocks import Tensor, flat_rows, from_rows
-from irbis.kernels.device import cuda_index, device_name, is_cuda
+from irbis.kernels.device import cuda_index, is_cuda, task_device
 from irbis.kernels.engines.exported import TRIM_BYTES, huge_page_malloc, release_memory
 from irbis.kernels.inference import source_identity
 
@@ -160,7 +160,7 @@ def _session(path: str, extra_outputs: tuple[str, ...], device: str, num_threads
     from irbis.kernels.engines.ort import session_options
 
     # this task's device (the one device rule), where ONNX Runtime can run on a GPU at all
-    name = device_name(device) if "CUDAExecutionProvider" in ort.get_available_providers() else "cpu"
+    name = task_device(device) if "CUDAExecutionProvider" in ort.get_available_providers() else "cpu"
     key = (source_identity({"kind": "onnx", "path": path}), extra_outputs, name, num_threads,
            optimization_level)
     with _LOCK:

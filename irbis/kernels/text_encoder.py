@@ -35,7 +35,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from irbis.kernels.device import device_name, is_cuda
+from irbis.kernels.device import is_cuda, task_device
 from irbis.kernels.engines import ENGINES, EngineError, export_lock_path, native_bf16, onnx_path
 from irbis.kernels.sequences import PadStats, run_by_length
 from irbis.kernels.threads import set_threads, task_threads
@@ -196,7 +196,7 @@ class TextRunner:
         self.truncation, self.token_budget, self.max_rows = truncation, token_budget, max_rows
         self.tokens = text_tokens(source, max_length)
         self.max_length, self.pad_id = self.tokens.max_length, self.tokens.pad_id
-        self.device = device_name(device)
+        self.device = task_device(device)
         self.calibration = calibration
         self.engine, self._run = self._load_engine(engine, precision)
         self.lock = threading.Lock()

@@ -42,7 +42,14 @@ import numpy as np
 
 from irbis.kernels.calibration import Calibration, make_calibration
 from irbis.kernels.device import task_device
-from irbis.kernels.engines import EngineError, candidates, exported_engine
+from irbis.kernels.engines import (
+    EngineError,
+    cached,
+    cached_values,
+    candidates,
+    clear_cache,  # noqa: F401  (re-exported)
+    exported_engine,
+)
 from irbis.kernels.engines.exported import Chain, ExportedNetwork, in_batches
 from irbis.kernels.threads import set_threads, task_threads  # noqa: F401  (re-exported)
 
@@ -56,8 +63,6 @@ if TYPE_CHECKING:
 ArrayFn = Callable[[np.ndarray], np.ndarray]
 PRECISIONS = ("fp32", "bf16", "int8")
 
-_CACHE: dict[str, Any] = {}
-_CACHE_LOCK = threading.RLock()  # a predictor in the cache loads its networks through it
 
 
 class _StopForward(Exception):
@@ -312,23 +317,23 @@ def make_torch_predict_fn(
     identity, threads = source_identity(source), task_threads()
     device = task_device(device)  # this task's device (the one device rule): "cpu" or "cuda:N"
 
-    def cached(name: str) -> Callable[[], Any]:
+    def getter(name: str) -> Callable[[], Any]:
         runner = exported_engine(name, precision)
         parts = [identity, device, precision, allow_pickle] + ([] if runner is None else
                                                                [name, output_layer, threads, calibration_data])
         key = hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:24]
         if runner is None:
-            return lambda: _cached(key, lambda: _Network(source, key, device, precision, allow_pickle))
+            return lambda: cached(key, lambda: _Network(source, key, device, precision, allow_pickle))
         if runner != name and device != "cpu":
             raise ValueError("precision='int8' runs on the CPU only; use bf16 on a GPU")
         load = partial(_load_for_export, source, allow_pickle, output_layer)
         calibration = partial(_calibration, source, calibration_data) if runner == name else None
-        return lambda: _cached(key, lambda: ExportedNetwork(load, identity, runner, output_layer,
+        return lambda: cached(key, lambda: ExportedNetwork(load, identity, runner, output_layer,
                                                              device, precision, threads, calibration))
 
     if output_layer and not isinstance(output_layer, str):
         output_layer = tuple(output_layer)
-    chain = Chain([(name, cached(name)) for name in candidates(engine, device, precision)], engine)
+    chain = Chain([(name, getter(name)) for name in candidates(engine, device, precision)], engine)
     if engine == "torch" and exported_engine(engine, precision) is None:
         check_output_layer(chain.networks[0][1]().module, output_layer)
     if isinstance(output_layer, tuple):
@@ -358,19 +363,12 @@ class CachedPredictor:
             self._key = json.dumps(["predict", source_identity(self.source), self.options], sort_keys=True,
                                    default=str)
         key = f"{self._key}|{task_threads()}"
-        return _cached(key, lambda: make_torch_predict_fn(self.source, **self.options))(x)
+        return cached(key, lambda: make_torch_predict_fn(self.source, **self.options))(x)
 
 
 def cached_predict_fn(source: dict[str, Any], **options: Any) -> CachedPredictor:
     """The :class:`CachedPredictor` of ``source`` and ``options``."""
     return CachedPredictor(source, **options)
-
-
-def _cached(key: str, make: Callable[[], Any]) -> Any:
-    with _CACHE_LOCK:
-        if key not in _CACHE:
-            _CACHE[key] = make()
-        return _CACHE[key]
 
 
 class _Network:
@@ -429,7 +427,7 @@ def make_sequence_predict_fn(source: dict[str, Any], *, device: str = "cpu", pre
 
     parts = [source_identity(source), device, precision, allow_pickle]
     key = hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:24]
-    network = _cached(key, lambda: _Network(source, key, device, precision, allow_pickle))
+    network = cached(key, lambda: _Network(source, key, device, precision, allow_pickle))
     kind = input_kind(network.module)
 
     def run(x: np.ndarray, mask: np.ndarray) -> np.ndarray:
@@ -482,13 +480,6 @@ def _calibration(source: dict[str, Any], folder: str) -> Calibration:
 
 
 def cached_networks() -> list[nn.Module]:
-    """The networks this process holds in its cache (to inspect them)."""
-    with _CACHE_LOCK:
-        return [network.module for network in _CACHE.values() if isinstance(network, _Network)]
-
-
-def clear_cache() -> None:
-    """Forget the networks loaded by this process (tests, or to free memory)."""
-    with _CACHE_LOCK:
-        _CACHE.clear()
+    """The eager networks this process holds in its cache (to inspect them)."""
+    return [network.module for network in cached_values() if isinstance(network, _Network)]
 

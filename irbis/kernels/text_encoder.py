@@ -5,15 +5,15 @@ Spark worker, the HTTP server and a LIME loop share it). A runner tokenizes with
 parallel over the batch), truncates at ``max_length`` (counting what it cut), runs the network on
 length-aware batches (:func:`irbis.kernels.sequences.run_by_length`) and returns one output row per text.
 
-Engines, as for images (:mod:`irbis.kernels.engines`): eager ``torch``, or the network exported once per
-machine to ONNX with its batch and sequence axes dynamic and run by ``onnxruntime`` or ``openvino``.
-``auto`` runs fp32 on eager torch first, on the CPU as on CUDA: on MiniLM over the drug reviews, with
-length-aware batches, eager torch (its fused attention, oneDNN's matrix products) ran ahead of ONNX Runtime
-in one thread, a Spark task's share, and within a sixth of OpenVINO, level in one run and behind in
-another (``benchmarks/text.py`` measures the engines side by side; ``benchmarks/results/text.txt``);
-OpenVINO first is the open question. For bf16 it
-tries OpenVINO on CPUs with bf16 instructions (ahead of torch's autocast there), for int8 ONNX Runtime's
-int8 OpenVINO runs the network as NNCF quantised it (its transformer preset, calibrated on sample texts:
+Engines, as for images (:mod:`irbis.kernels.engines`, which loads them and holds the order ``auto`` tries for
+each input kind): eager ``torch``, or the network exported once per machine to ONNX with its batch and
+sequence axes dynamic and run by ``onnxruntime`` or ``openvino``. ``auto`` runs fp32 on eager torch first, on
+the CPU as on CUDA: on MiniLM over the drug reviews, with length-aware batches, eager torch (its fused
+attention, oneDNN's matrix products) ran ahead of ONNX Runtime in one thread, a Spark task's share, and within
+a sixth of OpenVINO, level in one run and behind in another (``benchmarks/text.py`` measures the engines side
+by side; ``benchmarks/results/text.txt``); OpenVINO first is the open question. For bf16 it tries OpenVINO on
+CPUs with bf16 instructions (ahead of torch's autocast there), for int8 ONNX Runtime's int8 OpenVINO runs the
+network as NNCF quantised it (its transformer preset, calibrated on sample texts:
 :func:`irbis.kernels.engines.quantize.nncf_transformer_path`), and ONNX Runtime its dynamic quantisation.
 
 Pure: no pyspark. Examples
@@ -27,6 +27,7 @@ Pure: no pyspark. Examples
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import threading
 from dataclasses import dataclass, field
@@ -35,14 +36,14 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from irbis.kernels.device import is_cuda, task_device
-from irbis.kernels.engines import ENGINES, EngineError, export_lock_path, native_bf16, onnx_path
+from irbis.kernels.device import task_device
+from irbis.kernels.engines import ENGINES, EngineError, cached, candidates, export_lock_path, onnx_path
 from irbis.kernels.sequences import PadStats, run_by_length
 from irbis.kernels.threads import set_threads, task_threads
 from irbis.models.text import TextCard, TextModelError, card_from_source, check_tokenizer
 
 __all__ = ["CHARS_PER_TOKEN", "TEXT_TOKEN_BUDGET", "TextBatch", "TextRunner", "TextTokens", "decode_texts",
-           "text_auto_order", "text_runner", "text_tokens"]
+           "text_runner", "text_tokens"]
 
 #: Characters kept per token of ``max_length`` before tokenizing: a 10 MB string costs no more than a
 #: text of ``64 x max_length`` characters (WordPiece and BPE tokens are far shorter than 64 characters,
@@ -60,24 +61,6 @@ TEXT_TOKEN_BUDGET = 1024
 TRUNCATIONS = ("truncate", "error")
 #: Words of the short texts int8 calibration adds, one per calibration text (:meth:`TextRunner._nncf_int8`).
 SHORT_WORDS = 3
-
-
-def _nncf_installed() -> bool:
-    import importlib.util
-
-    return importlib.util.find_spec("nncf") is not None
-
-
-def text_auto_order(device: str, precision: str) -> tuple[str, ...]:
-    """The engines ``engine="auto"`` tries for a text network, in order (see the module docstring)."""
-    if is_cuda(device):
-        return ("torch",)
-    if precision == "bf16":
-        return ("openvino", "torch") if native_bf16() else ("torch",)
-    if precision == "int8":
-        return ("openvino", "onnxruntime") if _nncf_installed() and ENGINES["openvino"].installed() \
-            else ("onnxruntime",)
-    return ("torch",) + tuple(n for n in ("openvino", "onnxruntime") if ENGINES[n].installed())
 
 
 @dataclass
@@ -237,9 +220,8 @@ class TextRunner:
 
     # -- engines ---------------------------------------------------------------------------------
     def _load_engine(self, engine: str, precision: str) -> tuple[str, Callable[[np.ndarray, np.ndarray], np.ndarray]]:
-        names = text_auto_order(self.device, precision) if engine == "auto" else (engine,)
         failures = []
-        for name in names:
+        for name in candidates(engine, self.device, precision, kind="text"):
             try:
                 return name, self._engine(name, precision)
             except (EngineError, ImportError) as err:
@@ -251,40 +233,11 @@ class TextRunner:
     def _engine(self, name: str, precision: str) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
         if name == "torch":
             return self._torch(precision)
-        if name not in ENGINES:
-            raise ValueError(f"engine must be one of auto, torch, {', '.join(ENGINES)}, got {name!r}")
-        if not ENGINES[name].installed():
-            raise ImportError(f"engine={name!r} needs the {ENGINES[name].package!r} package")
+        ENGINES[name].require()
         path = str(self._export())
-        threads = task_threads()
-        if name == "onnxruntime":
-            import onnxruntime as ort
-
-            from irbis.kernels.engines.ort import session_options
-
-            if precision == "bf16":
-                raise EngineError("engine='onnxruntime' runs text at fp32 or int8; use openvino or torch for bf16")
-            if is_cuda(self.device):
-                raise EngineError("text on CUDA runs on engine='torch'")
-            if precision == "int8":
-                from irbis.kernels.engines.quantize import dynamic_path
-
-                path = str(dynamic_path(path))
-            session = ort.InferenceSession(path, session_options(threads), providers=["CPUExecutionProvider"])
-            names = [i.name for i in session.get_inputs()]
-            return lambda ids, mask: session.run(None, {names[0]: ids, names[1]: mask})[0]
-        from irbis.kernels.engines.ov import compile_graph
-
-        if precision == "int8":  # the quantised graph runs its int8 operations as such, the rest in fp32
+        if name == "openvino" and precision == "int8":  # the quantised graph runs its int8 operations as such
             path, precision = str(self._nncf_int8(path)), "fp32"
-        compiled = compile_graph(path, threads=threads, device=self.device, precision=precision)
-        request = compiled.create_infer_request()
-
-        def run(ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
-            request.infer({0: ids, 1: mask})
-            return np.array(request.get_output_tensor(0).data, copy=True)
-
-        return run
+        return ENGINES[name].load(path, threads=task_threads(), device=self.device, precision=precision)
 
     def _torch(self, precision: str) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
         import torch
@@ -310,7 +263,7 @@ class TextRunner:
         from irbis.kernels.engines.quantize import nncf_transformer_path
         from irbis.kernels.sequences import length_batches, pad_rows, padded_length
 
-        if not _nncf_installed():
+        if importlib.util.find_spec("nncf") is None:
             raise ImportError("precision='int8' on engine='openvino' needs NNCF (pip install 'irbis[engines]')")
         key, texts = text_calibration(self.calibration)
 
@@ -373,29 +326,13 @@ def write_text_onnx(folder: Path, card: TextCard, path: Path) -> None:
         program.save(str(tmp))
 
 
-_RUNNERS: dict[str, Any] = {}
-_RUNNERS_LOCK = threading.RLock()
-
-
 def text_tokens(source: dict[str, Any], max_length: int = 0) -> TextTokens:
-    """The process's :class:`TextTokens` of ``source`` at ``max_length``."""
+    """The process's :class:`TextTokens` of ``source`` at ``max_length`` (:func:`irbis.kernels.engines.cached`)."""
     key = json.dumps(["tokens", source, max_length], sort_keys=True, default=str)
-    with _RUNNERS_LOCK:
-        if key not in _RUNNERS:
-            _RUNNERS[key] = TextTokens(source, max_length)  # type: ignore[assignment]
-        return _RUNNERS[key]  # type: ignore[return-value]
+    return cached(key, lambda: TextTokens(source, max_length))
 
 
 def text_runner(source: dict[str, Any], **options: Any) -> TextRunner:
     """The process's :class:`TextRunner` of ``source`` and ``options`` (one per thread count too)."""
-    key = json.dumps([source, options, task_threads()], sort_keys=True, default=str)
-    with _RUNNERS_LOCK:
-        if key not in _RUNNERS:
-            _RUNNERS[key] = TextRunner(source, **options)
-        return _RUNNERS[key]
-
-
-def clear_text_runners() -> None:
-    """Forget the loaded runners (tests; a server reloading its pipeline)."""
-    with _RUNNERS_LOCK:
-        _RUNNERS.clear()
+    key = json.dumps(["text", source, options, task_threads()], sort_keys=True, default=str)
+    return cached(key, lambda: TextRunner(source, **options))

@@ -302,7 +302,7 @@ def test_ort_sessions_free_activations_after_each_run_only_with_huge_pages(tmp_p
     monkeypatch.setattr(ort_engine, "huge_page_malloc", lambda: huge)
     path = _relu_file(tmp_path)
     run = ort_engine.load(str(path), threads=1, device="cpu", precision="fp32")
-    onnx_kernel._session(str(path), (), "cpu", 2, "BASIC_OPT")
+    onnx_kernel._runner(str(path), (), "onnxruntime", "cpu", 2, "BASIC_OPT")
     assert [o.enable_cpu_mem_arena for o in session_options_seen] == [not huge, not huge]
     assert all(o.enable_mem_pattern for o in session_options_seen)
     assert [o.intra_op_num_threads for o in session_options_seen] == [1, 2]

@@ -42,8 +42,8 @@ from irbis.kernels.sequences import PadStats, run_by_length
 from irbis.kernels.threads import set_threads, task_threads
 from irbis.models.text import TextCard, TextModelError, card_from_source, check_tokenizer
 
-__all__ = ["CHARS_PER_TOKEN", "TEXT_TOKEN_BUDGET", "TextBatch", "TextRunner", "TextTokens", "decode_texts",
-           "text_runner", "text_tokens"]
+__all__ = ["CHARS_PER_TOKEN", "TEXT_HEADS", "TEXT_TOKEN_BUDGET", "TextBatch", "TextKernel", "TextRunner",
+           "TextTokens", "check_reasons", "decode_texts", "text_runner", "text_tokens"]
 
 #: Characters kept per token of ``max_length`` before tokenizing: a 10 MB string costs no more than a
 #: text of ``64 x max_length`` characters (WordPiece and BPE tokens are far shorter than 64 characters,
@@ -336,3 +336,143 @@ def text_runner(source: dict[str, Any], **options: Any) -> TextRunner:
     """The process's :class:`TextRunner` of ``source`` and ``options`` (one per thread count too)."""
     key = json.dumps(["text", source, options, task_threads()], sort_keys=True, default=str)
     return cached(key, lambda: TextRunner(source, **options))
+
+
+#: What a :class:`TextKernel` gives, and the names of its output columns (the keys of ``outputs``).
+TEXT_HEADS = {"embedding": ("embedding",), "classification": ("raw", "probability", "prediction"),
+              "tokens": ("tokens",)}
+
+
+class TextKernel:
+    """A text stage's kernel as a plain, picklable value: the network, the runner's options, the text column
+    and the outputs; called on a dict of column blocks, it gives the output blocks.
+
+    ``head`` is ``embedding`` (one vector per text), ``classification`` (the logits, their softmax and the
+    index of the largest, as a double) or ``tokens`` (the token ids, ``array<int>``); ``outputs`` maps each
+    of the head's outputs (:data:`TEXT_HEADS`) to its column (empty: left out). A network of the catalogue is
+    looked up again where the kernel runs; a folder of one's own is read where :attr:`files` says, which a
+    runner that moves the kernel to another machine rewrites with :meth:`relocated`.
+
+    Parameters
+    ----------
+    network : str
+        A text network of the catalogue or a Hugging Face-format folder.
+    source : dict
+        :func:`irbis.models.text.text_source` of the network.
+    column : str
+        The text column (strings, or UTF-8 bytes).
+    head : str
+        A key of :data:`TEXT_HEADS`.
+    outputs : dict
+        Output name of the head -> column.
+    options : dict
+        :class:`TextRunner`'s options (``engine``, ``precision``, ``device``, ``max_length``, ``truncation``,
+        ``token_budget``, ``max_rows``, ``calibration``).
+    error_col : str
+        Column of each row's reason when it has no output (empty: none, and a bad row fails the batch).
+    stage : str
+        The stage's name, for messages.
+    """
+
+    def __init__(self, network: str, source: dict[str, Any], column: str, *, head: str, outputs: dict[str, str],
+                 options: dict[str, Any], error_col: str = "", stage: str = "") -> None:
+        if head not in TEXT_HEADS:
+            raise ValueError(f"head must be one of {list(TEXT_HEADS)}, got {head!r}")
+        self.network, self.source, self.column, self.head = network, source, column, head
+        self.outputs, self.options, self.error_col, self.stage = outputs, options, error_col, stage
+        self._loaded: Any = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_loaded": None}  # the runner stays in the process that loaded it
+
+    @property
+    def files(self) -> tuple[str, ...]:
+        """The local paths the kernel reads: a folder of one's own (a catalogue network is found where it runs)."""
+        from irbis.models.text import TEXT_MODELS
+
+        return () if self.network in TEXT_MODELS else (self.source["folder"],)
+
+    def relocated(self, paths: dict[str, str]) -> TextKernel:
+        """This kernel reading each of its :attr:`files` at ``paths[file]`` (a copy shipped to this machine)."""
+        folder = paths.get(self.source["folder"], self.source["folder"])
+        return TextKernel(self.network, dict(self.source, folder=folder), self.column, head=self.head,
+                          outputs=self.outputs, options=self.options, error_col=self.error_col, stage=self.stage)
+
+    def _here(self) -> dict[str, Any]:
+        from irbis.models.text import TEXT_MODELS, text_source
+
+        return text_source(self.network) if self.network in TEXT_MODELS else self.source
+
+    def runner(self) -> TextRunner:
+        """The process's runner of the network, looked up at the first batch and kept for the later ones."""
+        if not isinstance(self._loaded, TextRunner):
+            self._loaded = text_runner(self._here(), **self.options)
+        return self._loaded
+
+    def tokens(self) -> TextTokens:
+        """The process's tokenizer of the network at ``max_length``."""
+        if self._loaded is None:
+            self._loaded = text_tokens(self._here(), self.options.get("max_length", 0))
+        return self._loaded.tokens if isinstance(self._loaded, TextRunner) else self._loaded
+
+    def measure(self, values: list[Any]) -> np.ndarray:
+        """The length in tokens of each text of ``values`` as the runner batches it; a null, or bytes that are
+        not UTF-8, count as empty (:class:`irbis.kernels.chain.LengthRule`)."""
+        texts, _ = decode_texts(values, self.column, self.stage)
+        ids, _ = self.tokens().tokenize([t or "" for t in texts])
+        return np.array([len(r) for r in ids], np.int64)
+
+    def __call__(self, blocks: dict[str, Any]) -> dict[str, Any]:
+        from irbis.kernels.blocks import Tensor
+
+        texts, errors = decode_texts(blocks[self.column], self.column, self.stage)
+        if self.head == "tokens":
+            return self._tokens(texts, errors)
+        batch = self.runner().encode(texts, errors)
+        check_reasons(batch.errors, batch.valid, self.error_col)
+        if self.head == "embedding":
+            out: dict[str, Any] = {self.outputs["embedding"]: Tensor(batch.values, batch.valid)}
+        else:
+            out = self._classes(batch)
+        return {**out, self.error_col: batch.errors} if self.error_col else out
+
+    def _classes(self, batch: TextBatch) -> dict[str, Any]:
+        from irbis.kernels.blocks import Tensor
+
+        raw, prob, pred = (self.outputs.get(name, "") for name in TEXT_HEADS["classification"])
+        logits = batch.values.astype(np.float64)
+        shifted = np.exp(logits - logits.max(axis=1, keepdims=True)) if len(logits) else logits
+        out: dict[str, Any] = {}
+        if raw:
+            out[raw] = Tensor(logits, batch.valid)
+        if prob:
+            out[prob] = Tensor(shifted / shifted.sum(axis=1, keepdims=True) if len(logits) else logits, batch.valid)
+        if pred:
+            full = np.full(len(batch.valid), np.nan)
+            full[batch.valid] = logits.argmax(axis=1) if len(logits) else []
+            out[pred] = [None if not v else float(x) for v, x in zip(batch.valid, full)]
+        return out
+
+    def _tokens(self, texts: list[str | None], errors: list[str | None]) -> dict[str, Any]:
+        tokenizer = self.tokens()
+        keep = [i for i, t in enumerate(texts) if t is not None and errors[i] is None]
+        ids, cut = tokenizer.tokenize([texts[i] for i in keep])  # type: ignore[misc]
+        rows: list[Any] = [None] * len(texts)
+        for k, i in enumerate(keep):
+            if cut[k] and self.options.get("truncation", "truncate") == "error":
+                errors[i] = f"text of more than maxLength={tokenizer.max_length} tokens (truncation='error')"
+            else:
+                rows[i] = ids[k].astype(np.int32)
+        valid = np.array([r is not None for r in rows], bool)
+        check_reasons(errors, valid, self.error_col)
+        out: dict[str, Any] = {self.outputs["tokens"]: rows}
+        return {**out, self.error_col: [None if v else e for v, e in zip(valid, errors)]} if self.error_col else out
+
+
+def check_reasons(errors: list[str | None], valid: np.ndarray, err_col: str) -> None:
+    """Without an error column, the first row that has no output for a reason other than a null fails the batch."""
+    if err_col:
+        return
+    for i, reason in enumerate(errors):
+        if not valid[i] and reason and reason != "null text":
+            raise ValueError(reason)

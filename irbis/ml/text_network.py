@@ -15,7 +15,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 from pyspark import keyword_only
 from pyspark.ml.linalg import VectorUDT
 from pyspark.ml.param import TypeConverters
@@ -30,9 +29,9 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from irbis.kernels.blocks import BatchFn, Tensor
+from irbis.kernels.blocks import BatchFn
 from irbis.kernels.chain import LengthRule
-from irbis.kernels.text_encoder import TEXT_TOKEN_BUDGET, decode_texts
+from irbis.kernels.text_encoder import TEXT_TOKEN_BUDGET, TextKernel, decode_texts
 from irbis.ml.aliases import alias_mixin, resolve_aliases
 from irbis.ml.base import IrbisModel, IrbisTransformer
 from irbis.ml.calibration import HasCalibrationSample
@@ -51,7 +50,6 @@ from irbis.ml.params import (
     table_mixin,
 )
 from irbis.ml.synapseml import TEXT_EMBEDDER_ALIASES
-from irbis.spark.text_worker import WorkerText, check_reasons
 from irbis.train.progress import SummaryAttribute
 
 __all__ = ["TextClassifierModel", "TextEmbedder", "TextTokenizer"]
@@ -111,15 +109,11 @@ class _TextStage(ColumnSetters, HasTextParams):
                     max_length=self.getMaxLength(), truncation=self.getTruncation(),
                     token_budget=self.getTokenBudget(), max_rows=self.getMiniBatchSize(), **calibration)
 
-    def _worker(self, what: str = "runner") -> Any:
-        """A picklable function giving the worker's runner (or its ``tokens``), the network's folder shipped
-        to executors that do not share the driver's disk."""
-        from irbis.models.text import TEXT_MODELS
-        from irbis.spark.files import ship_file
-
-        source, network, options = self._source(), self.getNetwork(), self._runner_options()
-        shipped = None if network in TEXT_MODELS else ship_file(source["folder"])
-        return WorkerText(network, source, shipped, options, what)
+    def _kernel(self, head: str, outputs: dict[str, str]) -> TextKernel:
+        """The stage's kernel (:class:`irbis.kernels.text_encoder.TextKernel`): a value naming the network and
+        the runner's options; the Spark runner ships a folder of one's own to the executors."""
+        return TextKernel(self.getNetwork(), self._source(), self.getInputCol(), head=head, outputs=outputs,
+                          options=self._runner_options(), error_col=self.getErrorCol(), stage=type(self).__name__)
 
     # -- persistence: a user's folder travels with the stage ----------------------------------------
     def _has_extra(self) -> bool:
@@ -151,14 +145,7 @@ class _TextStage(ColumnSetters, HasTextParams):
     def _length_rule(self) -> LengthRule | None:
         """Texts measured in the network's tokens (as the runner will batch them) under ``tokenBudget``; a null,
         or bytes that are not UTF-8, count as empty."""
-        tokens, col, stage = self._worker("tokens"), self.getInputCol(), type(self).__name__
-
-        def measure(values: list[Any]) -> np.ndarray:
-            texts, _ = decode_texts(values, col, stage)
-            ids, _ = tokens().tokenize([t or "" for t in texts])
-            return np.array([len(r) for r in ids], np.int64)
-
-        return LengthRule(self.getInputCol(), measure, self.getTokenBudget())
+        return LengthRule(self.getInputCol(), self._kernel("tokens", {}).measure, self.getTokenBudget())
 
     def _calibration_folder(self, block: Any) -> str:
         """A sampled text column block as a calibration folder of texts (int8 on OpenVINO)."""
@@ -229,17 +216,7 @@ class TextEmbedder(_TextStage, HasCalibrationSample, HasVectorOrArrayFormat,
             raise ValueError(f"TextEmbedder: network {self.getNetwork()!r} is a classifier; use TextClassifierModel")
 
     def _make_batch_fn(self) -> BatchFn:
-        runner, out_col, err_col = self._worker(), self.getOutputCol(), self.getErrorCol()
-        col, stage = self.getInputCol(), type(self).__name__
-
-        def run(blocks: dict[str, Any]) -> dict[str, Any]:
-            texts, errors = decode_texts(blocks[col], col, stage)
-            batch = runner().encode(texts, errors)
-            check_reasons(batch.errors, batch.valid, err_col)
-            out = {out_col: Tensor(batch.values, batch.valid)}
-            return {**out, err_col: batch.errors} if err_col else out
-
-        return run
+        return self._kernel("embedding", {"embedding": self.getOutputCol()})
 
 
 class TextClassifierModel(_TextStage, HasCalibrationSample, IrbisModel):
@@ -297,29 +274,9 @@ class TextClassifierModel(_TextStage, HasCalibrationSample, IrbisModel):
                              "classifier; use TextEmbedder")
 
     def _make_batch_fn(self) -> BatchFn:
-        runner, err_col = self._worker(), self.getErrorCol()
-        raw, prob, pred = self.getRawPredictionCol(), self.getProbabilityCol(), self.getPredictionCol()
-        col, stage = self.getInputCol(), type(self).__name__
-
-        def run(blocks: dict[str, Any]) -> dict[str, Any]:
-            texts, errors = decode_texts(blocks[col], col, stage)
-            batch = runner().encode(texts, errors)
-            check_reasons(batch.errors, batch.valid, err_col)
-            logits = batch.values.astype(np.float64)
-            shifted = np.exp(logits - logits.max(axis=1, keepdims=True)) if len(logits) else logits
-            out: dict[str, Any] = {}
-            if raw:
-                out[raw] = Tensor(logits, batch.valid)
-            if prob:
-                out[prob] = Tensor(shifted / shifted.sum(axis=1, keepdims=True) if len(logits) else logits,
-                                   batch.valid)
-            if pred:
-                full = np.full(len(batch.valid), np.nan)
-                full[batch.valid] = logits.argmax(axis=1) if len(logits) else []
-                out[pred] = [None if not v else float(x) for v, x in zip(batch.valid, full)]
-            return {**out, err_col: batch.errors} if err_col else out
-
-        return run
+        return self._kernel("classification", {"raw": self.getRawPredictionCol(),
+                                               "probability": self.getProbabilityCol(),
+                                               "prediction": self.getPredictionCol()})
 
 
 class TextTokenizer(_TextStage, IrbisTransformer):
@@ -341,23 +298,4 @@ class TextTokenizer(_TextStage, IrbisTransformer):
         return None  # tokenizing alone costs the same by length or not: nothing to group
 
     def _make_batch_fn(self) -> BatchFn:
-        tokens, out_col, err_col = self._worker("tokens"), self.getOutputCol(), self.getErrorCol()
-        col, stage, truncation = self.getInputCol(), type(self).__name__, self.getTruncation()
-
-        def run(blocks: dict[str, Any]) -> dict[str, Any]:
-            texts, errors = decode_texts(blocks[col], col, stage)
-            tokenizer = tokens()
-            keep = [i for i, t in enumerate(texts) if t is not None and errors[i] is None]
-            ids, cut = tokenizer.tokenize([texts[i] for i in keep])  # type: ignore[misc]
-            rows: list[Any] = [None] * len(texts)
-            for k, i in enumerate(keep):
-                if cut[k] and truncation == "error":
-                    errors[i] = f"text of more than maxLength={tokenizer.max_length} tokens (truncation='error')"
-                else:
-                    rows[i] = ids[k].astype(np.int32)
-            valid = np.array([r is not None for r in rows], bool)
-            check_reasons(errors, valid, err_col)
-            out: dict[str, Any] = {out_col: rows}
-            return {**out, err_col: [None if v else e for v, e in zip(valid, errors)]} if err_col else out
-
-        return run
+        return self._kernel("tokens", {"tokens": self.getOutputCol()})

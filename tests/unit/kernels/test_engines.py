@@ -219,6 +219,20 @@ def test_auto_rule():
     assert auto_order("cpu", "int8") == tuple(e for e in EXPORTED if e == "onnxruntime") + ("torch",)
 
 
+def test_auto_rule_of_text_networks_and_onnx_graphs_is_a_row_of_the_same_table():
+    import importlib.util
+
+    assert auto_order("cuda:1", "fp32", "text") == ("torch",)
+    assert auto_order("cpu", "fp32", "text") == ("torch",) + tuple(e for e in ("openvino", "onnxruntime")
+                                                                   if e in EXPORTED)
+    assert auto_order("cpu", "bf16", "text") == auto_order("cpu", "bf16")
+    nncf = "openvino" in EXPORTED and importlib.util.find_spec("nncf") is not None
+    assert auto_order("cpu", "int8", "text") == (("openvino",) if nncf else ()) + ("onnxruntime",)
+    assert auto_order("cuda", "fp32", "onnx") == auto_order("cpu", "fp32", "onnx") == tuple(EXPORTED)
+    with pytest.raises(ValueError, match="input kind"):
+        auto_order("cpu", "fp32", "audio")
+
+
 def test_native_bf16_follows_the_cpu_flags():
     flags = open("/proc/cpuinfo").read().split() if os.path.exists("/proc/cpuinfo") else None
     if flags is None or "openvino" not in EXPORTED:

@@ -34,6 +34,7 @@ import difflib
 import hashlib
 import json
 import threading
+from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
@@ -455,6 +456,92 @@ def make_sequence_predict_fn(source: dict[str, Any], *, device: str = "cpu", pre
             return run_by_length(rows, run, token_budget=token_budget, max_rows=max_rows)[0]
 
     return predict
+
+
+@dataclass(frozen=True)
+class NetworkKernel:
+    """TorchModel's kernel as a plain, picklable value: the network's source, how it runs, and the columns;
+    called on a dict of column blocks, it gives the output blocks.
+
+    The rows of ``column`` become the network's batch as :meth:`convert` says (images decoded and prepared
+    with ``preprocessing``, or tensors of row ``shape`` read as ``input_dtype``) and run through the process's
+    predictor of ``source`` and ``options`` (:func:`cached_predict_fn`); with ``sequence`` (``token_budget``
+    and ``max_rows``), the column's variable-length rows run in length-aware batches instead
+    (:func:`make_sequence_predict_fn`). :attr:`files` names the network's file or folder, which a runner that
+    moves the kernel to another machine rewrites with :meth:`relocated`.
+    """
+
+    source: dict[str, Any]
+    column: str
+    output: str
+    options: dict[str, Any]
+    error_col: str = ""
+    stage: str = "TorchModel"
+    shape: list[int] | None = None
+    input_dtype: str = "float32"
+    preprocessing: Any = None
+    sequence: dict[str, Any] | None = None
+
+    @property
+    def files(self) -> tuple[str, ...]:
+        """The local file or folder the kernel reads (none for a network of the repository)."""
+        return (self.source["path"],) if "path" in self.source else ()
+
+    def relocated(self, paths: dict[str, str]) -> NetworkKernel:
+        """This kernel reading its network at ``paths[path]`` (a copy shipped to this machine)."""
+        if "path" not in self.source:
+            return self
+        return replace(self, source=dict(self.source, path=paths.get(self.source["path"], self.source["path"])))
+
+    def convert(self, block: Any, raise_errors: bool = True) -> tuple[np.ndarray, np.ndarray, list[str | None]]:
+        """The network's batch of a column block (values, valid, errors): the rows' values (images decoded and
+        preprocessed), which rows they are, and why a non-null row has none (images only)."""
+        from irbis.kernels.batching import network_batch
+        from irbis.kernels.image_features import image_batch
+
+        if self.preprocessing is not None:
+            return image_batch(block, self.preprocessing, raise_errors)
+        batch = network_batch(block, self.column, self.shape, input_dtype=self.input_dtype, stage=self.stage)
+        return batch.values, batch.valid, [None] * len(batch.valid)
+
+    def __call__(self, blocks: dict[str, Any]) -> dict[str, Any]:
+        from irbis.kernels.batching import refused_shape
+        from irbis.kernels.blocks import Tensor, flat_rows
+
+        if self.sequence is not None:
+            return self._sequences(blocks)
+        values, valid, errors = self.convert(blocks[self.column], not self.error_col)
+        try:
+            out = cached_predict_fn(self.source, **self.options)(values) if len(values) else None
+        except EngineError:
+            raise
+        except RuntimeError as err:  # the eager network's error, or InputShapeError of another engine
+            raise refused_shape(self.stage, self.column, values.shape[1:], self.shape, err) from err
+        result = {self.output: Tensor(flat_rows(out), valid)}
+        if self.error_col:
+            result[self.error_col] = np.array([e if e else None if ok else "null row"
+                                               for ok, e in zip(valid, errors)], object)
+        return result
+
+    def _sequences(self, blocks: dict[str, Any]) -> dict[str, Any]:
+        from irbis.kernels.batching import sequence_rows
+        from irbis.kernels.blocks import Tensor, flat_rows
+
+        col = self.column
+        rows, errors = sequence_rows(blocks[col], col)
+        if not self.error_col:
+            bad = next((i for i, e in enumerate(errors) if e and e != "null row"), None)
+            if bad is not None:
+                raise ValueError(f"{self.stage}: column {col!r} row {bad} has no usable sequence ({errors[bad]}); "
+                                 f"set errorCol to give such rows a null output and a reason")
+        valid = np.array([r is not None for r in rows], bool)
+        out = None
+        if valid.any():
+            out = make_sequence_predict_fn(self.source, **self.sequence)([r for r in rows if r is not None])
+        result = {self.output: Tensor(flat_rows(out), valid)}
+        if self.error_col:
+            result[self.error_col] = np.array(errors, object)
+        return result
 
 
 def _load_for_export(source: dict[str, Any], allow_pickle: bool, layer: Layers) -> nn.Module:

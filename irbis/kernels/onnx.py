@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -199,3 +200,91 @@ def _graph_file(path: str, names: tuple[str, ...], identity: str) -> str:
             with atomic_path(dest) as tmp:
                 tmp.write_bytes(_with_outputs(path, names))
     return str(dest)
+
+
+@dataclass(frozen=True)
+class OnnxKernel:
+    """ONNXModel's kernel as a plain, picklable value: the graph file and how its feeds, fetches and heads map
+    to columns; called on a dict of column blocks, it gives the output blocks.
+
+    ``feeds`` maps each graph input to its column, ``fetches`` each output column to a graph output (or inner
+    node output), ``shapes`` and ``dtypes`` give each input's row shape and numpy type. With ``sequence``
+    (the graph input of the padded values and the one of the mask, or None), the column's variable-length
+    rows run in length-aware batches of ``token_budget`` padded steps. :attr:`files` names the graph file,
+    which a runner that moves the kernel to another machine rewrites with :meth:`relocated`.
+    """
+
+    path: str
+    feeds: dict[str, str]
+    fetches: dict[str, str]
+    shapes: dict[str, Any]
+    dtypes: dict[str, Any]
+    input_dtype: str = "float32"
+    batch_size: int = 64
+    device: str = "cpu"
+    engine: str = "auto"
+    level: str = "ALL_OPT"
+    softmax: dict[str, str] = field(default_factory=dict)
+    argmax: dict[str, str] = field(default_factory=dict)
+    sequence: tuple[str, str | None] | None = None
+    token_budget: int = 4096
+
+    @property
+    def files(self) -> tuple[str, ...]:
+        """The local file the kernel reads: the graph."""
+        return (self.path,)
+
+    def relocated(self, paths: dict[str, str]) -> OnnxKernel:
+        """This kernel reading its graph at ``paths[path]`` (a copy shipped to this machine)."""
+        return replace(self, path=paths.get(self.path, self.path))
+
+    def _predict(self) -> DictBatchFn:
+        from irbis.kernels.threads import task_threads
+
+        return make_onnx_predict_fn(self.path, list(self.fetches.values()), batch_size=self.batch_size,
+                                    device=self.device, num_threads=task_threads(), engine=self.engine,
+                                    optimization_level=self.level)
+
+    def __call__(self, blocks: dict[str, Any]) -> dict[str, Any]:
+        from irbis.kernels.batching import network_batch
+
+        if self.sequence is not None:
+            return self._sequences(blocks)
+        predict = self._predict()
+        batches = {k: network_batch(blocks[col], col, self.shapes[k], input_dtype=self.input_dtype,
+                                    dtype=self.dtypes[k], stage="ONNXModel") for k, col in self.feeds.items()}
+        masks = [b.valid for b in batches.values()]
+        valid = np.logical_and.reduce(masks)
+        if len(self.feeds) > 1 and any(not m.all() for m in masks):
+            bad = next(c for c, m in zip(self.feeds.values(), masks) if not m.all())
+            raise ValueError(f"ONNXModel: column {bad!r} has nulls; with several feeds, drop them first")
+        results = predict({k: b.values for k, b in batches.items()}) if valid.any() else {}
+        return output_blocks(results, self.fetches, self.softmax, self.argmax, valid)
+
+    def _sequences(self, blocks: dict[str, Any]) -> dict[str, Any]:
+        from irbis.kernels.batching import sequence_rows
+        from irbis.kernels.sequences import check_row_output, run_by_length
+
+        values_input, mask_input = self.sequence  # type: ignore[misc]
+        col = self.feeds[values_input]
+        rows, errors = sequence_rows(blocks[col], col)
+        bad = next((i for i, e in enumerate(errors) if e and e != "null row"), None)
+        if bad is not None:
+            raise ValueError(f"ONNXModel: column {col!r} row {bad} has no usable sequence ({errors[bad]})")
+        valid = np.array([r is not None for r in rows], bool)
+        if not valid.any():
+            return output_blocks({}, self.fetches, self.softmax, self.argmax, valid)
+        predict = self._predict()
+
+        def run_batch(x: np.ndarray, mask: np.ndarray) -> dict[str, np.ndarray]:
+            feed = {values_input: x.astype(self.dtypes[values_input], copy=False)}
+            if mask_input:
+                feed[mask_input] = mask.astype(self.dtypes[mask_input], copy=False)
+            out = predict(feed)
+            for value in out.values():
+                check_row_output(value.shape, x.shape[0], x.shape[1])
+            return out
+
+        results, _ = run_by_length([r for r in rows if r is not None], run_batch, token_budget=self.token_budget,
+                                   max_rows=self.batch_size)
+        return output_blocks(results, self.fetches, self.softmax, self.argmax, valid)

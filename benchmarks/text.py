@@ -356,6 +356,7 @@ def part_calibration(args: argparse.Namespace) -> dict:
     import irbis.kernels.text_encoder as encoder
     from irbis.demo.reviews import drug_reviews
     from irbis.kernels.calibration import write_texts
+    from irbis.kernels.engines import clear_cache
     from irbis.models.text import text_source
 
     test = drug_reviews("test")["review"].tolist()
@@ -366,7 +367,7 @@ def part_calibration(args: argparse.Namespace) -> dict:
     for sample, folder in (("default texts", ""), ("128 training reviews", own)):
         for short in (0, encoder.SHORT_WORDS):
             encoder.SHORT_WORDS = short  # part of the quantised file's key: each setting is its own file
-            encoder.clear_text_runners()
+            clear_cache()
             got = encoder.text_runner(source, engine="openvino", precision="int8", max_length=MAX_LENGTH,
                                       calibration=folder).encode(test).values
             cos = (got * fp32).sum(1) / (np.linalg.norm(got, axis=1) * np.linalg.norm(fp32, axis=1))

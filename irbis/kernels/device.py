@@ -1,7 +1,7 @@
 """The one device rule: which device a network of this task runs on.
 
-Every path that runs a network (inference, text, training workers, LIME's scoring) asks
-:func:`resolve_device`, and the rule is:
+Every path that runs a network (inference, every engine, text, training workers, LIME's scoring) asks
+:func:`task_device`, and the rule is:
 
 1. ``cpu``: the CPU.
 2. The GPU Spark assigned the task (``TaskContext.resources()["gpu"].addresses``, recorded by the Spark
@@ -16,8 +16,9 @@ Every path that runs a network (inference, text, training workers, LIME's scorin
 A task that Spark gave no GPU while the executor schedules GPUs (``required``) is an error that names the
 setting: it would otherwise share a GPU that Spark gave another task.
 
-The rule itself is :func:`task_device`, a pure function of the request, the assignment and the number of
-visible GPUs, so that it is tested without a GPU. Pure: imports nothing of Spark; torch only to count GPUs.
+The rule is :func:`task_device`, a pure function of the request, the assignment and the number of visible
+GPUs (given, so that it is tested without a GPU; left out, the running task's and this machine's). Pure:
+imports nothing of Spark; torch only to count GPUs.
 
 Examples
 --------
@@ -32,10 +33,6 @@ Examples
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    import torch
 
 #: the values of every stage's ``device`` Param
 DEVICES = ("cpu", "cuda", "auto")
@@ -67,9 +64,11 @@ def assigned() -> Assignment:
     return _assigned
 
 
-def task_device(device: str, assignment: Assignment, visible: int) -> str:
+def task_device(device: str, assignment: Assignment | None = None, visible: int | None = None) -> str:
     """The device name (``"cpu"`` or ``"cuda:N"``) that ``device`` means for a task with ``assignment`` on a
-    machine with ``visible`` GPUs (the rule of the module docstring).
+    machine with ``visible`` GPUs (the rule of the module docstring); left out, they are the running task's
+    (:func:`assigned`) and this machine's (:func:`visible_gpus`), and a name that is already resolved
+    (``cpu``, ``cuda:N``) stays as it is.
 
     Raises
     ------
@@ -77,6 +76,12 @@ def task_device(device: str, assignment: Assignment, visible: int) -> str:
         For a device outside :data:`DEVICES`, ``cuda`` where no GPU is visible, an assigned address that
         is not a visible GPU, and a task given no GPU by an executor that schedules them.
     """
+    if assignment is None:
+        if device == "cpu" or device.startswith("cuda:"):  # no torch needed to tell
+            return device
+        assignment = _assigned
+    if visible is None:
+        visible = visible_gpus()
     if device not in DEVICES:
         raise ValueError(f"device must be one of {DEVICES}, got {device!r}")
     if device == "cpu":
@@ -109,21 +114,6 @@ def visible_gpus() -> int:
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
-def device_name(device: str) -> str:
-    """:func:`task_device` for the running task on this machine: ``"cpu"`` or ``"cuda:N"`` (a name that
-    is already one of those stays as it is)."""
-    if device == "cpu" or device.startswith("cuda:"):  # no torch needed to tell
-        return device
-    return task_device(device, assigned(), visible_gpus())
-
-
-def resolve_device(device: str) -> torch.device:
-    """:func:`device_name` as a ``torch.device``."""
-    import torch
-
-    return torch.device(device_name(device))
-
-
 def is_cuda(device: str) -> bool:
     """Whether a device name (``cuda`` or ``cuda:N``) is a GPU."""
     return device == "cuda" or device.startswith("cuda:")
@@ -134,5 +124,5 @@ def cuda_index(device: str) -> int:
     return int(device.split(":", 1)[1]) if ":" in device else 0
 
 
-__all__ = ["DEVICES", "TASK_GPU_SETTING", "Assignment", "assign_task", "assigned", "cuda_index", "device_name",
-           "is_cuda", "resolve_device", "task_device", "visible_gpus"]
+__all__ = ["DEVICES", "TASK_GPU_SETTING", "Assignment", "assign_task", "assigned", "cuda_index", "is_cuda",
+           "task_device", "visible_gpus"]

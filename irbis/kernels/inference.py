@@ -34,6 +34,7 @@ import difflib
 import hashlib
 import json
 import threading
+from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
@@ -41,8 +42,15 @@ from typing import TYPE_CHECKING, Any, Callable
 import numpy as np
 
 from irbis.kernels.calibration import Calibration, make_calibration
-from irbis.kernels.device import device_name, resolve_device
-from irbis.kernels.engines import EngineError, candidates, exported_engine
+from irbis.kernels.device import task_device
+from irbis.kernels.engines import (
+    EngineError,
+    cached,
+    cached_values,
+    candidates,
+    clear_cache,  # noqa: F401  (re-exported)
+    exported_engine,
+)
 from irbis.kernels.engines.exported import Chain, ExportedNetwork, in_batches
 from irbis.kernels.threads import set_threads, task_threads  # noqa: F401  (re-exported)
 
@@ -56,8 +64,6 @@ if TYPE_CHECKING:
 ArrayFn = Callable[[np.ndarray], np.ndarray]
 PRECISIONS = ("fp32", "bf16", "int8")
 
-_CACHE: dict[str, Any] = {}
-_CACHE_LOCK = threading.RLock()  # a predictor in the cache loads its networks through it
 
 
 class _StopForward(Exception):
@@ -310,25 +316,25 @@ def make_torch_predict_fn(
     (2, 1000)
     """
     identity, threads = source_identity(source), task_threads()
-    device = device_name(device)  # this task's device (the one device rule): "cpu" or "cuda:N"
+    device = task_device(device)  # this task's device (the one device rule): "cpu" or "cuda:N"
 
-    def cached(name: str) -> Callable[[], Any]:
+    def getter(name: str) -> Callable[[], Any]:
         runner = exported_engine(name, precision)
         parts = [identity, device, precision, allow_pickle] + ([] if runner is None else
                                                                [name, output_layer, threads, calibration_data])
         key = hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:24]
         if runner is None:
-            return lambda: _cached(key, lambda: _Network(source, key, device, precision, allow_pickle))
+            return lambda: cached(key, lambda: _Network(source, key, device, precision, allow_pickle))
         if runner != name and device != "cpu":
             raise ValueError("precision='int8' runs on the CPU only; use bf16 on a GPU")
         load = partial(_load_for_export, source, allow_pickle, output_layer)
         calibration = partial(_calibration, source, calibration_data) if runner == name else None
-        return lambda: _cached(key, lambda: ExportedNetwork(load, identity, runner, output_layer,
+        return lambda: cached(key, lambda: ExportedNetwork(load, identity, runner, output_layer,
                                                              device, precision, threads, calibration))
 
     if output_layer and not isinstance(output_layer, str):
         output_layer = tuple(output_layer)
-    chain = Chain([(name, cached(name)) for name in candidates(engine, device, precision)], engine)
+    chain = Chain([(name, getter(name)) for name in candidates(engine, device, precision)], engine)
     if engine == "torch" and exported_engine(engine, precision) is None:
         check_output_layer(chain.networks[0][1]().module, output_layer)
     if isinstance(output_layer, tuple):
@@ -358,19 +364,12 @@ class CachedPredictor:
             self._key = json.dumps(["predict", source_identity(self.source), self.options], sort_keys=True,
                                    default=str)
         key = f"{self._key}|{task_threads()}"
-        return _cached(key, lambda: make_torch_predict_fn(self.source, **self.options))(x)
+        return cached(key, lambda: make_torch_predict_fn(self.source, **self.options))(x)
 
 
 def cached_predict_fn(source: dict[str, Any], **options: Any) -> CachedPredictor:
     """The :class:`CachedPredictor` of ``source`` and ``options``."""
     return CachedPredictor(source, **options)
-
-
-def _cached(key: str, make: Callable[[], Any]) -> Any:
-    with _CACHE_LOCK:
-        if key not in _CACHE:
-            _CACHE[key] = make()
-        return _CACHE[key]
 
 
 class _Network:
@@ -379,7 +378,9 @@ class _Network:
     engine = "torch"
 
     def __init__(self, source: dict[str, Any], key: str, device: str, precision: str, allow_pickle: bool) -> None:
-        self.device = resolve_device(device)
+        import torch
+
+        self.device = torch.device(task_device(device))
         self.module = prepare_network(load_network(source, allow_pickle), precision, self.device)
         if self.device.type == "cpu":
             self.module = share_weights(self.module, key)
@@ -427,7 +428,7 @@ def make_sequence_predict_fn(source: dict[str, Any], *, device: str = "cpu", pre
 
     parts = [source_identity(source), device, precision, allow_pickle]
     key = hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:24]
-    network = _cached(key, lambda: _Network(source, key, device, precision, allow_pickle))
+    network = cached(key, lambda: _Network(source, key, device, precision, allow_pickle))
     kind = input_kind(network.module)
 
     def run(x: np.ndarray, mask: np.ndarray) -> np.ndarray:
@@ -457,6 +458,92 @@ def make_sequence_predict_fn(source: dict[str, Any], *, device: str = "cpu", pre
     return predict
 
 
+@dataclass(frozen=True)
+class NetworkKernel:
+    """TorchModel's kernel as a plain, picklable value: the network's source, how it runs, and the columns;
+    called on a dict of column blocks, it gives the output blocks.
+
+    The rows of ``column`` become the network's batch as :meth:`convert` says (images decoded and prepared
+    with ``preprocessing``, or tensors of row ``shape`` read as ``input_dtype``) and run through the process's
+    predictor of ``source`` and ``options`` (:func:`cached_predict_fn`); with ``sequence`` (``token_budget``
+    and ``max_rows``), the column's variable-length rows run in length-aware batches instead
+    (:func:`make_sequence_predict_fn`). :attr:`files` names the network's file or folder, which a runner that
+    moves the kernel to another machine rewrites with :meth:`relocated`.
+    """
+
+    source: dict[str, Any]
+    column: str
+    output: str
+    options: dict[str, Any]
+    error_col: str = ""
+    stage: str = "TorchModel"
+    shape: list[int] | None = None
+    input_dtype: str = "float32"
+    preprocessing: Any = None
+    sequence: dict[str, Any] | None = None
+
+    @property
+    def files(self) -> tuple[str, ...]:
+        """The local file or folder the kernel reads (none for a network of the repository)."""
+        return (self.source["path"],) if "path" in self.source else ()
+
+    def relocated(self, paths: dict[str, str]) -> NetworkKernel:
+        """This kernel reading its network at ``paths[path]`` (a copy shipped to this machine)."""
+        if "path" not in self.source:
+            return self
+        return replace(self, source=dict(self.source, path=paths.get(self.source["path"], self.source["path"])))
+
+    def convert(self, block: Any, raise_errors: bool = True) -> tuple[np.ndarray, np.ndarray, list[str | None]]:
+        """The network's batch of a column block (values, valid, errors): the rows' values (images decoded and
+        preprocessed), which rows they are, and why a non-null row has none (images only)."""
+        from irbis.kernels.batching import network_batch
+        from irbis.kernels.image.features import image_batch
+
+        if self.preprocessing is not None:
+            return image_batch(block, self.preprocessing, raise_errors)
+        batch = network_batch(block, self.column, self.shape, input_dtype=self.input_dtype, stage=self.stage)
+        return batch.values, batch.valid, [None] * len(batch.valid)
+
+    def __call__(self, blocks: dict[str, Any]) -> dict[str, Any]:
+        from irbis.kernels.batching import refused_shape
+        from irbis.kernels.blocks import Tensor, flat_rows
+
+        if self.sequence is not None:
+            return self._sequences(blocks)
+        values, valid, errors = self.convert(blocks[self.column], not self.error_col)
+        try:
+            out = cached_predict_fn(self.source, **self.options)(values) if len(values) else None
+        except EngineError:
+            raise
+        except RuntimeError as err:  # the eager network's error, or InputShapeError of another engine
+            raise refused_shape(self.stage, self.column, values.shape[1:], self.shape, err) from err
+        result = {self.output: Tensor(flat_rows(out), valid)}
+        if self.error_col:
+            result[self.error_col] = np.array([e if e else None if ok else "null row"
+                                               for ok, e in zip(valid, errors)], object)
+        return result
+
+    def _sequences(self, blocks: dict[str, Any]) -> dict[str, Any]:
+        from irbis.kernels.batching import sequence_rows
+        from irbis.kernels.blocks import Tensor, flat_rows
+
+        col = self.column
+        rows, errors = sequence_rows(blocks[col], col)
+        if not self.error_col:
+            bad = next((i for i, e in enumerate(errors) if e and e != "null row"), None)
+            if bad is not None:
+                raise ValueError(f"{self.stage}: column {col!r} row {bad} has no usable sequence ({errors[bad]}); "
+                                 f"set errorCol to give such rows a null output and a reason")
+        valid = np.array([r is not None for r in rows], bool)
+        out = None
+        if valid.any():
+            out = make_sequence_predict_fn(self.source, **self.sequence)([r for r in rows if r is not None])
+        result = {self.output: Tensor(flat_rows(out), valid)}
+        if self.error_col:
+            result[self.error_col] = np.array(errors, object)
+        return result
+
+
 def _load_for_export(source: dict[str, Any], allow_pickle: bool, layer: Layers) -> nn.Module:
     import torch
 
@@ -480,13 +567,6 @@ def _calibration(source: dict[str, Any], folder: str) -> Calibration:
 
 
 def cached_networks() -> list[nn.Module]:
-    """The networks this process holds in its cache (to inspect them)."""
-    with _CACHE_LOCK:
-        return [network.module for network in _CACHE.values() if isinstance(network, _Network)]
-
-
-def clear_cache() -> None:
-    """Forget the networks loaded by this process (tests, or to free memory)."""
-    with _CACHE_LOCK:
-        _CACHE.clear()
+    """The eager networks this process holds in its cache (to inspect them)."""
+    return [network.module for network in cached_values() if isinstance(network, _Network)]
 

@@ -1,28 +1,29 @@
 """ONNX graphs as pure batch functions through ONNX Runtime: dict of arrays in, dict of arrays out.
 
-Sessions are cached per process, keyed by the file's identity and the requested outputs, so a Spark
-Python worker builds one session per graph. Any node output of the graph can be fetched (for transfer
-learning): it is added to the graph's outputs before the session is built.
+A graph is loaded by the engines of :mod:`irbis.kernels.engines` (ONNX Runtime or OpenVINO) into the
+process cache, keyed by the file's identity, the requested outputs, the engine, the task's device and the
+thread count, so a Spark Python worker loads each graph once. Any node output of the graph can be fetched
+(for transfer learning): it is added to the graph's outputs, in a copy written once beside the prepared
+weights, before the graph is loaded.
 """
 
 from __future__ import annotations
 
-import threading
+import json
 from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
 
 from irbis.kernels.blocks import Tensor, flat_rows, from_rows
-from irbis.kernels.device import cuda_index, device_name, is_cuda
-from irbis.kernels.engines.exported import TRIM_BYTES, huge_page_malloc, release_memory
+from irbis.kernels.device import task_device
+from irbis.kernels.engines import ENGINES, cached, candidates
+from irbis.kernels.engines.exported import TRIM_BYTES, release_memory
 from irbis.kernels.inference import source_identity
 
 DictBatchFn = Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]]
-
-_SESSIONS: dict[tuple, object] = {}
-_LOCK = threading.Lock()
 
 #: SynapseML's optimisation levels (the ``optimizationLevel`` Param) -> ONNX Runtime's enum names.
 OPTIMIZATION_LEVELS = {"NO_OPT": "ORT_DISABLE_ALL", "BASIC_OPT": "ORT_ENABLE_BASIC",
@@ -37,7 +38,7 @@ _ONNX_TO_NUMPY = {
 
 def graph_signature(path: str) -> tuple[dict[str, tuple], dict[str, tuple]]:
     """Input and output names of a graph with their shapes (``None`` for dynamic axes)."""
-    session = _session(path, (), "cpu", 1)
+    session = _runner(path, (), "onnxruntime", "cpu", 1).session
     shape = lambda a: tuple(d if isinstance(d, int) else None for d in a.shape)  # noqa: E731
     return ({a.name: shape(a) for a in session.get_inputs()},
             {a.name: shape(a) for a in session.get_outputs()})
@@ -45,7 +46,7 @@ def graph_signature(path: str) -> tuple[dict[str, tuple], dict[str, tuple]]:
 
 def input_dtypes(path: str) -> dict[str, type]:
     """numpy dtype expected by each graph input."""
-    session = _session(path, (), "cpu", 1)
+    session = _runner(path, (), "onnxruntime", "cpu", 1).session
     return {a.name: _ONNX_TO_NUMPY.get(a.type, np.float32) for a in session.get_inputs()}
 
 
@@ -55,14 +56,12 @@ ONNX_ENGINES = ("auto", "onnxruntime", "openvino")
 
 def onnx_engine(engine: str) -> str:
     """The engine that runs an ONNX graph here: ``engine``, or for ``auto`` the first installed of
-    onnxruntime and openvino (an ImportError naming the package to install when neither is)."""
-    from irbis.kernels.engines import ENGINES
-
+    onnxruntime and openvino (``auto_order``'s ``onnx`` row; an ImportError naming the package to install
+    when neither is)."""
     if engine != "auto":
         return engine
-    for name in ONNX_ENGINES[1:]:
-        if ENGINES[name].installed():
-            return name
+    for name in candidates(engine, "cpu", "fp32", kind="onnx"):
+        return name
     raise ImportError("engine='auto' runs an ONNX graph on ONNX Runtime or OpenVINO, and neither is installed: "
                       "pip install onnxruntime")
 
@@ -81,12 +80,9 @@ def make_onnx_predict_fn(path: str, fetches: Sequence[str], *, batch_size: int =
     extra = tuple(sorted(set(fetches) - known_outputs))
     fetch_list = list(fetches)
     engine = onnx_engine(engine)
-    if engine == "openvino":
-        session = _OpenVinoSession(path, extra, device, num_threads)
-    elif engine == "onnxruntime":
-        session = _session(path, extra, device, num_threads, optimization_level)
-    else:
+    if engine not in ONNX_ENGINES[1:]:
         raise ValueError(f"engine must be 'onnxruntime' or 'openvino' for an ONNX graph, got {engine!r}")
+    session = _runner(path, extra, engine, device, num_threads, optimization_level)
 
     def run(feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         n = len(next(iter(feeds.values())))
@@ -153,32 +149,25 @@ def output_blocks(results: dict[str, np.ndarray], fetches: dict[str, str], softm
     return blocks
 
 
-def _session(path: str, extra_outputs: tuple[str, ...], device: str, num_threads: int,
-             optimization_level: str = "ALL_OPT"):
-    import onnxruntime as ort
+def _runner(path: str, extra_outputs: tuple[str, ...], engine: str, device: str, num_threads: int,
+            optimization_level: str = "ALL_OPT") -> Any:
+    """The process's runner of the graph at ``path`` (its inner outputs ``extra_outputs`` exposed) on
+    ``engine``, on the task's device (:func:`irbis.kernels.device.task_device`)."""
+    if optimization_level not in OPTIMIZATION_LEVELS:
+        raise ValueError(f"optimizationLevel {optimization_level!r} is not one of {list(OPTIMIZATION_LEVELS)}")
+    device = task_device(device)
+    identity = source_identity({"kind": "onnx", "path": path})
+    level = OPTIMIZATION_LEVELS[optimization_level] if engine == "onnxruntime" else ""
+    key = json.dumps(["onnx", identity, extra_outputs, engine, device, num_threads, level])
 
-    from irbis.kernels.engines.ort import session_options
-
-    # this task's device (the one device rule), where ONNX Runtime can run on a GPU at all
-    name = device_name(device) if "CUDAExecutionProvider" in ort.get_available_providers() else "cpu"
-    key = (source_identity({"kind": "onnx", "path": path}), extra_outputs, name, num_threads,
-           optimization_level)
-    with _LOCK:
-        if key in _SESSIONS:
-            return _SESSIONS[key]
+    def load() -> Any:
         if not Path(path).is_file():
             raise FileNotFoundError(f"ONNX model file not found: {path}")
-        if optimization_level not in OPTIMIZATION_LEVELS:
-            raise ValueError(f"optimizationLevel {optimization_level!r} is not one of {list(OPTIMIZATION_LEVELS)}")
-        options = session_options(num_threads, OPTIMIZATION_LEVELS[optimization_level])
-        providers: list[Any] = ([("CUDAExecutionProvider", {"device_id": cuda_index(name)})] if is_cuda(name)
-                                else []) + ["CPUExecutionProvider"]
-        if device == "cuda" and not is_cuda(name):
-            raise ValueError("device='cuda' was asked for, but ONNX Runtime has no CUDA provider here")
-        model: bytes | str = _with_outputs(path, extra_outputs) if extra_outputs else path
-        session = ort.InferenceSession(model, options, providers=providers)
-        _SESSIONS[key] = session
-        return session
+        graph = _graph_file(path, extra_outputs, identity) if extra_outputs else path
+        options = {"level": level} if level else {}
+        return ENGINES[engine].load(graph, threads=num_threads, device=device, precision="fp32", **options)
+
+    return cached(key, load)
 
 
 def _with_outputs(path: str, names: tuple[str, ...]) -> bytes:
@@ -197,49 +186,105 @@ def _with_outputs(path: str, names: tuple[str, ...]) -> bytes:
     return model.SerializeToString()
 
 
-class _OpenVinoSession:
-    """An ONNX graph compiled by OpenVINO, with ONNX Runtime's ``run(fetches, feeds)`` shape.
-
-    A graph with inner outputs exposed is written once beside the prepared weights, as exports are.
-    """
-
-    def __init__(self, path: str, extra_outputs: tuple[str, ...], device: str, num_threads: int) -> None:
-        from irbis.kernels.engines import ENGINES
-        from irbis.kernels.engines.ov import compile_graph
-
-        if not ENGINES["openvino"].installed():
-            raise ImportError("engine='openvino' needs the 'openvino' package: pip install openvino")
-        key = (source_identity({"kind": "onnx", "path": path}), extra_outputs, "openvino", num_threads)
-        with _LOCK:
-            if key not in _SESSIONS:
-                graph = _graph_file(path, extra_outputs, key) if extra_outputs else path
-                _SESSIONS[key] = compile_graph(graph, threads=num_threads, device="cuda" if is_cuda(device) else "cpu")
-            self.compiled = _SESSIONS[key]
-        self.request, self.lock = self.compiled.create_infer_request(), threading.Lock()
-        self.free_buffers = huge_page_malloc()
-
-    def run(self, fetches: list[str], feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
-        with self.lock:
-            result = self.request.infer({k: np.ascontiguousarray(v) for k, v in feeds.items()})
-            return [np.array(result[self.compiled.output(name)], copy=True) for name in fetches]
-
-    def release(self) -> None:
-        """Free the compiled graph's intermediate buffers where malloc gives huge pages (as the engine does)."""
-        if self.free_buffers:
-            with self.lock:
-                self.compiled.release_memory()
-
-
-def _graph_file(path: str, names: tuple[str, ...], key: tuple) -> str:
+def _graph_file(path: str, names: tuple[str, ...], identity: str) -> str:
+    """The graph at ``path`` with the inner outputs ``names`` exposed, written once beside the prepared weights."""
     import hashlib
 
     from irbis.kernels.engines import onnx_path
     from irbis.models.fetch import atomic_path, file_lock
 
-    digest = hashlib.sha256(repr(key[:2]).encode()).hexdigest()[:24]
+    digest = hashlib.sha256(repr((identity, names)).encode()).hexdigest()[:24]
     dest = onnx_path(f"graph-{digest}")
     with file_lock(dest.parent / ".locks" / f"graph-{digest}.lock"):
         if not dest.exists():
             with atomic_path(dest) as tmp:
                 tmp.write_bytes(_with_outputs(path, names))
     return str(dest)
+
+
+@dataclass(frozen=True)
+class OnnxKernel:
+    """ONNXModel's kernel as a plain, picklable value: the graph file and how its feeds, fetches and heads map
+    to columns; called on a dict of column blocks, it gives the output blocks.
+
+    ``feeds`` maps each graph input to its column, ``fetches`` each output column to a graph output (or inner
+    node output), ``shapes`` and ``dtypes`` give each input's row shape and numpy type. With ``sequence``
+    (the graph input of the padded values and the one of the mask, or None), the column's variable-length
+    rows run in length-aware batches of ``token_budget`` padded steps. :attr:`files` names the graph file,
+    which a runner that moves the kernel to another machine rewrites with :meth:`relocated`.
+    """
+
+    path: str
+    feeds: dict[str, str]
+    fetches: dict[str, str]
+    shapes: dict[str, Any]
+    dtypes: dict[str, Any]
+    input_dtype: str = "float32"
+    batch_size: int = 64
+    device: str = "cpu"
+    engine: str = "auto"
+    level: str = "ALL_OPT"
+    softmax: dict[str, str] = field(default_factory=dict)
+    argmax: dict[str, str] = field(default_factory=dict)
+    sequence: tuple[str, str | None] | None = None
+    token_budget: int = 4096
+
+    @property
+    def files(self) -> tuple[str, ...]:
+        """The local file the kernel reads: the graph."""
+        return (self.path,)
+
+    def relocated(self, paths: dict[str, str]) -> OnnxKernel:
+        """This kernel reading its graph at ``paths[path]`` (a copy shipped to this machine)."""
+        return replace(self, path=paths.get(self.path, self.path))
+
+    def _predict(self) -> DictBatchFn:
+        from irbis.kernels.threads import task_threads
+
+        return make_onnx_predict_fn(self.path, list(self.fetches.values()), batch_size=self.batch_size,
+                                    device=self.device, num_threads=task_threads(), engine=self.engine,
+                                    optimization_level=self.level)
+
+    def __call__(self, blocks: dict[str, Any]) -> dict[str, Any]:
+        from irbis.kernels.batching import network_batch
+
+        if self.sequence is not None:
+            return self._sequences(blocks)
+        predict = self._predict()
+        batches = {k: network_batch(blocks[col], col, self.shapes[k], input_dtype=self.input_dtype,
+                                    dtype=self.dtypes[k], stage="ONNXModel") for k, col in self.feeds.items()}
+        masks = [b.valid for b in batches.values()]
+        valid = np.logical_and.reduce(masks)
+        if len(self.feeds) > 1 and any(not m.all() for m in masks):
+            bad = next(c for c, m in zip(self.feeds.values(), masks) if not m.all())
+            raise ValueError(f"ONNXModel: column {bad!r} has nulls; with several feeds, drop them first")
+        results = predict({k: b.values for k, b in batches.items()}) if valid.any() else {}
+        return output_blocks(results, self.fetches, self.softmax, self.argmax, valid)
+
+    def _sequences(self, blocks: dict[str, Any]) -> dict[str, Any]:
+        from irbis.kernels.batching import sequence_rows
+        from irbis.kernels.sequences import check_row_output, run_by_length
+
+        values_input, mask_input = self.sequence  # type: ignore[misc]
+        col = self.feeds[values_input]
+        rows, errors = sequence_rows(blocks[col], col)
+        bad = next((i for i, e in enumerate(errors) if e and e != "null row"), None)
+        if bad is not None:
+            raise ValueError(f"ONNXModel: column {col!r} row {bad} has no usable sequence ({errors[bad]})")
+        valid = np.array([r is not None for r in rows], bool)
+        if not valid.any():
+            return output_blocks({}, self.fetches, self.softmax, self.argmax, valid)
+        predict = self._predict()
+
+        def run_batch(x: np.ndarray, mask: np.ndarray) -> dict[str, np.ndarray]:
+            feed = {values_input: x.astype(self.dtypes[values_input], copy=False)}
+            if mask_input:
+                feed[mask_input] = mask.astype(self.dtypes[mask_input], copy=False)
+            out = predict(feed)
+            for value in out.values():
+                check_row_output(value.shape, x.shape[0], x.shape[1])
+            return out
+
+        results, _ = run_by_length([r for r in rows if r is not None], run_batch, token_budget=self.token_budget,
+                                   max_rows=self.batch_size)
+        return output_blocks(results, self.fetches, self.softmax, self.argmax, valid)

@@ -5,15 +5,15 @@ Spark worker, the HTTP server and a LIME loop share it). A runner tokenizes with
 parallel over the batch), truncates at ``max_length`` (counting what it cut), runs the network on
 length-aware batches (:func:`irbis.kernels.sequences.run_by_length`) and returns one output row per text.
 
-Engines, as for images (:mod:`irbis.kernels.engines`): eager ``torch``, or the network exported once per
-machine to ONNX with its batch and sequence axes dynamic and run by ``onnxruntime`` or ``openvino``.
-``auto`` runs fp32 on eager torch first, on the CPU as on CUDA: on MiniLM over the drug reviews, with
-length-aware batches, eager torch (its fused attention, oneDNN's matrix products) ran ahead of ONNX Runtime
-in one thread, a Spark task's share, and within a sixth of OpenVINO, level in one run and behind in
-another (``benchmarks/text.py`` measures the engines side by side; ``benchmarks/results/text.txt``);
-OpenVINO first is the open question. For bf16 it
-tries OpenVINO on CPUs with bf16 instructions (ahead of torch's autocast there), for int8 ONNX Runtime's
-int8 OpenVINO runs the network as NNCF quantised it (its transformer preset, calibrated on sample texts:
+Engines, as for images (:mod:`irbis.kernels.engines`, which loads them and holds the order ``auto`` tries for
+each input kind): eager ``torch``, or the network exported once per machine to ONNX with its batch and
+sequence axes dynamic and run by ``onnxruntime`` or ``openvino``. ``auto`` runs fp32 on eager torch first, on
+the CPU as on CUDA: on MiniLM over the drug reviews, with length-aware batches, eager torch (its fused
+attention, oneDNN's matrix products) ran ahead of ONNX Runtime in one thread, a Spark task's share, and within
+a sixth of OpenVINO, level in one run and behind in another (``benchmarks/text.py`` measures the engines side
+by side; ``benchmarks/results/text.txt``); OpenVINO first is the open question. For bf16 it tries OpenVINO on
+CPUs with bf16 instructions (ahead of torch's autocast there), for int8 ONNX Runtime's int8 OpenVINO runs the
+network as NNCF quantised it (its transformer preset, calibrated on sample texts:
 :func:`irbis.kernels.engines.quantize.nncf_transformer_path`), and ONNX Runtime its dynamic quantisation.
 
 Pure: no pyspark. Examples
@@ -27,6 +27,7 @@ Pure: no pyspark. Examples
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import threading
 from dataclasses import dataclass, field
@@ -35,14 +36,14 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from irbis.kernels.device import device_name, is_cuda
-from irbis.kernels.engines import ENGINES, EngineError, export_lock_path, native_bf16, onnx_path
+from irbis.kernels.device import task_device
+from irbis.kernels.engines import ENGINES, EngineError, cached, candidates, export_lock_path, onnx_path
 from irbis.kernels.sequences import PadStats, run_by_length
 from irbis.kernels.threads import set_threads, task_threads
 from irbis.models.text import TextCard, TextModelError, card_from_source, check_tokenizer
 
-__all__ = ["CHARS_PER_TOKEN", "TEXT_TOKEN_BUDGET", "TextBatch", "TextRunner", "TextTokens", "decode_texts",
-           "text_auto_order", "text_runner", "text_tokens"]
+__all__ = ["CHARS_PER_TOKEN", "TEXT_HEADS", "TEXT_TOKEN_BUDGET", "TextBatch", "TextKernel", "TextRunner",
+           "TextTokens", "check_reasons", "decode_texts", "text_runner", "text_tokens"]
 
 #: Characters kept per token of ``max_length`` before tokenizing: a 10 MB string costs no more than a
 #: text of ``64 x max_length`` characters (WordPiece and BPE tokens are far shorter than 64 characters,
@@ -60,24 +61,6 @@ TEXT_TOKEN_BUDGET = 1024
 TRUNCATIONS = ("truncate", "error")
 #: Words of the short texts int8 calibration adds, one per calibration text (:meth:`TextRunner._nncf_int8`).
 SHORT_WORDS = 3
-
-
-def _nncf_installed() -> bool:
-    import importlib.util
-
-    return importlib.util.find_spec("nncf") is not None
-
-
-def text_auto_order(device: str, precision: str) -> tuple[str, ...]:
-    """The engines ``engine="auto"`` tries for a text network, in order (see the module docstring)."""
-    if is_cuda(device):
-        return ("torch",)
-    if precision == "bf16":
-        return ("openvino", "torch") if native_bf16() else ("torch",)
-    if precision == "int8":
-        return ("openvino", "onnxruntime") if _nncf_installed() and ENGINES["openvino"].installed() \
-            else ("onnxruntime",)
-    return ("torch",) + tuple(n for n in ("openvino", "onnxruntime") if ENGINES[n].installed())
 
 
 @dataclass
@@ -196,7 +179,7 @@ class TextRunner:
         self.truncation, self.token_budget, self.max_rows = truncation, token_budget, max_rows
         self.tokens = text_tokens(source, max_length)
         self.max_length, self.pad_id = self.tokens.max_length, self.tokens.pad_id
-        self.device = device_name(device)
+        self.device = task_device(device)
         self.calibration = calibration
         self.engine, self._run = self._load_engine(engine, precision)
         self.lock = threading.Lock()
@@ -237,9 +220,8 @@ class TextRunner:
 
     # -- engines ---------------------------------------------------------------------------------
     def _load_engine(self, engine: str, precision: str) -> tuple[str, Callable[[np.ndarray, np.ndarray], np.ndarray]]:
-        names = text_auto_order(self.device, precision) if engine == "auto" else (engine,)
         failures = []
-        for name in names:
+        for name in candidates(engine, self.device, precision, kind="text"):
             try:
                 return name, self._engine(name, precision)
             except (EngineError, ImportError) as err:
@@ -251,40 +233,11 @@ class TextRunner:
     def _engine(self, name: str, precision: str) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
         if name == "torch":
             return self._torch(precision)
-        if name not in ENGINES:
-            raise ValueError(f"engine must be one of auto, torch, {', '.join(ENGINES)}, got {name!r}")
-        if not ENGINES[name].installed():
-            raise ImportError(f"engine={name!r} needs the {ENGINES[name].package!r} package")
+        ENGINES[name].require()
         path = str(self._export())
-        threads = task_threads()
-        if name == "onnxruntime":
-            import onnxruntime as ort
-
-            from irbis.kernels.engines.ort import session_options
-
-            if precision == "bf16":
-                raise EngineError("engine='onnxruntime' runs text at fp32 or int8; use openvino or torch for bf16")
-            if is_cuda(self.device):
-                raise EngineError("text on CUDA runs on engine='torch'")
-            if precision == "int8":
-                from irbis.kernels.engines.quantize import dynamic_path
-
-                path = str(dynamic_path(path))
-            session = ort.InferenceSession(path, session_options(threads), providers=["CPUExecutionProvider"])
-            names = [i.name for i in session.get_inputs()]
-            return lambda ids, mask: session.run(None, {names[0]: ids, names[1]: mask})[0]
-        from irbis.kernels.engines.ov import compile_graph
-
-        if precision == "int8":  # the quantised graph runs its int8 operations as such, the rest in fp32
+        if name == "openvino" and precision == "int8":  # the quantised graph runs its int8 operations as such
             path, precision = str(self._nncf_int8(path)), "fp32"
-        compiled = compile_graph(path, threads=threads, device=self.device, precision=precision)
-        request = compiled.create_infer_request()
-
-        def run(ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
-            request.infer({0: ids, 1: mask})
-            return np.array(request.get_output_tensor(0).data, copy=True)
-
-        return run
+        return ENGINES[name].load(path, threads=task_threads(), device=self.device, precision=precision)
 
     def _torch(self, precision: str) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
         import torch
@@ -310,7 +263,7 @@ class TextRunner:
         from irbis.kernels.engines.quantize import nncf_transformer_path
         from irbis.kernels.sequences import length_batches, pad_rows, padded_length
 
-        if not _nncf_installed():
+        if importlib.util.find_spec("nncf") is None:
             raise ImportError("precision='int8' on engine='openvino' needs NNCF (pip install 'irbis[engines]')")
         key, texts = text_calibration(self.calibration)
 
@@ -373,29 +326,153 @@ def write_text_onnx(folder: Path, card: TextCard, path: Path) -> None:
         program.save(str(tmp))
 
 
-_RUNNERS: dict[str, Any] = {}
-_RUNNERS_LOCK = threading.RLock()
-
-
 def text_tokens(source: dict[str, Any], max_length: int = 0) -> TextTokens:
-    """The process's :class:`TextTokens` of ``source`` at ``max_length``."""
+    """The process's :class:`TextTokens` of ``source`` at ``max_length`` (:func:`irbis.kernels.engines.cached`)."""
     key = json.dumps(["tokens", source, max_length], sort_keys=True, default=str)
-    with _RUNNERS_LOCK:
-        if key not in _RUNNERS:
-            _RUNNERS[key] = TextTokens(source, max_length)  # type: ignore[assignment]
-        return _RUNNERS[key]  # type: ignore[return-value]
+    return cached(key, lambda: TextTokens(source, max_length))
 
 
 def text_runner(source: dict[str, Any], **options: Any) -> TextRunner:
     """The process's :class:`TextRunner` of ``source`` and ``options`` (one per thread count too)."""
-    key = json.dumps([source, options, task_threads()], sort_keys=True, default=str)
-    with _RUNNERS_LOCK:
-        if key not in _RUNNERS:
-            _RUNNERS[key] = TextRunner(source, **options)
-        return _RUNNERS[key]
+    key = json.dumps(["text", source, options, task_threads()], sort_keys=True, default=str)
+    return cached(key, lambda: TextRunner(source, **options))
 
 
-def clear_text_runners() -> None:
-    """Forget the loaded runners (tests; a server reloading its pipeline)."""
-    with _RUNNERS_LOCK:
-        _RUNNERS.clear()
+#: What a :class:`TextKernel` gives, and the names of its output columns (the keys of ``outputs``).
+TEXT_HEADS = {"embedding": ("embedding",), "classification": ("raw", "probability", "prediction"),
+              "tokens": ("tokens",)}
+
+
+class TextKernel:
+    """A text stage's kernel as a plain, picklable value: the network, the runner's options, the text column
+    and the outputs; called on a dict of column blocks, it gives the output blocks.
+
+    ``head`` is ``embedding`` (one vector per text), ``classification`` (the logits, their softmax and the
+    index of the largest, as a double) or ``tokens`` (the token ids, ``array<int>``); ``outputs`` maps each
+    of the head's outputs (:data:`TEXT_HEADS`) to its column (empty: left out). A network of the catalogue is
+    looked up again where the kernel runs; a folder of one's own is read where :attr:`files` says, which a
+    runner that moves the kernel to another machine rewrites with :meth:`relocated`.
+
+    Parameters
+    ----------
+    network : str
+        A text network of the catalogue or a Hugging Face-format folder.
+    source : dict
+        :func:`irbis.models.text.text_source` of the network.
+    column : str
+        The text column (strings, or UTF-8 bytes).
+    head : str
+        A key of :data:`TEXT_HEADS`.
+    outputs : dict
+        Output name of the head -> column.
+    options : dict
+        :class:`TextRunner`'s options (``engine``, ``precision``, ``device``, ``max_length``, ``truncation``,
+        ``token_budget``, ``max_rows``, ``calibration``).
+    error_col : str
+        Column of each row's reason when it has no output (empty: none, and a bad row fails the batch).
+    stage : str
+        The stage's name, for messages.
+    """
+
+    def __init__(self, network: str, source: dict[str, Any], column: str, *, head: str, outputs: dict[str, str],
+                 options: dict[str, Any], error_col: str = "", stage: str = "") -> None:
+        if head not in TEXT_HEADS:
+            raise ValueError(f"head must be one of {list(TEXT_HEADS)}, got {head!r}")
+        self.network, self.source, self.column, self.head = network, source, column, head
+        self.outputs, self.options, self.error_col, self.stage = outputs, options, error_col, stage
+        self._loaded: Any = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_loaded": None}  # the runner stays in the process that loaded it
+
+    @property
+    def files(self) -> tuple[str, ...]:
+        """The local paths the kernel reads: a folder of one's own (a catalogue network is found where it runs)."""
+        from irbis.models.text import TEXT_MODELS
+
+        return () if self.network in TEXT_MODELS else (self.source["folder"],)
+
+    def relocated(self, paths: dict[str, str]) -> TextKernel:
+        """This kernel reading each of its :attr:`files` at ``paths[file]`` (a copy shipped to this machine)."""
+        folder = paths.get(self.source["folder"], self.source["folder"])
+        return TextKernel(self.network, dict(self.source, folder=folder), self.column, head=self.head,
+                          outputs=self.outputs, options=self.options, error_col=self.error_col, stage=self.stage)
+
+    def _here(self) -> dict[str, Any]:
+        from irbis.models.text import TEXT_MODELS, text_source
+
+        return text_source(self.network) if self.network in TEXT_MODELS else self.source
+
+    def runner(self) -> TextRunner:
+        """The process's runner of the network, looked up at the first batch and kept for the later ones."""
+        if not isinstance(self._loaded, TextRunner):
+            self._loaded = text_runner(self._here(), **self.options)
+        return self._loaded
+
+    def tokens(self) -> TextTokens:
+        """The process's tokenizer of the network at ``max_length``."""
+        if self._loaded is None:
+            self._loaded = text_tokens(self._here(), self.options.get("max_length", 0))
+        return self._loaded.tokens if isinstance(self._loaded, TextRunner) else self._loaded
+
+    def measure(self, values: list[Any]) -> np.ndarray:
+        """The length in tokens of each text of ``values`` as the runner batches it; a null, or bytes that are
+        not UTF-8, count as empty (:class:`irbis.kernels.chain.LengthRule`)."""
+        texts, _ = decode_texts(values, self.column, self.stage)
+        ids, _ = self.tokens().tokenize([t or "" for t in texts])
+        return np.array([len(r) for r in ids], np.int64)
+
+    def __call__(self, blocks: dict[str, Any]) -> dict[str, Any]:
+        from irbis.kernels.blocks import Tensor
+
+        texts, errors = decode_texts(blocks[self.column], self.column, self.stage)
+        if self.head == "tokens":
+            return self._tokens(texts, errors)
+        batch = self.runner().encode(texts, errors)
+        check_reasons(batch.errors, batch.valid, self.error_col)
+        if self.head == "embedding":
+            out: dict[str, Any] = {self.outputs["embedding"]: Tensor(batch.values, batch.valid)}
+        else:
+            out = self._classes(batch)
+        return {**out, self.error_col: batch.errors} if self.error_col else out
+
+    def _classes(self, batch: TextBatch) -> dict[str, Any]:
+        from irbis.kernels.blocks import Tensor
+
+        raw, prob, pred = (self.outputs.get(name, "") for name in TEXT_HEADS["classification"])
+        logits = batch.values.astype(np.float64)
+        shifted = np.exp(logits - logits.max(axis=1, keepdims=True)) if len(logits) else logits
+        out: dict[str, Any] = {}
+        if raw:
+            out[raw] = Tensor(logits, batch.valid)
+        if prob:
+            out[prob] = Tensor(shifted / shifted.sum(axis=1, keepdims=True) if len(logits) else logits, batch.valid)
+        if pred:
+            full = np.full(len(batch.valid), np.nan)
+            full[batch.valid] = logits.argmax(axis=1) if len(logits) else []
+            out[pred] = [None if not v else float(x) for v, x in zip(batch.valid, full)]
+        return out
+
+    def _tokens(self, texts: list[str | None], errors: list[str | None]) -> dict[str, Any]:
+        tokenizer = self.tokens()
+        keep = [i for i, t in enumerate(texts) if t is not None and errors[i] is None]
+        ids, cut = tokenizer.tokenize([texts[i] for i in keep])  # type: ignore[misc]
+        rows: list[Any] = [None] * len(texts)
+        for k, i in enumerate(keep):
+            if cut[k] and self.options.get("truncation", "truncate") == "error":
+                errors[i] = f"text of more than maxLength={tokenizer.max_length} tokens (truncation='error')"
+            else:
+                rows[i] = ids[k].astype(np.int32)
+        valid = np.array([r is not None for r in rows], bool)
+        check_reasons(errors, valid, self.error_col)
+        out: dict[str, Any] = {self.outputs["tokens"]: rows}
+        return {**out, self.error_col: [None if v else e for v, e in zip(valid, errors)]} if self.error_col else out
+
+
+def check_reasons(errors: list[str | None], valid: np.ndarray, err_col: str) -> None:
+    """Without an error column, the first row that has no output for a reason other than a null fails the batch."""
+    if err_col:
+        return
+    for i, reason in enumerate(errors):
+        if not valid[i] and reason and reason != "null text":
+            raise ValueError(reason)

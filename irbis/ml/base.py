@@ -54,6 +54,7 @@ from irbis.ml.aliases import resolve_aliases
 from irbis.ml.params import add_accessors, make_set_params, make_stage_init
 from irbis.ml.persistence import IrbisPersistable
 from irbis.spark.columns import column
+from irbis.spark.files import shipped_kernel
 from irbis.spark.guard import on_executors
 from irbis.spark.resources import check_device, executor_slots, set_task_threads, task_cores
 
@@ -231,8 +232,8 @@ class _StageMixin(_KeywordParams, IrbisPersistable):
         slots = executor_slots(df.sparkSession)
         if self._has_batch_fn():
             cap = _max_batch_bytes(df)
-            udf = _make_arrow_udf(self._make_batch_fn(), self._input_columns(), wire, cap, self._ragged_columns(),
-                                  slots)
+            udf = _make_arrow_udf(shipped_kernel(self._make_batch_fn()), self._input_columns(), wire, cap,
+                                  self._ragged_columns(), slots)
             if len(wire) == 1:
                 result = df.withColumn(outputs[0][0], udf(*args))
             else:

@@ -6,26 +6,22 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 from pyspark.ml.linalg import VectorUDT
 from pyspark.ml.param import TypeConverters
 from pyspark.sql.types import ArrayType, DataType, DoubleType, FloatType, StructType
 
-from irbis.kernels.batching import network_batch, sequence_rows
 from irbis.kernels.blocks import BatchFn
 from irbis.kernels.onnx import (
     ONNX_ENGINES,
     OPTIMIZATION_LEVELS,
+    OnnxKernel,
     graph_signature,
     input_dtypes,
-    make_onnx_predict_fn,
-    output_blocks,
 )
 from irbis.ml.base import IrbisModel
 from irbis.ml.network_params import NetworkStageParams, check_network_input, check_sequence_input
 from irbis.ml.params import one_of, param_mixin, table_mixin
 from irbis.ml.synapseml import ONNXModelNames
-from irbis.spark.files import localize, ship_file
 
 
 # -- SynapseML's ONNXModel Params (its names that alias Irbis Params are in irbis.ml.synapseml) ------
@@ -158,68 +154,16 @@ class ONNXModel(NetworkStageParams, HasOnnxEngine, table_mixin("_ONNXParams", _O
                 for k, v in graph_signature(self.getNetwork())[0].items()}
 
     def _make_batch_fn(self) -> BatchFn:
-        # The function runs in the Python workers: it refers to nothing of this module (whose import
-        # loads torch through irbis.ml.torch_model), so the workers do not import torch.
         path = self.getNetwork()
         if not Path(path).is_file():
             raise FileNotFoundError(f"ONNX model file not found: {path}")
-        shipped = ship_file(path)
-        feeds, fetches, shapes = self._feeds(), self._fetches(), self._shapes()
-        dtypes, input_dtype = input_dtypes(path), self.getInputDtype()
-        batch_size, device, engine = self.getMiniBatchSize(), self.getDevice(), self.getEngine()
-        level, softmax, argmax = self.getOptimizationLevel(), self.getSoftMaxDict(), self.getArgMaxDict()
-        if self.getVariableLength():
-            values_input, mask_input = _sequence_feeds(feeds)
-            col, budget = feeds[values_input], self.getTokenBudget()
-
-            def run_sequences(blocks: dict[str, Any]) -> dict[str, Any]:
-                from irbis.kernels.sequences import check_row_output, run_by_length
-                from irbis.kernels.threads import task_threads
-
-                rows, errors = sequence_rows(blocks[col], col)
-                bad = next((i for i, e in enumerate(errors) if e and e != "null row"), None)
-                if bad is not None:
-                    raise ValueError(f"ONNXModel: column {col!r} row {bad} has no usable sequence ({errors[bad]})")
-                valid = np.array([r is not None for r in rows], bool)
-                if not valid.any():
-                    return output_blocks({}, fetches, softmax, argmax, valid)
-                predict = make_onnx_predict_fn(localize(path, shipped), list(fetches.values()),
-                                               batch_size=batch_size, device=device, num_threads=task_threads(),
-                                               engine=engine, optimization_level=level)
-
-                def run_batch(x: np.ndarray, mask: np.ndarray) -> dict[str, np.ndarray]:
-                    feed = {values_input: x.astype(dtypes[values_input], copy=False)}
-                    if mask_input:
-                        feed[mask_input] = mask.astype(dtypes[mask_input], copy=False)
-                    out = predict(feed)
-                    for value in out.values():
-                        check_row_output(value.shape, x.shape[0], x.shape[1])
-                    return out
-
-                results, _ = run_by_length([r for r in rows if r is not None], run_batch, token_budget=budget,
-                                           max_rows=batch_size)
-                return output_blocks(results, fetches, softmax, argmax, valid)
-
-            return run_sequences
-
-        def run(blocks: dict[str, Any]) -> dict[str, Any]:
-            from irbis.kernels.threads import task_threads
-
-            predict = make_onnx_predict_fn(localize(path, shipped), list(fetches.values()),
-                                           batch_size=batch_size, device=device, num_threads=task_threads(),
-                                           engine=engine, optimization_level=level)
-            batches = {k: network_batch(blocks[col], col, shapes[k], input_dtype=input_dtype, dtype=dtypes[k],
-                                        stage="ONNXModel") for k, col in feeds.items()}
-            masks = [b.valid for b in batches.values()]
-            valid = np.logical_and.reduce(masks)
-            if len(feeds) > 1 and any(not m.all() for m in masks):
-                bad = next(c for c, m in zip(feeds.values(), masks) if not m.all())
-                raise ValueError(f"ONNXModel: column {bad!r} has nulls; with several feeds, drop them first")
-            feed = {k: b.values for k, b in batches.items()}
-            results = predict(feed) if valid.any() else {}
-            return output_blocks(results, fetches, softmax, argmax, valid)
-
-        return run
+        feeds = self._feeds()
+        return OnnxKernel(path, feeds, self._fetches(), self._shapes(), input_dtypes(path),
+                          input_dtype=self.getInputDtype(), batch_size=self.getMiniBatchSize(),
+                          device=self.getDevice(), engine=self.getEngine(), level=self.getOptimizationLevel(),
+                          softmax=self.getSoftMaxDict(), argmax=self.getArgMaxDict(),
+                          sequence=_sequence_feeds(feeds) if self.getVariableLength() else None,
+                          token_budget=self.getTokenBudget())
 
     def _save_extra(self, path: str) -> None:
         shutil.copy2(self.getNetwork(), Path(path) / "model.onnx")

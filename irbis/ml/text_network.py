@@ -15,7 +15,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 from pyspark.ml.linalg import VectorUDT
 from pyspark.ml.param import TypeConverters
 from pyspark.sql.types import (
@@ -29,9 +28,9 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from irbis.kernels.blocks import BatchFn, Tensor
+from irbis.kernels.blocks import BatchFn
 from irbis.kernels.chain import LengthRule
-from irbis.kernels.text_encoder import TEXT_TOKEN_BUDGET, decode_texts
+from irbis.kernels.text_encoder import TEXT_TOKEN_BUDGET, TextKernel, decode_texts
 from irbis.ml.aliases import alias_mixin
 from irbis.ml.base import IrbisModel, IrbisTransformer
 from irbis.ml.calibration import HasCalibrationSample
@@ -52,7 +51,6 @@ from irbis.ml.params import (
 )
 from irbis.ml.synapseml import TEXT_EMBEDDER_ALIASES
 from irbis.models.text import DEFAULT_TEXT_MODEL
-from irbis.spark.text_worker import WorkerText, check_reasons
 from irbis.train.progress import SummaryAttribute
 
 __all__ = ["TextClassifierModel", "TextEmbedder", "TextTokenizer"]
@@ -108,15 +106,11 @@ class _TextStage(ColumnSetters, HasTextParams):
                     max_length=self.getMaxLength(), truncation=self.getTruncation(),
                     token_budget=self.getTokenBudget(), max_rows=self.getMiniBatchSize(), **calibration)
 
-    def _worker(self, what: str = "runner") -> Any:
-        """A picklable function giving the worker's runner (or its ``tokens``), the network's folder shipped
-        to executors that do not share the driver's disk."""
-        from irbis.models.text import TEXT_MODELS
-        from irbis.spark.files import ship_file
-
-        source, network, options = self._source(), self.getNetwork(), self._runner_options()
-        shipped = None if network in TEXT_MODELS else ship_file(source["folder"])
-        return WorkerText(network, source, shipped, options, what)
+    def _kernel(self, head: str, outputs: dict[str, str]) -> TextKernel:
+        """The stage's kernel (:class:`irbis.kernels.text_encoder.TextKernel`): a value naming the network and
+        the runner's options; the Spark runner ships a folder of one's own to the executors."""
+        return TextKernel(self.getNetwork(), self._source(), self.getInputCol(), head=head, outputs=outputs,
+                          options=self._runner_options(), error_col=self.getErrorCol(), stage=type(self).__name__)
 
     # -- persistence: a user's folder travels with the stage ----------------------------------------
     def _has_extra(self) -> bool:
@@ -148,14 +142,7 @@ class _TextStage(ColumnSetters, HasTextParams):
     def _length_rule(self) -> LengthRule | None:
         """Texts measured in the network's tokens (as the runner will batch them) under ``tokenBudget``; a null,
         or bytes that are not UTF-8, count as empty."""
-        tokens, col, stage = self._worker("tokens"), self.getInputCol(), type(self).__name__
-
-        def measure(values: list[Any]) -> np.ndarray:
-            texts, _ = decode_texts(values, col, stage)
-            ids, _ = tokens().tokenize([t or "" for t in texts])
-            return np.array([len(r) for r in ids], np.int64)
-
-        return LengthRule(self.getInputCol(), measure, self.getTokenBudget())
+        return LengthRule(self.getInputCol(), self._kernel("tokens", {}).measure, self.getTokenBudget())
 
     def _calibration_folder(self, block: Any) -> str:
         """A sampled text column block as a calibration folder of texts (int8 on OpenVINO)."""
@@ -186,7 +173,7 @@ class TextEmbedder(_TextStage, HasCalibrationSample, HasVectorOrArrayFormat,
     engine, precision, device : str
         As :class:`TorchModel`'s; ``auto`` runs fp32 on eager torch, bf16 on OpenVINO where the CPU has bf16
         instructions, int8 on OpenVINO as NNCF quantises it (else ONNX Runtime's dynamic int8)
-        (:func:`irbis.kernels.text_encoder.text_auto_order`).
+        (:data:`irbis.kernels.engines.AUTO_ORDER`).
     calibrationData : str or DataFrame
         For int8 on OpenVINO: the texts that set the activation ranges, a folder of ``.txt`` files or a
         DataFrame with ``inputCol`` (256 texts sampled when set, saved with the stage); empty: paragraphs of
@@ -217,17 +204,7 @@ class TextEmbedder(_TextStage, HasCalibrationSample, HasVectorOrArrayFormat,
             raise ValueError(f"TextEmbedder: network {self.getNetwork()!r} is a classifier; use TextClassifierModel")
 
     def _make_batch_fn(self) -> BatchFn:
-        runner, out_col, err_col = self._worker(), self.getOutputCol(), self.getErrorCol()
-        col, stage = self.getInputCol(), type(self).__name__
-
-        def run(blocks: dict[str, Any]) -> dict[str, Any]:
-            texts, errors = decode_texts(blocks[col], col, stage)
-            batch = runner().encode(texts, errors)
-            check_reasons(batch.errors, batch.valid, err_col)
-            out = {out_col: Tensor(batch.values, batch.valid)}
-            return {**out, err_col: batch.errors} if err_col else out
-
-        return run
+        return self._kernel("embedding", {"embedding": self.getOutputCol()})
 
 
 _OUT_ROWS: list[Row] = [
@@ -272,29 +249,9 @@ class TextClassifierModel(_TextStage, HasCalibrationSample, table_mixin("HasClas
                              "classifier; use TextEmbedder")
 
     def _make_batch_fn(self) -> BatchFn:
-        runner, err_col = self._worker(), self.getErrorCol()
-        raw, prob, pred = self.getRawPredictionCol(), self.getProbabilityCol(), self.getPredictionCol()
-        col, stage = self.getInputCol(), type(self).__name__
-
-        def run(blocks: dict[str, Any]) -> dict[str, Any]:
-            texts, errors = decode_texts(blocks[col], col, stage)
-            batch = runner().encode(texts, errors)
-            check_reasons(batch.errors, batch.valid, err_col)
-            logits = batch.values.astype(np.float64)
-            shifted = np.exp(logits - logits.max(axis=1, keepdims=True)) if len(logits) else logits
-            out: dict[str, Any] = {}
-            if raw:
-                out[raw] = Tensor(logits, batch.valid)
-            if prob:
-                out[prob] = Tensor(shifted / shifted.sum(axis=1, keepdims=True) if len(logits) else logits,
-                                   batch.valid)
-            if pred:
-                full = np.full(len(batch.valid), np.nan)
-                full[batch.valid] = logits.argmax(axis=1) if len(logits) else []
-                out[pred] = [None if not v else float(x) for v, x in zip(batch.valid, full)]
-            return {**out, err_col: batch.errors} if err_col else out
-
-        return run
+        return self._kernel("classification", {"raw": self.getRawPredictionCol(),
+                                               "probability": self.getProbabilityCol(),
+                                               "prediction": self.getPredictionCol()})
 
 
 class TextTokenizer(_TextStage, IrbisTransformer):
@@ -310,23 +267,4 @@ class TextTokenizer(_TextStage, IrbisTransformer):
         return None  # tokenizing alone costs the same by length or not: nothing to group
 
     def _make_batch_fn(self) -> BatchFn:
-        tokens, out_col, err_col = self._worker("tokens"), self.getOutputCol(), self.getErrorCol()
-        col, stage, truncation = self.getInputCol(), type(self).__name__, self.getTruncation()
-
-        def run(blocks: dict[str, Any]) -> dict[str, Any]:
-            texts, errors = decode_texts(blocks[col], col, stage)
-            tokenizer = tokens()
-            keep = [i for i, t in enumerate(texts) if t is not None and errors[i] is None]
-            ids, cut = tokenizer.tokenize([texts[i] for i in keep])  # type: ignore[misc]
-            rows: list[Any] = [None] * len(texts)
-            for k, i in enumerate(keep):
-                if cut[k] and truncation == "error":
-                    errors[i] = f"text of more than maxLength={tokenizer.max_length} tokens (truncation='error')"
-                else:
-                    rows[i] = ids[k].astype(np.int32)
-            valid = np.array([r is not None for r in rows], bool)
-            check_reasons(errors, valid, err_col)
-            out: dict[str, Any] = {out_col: rows}
-            return {**out, err_col: [None if v else e for v, e in zip(valid, errors)]} if err_col else out
-
-        return run
+        return self._kernel("tokens", {"tokens": self.getOutputCol()})

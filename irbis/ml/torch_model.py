@@ -15,11 +15,8 @@ from pyspark.sql import DataFrame
 from pyspark.sql.types import DataType, StringType, StructType
 from torch import nn
 
-from irbis.kernels.batching import network_batch, refused_shape, sequence_rows
-from irbis.kernels.blocks import BatchFn, Tensor, flat_rows
-from irbis.kernels.engines import EngineError
-from irbis.kernels.image.features import image_batch
-from irbis.kernels.inference import cached_predict_fn, make_sequence_predict_fn, resolve_source
+from irbis.kernels.blocks import BatchFn
+from irbis.kernels.inference import NetworkKernel, resolve_source
 from irbis.ml.base import IrbisModel
 from irbis.ml.calibration import HasCalibrationSample
 from irbis.ml.export_ahead import export_ahead_of_job
@@ -30,7 +27,6 @@ from irbis.ml.persistence import load_network_files, save_network_files
 from irbis.models import default_cache_dir, sha256_file
 from irbis.models.fetch import place_folder
 from irbis.models.module_files import write_module
-from irbis.spark.files import localize, ship_file
 from irbis.train.progress import SummaryAttribute
 
 
@@ -218,80 +214,24 @@ class TorchModel(NetworkStageParams, HasPrecision, HasCalibrationSample, HasEngi
                     engine=self.getEngine(), allow_pickle=self.getOrDefault(self.allowPickle))
 
     def _make_batch_fn(self) -> BatchFn:
-        # The function runs in the Python workers: it refers to nothing of this module (whose import
-        # loads torch), so a worker running an exported engine does not import torch.
         self._validate_network_params()
-        source = resolve_source(self.getNetwork())
-        shipped = ship_file(source["path"]) if "path" in source else None
-        if self.getVariableLength():
-            return self._sequence_batch_fn(source, shipped)
-        err_col = self.getErrorCol()
-        shape, convert = self._row_shape(), self._converter()
-        col, out_col, stage = self.getInputCol(), self.getOutputCol(), type(self).__name__
+        return self._kernel()
+
+    def _kernel(self) -> NetworkKernel:
+        """The stage's kernel (:class:`irbis.kernels.inference.NetworkKernel`), a value the Spark runner ships
+        with the network's files."""
+        sequence = dict(device=self.getDevice(), precision=self.getPrecision(),
+                        allow_pickle=self.getOrDefault(self.allowPickle), token_budget=self.getTokenBudget(),
+                        max_rows=self.getMiniBatchSize()) if self.getVariableLength() else None
         options = dict(self._network_options(), batch_size=self.getMiniBatchSize(),
                        calibration_data=self.getCalibrationData())
-
-        def run(blocks: dict[str, Any]) -> dict[str, Any]:
-            src = dict(source, path=localize(source["path"], shipped)) if shipped else source
-            predict = cached_predict_fn(src, **options)
-            values, valid, errors = convert(blocks[col], not err_col)
-            try:
-                out = predict(values) if len(values) else None
-            except EngineError:
-                raise
-            except RuntimeError as err:  # the eager network's error, or InputShapeError of another engine
-                raise refused_shape(stage, col, values.shape[1:], shape, err) from err
-            result = {out_col: Tensor(flat_rows(out), valid)}
-            if err_col:
-                result[err_col] = np.array([e if e else None if ok else "null row"
-                                            for ok, e in zip(valid, errors)], object)
-            return result
-
-        return run
-
-    def _sequence_batch_fn(self, source: dict[str, Any], shipped: str | None) -> BatchFn:
-        """The kernel of ``variableLength=True``: length-aware batches of the column's sequences."""
-        col, out_col, err_col = self.getInputCol(), self.getOutputCol(), self.getErrorCol()
-        options = dict(device=self.getDevice(), precision=self.getPrecision(),
-                       allow_pickle=self.getOrDefault(self.allowPickle), token_budget=self.getTokenBudget(),
-                       max_rows=self.getMiniBatchSize())
-
-        def run(blocks: dict[str, Any]) -> dict[str, Any]:
-            rows, errors = sequence_rows(blocks[col], col)
-            if not err_col:
-                bad = next((i for i, e in enumerate(errors) if e and e != "null row"), None)
-                if bad is not None:
-                    raise ValueError(f"TorchModel: column {col!r} row {bad} has no usable sequence ({errors[bad]}); "
-                                     f"set errorCol to give such rows a null output and a reason")
-            valid = np.array([r is not None for r in rows], bool)
-            out = None
-            if valid.any():
-                src = dict(source, path=localize(source["path"], shipped)) if shipped else source
-                out = make_sequence_predict_fn(src, **options)([r for r in rows if r is not None])
-            result = {out_col: Tensor(flat_rows(out), valid)}
-            if err_col:
-                result[err_col] = np.array(errors, object)
-            return result
-
-        return run
-
-    def _converter(self) -> Any:
-        """The input conversion of ``transform``: ``convert(block, raise_errors)`` gives the network's batch
-        (values, valid, errors): the rows' values (their images decoded and preprocessed with
-        imagePreprocessing), which rows they are, and why a non-null row has none (images only)."""
-        col, shape, stage = self.getInputCol(), self._row_shape(), type(self).__name__
-        input_dtype, preprocessing = self.getInputDtype(), self._preprocessing()
-
-        def convert(block: Any, raise_errors: bool = True) -> tuple[np.ndarray, np.ndarray, list[str | None]]:
-            if preprocessing is not None:
-                return image_batch(block, preprocessing, raise_errors)
-            batch = network_batch(block, col, shape, input_dtype=input_dtype, stage=stage)
-            return batch.values, batch.valid, [None] * len(batch.valid)
-
-        return convert
+        return NetworkKernel(resolve_source(self.getNetwork()), self.getInputCol(), self.getOutputCol(), options,
+                             error_col=self.getErrorCol(), stage=type(self).__name__, shape=self._row_shape(),
+                             input_dtype=self.getInputDtype(), preprocessing=self._preprocessing(),
+                             sequence=sequence)
 
     def _network_rows(self, block: Any) -> np.ndarray:
-        return self._converter()(block)[0]
+        return self._kernel().convert(block)[0]
 
     # -- persistence -----------------------------------------------------------------------------
     def _save_extra(self, path: str) -> None:

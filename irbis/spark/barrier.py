@@ -126,13 +126,13 @@ def barrier_task(fn: RankFn, world: int, driver: tuple[str, int] | None, job: st
     import torch.distributed as dist
     from pyspark import BarrierTaskContext
 
-    from irbis.kernels.device import device_name
+    from irbis.kernels.device import task_device
     from irbis.spark.resources import assign_task_device
 
     t0 = time.perf_counter()
     ctx = BarrierTaskContext.get()
     assign_task_device(ctx)
-    device = device_name(device)  # the GPU Spark assigned this rank, if any (the one device rule)
+    device = task_device(device)  # the GPU Spark assigned this rank, if any (the one device rule)
     rank = ctx.partitionId()
     store = _rendezvous_store(ctx, rank, world, driver, timeout_s)
     comm = init_torch_group(_join(store, job, rank), rank, world, device, timeout_s)
@@ -155,14 +155,14 @@ def elastic_task(fn: RankFn, world: int, driver: tuple[str, int] | None, job: st
     import torch.distributed as dist
     from pyspark import TaskContext
 
-    from irbis.kernels.device import device_name
+    from irbis.kernels.device import task_device
     from irbis.spark.resources import assign_task_device
 
     t0 = time.perf_counter()
     ctx = TaskContext.get()
     assert ctx is not None and driver is not None  # a task of a classic session's job
     assign_task_device(ctx)
-    device = device_name(device)
+    device = task_device(device)
     rank = ctx.partitionId()
     store = connect_store(driver[0], driver[1], rank, world, timeout_s)
     comm = StoreCommunicator(dist.PrefixStore(job, store), rank, world)

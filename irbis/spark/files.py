@@ -8,6 +8,7 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from irbis.models.fetch import cached_sha256
 
@@ -69,3 +70,27 @@ def localize(path: str, shipped: str | None) -> str:
     from pyspark import SparkFiles
 
     return SparkFiles.get(shipped)
+
+
+def shipped_kernel(fn: Any) -> Any:
+    """A stage's kernel ready to run on the executors: the local files it reads (its ``files``, where it has
+    any) shipped with :func:`ship_file`, and on an executor the kernel reading them where they landed (its
+    ``relocated``, called once per task with :func:`localize`'s paths). Without files to ship, ``fn`` itself."""
+    names = {path: ship_file(path) for path in getattr(fn, "files", ())}
+    return ShippedKernel(fn, names) if any(names.values()) else fn
+
+
+class ShippedKernel:
+    """A kernel whose files were shipped (:func:`shipped_kernel`): picklable, called like the kernel."""
+
+    def __init__(self, kernel: Any, names: dict[str, str | None]) -> None:
+        self.kernel, self.names = kernel, names
+        self._local: Any = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_local": None}
+
+    def __call__(self, blocks: dict[str, Any]) -> dict[str, Any]:
+        if self._local is None:
+            self._local = self.kernel.relocated({path: localize(path, name) for path, name in self.names.items()})
+        return self._local(blocks)

@@ -65,7 +65,7 @@ def test_bad_input(frame, spark):
 def test_col_names_is_neither_set_nor_defaulted_until_the_user_sets_it(frame, tmp_path):
     """As SynapseML's: colNames has no default; the getter answers the derived names, before and after
     transform and after a save and load, and the saved stage records no colNames."""
-    from irbis.kernels.sparkml_state import read_metadata
+    from irbis.kernels.sparkml.state import read_metadata
 
     stage = EnsembleByKey(keys=["k"], cols=["x"])
 

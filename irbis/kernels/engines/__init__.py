@@ -1,11 +1,15 @@
 """Inference engines that run an exported network: ONNX Runtime and OpenVINO, beside eager PyTorch.
 
 An engine is a small object picked by name from :data:`ENGINES`: the pip package that provides it,
-and ``load(path, threads=, device=, precision=)`` returning a runner (a float32 batch in, the output
-out; a list of outputs for a graph with several) for an ONNX file written by
-:func:`irbis.kernels.engines.export.export_onnx`.
+and ``load(path, threads=, device=, precision=)`` returning a runner for an ONNX file (an image or
+tensor network written by :func:`irbis.kernels.engines.export.export_onnx`, a text network, a user's
+graph): the graph's inputs in order in, its output out (a list of outputs for a graph with several),
+and ``run(fetches, feeds)`` by name. Every network of a process (eager or exported, image, tensor,
+text or ONNX graph) is held in the one process cache, :func:`cached`; its device is the task's
+(:func:`irbis.kernels.device.task_device`).
 
-``auto`` follows :func:`auto_order`, a rule measured with ``benchmarks/inference.py`` in the layout
+``auto`` follows :func:`auto_order`, one table (:data:`AUTO_ORDER`) by input kind and precision. For
+image and tensor networks the rule was measured with ``benchmarks/inference.py`` in the layout
 Spark gives a network (one process per task core, one thread each, batch 64, fp32). On
 EfficientNet-Lite0, plain loops of 2 processes x 1 thread ran ONNX Runtime at 229 images/s, OpenVINO
 at 159 and eager channels-last PyTorch at 44, and inside Spark (local[2]) ``TorchModel`` ran ONNX
@@ -28,16 +32,18 @@ from __future__ import annotations
 import functools
 import importlib
 import importlib.util
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
 from irbis.kernels.device import is_cuda
 
-Runner = Callable[[np.ndarray], "np.ndarray | list[np.ndarray]"]
+Runner = Callable[..., "np.ndarray | list[np.ndarray]"]
+T = TypeVar("T")
 
 #: The values of the ``engine`` Param; ``torch`` is eager PyTorch, ``auto`` follows :func:`auto_order`.
 ENGINE_NAMES = ("auto", "torch", "onnxruntime", "openvino")
@@ -79,14 +85,19 @@ class Engine:
         """Whether the engine's package can be imported here (a cheap check: no import)."""
         return importlib.util.find_spec(self.module) is not None
 
-    def load(self, path: str, *, threads: int, device: str, precision: str, **options: Any) -> Runner:
-        """A runner for the ONNX file at ``path``; a missing package names the one to install.
-
-        ``options`` go to the loader (for int8: ``calibration``, the sample, and ``shape``, the input row).
-        """
+    def require(self) -> None:
+        """Raise ImportError naming the package to install where the engine is not installed."""
         if not self.installed():
             raise ImportError(f"engine={self.name!r} needs the {self.package!r} package: "
                               f"pip install {self.package}")
+
+    def load(self, path: str, *, threads: int, device: str, precision: str, **options: Any) -> Runner:
+        """A runner for the ONNX file at ``path``; a missing package names the one to install.
+
+        ``options`` go to the loader (for int8: ``calibration``, the sample, and ``shape``, the input row;
+        for ONNX Runtime: ``level``, the graph optimisation level).
+        """
+        self.require()
         loader: Any = importlib.import_module(self.loader)
         return loader.load(path, threads=threads, device=device, precision=precision, **options)
 
@@ -97,15 +108,41 @@ ENGINES: dict[str, Engine] = {
 }
 
 
-def auto_order(device: str, precision: str) -> tuple[str, ...]:
-    """The engines ``auto`` tries, in order, for this device and precision (see the module docstring)."""
-    if is_cuda(device):
+#: The engines ``auto`` tries on the CPU, in order, by input kind and precision: ``tensor`` (image and tensor
+#: networks, the rule of this module's docstring), ``text`` (:mod:`irbis.kernels.text_encoder` says why) and
+#: ``onnx`` (a user's ONNX graph: the first installed). An exported engine that is not installed is left
+#: out, OpenVINO at bf16 where the CPU has no bf16 instructions and at int8 without NNCF (text).
+AUTO_ORDER: dict[tuple[str, str], tuple[str, ...]] = {
+    ("tensor", "fp32"): ("onnxruntime", "openvino", "torch"),
+    ("tensor", "bf16"): ("openvino", "torch"),
+    ("tensor", "int8"): ("onnxruntime", "torch"),
+    ("text", "fp32"): ("torch", "openvino", "onnxruntime"),
+    ("text", "bf16"): ("openvino", "torch"),
+    ("text", "int8"): ("openvino", "onnxruntime"),
+    ("onnx", "fp32"): ("onnxruntime", "openvino"),
+}
+#: The input kinds of :data:`AUTO_ORDER`.
+INPUT_KINDS = ("tensor", "text", "onnx")
+
+
+def auto_order(device: str, precision: str, kind: str = "tensor") -> tuple[str, ...]:
+    """The engines ``auto`` tries, in order, for this device, precision and input kind (:data:`AUTO_ORDER`;
+    on CUDA, eager torch for a network of torch's, the ``onnx`` order for a graph)."""
+    if kind not in INPUT_KINDS:
+        raise ValueError(f"input kind must be one of {INPUT_KINDS}, got {kind!r}")
+    if is_cuda(device) and kind != "onnx":
         return ("torch",)
-    if precision == "bf16":
-        return ("openvino", "torch") if native_bf16() else ("torch",)
-    if precision == "int8":
-        return ("onnxruntime", "torch") if ENGINES["onnxruntime"].installed() else ("torch",)
-    return tuple(n for n in ("onnxruntime", "openvino") if ENGINES[n].installed()) + ("torch",)
+    return tuple(name for name in AUTO_ORDER[kind, precision] if _usable(name, precision, kind))
+
+
+def _usable(name: str, precision: str, kind: str) -> bool:
+    if name == "torch":
+        return True
+    if name == "openvino" and precision == "bf16":
+        return native_bf16()
+    if name == "openvino" and precision == "int8" and kind == "text":
+        return ENGINES[name].installed() and importlib.util.find_spec("nncf") is not None
+    return ENGINES[name].installed() or (kind, precision) == ("text", "int8")  # names the package to install
 
 
 @functools.cache
@@ -126,8 +163,40 @@ def exported_engine(name: str, precision: str) -> str | None:
     return name
 
 
-def candidates(engine: str, device: str, precision: str) -> tuple[str, ...]:
-    """The engines to try for the ``engine`` Param: the one named, or the ``auto`` order."""
+def candidates(engine: str, device: str, precision: str, kind: str = "tensor") -> tuple[str, ...]:
+    """The engines to try for the ``engine`` Param: the one named, or the ``auto`` order of ``kind``."""
     if engine not in ENGINE_NAMES:
         raise ValueError(f"engine must be one of {ENGINE_NAMES}, got {engine!r}")
-    return auto_order(device, precision) if engine == "auto" else (engine,)
+    return auto_order(device, precision, kind) if engine == "auto" else (engine,)
+
+
+_CACHE: dict[str, Any] = {}
+_CACHE_LOCK = threading.RLock()  # an entry may load others (a text runner its tokenizer) while it loads
+
+
+def cached(key: str, make: Callable[[], T]) -> T:
+    """The process's one value for ``key``, made by ``make`` the first time: every loaded network and engine
+    session of a process (a Spark worker's tasks, a server, a LIME loop share them), each keyed by what makes
+    it differ (its source and files, its options, its device and thread count)."""
+    with _CACHE_LOCK:
+        if key not in _CACHE:
+            _CACHE[key] = make()
+        return _CACHE[key]
+
+
+def cached_values() -> list[Any]:
+    """What the process cache holds (to inspect it)."""
+    with _CACHE_LOCK:
+        return list(_CACHE.values())
+
+
+def cached_keys() -> list[str]:
+    """The keys of the process cache (to inspect it)."""
+    with _CACHE_LOCK:
+        return list(_CACHE)
+
+
+def clear_cache() -> None:
+    """Forget every network and session this process loaded (tests, a server reloading, to free memory)."""
+    with _CACHE_LOCK:
+        _CACHE.clear()

@@ -34,6 +34,12 @@ _LOG = logging.getLogger("irbis.inference")
 TRIM_BYTES = 4 << 20
 
 
+def contiguous(x: np.ndarray) -> np.ndarray:
+    """An engine's input: C-contiguous, a floating array as float32 (token ids and masks keep their type)."""
+    x = np.asarray(x)
+    return np.ascontiguousarray(x, dtype=np.float32) if x.dtype.kind == "f" else np.ascontiguousarray(x)
+
+
 def in_batches(run: Runner, x: np.ndarray, batch_size: int) -> np.ndarray | list[np.ndarray]:
     """``run`` over mini-batches of ``x`` (float32, contiguous), outputs flattened per row and joined.
 

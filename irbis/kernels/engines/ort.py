@@ -15,7 +15,7 @@ import numpy as np
 from irbis.kernels.calibration import Calibration
 from irbis.kernels.device import cuda_index, is_cuda
 from irbis.kernels.engines import EngineError, Runner
-from irbis.kernels.engines.exported import huge_page_malloc
+from irbis.kernels.engines.exported import contiguous, huge_page_malloc
 
 #: Whether the intra-op threads go on spin-waiting after a run ends (ONNX Runtime's default). Spinning
 #: suits back-to-back batches (Spark). A server waits on the network between requests: its sessions stop
@@ -31,8 +31,9 @@ def set_thread_spinning(between_runs: bool) -> None:
 
 
 def load(path: str, *, threads: int, device: str, precision: str, calibration: Calibration | None = None,
-         shape: tuple[int, ...] = ()) -> Runner:
-    """A runner over an ONNX Runtime session of ``path`` with ``threads`` intra-op threads.
+         shape: tuple[int, ...] = (), level: str = "ORT_ENABLE_ALL") -> Runner:
+    """A runner over an ONNX Runtime session of ``path`` with ``threads`` intra-op threads, graph
+    optimisation ``level``, on ``device`` (a name :func:`irbis.kernels.device.task_device` gave).
 
     For int8, ``calibration`` is the sample that sets the activation ranges and ``shape`` the input
     row shape it must have; without a sample the file is quantised dynamically.
@@ -43,22 +44,32 @@ def load(path: str, *, threads: int, device: str, precision: str, calibration: C
     if precision not in ("fp32", "int8"):
         raise EngineError(f"engine='onnxruntime' runs precision fp32 or int8, got {precision!r}; "
                           f"use engine='openvino' or 'torch' for {precision}")
-    providers: list[Any] = [("CUDAExecutionProvider", {"device_id": cuda_index(device)})] if is_cuda(device) \
-        else ["CPUExecutionProvider"]
     if is_cuda(device) and "CUDAExecutionProvider" not in ort.get_available_providers():
         raise EngineError("device='cuda' was asked for, but ONNX Runtime has no CUDA provider here "
                           "(pip install onnxruntime-gpu)")
+    providers: list[Any] = ([("CUDAExecutionProvider", {"device_id": cuda_index(device)})] if is_cuda(device)
+                            else []) + ["CPUExecutionProvider"]
     try:
-        session = ort.InferenceSession(path, session_options(threads), providers=providers)
+        session = ort.InferenceSession(path, session_options(threads, level), providers=providers)
     except Exception as err:  # noqa: BLE001 - ORT raises its own exception types per failure
         raise EngineError(f"ONNX Runtime cannot run {path}: {err}") from err
-    name = session.get_inputs()[0].name
+    return Session(session)
 
-    def run(x: np.ndarray) -> np.ndarray | list[np.ndarray]:
-        outputs = session.run(None, {name: np.ascontiguousarray(x, dtype=np.float32)})
+
+class Session:
+    """An ONNX Runtime session as a runner: the graph's inputs in order in, its output (or outputs) out;
+    :meth:`run` fetches outputs by name."""
+
+    def __init__(self, session: Any) -> None:
+        self.session, self.names = session, [i.name for i in session.get_inputs()]
+
+    def __call__(self, *inputs: np.ndarray) -> np.ndarray | list[np.ndarray]:
+        outputs = self.session.run(None, {name: contiguous(x) for name, x in zip(self.names, inputs)})
         return outputs[0] if len(outputs) == 1 else outputs
 
-    return run
+    def run(self, fetches: list[str], feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+        """The outputs ``fetches`` of the graph for the named ``feeds``."""
+        return self.session.run(fetches, feeds)
 
 
 def session_options(threads: int, level: str = "ORT_ENABLE_ALL") -> Any:

@@ -15,7 +15,7 @@ import numpy as np
 
 from irbis.kernels.device import is_cuda
 from irbis.kernels.engines import EngineError, Runner
-from irbis.kernels.engines.exported import huge_page_malloc
+from irbis.kernels.engines.exported import contiguous, huge_page_malloc
 
 _HINTS = {"fp32": "f32", "bf16": "bf16"}
 
@@ -44,9 +44,9 @@ class Chained:
         self.parts, self.requests = parts, [part.create_infer_request() for part in parts]
         self.lock, self.free_buffers = threading.Lock(), huge_page_malloc()
 
-    def __call__(self, x: np.ndarray) -> np.ndarray | list[np.ndarray]:
+    def __call__(self, *inputs: np.ndarray) -> np.ndarray | list[np.ndarray]:
         with self.lock:
-            self.requests[0].infer({0: np.ascontiguousarray(x, dtype=np.float32)})
+            self.requests[0].infer({i: contiguous(x) for i, x in enumerate(inputs)})
             last = self.requests[0]
             for request in self.requests[1:]:
                 request.set_input_tensor(last.get_output_tensor(0))
@@ -55,6 +55,14 @@ class Chained:
             # Output tensors belong to the request and are overwritten by its next call: copy them.
             outputs = [np.array(t.data, copy=True) for t in last.output_tensors]
             return outputs[0] if len(outputs) == 1 else outputs
+
+    def run(self, fetches: list[str], feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+        """The outputs ``fetches`` of a graph compiled whole for the named ``feeds``."""
+        if len(self.parts) != 1:
+            raise EngineError("outputs are fetched by name from a graph compiled whole (fp32)")
+        with self.lock:
+            result = self.requests[0].infer({k: np.ascontiguousarray(v) for k, v in feeds.items()})
+            return [np.array(result[self.parts[0].output(name)], copy=True) for name in fetches]
 
     def release(self) -> None:
         """Free the intermediate buffers of every part (allocated again by the next call), with huge pages."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from irbis.kernels.device import Assignment, assign_task, assigned, device_name, task_device
+from irbis.kernels.device import Assignment, assign_task, assigned, task_device
 
 
 @pytest.mark.parametrize("device", ["auto", "cuda"])
@@ -50,17 +50,17 @@ def test_an_unknown_device_is_refused():
         task_device("gpu", Assignment(), visible=1)
 
 
-def test_the_running_tasks_assignment_is_what_device_name_reads(monkeypatch):
+def test_the_running_tasks_assignment_is_what_task_device_reads(monkeypatch):
     import irbis.kernels.device as rule
 
     monkeypatch.setattr(rule, "visible_gpus", lambda: 4)
     before = assigned()
     try:
         assign_task(Assignment(("3",), partition=0))
-        assert device_name("auto") == "cuda:3"
+        assert task_device("auto") == "cuda:3"
         assign_task(Assignment((), partition=6))
-        assert device_name("auto") == "cuda:2"
-        assert device_name("cuda:1") == "cuda:1"  # a resolved name stays as it is
+        assert task_device("auto") == "cuda:2"
+        assert task_device("cuda:1") == "cuda:1"  # a resolved name stays as it is
     finally:
         assign_task(before)
-    assert device_name("cpu") == "cpu"
+    assert task_device("cpu") == "cpu"

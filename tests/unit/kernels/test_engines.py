@@ -219,6 +219,20 @@ def test_auto_rule():
     assert auto_order("cpu", "int8") == tuple(e for e in EXPORTED if e == "onnxruntime") + ("torch",)
 
 
+def test_auto_rule_of_text_networks_and_onnx_graphs_is_a_row_of_the_same_table():
+    import importlib.util
+
+    assert auto_order("cuda:1", "fp32", "text") == ("torch",)
+    assert auto_order("cpu", "fp32", "text") == ("torch",) + tuple(e for e in ("openvino", "onnxruntime")
+                                                                   if e in EXPORTED)
+    assert auto_order("cpu", "bf16", "text") == auto_order("cpu", "bf16")
+    nncf = "openvino" in EXPORTED and importlib.util.find_spec("nncf") is not None
+    assert auto_order("cpu", "int8", "text") == (("openvino",) if nncf else ()) + ("onnxruntime",)
+    assert auto_order("cuda", "fp32", "onnx") == auto_order("cpu", "fp32", "onnx") == tuple(EXPORTED)
+    with pytest.raises(ValueError, match="input kind"):
+        auto_order("cpu", "fp32", "audio")
+
+
 def test_native_bf16_follows_the_cpu_flags():
     flags = open("/proc/cpuinfo").read().split() if os.path.exists("/proc/cpuinfo") else None
     if flags is None or "openvino" not in EXPORTED:
@@ -302,7 +316,7 @@ def test_ort_sessions_free_activations_after_each_run_only_with_huge_pages(tmp_p
     monkeypatch.setattr(ort_engine, "huge_page_malloc", lambda: huge)
     path = _relu_file(tmp_path)
     run = ort_engine.load(str(path), threads=1, device="cpu", precision="fp32")
-    onnx_kernel._session(str(path), (), "cpu", 2, "BASIC_OPT")
+    onnx_kernel._runner(str(path), (), "onnxruntime", "cpu", 2, "BASIC_OPT")
     assert [o.enable_cpu_mem_arena for o in session_options_seen] == [not huge, not huge]
     assert all(o.enable_mem_pattern for o in session_options_seen)
     assert [o.intra_op_num_threads for o in session_options_seen] == [1, 2]

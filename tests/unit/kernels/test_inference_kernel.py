@@ -166,3 +166,25 @@ def test_bf16_keeps_first_and_last_layer_in_fp32(mlp_bundle):
     # With only the middle layers in bf16 the logits stay within bf16 rounding of fp32.
     assert np.abs(got - expected).max() < 0.05 * np.abs(expected).max()
     assert (got.argmax(1) == expected.argmax(1)).all()
+
+
+def test_the_network_kernel_is_a_value_that_names_its_files_and_reads_them_where_they_land(mlp_bundle, tmp_path):
+    import pickle
+    import shutil
+
+    from irbis.kernels.blocks import Tensor
+    from irbis.kernels.inference import NetworkKernel
+
+    folder, net = mlp_bundle
+    kernel = NetworkKernel(resolve_source(str(folder)), "x", "y", {"engine": "torch"}, error_col="why", shape=[64])
+    assert kernel.files == (str(folder),)
+    assert NetworkKernel({"kind": "repository", "name": "mlp"}, "x", "y", {}).files == ()
+    landed = shutil.copytree(folder, tmp_path / "landed")
+    moved = pickle.loads(pickle.dumps(kernel)).relocated({str(folder): str(landed)})
+    assert moved.files == (str(landed),)
+    x = _digits(3)
+    out = moved({"x": Tensor(x[:2], np.array([True, True, False]))})
+    assert out["y"].valid.tolist() == [True, True, False] and out["why"].tolist() == [None, None, "null row"]
+    with torch.no_grad():
+        np.testing.assert_allclose(out["y"].values[:2], net.eval()(torch.from_numpy(x[:2])).numpy(), rtol=1e-5,
+                                   atol=1e-6)

@@ -50,3 +50,30 @@ def test_auto_runs_a_graph_on_the_first_installed_engine_and_names_the_package_w
         monkeypatch.setitem(engines.ENGINES, name, engines.Engine(name, "no_such_module_here", name, ""))
     with pytest.raises(ImportError, match="pip install onnxruntime"):
         onnx_engine("auto")
+
+
+def test_the_onnx_kernel_is_a_value_that_names_its_graph_and_reads_it_where_it_lands(tmp_path):
+    import pickle
+    import shutil
+
+    from irbis.kernels.onnx import OnnxKernel
+
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, 2])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None, 2])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    path = tmp_path / "relu.onnx"
+    path.write_bytes(model.SerializeToString())
+    kernel = OnnxKernel(str(path), {"x": "in"}, {"out": "y"}, {"x": [2]}, {"x": np.float32}, argmax={"out": "label"})
+    assert kernel.files == (str(path),)
+    landed = shutil.copy(path, tmp_path / "landed.onnx")
+    moved = pickle.loads(pickle.dumps(kernel)).relocated({str(path): str(landed)})
+    assert moved.files == (str(landed),) and moved.relocated({}) == moved
+    path.unlink()  # the moved kernel reads the copy only
+    from irbis.kernels.blocks import Tensor
+
+    out = moved({"in": Tensor(np.array([[-1.0, 2.0]], np.float32), np.array([True, False]))})
+    assert out["out"].valid.tolist() == [True, False]
+    np.testing.assert_array_equal(out["out"].values, [[0.0, 2.0]])
+    assert out["label"][0] == 1.0

@@ -142,3 +142,32 @@ def test_a_folder_without_safetensors_or_with_a_foreign_tokenizer_is_refused(tmp
         text_source(str(folder))
     with pytest.raises(TextModelError, match="neither a text network of the catalogue"):
         text_source(str(tmp_path / "nothing-here"))
+
+
+def test_a_text_kernel_is_a_value_that_names_its_files_and_reads_them_where_they_land(tmp_path):
+    import pickle
+
+    from irbis.kernels.blocks import Tensor
+    from irbis.kernels.text_encoder import TextKernel
+    from irbis.spark.files import shipped_kernel
+    from text_networks import tiny_text_network
+
+    folder = tiny_text_network("embedding")
+    options = {"engine": "torch", "max_length": 0}
+    kernel = TextKernel(folder, text_source(folder), "text", head="embedding", outputs={"embedding": "emb"},
+                        options=options, error_col="why", stage="TextEmbedder")
+    assert kernel.files == (folder,)
+    assert TextKernel(MINILM, text_source(MINILM), "text", head="tokens", outputs={"tokens": "t"},
+                      options=options).files == ()  # found where it runs
+    blocks = {"text": ["a cat", None, b"\xff"]}
+    want = kernel(blocks)
+    # a copy of the folder elsewhere (as shipped to an executor) gives the same rows
+    moved = shutil.copytree(folder, tmp_path / "landed")
+    back = pickle.loads(pickle.dumps(kernel)).relocated({folder: str(moved)})
+    assert back.source["folder"] == str(moved) and back.files == (str(moved),)
+    got = back(blocks)
+    assert isinstance(got["emb"], Tensor) and got["emb"].valid.tolist() == [True, False, False]
+    np.testing.assert_array_equal(got["emb"].values, want["emb"].values)
+    assert got["why"][1] == "null text" and "not UTF-8" in got["why"][2]
+    assert shipped_kernel(kernel) is kernel  # no Spark context: nothing to ship, the kernel itself runs
+    assert kernel.measure(["a cat sat", None]).tolist()[1] == 2  # a null is an empty text: its special tokens

@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from irbis.errors import NoKernelError
-from irbis.kernels import inference, threads
+from irbis.kernels import threads
+from irbis.kernels.engines import cached_keys
 from irbis.kernels.inference import cached_predict_fn, make_torch_predict_fn
 from irbis.kernels.threads import set_threads, task_threads
 from irbis.models import build_model
@@ -42,7 +43,7 @@ def test_one_predictor_per_network_options_and_threads(kept_threads, tmp_path):
     want = make_torch_predict_fn(source, engine="torch")(x)
 
     def predictors() -> int:
-        return sum(key.startswith('["predict"') for key in inference._CACHE)
+        return sum(key.startswith('["predict"') for key in cached_keys())
 
     before = predictors()
     set_threads(1)

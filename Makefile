@@ -34,11 +34,12 @@ demo: setup
 lint: setup
 	$(PY) -m ruff check irbis tests benchmarks docs
 
-# mypy (pyproject.toml's [tool.mypy]: the whole package, strict signatures on the public API).
+# mypy (pyproject.toml's [tool.mypy]: the whole package, strict signatures on the public API); `make test` runs
+# it after the linter, so that a type error fails the run before any test starts.
 typecheck: setup
 	$(PY) -m mypy
 
-test: setup lint
+test: setup lint typecheck
 	$(PY) -m pytest
 
 # The Spark tests again (those on the spark fixture), each on a Spark Connect session (sc://); the tests

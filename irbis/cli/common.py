@@ -53,7 +53,8 @@ class PlainFormatter(argparse.ArgumentDefaultsHelpFormatter):
     def _expand_help(self, action: argparse.Action) -> str:
         build = getattr(action, "build_help", None)
         if build is not None:  # help from a registry that needs torch, read when shown
-            action.help, action.build_help = build(), None
+            action.help = build()
+            setattr(action, "build_help", None)
         return plain_text(super()._expand_help(action))
 
 
@@ -75,7 +76,8 @@ class Lazy:
     whose registry needs torch does not import it for ``irbis --help`` or another command."""
 
     def __init__(self, load: Any) -> None:
-        self._load, self._names = load, None
+        self._load = load
+        self._names: list[str] | None = None
 
     def _get(self) -> list[str]:
         if self._names is None:

@@ -287,7 +287,8 @@ def _images(arr: pa.StructArray) -> Images:
             for x in ints]
     origin = arr.field("origin").to_numpy(zero_copy_only=False)
     buffer = np.frombuffer(body, np.uint8) if body is not None else np.zeros(0, np.uint8)
-    return Images(buffer, _offsets(data), *ints, origin, valid)
+    height, width, channels, mode = ints
+    return Images(buffer, _offsets(data), height, width, channels, mode, origin, valid)
 
 
 def from_arrow(arr: pa.Array | pa.ChunkedArray, column: str = "column", ragged: bool = False) -> Any:

@@ -166,7 +166,7 @@ def prepare_network(module: nn.Module, precision: str, device: torch.device) -> 
     module.requires_grad_(False)
     module = module.to(device)
     if any(p.dim() == 4 for p in module.parameters()):
-        module = module.to(memory_format=torch.channels_last)
+        module = module.to(memory_format=torch.channels_last)  # type: ignore[call-overload]  # torch's stubs lack it
     if precision == "bf16":
         keep_ends_in_fp32(module)
     return module
@@ -296,7 +296,7 @@ def make_torch_predict_fn(
     allow_pickle: bool = False,
     engine: str = "torch",
     calibration_data: str = "",
-) -> ArrayFn:
+) -> Callable[[np.ndarray], Any]:
     """Return ``fn(x) -> y``: ``x`` of shape (N, *input) float32, ``y`` of shape (N, D) float32.
 
     The network is loaded and prepared once per process and cached (one copy for every output layer);
@@ -329,7 +329,8 @@ def make_torch_predict_fn(
             raise ValueError("precision='int8' runs on the CPU only; use bf16 on a GPU")
         load = partial(_load_for_export, source, allow_pickle, output_layer)
         calibration = partial(_calibration, source, calibration_data) if runner == name else None
-        return lambda: cached(key, lambda: ExportedNetwork(load, identity, runner, output_layer,
+        layers = tuple(output_layer) if isinstance(output_layer, list) else output_layer
+        return lambda: cached(key, lambda: ExportedNetwork(load, identity, runner, layers,
                                                              device, precision, threads, calibration))
 
     if output_layer and not isinstance(output_layer, str):
@@ -517,7 +518,7 @@ class NetworkKernel:
             raise
         except RuntimeError as err:  # the eager network's error, or InputShapeError of another engine
             raise refused_shape(self.stage, self.column, values.shape[1:], self.shape, err) from err
-        result = {self.output: Tensor(flat_rows(out), valid)}
+        result: dict[str, Any] = {self.output: Tensor(flat_rows(out), valid)}
         if self.error_col:
             result[self.error_col] = np.array([e if e else None if ok else "null row"
                                                for ok, e in zip(valid, errors)], object)
@@ -537,8 +538,8 @@ class NetworkKernel:
         valid = np.array([r is not None for r in rows], bool)
         out = None
         if valid.any():
-            out = make_sequence_predict_fn(self.source, **self.sequence)([r for r in rows if r is not None])
-        result = {self.output: Tensor(flat_rows(out), valid)}
+            out = make_sequence_predict_fn(self.source, **(self.sequence or {}))([r for r in rows if r is not None])
+        result: dict[str, Any] = {self.output: Tensor(flat_rows(out), valid)}
         if self.error_col:
             result[self.error_col] = np.array(errors, object)
         return result

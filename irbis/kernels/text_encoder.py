@@ -230,7 +230,7 @@ class TextRunner:
                 failures.append(f"{name}: {err}")
         raise EngineError(f"no engine runs text network {self.card.name!r}: " + "; ".join(failures))
 
-    def _engine(self, name: str, precision: str) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
+    def _engine(self, name: str, precision: str) -> Callable[..., Any]:
         if name == "torch":
             return self._torch(precision)
         ENGINES[name].require()
@@ -322,6 +322,8 @@ def write_text_onnx(folder: Path, card: TextCard, path: Path) -> None:
                                         dynamic_shapes=({0: batch, 1: seq}, {0: batch, 1: seq}))
     except Exception as err:  # noqa: BLE001 - the exporter fails in many ways; report its reason
         raise EngineError(f"the text network cannot be exported to ONNX: {str(err).splitlines()[0][:300]}") from err
+    if program is None:  # torch.onnx.export with dynamo=True returns the program
+        raise EngineError("the text network cannot be exported to ONNX: the exporter returned no program")
     with atomic_path(path) as tmp:
         program.save(str(tmp))
 

@@ -20,7 +20,7 @@ from irbis.kernels.onnx import (
 )
 from irbis.ml.base import IrbisModel
 from irbis.ml.network_params import NetworkStageParams, check_network_input, check_sequence_input
-from irbis.ml.params import one_of, param_mixin, table_mixin
+from irbis.ml.params import Row, one_of, param_mixin, table_mixin
 from irbis.ml.synapseml import ONNXModelNames
 
 
@@ -36,7 +36,7 @@ def _column_map(value: Any) -> dict[str, str]:
     return dict(value)
 
 
-_ONNX_ROWS = [
+_ONNX_ROWS: list[Row] = [
     ("feedDict", "graph input name -> input column", _column_map, None),
     ("fetchDict", "output column -> graph output (or inner node output) name", _column_map, None),
     ("softMaxDict", "SynapseML's softmax heads: output column -> new column holding the softmax of its "
@@ -48,12 +48,15 @@ _ONNX_ROWS = [
 ]
 
 
-HasOnnxEngine = param_mixin("engine", "what runs the graph: onnxruntime, openvino (fp32, CPU) or auto (ONNX Runtime, "
-                            "else OpenVINO: the first installed)", TypeConverters.toString, "auto",
-                            one_of(*ONNX_ENGINES))
+HasOnnxEngine: Any = param_mixin("engine", "what runs the graph: onnxruntime, openvino (fp32, CPU) or auto (ONNX "
+                                 "Runtime, else OpenVINO: the first installed)", TypeConverters.toString, "auto",
+                                 one_of(*ONNX_ENGINES))
 
 
-class ONNXModel(NetworkStageParams, HasOnnxEngine, table_mixin("_ONNXParams", _ONNX_ROWS), ONNXModelNames,
+_ONNXParams: Any = table_mixin("_ONNXParams", _ONNX_ROWS)
+
+
+class ONNXModel(NetworkStageParams, HasOnnxEngine, _ONNXParams, ONNXModelNames,
                 IrbisModel):
     """Run an ONNX graph over one or more columns with ONNX Runtime (or OpenVINO: ``engine``).
 

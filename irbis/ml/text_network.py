@@ -63,7 +63,7 @@ _TEXT_ROWS = [
      one_of("truncate", "error")),
 ]
 
-HasTextParams = table_mixin("HasTextParams", _TEXT_ROWS,
+HasTextParams: Any = table_mixin("HasTextParams", _TEXT_ROWS,
                             (HasNetwork, HasMiniBatchSize, HasEngine, HasPrecision, HasDevice, HasErrorCol,
                              HasTokenBudget))
 
@@ -152,8 +152,11 @@ class _TextStage(ColumnSetters, HasTextParams):
         return write_texts([t for t in texts if t is not None])
 
 
+TextEmbedderAliases: Any = alias_mixin("TextEmbedderAliases", TEXT_EMBEDDER_ALIASES)
+
+
 class TextEmbedder(_TextStage, HasCalibrationSample, HasVectorOrArrayFormat,
-                   alias_mixin("TextEmbedderAliases", TEXT_EMBEDDER_ALIASES), IrbisTransformer):
+                   TextEmbedderAliases, IrbisTransformer):
     """Embed a text column with a sentence encoder: one vector per text.
 
     With no network named, the catalogue's ``all_minilm_l6_v2`` (384-d, mean pooling, L2 norm): its
@@ -216,7 +219,10 @@ _OUT_ROWS: list[Row] = [
 ]
 
 
-class TextClassifierModel(_TextStage, HasCalibrationSample, table_mixin("HasClassifierOutputs", _OUT_ROWS),
+HasClassifierOutputs: Any = table_mixin("HasClassifierOutputs", _OUT_ROWS)
+
+
+class TextClassifierModel(_TextStage, HasCalibrationSample, HasClassifierOutputs,
                           IrbisModel):
     """Score a text classifier (a Hugging Face ``...ForSequenceClassification`` folder): the columns of a
     SparkML classifier.

@@ -29,10 +29,12 @@ from irbis.models.fetch import place_folder
 from irbis.models.module_files import write_module
 from irbis.train.progress import SummaryAttribute
 
+HasAllowPickle: Any = param_mixin("allowPickle", "allow model files that need full unpickling (only for files you "
+                                  "trust)", TypeConverters.toBoolean, False)
+
 
 class TorchModel(NetworkStageParams, HasPrecision, HasCalibrationSample, HasEngine, HasErrorCol, HasImagePreprocessing,
-                 param_mixin("allowPickle", "allow model files that need full unpickling (only for files you trust)",
-                             TypeConverters.toBoolean, False), IrbisModel):
+                 HasAllowPickle, IrbisModel):
     """Run a PyTorch network over a column: the network's output (or an inner layer's) per row.
 
     The network runs in every Spark Python worker on Arrow batches of ``miniBatchSize`` rows, under

@@ -94,6 +94,8 @@ def write_onnx(module: nn.Module, layer: str | tuple[str, ...] | None, input_sha
                                         dynamic_shapes=({0: torch.export.Dim("batch")},))
     except Exception as err:  # noqa: BLE001 - the exporter fails in many ways; report its reason
         raise EngineError(f"the network cannot be exported to ONNX: {_first_line(err)}") from err
+    if program is None:  # torch.onnx.export with dynamo=True returns the program
+        raise EngineError("the network cannot be exported to ONNX: the exporter returned no program")
     with atomic_path(path) as tmp:
         program.save(str(tmp))
 
@@ -107,7 +109,7 @@ def out_of_place(module: nn.Module) -> Iterator[None]:
     exporter's decompositions re-trace with symbolic shapes, while the ONNX graph written is the same
     node for node (only the names of some intermediate values differ).
     """
-    flagged = [m for m in module.modules() if getattr(m, "inplace", None) is True]
+    flagged: list[Any] = [m for m in module.modules() if getattr(m, "inplace", None) is True]
     for m in flagged:
         m.inplace = False
     try:

@@ -49,7 +49,8 @@ def in_batches(run: Runner, x: np.ndarray, batch_size: int) -> np.ndarray | list
     for start in range(0, len(x), batch_size):
         out = run(np.ascontiguousarray(x[start:start + batch_size], dtype=np.float32))
         several = isinstance(out, list)
-        outputs.append([o.reshape(o.shape[0], -1) for o in (out if several else [out])])
+        outs: list[np.ndarray] = out if isinstance(out, list) else [out]
+        outputs.append([o.reshape(o.shape[0], -1) for o in outs])
     joined = [np.concatenate(parts) for parts in zip(*outputs)] or [np.zeros((0, 0), np.float32)]
     if x.nbytes >= TRIM_BYTES:
         release_memory(run)

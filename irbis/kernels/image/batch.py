@@ -118,13 +118,14 @@ def augment_images(images: Sequence[Any], augmentations: Sequence[str], *, crop:
         raise ValueError(f"unknown augmentations {unknown}; expected some of {list(AUGMENTATIONS)}")
     if not 0.0 <= crop < 1.0 or exposure <= 0.0:
         raise ValueError(f"crop must be in [0, 1) and exposure > 0, found crop={crop}, exposure={exposure}")
-    result = []
+    result: list[list[tuple[str, np.ndarray | None]]] = []
     for i in range(len(images)):
         if images[i] is None:
             result.append([("original", None)])
             continue
         img = pixels_of(images[i])
-        copies = [("original", img)] + [(name, flip(img, AUGMENTATIONS[name])) for name in augmentations]
+        copies: list[tuple[str, np.ndarray | None]] = [("original", img)]
+        copies += [(name, flip(img, AUGMENTATIONS[name])) for name in augmentations]
         if crop > 0.0:
             copies.append(("crop", _central_crop(img, crop)))
         if exposure != 1.0:

@@ -43,10 +43,10 @@ DEFAULT_MAX_PIXELS = 100_000_000
 IMAGE_FIELDS = ("origin", "height", "width", "nChannels", "mode", "data")
 
 # OpenCV depth codes: mode = depth + 8 * (channels - 1).
-_DEPTHS = {np.dtype(np.uint8): 0, np.dtype(np.int8): 1, np.dtype(np.uint16): 2,
+_DEPTHS: dict[np.dtype, int] = {np.dtype(np.uint8): 0, np.dtype(np.int8): 1, np.dtype(np.uint16): 2,
            np.dtype(np.int16): 3, np.dtype(np.int32): 4, np.dtype(np.float32): 5,
            np.dtype(np.float64): 6}
-_DTYPES = {code: dtype for dtype, code in _DEPTHS.items()}
+_DTYPES: dict[int, np.dtype] = {code: dtype for dtype, code in _DEPTHS.items()}
 
 
 class ImageDecodeError(ValueError):
@@ -113,7 +113,7 @@ def image_view(data: Any, height: int, width: int, channels: int, mode: int,
     return np.frombuffer(data, dtype=dtype).reshape(height, width, channels)
 
 
-def decode_image(data: bytes, max_pixels: int | None = DEFAULT_MAX_PIXELS,
+def decode_image(data: bytes | bytearray | memoryview, max_pixels: int | None = DEFAULT_MAX_PIXELS,
                  flags: int = cv2.IMREAD_UNCHANGED) -> np.ndarray:
     """Decode encoded image bytes with OpenCV into an ``(H, W, C)`` ndarray.
 

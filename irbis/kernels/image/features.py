@@ -224,8 +224,8 @@ def geometry_matrices(height: int, width: int, spec: Preprocessing) -> tuple[np.
     else:
         size = resized_size(height, width, spec.resize_to, spec.resize_to, keep_aspect_ratio=True)
         top, left = center_offsets(*size, out_h, out_w)
-    rows = np.eye(height, dtype=np.float32)
-    cols = np.eye(width, dtype=np.float32)
+    rows: np.ndarray = np.eye(height, dtype=np.float32)
+    cols: np.ndarray = np.eye(width, dtype=np.float32)
     if size[0] != height:
         rows = cv2.resize(rows, (height, size[0]), interpolation=flag)
     if size[1] != width:
@@ -268,12 +268,12 @@ def masked_inputs(image: np.ndarray, segments: np.ndarray, spec: Preprocessing) 
         c = np.flatnonzero(cols[:, xs].any(axis=1))
         if not len(r) or not len(c):  # cropped away
             continue
-        r, c = slice(r[0], r[-1] + 1), slice(c[0], c[-1] + 1)
+        rs, cs = slice(r[0], r[-1] + 1), slice(c[0], c[-1] + 1)
         part = np.where((labels[box] == label)[:, :, None], rgb[box], np.float32(0))
-        block = np.einsum("ij,jkc,lk->ilc", rows[r, ys], part, cols[c, xs], optimize=True)
-        linear = finish_rgb(np.ascontiguousarray(block, np.float32), spec) - off[:, r, c]
+        block = np.einsum("ij,jkc,lk->ilc", rows[rs, ys], part, cols[cs, xs], optimize=True)
+        linear = finish_rgb(np.ascontiguousarray(block, np.float32), spec) - off[:, rs, cs]
         found = np.flatnonzero(linear)
-        at.append(index[:, r, c].reshape(-1)[found])
+        at.append(index[:, rs, cs].reshape(-1)[found])
         to.append(np.full(len(found), label, np.int32))
         values.append(linear.reshape(-1)[found])
     count = int(labels.max()) + 1

@@ -10,6 +10,8 @@ after decoding (OpenCV itself refuses more than ``2**30`` pixels).
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
+from typing import Any
 
 __all__ = ["header_size", "sniff_format"]
 
@@ -17,7 +19,7 @@ _JPEG_SOF = {0xC0, 0xC1, 0xC2, 0xC3, 0xC5, 0xC6, 0xC7, 0xC9, 0xCA, 0xCB, 0xCD, 0
 _JPEG_NO_LENGTH = {0x01, 0xD8} | set(range(0xD0, 0xD8))
 
 
-def sniff_format(data: bytes) -> str | None:
+def sniff_format(data: bytes | bytearray | memoryview) -> str | None:
     """Name the container format from its magic bytes, or ``None`` if unknown."""
     head = bytes(data[:16])
     if head.startswith(b"\xff\xd8"):
@@ -134,11 +136,11 @@ def _pnm(data: bytes) -> tuple[int, int] | None:
         return None
 
 
-_PARSERS = {"jpeg": _jpeg, "png": _png, "bmp": _bmp, "gif": _gif,
+_PARSERS: dict[str, Callable[[Any], tuple[int, int] | None]] = {"jpeg": _jpeg, "png": _png, "bmp": _bmp, "gif": _gif,
             "webp": _webp, "tiff": _tiff, "pnm": _pnm}
 
 
-def header_size(data: bytes) -> tuple[int, int] | None:
+def header_size(data: bytes | bytearray | memoryview) -> tuple[int, int] | None:
     """Return ``(height, width)`` declared in an image header, or ``None``.
 
     Parameters

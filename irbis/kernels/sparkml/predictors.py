@@ -93,7 +93,7 @@ def _spread(values: np.ndarray, valid: np.ndarray) -> np.ndarray:
     return full
 
 
-def classifier_kernel(state: StageState, size: int, score: Callable[[np.ndarray], Scores]) -> StageKernel:
+def classifier_kernel(state: StageState, size: int | None, score: Callable[[np.ndarray], Scores]) -> StageKernel:
     """A classifier's kernel: ``score`` maps (N, size) rows to raw scores, probabilities, predictions."""
     features = state.param("featuresCol", "features")
     names = {key: state.param(col, "") for key, col in
@@ -109,7 +109,7 @@ def classifier_kernel(state: StageState, size: int, score: Callable[[np.ndarray]
     return StageKernel([features], [n for n in names.values() if n], run)
 
 
-def regressor_kernel(state: StageState, size: int, predict: Callable[[np.ndarray], np.ndarray]) -> StageKernel:
+def regressor_kernel(state: StageState, size: int | None, predict: Callable[[np.ndarray], np.ndarray]) -> StageKernel:
     """A regressor's kernel: ``predict`` maps (N, size) rows to N predictions."""
     features, target = state.param("featuresCol", "features"), state.param("predictionCol", "prediction")
 

@@ -21,17 +21,15 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 import torch
 
-from irbis.kernels.sequences import PadStats, input_kind
+from irbis.kernels.sequences import PadStats
 from irbis.train.data import (
     Augment,
     BatchRounds,
     Shard,
     batch_rng,
-    drop_nonfinite,
     epoch_batches,
     iterate,
     prefetched,
-    split_validation,
 )
 
 #: Batches of a sample: ``batches(lo, hi, size)`` gives its rows ``lo..hi-1``, ``size`` at a time.
@@ -191,42 +189,4 @@ class BatchedRows:
         return 0
 
 
-def worker_rows(shard: Any, spec: Any, rank: int, model: torch.nn.Module) -> tuple[Rows, Rows, int]:
-    """A worker's training and validation rows, and the rows left out under ``nan_policy="skip"``.
-
-    ``shard``: a :class:`~irbis.train.data.Shard` (dense, or of variable-length rows) or a
-    :class:`~irbis.train.stream.SpilledShard`; ``spec``: the run's :class:`~irbis.train.loop.TrainSpec`;
-    ``model``: the network, whose ``input_kind`` variable-length batches take (checked on a first batch).
-    The validation rows are a seeded share of the worker's (``validation_fraction``)."""
-    from irbis.train.sequences import RaggedRows, check_network, first_batch, is_ragged, usable_rows
-
-    label_dtype = np.int64 if spec.optim.loss == "cross_entropy" else np.float32
-    split_seed = spec.data.seed + 7919 * rank
-    dense = isinstance(shard, Shard)
-    ragged = is_ragged(shard.x) if dense else (spec.data.input_format is not None and spec.data.input_format.sequences)
-    if ragged and spec.schedule.auto_batch is not None:
-        raise ValueError("batchSize='auto' does not apply to variable-length rows: their batches are cut "
-                         "by tokenBudget; give batchSize as a number (the most rows of a batch)")
-    train: Any
-    val: Any
-    if dense and ragged:  # variable-length rows (irbis.train.sequences)
-        keep, skipped = usable_rows(shard.x, shard.y, spec.data.nanPolicy)
-        tr, va = split_validation(Shard(shard.x[keep], shard.y[keep]), spec.data.validationFraction, split_seed)
-        train, val = (RaggedRows(s.x, np.asarray(s.y, label_dtype), input_kind(model), spec.data.tokenBudget,
-                                 spec.schedule.batchSize) for s in (tr, va))
-    elif dense:
-        shard, skipped = drop_nonfinite(shard) if spec.data.nanPolicy == "skip" else (shard, 0)
-        tr, va = split_validation(shard, spec.data.validationFraction, split_seed)
-        train, val = (TensorRows.of(s, spec.data.inputShape, label_dtype, spec.hardware.device) for s in (tr, va))
-    else:  # a SpilledShard (irbis.train.stream): rows read back a batch at a time
-        train, val, skipped = shard.split(spec.data.validationFraction, split_seed, spec.data.nanPolicy)
-        if ragged:  # token ids past the buffer: length batches within each shuffle window
-            for rows in (train, val):
-                rows.use_lengths(input_kind(model), spec.data.tokenBudget, spec.schedule.batchSize)
-    first = first_batch(train, spec.hardware.device, label_dtype) if ragged else None
-    if first is not None:
-        check_network(model, first[0], train.kind, first[1])
-    return train, val, skipped
-
-
-__all__ = ["BatchPlan", "BatchedRows", "Rows", "SampleBatches", "TensorRows", "worker_rows"]
+__all__ = ["BatchPlan", "BatchedRows", "Rows", "SampleBatches", "TensorRows"]

@@ -133,8 +133,8 @@ class EnsembleByKey(EnsembleByKeyNames, _EnsembleParams, IrbisTransformer):
         return out.select("*", *[make(window).alias(n) for (_, make), n in zip(specs, names)]).drop(*temps)
 
 
-#: Vectors up to this size are combined element by element with SQL aggregates (about 2x faster than
-#: Summarizer at 64 elements); longer ones with Summarizer (per-element aggregates grow 8x slower at 512).
+#: Vectors up to this size are combined element by element with SQL aggregates (faster than Summarizer
+#: there); longer ones with Summarizer (per-element aggregates grow slower than it with the size).
 _ELEMENTWISE_MAX_SIZE = 64
 
 

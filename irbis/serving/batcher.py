@@ -28,10 +28,10 @@ a long one. Across the calls of one drain, ``groups`` (the predictor's
 splits the drain into groups of requests under that same budget, shortest first, one call each, each group
 answered as soon as it is done. Measured on drains of 16 real reviews outside the server
 (``benchmarks/serve_text_groups.py``), groups of the text stages' budget (1024 tokens) answered a drain in
-about the same time as one call (0.268 s against 0.264 s) and cut the mean wait of a request from 0.264 s to
-0.162 s. Under closed-loop clients the mean cannot fall (each early answer's next request waits behind the
-drain's long group) and the p99 rose (``benchmarks/serving_text.py``: 477.2 ms against 418.4 ms at 16
-clients), so the server does not group by default. The drain's cost per row, not each group's, is what the
+about the same time as one call and cut the mean wait of a request by more than a third. Under closed-loop
+clients the mean cannot fall (each early answer's next request waits behind the drain's long group) and the
+p99 rose (``benchmarks/serving_text.py``; the figures are on the performance page), so the server does not
+group by default. The drain's cost per row, not each group's, is what the
 batch size learns from.
 """
 from __future__ import annotations

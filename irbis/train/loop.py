@@ -298,8 +298,8 @@ def _setup(spec: TrainSpec, shard: Any, ctx: WorkerContext,
 
 def channels_last(spec: TrainSpec) -> bool:
     """Whether the network and its batches are laid out channels-last: for images, on every device (oneDNN's
-    and cuDNN's faster layout for convolutions: EfficientNet-Lite0 fine-tuned on 2 CPU cores by plain
-    PyTorch, 22.8 images/s against 16.5 in NCHW, ``benchmarks/train_images.py``)."""
+    and cuDNN's faster layout for convolutions, as fine-tuning EfficientNet-Lite0 by plain PyTorch shows:
+    ``benchmarks/train_images.py``)."""
     return spec.data.input_format is not None and spec.data.input_format.images
 
 

@@ -10,14 +10,13 @@ text or ONNX graph) is held in the one process cache, :func:`cached`; its device
 
 ``auto`` follows :func:`auto_order`, one table (:data:`AUTO_ORDER`) by input kind and precision. For
 image and tensor networks the rule was measured with ``benchmarks/inference.py`` in the layout
-Spark gives a network (one process per task core, one thread each, batch 64, fp32). On
-EfficientNet-Lite0, plain loops of 2 processes x 1 thread ran ONNX Runtime at 229 images/s, OpenVINO
-at 159 and eager channels-last PyTorch at 44, and inside Spark (local[2]) ``TorchModel`` ran ONNX
-Runtime at 127 and OpenVINO at 108. (In one process with 2 threads OpenVINO leads, 239 against 186:
-``benchmarks/engine_rule.py``.) So for fp32 on the CPU ``auto`` tries ``onnxruntime``, then
+Spark gives a network (one process per task core, one thread each, batch 64, fp32): on
+EfficientNet-Lite0, in plain loops and inside Spark alike, ONNX Runtime led OpenVINO and both left eager
+channels-last PyTorch far behind (in one process with 2 threads OpenVINO leads: ``benchmarks/engine_rule.py``;
+the figures are on the performance page). So for fp32 on the CPU ``auto`` tries ``onnxruntime``, then
 ``openvino``, then ``torch``, taking the first that is installed and runs the network. For bf16 on a
-CPU with native bf16 instructions it tries ``openvino`` (stem in fp32, the rest in bf16: top-1
-agreement 1.000 with fp32 on the crops of ``irbis models check``), then ``torch``; for int8 it tries
+CPU with native bf16 instructions it tries ``openvino`` (stem in fp32, the rest in bf16: the same top-1
+as fp32 on the crops of ``irbis models check``), then ``torch``; for int8 it tries
 ``onnxruntime`` (static, calibrated), then ``torch`` (dynamic); on CUDA it picks ``torch``. The rule costs nothing
 at run time: no measurement, one import check per engine (and, for bf16, one look at OpenVINO's CPU
 capabilities).

@@ -20,8 +20,8 @@ from irbis.kernels.engines.exported import contiguous, huge_page_malloc
 #: Whether the intra-op threads go on spin-waiting after a run ends (ONNX Runtime's default). Spinning
 #: suits back-to-back batches (Spark). A server waits on the network between requests: its sessions stop
 #: spinning when each run ends, so idle threads leave the cores to decoding and the event loop, while
-#: within a run the threads still spin between operators (turning spinning off altogether costs a
-#: lone EfficientNet-Lite0 image about 1 ms of thread wake-ups).
+#: within a run the threads still spin between operators (turning spinning off altogether costs every
+#: lone image its threads' wake-ups).
 _SPIN_BETWEEN_RUNS = [True]
 
 

@@ -160,7 +160,7 @@ def finetune_suffix(backbone: str, num_classes: int, freeze: str, seed: int = 0,
 
     Its weights are laid out channels-last, as the training loop lays out a whole network that takes images:
     a convolution runs channels-last when its weight is, so the frozen layers' output (a tensor column, laid
-    out NCHW) needs no other change, and a training step of EfficientNet-Lite0's last blocks is faster so
+    out NCHW) needs no other change, and a training step of EfficientNet-Lite0's last blocks runs faster
     than in NCHW."""
     suffix, why = frozen_suffix(finetune_network(backbone, num_classes, freeze, seed, pretrained, dropout), freeze)
     if suffix is None:

@@ -140,6 +140,11 @@ attempt("plot_image_explanation", lambda: irbis.plot_image_explanation(np.zeros(
 attempt("plot_feature_weights", lambda: irbis.plot_feature_weights([1.0]))
 from irbis.kernels.image.ops import resize
 attempt("resize", lambda: resize(np.zeros((4, 4, 3), np.uint8), 2, 2))
+import contextlib, io
+from irbis.cli import main
+said = io.StringIO()
+with contextlib.redirect_stderr(said):
+    found["irbis photos"] = f"{main(['photos'])}: {said.getvalue().strip()}"
 found["loaded"] = sorted(m for m in sys.modules if m.split(".")[0] in BLOCKED)
 print(json.dumps(found))
 """
@@ -186,3 +191,8 @@ def test_every_stage_that_names_an_extra_refuses_to_be_made_without_it(without_e
 def test_a_module_of_a_missing_extra_used_by_a_kernel_says_which_to_install(without_extras):
     assert without_extras["resize"] == ("This needs the optional extra irbis[images] (cv2 not installed): "
                                         "pip install 'irbis[images]'")
+
+
+def test_a_command_whose_extra_is_missing_says_which_to_install_before_it_starts(without_extras):
+    assert without_extras["irbis photos"].startswith("2: irbis photos needs the optional extra irbis[demo] (")
+    assert "sklearn" in without_extras["irbis photos"]

@@ -83,6 +83,16 @@ def require(what: str, extras: Iterable[str]) -> None:
             raise MissingExtraError(what, extra, absent)
 
 
+#: The extras whose modules the executors run (a stage's kernel): ``irbis pack`` ships those installed here.
+EXECUTOR_EXTRAS = ("text", "images", "explain")
+
+
+def installed_requirement(extras: Iterable[str] = EXECUTOR_EXTRAS) -> str:
+    """The requirement ``irbis[...]`` with those of ``extras`` that are installed here (``irbis`` when none)."""
+    have = [extra for extra in extras if not missing(extra)]
+    return f"irbis[{','.join(have)}]" if have else "irbis"
+
+
 def load(module: str, extra: str) -> Any:
     """Import ``module``, one of ``extra``'s; when it is not installed, :class:`MissingExtraError` says which
     extra brings it."""
@@ -126,5 +136,5 @@ def optional(module: str, extra: str) -> Any:
     return OptionalModule(module, extra)
 
 
-__all__ = ["DISTRIBUTIONS", "EXTRAS", "MissingExtraError", "OptionalModule", "installed", "load", "missing",
-           "optional", "require"]
+__all__ = ["DISTRIBUTIONS", "EXECUTOR_EXTRAS", "EXTRAS", "MissingExtraError", "OptionalModule", "installed",
+           "installed_requirement", "load", "missing", "optional", "require"]

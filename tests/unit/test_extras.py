@@ -18,7 +18,7 @@ from pyspark.ml.param import Params
 
 import irbis
 from irbis.errors import MissingExtraError, from_record, to_record
-from irbis.extras import DISTRIBUTIONS, EXTRAS, installed, load, missing, optional, require
+from irbis.extras import DISTRIBUTIONS, EXTRAS, installed, installed_requirement, load, missing, optional, require
 
 ROOT = Path(__file__).resolve().parents[2]
 PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
@@ -145,6 +145,8 @@ from irbis.cli import main
 said = io.StringIO()
 with contextlib.redirect_stderr(said):
     found["irbis photos"] = f"{main(['photos'])}: {said.getvalue().strip()}"
+from irbis.extras import installed_requirement
+found["packed"] = installed_requirement()
 found["loaded"] = sorted(m for m in sys.modules if m.split(".")[0] in BLOCKED)
 print(json.dumps(found))
 """
@@ -196,3 +198,8 @@ def test_a_module_of_a_missing_extra_used_by_a_kernel_says_which_to_install(with
 def test_a_command_whose_extra_is_missing_says_which_to_install_before_it_starts(without_extras):
     assert without_extras["irbis photos"].startswith("2: irbis photos needs the optional extra irbis[demo] (")
     assert "sklearn" in without_extras["irbis photos"]
+
+
+def test_irbis_pack_ships_the_extras_the_executors_run_that_are_installed_here(without_extras):
+    assert installed_requirement() == "irbis[text,images,explain]"
+    assert without_extras["packed"] == "irbis"

@@ -93,6 +93,11 @@ def installed_requirement(extras: Iterable[str] = EXECUTOR_EXTRAS) -> str:
     return f"irbis[{','.join(have)}]" if have else "irbis"
 
 
+def extra_of(module: str) -> str | None:
+    """The first extra of :data:`EXTRAS` that brings ``module`` (a top-level package), or None."""
+    return next((extra for extra, modules in EXTRAS.items() if module in modules), None)
+
+
 def load(module: str, extra: str) -> Any:
     """Import ``module``, one of ``extra``'s; when it is not installed, :class:`MissingExtraError` says which
     extra brings it."""
@@ -137,4 +142,4 @@ def optional(module: str, extra: str) -> Any:
 
 
 __all__ = ["DISTRIBUTIONS", "EXECUTOR_EXTRAS", "EXTRAS", "MissingExtraError", "OptionalModule", "installed",
-           "installed_requirement", "load", "missing", "optional", "require"]
+           "installed_requirement", "extra_of", "load", "missing", "optional", "require"]

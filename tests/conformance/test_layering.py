@@ -29,7 +29,8 @@ DOC = ROOT.parent / "docs" / "architecture.md"
 #: face, which re-exports the public names of every layer).
 LAYERS: list[tuple[str, list[str]]] = [
     ("base", ["irbis.errors", "irbis.refs"]),
-    ("ground", ["irbis.models", "irbis.extras"]),
+    ("extras", ["irbis.extras"]),
+    ("ground", ["irbis.models"]),
     ("kernels", ["irbis.kernels", "irbis.explain"]),
     ("training", ["irbis.train"]),
     ("spark", ["irbis.spark"]),

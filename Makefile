@@ -9,7 +9,8 @@ STAMP := $(VENV)/.installed
 setup: $(STAMP)
 
 # PyTorch first and pinned, from TORCH_INDEX when given (the CPU build: PyPI's Linux wheel is a multi-GB CUDA
-# build), then Irbis and its pinned dependencies.
+# build), then Irbis and its pinned dependencies: the dev extra, which holds every optional extra (irbis[all]) and
+# the tools of the tests and the docs.
 TORCH_INDEX ?=
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)

@@ -44,6 +44,7 @@ _EXPORTS: dict[str, str] = {
     "NonFiniteLossError": "irbis.errors",
     "NoKernelError": "irbis.errors",
     "ExecutorImportError": "irbis.errors",
+    "MissingExtraError": "irbis.errors",
 }
 
 __all__ = sorted(_EXPORTS) + ["__version__"]

@@ -103,6 +103,32 @@ class NoKernelError(ValueError):
         return type(self), (self.classes, str(self))
 
 
+class MissingExtraError(ImportError):
+    """A stage, function or command needs an optional extra of Irbis that is not installed (the extras and
+    their modules: :mod:`irbis.extras`). The message names who needs it, the missing modules and the fix.
+
+    Parameters
+    ----------
+    what : str or None
+        The stage, function or command that needs the extra (None: a module of the extra was used).
+    extra : str
+        The extra, e.g. ``"images"``.
+    modules : iterable of str
+        Its modules that are not installed (``name`` holds the first).
+    """
+
+    def __init__(self, what: str | None, extra: str, modules: Iterable[str]) -> None:
+        self.what, self.extra, self.modules = what, extra, list(modules)
+        names = ", ".join(self.modules)
+        needs = f"{what} needs" if what else "This needs"
+        super().__init__(f"{needs} the optional extra irbis[{extra}] ({names} not installed): "
+                         f"pip install 'irbis[{extra}]'", name=self.modules[0] if self.modules else None)
+        self.fields = {"what": what, "extra": extra, "modules": self.modules}
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return type(self), (self.what, self.extra, self.modules)
+
+
 def executor_import_message(module: str = "irbis") -> str:
     """What a Spark job says when the executors' Python cannot import ``module``: the cause and the fix.
     It quotes Python's own ``No module named '...'``, which :func:`executor_import_error` finds again in a
@@ -164,7 +190,8 @@ def executor_import_error(err: BaseException) -> ExecutorImportError | None:
 
 #: Exception classes a record may name; any other name is raised as a RuntimeError.
 ERROR_TYPES: dict[str, type[BaseException]] = {
-    cls.__name__: cls for cls in (ValueError, TypeError, ColumnNotFoundError, RuntimeError, NonFiniteLossError)
+    cls.__name__: cls for cls in (ValueError, TypeError, ColumnNotFoundError, RuntimeError, NonFiniteLossError,
+                                 MissingExtraError)
 }
 
 

@@ -87,10 +87,10 @@ def _image_fields(value: Any) -> Mapping[str, Any] | None:
 
 def _png(fields: Mapping[str, Any]) -> bytes:
     """A Spark image struct as PNG bytes (lossless: the pixels decode back unchanged)."""
-    import cv2
-
+    from irbis.extras import load
     from irbis.kernels.image.decode import struct_to_array
 
+    cv2 = load("cv2", "images")
     pixels = struct_to_array(fields)
     ok, encoded = False, None
     if pixels.dtype in (np.uint8, np.uint16) and pixels.shape[2] in (1, 3, 4):

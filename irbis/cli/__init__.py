@@ -7,6 +7,7 @@ from collections.abc import Sequence
 
 from irbis.cli import classify, demo, embed, explain, featurize, models, pack, photos, serve, train
 from irbis.cli.common import Parser, plain_text
+from irbis.errors import MissingExtraError
 
 #: The sub-commands, in the order the help lists them; each module adds its parser (``add_parser``) and runs it.
 COMMANDS = (demo, featurize, embed, train, pack, photos, classify, explain, serve, models)
@@ -26,6 +27,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args) or 0)
+    except MissingExtraError as err:  # it names the stage or the command itself
+        print(err, file=sys.stderr)
+        return 2
     except (ValueError, FileNotFoundError, TypeError) as err:
         print(f"irbis {args.command}: {err}", file=sys.stderr)
         return 2

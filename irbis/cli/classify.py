@@ -23,6 +23,9 @@ def add_parser(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     """Print each image's path and its ``--top`` classes with their probabilities."""
     from irbis.demo.photos import classify_photos
+    from irbis.extras import require
+
+    require("irbis classify", ["images"])
 
     table = classify_photos(args.images, model=args.network, precision=args.precision, master=args.master,
                             top=args.top)

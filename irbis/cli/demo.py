@@ -50,7 +50,10 @@ def run(args: argparse.Namespace) -> int:
     from irbis.demo.camera_trap import run_demo
     from irbis.demo.data import check_size
     from irbis.demo.dataset import check_labels, load_metadata
+    from irbis.extras import require
     from irbis.spark.session import get_spark, is_connect
+
+    require("irbis demo", ["demo"])  # both demos: the extra brings the text, image and explanation stacks
 
     if args.text:
         return _run_text(args)

@@ -20,6 +20,9 @@ def add_parser(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     """Write the sample photographs to ``--output`` and print each one's top three classes."""
     from irbis.demo.photos import classify_photos, write_sample_photos
+    from irbis.extras import require
+
+    require("irbis photos", ["demo"])
 
     folder = write_sample_photos(args.output)
     print(f"Scoring the sample photographs in {folder} with EfficientNet-Lite0 on Spark {args.master}")

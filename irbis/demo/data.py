@@ -41,8 +41,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-import cv2
 import numpy as np
+
+from irbis.extras import optional
+
+cv2 = optional("cv2", "images")  # OpenCV, imported on first use
 
 __all__ = ["FRAME_SIZE", "METADATA_COLUMNS", "SIZES", "build_camera_trap_set", "check_size", "render_burst", "sources"]
 

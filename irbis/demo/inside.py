@@ -8,11 +8,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import cv2
 import numpy as np
 import pandas as pd
 
 from irbis.explain.plot import figure
+from irbis.extras import optional
+
+cv2 = optional("cv2", "images")  # OpenCV, imported on first use
 
 __all__ = ["explain_images", "gallery_of_mistakes", "ladder_chart"]
 

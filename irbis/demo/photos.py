@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import cv2
 import numpy as np
+
+from irbis.extras import optional
+
+cv2 = optional("cv2", "images")  # OpenCV, imported on first use
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp")
 

@@ -7,6 +7,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from irbis.extras import load, require
+
 __all__ = ["figure", "plot_feature_weights", "plot_image_explanation"]
 
 
@@ -15,9 +17,7 @@ def figure(width: float, height: float, *grid: int, **options: Any) -> tuple[Any
     **options)``), drawn off screen, outside pyplot: the caller's backend (a notebook's inline one) is left
     as it is, and nothing needs closing. Irbis's saved plots (explanations, loss curves, the demo's
     report) all draw on one."""
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(width, height))
+    fig = load("matplotlib.figure", "explain").Figure(figsize=(width, height))
     return fig, fig.subplots(*grid, **options)
 
 
@@ -57,6 +57,7 @@ def plot_image_explanation(image: np.ndarray, segments: np.ndarray, weights: Seq
     bytes
         The PNG file.
     """
+    require("plot_image_explanation", ["explain"])
     from skimage.segmentation import mark_boundaries
 
     pixels = np.asarray(image)
@@ -75,7 +76,9 @@ def plot_image_explanation(image: np.ndarray, segments: np.ndarray, weights: Seq
 
 def plot_feature_weights(weights: Sequence[float] | np.ndarray, names: Sequence[str] | None = None, *, top: int = 10,
                          title: str = "", path: str | Path | None = None) -> bytes:
-    """A horizontal bar chart of the ``top`` features by absolute weight (PNG bytes)."""
+    """A horizontal bar chart of the ``top`` features by absolute weight (PNG bytes); matplotlib draws it
+    (``pip install 'irbis[explain]'``)."""
+    require("plot_feature_weights", ["explain"])
     values = np.asarray(weights, np.float64)
     names = list(names) if names is not None else [f"feature {i}" for i in range(len(values))]
     if len(names) != len(values):

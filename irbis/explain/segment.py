@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from irbis.extras import load
+
 __all__ = ["mask_images", "superpixel_masks", "superpixels"]
 
 
@@ -24,8 +26,7 @@ def superpixels(image: np.ndarray, cell_size: int = 16, modifier: float = 130.0)
     ndarray of int32, shape (H, W)
         Superpixel labels 0..F-1.
     """
-    from skimage.segmentation import slic
-
+    slic = load("skimage.segmentation", "explain").slic
     height, width = image.shape[:2]
     if cell_size < 1:
         raise ValueError(f"cellSize must be >= 1, found {cell_size}")

@@ -43,10 +43,10 @@ class Calibration:
 
 def random_crops(photos: list[np.ndarray], spec: Any, per_photo: int, seed: int) -> np.ndarray:
     """Random crops (60-100% of each side, half of them mirrored) of ``photos``, preprocessed by ``spec``."""
-    import cv2
-
+    from irbis.extras import load
     from irbis.kernels.image.features import preprocess_rgb
 
+    cv2 = load("cv2", "images")
     rng = np.random.default_rng(seed)
     batch = []
     for rgb in photos:
@@ -61,7 +61,9 @@ def random_crops(photos: list[np.ndarray], spec: Any, per_photo: int, seed: int)
 
 def calibration_photos() -> list[np.ndarray]:
     """The :data:`CALIBRATION_PHOTOS` as RGB uint8 arrays."""
-    from skimage import data
+    from irbis.extras import load
+
+    data = load("skimage.data", "images")
 
     photos = [getattr(data, name)() for name in CALIBRATION_PHOTOS]
     return [np.repeat(p[..., None], 3, axis=2) if p.ndim == 2 else p for p in photos]
@@ -180,10 +182,10 @@ def calibration_files(folder: str, texts: bool = False) -> list[Path]:
 
 
 def _read(files: list[Path], spec: Any | None, shape: tuple[int, ...], folder: str) -> np.ndarray:
-    import cv2
-
+    from irbis.extras import load
     from irbis.kernels.image.features import preprocess_rgb
 
+    cv2 = load("cv2", "images")
     rows: list[np.ndarray] = []
     for f in files:
         if f.suffix.lower() == ".npy":

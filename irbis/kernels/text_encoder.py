@@ -113,8 +113,9 @@ class TextTokens:
     """A text network's tokenizer, truncating at ``max_length`` (0: the card's maximum) and padding nothing."""
 
     def __init__(self, source: dict[str, Any], max_length: int = 0) -> None:
-        from tokenizers import Tokenizer
+        from irbis.extras import load
 
+        Tokenizer = load("tokenizers", "text").Tokenizer
         card = card_from_source(source)
         folder = Path(source["folder"])
         self.max_length = min(max_length or card.max_length, card.max_length)

@@ -79,7 +79,14 @@ class _KeywordParams(_ParamsMixin):
     and its other work in three hooks: ``_init_state`` (attributes that are not Params), ``_keywords``
     (keywords to Param values: SynapseML's names, values that are not a Param's) and ``_check_params``
     (checks across Params, run when Params are set by keyword).
+
+    A stage that needs an optional extra of Irbis names it once, in ``_extras`` (e.g. ``("images",)``: the
+    extras of :mod:`irbis.extras`); its ``__init__`` raises :class:`irbis.errors.MissingExtraError`, naming
+    the stage, the missing modules and the ``pip install`` command, when one is not installed.
     """
+
+    #: The optional extras the stage needs (:data:`irbis.extras.EXTRAS`), checked when it is made.
+    _extras: tuple[str, ...] = ()
 
     if TYPE_CHECKING:  # what the generated methods take, for a type checker (their signatures are made at import)
         def __init__(self, **kwargs: Any) -> None: ...

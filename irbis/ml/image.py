@@ -109,6 +109,8 @@ class ImageDecoder(_ImageStage, HasErrorCol, _DecoderParams):
     100000000
     """
 
+    _extras = ("images",)
+
     _defaults = {"inputCol": "content", "outputCol": "image", "errorCol": "error"}
 
     def _input_columns(self) -> list[str]:
@@ -165,6 +167,8 @@ class ImageTransformer(ImageTransformerNames, _ImageStage, HasErrorCol, _Transfo
     >>> tr.getOps()[1]
     {'op': 'flip', 'flip_code': 1}
     """
+
+    _extras = ("images",)
 
     _defaults = {"inputCol": "image", "outputCol": "transformed", "errorCol": ""}
 
@@ -303,6 +307,8 @@ class ImageSetAugmenter(_ImageStage, _AUGMENT_PARAMS):
     >>> ImageSetAugmenter(flipUpDown=True)._augmentations()
     ['flipLeftRight', 'flipUpDown']
     """
+
+    _extras = ("images",)
 
     _defaults = {"inputCol": "image", "outputCol": "image"}
 

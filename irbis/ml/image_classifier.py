@@ -91,6 +91,8 @@ class ImageClassifier(IrbisEstimator, _HasImageClassifierParams):
         model.transform(test).select("probability", "prediction")
     """
 
+    _extras = ("images",)
+
     _defaults = {"batchSize": 16, "epochs": 5,
                  "augmentation": json.dumps([{"op": "random_resized_crop", "scale": [0.6, 1.0]},
                                              {"op": "flip", "flip_code": 1, "p": 0.5},

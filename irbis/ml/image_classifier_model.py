@@ -62,6 +62,8 @@ class ImageClassifierModel(_ClassifierModelNames, ImageNetworkStage, _Classifier
     ``imagePreprocessing`` the record its images get (empty: the catalogue entry ``backbone``'s).
     """
 
+    _extras = ("images",)
+
     #: The fit's per-epoch records, a list of dicts that shows as a table in a notebook (TrainingSummary).
     training_summary = SummaryAttribute()
 

@@ -110,6 +110,8 @@ class ImageFeaturizer(ImageFeaturizerNames, _FeaturizerParams, ImageNetworkStage
         LogisticRegression(featuresCol="features").fit(features.join(labels, "path"))
     """
 
+    _extras = ("images",)
+
     _defaults = {"inputCol": "image", "outputCol": "features", "errorCol": ""}
 
     def _check_params(self) -> None:

@@ -85,6 +85,8 @@ class ImageLIME(LIMEParams, _IMAGE_PARAMS, IrbisTransformer):
     >>> lime.transform(images).select("path", "weights", "superpixels")  # doctest: +SKIP
     """
 
+    _extras = ("images", "explain")
+
     _accepts = frozenset({"image"})
 
     _defaults = {"inputCol": "image", "outputCol": "weights", "numSamples": 900}

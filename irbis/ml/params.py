@@ -22,6 +22,7 @@ from pyspark.ml.param import Param, Params, TypeConverters
 from pyspark.ml.param.shared import HasInputCol, HasOutputCol
 
 from irbis.errors import ParamValueError
+from irbis.extras import require
 from irbis.kernels.batching import TENSOR_DTYPES
 from irbis.kernels.device import DEVICES
 from irbis.kernels.engines import ENGINE_NAMES
@@ -298,7 +299,8 @@ def _extra_keywords(cls: type) -> list[str]:
 
 
 def make_stage_init(cls: type) -> Callable[..., None]:
-    """The ``__init__`` of a stage ``cls``, made from its Params: the class's ``__init__`` chain, the declared
+    """The ``__init__`` of a stage ``cls``, made from its Params: a check that the optional extras it names
+    in ``_extras`` are installed (:func:`irbis.extras.require`), the class's ``__init__`` chain, the declared
     defaults (:func:`declared_defaults`), the stage's ``_init_state`` hook, then the keywords given, as
     PySpark's ``keyword_only`` constructors do (what the user passed is set, the rest are defaults; the stage's
     ``_keywords`` hook turns them into Param values), and its ``_check_params`` hook."""
@@ -308,6 +310,7 @@ def make_stage_init(cls: type) -> Callable[..., None]:
         if "_making" in self.__dict__:  # an inner __init__ of the chain: the outermost sets the Params
             super(stage, self).__init__()
             return
+        require(type(self).__name__, getattr(self, "_extras", ()))
         self.__dict__["_making"] = True
         try:
             super(stage, self).__init__()

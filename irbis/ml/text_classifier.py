@@ -101,6 +101,8 @@ class TextClassifier(TextClassifierNames, IrbisEstimator,
         model.transform(test).select("probability", "prediction")
     """
 
+    _extras = ("text",)
+
     # learningRate is TorchEstimator's 1e-3 for the head and the encoder gets 1e-4 (backboneLearningRateFactor
     # 0.1): MiniLM fine-tuned 3 epochs on the drug reviews' sentiment tested at 0.768, against 0.741 at 3e-4
     # (majority class 0.654)

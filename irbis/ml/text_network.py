@@ -71,6 +71,8 @@ HasTextParams: Any = table_mixin("HasTextParams", _TEXT_ROWS,
 class _TextStage(ColumnSetters, HasTextParams):
     """What the text stages share: the network, the text column, tokenization and the runner's options."""
 
+    _extras: tuple[str, ...] = ("text",)
+
     _accepts = frozenset({"string"})
     _defaults = {"network": DEFAULT_TEXT_MODEL, "inputCol": "text", "miniBatchSize": 256, "errorCol": "",
                  "tokenBudget": TEXT_TOKEN_BUDGET}

@@ -23,6 +23,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from irbis.extras import extra_of
 from irbis.models.weights import sha256_file
 
 _VERIFIED: dict[tuple[str, int, int], str] = {}
@@ -78,8 +79,10 @@ def _package_file(package: str, relative: str, uri: str) -> Path:
     try:
         root = resources.files(package)
     except ModuleNotFoundError as e:
-        raise FileNotFoundError(f"{uri}: Python package {package!r} is not installed; "
-                                f"pip install it (its distribution name may use dashes)") from e
+        extra = extra_of(package)
+        fix = f"pip install 'irbis[{extra}]', which brings it" if extra else \
+            "pip install it (its distribution name may use dashes)"
+        raise FileNotFoundError(f"{uri}: Python package {package!r} is not installed; {fix}") from e
     target = root.joinpath(relative)
     if not isinstance(target, Path):
         raise ValueError(f"{uri}: package {package!r} is not installed as plain files (zipped?); "

@@ -223,8 +223,9 @@ def transformers_names(*names: str) -> list[Any]:
     """``transformers``' classes by name, imported under one lock: its lazy module is not safe to import from
     several threads at once (the demo's cross-validation fits folds in threads)."""
     with _TRANSFORMERS_LOCK:
-        import transformers
+        from irbis.extras import load
 
+        transformers = load("transformers", "text")
         transformers.utils.logging.set_verbosity_error()  # its notes on unused weights are for its own loaders
         return [getattr(transformers, name) for name in names]
 

@@ -22,6 +22,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from irbis.extras import installed_requirement
+
 #: The folder a packed virtual environment is unpacked into, in each executor's working directory.
 ARCHIVE_ALIAS = "irbis-env"
 #: Left out of the PEX: every Spark worker puts its own pyspark and py4j on the Python workers' path.
@@ -45,8 +47,10 @@ def python_version() -> str:
     return f"{sys.version_info.major}.{sys.version_info.minor}"
 
 
-def pack(output: str | os.PathLike[str], requirements: tuple[str, ...] = ("irbis",), compress: bool = True) -> Packed:
-    """Build one PEX file holding ``requirements`` (Irbis by default) and everything they need, resolved
+def pack(output: str | os.PathLike[str], requirements: tuple[str, ...] | None = None, compress: bool = True) -> Packed:
+    """Build one PEX file holding ``requirements`` (by default Irbis with the extras its stages run on the
+    executors that are installed here, :func:`irbis.extras.installed_requirement`, e.g.
+    ``irbis[text,images,explain]``) and everything they need, resolved
     from the packages installed in this environment (``pex --venv-repository``; Irbis itself as a wheel
     built from this installation), for executors with Python :func:`python_version`.
 
@@ -72,11 +76,12 @@ def pack(output: str | os.PathLike[str], requirements: tuple[str, ...] = ("irbis
         import pex  # noqa: F401
     except ImportError as err:
         raise ImportError("irbis pack needs PEX: pip install 'irbis[pack]'") from err
+    requirements = requirements or (installed_requirement(),)
     out = Path(output).resolve()
     out.parent.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
-        wheels = _irbis_wheel(Path(tmp)) if "irbis" in requirements else []
+        wheels = _irbis_wheel(Path(tmp)) if any(r.split("[")[0] == "irbis" for r in requirements) else []
         cmd = [sys.executable, "-m", "pex", f"--venv-repository={sys.prefix}", *requirements,
                *[arg for w in wheels for arg in ("--find-links", str(w.parent))],
                # pyspark and py4j come with every Spark worker (its PYTHONPATH): left out, and let in

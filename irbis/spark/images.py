@@ -31,6 +31,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from irbis.extras import require
 from irbis.kernels.blocks import Images, bounded_slices, from_arrow, to_arrow
 from irbis.kernels.image.decode import DEFAULT_MAX_PIXELS, decode_batch
 from irbis.spark.guard import on_executors
@@ -184,7 +185,13 @@ def read_images(path: str | list[str], recursive: bool = True, sampleRatio: floa
     Spark's file scan silently skips zero-byte files, so ``read_images`` runs one small job that
     lists the scanned paths (no file content is read) to report them as bad files; with
     ``dropInvalid=True`` and no ``stats`` it skips that job.
+
+    Raises
+    ------
+    irbis.errors.MissingExtraError
+        When OpenCV, which decodes the images, is not installed (``pip install 'irbis[images]'``).
     """
+    require("read_images", ["images"])
     if not 0.0 < sampleRatio <= 1.0:
         raise ValueError(f"sampleRatio must be in (0, 1], found {sampleRatio}")
     from irbis.spark.session import active_session
@@ -253,10 +260,12 @@ def read_images_stream(path: str, recursive: bool = True, dropInvalid: bool = Fa
     """Watch a folder as a Structured Streaming source of decoded images.
 
     New files in ``path`` become rows of ``path``, ``image``, ``error`` as in :func:`read_images`.
-    ``maxFilesPerTrigger`` bounds each micro-batch.
+    ``maxFilesPerTrigger`` bounds each micro-batch; without OpenCV (``pip install 'irbis[images]'``) it
+    raises :class:`irbis.errors.MissingExtraError`.
     """
     from irbis.spark.session import active_session
 
+    require("read_images_stream", ["images"])
     spark = spark or active_session("read_images_stream")
     reader = (spark.readStream.format("binaryFile").schema(_BINARY_FILE_SCHEMA)
               .option("recursiveFileLookup", str(recursive).lower()))

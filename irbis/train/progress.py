@@ -225,8 +225,9 @@ class TrainingSummary(list):
         set. On ``ax`` when given, else on a new pyplot figure (shown inline in a notebook). The y axis is
         logarithmic for losses (``log=None``) and linear otherwise. Returns the axes."""
         if ax is None:
-            import matplotlib.pyplot as plt
+            from irbis.extras import load
 
+            plt = load("matplotlib.pyplot", "explain")
             ax = plt.figure(figsize=(7, 4.5)).add_subplot()
         curves: dict[str, Sequence[Mapping[str, Any]]] = {"training": self}
         if key == "loss" and any(r.get("validationLoss") is not None for r in self):

@@ -29,6 +29,7 @@ DOC = ROOT.parent / "docs" / "architecture.md"
 #: face, which re-exports the public names of every layer).
 LAYERS: list[tuple[str, list[str]]] = [
     ("base", ["irbis.errors", "irbis.refs"]),
+    ("extras", ["irbis.extras"]),
     ("ground", ["irbis.models"]),
     ("kernels", ["irbis.kernels", "irbis.explain"]),
     ("training", ["irbis.train"]),

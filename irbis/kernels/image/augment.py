@@ -36,12 +36,14 @@ import numbers
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import cv2
 import numpy as np
 
+from irbis.extras import optional
 from irbis.kernels.image.features import finish_rgb, fit_geometry
 from irbis.kernels.image.ops import as_hwc, flip
 from irbis.models.preprocess import Preprocessing
+
+cv2 = optional("cv2", "images")  # OpenCV, imported on first use
 
 __all__ = ["AUGMENT_OPS", "augment_rgb", "parse_augmentation"]
 

@@ -16,12 +16,14 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-import cv2
 import numpy as np
 
+from irbis.extras import optional
 from irbis.kernels.image.chain import ImageChain
 from irbis.kernels.image.decode import DEFAULT_MAX_PIXELS, decode_image, struct_to_array
 from irbis.kernels.image.ops import ImageOpError, as_hwc, flip, to_chw
+
+cv2 = optional("cv2", "images")  # OpenCV, imported on first use
 
 __all__ = [
     "AUGMENTATIONS", "OUTPUT_FORMATS", "augment_images", "pixels_of", "transform_images", "unroll_images",

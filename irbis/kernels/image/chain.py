@@ -29,11 +29,13 @@ import numbers
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping
 
-import cv2
 import numpy as np
 
+from irbis.extras import optional
 from irbis.kernels.image import ops
 from irbis.kernels.image.ops import ImageOpError, describe
+
+cv2 = optional("cv2", "images")  # OpenCV, imported on first use
 
 __all__ = ["OPS", "ImageChain", "OpSpec"]
 

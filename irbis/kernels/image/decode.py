@@ -25,11 +25,13 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-import cv2
 import numpy as np
 
+from irbis.extras import optional
 from irbis.kernels.image.header import header_size, sniff_format
 from irbis.kernels.image.ops import as_hwc
+
+cv2 = optional("cv2", "images")  # OpenCV, imported on first use
 
 __all__ = [
     "DEFAULT_MAX_PIXELS", "IMAGE_FIELDS", "ImageDecodeError", "array_to_struct", "decode_batch", "decode_image",
@@ -114,7 +116,7 @@ def image_view(data: Any, height: int, width: int, channels: int, mode: int,
 
 
 def decode_image(data: bytes | bytearray | memoryview, max_pixels: int | None = DEFAULT_MAX_PIXELS,
-                 flags: int = cv2.IMREAD_UNCHANGED) -> np.ndarray:
+                 flags: int = -1) -> np.ndarray:
     """Decode encoded image bytes with OpenCV into an ``(H, W, C)`` ndarray.
 
     Grey, colour (BGR), alpha (BGRA) and 16-bit images keep their channels

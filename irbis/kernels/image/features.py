@@ -19,9 +19,9 @@ from __future__ import annotations
 
 from typing import Any, Callable, Sequence
 
-import cv2
 import numpy as np
 
+from irbis.extras import optional
 from irbis.kernels.blocks import Binary, Prepared
 from irbis.kernels.image.decode import DEFAULT_MAX_PIXELS, ImageDecodeError, decode_image, struct_to_array
 from irbis.kernels.image.header import header_size, sniff_format
@@ -38,13 +38,13 @@ from irbis.kernels.image.ops import (
 )
 from irbis.models.preprocess import Preprocessing
 
+cv2 = optional("cv2", "images")  # OpenCV, imported on first use
+
 __all__ = ["decode_flags", "finish_rgb", "fit_geometry", "image_batch", "load_rgb", "preprocess_images",
            "preprocess_rgb", "to_rgb8"]
 
-_REDUCED = {False: {2: cv2.IMREAD_REDUCED_COLOR_2, 4: cv2.IMREAD_REDUCED_COLOR_4,
-                    8: cv2.IMREAD_REDUCED_COLOR_8},
-            True: {2: cv2.IMREAD_REDUCED_GRAYSCALE_2, 4: cv2.IMREAD_REDUCED_GRAYSCALE_4,
-                   8: cv2.IMREAD_REDUCED_GRAYSCALE_8}}
+#: cv2.IMREAD_REDUCED_COLOR_* and cv2.IMREAD_REDUCED_GRAYSCALE_* by value (a test compares them with cv2's)
+_REDUCED = {False: {2: 17, 4: 33, 8: 65}, True: {2: 16, 4: 32, 8: 64}}
 
 
 def decode_flags(data: bytes, spec: Preprocessing, grey: bool, fast: bool) -> int:

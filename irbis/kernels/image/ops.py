@@ -20,24 +20,24 @@ from __future__ import annotations
 
 from typing import Sequence
 
-import cv2
 import numpy as np
 
+from irbis.extras import optional
 from irbis.models import preprocess as _vocabulary
+
+cv2 = optional("cv2", "images")  # OpenCV, imported on first use
 
 __all__ = [
     "COLOR_FORMATS", "INTERPOLATIONS", "THRESHOLD_TYPES", "ImageOpError", "as_hwc", "blur", "center_crop",
     "color_format", "crop", "describe", "flip", "normalize", "resize", "threshold", "to_chw",
 ]
 
-_OPENCV_FLAGS = {"nearest": cv2.INTER_NEAREST, "linear": cv2.INTER_LINEAR, "bilinear": cv2.INTER_LINEAR,
-                 "cubic": cv2.INTER_CUBIC, "bicubic": cv2.INTER_CUBIC, "area": cv2.INTER_AREA,
-                 "lanczos": cv2.INTER_LANCZOS4}
+#: OpenCV's flags by value (cv2.INTER_*, cv2.THRESH_*: stable across its releases; a test compares them with
+#: cv2's own), so that the vocabularies are known without importing OpenCV
+_OPENCV_FLAGS = {"nearest": 0, "linear": 1, "bilinear": 1, "cubic": 2, "bicubic": 2, "area": 3, "lanczos": 4}
 #: The interpolations the catalogue names (:data:`irbis.models.preprocess.INTERPOLATIONS`), as OpenCV flags.
 INTERPOLATIONS = {name: _OPENCV_FLAGS[name] for name in _vocabulary.INTERPOLATIONS}
-THRESHOLD_TYPES = {"binary": cv2.THRESH_BINARY, "binary_inv": cv2.THRESH_BINARY_INV,
-                   "trunc": cv2.THRESH_TRUNC, "tozero": cv2.THRESH_TOZERO,
-                   "tozero_inv": cv2.THRESH_TOZERO_INV}
+THRESHOLD_TYPES = {"binary": 0, "binary_inv": 1, "trunc": 2, "tozero": 3, "tozero_inv": 4}
 #: Colour formats and their channel counts: the one vocabulary, :data:`irbis.models.preprocess.COLOR_FORMATS`.
 COLOR_FORMATS = tuple(_vocabulary.COLOR_FORMATS)
 _CHANNELS = _vocabulary.COLOR_FORMATS

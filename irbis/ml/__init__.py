@@ -35,7 +35,7 @@ _EXPORTS: dict[str, str] = {
     "TextClassifierModel": "irbis.ml.text_network",
     "TextEmbedder": "irbis.ml.text_network",
     "TextFeaturizer": "irbis.ml.text",
-    "TextLIME": "irbis.ml.lime_text",
+    "TextLIME": "irbis.ml.lime",
     "TextFeaturizerModel": "irbis.ml.text",
     "TextTokenizer": "irbis.ml.text_network",
     "TorchEstimator": "irbis.ml.estimator",

@@ -415,7 +415,7 @@ STAGE_CASES.update({
 
 def tiny_text_lime() -> Any:
     """TextLIME over the tiny text classifier, few samples (texts with more words get a reason)."""
-    from irbis.ml.lime_text import TextLIME
+    from irbis.ml.lime import TextLIME
 
     return TextLIME(model=tiny_text_classifier(), inputCol="text", targetClasses=[0, 2], numSamples=24,
                     miniBatchSize=12)

@@ -41,7 +41,7 @@ from pyspark.sql.types import (
 )
 
 from irbis.errors import NoKernelError, require_columns
-from irbis.explain.lime import FeatureStats, check_num_samples, explain_image, explain_rows, explain_text
+from irbis.explain.explanations import FeatureStats, check_num_samples, explain_image, explain_rows, explain_text
 from irbis.explain.segment import superpixels
 from irbis.kernels.blocks import BatchFn, Images, Prepared, Tensor, rows_in
 from irbis.kernels.chain import KernelChain

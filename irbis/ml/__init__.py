@@ -14,7 +14,7 @@ from irbis.refs import lazy_exports
 _EXPORTS: dict[str, str] = {
     "Cache": "irbis.ml.basic",
     "DropColumns": "irbis.ml.basic",
-    "EnsembleByKey": "irbis.ml.ensemble",
+    "EnsembleByKey": "irbis.ml.ensemble_by_key",
     "FastVectorAssembler": "irbis.ml.assembler",
     "Featurize": "irbis.ml.featurize",
     "FeaturizeModel": "irbis.ml.featurize",

@@ -47,7 +47,7 @@ from irbis.kernels.blocks import BatchFn, Images, Prepared, Tensor, rows_in
 from irbis.kernels.chain import KernelChain
 from irbis.kernels.image.features import masked_inputs
 from irbis.ml.base import IrbisEstimator, IrbisModel, IrbisTransformer
-from irbis.ml.ensemble import EnsembleByKey
+from irbis.ml.ensemble_by_key import EnsembleByKey
 from irbis.ml.kernel_pipeline import SparkBatches, model_chain
 from irbis.ml.params import ColumnSetters, HasErrorCol, HasMiniBatchSize, Row, at_least, in_range, table_mixin
 from irbis.spark.columns import column as quoted

@@ -41,7 +41,7 @@ from pyspark.sql.types import (
 
 from irbis.ml.assembler import FastVectorAssembler
 from irbis.ml.basic import Cache, DropColumns, Lambda, RenameColumn, Repartition, SelectColumns
-from irbis.ml.ensemble import EnsembleByKey
+from irbis.ml.ensemble_by_key import EnsembleByKey
 from irbis.ml.featurize import Featurize
 from irbis.ml.text import TextFeaturizer
 

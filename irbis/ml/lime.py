@@ -543,7 +543,7 @@ class ImageLIME(LIMEParams, _IMAGE_PARAMS, IrbisTransformer):
         return cols[:2] + ([(spx, ArrayType(IntegerType()))] if spx else []) + cols[2:]
 
     def _validate_schema(self, schema: StructType) -> None:
-        from irbis.ml.columns import is_image_struct
+        from irbis.ml.column_types import is_image_struct
 
         found = schema[self.getInputCol()].dataType
         if not is_image_struct(found):

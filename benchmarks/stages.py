@@ -26,7 +26,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from irbis.ml.assembler import FastVectorAssembler
-from irbis.ml.ensemble import EnsembleByKey
+from irbis.ml.ensemble_by_key import EnsembleByKey
 from irbis.ml.text import TextFeaturizer
 from irbis.spark.session import get_spark
 from provenance import Run

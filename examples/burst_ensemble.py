@@ -3,7 +3,7 @@
 Usage: python examples/burst_ensemble.py
 """
 import irbis
-from irbis.ml.ensemble import EnsembleByKey
+from irbis.ml.ensemble_by_key import EnsembleByKey
 
 spark = irbis.get_spark("local[2]")
 frames = spark.createDataFrame(

@@ -88,7 +88,7 @@ def _explain_texts(spark: Any, model: Any, column: str, args: argparse.Namespace
     import numpy as np
 
     from irbis.explain.page import ExplainedText, write_text_explanation_page
-    from irbis.ml.lime_text import TextLIME
+    from irbis.ml.lime import TextLIME
 
     if bool(args.text) == bool(args.source):
         raise SystemExit("irbis explain: give either texts (--text, repeatable) or a Parquet/CSV file or folder of "

@@ -35,7 +35,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from irbis.ml.basic import Lambda
-from irbis.ml.ensemble import EnsembleByKey
+from irbis.ml.ensemble_by_key import EnsembleByKey
 from irbis.ml.estimator import TorchEstimator
 from irbis.ml.image import ImageTransformer, UnrollImage
 from irbis.ml.image_featurizer import ImageFeaturizer

@@ -1,6 +1,6 @@
 """Explanations (LIME): pure kernels, pictures, and the Spark stages.
 
-The kernels (:mod:`~irbis.explain.segment`, :mod:`~irbis.explain.fit`, :mod:`~irbis.explain.lime`) and
+The kernels (:mod:`~irbis.explain.segment`, :mod:`~irbis.explain.fit`, :mod:`~irbis.explain.explanations`) and
 the pictures (:mod:`~irbis.explain.plot`) import no Spark. The Spark stages built on them, ``ImageLIME``,
 ``TabularLIME`` and ``TabularLIMEModel``, are in :mod:`irbis.ml` (and ``irbis.ImageLIME``, ...): this
 package is pure and imports nothing above it.
@@ -12,8 +12,8 @@ Examples
 """
 from __future__ import annotations
 
+from irbis.explain.explanations import Explanation, FeatureStats, explain_image, explain_rows
 from irbis.explain.fit import cosine_distance, euclidean_distance, exponential_kernel, weighted_ridge
-from irbis.explain.lime import Explanation, FeatureStats, explain_image, explain_rows
 from irbis.explain.plot import plot_feature_weights, plot_image_explanation, top_superpixels
 from irbis.explain.segment import mask_images, superpixel_masks, superpixels
 

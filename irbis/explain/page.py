@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from irbis.explain.lime import text_words
+from irbis.explain.explanations import text_words
 from irbis.explain.plot import plot_feature_weights, plot_image_explanation
 
 __all__ = ["ExplainedImage", "ExplainedText", "write_explanation_page", "write_text_explanation_page"]
@@ -70,7 +70,8 @@ def write_explanation_page(folder: str | Path, items: list[ExplainedImage], *, t
 
 @dataclass
 class ExplainedText:
-    """One explained text: its name, the text and one weight per word (:func:`irbis.explain.lime.text_words`)."""
+    """One explained text: its name, the text and one weight per word
+    (:func:`irbis.explain.explanations.text_words`)."""
 
     name: str
     text: str | None

@@ -14,7 +14,7 @@ from irbis.refs import lazy_exports
 _EXPORTS: dict[str, str] = {
     "Cache": "irbis.ml.basic",
     "DropColumns": "irbis.ml.basic",
-    "EnsembleByKey": "irbis.ml.ensemble",
+    "EnsembleByKey": "irbis.ml.ensemble_by_key",
     "FastVectorAssembler": "irbis.ml.assembler",
     "Featurize": "irbis.ml.featurize",
     "FeaturizeModel": "irbis.ml.featurize",
@@ -35,7 +35,7 @@ _EXPORTS: dict[str, str] = {
     "TextClassifierModel": "irbis.ml.text_network",
     "TextEmbedder": "irbis.ml.text_network",
     "TextFeaturizer": "irbis.ml.text",
-    "TextLIME": "irbis.ml.lime_text",
+    "TextLIME": "irbis.ml.lime",
     "TextFeaturizerModel": "irbis.ml.text",
     "TextTokenizer": "irbis.ml.text_network",
     "TorchEstimator": "irbis.ml.estimator",

@@ -22,7 +22,7 @@ from irbis.kernels.assemble import (
     unknown_size_message,
 )
 from irbis.ml.base import IrbisTransformer
-from irbis.ml.columns import vector_size
+from irbis.ml.column_types import vector_size
 from irbis.ml.params import one_of, param_mixin
 from irbis.spark.columns import column, quote
 

@@ -35,7 +35,7 @@ from irbis.kernels.featurize import (
 )
 from irbis.ml.aliases import alias_mixin
 from irbis.ml.base import IrbisEstimator, IrbisModel
-from irbis.ml.columns import vector_size
+from irbis.ml.column_types import vector_size
 from irbis.ml.params import Row, at_least, one_of, table_mixin
 from irbis.ml.synapseml import FEATURIZE_ALIASES
 from irbis.spark.columns import column

@@ -42,7 +42,7 @@ from irbis.kernels.image.chain import ImageChain
 from irbis.kernels.image.decode import DEFAULT_MAX_PIXELS, IMAGE_FIELDS, array_to_struct, decode_batch
 from irbis.kernels.image.ops import THRESHOLD_TYPES
 from irbis.ml.base import IrbisTransformer
-from irbis.ml.columns import is_image_struct
+from irbis.ml.column_types import is_image_struct
 from irbis.ml.params import ColumnSetters, HasErrorCol, at_least, in_range, one_of, table_mixin
 from irbis.ml.synapseml import ImageTransformerNames
 from irbis.spark.images import IMAGE_STRUCT

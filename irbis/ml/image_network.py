@@ -21,9 +21,9 @@ from pyspark.sql.types import BinaryType, DataType, StringType, StructType
 from irbis.kernels.blocks import BatchFn, Tensor, flat_rows
 from irbis.kernels.image.decode import DEFAULT_MAX_PIXELS
 from irbis.kernels.image.features import image_batch
-from irbis.ml.calibration import HasCalibrationSample
-from irbis.ml.columns import is_image_struct
-from irbis.ml.export_ahead import export_ahead_of_job
+from irbis.ml.calibration_sample import HasCalibrationSample
+from irbis.ml.column_types import is_image_struct
+from irbis.ml.export_ahead_of_job import export_ahead_of_job
 from irbis.ml.params import (
     HasDevice,
     HasEngine,

@@ -18,7 +18,7 @@ from pyspark.sql.types import (
 )
 
 from irbis.kernels.inference import resolve_source
-from irbis.ml.columns import is_image_struct
+from irbis.ml.column_types import is_image_struct
 from irbis.ml.params import (
     ColumnSetters,
     HasDevice,

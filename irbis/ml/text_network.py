@@ -33,7 +33,7 @@ from irbis.kernels.chain import LengthRule
 from irbis.kernels.text_encoder import TEXT_TOKEN_BUDGET, TextKernel, decode_texts
 from irbis.ml.aliases import alias_mixin
 from irbis.ml.base import IrbisModel, IrbisTransformer
-from irbis.ml.calibration import HasCalibrationSample
+from irbis.ml.calibration_sample import HasCalibrationSample
 from irbis.ml.network_params import HasVectorOrArrayFormat
 from irbis.ml.params import (
     ColumnSetters,

@@ -18,8 +18,8 @@ from torch import nn
 from irbis.kernels.blocks import BatchFn
 from irbis.kernels.inference import NetworkKernel, resolve_source
 from irbis.ml.base import IrbisModel
-from irbis.ml.calibration import HasCalibrationSample
-from irbis.ml.export_ahead import export_ahead_of_job
+from irbis.ml.calibration_sample import HasCalibrationSample
+from irbis.ml.export_ahead_of_job import export_ahead_of_job
 from irbis.ml.image_network import is_image_column
 from irbis.ml.network_params import NetworkStageParams
 from irbis.ml.params import HasEngine, HasErrorCol, HasImagePreprocessing, HasPrecision, param_mixin

@@ -8,8 +8,8 @@ from typing import Any
 
 import torch
 
+from irbis.train.ragged import forward
 from irbis.train.rows import BatchPlan, Rows
-from irbis.train.sequences import forward
 from irbis.train.strategy import WorkerContext
 
 #: Batches of a worker's rows that BatchNorm's running statistics are recomputed over after training.

@@ -121,7 +121,7 @@ def check_network(module: torch.nn.Module, spec: TrainSpec, n_features: int, max
 
 def _sequence_output(module: torch.nn.Module, features_col: str) -> torch.Tensor:
     from irbis.kernels.sequences import input_kind
-    from irbis.train.sequences import check_network, make_batch
+    from irbis.train.ragged import check_network, make_batch
 
     kind = input_kind(module)
     xb, _ = make_batch([np.ones(5, np.int64), np.ones(3, np.int64)], kind)

@@ -6,8 +6,8 @@ from typing import Any
 
 import torch
 
+from irbis.train.ragged import forward
 from irbis.train.rows import Rows
-from irbis.train.sequences import forward
 
 #: Score bins of the two-class ROC AUC of the validation rows (histograms summed over the workers).
 AUC_BINS = 1000

@@ -39,8 +39,8 @@ from irbis.train.optim import (
     set_lr,
     update_batch,
 )
+from irbis.train.ragged import forward
 from irbis.train.rows import BatchPlan, Rows, TensorRows
-from irbis.train.sequences import forward
 from irbis.train.strategies import make_strategy
 from irbis.train.strategy import DistributedOptimizer, FlatParams, WorkerContext, embedding_tables
 
@@ -217,7 +217,7 @@ def worker_rows(shard: Any, spec: Any, rank: int, model: torch.nn.Module) -> tup
     :class:`~irbis.train.stream.SpilledShard`; ``spec``: the run's :class:`~irbis.train.loop.TrainSpec`;
     ``model``: the network, whose ``input_kind`` variable-length batches take (checked on a first batch).
     The validation rows are a seeded share of the worker's (``validation_fraction``)."""
-    from irbis.train.sequences import RaggedRows, check_network, first_batch, is_ragged, usable_rows
+    from irbis.train.ragged import RaggedRows, check_network, first_batch, is_ragged, usable_rows
 
     label_dtype = np.int64 if spec.optim.loss == "cross_entropy" else np.float32
     split_seed = spec.data.seed + 7919 * rank
@@ -228,7 +228,7 @@ def worker_rows(shard: Any, spec: Any, rank: int, model: torch.nn.Module) -> tup
                          "by tokenBudget; give batchSize as a number (the most rows of a batch)")
     train: Any
     val: Any
-    if dense and ragged:  # variable-length rows (irbis.train.sequences)
+    if dense and ragged:  # variable-length rows (irbis.train.ragged)
         keep, skipped = usable_rows(shard.x, shard.y, spec.data.nanPolicy)
         tr, va = split_validation(Shard(shard.x[keep], shard.y[keep]), spec.data.validationFraction, split_seed)
         train, val = (RaggedRows(s.x, np.asarray(s.y, label_dtype), input_kind(model), spec.data.tokenBudget,

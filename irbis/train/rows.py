@@ -7,7 +7,7 @@ implement it (the two made a batch at a time share :class:`BatchedRows`):
   :class:`~irbis.train.data.Shard`), batched by :func:`~irbis.train.data.epoch_batches`;
 * :class:`~irbis.train.stream.StreamRows`: rows read back from a worker's spill file (images, data past
   the shuffle buffer, token ids past it);
-* :class:`~irbis.train.sequences.RaggedRows`: variable-length rows held in memory, in length batches.
+* :class:`~irbis.train.ragged.RaggedRows`: variable-length rows held in memory, in length batches.
 
 :func:`worker_rows` makes a worker's two sets of rows from its shard.
 """
@@ -67,7 +67,7 @@ class BatchPlan:
 @runtime_checkable
 class Rows(Protocol):
     """What the training loop asks of a worker's rows. A batch is ``(xb, yb)``: the network's input (a
-    tensor, or a variable-length batch, see :mod:`irbis.train.sequences`) and the labels as a tensor."""
+    tensor, or a variable-length batch, see :mod:`irbis.train.ragged`) and the labels as a tensor."""
 
     #: Padded and real tokens of the batches made since it was last reset (None: rows of one length).
     stats: PadStats | None

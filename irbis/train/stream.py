@@ -59,7 +59,7 @@ class InputFormat:
     """How a features value becomes one network input row.
 
     ``kind``: ``"vector"`` (a list of numbers), ``"sequence"`` (a list of token ids whose length varies per
-    row, see :mod:`irbis.train.sequences`), ``"tensor"`` (raw little-endian bytes of ``dtype``, reshaped
+    row, see :mod:`irbis.train.ragged`), ``"tensor"`` (raw little-endian bytes of ``dtype``, reshaped
     to ``shape``), ``"image"`` (a Spark image struct) or ``"encoded"`` (the bytes of an image file).
     ``preprocessing`` is a :class:`~irbis.models.preprocess.Preprocessing` as a dict (None: images keep their
     size, RGB 0..255, CHW), ``augmentation`` the parsed list of :func:`~irbis.kernels.image.augment.parse_augmentation`.
@@ -370,7 +370,7 @@ class StreamRows(BatchedRows):
     """Some rows of a :class:`SpilledShard` (training or validation), read back in batches.
 
     Rows of token ids (``fmt.sequences``) are batched by length within each shuffle window once
-    :meth:`use_lengths` has set how (see :mod:`irbis.train.sequences`); ``stats`` counts their padding.
+    :meth:`use_lengths` has set how (see :mod:`irbis.train.ragged`); ``stats`` counts their padding.
     """
 
     def __init__(self, shard: SpilledShard, ids: np.ndarray) -> None:
@@ -486,7 +486,7 @@ class StreamRows(BatchedRows):
             if i < plan.start:
                 continue
             if self.kind is not None:  # variable-length rows: augmented before they are padded
-                from irbis.train.sequences import augment_rows
+                from irbis.train.ragged import augment_rows
 
                 rows_hook = None if hook is None else partial(augment_rows, hook, i=i)
                 yield self._tensors(ids, cache, device, label_dtype, None, rows_hook)
@@ -540,7 +540,7 @@ class StreamRows(BatchedRows):
                  rows_hook: Callable[[list[np.ndarray]], list[np.ndarray]] | None = None) -> tuple[Any, torch.Tensor]:
         fmt = self.shard.fmt
         if self.kind is not None:
-            from irbis.train.sequences import make_batch
+            from irbis.train.ragged import make_batch
 
             rows = list(fmt.decode(self.read(ids, cache)))
             xs, stats = make_batch(rows if rows_hook is None else rows_hook(rows), self.kind, device)

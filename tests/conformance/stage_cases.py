@@ -41,7 +41,7 @@ from pyspark.sql.types import (
 
 from irbis.ml.assembler import FastVectorAssembler
 from irbis.ml.basic import Cache, DropColumns, Lambda, RenameColumn, Repartition, SelectColumns
-from irbis.ml.ensemble import EnsembleByKey
+from irbis.ml.ensemble_by_key import EnsembleByKey
 from irbis.ml.featurize import Featurize
 from irbis.ml.text import TextFeaturizer
 
@@ -415,7 +415,7 @@ STAGE_CASES.update({
 
 def tiny_text_lime() -> Any:
     """TextLIME over the tiny text classifier, few samples (texts with more words get a reason)."""
-    from irbis.ml.lime_text import TextLIME
+    from irbis.ml.lime import TextLIME
 
     return TextLIME(model=tiny_text_classifier(), inputCol="text", targetClasses=[0, 2], numSamples=24,
                     miniBatchSize=12)

@@ -238,8 +238,8 @@ def test_the_checker_finds_nothing_in_a_clean_tree(tmp_path):
     ({"irbis/kernels/image/features.py": "def f():\n    from irbis.train.ps import DONE\n"},
      "upward: irbis.kernels.image.features (kernels) -> irbis.train.ps (training)"),
     # a sibling of the kernels importing them
-    ({"irbis/explain/lime.py": "from irbis.kernels.image.ops import COLOR_FORMATS\n"},
-     "sibling: irbis.explain.lime -> irbis.kernels.image.ops"),
+    ({"irbis/explain/explanations.py": "from irbis.kernels.image.ops import COLOR_FORMATS\n"},
+     "sibling: irbis.explain.explanations -> irbis.kernels.image.ops"),
     # two serving modules importing each other
     ({"irbis/serving/predictor.py": "def load():\n    from irbis.serving.spark_predictor import SparkPredictor\n"},
      "cycle: irbis.serving.predictor, irbis.serving.spark_predictor"),

@@ -255,7 +255,7 @@ def test_dynamic_int8_on_torch_equals_the_kernel_and_is_quantised(spark, digits)
 
 @pytest.mark.spark
 def test_a_local_session_starts_the_export_on_the_driver_ahead_of_the_job(spark, digits, monkeypatch):
-    import irbis.ml.export_ahead as ahead
+    import irbis.ml.export_ahead_of_job as ahead
     from irbis.spark.session import is_connect
 
     calls = []

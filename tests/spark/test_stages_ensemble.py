@@ -5,7 +5,7 @@ from pyspark.ml.linalg import Vectors, VectorUDT
 from pyspark.sql.types import DoubleType, StringType, StructField, StructType
 
 from irbis.kernels.ensemble import ensemble_frame
-from irbis.ml.ensemble import EnsembleByKey
+from irbis.ml.ensemble_by_key import EnsembleByKey
 
 pytestmark = pytest.mark.spark
 

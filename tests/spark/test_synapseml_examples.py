@@ -17,7 +17,7 @@ from pyspark.ml.linalg import Vectors
 from pyspark.sql.types import FloatType
 
 from irbis import ONNXModel
-from irbis.ml.ensemble import EnsembleByKey
+from irbis.ml.ensemble_by_key import EnsembleByKey
 from irbis.ml.image import ImageTransformer
 from irbis.ml.image_featurizer import ImageFeaturizer
 from irbis.ml.params import ParamValueError

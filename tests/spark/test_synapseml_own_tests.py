@@ -23,7 +23,7 @@ pytestmark = pytest.mark.spark
 @pytest.fixture
 def synapse(monkeypatch):
     """``import synapse.ml.featurize`` and ``synapse.ml.stages`` give Irbis's Featurize and EnsembleByKey."""
-    from irbis.ml.ensemble import EnsembleByKey
+    from irbis.ml.ensemble_by_key import EnsembleByKey
     from irbis.ml.featurize import Featurize
 
     modules = {"synapse": {}, "synapse.ml": {}, "synapse.ml.featurize": {"Featurize": Featurize},

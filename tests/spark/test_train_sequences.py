@@ -14,7 +14,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit" / "train"))
 from irbis.ml import TorchEstimator  # noqa: E402
 from irbis.models import build_model  # noqa: E402
 from irbis.spark.training import input_kind  # noqa: E402
-from irbis.train.sequences import make_batch  # noqa: E402
+from irbis.train.ragged import make_batch  # noqa: E402
 from train_helpers import token_task  # noqa: E402
 
 pytestmark = pytest.mark.spark

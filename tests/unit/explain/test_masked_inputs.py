@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from scipy.stats import spearmanr
 
-from irbis.explain.lime import explain_image
+from irbis.explain.explanations import explain_image
 from irbis.explain.segment import mask_images, superpixel_masks, superpixels
 from irbis.kernels.blocks import Prepared
 from irbis.kernels.image.features import masked_inputs, preprocess_rgb, to_rgb8

@@ -1,10 +1,10 @@
-"""LIME on words (irbis.explain.lime.explain_text): the word that decides a score is found, the rest is kept."""
+"""LIME on words (irbis.explain.explanations.explain_text): the word that decides a score is found, the rest is kept."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from irbis.explain.lime import explain_text, mask_text, text_words
+from irbis.explain.explanations import explain_text, mask_text, text_words
 
 
 def test_masking_removes_words_and_keeps_the_rest():

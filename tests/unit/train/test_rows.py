@@ -9,8 +9,8 @@ import torch
 from irbis.train.data import BatchRounds, Shard, batch_rng, epoch_batches, iterate
 from irbis.train.loop import TrainSpec, worker_rows
 from irbis.train.networks import network_spec
+from irbis.train.ragged import RaggedRows
 from irbis.train.rows import BatchPlan, Rows, TensorRows
-from irbis.train.sequences import RaggedRows
 from irbis.train.stream import FEATURES, LABEL, InputFormat, StreamRows, read_partition
 
 N = 300

@@ -17,8 +17,8 @@ from irbis.train.backends.local import run_threads, shard_rows
 from irbis.train.data import Shard
 from irbis.train.loop import TrainSpec, step_autocast
 from irbis.train.networks import network_spec
+from irbis.train.ragged import RaggedRows, make_batch
 from irbis.train.rows import BatchPlan
-from irbis.train.sequences import RaggedRows, make_batch
 from irbis.train.stream import FEATURES, LABEL, InputFormat, SpilledShard, read_partition
 from train_helpers import peak_rss_mib, token_task
 

@@ -15,7 +15,7 @@ from pyspark.sql.window import WindowSpec
 
 from irbis.kernels.ensemble import ENSEMBLE_STRATEGIES, check_strategy, default_output_names, ensemble_frame
 from irbis.ml.base import IrbisTransformer
-from irbis.ml.columns import vector_size
+from irbis.ml.column_types import vector_size
 from irbis.ml.params import Row, one_of, table_mixin
 from irbis.ml.synapseml import EnsembleByKeyNames, int_map
 from irbis.spark.columns import column

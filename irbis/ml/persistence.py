@@ -19,6 +19,7 @@ Where the sidecar files live depends on the path:
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Any, Generic, TypeVar, cast
@@ -110,6 +111,20 @@ class IrbisWriter(MLWriter):
     def __init__(self, instance: "IrbisPersistable") -> None:
         super().__init__()
         self.instance = instance
+
+    def _handleOverwrite(self, path: str) -> None:  # noqa: N802 (PySpark's name)
+        """Remove what ``path`` holds before ``overwrite().save(path)``. PySpark's own way goes through the
+        JVM's file system, which a Spark Connect client cannot reach: there a local folder is removed here (the
+        client writes a stage's local sidecar files itself), and another path names what to do."""
+        from irbis.spark.session import is_connect
+
+        if not is_connect(self.sparkSession):
+            super()._handleOverwrite(path)
+        elif is_local_path(path):
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            raise ValueError(f"overwrite() on Spark Connect removes local folders only: remove {path} first, "
+                             "then save")
 
     def saveImpl(self, path: str) -> None:  # noqa: N802 (PySpark's name)
         extra = self.instance._has_extra()

@@ -132,6 +132,13 @@ def precision_option(parser: argparse.ArgumentParser, what: str) -> None:
     parser.add_argument("--precision", default="fp32", choices=list(PRECISIONS), help=what)
 
 
+def mode_option(parser: argparse.ArgumentParser) -> None:
+    """``--mode``: what a write does when ``--output`` exists (Spark's save modes ``errorifexists`` and
+    ``overwrite``)."""
+    parser.add_argument("--mode", default="errorifexists", choices=["errorifexists", "overwrite"],
+                        help="when --output exists")
+
+
 def vectors_option(parser: argparse.ArgumentParser, what: str) -> None:
     """``--vectors``: how ``what`` are written, as arrays (``array``) or Spark ML vectors (``ml``)."""
     parser.add_argument("--vectors", default="array", choices=["array", "ml"],

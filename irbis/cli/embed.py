@@ -5,7 +5,14 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from irbis.cli.common import master_option, precision_option, text_frame, vectors_as, vectors_option
+from irbis.cli.common import (
+    master_option,
+    mode_option,
+    precision_option,
+    text_frame,
+    vectors_as,
+    vectors_option,
+)
 
 
 def add_parser(sub: Any) -> None:
@@ -20,8 +27,7 @@ def add_parser(sub: Any) -> None:
                        help="a text network of the catalogue or a Hugging Face-format folder")
     precision_option(embed, "the network's precision")
     embed.add_argument("--max-length", type=int, default=0, help="tokens per text (0: the network's maximum)")
-    embed.add_argument("--mode", default="errorifexists", choices=["errorifexists", "overwrite"],
-                       help="when --output exists")
+    mode_option(embed)
     vectors_option(embed, "embeddings")
     master_option(embed)
     embed.set_defaults(func=run)

@@ -5,7 +5,14 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from irbis.cli.common import master_option, model_option, precision_option, vectors_as, vectors_option
+from irbis.cli.common import (
+    master_option,
+    mode_option,
+    model_option,
+    precision_option,
+    vectors_as,
+    vectors_option,
+)
 
 
 def add_parser(sub: Any) -> None:
@@ -17,8 +24,7 @@ def add_parser(sub: Any) -> None:
     feat.add_argument("--cut", type=int, default=1, help="final layers to cut (0: class scores, 1: pooled features)")
     precision_option(feat, "the network's precision")
     feat.add_argument("--glob", default="*.{jpg,jpeg,png,bmp,JPG,JPEG,PNG}", help="file name filter")
-    feat.add_argument("--mode", default="errorifexists", choices=["errorifexists", "overwrite"],
-                      help="when --output exists")
+    mode_option(feat)
     vectors_option(feat, "features")
     master_option(feat)
     feat.set_defaults(func=run)

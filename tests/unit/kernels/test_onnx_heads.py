@@ -7,6 +7,18 @@ from onnx import TensorProto, helper
 from irbis.kernels.onnx import OPTIMIZATION_LEVELS, apply_heads, argmax_rows, make_onnx_predict_fn, softmax_rows
 
 
+def _relu_graph(folder):
+    """A one-node ONNX graph, y = relu(x) over rows of 2, written to ``folder/relu.onnx``."""
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, 2])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None, 2])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    path = folder / "relu.onnx"
+    path.write_bytes(model.SerializeToString())
+    return path
+
+
 def test_softmax_rows_is_stable_and_sums_to_one():
     scores = np.array([[1000.0, 1001.0, 999.0], [0.0, 0.0, 0.0]], np.float32)
     probs = softmax_rows(scores)
@@ -26,13 +38,7 @@ def test_heads_chain_softmax_then_argmax_and_name_unknown_columns():
 
 @pytest.mark.parametrize("level", list(OPTIMIZATION_LEVELS))
 def test_every_optimization_level_gives_the_same_result(tmp_path, level):
-    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
-                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, 2])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None, 2])])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
-    model.ir_version = 8
-    path = tmp_path / "relu.onnx"
-    path.write_bytes(model.SerializeToString())
+    path = _relu_graph(tmp_path)
     run = make_onnx_predict_fn(str(path), ["y"], optimization_level=level)
     np.testing.assert_array_equal(run({"x": np.array([[-1.0, 2.0]], np.float32)})["y"], [[0.0, 2.0]])
 
@@ -58,13 +64,7 @@ def test_the_onnx_kernel_is_a_value_that_names_its_graph_and_reads_it_where_it_l
 
     from irbis.kernels.onnx import OnnxKernel
 
-    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
-                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, 2])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None, 2])])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
-    model.ir_version = 8
-    path = tmp_path / "relu.onnx"
-    path.write_bytes(model.SerializeToString())
+    path = _relu_graph(tmp_path)
     kernel = OnnxKernel(str(path), {"x": "in"}, {"out": "y"}, {"x": [2]}, {"x": np.float32}, argmax={"out": "label"})
     assert kernel.files == (str(path),)
     landed = shutil.copy(path, tmp_path / "landed.onnx")

@@ -39,7 +39,7 @@ from irbis.train.optim import (
     set_lr,
     update_batch,
 )
-from irbis.train.ragged import forward
+from irbis.train.ragged import RaggedRows, check_network, first_batch, forward, is_ragged, usable_rows
 from irbis.train.rows import BatchPlan, Rows, TensorRows
 from irbis.train.strategies import make_strategy
 from irbis.train.strategy import DistributedOptimizer, FlatParams, WorkerContext, embedding_tables
@@ -216,9 +216,7 @@ def worker_rows(shard: Any, spec: Any, rank: int, model: torch.nn.Module) -> tup
     ``shard``: a :class:`~irbis.train.data.Shard` (dense, or of variable-length rows) or a
     :class:`~irbis.train.stream.SpilledShard`; ``spec``: the run's :class:`~irbis.train.loop.TrainSpec`;
     ``model``: the network, whose ``input_kind`` variable-length batches take (checked on a first batch).
-    The validation rows are a seeded share of the worker's (``validation_fraction``)."""
-    from irbis.train.ragged import RaggedRows, check_network, first_batch, is_ragged, usable_rows
-
+    The validation rows are a seeded share of the worker's (``validationFraction``)."""
     label_dtype = np.int64 if spec.optim.loss == "cross_entropy" else np.float32
     split_seed = spec.data.seed + 7919 * rank
     dense = isinstance(shard, Shard)

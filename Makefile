@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo lint typecheck test test-connect bench gpu-check docs clean
+.PHONY: setup demo lint typecheck test test-connect bench peers gpu-check docs clean
 
 setup: $(STAMP)
 
@@ -51,6 +51,17 @@ test-connect: setup
 bench: setup
 	$(PY) benchmarks/inference.py
 
+# The peers that benchmarks/inference_peers.py measures beside Irbis (Ray Data, Daft), in their own environment:
+# Daft pins a pyarrow and a sentence-transformers older than Irbis's. Same PyTorch; the versions as measured.
+PEERS_VENV := .venv-peers
+peers: $(PEERS_VENV)/.installed
+$(PEERS_VENV)/.installed: benchmarks/peers-constraints.txt
+	$(PYTHON) -m venv $(PEERS_VENV)
+	$(PEERS_VENV)/bin/python -m pip install --quiet torch==2.13.0 $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
+	$(PEERS_VENV)/bin/python -m pip install --quiet -c benchmarks/peers-constraints.txt 'ray[data]' daft \
+		sentence-transformers onnxruntime opencv-python-headless pandas
+	touch $@
+
 # Every GPU path on one device, each figure beside its baseline (benchmarks/gpu_check.py). It does not depend
 # on `setup`: on a lent GPU machine (no Spark, no registry) it runs from the tree with the python3 on PATH, after
 # the carried wheels are installed (docs/performance.md, "Running the check"); where the venv exists it runs
@@ -67,4 +78,4 @@ docs: setup
 	$(VENV)/bin/mkdocs serve --dev-addr 127.0.0.1:8000
 
 clean:
-	rm -rf $(VENV) irbis-demo-output .pytest_cache
+	rm -rf $(VENV) $(PEERS_VENV) irbis-demo-output .pytest_cache

@@ -20,7 +20,9 @@ with ``--device cpu``):
    augmentation, ``recomputeBatchNorm="never"``) over JPEG files, on the thread backend with one worker, on
    the GPU's image path (bf16 autocast on channels-last batches through pinned memory), against a plain
    PyTorch loop: a ``DataLoader`` over the same files (decoded and augmented by the same functions, in worker
-   processes on a GPU), the same network, optimiser and autocast. Each is timed over one pass of the files
+   processes on a GPU), the same network, optimiser and autocast. The Irbis loop runs twice: its rows decoded
+   and augmented in as many worker processes as the ``DataLoader`` has (``feedProcesses``,
+   :mod:`irbis.kernels.feed`), and on the task's threads (``feedProcesses=0``). Each is timed over one pass of the files
    after a warm-up: the Irbis loop by its own clock (``WorkerResult.loop_seconds``, the epochs without the
    set-up), the plain loop from its first batch request after one untimed step.
 4. **Text encoder.** The catalogue's MiniLM through :func:`irbis.kernels.text_encoder.text_runner`
@@ -593,15 +595,21 @@ def finetune_part(report: Report, device: str, sizes: Sizes, workdir: Path) -> N
     report.check("fine-tuning takes the GPU's image path" if device == "cuda" else "fine-tuning stays off the GPU "
                  "image path on the CPU", gpu_images(spec) == (device == "cuda"),
                  f"gpu_images(spec) is {gpu_images(spec)} (bf16 autocast, channels-last, pinned memory on CUDA)")
-    irbis_finetune(spec, files[:sizes.tune_batch], labels[:sizes.tune_batch], workdir)  # warm-up
+    # the rows decoded and augmented on the task's threads, and in as many worker processes as the DataLoader's
+    fed = spec.updated(feedProcesses=str(sizes.loader_workers))
+    threads = spec.updated(feedProcesses="0")
+    irbis_finetune(fed, files[:sizes.tune_batch], labels[:sizes.tune_batch], workdir)  # warm-up, starts the pool
     TRAINING_OUTPUTS.clear()
     base = reset_peak(device)
-    irbis, losses = irbis_finetune(spec, files, labels, workdir)
+    irbis, losses = irbis_finetune(fed, files, labels, workdir)
     took_device(report, "fine-tuning step", device, TRAINING_OUTPUTS, base)
     report.check("fine-tuning loss is finite", bool(np.isfinite(losses).all()), f"loss records {losses}")
+    irbis_threads, _ = irbis_finetune(threads, files, labels, workdir)
     plain, last = plain_finetune(spec, files, labels, sizes.loader_workers)
     for path, rate in ((f"plain PyTorch, DataLoader with {sizes.loader_workers} workers", plain),
-                       ("Irbis loop (ImageClassifier's spec, thread backend, 1 worker)", irbis)):
+                       ("Irbis loop (ImageClassifier's spec, thread backend, 1 worker)", irbis_threads),
+                       (f"Irbis loop, the same, its rows made in {sizes.loader_workers} feeding processes "
+                        f"(feedProcesses={sizes.loader_workers})", irbis)):
         report.rows.append({"part": "fine-tuning", "path": path, "batch": sizes.tune_batch, "images_per_s": rate,
                             "vs_plain": rate / plain, "images": len(files), "side": spec.data.inputShape[-1]})
         report.say(f"fine-tuning {path}: {rate:.1f} images/s ({rate / plain:.2f}x plain)")

@@ -122,22 +122,13 @@ def plain_chain(files: list[Path]) -> None:
 
 
 def plain_engine_features(files: list[Path], run, spec, batch: int = 64) -> None:
-    """(a3)'s loop: decode + preprocess in OpenCV/numpy, the exported network on an engine, batch 64."""
-    import cv2
+    """(a3)'s loop: decode + preprocess in OpenCV/numpy (``plain_ops``), the exported network on an engine,
+    batch 64."""
+    from plain_ops import preprocess_jpeg
 
-    height, width = spec.input_size
-    mean, std = np.float32(spec.mean), np.float32(spec.std)
+    prep = {"resize_to": spec.resize_to, "input_size": spec.input_size, "mean": spec.mean, "std": spec.std}
     for start in range(0, len(files), batch):
-        x = []
-        for f in files[start:start + batch]:
-            bgr = cv2.imdecode(np.frombuffer(f.read_bytes(), np.uint8), cv2.IMREAD_COLOR)
-            h, w, side = *bgr.shape[:2], spec.resize_to  # shorter side to resize_to, the other truncated
-            size = (side, max(side, int(side * h / w))) if w < h else (max(side, int(side * w / h)), side)
-            bgr = cv2.resize(bgr, size, interpolation=cv2.INTER_CUBIC)
-            top, left = round((bgr.shape[0] - height) / 2), round((bgr.shape[1] - width) / 2)
-            rgb = cv2.cvtColor(bgr[top:top + height, left:left + width], cv2.COLOR_BGR2RGB)
-            x.append(((rgb.astype(np.float32) - mean) / std).transpose(2, 0, 1))
-        run(np.stack(x))
+        run(np.stack([preprocess_jpeg(f.read_bytes(), prep) for f in files[start:start + batch]]))
 
 
 def plain_engine_runs(files: list[Path], repeats: int) -> dict:

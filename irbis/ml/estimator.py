@@ -29,6 +29,7 @@ from pyspark.ml.param import TypeConverters as T
 
 from irbis.errors import ParamValueError
 from irbis.kernels.engines import ENGINE_NAMES
+from irbis.kernels.feed import FEED_PROCESSES_DOC, check_feed_processes
 from irbis.kernels.image.augment import parse_augmentation
 from irbis.kernels.inference import PRECISIONS
 from irbis.ml.base import IrbisEstimator
@@ -60,6 +61,13 @@ from irbis.train.strategy import Strategy
 
 _log = logging.getLogger(__name__)
 _CALLABLE_PARAMS = ("network", "loss", "optimizer")
+
+
+def check_feed_processes_param(name: str, value: str) -> None:
+    """feedProcesses' check: :func:`irbis.kernels.feed.check_feed_processes`."""
+    why = check_feed_processes(value)
+    if why:
+        raise ParamValueError(name, value, "'auto' or a count of processes (0 or more)")
 
 
 check_augmentation = parsed_by(parse_augmentation, "a JSON list of augmentation ops",
@@ -174,6 +182,7 @@ TRAIN_PARAMS: list[Row] = [
                       "reshuffled every epoch a window of about this many rows at a time (images: also at most "
                       "about 64 MiB of rows)", T.toInt, 10_000,
      at_least(1)),
+    ("feedProcesses", FEED_PROCESSES_DOC, T.toString, "auto", check_feed_processes_param),
     row_named("tokenBudget", SHARED_PARAMS),
     ("classWeights", "cross_entropy class weights: empty (none), 'balanced' (n / (K * n_c) over the training "
                      "rows), or a JSON list of one weight per class", T.toString, "", check_class_weights),

@@ -35,7 +35,7 @@ _log = logging.getLogger(__name__)
 #: The TorchEstimator Params ImageClassifier shares, with their docs and checks (one source of truth).
 _SHARED = ("labelCol", "predictionCol", "optimizer", "learningRate", "momentum", "learningRateSchedule",
            "batchSize", "epochs", "numWorkers", "strategy", "strategyOptions", "validationFraction",
-           "checkpointDir", "checkpointInterval", "seed", "showProgress", "nanPolicy", "shuffleBuffer",
+           "checkpointDir", "checkpointInterval", "seed", "showProgress", "nanPolicy", "shuffleBuffer", "feedProcesses",
            "classWeights", "earlyStoppingPatience", "augmentation", "recomputeBatchNorm", "lrScaling",
            "referenceBatchSize", "warmupEpochs", "mlflowRun", "autoBatchSizes", "autoBatchEvery",
            "autoBatchTolerance", "engine", "precision", "trainingPrecision")

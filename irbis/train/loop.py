@@ -19,7 +19,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from irbis.kernels.feed import feed_processes
 from irbis.kernels.sequences import PadStats, input_kind
+from irbis.kernels.threads import default_threads
 from irbis.train import checkpoint as ckpt
 from irbis.train.auto_batch import AutoBatch, search_batch
 from irbis.train.batchnorm import average_buffers, recompute_batchnorm
@@ -96,6 +98,7 @@ class DataSpec:
     validationFraction: float = 0.0
     inputShape: list[int] | None = None
     shuffleBuffer: int = 10_000  # rows a worker holds in memory: its whole share below it, a shuffle window above
+    feedProcesses: str = "auto"  # image rows decoded in worker processes (irbis.kernels.feed.feed_processes)
     tokenBudget: int = 4096  # variable-length rows: padded tokens (rows x padded length) per batch at most
     nanPolicy: str = "error"  # one of irbis.train.health.NAN_POLICIES
     input_format: Any = None  # irbis.train.stream.InputFormat of the features column (None: numbers)
@@ -358,7 +361,9 @@ def _plan(run: _Run, epoch: int, **more: Any) -> BatchPlan:
     """The worker's batches of ``epoch`` at the size in use (``more``: the other fields of the plan)."""
     spec = run.spec
     return BatchPlan(spec.schedule.batchSize, run.steps_per_epoch, spec.data.seed, run.ctx.rank, epoch,
-                     spec.hardware.device, _label_dtype(spec), **more)
+                     spec.hardware.device, _label_dtype(spec),
+                     feed_processes=feed_processes(spec.data.feedProcesses, spec.hardware.device, default_threads()),
+                     **more)
 
 
 def _run_epoch(run: _Run, epoch: int, start: int, sums: torch.Tensor) -> tuple[torch.Tensor, int]:

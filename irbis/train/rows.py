@@ -45,7 +45,8 @@ class BatchPlan:
     by length: at most), of ``epoch``'s order drawn from ``seed`` and ``rank``, on ``device`` with labels of
     ``label_dtype``; from batch ``start`` on, for ``rounds`` rounds (the rounds past the first drawn afresh,
     for workers that run free, see :class:`~irbis.train.data.BatchRounds`); each batch passed through
-    ``augment`` drawing from :meth:`rng`, and, for rows held as tensors, made on a thread when ``prefetch``."""
+    ``augment`` drawing from :meth:`rng`, and, for rows held as tensors, made on a thread when ``prefetch``;
+    image rows read back from a spill decoded in ``feed_processes`` worker processes (0: the task's threads)."""
 
     batch_size: int
     steps: int
@@ -58,6 +59,7 @@ class BatchPlan:
     rounds: int = 1
     augment: Augment | None = None
     prefetch: bool = False
+    feed_processes: int = 0
 
     def rng(self, batch: int) -> np.random.Generator:
         """The generator ``augment`` draws from for ``batch``: :func:`~irbis.train.data.batch_rng` of its place."""

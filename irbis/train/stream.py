@@ -26,7 +26,7 @@ import itertools
 import os
 import shutil
 import tempfile
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from functools import partial
@@ -482,22 +482,45 @@ class StreamRows(BatchedRows):
         seed, rank, epoch, device, label_dtype = plan.seed, plan.rank, plan.epoch, plan.device, plan.label_dtype
         cache = BlockCache(self.shard.spill.reader_copy(), keep=2 * max(1, self.shard.buffer_rows
                                                                        // self.shard.spill.block_rows) + 2)
-        for i, ids in enumerate(self.order(plan.batch_size, plan.steps * plan.rounds, seed, rank, epoch)):
-            if i < plan.start:
-                continue
-            if self.kind is not None:  # variable-length rows: augmented before they are padded
-                from irbis.train.ragged import augment_rows
+        order = itertools.islice(enumerate(self.order(plan.batch_size, plan.steps * plan.rounds, seed, rank, epoch)),
+                                 plan.start, None)
+        if self.kind is not None:  # variable-length rows: augmented before they are padded
+            from irbis.train.ragged import augment_rows
 
+            for i, ids in order:
                 rows_hook = None if hook is None else partial(augment_rows, hook, i=i)
-                yield self._tensors(ids, cache, device, label_dtype, None, rows_hook)
-                continue
-            rngs = [np.random.default_rng([seed, rank, epoch, 6, int(r)]) for r in ids] \
-                if augment and self.shard.fmt.augmentation else None
-            xb, yb = self._tensors(ids, cache, "cpu" if hook else device, label_dtype, rngs)
+                yield self._tensors(ids, cache, device, label_dtype, rows_hook)
+            return
+        draws = (seed, rank, epoch) if augment and self.shard.fmt.augmentation else None
+        processes = plan.feed_processes if self.shard.fmt.images else 0
+        for i, ids, x in self._decoded_batches(order, cache, draws, processes):
+            xb, yb = self._tensors(ids, x, "cpu" if hook else device, label_dtype)
             if hook is not None:
                 xb = torch.from_numpy(np.require(hook(xb.numpy(), i), np.float32, ["C", "W"]))
                 xb, yb = (xb.to(device), yb.to(device)) if device != "cpu" else (xb, yb)
             yield xb, yb
+
+    def _decoded_batches(self, order: Iterator[tuple[int, np.ndarray]], cache: BlockCache,
+                         draws: tuple[int, int, int] | None, processes: int
+                         ) -> Iterator[tuple[int, np.ndarray, np.ndarray]]:
+        """``(i, ids, inputs)`` for each batch of ``order``, decoded (``draws``: augmented, see
+        :func:`decode_rows`) on the task's threads, or in ``processes`` worker processes
+        (:mod:`irbis.kernels.feed`) up to twice as many batches ahead: the same batches either way."""
+        if not processes:
+            for i, ids in order:
+                yield i, ids, self._decoded(ids, cache, draws)
+            return
+        from irbis.kernels.feed import feed
+
+        held: deque[tuple[int, np.ndarray]] = deque()
+
+        def jobs() -> Iterator[tuple[np.ndarray, pa.Array]]:
+            for i, ids in order:
+                held.append((i, ids))
+                yield ids, self.read(ids, cache)
+
+        for x in feed(processes).map(partial(decode_rows, self.shard.fmt, draws), jobs()):
+            yield (*held.popleft(), x)
 
     def step_count(self, batch_size: int, seed: int, rank: int, epochs: int) -> int:
         """Batches of ``batch_size`` in one pass over these rows; sequences: the length batches of a pass,
@@ -525,7 +548,7 @@ class StreamRows(BatchedRows):
             return self.take(ids, batch_size, device, label_dtype)
         cache = BlockCache(self.shard.spill.reader_copy(), keep=2)
         window = max(self.shard.buffer_rows, 1)
-        return (self._tensors(b, cache, device, label_dtype, None)
+        return (self._tensors(b, cache, device, label_dtype)
                 for s in range(0, len(ids), window) for b in self._length_batches(ids[s:s + window]))
 
     def take(self, ids: np.ndarray, batch_size: int, device: str,
@@ -533,23 +556,26 @@ class StreamRows(BatchedRows):
         """Rows ``ids`` (of the shard), in that order, unaugmented, ``batch_size`` at a time."""
         cache = BlockCache(self.shard.spill.reader_copy(), keep=2)
         for s in range(0, len(ids), batch_size):
-            yield self._tensors(ids[s:s + batch_size], cache, device, label_dtype, None)
+            part = ids[s:s + batch_size]
+            yield self._tensors(part, self._decoded(part, cache, None), device, label_dtype)
 
-    def _tensors(self, ids: np.ndarray, cache: BlockCache, device: str, label_dtype: Any,
-                 rngs: list[np.random.Generator] | None,
+    def _decoded(self, ids: np.ndarray, cache: BlockCache, draws: tuple[int, int, int] | None) -> np.ndarray:
+        """Rows ``ids`` decoded on the task's threads (``draws``: augmented, see :func:`decode_rows`)."""
+        return decode_rows(self.shard.fmt, draws, (ids, self.read(ids, cache)))
+
+    def _tensors(self, ids: np.ndarray, made: Any, device: str, label_dtype: Any,
                  rows_hook: Callable[[list[np.ndarray]], list[np.ndarray]] | None = None) -> tuple[Any, torch.Tensor]:
+        """The batch of rows ``ids`` as tensors on ``device``: ``made`` is their decoded inputs, or, for
+        variable-length rows, the :class:`BlockCache` to read them from."""
         fmt = self.shard.fmt
         if self.kind is not None:
             from irbis.train.ragged import make_batch
 
-            rows = list(fmt.decode(self.read(ids, cache)))
+            rows = list(fmt.decode(self.read(ids, made)))
             xs, stats = make_batch(rows if rows_hook is None else rows_hook(rows), self.kind, device)
             self.stats.add(stats)
             return xs, torch.from_numpy(np.ascontiguousarray(self.shard.labels[ids], label_dtype)).to(device)
-        try:
-            x = fmt.decode(self.read(ids, cache), rngs)
-        except ValueError as err:
-            raise ValueError(f"{err} (row {int(ids[0])}.. of this worker's partition)") from err
+        x = made
         if fmt.shape and x.shape[1:] != tuple(fmt.shape):
             x = x.reshape(len(ids), *fmt.shape)
         xb = torch.from_numpy(np.require(x, np.float32, ["C", "W"]))
@@ -557,6 +583,19 @@ class StreamRows(BatchedRows):
         if device != "cpu":
             return xb.pin_memory().to(device, non_blocking=True), yb.to(device)
         return xb, yb
+
+
+def decode_rows(fmt: InputFormat, draws: tuple[int, int, int] | None, job: tuple[np.ndarray, pa.Array]) -> np.ndarray:
+    """``job``'s rows (their ids in the worker's partition, their features column) as one float32 array;
+    ``draws`` = (seed, rank, epoch) augments each row from its own generator, seeded by them and the row's
+    id, so that any thread or process makes the same batch. Raises ``ValueError`` naming the rows for a
+    value that cannot be read. A module-level function: the feed's worker processes run it too."""
+    ids, column = job
+    rngs = None if draws is None else [np.random.default_rng([*draws, 6, int(r)]) for r in ids]
+    try:
+        return fmt.decode(column, rngs)
+    except ValueError as err:
+        raise ValueError(f"{err} (row {int(ids[0])}.. of this worker's partition)") from err
 
 
 class BlockCache:

@@ -92,8 +92,9 @@ def small_estimator(**kw):
 
 
 def test_one_seed_reproduces_an_augmented_streamed_run_exactly(spark):
+    """Also with the rows made in feeding processes (irbis.kernels.feed) on the executors: the same batches."""
     df = small_images(spark)
-    first, second = small_estimator().fit(df), small_estimator().fit(df)
+    first, second = small_estimator().fit(df), small_estimator(feedProcesses="2").fit(df)
     other = small_estimator(seed=12).fit(df)
     losses = [r["loss"] for r in first.training_summary]
     assert losses == [r["loss"] for r in second.training_summary]

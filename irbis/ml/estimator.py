@@ -54,7 +54,7 @@ from irbis.train.batchnorm import BATCHNORM_RECOMPUTE
 from irbis.train.health import NAN_POLICIES
 from irbis.train.loop import TRAINING_PRECISIONS, TrainSpec
 from irbis.train.networks import build_network, network_spec
-from irbis.train.optim import LOSSES, LR_SCALINGS, OPTIMIZERS, make_loss, validate_schedule
+from irbis.train.optim import LOSSES, LR_SCALINGS, OPTIMIZERS, loss_entry, losses_doc, make_loss, validate_schedule
 from irbis.train.strategies import STRATEGIES, make_strategy
 from irbis.train.strategy import Strategy
 
@@ -119,7 +119,7 @@ TRAIN_PARAMS: list[Row] = [
     ("network", "architecture name (irbis.models.ARCHITECTURES), TorchScript file path, or "
                 "'package.module:function' naming a module factory", T.toString, None),
     ("networkOptions", "JSON object of keyword arguments for the architecture", T.toString, "{}"),
-    ("loss", "'cross_entropy', 'mse', or 'package.module:function'", T.toString, "cross_entropy",
+    ("loss", losses_doc(), T.toString, "cross_entropy",
      one_of(*LOSSES, or_ref=True)),
     ("optimizer", "'sgd', 'momentum', 'nesterov', 'adagrad', 'rmsprop', 'adam', or "
                   "'package.module:function' (params -> torch.optim.Optimizer)", T.toString, "adam",
@@ -179,7 +179,9 @@ TRAIN_PARAMS: list[Row] = [
                      "rows), or a JSON list of one weight per class", T.toString, "", check_class_weights),
     ("earlyStoppingPatience", "stop after this many epochs without a lower validation loss and keep the best "
                               "epoch's weights (0: never; needs validationFraction)", T.toInt, 0, at_least(0)),
-    ("labelCol", "label column (numeric)", T.toString, "label"),
+    ("labelCol", "label column: a number per row, or a vector (Spark ML vector or array of numbers) per row for "
+                 "the vector losses ('bce' multi-label, 'soft_cross_entropy' distributions, 'mse' vector targets) "
+                 "of the network's output width", T.toString, "label"),
     ("predictionCol", "output column of the fitted model", T.toString, "prediction"),
     ("validationFraction", "fraction of each worker's rows held out for per-epoch validation",
      T.toFloat, 0.0, in_range(0, 1, high_open=True)),
@@ -520,6 +522,9 @@ class TorchEstimator(IrbisEstimator, HasTrainParams):
         module.eval()
         arch = {"architecture": network["name"], "options": network["options"]} \
             if network["kind"] == "architecture" else {}
+        entry = loss_entry(self.getLoss())
+        if entry is not None and entry.activation == "sigmoid":  # per-class probabilities, as Spark ML's
+            module, arch = torch.nn.Sequential(module, torch.nn.Sigmoid()).eval(), {}  # probabilityCol
         params: dict[str, Any] = {"inputShape": shape} if shape is not None else {}
         if shape is None:
             params["variableLength"] = True

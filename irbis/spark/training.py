@@ -68,12 +68,27 @@ def training_frame(df: DataFrame, features_col: str, label_col: str, stage: str 
         feats = column(features_col).cast("array<bigint>")
     else:
         feats = column(features_col)
+    return df.select(feats.alias(FEATURES), label_column(df, label_col).alias(LABEL))
+
+
+def label_column(df: DataFrame, label_col: str) -> Any:
+    """The label as the workers read it: a number as double, a vector (Spark ML vector or array of numbers:
+    multi-label, soft or vector targets) as ``array<float>``. Raises ``TypeError`` naming the column for
+    anything else."""
+    from pyspark.ml.functions import vector_to_array
+    from pyspark.ml.linalg import VectorUDT
+
     ltype = df.schema[label_col].dataType
-    if not isinstance(ltype, NumericType):
-        raise with_fields(TypeError(f"labelCol {label_col!r} must be numeric, found {ltype}; index string labels "
-                                    "first (e.g. pyspark.ml.feature.StringIndexer)"),
-                          column=label_col, expected="numeric", found=str(ltype))
-    return df.select(feats.alias(FEATURES), column(label_col).cast("double").alias(LABEL))
+    if isinstance(ltype, NumericType):
+        return column(label_col).cast("double")
+    if isinstance(ltype, VectorUDT):
+        return vector_to_array(column(label_col), "float32")
+    if isinstance(ltype, ArrayType) and isinstance(ltype.elementType, NumericType):
+        return column(label_col).cast("array<float>")
+    raise with_fields(TypeError(f"labelCol {label_col!r} must be numeric, or a vector or an array of numbers "
+                                f"(multi-label, soft or vector targets), found {ltype.simpleString()}; index "
+                                "string labels first (e.g. pyspark.ml.feature.StringIndexer)"),
+                      column=label_col, expected="numeric or a vector", found=str(ltype))
 
 
 #: Rows per Arrow batch that Spark sends a training task when the rows are images. Spark bounds these
@@ -164,5 +179,5 @@ def _train_shard(spec: TrainSpec, columns: tuple[str, str], progress: tuple[str,
     return result
 
 
-__all__ = ["FEATURES", "IMAGE_BATCH_ROWS", "LABEL", "arrow_batch_rows", "arrow_to_shard", "input_kind",
+__all__ = ["FEATURES", "IMAGE_BATCH_ROWS", "LABEL", "arrow_batch_rows", "arrow_to_shard", "input_kind", "label_column",
            "train_partition", "training_frame"]

@@ -39,6 +39,9 @@ from irbis.train.optim import (
     set_lr,
     update_batch,
 )
+from irbis.train.optim import (
+    label_dtype as loss_label_dtype,
+)
 from irbis.train.ragged import RaggedRows, check_network, first_batch, forward, is_ragged, usable_rows
 from irbis.train.rows import BatchPlan, Rows, TensorRows
 from irbis.train.strategies import make_strategy
@@ -217,7 +220,7 @@ def worker_rows(shard: Any, spec: Any, rank: int, model: torch.nn.Module) -> tup
     :class:`~irbis.train.stream.SpilledShard`; ``spec``: the run's :class:`~irbis.train.loop.TrainSpec`;
     ``model``: the network, whose ``input_kind`` variable-length batches take (checked on a first batch).
     The validation rows are a seeded share of the worker's (``validationFraction``)."""
-    label_dtype = np.int64 if spec.optim.loss == "cross_entropy" else np.float32
+    label_dtype = loss_label_dtype(spec.optim.loss)
     split_seed = spec.data.seed + 7919 * rank
     dense = isinstance(shard, Shard)
     ragged = is_ragged(shard.x) if dense else (spec.data.input_format is not None and spec.data.input_format.sequences)
@@ -351,7 +354,7 @@ def _checkpoint(run: _Run, epoch: int, step_in_epoch: int, sums: torch.Tensor) -
 
 
 def _label_dtype(spec: TrainSpec) -> Any:
-    return np.int64 if spec.optim.loss == "cross_entropy" else np.float32
+    return loss_label_dtype(spec.optim.loss)
 
 
 def _plan(run: _Run, epoch: int, **more: Any) -> BatchPlan:

@@ -38,7 +38,7 @@ import pyarrow.compute as pc
 import torch
 
 from irbis.kernels.threads import for_each_row
-from irbis.train.data import Shard
+from irbis.train.data import Shard, finite_rows
 from irbis.train.rows import BatchedRows, BatchPlan
 
 #: Column names of the training frame (see :func:`irbis.spark.training.training_frame`).
@@ -216,7 +216,7 @@ def read_partition(batches: Iterator[pa.RecordBatch], fmt: InputFormat, buffer_r
         if batch.num_rows == 0:
             continue
         feats, y = batch.column(FEATURES), batch.column(LABEL)
-        labels.append(pc.fill_null(y, float("nan")).to_numpy(zero_copy_only=False))
+        labels.append(label_rows(y))
         if fmt.images:  # a null image (a file read_images could not decode) is one that cannot be read
             values = feats.to_pylist() if fmt.kind == "encoded" else _struct_rows(feats)
             for i in range(len(values)):
@@ -259,14 +259,14 @@ def read_partition(batches: Iterator[pa.RecordBatch], fmt: InputFormat, buffer_r
                 spill.write(b)
             held = []
         spill.write(batch)
-    y = np.concatenate(labels) if labels else np.zeros(0)
+    y, label_widths = stack_labels(labels)
     lens = np.concatenate([np.atleast_1d(np.asarray(v)) for v in lengths]) if lengths else np.zeros(0)
     valid_lens = lens[lens >= 0]
-    rows_bad = ~np.isfinite(y)
+    rows_bad = ~finite_rows(y)
     if x_bad and sum(len(b) for b in x_bad) == len(y):
         rows_bad |= np.concatenate(x_bad)
     nonfinite = int(rows_bad.sum())
-    profile = shard_profile(valid_lens, y, null_features, nonfinite, len(bad), bad[0] if bad else -1)
+    profile = shard_profile(valid_lens, y, null_features, nonfinite, len(bad), bad[0] if bad else -1, label_widths)
     if spill is None and fmt.sequences:
         return _dense(held, fmt, y), profile
     if spill is None and not fmt.images:
@@ -276,13 +276,45 @@ def read_partition(batches: Iterator[pa.RecordBatch], fmt: InputFormat, buffer_r
         spill = Spill(pa.schema([(FEATURES, pa.binary()), (LABEL, pa.float64())]), spill_dir)
     spill.close_writing()
     if fmt.sequences:  # null and empty rows are left out under nanPolicy="skip" (the checks name them else)
-        skip = np.union1d(np.flatnonzero(lens <= 0), np.flatnonzero(~np.isfinite(y)))
+        skip = np.union1d(np.flatnonzero(lens <= 0), np.flatnonzero(~finite_rows(y)))
         return SpilledShard(spill, y, fmt, skip, [], buffer_rows, lens.astype(np.int64)), profile
     if null_features or not _one_length(valid_lens):
         spill.remove()
         return None, profile
     skip = np.union1d(np.asarray(bad, np.int64), np.flatnonzero(rows_bad))
     return SpilledShard(spill, y, fmt, skip, reasons, buffer_rows), profile
+
+
+def label_rows(column: pa.Array) -> np.ndarray:
+    """A batch's labels as float64: ``(n,)`` for numbers (NaN for a null), or, for a list column (vector
+    labels), an object array of 1-d rows (an empty row for a null) that :func:`stack_labels` stacks."""
+    if isinstance(column, pa.ChunkedArray):
+        column = column.combine_chunks()
+    if not pa.types.is_list(column.type):
+        return pc.fill_null(column, float("nan")).to_numpy(zero_copy_only=False)
+    offsets = column.offsets.to_numpy()
+    values = column.values.to_numpy(zero_copy_only=False).astype(np.float64, copy=False)
+    valid = column.is_valid().to_numpy(zero_copy_only=False)
+    rows = np.empty(len(column), dtype=object)
+    for i in range(len(column)):
+        rows[i] = values[offsets[i]:offsets[i + 1]] if valid[i] else values[:0]
+    return rows
+
+
+def stack_labels(batches: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray | None]:
+    """The batches of :func:`label_rows` as one array, and the vector labels' widths per row (None: numbers).
+    Vector labels become ``(n, k)``, ``k`` the widest row; a null row, and the missing values of a narrower
+    one, are NaN (the checks name rows of unequal width before they are used)."""
+    if not batches:
+        return np.zeros(0), None
+    if batches[0].dtype != object:
+        return np.concatenate(batches), None
+    rows = np.concatenate(batches)
+    widths = np.array([len(r) for r in rows], np.int64)
+    y = np.full((len(rows), int(widths.max(initial=0))), np.nan)
+    for i, r in enumerate(rows):
+        y[i, :len(r)] = r
+    return y, widths
 
 
 def sequence_rows(column: pa.Array) -> np.ndarray:
@@ -352,7 +384,7 @@ class SpilledShard:
         keep = np.ones(n, bool)
         if nan_policy == "skip":
             keep[self.bad] = False
-            keep &= np.isfinite(self.labels)
+            keep &= finite_rows(self.labels)
         ids = np.flatnonzero(keep)
         n_val = int(round(len(ids) * fraction))
         if fraction > 0 and n_val:
@@ -578,4 +610,4 @@ class BlockCache:
 
 
 __all__ = ["BLOCK_ROWS", "FEATURES", "INPUT_KINDS", "LABEL", "BlockCache", "InputFormat", "Spill",
-           "SpilledShard", "StreamRows", "read_partition"]
+           "SpilledShard", "StreamRows", "label_rows", "read_partition", "stack_labels"]

@@ -16,8 +16,8 @@ Augment = Callable[[np.ndarray, np.random.Generator], np.ndarray]
 
 @dataclass
 class Shard:
-    """Features ``x`` (n, d) float32 and labels ``y`` (n,), or (n, k) for vector labels, of one worker; or ragged rows: ``x`` an object array
-    of 1-d int64 arrays of token ids (see :mod:`irbis.train.ragged`)."""
+    """Features ``x`` (n, d) float32 and labels ``y`` (n,), or (n, k) for vector labels, of one worker; or
+    ragged rows: ``x`` an object array of 1-d int64 arrays of token ids (see :mod:`irbis.train.ragged`)."""
 
     x: np.ndarray
     y: np.ndarray

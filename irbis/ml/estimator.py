@@ -15,6 +15,7 @@ shares with the inference stages (``inputShape``, ``device``).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import inspect
 import io
 import json
@@ -25,6 +26,7 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any
 
+import numpy as np
 from pyspark.ml.param import TypeConverters as T
 
 from irbis.errors import ParamValueError
@@ -43,6 +45,7 @@ from irbis.ml.params import (
     one_of,
     parsed_by,
     row_named,
+    rows_named,
     table_mixin,
 )
 from irbis.ml.torch_model import TorchModel
@@ -165,6 +168,7 @@ TRAIN_PARAMS: list[Row] = [
     ("inputCol", "input column: a vector or an array of numbers, a Spark image struct (irbis.read_images), "
                     "or binary: encoded image files (binaryFile's content) when imagePreprocessing is set, else "
                     "tensor bytes of inputShape and inputDtype", T.toString, "features"),
+    *rows_named(("inputCols", "inputShapes"), SHARED_PARAMS),
     row_named("imagePreprocessing", SHARED_PARAMS),
     ("augmentation", "JSON list of training-time image augmentations drawn per row, epoch and worker from seed "
                      "(irbis.kernels.image.augment: random_resized_crop, flip, rotate, color_jitter, grey, "
@@ -311,7 +315,13 @@ class TorchEstimator(IrbisEstimator, HasTrainParams):
         return self
 
     def _set(self, **kwargs: Any) -> TorchEstimator:
-        """Set Params; ``strategy`` and ``strategyOptions`` are checked together against the registry."""
+        """Set Params; ``strategy`` and ``strategyOptions`` are checked together against the registry, and
+        ``inputCol`` and ``inputCols`` are exclusive."""
+        cols = {"inputCol", "inputCols"}
+        if cols & kwargs.keys() and all(kwargs.get(n) is not None or (n not in kwargs and self.isSet(n))
+                                        for n in cols):
+            raise ValueError("TorchEstimator: inputCol and inputCols are exclusive; set inputCols alone for a "
+                             "network of several inputs (clear inputCol first: est.clear(est.inputCol))")
         if {"strategy", "strategyOptions"} & kwargs.keys():
             name = kwargs["strategy"] if "strategy" in kwargs else self._current("strategy")
             options = kwargs["strategyOptions"] if "strategyOptions" in kwargs else self._current("strategyOptions")
@@ -417,6 +427,25 @@ class TorchEstimator(IrbisEstimator, HasTrainParams):
         return InputFormat(kind, shape, self.getInputDtype(),
                            None if preprocessing is None else preprocessing.to_dict(), augmentation)
 
+    def _joined_format(self, dataset: Any) -> tuple[Any, list[list[int]]]:
+        """The input format of several input columns (``inputCols``): one flat row of their values side by
+        side, numbers or tensor bytes; their shapes (``inputShapes``, else each column's width in its first
+        row) go to the network spec, which :func:`~irbis.train.networks.build_network` wraps in
+        :class:`~irbis.train.networks.SplitInputs`."""
+        from irbis.spark.training import input_kinds, input_shapes
+        from irbis.train.stream import InputFormat
+
+        cols = self.getInputCols()
+        for name in ("imagePreprocessing", "augmentation"):
+            if self.getOrDefault(name) not in ("", "[]"):
+                raise ParamValueError(name, self.getOrDefault(name), f"empty with inputCols {cols} (several "
+                                      "input columns take numbers or tensor bytes, not images)")
+        kind = input_kinds(dataset, cols)
+        shapes = input_shapes(dataset, cols, self.getOrDefault(self.inputShapes) if self.isDefined(self.inputShapes)
+                              else None, kind, self.getInputDtype())
+        total = sum(int(np.prod(s)) for s in shapes)
+        return InputFormat(kind, [total], self.getInputDtype()), shapes
+
     # -- fit -------------------------------------------------------------------------------------
     def _fit(self, dataset: Any) -> Any:
         tracked = fit_is_tracked(self)
@@ -443,9 +472,14 @@ class TorchEstimator(IrbisEstimator, HasTrainParams):
         from irbis.train.ps.driver import served
 
         spec, strategy = self._spec()
-        frame = training_frame(dataset, self.getInputCol(), self.getLabelCol(),
+        cols = self.getInputCols() if self.isDefined(self.inputCols) else None
+        frame = training_frame(dataset, cols or self.getInputCol(), self.getLabelCol(),
                                binary_as="encoded" if self.getImagePreprocessing() else "tensor")
-        fmt = self._input_format(dataset, spec)
+        if cols:  # the network takes the columns' values of one flat row, cut apart (SplitInputs)
+            fmt, shapes = self._joined_format(dataset)
+            spec = dataclasses.replace(spec, network={**spec.network, "inputs": shapes})
+        else:
+            fmt = self._input_format(dataset, spec)
         if spec.schedule.earlyStoppingPatience and not spec.data.validationFraction:
             raise ParamValueError("earlyStoppingPatience", spec.schedule.earlyStoppingPatience,
                                   "0 unless validationFraction > 0 (early stopping watches the validation loss)")
@@ -463,7 +497,7 @@ class TorchEstimator(IrbisEstimator, HasTrainParams):
         session = dataset.sparkSession
         spec = spec.updated(input_format=fmt, inputShape=fmt.shape, checkpointDir=checkpoint_dir,
                             torch_threads=int(session.conf.get("spark.task.cpus", "1") or 1))
-        columns = (self.getInputCol(), self.getLabelCol())
+        columns = (", ".join(cols) if cols else self.getInputCol(), self.getLabelCol())
         server = self._progress_server(spec, session)
         try:
             workers = self.getNumWorkers()
@@ -515,22 +549,29 @@ class TorchEstimator(IrbisEstimator, HasTrainParams):
 
     def _fitted(self, module: Any, network: dict[str, Any], results: list[Any], shape: list[int] | None) -> Any:
         """The fitted TorchModel; ``shape`` None: the network was trained on token ids of varying length
-        (``variableLength=True``)."""
+        (``variableLength=True``). Trained on several input columns, it keeps the network as trained (cutting
+        one flat row apart, :class:`~irbis.train.networks.SplitInputs`); under a loss whose fitted model applies
+        an activation (:data:`~irbis.train.optim.LOSSES`: ``bce``'s sigmoid), the network ends with it."""
         import torch
 
         module.load_state_dict(torch.load(io.BytesIO(results[0].state), weights_only=True))
         module.eval()
         arch = {"architecture": network["name"], "options": network["options"]} \
             if network["kind"] == "architecture" else {}
-        entry = loss_entry(self.getLoss())
-        if entry is not None and entry.activation == "sigmoid":  # per-class probabilities, as Spark ML's
-            module, arch = torch.nn.Sequential(module, torch.nn.Sigmoid()).eval(), {}  # probabilityCol
         params: dict[str, Any] = {"inputShape": shape} if shape is not None else {}
         if shape is None:
             params["variableLength"] = True
         if self.getImagePreprocessing():  # it reads images as they were trained
             params["imagePreprocessing"] = self.getImagePreprocessing()
-        model = TorchModel.from_module(module, inputCol=self.getInputCol(), outputCol=self.getPredictionCol(),
+        if network.get("inputs"):
+            params.update(inputCols=self.getInputCols(), inputShapes=network["inputs"])
+            arch = {}
+        else:
+            params["inputCol"] = self.getInputCol()
+        entry = loss_entry(self.getLoss())
+        if entry is not None and entry.activation == "sigmoid":  # per-class probabilities, as Spark ML's
+            module, arch = torch.nn.Sequential(module, torch.nn.Sigmoid()).eval(), {}  # probabilityCol
+        model = TorchModel.from_module(module, outputCol=self.getPredictionCol(),
                                        device=self.getDevice(), engine=self.getEngine(),
                                        precision=self.getPrecision(), **params, **arch)
         model.training_summary = results[0].history

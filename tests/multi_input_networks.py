@@ -1,0 +1,23 @@
+"""A small network of two inputs for the tests (importable by name, as the Spark workers rebuild it)."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+class TwoInputs(nn.Module):
+    """``forward(a, b)``: each input through its own layer, summed, then a hidden layer and the head."""
+
+    def __init__(self, a: int = 5, b: int = 3, hidden: int = 32, out: int = 3) -> None:
+        super().__init__()
+        self.a, self.b = nn.Linear(a, hidden), nn.Linear(b, hidden)
+        self.head = nn.Sequential(nn.ReLU(), nn.Linear(hidden, out))
+
+    def forward(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return self.head(self.a(a) + self.b(b))
+
+
+def two_inputs() -> nn.Module:
+    """The factory the estimator's ``network`` names."""
+    return TwoInputs()

@@ -152,7 +152,8 @@ def test_multi_label_under_a_parameter_server_learns(spark, data):
 
 def test_a_label_of_another_width_than_the_output_is_named(spark, data):
     x, votes, _ = data
-    df = frame(spark, {"features": [r.tolist() for r in x[:200]], "tags": (votes[:200, :3] >= 5).astype(float).tolist()})
+    tags = (votes[:200, :3] >= 5).astype(float).tolist()
+    df = frame(spark, {"features": [r.tolist() for r in x[:200]], "tags": tags})
     with pytest.raises(ValueError, match=r"labelCol 'tags' holds vectors of 3 values but the network outputs \(4,\)"):
         estimator(loss="bce", labelCol="tags", epochs=1).fit(df)
 

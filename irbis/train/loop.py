@@ -32,6 +32,7 @@ from irbis.train.optim import (
     WeightedCrossEntropy,
     batch_scale,
     class_weights,
+    loss_entry,
     make_loss,
     make_optimizer,
     param_groups,
@@ -417,8 +418,10 @@ def _run_epoch(run: _Run, epoch: int, start: int, sums: torch.Tensor) -> tuple[t
 
 def _epoch_record(run: _Run, epoch: int, sums: torch.Tensor, done: int, seconds: float,
                   nbytes: int) -> dict[str, Any]:
+    entry = loss_entry(run.spec.optim.loss)
     vloss, correct, nval, hist = evaluate(run.model, run.loss_fn, run.val, max(run.spec.schedule.batchSize, 64),
-                                          run.spec.hardware.device, _label_dtype(run.spec))
+                                          run.spec.hardware.device, _label_dtype(run.spec),
+                                          entry.correct if entry is not None else None)
     watched = run.watch.stats() if run.watch is not None else [0.0, 0.0, 0.0]
     stats = torch.cat([torch.tensor([float(sums[0]), float(sums[1]), vloss, correct, nval, done, seconds, nbytes,
                                      *watched], dtype=torch.float64), hist.reshape(-1)])

@@ -50,12 +50,15 @@ class Loss:
     """A loss picked by name: ``fn(output, target)``; the labels it takes (``labels``: ``"index"``, a class
     index per row; ``"number_or_vector"``, a number or a vector of the network's output width; ``"vector"``, a
     vector of that width); ``activation``: what the fitted model applies to the network's output
-    (``"sigmoid"``: per-class probabilities; None: the output as it is); ``doc``: one line for the Param's doc."""
+    (``"sigmoid"``: per-class probabilities; None: the output as it is); ``doc``: one line for the Param's doc;
+    ``correct``: the validation rows' accuracy summed over a batch, for vector labels (class indices are
+    counted by :func:`~irbis.train.evaluate.evaluate` itself; None: no accuracy)."""
 
     fn: LossFn
     labels: str
     doc: str
     activation: str | None = None
+    correct: LossFn | None = None
 
     @property
     def label_dtype(self) -> Any:
@@ -78,6 +81,18 @@ def _soft_cross_entropy(output: torch.Tensor, target: torch.Tensor) -> torch.Ten
     return torch.nn.functional.cross_entropy(output, target)  # a float target of the output's shape: probabilities
 
 
+def _labels_right(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """Multi-label accuracy summed over the rows: each row's share of classes decided right (logit > 0 for a
+    target > 0.5)."""
+    right = (output.reshape(target.shape) > 0) == (target > 0.5)
+    return right.float().reshape(len(target), -1).mean(1).sum()
+
+
+def _top_class_right(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """Rows whose top output is the target distribution's top class."""
+    return (output.argmax(1) == target.argmax(1)).sum()
+
+
 #: The losses the ``loss`` Param names; its doc and check are made from this table.
 LOSSES: dict[str, Loss] = {
     "cross_entropy": Loss(torch.nn.functional.cross_entropy, "index",
@@ -85,10 +100,10 @@ LOSSES: dict[str, Loss] = {
     "mse": Loss(_mse, "number_or_vector", "mean squared error against a number, or a vector of the output's width"),
     "bce": Loss(_bce, "vector", "multi-label: a sigmoid per class and binary cross-entropy (BCEWithLogits) against "
                 "a vector of 0/1 (or probabilities) of the output's width; the fitted model outputs per-class "
-                "probabilities", activation="sigmoid"),
+                "probabilities", activation="sigmoid", correct=_labels_right),
     "soft_cross_entropy": Loss(_soft_cross_entropy, "vector", "softmax cross-entropy against a label distribution "
                                "(soft targets: a vector of the output's width summing to 1 per row; the model "
-                               "outputs logits)"),
+                               "outputs logits)", correct=_top_class_right),
 }
 
 

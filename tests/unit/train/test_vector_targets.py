@@ -9,6 +9,7 @@ import pyarrow as pa
 import pytest
 import torch
 
+from irbis.kernels.blocks import Tensor
 from irbis.ml import TorchModel
 from irbis.train.backends.local import run_threads, shard_rows
 from irbis.train.checks import check_label_kind, merge_profiles, shard_profile
@@ -89,6 +90,11 @@ def test_a_model_of_two_columns_gives_null_where_either_is_null():
     b = [np.arange(4, dtype=np.float32), None, np.ones(4, np.float32)]
     out = stage.transform(pd.DataFrame({"a": a, "b": b}))["y"]
     assert out[1] is None
+    kernel = stage.kernel()  # what serving runs: the same two columns
+    assert kernel.inputs == ["a", "b"]
+    served = kernel.fn({"a": Tensor(np.stack(a), np.ones(3, bool)), "b": Tensor(np.stack(b[::2]),
+                                                                                np.array([True, False, True]))})
+    np.testing.assert_allclose(np.asarray(served["y"].values), np.stack([out[0], out[2]]), atol=1e-6)
     with torch.no_grad():
         ref = net(torch.tensor(np.stack([a[0], a[2]])), torch.tensor(np.stack([b[0], b[2]])).reshape(2, 2, 2))
     np.testing.assert_allclose(np.stack([out[0], out[2]]), ref.numpy(), atol=1e-5)
@@ -102,10 +108,13 @@ def test_multi_label_learns_on_the_thread_backend_under_sync_and_a_parameter_ser
     x = rng.normal(size=(800, 6)).astype(np.float32)
     y = (x @ rng.normal(size=(6, 3)) > 0).astype(np.float32)
     spec = TrainSpec.of(network=network_spec("mlp", {"in_features": 6, "hidden": 16, "out_features": 3}),
-                        epochs=8, batchSize=32, optimizer="adam", learningRate=1e-2, loss="bce", strategy=strategy)
+                        epochs=20, batchSize=32, optimizer="adam", learningRate=1e-2, loss="bce", strategy=strategy,
+                        validationFraction=0.2)
     res = run_threads(spec, shard_rows(x[:600], y[:600], 2))
     net = build_network(spec.network)
     net.load_state_dict(torch.load(io.BytesIO(res[0].state), weights_only=True))
     with torch.no_grad():
         acc = ((net(torch.tensor(x[600:])) > 0).numpy() == y[600:]).mean()
-    assert res[0].history[-1]["loss"] < res[0].history[0]["loss"] and acc > 0.9
+    last = res[0].history[-1]
+    assert last["loss"] < res[0].history[0]["loss"] and acc > 0.9
+    assert last["accuracy"] > 0.85  # the validation rows' share of per-class decisions right

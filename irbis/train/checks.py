@@ -25,7 +25,7 @@ from irbis.train.optim import loss_entry
 
 PROFILE_KEYS = ("rows", "null_labels", "null_features", "min_len", "max_len", "min_label", "max_label",
                 "fractional_labels", "nonfinite_rows", "bad_images", "first_bad_image", "min_label_width",
-                "max_label_width")
+                "max_label_width", "min_label_sum", "max_label_sum")
 
 
 def shard_profile(x_lengths: np.ndarray, labels: np.ndarray, null_features: int,
@@ -41,12 +41,14 @@ def shard_profile(x_lengths: np.ndarray, labels: np.ndarray, null_features: int,
     finite = finite_rows(labels)
     ok = labels[finite].ravel()
     widths = np.zeros(len(labels)) if label_widths is None else label_widths[label_widths > 0]
+    sums = labels[finite].sum(axis=1) if labels.ndim == 2 else np.zeros(0)  # a distribution's: 1
     lens = x_lengths if len(x_lengths) else np.array([np.inf])
     return np.array([len(labels), len(labels) - int(finite.sum()), null_features, lens.min(),
                      x_lengths.max() if len(x_lengths) else -np.inf,
                      ok.min() if len(ok) else np.inf, ok.max() if len(ok) else -np.inf,
                      int((ok != np.floor(ok)).sum()), nonfinite_rows, bad_images, first_bad_image,
-                     widths.min() if len(widths) else np.inf, widths.max() if len(widths) else -np.inf],
+                     widths.min() if len(widths) else np.inf, widths.max() if len(widths) else -np.inf,
+                     sums.min() if len(sums) else np.inf, sums.max() if len(sums) else -np.inf],
                     dtype=np.float64)
 
 
@@ -60,7 +62,7 @@ def merge_profiles(profiles: list[np.ndarray]) -> dict[str, Any]:
               "nonfinite_rows": p[:, 8].sum(), "min_finite_rows": (p[:, 0] - p[:, 8] - p[:, 9]).min(),
               "bad_images": p[:, 9].sum(), "first_bad_worker": firsts[0][0] if firsts else -1,
               "first_bad_row": firsts[0][1] if firsts else -1, "min_label_width": p[:, 11].min(),
-              "max_label_width": p[:, 12].max()}
+              "max_label_width": p[:, 12].max(), "min_label_sum": p[:, 13].min(), "max_label_sum": p[:, 14].max()}
     return {k: (int(v) if np.isfinite(v) and float(v).is_integer() else float(v)) for k, v in merged.items()}
 
 
@@ -151,6 +153,12 @@ def check_label_kind(p: dict[str, Any], loss: Any, label_col: str) -> None:
         raise with_fields(ValueError(f"labelCol {label_col!r} holds values down to {low:g}; "
                                      "loss='soft_cross_entropy' takes a distribution (values >= 0 summing to 1) "
                                      "per row"), column=label_col, expected="values >= 0", found=low)
+    sums = (p.get("min_label_sum", 1.0), p.get("max_label_sum", 1.0))
+    if loss == "soft_cross_entropy" and np.isfinite(sums).all() and max(abs(s - 1) for s in sums) > 1e-3:
+        raise with_fields(ValueError(f"labelCol {label_col!r} holds rows summing to {sums[0]:g}..{sums[1]:g}; "
+                                     "loss='soft_cross_entropy' takes a distribution per row (summing to 1): "
+                                     "divide each row by its sum (irbis.vote_labels(votes, 'soft') does)"),
+                          column=label_col, expected="rows summing to 1", found=list(sums))
 
 
 def check_network(module: torch.nn.Module, spec: TrainSpec, n_features: int, max_label: float,

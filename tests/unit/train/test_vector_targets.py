@@ -56,6 +56,10 @@ def test_label_checks_name_the_column_width_and_kind():
         check_label_kind(profile(np.array([0.0, 1.0]), None), "soft_cross_entropy", "y")
     with pytest.raises(ValueError, match="values from 0 to 3; loss='bce' takes 0/1"):
         check_label_kind(profile(y * 3, np.array([2, 2])), "bce", "tags")
+    check_label_kind(profile(np.array([[0.25, 0.75], [0.5, 0.5]]), np.array([2, 2])), "soft_cross_entropy", "p")
+    with pytest.raises(ValueError, match=r"labelCol 'votes' holds rows summing to 2\.\.3; .*divide each row"):
+        check_label_kind(profile(np.array([[1.0, 1.0], [2.0, 1.0]]), np.array([2, 2])), "soft_cross_entropy",
+                         "votes")
 
 
 def test_split_inputs_hands_the_network_its_inputs_in_order():

@@ -21,3 +21,21 @@ class TwoInputs(nn.Module):
 def two_inputs() -> nn.Module:
     """The factory the estimator's ``network`` names."""
     return TwoInputs()
+
+
+class PatchAndMeta(nn.Module):
+    """``forward(patch (B, 1, 4, 4), meta (B, 3))``: a convolution over the patch beside a layer over the meta."""
+
+    def __init__(self, hidden: int = 16, out: int = 3) -> None:
+        super().__init__()
+        self.conv = nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.ReLU(), nn.Flatten(), nn.Linear(64, hidden))
+        self.side = nn.Linear(3, hidden)
+        self.head = nn.Sequential(nn.ReLU(), nn.Linear(hidden, out))
+
+    def forward(self, patch: torch.Tensor, meta: torch.Tensor) -> torch.Tensor:
+        return self.head(self.conv(patch) + self.side(meta))
+
+
+def patch_and_meta() -> nn.Module:
+    """The factory the estimator's ``network`` names."""
+    return PatchAndMeta()

@@ -12,7 +12,8 @@ from pyspark.ml.linalg import Vectors
 from irbis.ml import TorchEstimator, TorchModel
 from irbis.models import build_model
 from irbis.spark.targets import vote_labels
-from tests.multi_input_networks import two_inputs
+from irbis.spark.tensors import tensor_bytes_column
+from tests.multi_input_networks import patch_and_meta, two_inputs
 
 pytestmark = pytest.mark.spark
 
@@ -139,6 +140,30 @@ def test_two_input_columns_learn_as_plain_pytorch_and_survive_save_and_load(spar
         ref = (plain(torch.as_tensor(a[N_TRAIN:]), torch.as_tensor(b[N_TRAIN:])).argmax(1).numpy()
                == label[N_TRAIN:]).mean()
     assert ref > 0.85 and acc >= ref - 0.01, (acc, ref)
+
+
+def test_two_tensor_columns_of_their_own_shapes_learn_as_plain_pytorch(spark, data):
+    x, _, _ = data
+    rng = np.random.default_rng(1)
+    patch = rng.normal(size=(len(x), 1, 4, 4)).astype(np.float32)
+    meta = x[:, :3]
+    score = np.stack([patch[:, 0, :2, :2].sum((1, 2)), patch[:, 0, 2:, 2:].sum((1, 2)), 2 * meta[:, 0]], 1)
+    label = score.argmax(1)
+    df = frame(spark, {"p": patch[:N_TRAIN].tolist(), "m": meta[:N_TRAIN].tolist(), "label": label[:N_TRAIN].tolist()})
+    df = tensor_bytes_column(tensor_bytes_column(df, "p", "patch"), "m", "meta")
+    est = estimator(network="tests.multi_input_networks:patch_and_meta", networkOptions="{}", epochs=EPOCHS * 2)
+    est.clear(est.inputCol)
+    model = est.setInputCols(["patch", "meta"]).setInputShapes([[1, 4, 4], [3]]).fit(df)
+    test = spark.createDataFrame(list(zip(patch[N_TRAIN:].tolist(), meta[N_TRAIN:].tolist())), ["p", "m"])
+    test = tensor_bytes_column(tensor_bytes_column(test, "p", "patch"), "m", "meta")
+    out = model.transform(test.select("patch", "meta")).toPandas()  # no shuffle: the rows in their order
+    acc = (np.stack(out["prediction"].map(np.asarray)).argmax(1) == label[N_TRAIN:]).mean()
+    plain = plain_fit(patch_and_meta, torch.nn.functional.cross_entropy, [patch[:N_TRAIN], meta[:N_TRAIN]],
+                      torch.as_tensor(label[:N_TRAIN]), epochs=EPOCHS * 2)
+    with torch.no_grad():
+        ref = (plain(torch.as_tensor(patch[N_TRAIN:]), torch.as_tensor(meta[N_TRAIN:])).argmax(1).numpy()
+               == label[N_TRAIN:]).mean()
+    assert ref > 0.8 and acc >= ref - 0.01, (acc, ref)
 
 
 def test_multi_label_under_a_parameter_server_learns(spark, data):

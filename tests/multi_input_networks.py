@@ -24,16 +24,21 @@ def two_inputs() -> nn.Module:
 
 
 class PatchAndMeta(nn.Module):
-    """``forward(patch (B, 1, 4, 4), meta (B, 3))``: a convolution over the patch beside a layer over the meta."""
+    """``forward(patch (B, 1, 4, 4), meta (B, 3))``: a layer over the patch's rows beside one over the meta; a
+    patch of another shape is refused."""
 
     def __init__(self, hidden: int = 16, out: int = 3) -> None:
         super().__init__()
-        self.conv = nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.ReLU(), nn.Flatten(), nn.Linear(64, hidden))
+        self.rows = nn.Linear(4, 4)
+        self.patch = nn.Linear(16, hidden)
         self.side = nn.Linear(3, hidden)
         self.head = nn.Sequential(nn.ReLU(), nn.Linear(hidden, out))
 
     def forward(self, patch: torch.Tensor, meta: torch.Tensor) -> torch.Tensor:
-        return self.head(self.conv(patch) + self.side(meta))
+        if tuple(patch.shape[1:]) != (1, 4, 4) or tuple(meta.shape[1:]) != (3,):
+            raise ValueError(f"PatchAndMeta takes (B, 1, 4, 4) and (B, 3), found {tuple(patch.shape)}, "
+                             f"{tuple(meta.shape)}")
+        return self.head(self.patch(torch.relu(self.rows(patch[:, 0])).flatten(1)) + self.side(meta))
 
 
 def patch_and_meta() -> nn.Module:

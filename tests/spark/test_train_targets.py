@@ -151,7 +151,7 @@ def test_two_tensor_columns_of_their_own_shapes_learn_as_plain_pytorch(spark, da
     label = score.argmax(1)
     df = frame(spark, {"p": patch[:N_TRAIN].tolist(), "m": meta[:N_TRAIN].tolist(), "label": label[:N_TRAIN].tolist()})
     df = tensor_bytes_column(tensor_bytes_column(df, "p", "patch"), "m", "meta")
-    est = estimator(network="tests.multi_input_networks:patch_and_meta", networkOptions="{}", epochs=EPOCHS * 2)
+    est = estimator(network="tests.multi_input_networks:patch_and_meta", networkOptions="{}", epochs=EPOCHS * 4)
     est.clear(est.inputCol)
     model = est.setInputCols(["patch", "meta"]).setInputShapes([[1, 4, 4], [3]]).fit(df)
     test = spark.createDataFrame(list(zip(patch[N_TRAIN:].tolist(), meta[N_TRAIN:].tolist())), ["p", "m"])
@@ -159,7 +159,7 @@ def test_two_tensor_columns_of_their_own_shapes_learn_as_plain_pytorch(spark, da
     out = model.transform(test.select("patch", "meta")).toPandas()  # no shuffle: the rows in their order
     acc = (np.stack(out["prediction"].map(np.asarray)).argmax(1) == label[N_TRAIN:]).mean()
     plain = plain_fit(patch_and_meta, torch.nn.functional.cross_entropy, [patch[:N_TRAIN], meta[:N_TRAIN]],
-                      torch.as_tensor(label[:N_TRAIN]), epochs=EPOCHS * 2)
+                      torch.as_tensor(label[:N_TRAIN]), epochs=EPOCHS * 4)
     with torch.no_grad():
         ref = (plain(torch.as_tensor(patch[N_TRAIN:]), torch.as_tensor(meta[N_TRAIN:])).argmax(1).numpy()
                == label[N_TRAIN:]).mean()

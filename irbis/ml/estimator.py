@@ -440,7 +440,7 @@ class TorchEstimator(IrbisEstimator, HasTrainParams):
             if self.getOrDefault(name) not in ("", "[]"):
                 raise ParamValueError(name, self.getOrDefault(name), f"empty with inputCols {cols} (several "
                                       "input columns take numbers or tensor bytes, not images)")
-        kind = input_kinds(dataset, cols)
+        kind = input_kinds(dataset, cols, self.getInputDtype())
         shapes = input_shapes(dataset, cols, self.getOrDefault(self.inputShapes) if self.isDefined(self.inputShapes)
                               else None, kind, self.getInputDtype())
         total = sum(int(np.prod(s)) for s in shapes)
@@ -474,7 +474,8 @@ class TorchEstimator(IrbisEstimator, HasTrainParams):
         spec, strategy = self._spec()
         cols = self.getInputCols() if self.isDefined(self.inputCols) else None
         frame = training_frame(dataset, cols or self.getInputCol(), self.getLabelCol(),
-                               binary_as="encoded" if self.getImagePreprocessing() else "tensor")
+                               binary_as="encoded" if self.getImagePreprocessing() else "tensor",
+                               dtype=self.getInputDtype())
         if cols:  # the network takes the columns' values of one flat row, cut apart (SplitInputs)
             fmt, shapes = self._joined_format(dataset)
             spec = dataclasses.replace(spec, network={**spec.network, "inputs": shapes})

@@ -50,32 +50,49 @@ def input_kind(df: DataFrame, features_col: str, binary_as: str = "tensor") -> s
 
 
 def training_frame(df: DataFrame, features_col: str | list[str], label_col: str, stage: str = "TorchEstimator",
-                   binary_as: str = "tensor") -> DataFrame:
+                   binary_as: str = "tensor", dtype: str = "float32") -> DataFrame:
     """Select the features (numbers as ``array<float>``; images and bytes as they are) and the label (see
     :func:`label_column`), under fixed names. Several feature columns (``inputCols``) become one row of their
-    values side by side: numbers as one ``array<float>``, tensor bytes as one binary value."""
+    values side by side: numbers as one ``array<float>``, with tensor bytes (of ``dtype``) as one binary value."""
     if not isinstance(features_col, str):
         require_columns(stage, df.columns, list(features_col), role="inputCols")
         require_columns(stage, df.columns, [label_col], role="labelCol")
-        return df.select(joined_features(df, list(features_col)).alias(FEATURES),
+        return df.select(joined_features(df, list(features_col), dtype).alias(FEATURES),
                          label_column(df, label_col).alias(LABEL))
     require_columns(stage, df.columns, [features_col], role="inputCol")
     require_columns(stage, df.columns, [label_col], role="labelCol")
     return df.select(_features(df, features_col, binary_as).alias(FEATURES), label_column(df, label_col).alias(LABEL))
 
 
-def input_kinds(df: DataFrame, columns: list[str]) -> str:
-    """The one input kind of several input columns: ``vector`` (each a vector or an array of numbers, integers
-    included) or ``tensor`` (each binary tensor bytes). Raises ``TypeError`` naming the columns for a mix, or
-    for images and sequences, which several columns do not take."""
+def column_kinds(df: DataFrame, columns: list[str]) -> dict[str, str]:
+    """The kind of each of several input columns: ``vector`` (a vector or an array of numbers, integers
+    included) or ``tensor`` (binary tensor bytes). Raises ``TypeError`` naming the columns for images and
+    sequences of varying length, which take one column (``inputCol``)."""
     kinds = {c: input_kind(df, c) for c in columns}
     kinds = {c: "vector" if k == "sequence" else k for c, k in kinds.items()}
-    if set(kinds.values()) in ({"vector"}, {"tensor"}):
-        return next(iter(kinds.values()))
+    if set(kinds.values()) <= {"vector", "tensor"}:
+        return kinds
     found = ", ".join(f"{c!r}: {df.schema[c].dataType.simpleString()}" for c in columns)
-    raise with_fields(TypeError(f"inputCols must all be vectors or arrays of numbers, or all binary tensor bytes "
-                                f"(of inputDtype), found {found}"), column=columns[0],
+    raise with_fields(TypeError(f"inputCols must each be a vector, an array of numbers or binary tensor bytes "
+                                f"(of inputDtype), found {found}; images and token ids take one column "
+                                "(inputCol)"), column=columns[0],
                       expected="vectors/arrays of numbers, or tensor bytes", found=found)
+
+
+def input_kinds(df: DataFrame, columns: list[str], dtype: str = "float32") -> str:
+    """How the workers read several input columns joined (:func:`joined_features`): ``vector`` when every
+    column holds numbers, else ``tensor`` (the numbers are written as tensor bytes beside the binary columns,
+    which takes ``dtype`` float32: other tensor types would round them)."""
+    kinds = column_kinds(df, columns)
+    if set(kinds.values()) == {"vector"}:
+        return "vector"
+    mixed = [c for c, k in kinds.items() if k == "vector"]
+    if mixed and dtype != "float32":
+        raise with_fields(ValueError(f"inputCols {columns} mix numbers ({mixed}) and tensor bytes of inputDtype "
+                                     f"{dtype!r}; the numbers travel as float32 tensor bytes beside them, so the "
+                                     "tensor columns must be float32 too (write them with tensor_bytes_column)"),
+                          column=mixed[0], expected="float32", found=dtype)
+    return "tensor"
 
 
 def input_shapes(df: DataFrame, columns: list[str], given: list[list[int]] | None, kind: str,
@@ -87,8 +104,10 @@ def input_shapes(df: DataFrame, columns: list[str], given: list[list[int]] | Non
     from pyspark.ml.linalg import VectorUDT
     from pyspark.sql import functions as F
 
+    kinds = column_kinds(df, columns)
+
     def width(c: str) -> Any:
-        if kind == "tensor":
+        if kinds[c] == "tensor":
             return F.length(column(c)) / np.dtype(dtype).itemsize
         return F.size(vector_to_array(column(c)) if isinstance(df.schema[c].dataType, VectorUDT) else column(c))
 
@@ -114,13 +133,18 @@ def input_shapes(df: DataFrame, columns: list[str], given: list[list[int]] | Non
     return [list(s) for s in given]
 
 
-def joined_features(df: DataFrame, columns: list[str]) -> Any:
-    """Several input columns as one row of their values side by side (see :func:`input_kinds`)."""
+def joined_features(df: DataFrame, columns: list[str], dtype: str = "float32") -> Any:
+    """Several input columns as one row of their values side by side: one ``array<float>`` of numbers, or,
+    where any column holds tensor bytes, one binary value (numbers written as float32 tensor bytes by
+    :func:`~irbis.spark.tensors.tensor_bytes_of`); see :func:`input_kinds`."""
     from pyspark.sql import functions as F
 
-    if input_kinds(df, columns) == "tensor":
-        return F.concat(*(column(c) for c in columns))
-    return F.concat(*(_features(df, c, "tensor", numbers=True) for c in columns))
+    if input_kinds(df, columns, dtype) == "vector":
+        return F.concat(*(_features(df, c, "tensor", numbers=True) for c in columns))
+    from irbis.spark.tensors import tensor_bytes_of
+
+    kinds = column_kinds(df, columns)
+    return F.concat(*(column(c) if kinds[c] == "tensor" else tensor_bytes_of(df, c) for c in columns))
 
 
 def _features(df: DataFrame, features_col: str, binary_as: str, numbers: bool = False) -> Any:
@@ -247,5 +271,5 @@ def _train_shard(spec: TrainSpec, columns: tuple[str, str], progress: tuple[str,
     return result
 
 
-__all__ = ["FEATURES", "IMAGE_BATCH_ROWS", "LABEL", "arrow_batch_rows", "arrow_to_shard", "input_kind", "input_kinds",
-           "input_shapes", "joined_features", "label_column", "train_partition", "training_frame"]
+__all__ = ["FEATURES", "IMAGE_BATCH_ROWS", "LABEL", "arrow_batch_rows", "arrow_to_shard", "column_kinds", "input_kind",
+           "input_kinds", "input_shapes", "joined_features", "label_column", "train_partition", "training_frame"]

@@ -142,7 +142,7 @@ def test_two_input_columns_learn_as_plain_pytorch_and_survive_save_and_load(spar
     assert ref > 0.85 and acc >= ref - 0.01, (acc, ref)
 
 
-def test_two_tensor_columns_of_their_own_shapes_learn_as_plain_pytorch(spark, data):
+def test_a_tensor_column_beside_a_vector_column_learns_as_plain_pytorch(spark, data):
     x, _, _ = data
     rng = np.random.default_rng(1)
     patch = rng.normal(size=(len(x), 1, 4, 4)).astype(np.float32)
@@ -150,12 +150,12 @@ def test_two_tensor_columns_of_their_own_shapes_learn_as_plain_pytorch(spark, da
     score = np.stack([patch[:, 0, :2, :2].sum((1, 2)), patch[:, 0, 2:, 2:].sum((1, 2)), 2 * meta[:, 0]], 1)
     label = score.argmax(1)
     df = frame(spark, {"p": patch[:N_TRAIN].tolist(), "m": meta[:N_TRAIN].tolist(), "label": label[:N_TRAIN].tolist()})
-    df = tensor_bytes_column(tensor_bytes_column(df, "p", "patch"), "m", "meta")
+    df = tensor_bytes_column(df, "p", "patch").withColumnRenamed("m", "meta")  # tensor bytes, and numbers
     est = estimator(network="tests.multi_input_networks:patch_and_meta", networkOptions="{}", epochs=EPOCHS * 4)
     est.clear(est.inputCol)
     model = est.setInputCols(["patch", "meta"]).setInputShapes([[1, 4, 4], [3]]).fit(df)
     test = spark.createDataFrame(list(zip(patch[N_TRAIN:].tolist(), meta[N_TRAIN:].tolist())), ["p", "m"])
-    test = tensor_bytes_column(tensor_bytes_column(test, "p", "patch"), "m", "meta")
+    test = tensor_bytes_column(test, "p", "patch").withColumnRenamed("m", "meta")
     out = model.transform(test.select("patch", "meta")).toPandas()  # no shuffle: the rows in their order
     acc = (np.stack(out["prediction"].map(np.asarray)).argmax(1) == label[N_TRAIN:]).mean()
     plain = plain_fit(patch_and_meta, torch.nn.functional.cross_entropy, [patch[:N_TRAIN], meta[:N_TRAIN]],
@@ -208,3 +208,15 @@ def test_vote_readings_agree_with_numpy(spark):
     np.testing.assert_allclose(rows[0].s, v[0] / v[0].sum(), rtol=1e-6)
     assert rows[1].s is None
     assert [list(r.ml) for r in rows] == (v >= 2).astype(float).tolist()
+
+
+def test_input_cols_that_cannot_be_joined_are_named_before_training(spark):
+    df = spark.createDataFrame([([1.0, 2.0], [0.5, 0.5, 0.5], 1)] * 4, ["a", "b", "label"])
+    df = tensor_bytes_column(df, "b", "b_bytes", "uint8")
+    est = estimator(network="tests.multi_input_networks:two_inputs", networkOptions="{}", epochs=1)
+    est.clear(est.inputCol)
+    with pytest.raises(ValueError, match=r"inputCols \['a', 'b_bytes'\] mix numbers \(\['a'\]\) and tensor bytes"):
+        est.setInputCols(["a", "b_bytes"]).setInputDtype("uint8").fit(df)
+    with pytest.raises(ValueError, match=r"inputShapes gives column 'b' the shape \[2, 2\] \(4 values\) but its rows "
+                                         r"hold 3"):
+        est.setInputCols(["a", "b"]).setInputShapes([[2], [2, 2]]).setInputDtype("float32").fit(df)

@@ -198,7 +198,8 @@ SHARED_PARAMS: list[Row] = [
     ("inputShape", "shape of one input row without the batch axis, e.g. [3, 224, 224]; flat vectors "
      "are reshaped to it", TypeConverters.toListInt, None),
     ("inputCols", "several input columns, exclusive with inputCol: the network's forward takes them as positional "
-     "arguments in this order; each a vector or an array of numbers, or (all of them) tensor bytes of inputDtype",
+     "arguments in this order; each a vector, an array of numbers or tensor bytes of inputDtype (float32 beside "
+     "columns of numbers)",
      TypeConverters.toListString, None),
     ("inputShapes", "with inputCols: the shape of each column's row without the batch axis, one per column (e.g. "
      "[[3, 8, 8], [4]]); unset: each input flat, of the width its rows have", to_shapes, None),

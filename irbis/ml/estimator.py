@@ -56,7 +56,7 @@ from irbis.train.auto_batch import DEFAULT_CANDIDATES, AutoBatch
 from irbis.train.batchnorm import BATCHNORM_RECOMPUTE
 from irbis.train.health import NAN_POLICIES
 from irbis.train.loop import TRAINING_PRECISIONS, TrainSpec
-from irbis.train.networks import build_network, network_spec
+from irbis.train.networks import Activated, build_network, network_spec
 from irbis.train.optim import LOSSES, LR_SCALINGS, OPTIMIZERS, loss_entry, losses_doc, make_loss, validate_schedule
 from irbis.train.strategies import STRATEGIES, make_strategy
 from irbis.train.strategy import Strategy
@@ -552,7 +552,8 @@ class TorchEstimator(IrbisEstimator, HasTrainParams):
         """The fitted TorchModel; ``shape`` None: the network was trained on token ids of varying length
         (``variableLength=True``). Trained on several input columns, it keeps the network as trained (cutting
         one flat row apart, :class:`~irbis.train.networks.SplitInputs`); under a loss whose fitted model applies
-        an activation (:data:`~irbis.train.optim.LOSSES`: ``bce``'s sigmoid), the network ends with it."""
+        an activation (:data:`~irbis.train.optim.LOSSES`: ``bce``'s sigmoid), the network ends with it
+        (:class:`~irbis.train.networks.Activated`)."""
         import torch
 
         module.load_state_dict(torch.load(io.BytesIO(results[0].state), weights_only=True))
@@ -564,14 +565,14 @@ class TorchEstimator(IrbisEstimator, HasTrainParams):
             params["variableLength"] = True
         if self.getImagePreprocessing():  # it reads images as they were trained
             params["imagePreprocessing"] = self.getImagePreprocessing()
-        if network.get("inputs"):
+        if network.get("inputs"):  # from_module wraps the network of several inputs again
             params.update(inputCols=self.getInputCols(), inputShapes=network["inputs"])
-            arch = {}
+            module, arch = module.module, {}
         else:
             params["inputCol"] = self.getInputCol()
         entry = loss_entry(self.getLoss())
         if entry is not None and entry.activation == "sigmoid":  # per-class probabilities, as Spark ML's
-            module, arch = torch.nn.Sequential(module, torch.nn.Sigmoid()).eval(), {}  # probabilityCol
+            module, arch = Activated(module, torch.nn.Sigmoid()).eval(), {}  # probabilityCol
         model = TorchModel.from_module(module, outputCol=self.getPredictionCol(),
                                        device=self.getDevice(), engine=self.getEngine(),
                                        precision=self.getPrecision(), **params, **arch)

@@ -43,6 +43,18 @@ class SplitInputs(nn.Module):
         return self.module(*parts)
 
 
+class Activated(nn.Module):
+    """``activation(module(*inputs))``: a network ending in the activation its loss implies (``bce``'s sigmoid:
+    per-class probabilities), whatever number of inputs it takes."""
+
+    def __init__(self, module: nn.Module, activation: nn.Module) -> None:
+        super().__init__()
+        self.module, self.activation = module, activation
+
+    def forward(self, *inputs: Any) -> Any:
+        return self.activation(self.module(*inputs))
+
+
 def network_spec(network: str | Callable[[], nn.Module], options: dict[str, Any] | None = None) -> dict[str, Any]:
     """Normalise the user's network argument into a picklable spec."""
     if callable(network) and not isinstance(network, str):

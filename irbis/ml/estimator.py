@@ -249,8 +249,14 @@ class TorchEstimator(IrbisEstimator, HasTrainParams):
     they are padded, an object array of 1-D int64 arrays, and returns as many rows (their lengths may
     change: token dropout, cropping).
 
-    The column it reads is ``inputCol``, as on its fitted model; ``device``, ``engine`` and ``precision`` are
-    passed to the fitted model.
+    The column it reads is ``inputCol``, as on its fitted model; or, for a network whose ``forward`` takes
+    several inputs, the columns of ``inputCols`` (with ``inputShapes``), passed to ``forward`` in that order.
+    ``device``, ``engine`` and ``precision`` are passed to the fitted model.
+
+    ``labelCol`` holds a number per row, or a vector per row for the vector losses of
+    :data:`~irbis.train.optim.LOSSES`: ``bce`` (multi-label; the fitted model outputs per-class
+    probabilities), ``soft_cross_entropy`` (label distributions) and ``mse`` (vector targets);
+    :func:`irbis.vote_labels` makes such labels from annotators' votes.
 
     ``fit`` returns a :class:`~irbis.ml.TorchModel` whatever the rows, its ``outputCol`` the network's
     output under ``predictionCol``'s name; trained on images with ``imagePreprocessing``, the model
@@ -264,6 +270,8 @@ class TorchEstimator(IrbisEstimator, HasTrainParams):
     ...                      '"out_features": 10}', epochs=30, numWorkers=2)   # doctest: +SKIP
     >>> model = est.fit(train_df)                                             # doctest: +SKIP
     >>> model.training_summary[-1]["accuracy"]                                # doctest: +SKIP
+    >>> tags = TorchEstimator(network="mypackage.nets:two_inputs", inputCols=["pixels", "meta"],
+    ...                       inputShapes=[[1, 8, 8], [3]], labelCol="tags", loss="bce")  # doctest: +SKIP
     """
 
     #: The Model class that fit returns, whatever the rows: on images trained with imagePreprocessing it

@@ -186,6 +186,9 @@ class TorchModel(NetworkStageParams, HasPrecision, HasCalibrationSample, HasEngi
     def _validate_network_params(self) -> None:
         super()._validate_network_params()
         if self.isDefined(self.inputCols):
+            if self.isSet(self.inputCol):
+                raise ValueError(f"TorchModel: inputCol {self.getInputCol()!r} and inputCols "
+                                 f"{self.getInputCols()} are exclusive; set one")
             shapes = self.getInputShapes() if self.isDefined(self.inputShapes) else None
             if shapes is None or len(shapes) != len(self.getInputCols()):
                 raise ValueError(f"TorchModel: inputCols {self.getInputCols()} needs inputShapes, one row shape "

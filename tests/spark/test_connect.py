@@ -204,7 +204,6 @@ def test_two_input_columns_and_multi_label_votes_fit_on_connect(connect):
         df = df.withColumn("tags", vote_labels("votes", "multi_label", min_votes=5))
         est = _digits_estimator(network="tests.multi_input_networks:two_inputs", networkOptions="{}", loss="bce",
                                 labelCol="tags", epochs=12, learningRate=1e-2)
-        est.clear(est.inputCol)
         model = est.setInputCols(["a", "b"]).fit(df)
     out = model.transform(pd.DataFrame({"a": list(x[500:, :5]), "b": list(x[500:, 5:])}))
     probs = np.stack(out["prediction"].map(np.asarray))

@@ -126,7 +126,6 @@ def test_two_input_columns_learn_as_plain_pytorch_and_survive_save_and_load(spar
     df = frame(spark, {"a": [r.tolist() for r in a[:N_TRAIN]], "b": [Vectors.dense(r) for r in b[:N_TRAIN]],
                        "label": label[:N_TRAIN].tolist()})
     est = estimator(network="tests.multi_input_networks:two_inputs", networkOptions="{}")
-    est.clear(est.inputCol)
     model = est.setInputCols(["a", "b"]).fit(df)
     assert model.getInputCols() == ["a", "b"] and model.getInputShapes() == [[5], [3]]
     model.write().overwrite().save(str(tmp_path / "two"))
@@ -152,7 +151,6 @@ def test_a_tensor_column_beside_a_vector_column_learns_as_plain_pytorch(spark, d
     df = frame(spark, {"p": patch[:N_TRAIN].tolist(), "m": meta[:N_TRAIN].tolist(), "label": label[:N_TRAIN].tolist()})
     df = tensor_bytes_column(df, "p", "patch").withColumnRenamed("m", "meta")  # tensor bytes, and numbers
     est = estimator(network="tests.multi_input_networks:patch_and_meta", networkOptions="{}", epochs=EPOCHS * 4)
-    est.clear(est.inputCol)
     model = est.setInputCols(["patch", "meta"]).setInputShapes([[1, 4, 4], [3]]).fit(df)
     test = spark.createDataFrame(list(zip(patch[N_TRAIN:].tolist(), meta[N_TRAIN:].tolist())), ["p", "m"])
     test = tensor_bytes_column(test, "p", "patch").withColumnRenamed("m", "meta")
@@ -214,7 +212,6 @@ def test_input_cols_that_cannot_be_joined_are_named_before_training(spark):
     df = spark.createDataFrame([([1.0, 2.0], [0.5, 0.5, 0.5], 1)] * 4, ["a", "b", "label"])
     df = tensor_bytes_column(df, "b", "b_bytes", "uint8")
     est = estimator(network="tests.multi_input_networks:two_inputs", networkOptions="{}", epochs=1)
-    est.clear(est.inputCol)
     with pytest.raises(ValueError, match=r"inputCols \['a', 'b_bytes'\] mix numbers \(\['a'\]\) and tensor bytes"):
         est.setInputCols(["a", "b_bytes"]).setInputDtype("uint8").fit(df)
     with pytest.raises(ValueError, match=r"inputShapes gives column 'b' the shape \[2, 2\] \(4 values\) but its rows "

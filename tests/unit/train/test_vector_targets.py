@@ -104,6 +104,8 @@ def test_a_model_of_two_columns_gives_null_where_either_is_null():
     np.testing.assert_allclose(np.stack([out[0], out[2]]), ref.numpy(), atol=1e-5)
     with pytest.raises(ValueError, match="needs inputShapes"):
         TorchModel.from_module(net, inputCols=["a", "b"], outputCol="y")
+    with pytest.raises(ValueError, match="inputCol 'a' and inputCols"):
+        stage.copy().setInputCol("a").transform(pd.DataFrame({"a": a, "b": b}))
 
 
 @pytest.mark.parametrize("strategy", ["sync", "downpour"])

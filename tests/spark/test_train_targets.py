@@ -11,6 +11,7 @@ from pyspark.ml.linalg import Vectors
 
 from irbis.ml import TorchEstimator, TorchModel
 from irbis.models import build_model
+from irbis.serving.predictor import compile_stages
 from irbis.spark.targets import vote_labels
 from irbis.spark.tensors import tensor_bytes_column
 from tests.multi_input_networks import patch_and_meta, two_inputs
@@ -132,6 +133,9 @@ def test_two_input_columns_learn_as_plain_pytorch_and_survive_save_and_load(spar
     loaded = TorchModel.load(str(tmp_path / "two"))
     pred = predict(loaded, a=a[N_TRAIN:], b=b[N_TRAIN:])
     np.testing.assert_allclose(pred, predict(model, a=a[N_TRAIN:], b=b[N_TRAIN:]), atol=1e-5)
+    served = compile_stages(str(tmp_path / "two")).predict({"a": a[N_TRAIN:N_TRAIN + 5].tolist(),
+                                                           "b": b[N_TRAIN:N_TRAIN + 5].tolist()})
+    np.testing.assert_allclose(np.array(served["prediction"]), pred[:5], atol=1e-5)  # serving: no Spark
     acc = (pred.argmax(1) == label[N_TRAIN:]).mean()
     plain = plain_fit(two_inputs, torch.nn.functional.cross_entropy, [a[:N_TRAIN], b[:N_TRAIN]],
                       torch.as_tensor(label[:N_TRAIN]))

@@ -124,3 +124,26 @@ def test_multi_label_learns_on_the_thread_backend_under_sync_and_a_parameter_ser
     last = res[0].history[-1]
     assert last["loss"] < res[0].history[0]["loss"] and acc > 0.9
     assert last["accuracy"] > 0.85  # the validation rows' share of per-class decisions right
+
+
+def test_vector_labels_travel_with_their_rows_through_a_spill_file():
+    from irbis.train.rows import BatchPlan
+    from irbis.train.stream import FEATURES, LABEL, InputFormat, SpilledShard, read_partition
+
+    def batches():
+        for s in range(0, 600, 37):
+            ids = np.arange(s, min(s + 37, 600))
+            x = ids[:, None].repeat(4, 1).astype(np.float32)
+            y = np.stack([ids % 2, ids % 3 == 0, np.full(len(ids), np.nan if s == 37 else 1.0)], 1)
+            yield pa.RecordBatch.from_arrays([pa.array(list(x)), pa.array(list(y.astype(np.float32)))],
+                                             [FEATURES, LABEL])
+
+    shard, profile = read_partition(batches(), InputFormat("vector", [4]), buffer_rows=100)
+    assert isinstance(shard, SpilledShard) and shard.labels.shape == (600, 3)
+    rows, _, skipped = shard.split(0.0, 0, "skip")
+    assert skipped == 37 and len(rows) == 563  # the batch of NaN labels is left out under nanPolicy='skip'
+    for xb, yb in rows.batches(BatchPlan(50, 11, 0, 0, 0, label_dtype=np.float32)):
+        ids = xb[:, 0].numpy().astype(int)
+        assert yb.shape == (50, 3)
+        np.testing.assert_array_equal(yb[:, :2].numpy(), np.stack([ids % 2, ids % 3 == 0], 1))
+    shard.close()

@@ -33,15 +33,13 @@ from irbis.train.optim import (
     batch_scale,
     class_weights,
     loss_entry,
+    loss_label_dtype,
     make_loss,
     make_optimizer,
     param_groups,
     rate_factor,
     set_lr,
     update_batch,
-)
-from irbis.train.optim import (
-    label_dtype as loss_label_dtype,
 )
 from irbis.train.ragged import RaggedRows, check_network, first_batch, forward, is_ragged, usable_rows
 from irbis.train.rows import BatchPlan, Rows, TensorRows

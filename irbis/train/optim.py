@@ -112,7 +112,7 @@ def loss_entry(loss: Any) -> Loss | None:
     return LOSSES.get(loss) if isinstance(loss, str) else None
 
 
-def label_dtype(loss: Any) -> Any:
+def loss_label_dtype(loss: Any) -> Any:
     """The labels' dtype of a loss: int64 for class indices, float32 else (a callable's labels included)."""
     entry = loss_entry(loss)
     return entry.label_dtype if entry is not None else np.float32

@@ -285,36 +285,36 @@ def read_partition(batches: Iterator[pa.RecordBatch], fmt: InputFormat, buffer_r
     return SpilledShard(spill, y, fmt, skip, reasons, buffer_rows), profile
 
 
-def label_rows(column: pa.Array) -> np.ndarray:
-    """A batch's labels as float64: ``(n,)`` for numbers (NaN for a null), or, for a list column (vector
-    labels), an object array of 1-d rows (an empty row for a null) that :func:`stack_labels` stacks."""
+def label_rows(column: pa.Array) -> tuple[np.ndarray, np.ndarray | None]:
+    """A batch's labels as float64, and their widths: numbers ``(n,)`` (NaN for a null) and None; or, for a
+    list column (vector labels), ``(n, k)`` with ``k`` the widest row, the values a narrower or null row lacks
+    NaN, and each row's width (0: null). Read as whole arrays, with no Python object per row."""
     if isinstance(column, pa.ChunkedArray):
         column = column.combine_chunks()
     if not pa.types.is_list(column.type):
-        return pc.fill_null(column, float("nan")).to_numpy(zero_copy_only=False)
-    offsets = column.offsets.to_numpy()
-    values = column.values.to_numpy(zero_copy_only=False).astype(np.float64, copy=False)
+        return pc.fill_null(column, float("nan")).to_numpy(zero_copy_only=False), None
+    offsets = column.offsets.to_numpy().astype(np.int64)  # into column.values, which ignores a slice
     valid = column.is_valid().to_numpy(zero_copy_only=False)
-    rows = np.empty(len(column), dtype=object)
-    for i in range(len(column)):
-        rows[i] = values[offsets[i]:offsets[i + 1]] if valid[i] else values[:0]
-    return rows
+    widths = np.where(valid, np.diff(offsets), 0)
+    values = column.values.to_numpy(zero_copy_only=False).astype(np.float64, copy=False)
+    y = np.full((len(column), int(widths.max(initial=0))), np.nan)
+    rows = np.repeat(np.arange(len(column)), widths)
+    cols = np.arange(int(widths.sum())) - np.repeat(np.cumsum(widths) - widths, widths)
+    y[rows, cols] = values[np.repeat(offsets[:-1], widths) + cols]
+    return y, widths
 
 
-def stack_labels(batches: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray | None]:
-    """The batches of :func:`label_rows` as one array, and the vector labels' widths per row (None: numbers).
-    Vector labels become ``(n, k)``, ``k`` the widest row; a null row, and the missing values of a narrower
-    one, are NaN (the checks name rows of unequal width before they are used)."""
+def stack_labels(batches: list[tuple[np.ndarray, np.ndarray | None]]) -> tuple[np.ndarray, np.ndarray | None]:
+    """The batches of :func:`label_rows` as one array and one array of widths (None: numbers). Vector labels
+    are padded with NaN to the widest row of all batches (the checks name rows of unequal width before any
+    is used)."""
     if not batches:
         return np.zeros(0), None
-    if batches[0].dtype != object:
-        return np.concatenate(batches), None
-    rows = np.concatenate(batches)
-    widths = np.array([len(r) for r in rows], np.int64)
-    y = np.full((len(rows), int(widths.max(initial=0))), np.nan)
-    for i, r in enumerate(rows):
-        y[i, :len(r)] = r
-    return y, widths
+    if batches[0][1] is None:
+        return np.concatenate([y for y, _ in batches]), None
+    k = max(y.shape[1] for y, _ in batches)
+    y = np.concatenate([np.pad(y, ((0, 0), (0, k - y.shape[1])), constant_values=np.nan) for y, _ in batches])
+    return y, np.concatenate([w for _, w in batches if w is not None])
 
 
 def sequence_rows(column: pa.Array) -> np.ndarray:

@@ -15,7 +15,7 @@ from irbis.train.backends.local import run_threads, shard_rows
 from irbis.train.checks import check_label_kind, merge_profiles, shard_profile
 from irbis.train.loop import TrainSpec
 from irbis.train.networks import SplitInputs, build_network, network_spec
-from irbis.train.optim import LOSSES, label_dtype, losses_doc, make_loss
+from irbis.train.optim import LOSSES, loss_label_dtype, losses_doc, make_loss
 from irbis.train.stream import label_rows, stack_labels
 
 
@@ -26,18 +26,19 @@ def test_every_loss_of_the_registry_is_documented_and_takes_its_labels():
     for name, entry in LOSSES.items():
         assert f"'{name}'" in losses_doc()
         assert torch.isfinite(make_loss(name)(out, targets[entry.labels]))
-    assert label_dtype("cross_entropy") == np.int64 and label_dtype("bce") == np.float32
+    assert loss_label_dtype("cross_entropy") == np.int64 and loss_label_dtype("bce") == np.float32
     y = torch.tensor([[1.0, 0.0, 1.0]])
     assert torch.allclose(make_loss("bce")(out[:1], y),
                           torch.nn.functional.binary_cross_entropy_with_logits(out[:1], y))
 
 
 def test_vector_labels_are_read_with_nulls_and_widths():
-    a = pa.array([[1.0, 0.0], None, [0.5, 0.5]], pa.list_(pa.float32()))
+    a = pa.array([[9.0], [1.0, 0.0], None, [0.5, 0.5]], pa.list_(pa.float32())).slice(1)
     b = pa.array([[0.0, 1.0, 0.0]], pa.list_(pa.float32()))
     y, widths = stack_labels([label_rows(a), label_rows(b)])
     assert y.shape == (4, 3) and widths.tolist() == [2, 0, 2, 3]
     assert np.isnan(y[1]).all() and np.isnan(y[0, 2])
+    np.testing.assert_array_equal(y[[0, 2, 3]][:, :2], [[1, 0], [0.5, 0.5], [0, 1]])
     assert stack_labels([label_rows(pa.array([1.0, None]))])[1] is None
 
 

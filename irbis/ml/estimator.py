@@ -448,9 +448,12 @@ class TorchEstimator(IrbisEstimator, HasTrainParams):
             if self.getOrDefault(name) not in ("", "[]"):
                 raise ParamValueError(name, self.getOrDefault(name), f"empty with inputCols {cols} (several "
                                       "input columns take numbers or tensor bytes, not images)")
+        if self.isSet(self.inputShape):
+            raise ParamValueError("inputShape", self.getInputShape(), f"unset with inputCols {cols}: give each "
+                                  "column's row shape in inputShapes")
         kind = input_kinds(dataset, cols, self.getInputDtype())
         shapes = input_shapes(dataset, cols, self.getOrDefault(self.inputShapes) if self.isDefined(self.inputShapes)
-                              else None, kind, self.getInputDtype())
+                              else None, self.getInputDtype())
         total = sum(int(np.prod(s)) for s in shapes)
         return InputFormat(kind, [total], self.getInputDtype()), shapes
 

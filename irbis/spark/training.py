@@ -95,11 +95,11 @@ def input_kinds(df: DataFrame, columns: list[str], dtype: str = "float32") -> st
     return "tensor"
 
 
-def input_shapes(df: DataFrame, columns: list[str], given: list[list[int]] | None, kind: str,
+def input_shapes(df: DataFrame, columns: list[str], given: list[list[int]] | None,
                  dtype: str = "float32") -> list[list[int]]:
     """The row shape of each of several input columns: ``given`` (``inputShapes``) checked against the
-    columns' widths in their first row without nulls, else each width as a flat shape. Raises naming the
-    column whose width disagrees."""
+    columns' widths in their first row without nulls (tensor bytes: values of ``dtype``), else each width as
+    a flat shape. Raises naming the column whose width disagrees."""
     from pyspark.ml.functions import vector_to_array
     from pyspark.ml.linalg import VectorUDT
     from pyspark.sql import functions as F

@@ -221,3 +221,5 @@ def test_input_cols_that_cannot_be_joined_are_named_before_training(spark):
     with pytest.raises(ValueError, match=r"inputShapes gives column 'b' the shape \[2, 2\] \(4 values\) but its rows "
                                          r"hold 3"):
         est.setInputCols(["a", "b"]).setInputShapes([[2], [2, 2]]).setInputDtype("float32").fit(df)
+    with pytest.raises(ValueError, match=r"inputShape.*unset with inputCols \['a', 'b'\]"):
+        est.setInputShape([5]).fit(df)

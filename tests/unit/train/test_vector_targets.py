@@ -79,7 +79,11 @@ def test_split_inputs_hands_the_network_its_inputs_in_order():
     assert isinstance(build_network(spec), SplitInputs)
 
 
-def test_a_model_of_two_columns_gives_null_where_either_is_null():
+@pytest.mark.parametrize("engine", ["torch", "onnxruntime"])
+def test_a_model_of_two_columns_gives_null_where_either_is_null(engine):
+    if engine != "torch":
+        pytest.importorskip(engine)
+
     class Two(torch.nn.Module):
         def __init__(self):
             super().__init__()
@@ -90,7 +94,7 @@ def test_a_model_of_two_columns_gives_null_where_either_is_null():
 
     net = Two().eval()
     stage = TorchModel.from_module(net, inputCols=["a", "b"], inputShapes=[[3], [2, 2]], outputCol="y",
-                                   engine="torch")
+                                   engine=engine)
     a = [np.full(3, i, np.float32) for i in range(3)]
     b = [np.arange(4, dtype=np.float32), None, np.ones(4, np.float32)]
     out = stage.transform(pd.DataFrame({"a": a, "b": b}))["y"]

@@ -183,9 +183,10 @@ TRAIN_PARAMS: list[Row] = [
                      "rows), or a JSON list of one weight per class", T.toString, "", check_class_weights),
     ("earlyStoppingPatience", "stop after this many epochs without a lower validation loss and keep the best "
                               "epoch's weights (0: never; needs validationFraction)", T.toInt, 0, at_least(0)),
-    ("labelCol", "label column: a number per row, or a vector (Spark ML vector or array of numbers) per row for "
-                 "the vector losses ('bce' multi-label, 'soft_cross_entropy' distributions, 'mse' vector targets) "
-                 "of the network's output width", T.toString, "label"),
+    ("labelCol", "label column: a number per row (a class index under cross_entropy); under TorchEstimator's "
+                 "vector losses (loss 'bce': multi-label, 'soft_cross_entropy': distributions, 'mse': vector "
+                 "targets) a Spark ML vector or an array of numbers of the network's output width",
+     T.toString, "label"),
     ("predictionCol", "output column of the fitted model", T.toString, "prediction"),
     ("validationFraction", "fraction of each worker's rows held out for per-epoch validation",
      T.toFloat, 0.0, in_range(0, 1, high_open=True)),

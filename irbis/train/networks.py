@@ -51,8 +51,8 @@ class Activated(nn.Module):
         super().__init__()
         self.module, self.activation = module, activation
 
-    def forward(self, *inputs: Any) -> Any:
-        return self.activation(self.module(*inputs))
+    def forward(self, x: Any, *more: Any) -> Any:  # a first input by name: torch.export traces one-input networks
+        return self.activation(self.module(x, *more))
 
 
 def network_spec(network: str | Callable[[], nn.Module], options: dict[str, Any] | None = None) -> dict[str, Any]:

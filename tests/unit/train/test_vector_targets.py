@@ -152,3 +152,22 @@ def test_vector_labels_travel_with_their_rows_through_a_spill_file():
         assert yb.shape == (50, 3)
         np.testing.assert_array_equal(yb[:, :2].numpy(), np.stack([ids % 2, ids % 3 == 0], 1))
     shard.close()
+
+
+def test_a_network_ending_in_its_activation_is_stored_as_an_export_for_one_input_or_several():
+    from irbis.train.networks import Activated
+
+    one = TorchModel.from_module(Activated(torch.nn.Linear(3, 2), torch.nn.Sigmoid()).eval(), inputCol="x",
+                                 inputShape=[3], outputCol="y", engine="torch")
+    assert one.getNetwork().endswith(".pt2")
+    out = one.transform(pd.DataFrame({"x": [np.full(3, 9, np.float32)]}))["y"][0]
+    assert ((out > 0) & (out < 1)).all()
+
+    class Two(torch.nn.Module):
+        def forward(self, a, b):
+            return a - b
+
+    two = TorchModel.from_module(Activated(Two(), torch.nn.Sigmoid()).eval(), inputCols=["a", "b"],
+                                 inputShapes=[[2], [2]], outputCol="y", engine="torch")
+    out = two.transform(pd.DataFrame({"a": [np.array([1, 0], np.float32)], "b": [np.array([0, 1], np.float32)]}))
+    np.testing.assert_allclose(out["y"][0], torch.sigmoid(torch.tensor([1.0, -1.0])).numpy(), rtol=1e-6)

@@ -145,6 +145,7 @@ def test_two_input_columns_learn_as_plain_pytorch_and_survive_save_and_load(spar
     assert ref > 0.85 and acc >= ref - 0.01, (acc, ref)
 
 
+@pytest.mark.slow  # the heaviest fit here (48 epochs for both to converge)
 def test_a_tensor_column_beside_a_vector_column_learns_as_plain_pytorch(spark, data):
     x, _, _ = data
     rng = np.random.default_rng(1)

@@ -28,6 +28,7 @@ _EXPORTS: dict[str, str] = {
     "ImageReadStats": "irbis.spark.images",
     "tensor_bytes": "irbis.spark.tensors",
     "tensor_bytes_column": "irbis.spark.tensors",
+    "vote_labels": "irbis.spark.targets",
     "ModelRepository": "irbis.models",
     "CatalogueEntry": "irbis.models",
     "MODELS": "irbis.models",

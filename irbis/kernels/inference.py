@@ -468,7 +468,10 @@ class NetworkKernel:
     with ``preprocessing``, or tensors of row ``shape`` read as ``input_dtype``) and run through the process's
     predictor of ``source`` and ``options`` (:func:`cached_predict_fn`); with ``sequence`` (``token_budget``
     and ``max_rows``), the column's variable-length rows run in length-aware batches instead
-    (:func:`make_sequence_predict_fn`). :attr:`files` names the network's file or folder, which a runner that
+    (:func:`make_sequence_predict_fn`). With ``columns`` (several input columns, rows of ``shapes``) each
+    column is read as one column is, and the network gets the rows valid in all of them as one flat row of
+    their values side by side (:meth:`joined`; a network trained on several columns cuts it apart).
+    :attr:`files` names the network's file or folder, which a runner that
     moves the kernel to another machine rewrites with :meth:`relocated`.
     """
 
@@ -482,6 +485,8 @@ class NetworkKernel:
     input_dtype: str = "float32"
     preprocessing: Any = None
     sequence: dict[str, Any] | None = None
+    columns: tuple[str, ...] = ()
+    shapes: tuple[tuple[int, ...], ...] = ()
 
     @property
     def files(self) -> tuple[str, ...]:
@@ -505,13 +510,28 @@ class NetworkKernel:
         batch = network_batch(block, self.column, self.shape, input_dtype=self.input_dtype, stage=self.stage)
         return batch.values, batch.valid, [None] * len(batch.valid)
 
+    def joined(self, blocks: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
+        """The blocks of ``columns`` as one batch of flat rows, their values side by side, and the rows
+        valid (not null) in every column."""
+        from irbis.kernels.batching import network_batch
+
+        batches = [network_batch(blocks[c], c, list(s), input_dtype=self.input_dtype, stage=self.stage)
+                   for c, s in zip(self.columns, self.shapes)]
+        valid = np.logical_and.reduce([b.valid for b in batches])
+        parts = [b.values[(np.cumsum(b.valid) - 1)[valid]].reshape(int(valid.sum()), -1) for b in batches]
+        return np.concatenate(parts, axis=1), valid
+
     def __call__(self, blocks: dict[str, Any]) -> dict[str, Any]:
         from irbis.kernels.batching import refused_shape
         from irbis.kernels.blocks import Tensor, flat_rows
 
         if self.sequence is not None:
             return self._sequences(blocks)
-        values, valid, errors = self.convert(blocks[self.column], not self.error_col)
+        if self.columns:
+            values, valid = self.joined(blocks)
+            errors: list[str | None] = [None] * len(valid)
+        else:
+            values, valid, errors = self.convert(blocks[self.column], not self.error_col)
         try:
             out = cached_predict_fn(self.source, **self.options)(values) if len(values) else None
         except EngineError:

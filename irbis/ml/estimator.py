@@ -15,6 +15,7 @@ shares with the inference stages (``inputShape``, ``device``).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import inspect
 import io
 import json
@@ -25,6 +26,7 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any
 
+import numpy as np
 from pyspark.ml.param import TypeConverters as T
 
 from irbis.errors import ParamValueError
@@ -44,6 +46,7 @@ from irbis.ml.params import (
     one_of,
     parsed_by,
     row_named,
+    rows_named,
     table_mixin,
 )
 from irbis.ml.torch_model import TorchModel
@@ -54,8 +57,8 @@ from irbis.train.auto_batch import DEFAULT_CANDIDATES, AutoBatch
 from irbis.train.batchnorm import BATCHNORM_RECOMPUTE
 from irbis.train.health import NAN_POLICIES
 from irbis.train.loop import TRAINING_PRECISIONS, TrainSpec
-from irbis.train.networks import build_network, network_spec
-from irbis.train.optim import LOSSES, LR_SCALINGS, OPTIMIZERS, make_loss, validate_schedule
+from irbis.train.networks import Activated, build_network, network_spec
+from irbis.train.optim import LOSSES, LR_SCALINGS, OPTIMIZERS, loss_entry, losses_doc, make_loss, validate_schedule
 from irbis.train.strategies import STRATEGIES, make_strategy
 from irbis.train.strategy import Strategy
 
@@ -127,7 +130,7 @@ TRAIN_PARAMS: list[Row] = [
     ("network", "architecture name (irbis.models.ARCHITECTURES), TorchScript file path, or "
                 "'package.module:function' naming a module factory", T.toString, None),
     ("networkOptions", "JSON object of keyword arguments for the architecture", T.toString, "{}"),
-    ("loss", "'cross_entropy', 'mse', or 'package.module:function'", T.toString, "cross_entropy",
+    ("loss", losses_doc(), T.toString, "cross_entropy",
      one_of(*LOSSES, or_ref=True)),
     ("optimizer", "'sgd', 'momentum', 'nesterov', 'adagrad', 'rmsprop', 'adam', or "
                   "'package.module:function' (params -> torch.optim.Optimizer)", T.toString, "adam",
@@ -173,6 +176,7 @@ TRAIN_PARAMS: list[Row] = [
     ("inputCol", "input column: a vector or an array of numbers, a Spark image struct (irbis.read_images), "
                     "or binary: encoded image files (binaryFile's content) when imagePreprocessing is set, else "
                     "tensor bytes of inputShape and inputDtype", T.toString, "features"),
+    *rows_named(("inputCols", "inputShapes"), SHARED_PARAMS),
     row_named("imagePreprocessing", SHARED_PARAMS),
     ("augmentation", "JSON list of training-time image augmentations drawn per row, epoch and worker from seed "
                      "(irbis.kernels.image.augment: random_resized_crop, flip, rotate, color_jitter, grey, "
@@ -188,7 +192,10 @@ TRAIN_PARAMS: list[Row] = [
                      "rows), or a JSON list of one weight per class", T.toString, "", check_class_weights),
     ("earlyStoppingPatience", "stop after this many epochs without a lower validation loss and keep the best "
                               "epoch's weights (0: never; needs validationFraction)", T.toInt, 0, at_least(0)),
-    ("labelCol", "label column (numeric)", T.toString, "label"),
+    ("labelCol", "label column: a number per row (a class index under cross_entropy); under TorchEstimator's "
+                 "vector losses (loss 'bce': multi-label, 'soft_cross_entropy': distributions, 'mse': vector "
+                 "targets) a Spark ML vector or an array of numbers of the network's output width",
+     T.toString, "label"),
     ("predictionCol", "output column of the fitted model", T.toString, "prediction"),
     ("validationFraction", "fraction of each worker's rows held out for per-epoch validation",
      T.toFloat, 0.0, in_range(0, 1, high_open=True)),
@@ -252,8 +259,14 @@ class TorchEstimator(IrbisEstimator, HasTrainParams):
     they are padded, an object array of 1-D int64 arrays, and returns as many rows (their lengths may
     change: token dropout, cropping).
 
-    The column it reads is ``inputCol``, as on its fitted model; ``device``, ``engine`` and ``precision`` are
-    passed to the fitted model.
+    The column it reads is ``inputCol``, as on its fitted model; or, for a network whose ``forward`` takes
+    several inputs, the columns of ``inputCols`` (with ``inputShapes``), passed to ``forward`` in that order.
+    ``device``, ``engine`` and ``precision`` are passed to the fitted model.
+
+    ``labelCol`` holds a number per row, or a vector per row for the vector losses of
+    :data:`~irbis.train.optim.LOSSES`: ``bce`` (multi-label; the fitted model outputs per-class
+    probabilities), ``soft_cross_entropy`` (label distributions) and ``mse`` (vector targets);
+    :func:`irbis.vote_labels` makes such labels from annotators' votes.
 
     ``fit`` returns a :class:`~irbis.ml.TorchModel` whatever the rows, its ``outputCol`` the network's
     output under ``predictionCol``'s name; trained on images with ``imagePreprocessing``, the model
@@ -267,6 +280,8 @@ class TorchEstimator(IrbisEstimator, HasTrainParams):
     ...                      '"out_features": 10}', epochs=30, numWorkers=2)   # doctest: +SKIP
     >>> model = est.fit(train_df)                                             # doctest: +SKIP
     >>> model.training_summary[-1]["accuracy"]                                # doctest: +SKIP
+    >>> tags = TorchEstimator(network="mypackage.nets:two_inputs", inputCols=["pixels", "meta"],
+    ...                       inputShapes=[[1, 8, 8], [3]], labelCol="tags", loss="bce")  # doctest: +SKIP
     """
 
     #: The Model class that fit returns, whatever the rows: on images trained with imagePreprocessing it
@@ -318,7 +333,13 @@ class TorchEstimator(IrbisEstimator, HasTrainParams):
         return self
 
     def _set(self, **kwargs: Any) -> TorchEstimator:
-        """Set Params; ``strategy`` and ``strategyOptions`` are checked together against the registry."""
+        """Set Params; ``strategy`` and ``strategyOptions`` are checked together against the registry, and
+        ``inputCol`` and ``inputCols`` are exclusive."""
+        cols = {"inputCol", "inputCols"}
+        if cols & kwargs.keys() and all(kwargs.get(n) is not None or (n not in kwargs and self.isSet(n))
+                                        for n in cols):
+            raise ValueError("TorchEstimator: inputCol and inputCols are exclusive; set inputCols alone for a "
+                             "network of several inputs (clear inputCol first: est.clear(est.inputCol))")
         if {"strategy", "strategyOptions"} & kwargs.keys():
             name = kwargs["strategy"] if "strategy" in kwargs else self._current("strategy")
             options = kwargs["strategyOptions"] if "strategyOptions" in kwargs else self._current("strategyOptions")
@@ -424,6 +445,28 @@ class TorchEstimator(IrbisEstimator, HasTrainParams):
         return InputFormat(kind, shape, self.getInputDtype(),
                            None if preprocessing is None else preprocessing.to_dict(), augmentation)
 
+    def _joined_format(self, dataset: Any) -> tuple[Any, list[list[int]]]:
+        """The input format of several input columns (``inputCols``): one flat row of their values side by
+        side, numbers or tensor bytes; their shapes (``inputShapes``, else each column's width in its first
+        row) go to the network spec, which :func:`~irbis.train.networks.build_network` wraps in
+        :class:`~irbis.train.networks.SplitInputs`."""
+        from irbis.spark.training import input_kinds, input_shapes
+        from irbis.train.stream import InputFormat
+
+        cols = self.getInputCols()
+        for name in ("imagePreprocessing", "augmentation"):
+            if self.getOrDefault(name) not in ("", "[]"):
+                raise ParamValueError(name, self.getOrDefault(name), f"empty with inputCols {cols} (several "
+                                      "input columns take numbers or tensor bytes, not images)")
+        if self.isSet(self.inputShape):
+            raise ParamValueError("inputShape", self.getInputShape(), f"unset with inputCols {cols}: give each "
+                                  "column's row shape in inputShapes")
+        kind = input_kinds(dataset, cols, self.getInputDtype())
+        shapes = input_shapes(dataset, cols, self.getOrDefault(self.inputShapes) if self.isDefined(self.inputShapes)
+                              else None, self.getInputDtype())
+        total = sum(int(np.prod(s)) for s in shapes)
+        return InputFormat(kind, [total], self.getInputDtype()), shapes
+
     # -- fit -------------------------------------------------------------------------------------
     def _fit(self, dataset: Any) -> Any:
         tracked = fit_is_tracked(self)
@@ -450,9 +493,15 @@ class TorchEstimator(IrbisEstimator, HasTrainParams):
         from irbis.train.ps.driver import served
 
         spec, strategy = self._spec()
-        frame = training_frame(dataset, self.getInputCol(), self.getLabelCol(),
-                               binary_as="encoded" if self.getImagePreprocessing() else "tensor")
-        fmt = self._input_format(dataset, spec)
+        cols = self.getInputCols() if self.isDefined(self.inputCols) else None
+        frame = training_frame(dataset, cols or self.getInputCol(), self.getLabelCol(),
+                               binary_as="encoded" if self.getImagePreprocessing() else "tensor",
+                               dtype=self.getInputDtype())
+        if cols:  # the network takes the columns' values of one flat row, cut apart (SplitInputs)
+            fmt, shapes = self._joined_format(dataset)
+            spec = dataclasses.replace(spec, network={**spec.network, "inputs": shapes})
+        else:
+            fmt = self._input_format(dataset, spec)
         if spec.schedule.earlyStoppingPatience and not spec.data.validationFraction:
             raise ParamValueError("earlyStoppingPatience", spec.schedule.earlyStoppingPatience,
                                   "0 unless validationFraction > 0 (early stopping watches the validation loss)")
@@ -470,7 +519,7 @@ class TorchEstimator(IrbisEstimator, HasTrainParams):
         session = dataset.sparkSession
         spec = spec.updated(input_format=fmt, inputShape=fmt.shape, checkpointDir=checkpoint_dir,
                             torch_threads=int(session.conf.get("spark.task.cpus", "1") or 1))
-        columns = (self.getInputCol(), self.getLabelCol())
+        columns = (", ".join(cols) if cols else self.getInputCol(), self.getLabelCol())
         server = self._progress_server(spec, session)
         try:
             workers = self.getNumWorkers()
@@ -522,7 +571,10 @@ class TorchEstimator(IrbisEstimator, HasTrainParams):
 
     def _fitted(self, module: Any, network: dict[str, Any], results: list[Any], shape: list[int] | None) -> Any:
         """The fitted TorchModel; ``shape`` None: the network was trained on token ids of varying length
-        (``variableLength=True``)."""
+        (``variableLength=True``). Trained on several input columns, it keeps the network as trained (cutting
+        one flat row apart, :class:`~irbis.train.networks.SplitInputs`); under a loss whose fitted model applies
+        an activation (:data:`~irbis.train.optim.LOSSES`: ``bce``'s sigmoid), the network ends with it
+        (:class:`~irbis.train.networks.Activated`)."""
         import torch
 
         module.load_state_dict(torch.load(io.BytesIO(results[0].state), weights_only=True))
@@ -534,7 +586,15 @@ class TorchEstimator(IrbisEstimator, HasTrainParams):
             params["variableLength"] = True
         if self.getImagePreprocessing():  # it reads images as they were trained
             params["imagePreprocessing"] = self.getImagePreprocessing()
-        model = TorchModel.from_module(module, inputCol=self.getInputCol(), outputCol=self.getPredictionCol(),
+        if network.get("inputs"):  # from_module wraps the network of several inputs again
+            params.update(inputCols=self.getInputCols(), inputShapes=network["inputs"])
+            module, arch = module.module, {}
+        else:
+            params["inputCol"] = self.getInputCol()
+        entry = loss_entry(self.getLoss())
+        if entry is not None and entry.activation == "sigmoid":  # per-class probabilities, as Spark ML's
+            module, arch = Activated(module, torch.nn.Sigmoid()).eval(), {}  # probabilityCol
+        model = TorchModel.from_module(module, outputCol=self.getPredictionCol(),
                                        device=self.getDevice(), engine=self.getEngine(),
                                        precision=self.getPrecision(), **params, **arch)
         model.training_summary = results[0].history

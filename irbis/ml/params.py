@@ -160,6 +160,15 @@ check_preprocessing = parsed_by(preprocessing_for, "a catalogue model name or a 
                                 ("a catalogue model or a JSON preprocessing record",))
 
 
+def to_shapes(value: Any) -> list[list[int]]:
+    """``inputShapes``' converter: a list of row shapes (lists of integers >= 1)."""
+    shapes = TypeConverters.toListListFloat(value)
+    if not all(shape and all(d >= 1 and float(d).is_integer() for d in shape) for shape in shapes):
+        raise TypeError(f"inputShapes must be a list of shapes of integers >= 1, e.g. [[3, 8, 8], [4]], "
+                        f"found {value!r}")
+    return [[int(d) for d in shape] for shape in shapes]
+
+
 SHARED_PARAMS: list[Row] = [
     ("network", "the network the stage runs or trains: a catalogue name (irbis.models.MODELS), a model folder "
      "(architecture.json + weights, or a Hugging Face-format folder: config.json, safetensors weights, "
@@ -188,6 +197,12 @@ SHARED_PARAMS: list[Row] = [
      TypeConverters.toString, "auto", one_of(*ENGINE_NAMES)),
     ("inputShape", "shape of one input row without the batch axis, e.g. [3, 224, 224]; flat vectors "
      "are reshaped to it", TypeConverters.toListInt, None),
+    ("inputCols", "several input columns, exclusive with inputCol: the network's forward takes them as positional "
+     "arguments in this order; each a vector, an array of numbers or tensor bytes of inputDtype (float32 beside "
+     "columns of numbers)",
+     TypeConverters.toListString, None),
+    ("inputShapes", "with inputCols: the shape of each column's row without the batch axis, one per column (e.g. "
+     "[[3, 8, 8], [4]]); unset: each input flat, of the width its rows have", to_shapes, None),
     ("inputDtype", "element type of a binary input column, whose rows hold the raw little-endian bytes of one "
      "tensor of inputShape: float32, float16 or uint8 (cast to the network's input type in the worker); other "
      "column types ignore it", TypeConverters.toString, "float32", one_of(*TENSOR_DTYPES)),
@@ -351,7 +366,8 @@ def make_set_params(cls: type) -> Callable[..., Any]:
 
 
 (HasNetwork, HasMiniBatchSize, HasDevice, HasPrecision, HasCalibrationData, HasEngine, HasInputShape,
- HasInputDtype, HasOutputLayer, HasErrorCol, HasTokenBudget, HasVariableLength, HasImagePreprocessing) = (
+ HasInputCols, HasInputShapes, HasInputDtype, HasOutputLayer, HasErrorCol, HasTokenBudget, HasVariableLength,
+ HasImagePreprocessing) = (
     param_mixin(*row) for row in SHARED_PARAMS
 )
 
@@ -387,6 +403,7 @@ __all__ = ["SHARED_PARAMS", "ParamValueError", "row_named", "rows_named", "one_o
            "at_least", "checked", "param_check", "invalid_values", "ColumnSetters", "param_mixin", "accessor_names",
            "add_accessors", "table_mixin", "KeywordInit", "declared_defaults", "make_stage_init", "make_set_params",
            "stage_signature", "HasNetwork", "HasMiniBatchSize", "HasDevice", "HasPrecision",
-           "HasCalibrationData", "HasEngine", "local_folder", "parsed_by", "HasInputShape", "HasInputDtype",
+           "HasCalibrationData", "HasEngine", "local_folder", "parsed_by", "HasInputShape", "HasInputCols",
+           "HasInputShapes", "to_shapes", "HasInputDtype",
            "HasOutputLayer", "HasErrorCol", "HasTokenBudget", "HasVariableLength", "HasImagePreprocessing",
            "check_preprocessing"]

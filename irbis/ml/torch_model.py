@@ -21,8 +21,16 @@ from irbis.ml.base import IrbisModel
 from irbis.ml.calibration_sample import HasCalibrationSample
 from irbis.ml.export_ahead_of_job import export_ahead_of_job
 from irbis.ml.image_network import is_image_column
-from irbis.ml.network_params import NetworkStageParams
-from irbis.ml.params import HasEngine, HasErrorCol, HasImagePreprocessing, HasPrecision, param_mixin
+from irbis.ml.network_params import NetworkStageParams, check_network_input
+from irbis.ml.params import (
+    HasEngine,
+    HasErrorCol,
+    HasImagePreprocessing,
+    HasInputCols,
+    HasInputShapes,
+    HasPrecision,
+    param_mixin,
+)
 from irbis.ml.persistence import load_network_files, save_network_files
 from irbis.models import default_cache_dir, sha256_file
 from irbis.models.fetch import place_folder
@@ -34,7 +42,7 @@ HasAllowPickle: Any = param_mixin("allowPickle", "allow model files that need fu
 
 
 class TorchModel(NetworkStageParams, HasPrecision, HasCalibrationSample, HasEngine, HasErrorCol, HasImagePreprocessing,
-                 HasAllowPickle, IrbisModel):
+                 HasInputCols, HasInputShapes, HasAllowPickle, IrbisModel):
     """Run a PyTorch network over a column: the network's output (or an inner layer's) per row.
 
     The network runs in every Spark Python worker on Arrow batches of ``miniBatchSize`` rows, under
@@ -53,6 +61,13 @@ class TorchModel(NetworkStageParams, HasPrecision, HasCalibrationSample, HasEngi
         Return the activation of this inner module (``named_modules()`` name) instead of the output.
     inputShape : list of int
         Shape of one row without the batch axis; flat rows are reshaped to it.
+    inputCols, inputShapes : list of str, list of list of int
+        Several input columns instead of ``inputCol`` (vectors, arrays of numbers, or tensor bytes of
+        ``inputDtype``), each of the row shape of ``inputShapes``; the network's ``forward`` takes them as
+        positional arguments in this order. :meth:`from_module` wraps such a network in
+        :class:`~irbis.train.networks.SplitInputs`, which takes one flat row of the columns' values side by
+        side (``inputShape`` their total), as :class:`~irbis.ml.TorchEstimator` trains and stores it; a null
+        in any of the columns gives a null output.
     inputDtype : str
         For a binary input column (rows of raw little-endian tensor bytes, see
         :func:`irbis.spark.tensors.tensor_bytes_column`): ``float32`` (the default), ``float16`` or
@@ -136,6 +151,8 @@ class TorchModel(NetworkStageParams, HasPrecision, HasCalibrationSample, HasEngi
         ``options`` (see :mod:`irbis.models.module_files`). The files go to a content-addressed folder
         of the Irbis cache, and ``save`` copies them beside the stage.
         """
+        if params.get("inputCols") is not None:
+            module, params = _split_inputs(module, params)
         eager = bool(params.get("variableLength"))
         if not eager and "inputShape" not in params and recorded_input_shape(module) is not None:
             params["inputShape"] = recorded_input_shape(module)
@@ -160,7 +177,7 @@ class TorchModel(NetworkStageParams, HasPrecision, HasCalibrationSample, HasEngi
 
     # -- execution -------------------------------------------------------------------------------
     def _input_columns(self) -> list[str]:
-        return [self.getInputCol()]
+        return list(self.getInputCols()) if self.isDefined(self.inputCols) else [self.getInputCol()]
 
     def _output_columns(self) -> list[tuple[str, DataType]]:
         err = self.getErrorCol()
@@ -168,6 +185,17 @@ class TorchModel(NetworkStageParams, HasPrecision, HasCalibrationSample, HasEngi
 
     def _validate_network_params(self) -> None:
         super()._validate_network_params()
+        if self.isDefined(self.inputCols):
+            if self.isSet(self.inputCol):
+                raise ValueError(f"TorchModel: inputCol {self.getInputCol()!r} and inputCols "
+                                 f"{self.getInputCols()} are exclusive; set one")
+            shapes = self.getInputShapes() if self.isDefined(self.inputShapes) else None
+            if shapes is None or len(shapes) != len(self.getInputCols()):
+                raise ValueError(f"TorchModel: inputCols {self.getInputCols()} needs inputShapes, one row shape "
+                                 f"per column, found {shapes}")
+            if self.getVariableLength() or self.getImagePreprocessing():
+                raise ValueError("TorchModel: inputCols take numbers or tensor bytes; variableLength and "
+                                 "imagePreprocessing take one column")
         if self.getImagePreprocessing() and self.getVariableLength():
             raise ValueError("TorchModel: imagePreprocessing reads images and variableLength sequences; set one")
         if not self.getVariableLength():
@@ -194,6 +222,11 @@ class TorchModel(NetworkStageParams, HasPrecision, HasCalibrationSample, HasEngi
         return list(preprocessing.input_shape) if preprocessing is not None else super()._row_shape()
 
     def _validate_schema(self, schema: StructType) -> None:
+        if self.isDefined(self.inputCols):
+            self._validate_network_params()
+            for col, shape in zip(self.getInputCols(), self.getInputShapes()):
+                check_network_input(type(self).__name__, col, schema[col].dataType, shape)
+            return None
         if not self.getImagePreprocessing():
             return super()._validate_schema(schema)
         self._validate_network_params()
@@ -227,10 +260,12 @@ class TorchModel(NetworkStageParams, HasPrecision, HasCalibrationSample, HasEngi
                         max_rows=self.getMiniBatchSize()) if self.getVariableLength() else None
         options = dict(self._network_options(), batch_size=self.getMiniBatchSize(),
                        calibration_data=self.getCalibrationData())
-        return NetworkKernel(resolve_source(self.getNetwork()), self.getInputCol(), self.getOutputCol(), options,
-                             error_col=self.getErrorCol(), stage=type(self).__name__, shape=self._row_shape(),
-                             input_dtype=self.getInputDtype(), preprocessing=self._preprocessing(),
-                             sequence=sequence)
+        cols = tuple(self.getInputCols()) if self.isDefined(self.inputCols) else ()
+        shapes = tuple(tuple(s) for s in self.getInputShapes()) if cols else ()
+        return NetworkKernel(resolve_source(self.getNetwork()), cols[0] if cols else self.getInputCol(),
+                             self.getOutputCol(), options, error_col=self.getErrorCol(), stage=type(self).__name__,
+                             shape=self._row_shape(), input_dtype=self.getInputDtype(),
+                             preprocessing=self._preprocessing(), sequence=sequence, columns=cols, shapes=shapes)
 
     def _network_rows(self, block: Any) -> np.ndarray:
         return self._kernel().convert(block)[0]
@@ -245,6 +280,24 @@ class TorchModel(NetworkStageParams, HasPrecision, HasCalibrationSample, HasEngi
         if network is not None:
             self._set(network=network)
         self._load_calibration(path)
+
+
+def _split_inputs(module: nn.Module, params: dict[str, Any]) -> tuple[nn.Module, dict[str, Any]]:
+    """A network of several inputs (``inputCols``, ``inputShapes``) as one of one flat row (:class:`SplitInputs`),
+    and the Params with ``inputShape`` its width."""
+    from irbis.train.networks import SplitInputs
+
+    cols, shapes = params["inputCols"], params.get("inputShapes")
+    if shapes is None and isinstance(module, SplitInputs):
+        shapes = module.shapes
+    if shapes is None or len(shapes) != len(cols):
+        raise ValueError(f"TorchModel.from_module: inputCols {cols} needs inputShapes, one row shape per column "
+                         f"(e.g. [[4], [3, 8, 8]]), found {shapes}")
+    if not isinstance(module, SplitInputs):
+        module = SplitInputs(module, shapes)
+    elif module.shapes != [list(s) for s in shapes]:
+        raise ValueError(f"TorchModel.from_module: inputShapes {shapes} differ from the network's {module.shapes}")
+    return module, {**params, "inputShapes": [list(s) for s in shapes], "inputShape": [sum(module.widths)]}
 
 
 def recorded_input_shape(module: nn.Module) -> list[int] | None:

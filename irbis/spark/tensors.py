@@ -27,7 +27,7 @@ from irbis.kernels.blocks import from_arrow, tensor_bytes
 from irbis.spark.columns import column
 from irbis.spark.guard import on_executors
 
-__all__ = ["tensor_bytes", "tensor_bytes_column"]
+__all__ = ["tensor_bytes", "tensor_bytes_column", "tensor_bytes_of"]
 
 
 def tensor_bytes_column(df: DataFrame, inputCol: str, outputCol: str,  # noqa: N803 (Spark's names)
@@ -60,10 +60,15 @@ def tensor_bytes_column(df: DataFrame, inputCol: str, outputCol: str,  # noqa: N
                             inputShape=[3, 224, 224])
         scorer.transform(spark.read.parquet("images-bin.parquet"))
     """
-    if dtype not in TENSOR_DTYPES:
-        raise ValueError(f"tensor_bytes_column: dtype {dtype!r} is not one of {list(TENSOR_DTYPES)}")
     if inputCol not in df.columns:
         raise ValueError(f"tensor_bytes_column: no column {inputCol!r}; the columns are {df.columns}")
+    return df.withColumn(outputCol, tensor_bytes_of(df, inputCol, dtype))
+
+
+def tensor_bytes_of(df: DataFrame, inputCol: str, dtype: str = "float32") -> Any:  # noqa: N803 (Spark's names)
+    """The column expression of :func:`tensor_bytes_column`: the rows of ``df``'s ``inputCol`` as tensor bytes."""
+    if dtype not in TENSOR_DTYPES:
+        raise ValueError(f"tensor_bytes_column: dtype {dtype!r} is not one of {list(TENSOR_DTYPES)}")
     found = df.schema[inputCol].dataType
     inner = found
     while isinstance(inner, ArrayType):
@@ -74,7 +79,7 @@ def tensor_bytes_column(df: DataFrame, inputCol: str, outputCol: str,  # noqa: N
     elif not (isinstance(found, ArrayType) and isinstance(inner, NumericType)):
         raise TypeError(f"tensor_bytes_column: column {inputCol!r} has type {found.simpleString()}; "
                         f"expected an array of numbers or a Spark ML vector")
-    return df.withColumn(outputCol, _packer(inputCol, dtype)(source))
+    return _packer(inputCol, dtype)(source)
 
 
 def _packer(name: str, dtype: str) -> Any:

@@ -49,31 +49,138 @@ def input_kind(df: DataFrame, features_col: str, binary_as: str = "tensor") -> s
                                 f"{ftype.simpleString()}"), column=features_col, expected="vector", found=str(ftype))
 
 
-def training_frame(df: DataFrame, features_col: str, label_col: str, stage: str = "TorchEstimator",
-                   binary_as: str = "tensor") -> DataFrame:
-    """Select the features (numbers as ``array<float>``; images and bytes as they are) and the label as
-    double, under fixed names."""
+def training_frame(df: DataFrame, features_col: str | list[str], label_col: str, stage: str = "TorchEstimator",
+                   binary_as: str = "tensor", dtype: str = "float32") -> DataFrame:
+    """Select the features (numbers as ``array<float>``; images and bytes as they are) and the label (see
+    :func:`label_column`), under fixed names. Several feature columns (``inputCols``) become one row of their
+    values side by side: numbers as one ``array<float>``, with tensor bytes (of ``dtype``) as one binary value."""
+    if not isinstance(features_col, str):
+        require_columns(stage, df.columns, list(features_col), role="inputCols")
+        require_columns(stage, df.columns, [label_col], role="labelCol")
+        return df.select(joined_features(df, list(features_col), dtype).alias(FEATURES),
+                         label_column(df, label_col).alias(LABEL))
     require_columns(stage, df.columns, [features_col], role="inputCol")
     require_columns(stage, df.columns, [label_col], role="labelCol")
+    return df.select(_features(df, features_col, binary_as).alias(FEATURES), label_column(df, label_col).alias(LABEL))
+
+
+def column_kinds(df: DataFrame, columns: list[str]) -> dict[str, str]:
+    """The kind of each of several input columns: ``vector`` (a vector or an array of numbers, integers
+    included) or ``tensor`` (binary tensor bytes). Raises ``TypeError`` naming the columns for images and
+    sequences of varying length, which take one column (``inputCol``)."""
+    kinds = {c: input_kind(df, c) for c in columns}
+    kinds = {c: "vector" if k == "sequence" else k for c, k in kinds.items()}
+    if set(kinds.values()) <= {"vector", "tensor"}:
+        return kinds
+    found = ", ".join(f"{c!r}: {df.schema[c].dataType.simpleString()}" for c in columns)
+    raise with_fields(TypeError(f"inputCols must each be a vector, an array of numbers or binary tensor bytes "
+                                f"(of inputDtype), found {found}; images and token ids take one column "
+                                "(inputCol)"), column=columns[0],
+                      expected="vectors/arrays of numbers, or tensor bytes", found=found)
+
+
+def input_kinds(df: DataFrame, columns: list[str], dtype: str = "float32") -> str:
+    """How the workers read several input columns joined (:func:`joined_features`): ``vector`` when every
+    column holds numbers, else ``tensor`` (the numbers are written as tensor bytes beside the binary columns,
+    which takes ``dtype`` float32: other tensor types would round them)."""
+    kinds = column_kinds(df, columns)
+    if set(kinds.values()) == {"vector"}:
+        return "vector"
+    mixed = [c for c, k in kinds.items() if k == "vector"]
+    if mixed and dtype != "float32":
+        raise with_fields(ValueError(f"inputCols {columns} mix numbers ({mixed}) and tensor bytes of inputDtype "
+                                     f"{dtype!r}; the numbers travel as float32 tensor bytes beside them, so the "
+                                     "tensor columns must be float32 too (write them with tensor_bytes_column)"),
+                          column=mixed[0], expected="float32", found=dtype)
+    return "tensor"
+
+
+def input_shapes(df: DataFrame, columns: list[str], given: list[list[int]] | None,
+                 dtype: str = "float32") -> list[list[int]]:
+    """The row shape of each of several input columns: ``given`` (``inputShapes``) checked against the
+    columns' widths in their first row without nulls (tensor bytes: values of ``dtype``), else each width as
+    a flat shape. Raises naming the column whose width disagrees."""
+    from pyspark.ml.functions import vector_to_array
+    from pyspark.ml.linalg import VectorUDT
+    from pyspark.sql import functions as F
+
+    kinds = column_kinds(df, columns)
+
+    def width(c: str) -> Any:
+        if kinds[c] == "tensor":
+            return F.length(column(c)) / np.dtype(dtype).itemsize
+        return F.size(vector_to_array(column(c)) if isinstance(df.schema[c].dataType, VectorUDT) else column(c))
+
+    present = df
+    for c in columns:
+        present = present.filter(column(c).isNotNull())
+    first = present.select(*(width(c).cast("long").alias(f"w{i}") for i, c in enumerate(columns))).take(1)
+    if not first:
+        raise with_fields(ValueError(f"inputCols {columns} have no row without a null; drop the null rows"),
+                          column=columns[0], expected="rows", found=0)
+    widths = [int(w) for w in first[0]]
+    if given is None:
+        return [[w] for w in widths]
+    if len(given) != len(columns):
+        raise with_fields(ValueError(f"inputShapes has {len(given)} shapes for the {len(columns)} inputCols "
+                                     f"{columns}; give one shape per column"), column=columns[0],
+                          expected=len(columns), found=len(given))
+    for c, shape, w in zip(columns, given, widths):
+        if int(np.prod(shape)) != w:
+            raise with_fields(ValueError(f"inputShapes gives column {c!r} the shape {shape} "
+                                         f"({int(np.prod(shape))} values) but its rows hold {w}"),
+                              column=c, expected=shape, found=w)
+    return [list(s) for s in given]
+
+
+def joined_features(df: DataFrame, columns: list[str], dtype: str = "float32") -> Any:
+    """Several input columns as one row of their values side by side: one ``array<float>`` of numbers, or,
+    where any column holds tensor bytes, one binary value (numbers written as float32 tensor bytes by
+    :func:`~irbis.spark.tensors.tensor_bytes_of`); see :func:`input_kinds`."""
+    from pyspark.sql import functions as F
+
+    if input_kinds(df, columns, dtype) == "vector":
+        return F.concat(*(_features(df, c, "tensor", numbers=True) for c in columns))
+    from irbis.spark.tensors import tensor_bytes_of
+
+    kinds = column_kinds(df, columns)
+    return F.concat(*(column(c) if kinds[c] == "tensor" else tensor_bytes_of(df, c) for c in columns))
+
+
+def _features(df: DataFrame, features_col: str, binary_as: str, numbers: bool = False) -> Any:
+    """One features column as the workers read it; ``numbers``: integers as floats too (not token ids)."""
     from pyspark.ml.functions import vector_to_array
     from pyspark.ml.linalg import VectorUDT
 
     kind = input_kind(df, features_col, binary_as)
     ftype = df.schema[features_col].dataType
     if isinstance(ftype, VectorUDT):
-        feats = vector_to_array(column(features_col), "float32")
-    elif kind == "vector":
-        feats = column(features_col).cast("array<float>")
-    elif kind == "sequence":
-        feats = column(features_col).cast("array<bigint>")
-    else:
-        feats = column(features_col)
+        return vector_to_array(column(features_col), "float32")
+    if kind == "vector" or (kind == "sequence" and numbers):
+        return column(features_col).cast("array<float>")
+    if kind == "sequence":
+        return column(features_col).cast("array<bigint>")
+    return column(features_col)
+
+
+def label_column(df: DataFrame, label_col: str) -> Any:
+    """The label as the workers read it: a number as double, a vector (Spark ML vector or array of numbers:
+    multi-label, soft or vector targets) as ``array<float>``. Raises ``TypeError`` naming the column for
+    anything else."""
+    from pyspark.ml.functions import vector_to_array
+    from pyspark.ml.linalg import VectorUDT
+
     ltype = df.schema[label_col].dataType
-    if not isinstance(ltype, NumericType):
-        raise with_fields(TypeError(f"labelCol {label_col!r} must be numeric, found {ltype}; index string labels "
-                                    "first (e.g. pyspark.ml.feature.StringIndexer)"),
-                          column=label_col, expected="numeric", found=str(ltype))
-    return df.select(feats.alias(FEATURES), column(label_col).cast("double").alias(LABEL))
+    if isinstance(ltype, NumericType):
+        return column(label_col).cast("double")
+    if isinstance(ltype, VectorUDT):
+        return vector_to_array(column(label_col), "float32")
+    if isinstance(ltype, ArrayType) and isinstance(ltype.elementType, NumericType):
+        return column(label_col).cast("array<float>")
+    raise with_fields(TypeError(f"labelCol {label_col!r} must be numeric, or a vector or an array of numbers "
+                                f"(multi-label, soft or vector targets), found {ltype.simpleString()}; index "
+                                "string labels first (e.g. pyspark.ml.feature.StringIndexer)"),
+                      column=label_col, expected="numeric or a vector", found=str(ltype))
 
 
 #: Rows per Arrow batch that Spark sends a training task when the rows are images. Spark bounds these
@@ -164,5 +271,5 @@ def _train_shard(spec: TrainSpec, columns: tuple[str, str], progress: tuple[str,
     return result
 
 
-__all__ = ["FEATURES", "IMAGE_BATCH_ROWS", "LABEL", "arrow_batch_rows", "arrow_to_shard", "input_kind",
-           "train_partition", "training_frame"]
+__all__ = ["FEATURES", "IMAGE_BATCH_ROWS", "LABEL", "arrow_batch_rows", "arrow_to_shard", "column_kinds", "input_kind",
+           "input_kinds", "input_shapes", "joined_features", "label_column", "train_partition", "training_frame"]

@@ -19,25 +19,36 @@ import numpy as np
 import torch
 
 from irbis.errors import with_fields
+from irbis.train.data import finite_rows
 from irbis.train.loop import TrainSpec
+from irbis.train.optim import loss_entry
 
 PROFILE_KEYS = ("rows", "null_labels", "null_features", "min_len", "max_len", "min_label", "max_label",
-                "fractional_labels", "nonfinite_rows", "bad_images", "first_bad_image")
+                "fractional_labels", "nonfinite_rows", "bad_images", "first_bad_image", "min_label_width",
+                "max_label_width", "min_label_sum", "max_label_sum")
 
 
 def shard_profile(x_lengths: np.ndarray, labels: np.ndarray, null_features: int,
-                  nonfinite_rows: int = 0, bad_images: int = 0, first_bad_image: int = -1) -> np.ndarray:
+                  nonfinite_rows: int = 0, bad_images: int = 0, first_bad_image: int = -1,
+                  label_widths: np.ndarray | None = None) -> np.ndarray:
     """One worker's profile (see :data:`PROFILE_KEYS`) as a float64 vector for an all-gather.
 
-    ``nonfinite_rows`` counts the rows whose features or label are NaN or infinite, ``bad_images`` the
-    images that could not be read, the first of them row ``first_bad_image`` of the partition (-1: none).
+    ``labels``: ``(n,)`` numbers or ``(n, k)`` vectors; ``label_widths``: each vector label's width (None: the
+    labels are numbers, width 0). ``nonfinite_rows`` counts the rows whose features or label are NaN or
+    infinite, ``bad_images`` the images that could not be read, the first of them row ``first_bad_image`` of
+    the partition (-1: none).
     """
-    ok = labels[np.isfinite(labels)]
+    finite = finite_rows(labels)
+    ok = labels[finite].ravel()
+    widths = np.zeros(len(labels)) if label_widths is None else label_widths[label_widths > 0]
+    sums = labels[finite].sum(axis=1) if labels.ndim == 2 else np.zeros(0)  # a distribution's: 1
     lens = x_lengths if len(x_lengths) else np.array([np.inf])
-    return np.array([len(labels), len(labels) - len(ok), null_features, lens.min(),
+    return np.array([len(labels), len(labels) - int(finite.sum()), null_features, lens.min(),
                      x_lengths.max() if len(x_lengths) else -np.inf,
                      ok.min() if len(ok) else np.inf, ok.max() if len(ok) else -np.inf,
-                     int((ok != np.floor(ok)).sum()), nonfinite_rows, bad_images, first_bad_image],
+                     int((ok != np.floor(ok)).sum()), nonfinite_rows, bad_images, first_bad_image,
+                     widths.min() if len(widths) else np.inf, widths.max() if len(widths) else -np.inf,
+                     sums.min() if len(sums) else np.inf, sums.max() if len(sums) else -np.inf],
                     dtype=np.float64)
 
 
@@ -50,7 +61,8 @@ def merge_profiles(profiles: list[np.ndarray]) -> dict[str, Any]:
               "max_label": p[:, 6].max(), "fractional_labels": p[:, 7].sum(), "min_rows": p[:, 0].min(),
               "nonfinite_rows": p[:, 8].sum(), "min_finite_rows": (p[:, 0] - p[:, 8] - p[:, 9]).min(),
               "bad_images": p[:, 9].sum(), "first_bad_worker": firsts[0][0] if firsts else -1,
-              "first_bad_row": firsts[0][1] if firsts else -1}
+              "first_bad_row": firsts[0][1] if firsts else -1, "min_label_width": p[:, 11].min(),
+              "max_label_width": p[:, 12].max(), "min_label_sum": p[:, 13].min(), "max_label_sum": p[:, 14].max()}
     return {k: (int(v) if np.isfinite(v) and float(v).is_integer() else float(v)) for k, v in merged.items()}
 
 
@@ -71,6 +83,7 @@ def check_profile(p: dict[str, Any], spec: TrainSpec, features_col: str, label_c
                                      f"{p['first_bad_worker']}'s partition); drop them, or set nanPolicy='skip' "
                                      "to train without them"),
                           column=features_col, expected="readable images", found=p["bad_images"])
+    check_label_kind(p, spec.optim.loss, label_col)
     if p["null_labels"] and spec.data.nanPolicy != "skip":
         raise with_fields(ValueError(f"labelCol {label_col!r} has {p['null_labels']} null/NaN values; "
                                      "drop or impute them before fitting"), column=label_col,
@@ -108,15 +121,62 @@ def check_profile(p: dict[str, Any], spec: TrainSpec, features_col: str, label_c
     return int(p["max_len"])
 
 
+def check_label_kind(p: dict[str, Any], loss: Any, label_col: str) -> None:
+    """Raise naming ``label_col`` where its labels are not what ``loss`` (a :data:`~irbis.train.optim.LOSSES`
+    name) takes: numbers or vectors of one width, class indices, 0/1 values, distributions."""
+    width = p.get("max_label_width", 0)
+    width = int(width) if np.isfinite(width) else 0
+    if width and p["min_label_width"] != width:
+        raise with_fields(ValueError(f"labelCol {label_col!r} holds vectors of different widths (from "
+                                     f"{p['min_label_width']} to {width}); give every row one label per output"),
+                          column=label_col, expected="one width", found=[p["min_label_width"], width])
+    entry = loss_entry(loss)
+    if entry is None:
+        return
+    if width and entry.labels == "index":
+        raise with_fields(ValueError(f"labelCol {label_col!r} holds vectors of {width} values, but loss={loss!r} "
+                                     "takes a class index per row; use loss='soft_cross_entropy' for label "
+                                     "distributions, 'bce' for multi-label 0/1 vectors, 'mse' for vector targets "
+                                     "(irbis.vote_labels turns annotators' votes into any of these)"),
+                          column=label_col, expected="a class index per row", found=f"vectors of {width}")
+    if not width and entry.labels == "vector":
+        raise with_fields(ValueError(f"labelCol {label_col!r} holds numbers, but loss={loss!r} takes a vector "
+                                     "per row (a distribution over the network's outputs); use 'cross_entropy' for "
+                                     "a class index per row"), column=label_col, expected="a vector per row",
+                          found="numbers")
+    low, high = p["min_label"], p["max_label"]
+    if loss == "bce" and (low < 0 or high > 1):
+        raise with_fields(ValueError(f"labelCol {label_col!r} holds values from {low:g} to {high:g}; loss='bce' "
+                                     "takes 0/1 (or probabilities in [0, 1]) per class"), column=label_col,
+                          expected="values in [0, 1]", found=[low, high])
+    if loss == "soft_cross_entropy" and low < 0:
+        raise with_fields(ValueError(f"labelCol {label_col!r} holds values down to {low:g}; "
+                                     "loss='soft_cross_entropy' takes a distribution (values >= 0 summing to 1) "
+                                     "per row"), column=label_col, expected="values >= 0", found=low)
+    sums = (p.get("min_label_sum", 1.0), p.get("max_label_sum", 1.0))
+    if loss == "soft_cross_entropy" and np.isfinite(sums).all() and max(abs(s - 1) for s in sums) > 1e-3:
+        raise with_fields(ValueError(f"labelCol {label_col!r} holds rows summing to {sums[0]:g}..{sums[1]:g}; "
+                                     "loss='soft_cross_entropy' takes a distribution per row (summing to 1): "
+                                     "divide each row by its sum (irbis.vote_labels(votes, 'soft') does)"),
+                          column=label_col, expected="rows summing to 1", found=list(sums))
+
+
 def check_network(module: torch.nn.Module, spec: TrainSpec, n_features: int, max_label: float,
-                  features_col: str, label_col: str, min_label: float = 0.0) -> None:
+                  features_col: str, label_col: str, min_label: float = 0.0, label_width: int = 0) -> None:
     """Run the network on a zero batch (sequences: a batch of token ids as its input_kind takes them): input
-    shape, and output width against the labels."""
+    shape, and output width against the labels (``label_width``: the vector labels' width; 0: numbers)."""
     if spec.data.input_format is not None and spec.data.input_format.sequences:
         out = _sequence_output(module, features_col)
     else:
         out = _zero_output(module, spec, n_features, features_col)
     _check_output(out, spec, max_label, label_col, min_label)
+    if label_width:
+        width = int(np.prod(out.shape[1:])) if out.dim() >= 2 else 1
+        if out.dim() != 2 or width != label_width:
+            raise with_fields(ValueError(f"labelCol {label_col!r} holds vectors of {label_width} values but the "
+                                         f"network outputs {tuple(out.shape[1:])} per row; it must output "
+                                         f"{label_width} values (one per label), or give labels of its width"),
+                              column=label_col, expected=label_width, found=list(out.shape[1:]))
 
 
 def _sequence_output(module: torch.nn.Module, features_col: str) -> torch.Tensor:
@@ -179,8 +239,9 @@ def validation_error(profile: dict[str, Any], module: torch.nn.Module, spec: Tra
     """Every check on the merged profile and the network; the error (with its fields), or None."""
     try:
         n_features = check_profile(profile, spec, features_col, label_col, num_workers)
+        width = profile.get("max_label_width", 0)
         check_network(module, spec, n_features, profile["max_label"], features_col, label_col,
-                      profile["min_label"])
+                      profile["min_label"], int(width) if np.isfinite(width) else 0)
     except (ValueError, TypeError) as err:
         return err
     return None

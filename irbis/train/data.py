@@ -16,8 +16,8 @@ Augment = Callable[[np.ndarray, np.random.Generator], np.ndarray]
 
 @dataclass
 class Shard:
-    """Features ``x`` (n, d) float32 and labels ``y`` (n,) of one worker; or ragged rows: ``x`` an object array
-    of 1-d int64 arrays of token ids (see :mod:`irbis.train.ragged`)."""
+    """Features ``x`` (n, d) float32 and labels ``y`` (n,), or (n, k) for vector labels, of one worker; or
+    ragged rows: ``x`` an object array of 1-d int64 arrays of token ids (see :mod:`irbis.train.ragged`)."""
 
     x: np.ndarray
     y: np.ndarray
@@ -26,9 +26,15 @@ class Shard:
         return len(self.y)
 
 
+def finite_rows(labels: np.ndarray) -> np.ndarray:
+    """Which rows of labels are finite: a number per row ``(n,)``, or a vector per row ``(n, k)`` (all of it)."""
+    labels = np.asarray(labels, np.float64)
+    return np.isfinite(labels) if labels.ndim == 1 else np.isfinite(labels).all(axis=1)
+
+
 def drop_nonfinite(shard: Shard) -> tuple[Shard, int]:
     """The shard without rows whose features or label are NaN or infinite, and how many were dropped."""
-    keep = np.isfinite(shard.x).all(axis=1) & np.isfinite(shard.y)
+    keep = np.isfinite(shard.x).all(axis=1) & finite_rows(shard.y)
     dropped = int(len(keep) - keep.sum())
     return (shard, 0) if not dropped else (Shard(shard.x[keep], shard.y[keep]), dropped)
 

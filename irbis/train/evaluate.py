@@ -14,11 +14,12 @@ AUC_BINS = 1000
 
 
 def evaluate(model: torch.nn.Module, loss_fn: Any, rows: Rows, batch_size: int, device: str,
-             label_dtype: Any) -> tuple[float, float, int, torch.Tensor]:
+             label_dtype: Any, correct_fn: Any = None) -> tuple[float, float, int, torch.Tensor]:
     """Validation loss·n, correct rows, rows, and the histograms of the positive class's probability of the
     negative and the positive rows (for the AUC; zeros unless the network has two outputs). ``rows`` are
     read by :meth:`~irbis.train.rows.Rows.eval_batches` at ``batch_size``, the model in eval mode (training
-    mode after)."""
+    mode after). Class indices count the rows whose top output is the label; other labels count
+    ``correct_fn(output, labels)`` when given (the loss's :attr:`~irbis.train.optim.Loss.correct`)."""
     hist = torch.zeros(2, AUC_BINS, dtype=torch.float64)
     if len(rows) == 0:
         return 0.0, 0.0, 0, hist
@@ -30,7 +31,9 @@ def evaluate(model: torch.nn.Module, loss_fn: Any, rows: Rows, batch_size: int, 
             out = forward(model, xv)
             loss += float(loss_fn(out, yv)) * len(yv)
             n += len(yv)
-            if out.dim() == 2 and yv.dtype == torch.int64:
+            if correct_fn is not None and yv.dtype != torch.int64:
+                correct += float(correct_fn(out, yv))
+            elif out.dim() == 2 and yv.dtype == torch.int64:
                 correct += float((out.argmax(1) == yv).sum())
                 if out.shape[1] == 2:
                     score = torch.softmax(out.float(), 1)[:, 1].cpu()

@@ -34,6 +34,8 @@ from irbis.train.optim import (
     WeightedCrossEntropy,
     batch_scale,
     class_weights,
+    loss_entry,
+    loss_label_dtype,
     make_loss,
     make_optimizer,
     param_groups,
@@ -220,7 +222,7 @@ def worker_rows(shard: Any, spec: Any, rank: int, model: torch.nn.Module) -> tup
     :class:`~irbis.train.stream.SpilledShard`; ``spec``: the run's :class:`~irbis.train.loop.TrainSpec`;
     ``model``: the network, whose ``input_kind`` variable-length batches take (checked on a first batch).
     The validation rows are a seeded share of the worker's (``validationFraction``)."""
-    label_dtype = np.int64 if spec.optim.loss == "cross_entropy" else np.float32
+    label_dtype = loss_label_dtype(spec.optim.loss)
     split_seed = spec.data.seed + 7919 * rank
     dense = isinstance(shard, Shard)
     ragged = is_ragged(shard.x) if dense else (spec.data.input_format is not None and spec.data.input_format.sequences)
@@ -354,7 +356,7 @@ def _checkpoint(run: _Run, epoch: int, step_in_epoch: int, sums: torch.Tensor) -
 
 
 def _label_dtype(spec: TrainSpec) -> Any:
-    return np.int64 if spec.optim.loss == "cross_entropy" else np.float32
+    return loss_label_dtype(spec.optim.loss)
 
 
 def _plan(run: _Run, epoch: int, **more: Any) -> BatchPlan:
@@ -419,8 +421,10 @@ def _run_epoch(run: _Run, epoch: int, start: int, sums: torch.Tensor) -> tuple[t
 
 def _epoch_record(run: _Run, epoch: int, sums: torch.Tensor, done: int, seconds: float,
                   nbytes: int) -> dict[str, Any]:
+    entry = loss_entry(run.spec.optim.loss)
     vloss, correct, nval, hist = evaluate(run.model, run.loss_fn, run.val, max(run.spec.schedule.batchSize, 64),
-                                          run.spec.hardware.device, _label_dtype(run.spec))
+                                          run.spec.hardware.device, _label_dtype(run.spec),
+                                          entry.correct if entry is not None else None)
     watched = run.watch.stats() if run.watch is not None else [0.0, 0.0, 0.0]
     stats = torch.cat([torch.tensor([float(sums[0]), float(sums[1]), vloss, correct, nval, done, seconds, nbytes,
                                      *watched], dtype=torch.float64), hist.reshape(-1)])

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -42,7 +43,85 @@ LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 OPTIMIZERS = ("sgd", "momentum", "nesterov", "adagrad", "rmsprop", "adam")
 SCHEDULES = ("constant", "step", "exponential", "cosine")
 LR_SCALINGS = ("none", "linear", "sqrt")
-LOSSES = ("cross_entropy", "mse")
+
+
+@dataclass(frozen=True)
+class Loss:
+    """A loss picked by name: ``fn(output, target)``; the labels it takes (``labels``: ``"index"``, a class
+    index per row; ``"number_or_vector"``, a number or a vector of the network's output width; ``"vector"``, a
+    vector of that width); ``activation``: what the fitted model applies to the network's output
+    (``"sigmoid"``: per-class probabilities; None: the output as it is); ``doc``: one line for the Param's doc;
+    ``correct``: the validation rows' accuracy summed over a batch, for vector labels (class indices are
+    counted by :func:`~irbis.train.evaluate.evaluate` itself; None: no accuracy)."""
+
+    fn: LossFn
+    labels: str
+    doc: str
+    activation: str | None = None
+    correct: LossFn | None = None
+
+    @property
+    def label_dtype(self) -> Any:
+        return np.int64 if self.labels == "index" else np.float32
+
+
+def _mse(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    if output.dim() == 2 and output.shape[1] == 1 and target.dim() == 1:
+        output = output[:, 0]
+    return torch.nn.functional.mse_loss(output, target)
+
+
+def _bce(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    if output.dim() == 2 and output.shape[1] == 1 and target.dim() == 1:
+        output = output[:, 0]
+    return torch.nn.functional.binary_cross_entropy_with_logits(output, target)
+
+
+def _soft_cross_entropy(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    return torch.nn.functional.cross_entropy(output, target)  # a float target of the output's shape: probabilities
+
+
+def _labels_right(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """Multi-label accuracy summed over the rows: each row's share of classes decided right (logit > 0 for a
+    target > 0.5)."""
+    right = (output.reshape(target.shape) > 0) == (target > 0.5)
+    return right.float().reshape(len(target), -1).mean(1).sum()
+
+
+def _top_class_right(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """Rows whose top output is the target distribution's top class."""
+    return (output.argmax(1) == target.argmax(1)).sum()
+
+
+#: The losses the ``loss`` Param names; its doc and check are made from this table.
+LOSSES: dict[str, Loss] = {
+    "cross_entropy": Loss(torch.nn.functional.cross_entropy, "index",
+                          "softmax cross-entropy against a class index 0..K-1 per row (the model outputs logits)"),
+    "mse": Loss(_mse, "number_or_vector", "mean squared error against a number, or a vector of the output's width"),
+    "bce": Loss(_bce, "vector", "multi-label: a sigmoid per class and binary cross-entropy (BCEWithLogits) against "
+                "a vector of 0/1 (or probabilities) of the output's width; the fitted model outputs per-class "
+                "probabilities", activation="sigmoid", correct=_labels_right),
+    "soft_cross_entropy": Loss(_soft_cross_entropy, "vector", "softmax cross-entropy against a label distribution "
+                               "(soft targets: a vector of the output's width summing to 1 per row; the model "
+                               "outputs logits)", correct=_top_class_right),
+}
+
+
+def loss_entry(loss: Any) -> Loss | None:
+    """The registry's entry of a loss name; None for a callable (or a reference to one)."""
+    return LOSSES.get(loss) if isinstance(loss, str) else None
+
+
+def loss_label_dtype(loss: Any) -> Any:
+    """The labels' dtype of a loss: int64 for class indices, float32 else (a callable's labels included)."""
+    entry = loss_entry(loss)
+    return entry.label_dtype if entry is not None else np.float32
+
+
+def losses_doc() -> str:
+    """The ``loss`` Param's doc, from :data:`LOSSES`."""
+    return "; ".join(f"'{name}': {entry.doc}" for name, entry in LOSSES.items()) + \
+        "; or 'package.module:function' (output, target) -> loss"
 
 
 def make_optimizer(name: str | Callable[..., torch.optim.Optimizer], params: Iterable[torch.nn.Parameter],
@@ -160,20 +239,13 @@ def set_lr(optimizer: torch.optim.Optimizer, factor: float) -> None:
 
 
 def make_loss(loss: str | LossFn) -> LossFn:
-    """``"cross_entropy"`` (integer class labels), ``"mse"``, or a callable ``f(output, target)``."""
+    """A name of :data:`LOSSES`, or a callable ``f(output, target)``."""
     if callable(loss):
         return loss
-    if loss == "cross_entropy":
-        return torch.nn.functional.cross_entropy
-    if loss == "mse":
-        return _mse
-    raise ValueError(f"loss must be one of {list(LOSSES)} or a callable, found {loss!r}")
-
-
-def _mse(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-    if output.dim() == 2 and output.shape[1] == 1 and target.dim() == 1:
-        output = output[:, 0]
-    return torch.nn.functional.mse_loss(output, target)
+    entry = loss_entry(loss)
+    if entry is None:
+        raise ValueError(f"loss must be one of {list(LOSSES)} or a callable, found {loss!r}")
+    return entry.fn
 
 def param_groups(model: torch.nn.Module, lr_factors: dict[str, float], learning_rate: float) -> Any:
     """The optimizer's parameters: one group, or one per prefix of ``lr_factors`` (its rate times the

@@ -39,6 +39,7 @@ import torch
 from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence
 
 from irbis.kernels.sequences import PadStats, length_batches, pad_rows, padded_length
+from irbis.train.data import finite_rows
 from irbis.train.rows import BatchedRows, BatchPlan
 
 #: The rows of a chunk that length batches are cut from, in batches of the row cap: rows of alike length
@@ -248,7 +249,7 @@ def usable_rows(rows: np.ndarray, labels: np.ndarray, nan_policy: str) -> tuple[
     """The indices of the rows to train on, and how many were left out: a null or empty row, or a label
     that is not finite, is named (``nan_policy="error"``) or left out and counted (``"skip"``)."""
     lengths = row_lengths(rows)
-    bad = (lengths <= 0) | ~np.isfinite(np.asarray(labels, np.float64))
+    bad = (lengths <= 0) | ~finite_rows(labels)
     if bad.any() and nan_policy != "skip":
         i = int(np.flatnonzero(bad)[0])
         what = "a null" if lengths[i] < 0 else "an empty" if lengths[i] == 0 else "a non-finite label on a"

@@ -155,7 +155,8 @@ class TensorRows:
 
     def nonfinite_rows(self) -> int:
         x, y = self.x, self.y
-        return int((~torch.isfinite(x.reshape(len(x), -1)).all(1) | ~torch.isfinite(y.double())).sum())
+        finite = torch.isfinite(x.reshape(len(x), -1)).all(1) & torch.isfinite(y.double().reshape(len(y), -1)).all(1)
+        return int((~finite).sum())
 
 
 class BatchedRows:

@@ -38,7 +38,7 @@ import pyarrow.compute as pc
 import torch
 
 from irbis.kernels.threads import for_each_row
-from irbis.train.data import Shard
+from irbis.train.data import Shard, finite_rows
 from irbis.train.rows import BatchedRows, BatchPlan
 
 #: Column names of the training frame (see :func:`irbis.spark.training.training_frame`).
@@ -216,7 +216,7 @@ def read_partition(batches: Iterator[pa.RecordBatch], fmt: InputFormat, buffer_r
         if batch.num_rows == 0:
             continue
         feats, y = batch.column(FEATURES), batch.column(LABEL)
-        labels.append(pc.fill_null(y, float("nan")).to_numpy(zero_copy_only=False))
+        labels.append(label_rows(y))
         if fmt.images:  # a null image (a file read_images could not decode) is one that cannot be read
             values = feats.to_pylist() if fmt.kind == "encoded" else _struct_rows(feats)
             for i in range(len(values)):
@@ -259,14 +259,14 @@ def read_partition(batches: Iterator[pa.RecordBatch], fmt: InputFormat, buffer_r
                 spill.write(b)
             held = []
         spill.write(batch)
-    y = np.concatenate(labels) if labels else np.zeros(0)
+    y, label_widths = stack_labels(labels)
     lens = np.concatenate([np.atleast_1d(np.asarray(v)) for v in lengths]) if lengths else np.zeros(0)
     valid_lens = lens[lens >= 0]
-    rows_bad = ~np.isfinite(y)
+    rows_bad = ~finite_rows(y)
     if x_bad and sum(len(b) for b in x_bad) == len(y):
         rows_bad |= np.concatenate(x_bad)
     nonfinite = int(rows_bad.sum())
-    profile = shard_profile(valid_lens, y, null_features, nonfinite, len(bad), bad[0] if bad else -1)
+    profile = shard_profile(valid_lens, y, null_features, nonfinite, len(bad), bad[0] if bad else -1, label_widths)
     if spill is None and fmt.sequences:
         return _dense(held, fmt, y), profile
     if spill is None and not fmt.images:
@@ -276,13 +276,45 @@ def read_partition(batches: Iterator[pa.RecordBatch], fmt: InputFormat, buffer_r
         spill = Spill(pa.schema([(FEATURES, pa.binary()), (LABEL, pa.float64())]), spill_dir)
     spill.close_writing()
     if fmt.sequences:  # null and empty rows are left out under nanPolicy="skip" (the checks name them else)
-        skip = np.union1d(np.flatnonzero(lens <= 0), np.flatnonzero(~np.isfinite(y)))
+        skip = np.union1d(np.flatnonzero(lens <= 0), np.flatnonzero(~finite_rows(y)))
         return SpilledShard(spill, y, fmt, skip, [], buffer_rows, lens.astype(np.int64)), profile
     if null_features or not _one_length(valid_lens):
         spill.remove()
         return None, profile
     skip = np.union1d(np.asarray(bad, np.int64), np.flatnonzero(rows_bad))
     return SpilledShard(spill, y, fmt, skip, reasons, buffer_rows), profile
+
+
+def label_rows(column: pa.Array) -> tuple[np.ndarray, np.ndarray | None]:
+    """A batch's labels as float64, and their widths: numbers ``(n,)`` (NaN for a null) and None; or, for a
+    list column (vector labels), ``(n, k)`` with ``k`` the widest row, the values a narrower or null row lacks
+    NaN, and each row's width (0: null). Read as whole arrays, with no Python object per row."""
+    if isinstance(column, pa.ChunkedArray):
+        column = column.combine_chunks()
+    if not pa.types.is_list(column.type):
+        return pc.fill_null(column, float("nan")).to_numpy(zero_copy_only=False), None
+    offsets = column.offsets.to_numpy().astype(np.int64)  # into column.values, which ignores a slice
+    valid = column.is_valid().to_numpy(zero_copy_only=False)
+    widths = np.where(valid, np.diff(offsets), 0)
+    values = column.values.to_numpy(zero_copy_only=False).astype(np.float64, copy=False)
+    y = np.full((len(column), int(widths.max(initial=0))), np.nan)
+    rows = np.repeat(np.arange(len(column)), widths)
+    cols = np.arange(int(widths.sum())) - np.repeat(np.cumsum(widths) - widths, widths)
+    y[rows, cols] = values[np.repeat(offsets[:-1], widths) + cols]
+    return y, widths
+
+
+def stack_labels(batches: list[tuple[np.ndarray, np.ndarray | None]]) -> tuple[np.ndarray, np.ndarray | None]:
+    """The batches of :func:`label_rows` as one array and one array of widths (None: numbers). Vector labels
+    are padded with NaN to the widest row of all batches (the checks name rows of unequal width before any
+    is used)."""
+    if not batches:
+        return np.zeros(0), None
+    if batches[0][1] is None:
+        return np.concatenate([y for y, _ in batches]), None
+    k = max(y.shape[1] for y, _ in batches)
+    y = np.concatenate([np.pad(y, ((0, 0), (0, k - y.shape[1])), constant_values=np.nan) for y, _ in batches])
+    return y, np.concatenate([w for _, w in batches if w is not None])
 
 
 def sequence_rows(column: pa.Array) -> np.ndarray:
@@ -352,7 +384,7 @@ class SpilledShard:
         keep = np.ones(n, bool)
         if nan_policy == "skip":
             keep[self.bad] = False
-            keep &= np.isfinite(self.labels)
+            keep &= finite_rows(self.labels)
         ids = np.flatnonzero(keep)
         n_val = int(round(len(ids) * fraction))
         if fraction > 0 and n_val:
@@ -617,4 +649,4 @@ class BlockCache:
 
 
 __all__ = ["BLOCK_ROWS", "FEATURES", "INPUT_KINDS", "LABEL", "BlockCache", "InputFormat", "Spill",
-           "SpilledShard", "StreamRows", "read_partition"]
+           "SpilledShard", "StreamRows", "label_rows", "read_partition", "stack_labels"]

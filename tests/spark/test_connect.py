@@ -187,3 +187,25 @@ def test_the_progress_bar_follows_the_jobs_of_its_block(spark, connect, remote, 
     finally:
         if remote:
             session.removeProgressHandler(reported)
+
+
+def test_two_input_columns_and_multi_label_votes_fit_on_connect(connect):
+    import numpy as np
+    import pandas as pd
+
+    from irbis.spark.targets import vote_labels
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(700, 8)).astype(np.float32)
+    votes = rng.binomial(10, 1 / (1 + np.exp(-3 * x @ rng.normal(size=(8, 3)) / np.sqrt(8))))
+    rows = [(r[:5].tolist(), r[5:].tolist(), v.tolist()) for r, v in zip(x[:500], votes[:500])]
+    with connect_mode():
+        df = connect.createDataFrame(rows, "a array<double>, b array<double>, votes array<int>")
+        df = df.withColumn("tags", vote_labels("votes", "multi_label", min_votes=5))
+        est = _digits_estimator(network="tests.multi_input_networks:two_inputs", networkOptions="{}", loss="bce",
+                                labelCol="tags", epochs=12, learningRate=1e-2)
+        model = est.setInputCols(["a", "b"]).fit(df)
+    out = model.transform(pd.DataFrame({"a": list(x[500:, :5]), "b": list(x[500:, 5:])}))
+    probs = np.stack(out["prediction"].map(np.asarray))
+    assert model.getInputShapes() == [[5], [3]] and probs.min() >= 0 and probs.max() <= 1
+    assert ((probs > 0.5) == (votes[500:] >= 5)).mean() > 0.8

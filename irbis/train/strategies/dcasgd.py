@@ -44,7 +44,7 @@ class DCASGD(Downpour):
         Compensation strength ``λ_0`` (>= 0; 0 is Downpour).
     adaptive : bool, default True
         DC-ASGD-a's adaptive λ.
-    fetchEvery, pushEvery, numShards, placement
+    fetchEvery, pushEvery, numShards, placement, serverWeightDecay
         As in :class:`~irbis.train.strategies.downpour.Downpour`.
     serverOptimizer : str, default "adagrad"
         The rule applied to the compensated gradient: Downpour's default (the paper uses ``"sgd"``).
@@ -53,18 +53,19 @@ class DCASGD(Downpour):
     --------
     >>> DCASGD(lambda_=0.5, adaptive=False)  # doctest: +NORMALIZE_WHITESPACE
     DCASGD(fetchEvery=1, pushEvery=1, serverOptimizer='adagrad', numShards=0, placement='colocated',
-           lambda_=0.5, adaptive=False)
+           serverWeightDecay=0.0, lambda_=0.5, adaptive=False)
     """
 
     name = "dcasgd"
 
     def __init__(self, lambda_: float = 2.0, adaptive: bool = True, fetchEvery: int = 1, pushEvery: int = 1,
-                 serverOptimizer: str = "adagrad", numShards: int = 0, placement: str = "colocated") -> None:
+                 serverOptimizer: str = "adagrad", numShards: int = 0, placement: str = "colocated",
+                 serverWeightDecay: float = 0.0) -> None:
         if isinstance(lambda_, bool) or not isinstance(lambda_, (int, float)) or not lambda_ >= 0:
             raise ValueError(f"lambda_ must be a number >= 0, found {lambda_!r}")
         if not isinstance(adaptive, bool):
             raise ValueError(f"adaptive must be true or false, found {adaptive!r}")
-        super().__init__(fetchEvery, pushEvery, serverOptimizer, numShards, placement)
+        super().__init__(fetchEvery, pushEvery, serverOptimizer, numShards, placement, serverWeightDecay)
         self.lambda_, self.adaptive = float(lambda_), adaptive
 
     def options(self) -> dict[str, Any]:

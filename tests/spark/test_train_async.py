@@ -47,7 +47,8 @@ def test_mixed_with_one_group_has_no_staleness_and_pushes_half_of_downpours_byte
     mixed, downpour = fitted["mixed"].training_summary, fitted["downpour"].training_summary
     assert all(r["staleness"]["max"] == 0 for r in mixed)
     params = sum(p.numel() for p in build_model("mlp", **json.loads(MLP)).parameters())
-    assert all(m["pushedBytesPerStep"] == d["pushedBytesPerStep"] / 2 == params * 4 / 2 for m, d in zip(mixed, downpour))
+    assert all(m["pushedBytesPerStep"] == d["pushedBytesPerStep"] / 2 == params * 4 / 2
+               for m, d in zip(mixed, downpour))
 
 
 def test_a_group_size_that_does_not_divide_the_workers_fails_before_training(train_df):

@@ -81,7 +81,8 @@ class MixedSync(Downpour):
         elif self.groupSize == ctx.world_size:
             self.group = ctx.comm
         else:
-            self.group = ctx.comm.subgroup(list(range(first, first + self.groupSize)))
+            comm: Any = ctx.comm  # the thread and torch.distributed communicators (not the elastic store's)
+            self.group = comm.subgroup(list(range(first, first + self.groupSize)))
         super().setup(flat, ctx)
         if not self.leader:
             self.state.server.client.leave()

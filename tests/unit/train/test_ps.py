@@ -250,20 +250,22 @@ def test_a_shard_state_round_trips_through_a_weights_only_checkpoint(tmp_path):
         ShardState(np.zeros(4, np.float32)).load_state_dict(shard.state_dict())
 
 
-@pytest.mark.parametrize("name, options", [("downpour", {"numShards": 3, "pushEvery": 2}),
-                                           ("downpour", {"numShards": 2, "placement": "dedicated"}),
-                                           ("mixed", {"groupSize": 2}), ("dcasgd", {"lambda_": 2.0})])
-def test_a_crash_mid_epoch_resumes_from_the_saved_shards_losing_no_update(digits, tmp_path, name, options):
+@pytest.mark.parametrize("name, options, workers", [("downpour", {"numShards": 3, "pushEvery": 2}, 2),
+                                                    ("downpour", {"numShards": 2, "placement": "dedicated"}, 2),
+                                                    ("mixed", {"groupSize": 2}, 2), ("dcasgd", {"lambda_": 2.0}, 2),
+                                                    ("mixed", {"groupSize": 2, "pushEvery": 2}, 4)])
+def test_a_crash_mid_epoch_resumes_from_the_saved_shards_losing_no_update(digits, tmp_path, name, options, workers):
     x, y = digits
-    crash_once = CrashOnce(at=25)
+    crash_once = CrashOnce(at=25 * workers // 2)  # the batches of every worker count: a crash near step 12
 
     kw = dict(augment=crash_once, prefetch=True, epochs=3)
-    ref = run_threads(spec(name, options, **kw), shard_rows(x, y, 2))
+    ref = run_threads(spec(name, options, **kw), shard_rows(x, y, workers))
     crash_once.arm()
     with pytest.raises(RuntimeError, match="injected"):
-        run_threads(spec(name, options, checkpointDir=str(tmp_path), checkpointInterval=5, **kw), shard_rows(x, y, 2))
+        run_threads(spec(name, options, checkpointDir=str(tmp_path), checkpointInterval=5, **kw),
+                    shard_rows(x, y, workers))
     res = run_threads(spec(name, options, checkpointDir=str(tmp_path), checkpointInterval=5, **kw),
-                      shard_rows(x, y, 2))
+                      shard_rows(x, y, workers))
     assert res[0].resumed_from == 10
     a, b = final(ref), final(res)
     assert all(torch.equal(a[k], b[k]) for k in a)  # the same updates, in the same order, as without the crash

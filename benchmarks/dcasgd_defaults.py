@@ -28,8 +28,15 @@ their own best rates, and dcasgd's default against downpour's default at each ra
 Workload: scikit-learn digits (1437 train / 360 test, stratified, random_state=0, inputs X/16; the CNN's
 upscaled to 3x32x32), the server rule at a constant rate, batch 16 per worker.
 
-Run: ``python benchmarks/dcasgd_defaults.py [--quick]``; it writes ``results/dcasgd_defaults.txt``
-(not with ``--quick``) and prints its own run time.
+RECURRENT (``--recurrent``, threads): the LSTM over variable-length rows of the recurrent strategy tests
+(does token 7 occur in a row of 3-40 tokens; ``lstm_classifier`` 20-8-16, packed rows under a token budget
+of 1024, 2 workers, batch 16, 6 epochs, 320 rows of which a quarter validate): ``sync`` with the local Adam
+at each rate, ``dcasgd`` on each server rule at each rate, and ``dcasgd``'s λ on its default rule. The
+question: which of dcasgd's rate, server rule and λ leaves it below sync there. It writes
+``results/dcasgd_recurrent.txt``.
+
+Run: ``python benchmarks/dcasgd_defaults.py [--quick | --recurrent]``; it writes
+``results/dcasgd_defaults.txt`` (not with ``--quick``) and prints its own run time.
 """
 
 from __future__ import annotations
@@ -236,11 +243,60 @@ def sweep(workload: str, data: tuple, workers: tuple, rates: tuple, seeds: tuple
     return lines
 
 
+RECURRENT_RATES = (0.001, 0.003, 0.01, 0.03, 0.1, 0.3)
+RECURRENT_RULES = ("adagrad", "sgd", "momentum", "rmsprop")
+RECURRENT_LAMBDAS = (0.0, 0.5, 2.0, 8.0)
+
+
+def recurrent(seeds: tuple, epochs: int = 6) -> list[str]:
+    """Threads: validation accuracy of the LSTM task after ``epochs``, mean over ``seeds``, per rate."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "unit" / "train"))
+    from irbis.train.backends.local import run_threads, shard_rows
+    from irbis.train.loop import TrainSpec
+    from irbis.train.networks import network_spec
+    from train_helpers import token_task  # the recurrent strategy tests' task, one definition
+
+    x, y = token_task(320)
+
+    def acc(strategy: str, options: dict, lr: float) -> float:
+        out = []
+        for seed in seeds:
+            spec = TrainSpec.of(network=network_spec("lstm_classifier", {"vocab_size": 20, "embed": 8, "hidden": 16}),
+                                epochs=epochs, batchSize=BATCH, learningRate=lr, strategy=strategy,
+                                strategyOptions=options, validationFraction=0.25, tokenBudget=1024, torch_threads=1,
+                                seed=seed)
+            out.append(run_threads(spec, shard_rows(x, y, 2))[0].history[-1]["accuracy"])
+        return float(np.mean(out))
+
+    rows = [("sync (local adam)", "sync", {})]
+    rows += [(f"dcasgd {rule}", "dcasgd", {"serverOptimizer": rule}) for rule in RECURRENT_RULES]
+    rows += [(f"dcasgd adagrad lambda_={lam:g}", "dcasgd", {"lambda_": lam}) for lam in RECURRENT_LAMBDAS]
+    lines = [f"{'run':28s} " + " ".join(f"{'lr ' + format(r, 'g'):>9s}" for r in RECURRENT_RATES)]
+    for label, strategy, options in rows:
+        accs = [acc(strategy, options, lr) for lr in RECURRENT_RATES]
+        lines.append(f"{label:28s} " + " ".join(f"{a:9.3f}" for a in accs))
+        print(lines[-1], flush=True)
+    return lines
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true", help="2 workers, one rate, one seed, 2 epochs: a smoke run")
+    parser.add_argument("--recurrent", action="store_true", help="the LSTM over variable-length rows (threads)")
     args = parser.parse_args()
     run = Run(__file__, packages=("torch",))
+    if args.recurrent:
+        seeds = SEEDS[:2]
+        rows = recurrent(seeds)
+        text = "\n".join([*run.header(
+            "one torch thread per worker; thread backend (requests served in rank order)",
+            "lstm_classifier 20-8-16 over token-id rows of 3-40 tokens (is token 7 in the row), 2 workers, batch "
+            f"{BATCH}, 6 epochs, validation accuracy (80 rows) after the last epoch, mean over seeds {list(seeds)}; "
+            "sync steps the local Adam at the rate, dcasgd's server rule runs at it (lambda_=2, adaptive, unless "
+            "the row says otherwise; rmsprop: decay 0.9, epsilon 1)"), "", *rows])
+        print(text)
+        (RESULTS / "dcasgd_recurrent.txt").write_text(text.rstrip() + "\n")
+        return
     data = load_digits_split(False)
     workers, rates, seeds, epochs = ((2,), RATES[:1], SEEDS[:1], 2) if args.quick else (WORKERS, RATES, SEEDS, EPOCHS)
     pool = Pool(max(workers))

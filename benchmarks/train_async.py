@@ -48,7 +48,11 @@ that can die and rejoin). The two base rates, ``LR`` = 0.4 and
 were chosen once by ``--sweep`` (2 workers, MLP, the grid ``SWEEP``), not tuned per row: at 0.2 plain
 SGD ended at training loss 0.12 and test accuracy 0.953 (sync and dcasgd), at 0.4 at 0.07 and 0.967.
 
-Run: ``python benchmarks/train_async.py [--quick | --sweep]``; it prints its own run time.
+``--mixed`` runs only ``mixed`` (groups of 2) beside ``downpour`` on the MLP at 2 and 8 workers over the seeds:
+the bytes a worker pushes to the shards per step and all it sends per step, and the test accuracy
+(``results/train_async_mixed.txt``).
+
+Run: ``python benchmarks/train_async.py [--quick | --sweep | --mixed]``; it prints its own run time.
 """
 
 from __future__ import annotations
@@ -140,7 +144,9 @@ def train(arch: str, options: dict, shape: list[int], data: tuple, epochs: int, 
             "wall": wall,
             "toTarget": reached[0] if reached else float("nan"), "loss": hist[-1]["loss"], "stale": stale,
             "restarts": sum(r.info.get("attempt", 0) for r in results),
-            "lost": sum(h["psUpdates"]["pushed"] - h["psUpdates"]["applied"] for h in hist if "psUpdates" in h)}
+            "lost": sum(h["psUpdates"]["pushed"] - h["psUpdates"]["applied"] for h in hist if "psUpdates" in h),
+            "pushedBytes": float(np.mean([h.get("pushedBytesPerStep", 0.0) for h in hist])),
+            "bytes": float(np.mean([h["bytesPerStep"] for h in hist]))}
 
 
 def used_samples(results: list, strategy: str, sopts: dict, spec: object) -> int:
@@ -237,6 +243,26 @@ def seeds_table(epochs: int, seeds: int, workers: int) -> list[str]:
     return out
 
 
+def mixed_bytes(epochs: int, seeds: int, workers: tuple[int, ...] = (2, 8)) -> list[str]:
+    """``mixed`` (groups of 2) beside ``downpour`` on the MLP: the bytes each worker pushes to the shards per step
+    (``pushedBytesPerStep``), all it sends per step (``bytesPerStep``: its pushes and its group's all-reduce and
+    broadcast), and test accuracy over seeds. Before the group all-reduce every member pushed its own gradient
+    and the shards formed the group's mean: it pushed what downpour's row pushes."""
+    data = load_digits_split(False)
+    out = [f"mixed: the group's all-reduce, then its leader alone pushes (MLP, {epochs} epochs, {seeds} seeds, loop "
+           "only, no Spark; downpour's pushes are what every mixed worker pushed when the shards reduced the group)",
+           f"{'strategy':24s} {'workers':>7s} {'lr':>7s} {'pushed B/step':>13s} {'sent B/step':>11s} "
+           f"{'test acc (mean ± std)':>21s}  per seed; staleness"]
+    for n in workers:
+        for name, sopts in (("downpour", {}), ("mixed", {"groupSize": 2})):
+            runs = [train("mlp", MLP, [64], data, epochs, name, sopts, n, seed=s) for s in range(seeds)]
+            accs = [r["acc"] for r in runs]
+            out.append(f"{runs[0]['strategy']:24s} {n:7d} {runs[0]['lr']:7.4f} {runs[0]['pushedBytes']:13,.0f} "
+                       f"{runs[0]['bytes']:11,.0f} {np.mean(accs):12.4f} ± {np.std(accs):.4f}  "
+                       f"{[round(a, 4) for a in accs]}; {stale_text(runs[0]['stale'])}")
+    return out
+
+
 def sweep(epochs: int, workers: int = 2) -> list[str]:
     """Test accuracy of each strategy over the grid ``SWEEP`` of base rates (MLP), to choose them once."""
     data, out = load_digits_split(False), [f"sweep: MLP, {workers} workers, {epochs} epochs, test accuracy"]
@@ -252,8 +278,17 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true", help="2 workers, 1-2 epochs (MLP and CNN): a smoke run")
     parser.add_argument("--sweep", action="store_true", help="the base-rate sweep behind LR and ADAGRAD_LR")
+    parser.add_argument("--mixed", action="store_true", help="mixed's bytes pushed per step and accuracy beside "
+                                                             "downpour (writes results/train_async_mixed.txt)")
     args = parser.parse_args()
     run = Run(__file__, packages=("torch", "pyzmq", "numpy"))
+    if args.mixed:
+        lines = mixed_bytes(2 if args.quick else MLP_EPOCHS, 1 if args.quick else SEEDS)
+        text = "\n".join([*run.header("workers are processes (gloo + ZeroMQ), one torch thread each"), "", *lines])
+        print(text)
+        if not args.quick:
+            (RESULTS / "train_async_mixed.txt").write_text(text + "\n")
+        return
     if args.sweep:
         print("\n".join(sweep(2 if args.quick else MLP_EPOCHS)),
               f"\nrun time {time.perf_counter() - run.started:.0f} s")

@@ -77,6 +77,14 @@ def _strategy_help() -> str:
             f"{names(server)} (parameter server)")
 
 
+def _strategy_options_help() -> str:
+    """``--strategy-options``, naming the parameter servers' rules from their registry."""
+    from irbis.train.ps.rules import rule_names
+
+    return (f"JSON options of the strategy, e.g. '{{\"groupSize\": 4}}' for mixed; the parameter-server "
+            f"strategies' serverOptimizer: {rule_names()}")
+
+
 def _batch_size(text: str) -> int | str:
     """``--batch-size``: ``auto`` or a positive integer, checked as the ``batchSize`` Param checks it."""
     from irbis.ml.estimator import check_batch_size, to_batch_size
@@ -136,7 +144,7 @@ def add_parser(sub: Any) -> None:
     stage_default("--workers", "numWorkers", "training tasks", type=int)
     stage_default("--strategy", "strategy", "data-parallel strategy", _strategy_help, choices=Lazy(_strategies),
                   metavar="STRATEGY")
-    stage_default("--strategy-options", "strategyOptions", "JSON options of the strategy")
+    stage_default("--strategy-options", "strategyOptions", "JSON options of the strategy", _strategy_options_help)
     stage_default("--optimizer", "optimizer", "the optimizer", lambda: f"the optimizer: {_optimizers_help()}")
     stage_default("--learning-rate", "learningRate", "the learning rate", type=float)
     stage_default("--validation-fraction", "validationFraction", "share of the rows held out for validation",

@@ -159,7 +159,10 @@ class ThreadCommunicator(_Exchanging):
             pending.extend(shared.children)
 
     def subgroup(self, ranks: list[int]) -> ThreadCommunicator | None:
-        """Collective: a communicator among ``ranks`` (their rank in it is their index there); None elsewhere."""
+        """Collective: a communicator among ``ranks`` (their rank in it is their index there); None elsewhere.
+
+        Every rank calls it once, and each may name the ranks of its own subgroup (disjoint subgroups,
+        e.g. the mixed mode's groups of consecutive ranks)."""
         def build() -> list[ThreadCommunicator]:
             members = ThreadCommunicator.group(len(ranks), timeout=self._shared.timeout)
             self._shared.children.append(members[0]._shared)
@@ -231,9 +234,14 @@ class TorchCommunicator:
         self.late = False
 
     def subgroup(self, ranks: list[int]) -> TorchCommunicator | None:
-        """Collective on every rank: a communicator among ``ranks`` (``dist.new_group``); None elsewhere."""
-        group = self._dist.new_group(list(ranks))
-        if self._dist.get_rank() not in ranks:
+        """A communicator among ``ranks`` (this communicator's ranks; ``dist.new_group``); None elsewhere.
+
+        Only the members synchronise (``use_local_synchronization``), so each rank may name the ranks of its
+        own subgroup (disjoint subgroups, e.g. the mixed mode's groups), and a subgroup of a subgroup needs no
+        call from the ranks outside it (the dedicated parameter servers)."""
+        members = [self._global(r) for r in ranks]
+        group = self._dist.new_group(members, use_local_synchronization=True)
+        if self._dist.get_rank() not in members:
             return None
         store = None if self._store is None else self._dist.PrefixStore(f"subgroup/{list(ranks)}", self._store)
         return TorchCommunicator(store, group)

@@ -7,6 +7,7 @@ import pandas as pd
 import pytest
 
 from irbis.ml import TorchEstimator
+from irbis.models import build_model
 
 pytestmark = pytest.mark.spark
 
@@ -36,15 +37,18 @@ def test_each_async_strategy_reaches_high_test_accuracy_and_counts_every_update(
     summary = model.training_summary
     steps = sum(r["psUpdates"]["applied"] for r in summary)
     assert all(r["psUpdates"]["rejected"] == 0 and r["psUpdates"]["replayed"] == 0 for r in summary)
-    group = 2 if name == "mixed" else 1  # a group's pushes are applied as one update
-    assert all(r["psUpdates"]["pushed"] == r["psUpdates"]["applied"] * group for r in summary)  # none lost
+    assert all(r["psUpdates"]["pushed"] == r["psUpdates"]["applied"] for r in summary)  # none lost
     assert steps > 0 and summary[-1]["staleness"]["updates"] == summary[-1]["psUpdates"]["applied"]
     assert sum(summary[-1]["staleness"]["histogram"]) == summary[-1]["staleness"]["updates"]
 
 
-def test_mixed_with_one_group_has_no_staleness(fitted):
-    # groupSize == numWorkers: every update waits for both workers, so none is stale
-    assert all(r["staleness"]["max"] == 0 for r in fitted["mixed"].training_summary)
+def test_mixed_with_one_group_has_no_staleness_and_pushes_half_of_downpours_bytes(fitted):
+    # groupSize == numWorkers: the two workers all-reduce, the leader alone pushes, so no update is stale
+    mixed, downpour = fitted["mixed"].training_summary, fitted["downpour"].training_summary
+    assert all(r["staleness"]["max"] == 0 for r in mixed)
+    params = sum(p.numel() for p in build_model("mlp", **json.loads(MLP)).parameters())
+    assert all(m["pushedBytesPerStep"] == d["pushedBytesPerStep"] / 2 == params * 4 / 2
+               for m, d in zip(mixed, downpour))
 
 
 def test_a_group_size_that_does_not_divide_the_workers_fails_before_training(train_df):

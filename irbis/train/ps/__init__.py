@@ -12,7 +12,7 @@ Where they run is the strategies' ``placement`` (a :class:`Layout`):
 
 The pieces:
 
-* :mod:`~irbis.train.ps.rules`: the server update rules (SGD, momentum, Adagrad) and
+* :mod:`~irbis.train.ps.rules`: the server update rules (SGD, momentum, Adagrad, RMSProp, your own) and
   DC-ASGD's delay compensation, pure numpy;
 * :mod:`~irbis.train.ps.shard`: one shard's state (weights, optimizer state, version,
   last pulls, staleness histogram, counters);

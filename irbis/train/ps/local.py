@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from irbis.train.ps.shard import PENDING, REJECTED, ShardState
+from irbis.train.ps.shard import REJECTED, ShardState
 
 ABORT_POLL_S = 0.1  # how often a waiting worker looks whether a peer failed
 
@@ -95,10 +95,6 @@ class LocalClient:
             s.push(self.worker, self.seq, self.versions[i], grads[lo:hi], lr)
             for i, (s, (lo, hi)) in enumerate(zip(self.hub.shards, self.ranges))])
         self.rejected += sum(st == REJECTED for st in statuses)
-        if PENDING in statuses:  # a group waits for its last member's push
-            with self.hub._cond:
-                self.hub.wait_for(lambda: all((self.worker // s.group_size, self.seq) not in s.pending
-                                              for s in self.hub.shards), self.worker, "its group")
         if pull_into is not None:
             self.pull(pull_into)
 
@@ -118,8 +114,13 @@ class LocalClient:
         for sid in shard_ids:
             self.hub.on_control[sid](command, step)
 
-    def close(self) -> None:
+    def leave(self) -> None:
+        """This worker makes no more pushes or pulls (a mixed group's member that is not its leader): the
+        others stop waiting for its turn; :meth:`stats` still answers."""
         self.hub.leave(self.worker)
+
+    def close(self) -> None:
+        self.leave()
 
 
 __all__ = ["LocalClient", "LocalHub"]

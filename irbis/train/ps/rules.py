@@ -7,7 +7,21 @@ gradient, ``η`` the learning rate the worker sent with it):
 * ``sgd``: :math:`w \\leftarrow w - η g`;
 * ``momentum``: :math:`v \\leftarrow μ v + g,\\; w \\leftarrow w - η v` (μ = 0.9);
 * ``adagrad``: :math:`h \\leftarrow h + g \\odot g,\\; w \\leftarrow w - η\\, g / (\\sqrt{h} + ε)`,
-  Downpour's best setting in Dean et al. 2012.
+  Downpour's best setting in Dean et al. 2012;
+* ``rmsprop``: :math:`m \\leftarrow ρ m + (1 - ρ)\\, g \\odot g,\\; w \\leftarrow w - η\\, g / \\sqrt{m + ε}`
+  (Tieleman and Hinton 2012) with the ICCS 2017 mixed-mode experiment's constants, ρ = 0.9 and ε = 1
+  (Campos et al., Section 5: "RMSProp ... decay of 0.9 and ε = 1.0"); ε is inside the square root, as in the
+  TensorFlow optimizer that experiment ran, and ``m`` starts at zero.
+
+A rule may also be named ``"package.module:function"`` (:mod:`irbis.refs`): a function of the
+built-in rules' signature, ``f(w, g, lr, state)``, which updates the float32 array ``w`` in place
+and keeps what it needs between updates in the dict ``state`` (numpy arrays only, so that a checkpoint
+holds them); every worker must be able to import it. :func:`server_rule` resolves a name to its rule.
+
+Weight decay (the server option ``weight_decay``, the strategies' ``serverWeightDecay``) adds the
+gradient of an L2 term :math:`\\frac{δ}{2} \\lVert w \\rVert^2` to every gradient before the rule,
+:math:`g \\leftarrow g + δ\\, w` at the shard's current weights, as the ICCS experiment regularised its
+loss (δ = 1e-4); see :func:`decayed`.
 
 Delay compensation (Zheng et al., "Asynchronous Stochastic Gradient Descent
 with Delay Compensation", ICML 2017) corrects a gradient computed at the
@@ -26,9 +40,13 @@ from collections.abc import Callable
 
 import numpy as np
 
+from irbis.refs import is_reference, resolve
+
 MOMENTUM = 0.9
 EPS = 1e-8
 MEAN_SQUARE_DECAY = 0.95
+#: RMSProp's decay ρ and ε (inside the square root), the ICCS 2017 experiment's
+RMSPROP_DECAY, RMSPROP_EPS = 0.9, 1.0
 
 State = dict[str, np.ndarray]
 Rule = Callable[[np.ndarray, np.ndarray, float, State], None]
@@ -54,7 +72,44 @@ def adagrad(w: np.ndarray, g: np.ndarray, lr: float, state: State) -> None:
     w -= np.float32(lr) * g / (np.sqrt(h) + np.float32(EPS))
 
 
-SERVER_OPTIMIZERS: dict[str, Rule] = {"sgd": sgd, "momentum": momentum, "adagrad": adagrad}
+def rmsprop(w: np.ndarray, g: np.ndarray, lr: float, state: State) -> None:
+    """RMSProp (ρ = 0.9, ε = 1 inside the square root), in place; keeps the running mean square in
+    ``state["ms"]``."""
+    ms = state.setdefault("ms", np.zeros_like(w))
+    ms *= np.float32(RMSPROP_DECAY)
+    ms += np.float32(1 - RMSPROP_DECAY) * g * g
+    w -= np.float32(lr) * g / np.sqrt(ms + np.float32(RMSPROP_EPS))
+
+
+#: The server rules by name: the one registry the strategies' ``serverOptimizer`` is checked against.
+SERVER_OPTIMIZERS: dict[str, Rule] = {"sgd": sgd, "momentum": momentum, "adagrad": adagrad, "rmsprop": rmsprop}
+
+
+def rule_names() -> str:
+    """What ``serverOptimizer`` accepts, in words (for errors and docs)."""
+    return ", ".join(repr(k) for k in SERVER_OPTIMIZERS) + " or 'package.module:function'"
+
+
+def server_rule(name: str) -> Rule:
+    """The rule ``name`` names: a key of :data:`SERVER_OPTIMIZERS` or a ``package.module:function``
+    reference, imported here; ValueError naming ``serverOptimizer`` otherwise."""
+    if name in SERVER_OPTIMIZERS:
+        return SERVER_OPTIMIZERS[name]
+    if not is_reference(name):
+        raise ValueError(f"serverOptimizer must be one of {rule_names()}, found {name!r}")
+    try:
+        rule = resolve(name)
+    except (ImportError, AttributeError) as err:
+        raise ValueError(f"serverOptimizer {name!r} cannot be imported ({err}); a custom rule must be importable "
+                         "by every worker") from None
+    if not callable(rule):
+        raise ValueError(f"serverOptimizer {name!r} is not a function f(w, g, lr, state)")
+    return rule
+
+
+def decayed(g: np.ndarray, w: np.ndarray, weight_decay: float) -> np.ndarray:
+    """``g + weight_decay * w`` (a new array), or ``g`` itself when ``weight_decay`` is 0."""
+    return g + np.float32(weight_decay) * w if weight_decay else g
 
 
 def delay_compensate(g: np.ndarray, w_now: np.ndarray, w_pulled: np.ndarray, lambda_: float,
@@ -112,5 +167,5 @@ def split_shards(sizes: list[int], k: int) -> list[tuple[int, int]]:
     return [(bounds[i], bounds[i + 1]) for i in range(k)]
 
 
-__all__ = ["MIN_SHARD_WEIGHTS", "SERVER_OPTIMIZERS", "default_shards", "delay_compensate", "split_shards", "sgd",
-           "momentum", "adagrad"]
+__all__ = ["MIN_SHARD_WEIGHTS", "SERVER_OPTIMIZERS", "decayed", "default_shards", "delay_compensate", "rule_names",
+           "server_rule", "split_shards", "sgd", "momentum", "adagrad", "rmsprop"]

@@ -12,9 +12,6 @@ is rejected; one whose sequence number was already applied (a resent message, or
 retried task replaying its steps) is acknowledged and counted as replayed, not applied
 twice. Nothing is dropped without being counted.
 
-With ``group_size > 1`` (the mixed mode) the pushes of one group at one step are
-summed and applied once, as their mean, when the last member's arrives.
-
 :meth:`ShardState.state_dict` is what a checkpoint keeps of a shard (tensors and plain
 values, read back with ``torch.load(weights_only=True)``): the weights, the optimizer and
 delay-compensation state, the version, each worker's last pull and sequence number, and
@@ -29,12 +26,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from irbis.train.ps.rules import SERVER_OPTIMIZERS, State, delay_compensate
+from irbis.train.ps.rules import Rule, State, decayed, delay_compensate, server_rule
 
 STALENESS_BINS = 32
 #: Length of the job's random secret, under which every message to and from a shard is authenticated.
 SECRET_BYTES = 32
-APPLIED, PENDING, REJECTED, REPLAYED = 0, 1, 2, 3
+APPLIED, REJECTED, REPLAYED = 0, 2, 3
 
 
 @dataclass
@@ -46,20 +43,21 @@ class ShardState:
     weights : numpy.ndarray
         The shard's starting weights (float32, copied).
     optimizer : str
-        A key of :data:`~irbis.train.ps.rules.SERVER_OPTIMIZERS`.
+        A key of :data:`~irbis.train.ps.rules.SERVER_OPTIMIZERS` or a ``package.module:function`` rule
+        (:func:`~irbis.train.ps.rules.server_rule`).
     lambda_ : float
         Delay-compensation strength (0: none).
     adaptive : bool
         DC-ASGD-a's adaptive λ.
-    group_size : int
-        Pushes averaged per update (mixed mode); 1 applies each push.
+    weight_decay : float
+        L2 weight decay δ: each gradient gets ``δ w`` added before the rule (0: none).
     """
 
     weights: np.ndarray
     optimizer: str = "adagrad"
     lambda_: float = 0.0
     adaptive: bool = True
-    group_size: int = 1
+    weight_decay: float = 0.0
     version: int = 0
     opt_state: State = field(default_factory=dict)
     dc_state: State = field(default_factory=dict)
@@ -67,12 +65,11 @@ class ShardState:
     staleness: np.ndarray = field(default_factory=lambda: np.zeros(STALENESS_BINS, dtype=np.int64))
     counts: dict[str, int] = field(default_factory=lambda: {"applied": 0, "rejected": 0, "replayed": 0})
     last_seq: dict[int, int] = field(default_factory=dict)
-    pending: dict[tuple[int, int], list] = field(default_factory=dict)
+    rule: Rule = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.weights = np.array(self.weights, dtype=np.float32, copy=True)
-        if self.optimizer not in SERVER_OPTIMIZERS:
-            raise ValueError(f"serverOptimizer must be one of {sorted(SERVER_OPTIMIZERS)}, found {self.optimizer!r}")
+        self.rule = server_rule(self.optimizer)
 
     def pull(self, worker: int) -> tuple[int, np.ndarray]:
         """The current version and weights (a copy); remembers them as ``worker``'s last pull."""
@@ -81,7 +78,7 @@ class ShardState:
         return self.version, snap
 
     def push(self, worker: int, seq: int, version: int, grad: np.ndarray, lr: float) -> int:
-        """Apply (or hold, in a group) one gradient; returns APPLIED, PENDING, REJECTED or REPLAYED."""
+        """Apply one gradient; returns APPLIED, REJECTED or REPLAYED."""
         if grad.shape != self.weights.shape or not 0 <= version <= self.version:
             self.counts["rejected"] += 1
             return REJECTED
@@ -89,36 +86,18 @@ class ShardState:
             self.counts["replayed"] += 1
             return REPLAYED
         self.last_seq[worker] = seq
-        if self.group_size == 1:
-            self._apply(grad, lr, [(worker, version)])
-            return APPLIED
-        key = (worker // self.group_size, seq)
-        held = self.pending.setdefault(key, [np.zeros_like(self.weights), []])
-        held[0] += grad
-        held[1].append((worker, version))
-        if len(held[1]) < self.group_size:
-            return PENDING
-        del self.pending[key]
-        self._apply(held[0] / np.float32(self.group_size), lr, held[1])
-        return APPLIED
-
-    def _apply(self, grad: np.ndarray, lr: float, members: list[tuple[int, int]]) -> None:
-        oldest = min(v for _, v in members)
         if self.lambda_:
-            worker = members[0][0]
             base = self.pulled.get(worker, (0, self.weights))[1]
             grad = delay_compensate(grad, self.weights, base, self.lambda_,
                                     self.dc_state if self.adaptive else None)
-        SERVER_OPTIMIZERS[self.optimizer](self.weights, grad, lr, self.opt_state)
-        self.staleness[min(self.version - oldest, STALENESS_BINS - 1)] += 1
+        self.rule(self.weights, decayed(grad, self.weights, self.weight_decay), lr, self.opt_state)
+        self.staleness[min(self.version - version, STALENESS_BINS - 1)] += 1
         self.version += 1
         self.counts["applied"] += 1
+        return APPLIED
 
     def state_dict(self) -> dict[str, Any]:
         """Everything that changes as updates arrive, as tensors and plain values (see the module doc)."""
-        if self.pending:
-            raise RuntimeError(f"a shard with {len(self.pending)} group update(s) still pending cannot be saved; "
-                               "checkpoint after every worker finished its step")
         return {"weights": _tensor(self.weights), "version": self.version,
                 "optState": {k: _tensor(v) for k, v in self.opt_state.items()},
                 "dcState": {k: _tensor(v) for k, v in self.dc_state.items()},
@@ -150,4 +129,4 @@ def _tensor(a: np.ndarray) -> torch.Tensor:
     return torch.from_numpy(np.array(a, copy=True))
 
 
-__all__ = ["APPLIED", "PENDING", "REJECTED", "REPLAYED", "STALENESS_BINS", "ShardState"]
+__all__ = ["APPLIED", "REJECTED", "REPLAYED", "STALENESS_BINS", "ShardState"]

@@ -28,7 +28,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import zmq
 
-from irbis.train.ps.shard import APPLIED, PENDING, ShardState
+from irbis.train.ps.shard import APPLIED, ShardState
 
 HEADER = struct.Struct("<4sBBHIIqqdQ")  # magic, op, status, flags, worker, shard, seq, version, lr, numel
 MAGIC = b"IRPS"
@@ -87,7 +87,6 @@ class ShardServer:
         self._sock.setsockopt(zmq.LINGER, 0)
         port: int = self._sock.bind_to_random_port(f"tcp://{host}")
         self.address = f"tcp://{host}:{port}"
-        self._held: dict[tuple, list] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._serve, daemon=True, name="irbis-ps-shard")
         self._thread.start()
@@ -128,11 +127,7 @@ class ShardServer:
         else:
             grad = np.frombuffer(frames[1].buffer, dtype=np.float32)
             status = shard.push(worker, seq, version, grad, lr)
-            key = (sid, worker // shard.group_size, seq)
-            self._held.setdefault(key, []).append((ident, worker, bool(flags & WANT_PULL)))
-            if status != PENDING:
-                for who, w, want in self._held.pop(key):
-                    self._reply_pull(who, op, sid, w, want, 0 if status == APPLIED else status)
+            self._reply_pull(ident, op, sid, worker, bool(flags & WANT_PULL), 0 if status == APPLIED else status)
 
     def _reply_pull(self, ident: bytes, op: int, sid: int, worker: int, want: bool, status: int = OK) -> None:
         shard = self.shards[sid]
@@ -161,7 +156,7 @@ class PSClient:
     worker : int
         This worker's rank.
     timeout_s : float
-        How long a reply may take (a group push waits for its slowest member).
+        How long a reply may take.
     """
 
     #: Workers push whenever they are ready; none waits for another's turn.
@@ -273,6 +268,9 @@ class PSClient:
             fields, _ = self._receive(self._route[sid])
             if fields[2] == BAD_REQUEST:
                 raise ValueError(f"shard {sid} at {self._addresses[sid]} serves no control messages")
+
+    def leave(self) -> None:
+        """Nothing to do: no worker waits for another's turn (:attr:`free_running`)."""
 
     def close(self) -> None:
         for sock in self._socks.values():

@@ -42,7 +42,7 @@ import torch
 
 from irbis.train import ps as param_server
 from irbis.train.ps.dedicated import CUT, DONE
-from irbis.train.ps.rules import SERVER_OPTIMIZERS
+from irbis.train.ps.rules import rule_names, server_rule
 from irbis.train.strategy import FlatParams, Strategy, WorkerContext
 
 
@@ -52,6 +52,8 @@ class State:
 
     pending: torch.Tensor | None = None
     pushes: int = 0
+    pushed_bytes: int = 0
+    taken: int = 0
     lr: float = 0.0
     step: int = 0
     server: Any = field(default=None, repr=False)
@@ -89,7 +91,9 @@ class Downpour(Strategy):
     pushEvery : int, default 1
         Steps between pushes of the accumulated gradient.
     serverOptimizer : str, default "adagrad"
-        The shards' rule: "sgd", "momentum" or "adagrad".
+        The shards' rule: a name of :data:`~irbis.train.ps.rules.SERVER_OPTIMIZERS` ("sgd", "momentum",
+        "adagrad", "rmsprop") or a ``"package.module:function"`` rule ``f(w, g, lr, state)`` that every
+        worker can import (see :mod:`irbis.train.ps.rules`).
     numShards : int, default 0
         Shards of the weight buffer. 0: one per worker; co-located, none smaller than
         :data:`~irbis.train.ps.rules.MIN_SHARD_WEIGHTS` weights (a small network gets fewer).
@@ -98,23 +102,32 @@ class Downpour(Strategy):
         barrier task per shard, which trains nothing) or "driver" (threads of the driver process:
         the workers run as ordinary tasks, and one that dies is retried alone and rejoins from the
         shards' current weights, see :mod:`irbis.train.ps.driver`).
+    serverWeightDecay : float, default 0.0
+        L2 weight decay δ applied by the shards: each gradient gets ``δ w`` added before the rule (the ICCS
+        2017 experiment's regularisation, δ = 1e-4).
 
     Examples
     --------
-    >>> Downpour(fetchEvery=2)
-    Downpour(fetchEvery=2, pushEvery=1, serverOptimizer='adagrad', numShards=0, placement='colocated')
+    >>> Downpour(fetchEvery=2)  # doctest: +NORMALIZE_WHITESPACE
+    Downpour(fetchEvery=2, pushEvery=1, serverOptimizer='adagrad', numShards=0, placement='colocated',
+             serverWeightDecay=0.0)
     """
 
     name = "downpour"
     owns_update = True
 
     def __init__(self, fetchEvery: int = 1, pushEvery: int = 1, serverOptimizer: str = "adagrad",
-                 numShards: int = 0, placement: str = "colocated") -> None:
+                 numShards: int = 0, placement: str = "colocated", serverWeightDecay: float = 0.0) -> None:
         self.fetchEvery = _positive_int("fetchEvery", fetchEvery)
         self.pushEvery = _positive_int("pushEvery", pushEvery)
-        if serverOptimizer not in SERVER_OPTIMIZERS:
-            raise ValueError(f"serverOptimizer must be one of {sorted(SERVER_OPTIMIZERS)}, found {serverOptimizer!r}")
+        if not isinstance(serverOptimizer, str):
+            raise ValueError(f"serverOptimizer must be one of {rule_names()}, found {serverOptimizer!r}")
+        server_rule(serverOptimizer)  # a bad name, or a rule that does not import, fails here
         self.serverOptimizer = serverOptimizer
+        if (isinstance(serverWeightDecay, bool) or not isinstance(serverWeightDecay, (int, float))
+                or not serverWeightDecay >= 0):
+            raise ValueError(f"serverWeightDecay must be a number >= 0, found {serverWeightDecay!r}")
+        self.serverWeightDecay = float(serverWeightDecay)
         self.numShards = _positive_int("numShards", numShards, low=0)
         if placement not in PLACEMENTS:
             raise ValueError(f"placement must be one of {list(PLACEMENTS)}, found {placement!r}")
@@ -123,7 +136,8 @@ class Downpour(Strategy):
 
     def options(self) -> dict[str, Any]:
         return {"fetchEvery": self.fetchEvery, "pushEvery": self.pushEvery,
-                "serverOptimizer": self.serverOptimizer, "numShards": self.numShards, "placement": self.placement}
+                "serverOptimizer": self.serverOptimizer, "numShards": self.numShards, "placement": self.placement,
+                "serverWeightDecay": self.serverWeightDecay}
 
     def server_tasks(self, num_workers: int) -> int:
         """``numShards`` (0: one per worker) dedicated servers, or none when co-located."""
@@ -135,7 +149,7 @@ class Downpour(Strategy):
 
     def shard_options(self, ctx: WorkerContext | None) -> dict[str, Any]:
         """What every shard is built with (the subclasses add grouping or delay compensation)."""
-        return {"optimizer": self.serverOptimizer}
+        return {"optimizer": self.serverOptimizer, "weight_decay": self.serverWeightDecay}
 
     def setup(self, flat: FlatParams, ctx: WorkerContext) -> None:
         if flat.weights.device.type != "cpu":
@@ -147,20 +161,33 @@ class Downpour(Strategy):
         self.state.pending = torch.zeros_like(flat.grads) if self.pushEvery > 1 else None
 
     def update(self, flat: FlatParams, ctx: WorkerContext, step: int, lr: float) -> None:
-        client, fetch = self.state.server.client, step % self.fetchEvery == 0
+        fetch = step % self.fetchEvery == 0
         if self.state.pending is not None:
             self.state.pending.add_(flat.grads)
             self.state.pushes += 1
         if step % self.pushEvery == 0:
             grads = flat.grads if self.state.pending is None else self.state.pending
-            client.push(grads.numpy(), lr, flat.weights.numpy() if fetch else None)
-            ctx.comm.bytes_sent += grads.numel() * grads.element_size()  # bytes per step count the pushes
+            self.push(grads, lr, flat.weights if fetch else None)
             if self.state.pending is not None:
                 self.state.pending.zero_()
                 self.state.pushes = 0
         elif fetch:
-            client.pull(flat.weights.numpy())
+            self.pull(flat.weights)
         self.state.lr, self.state.step = lr, step
+        self.state.taken += 1
+
+    def push(self, grads: torch.Tensor, lr: float, pull_into: torch.Tensor | None = None) -> None:
+        """Send ``grads`` to the shards (and, with ``pull_into``, copy the updated weights back into it);
+        the bytes count in this worker's bytes per step. :class:`~irbis.train.strategies.mixed.MixedSync`
+        averages its group's gradients first and lets the group's leader alone push."""
+        self.state.server.client.push(grads.numpy(), lr, None if pull_into is None else pull_into.numpy())
+        nbytes = grads.numel() * grads.element_size()
+        self.state.ctx.comm.bytes_sent += nbytes  # bytes per step count the pushes
+        self.state.pushed_bytes += nbytes
+
+    def pull(self, weights: torch.Tensor) -> None:
+        """Copy the shards' current weights into ``weights`` (the flat weight buffer)."""
+        self.state.server.client.pull(weights.numpy())
 
     def job_steps(self) -> int | None:
         """Shard 0's version as of this worker's last reply, times ``pushEvery``: every push reaches every
@@ -175,9 +202,14 @@ class Downpour(Strategy):
         if self.state.server is None:
             return {}
         delta = self.state.server.stats_delta(ctx.comm)
+        sent = torch.tensor([self.state.pushed_bytes, self.state.taken], dtype=torch.float64)
+        ctx.comm.all_reduce_sum(sent)
+        self.state.pushed_bytes = self.state.taken = 0
         return {"psUpdates": {"pushed": int(delta[-1]), "applied": int(delta[0]), "rejected": int(delta[1]),
                               "replayed": int(delta[2])},
-                "staleness": staleness_summary(delta[3:-1])}
+                "staleness": staleness_summary(delta[3:-1]),
+                # the bytes sent to the shards over every worker's steps of the epoch
+                "pushedBytesPerStep": float(sent[0] / max(float(sent[1]), 1.0))}
 
     def state_dict(self) -> dict[str, Any]:
         """The hosted shards, the client's position and the unpushed accumulation (at a consistent cut)."""
@@ -204,9 +236,9 @@ class Downpour(Strategy):
             return
         if self.state.pushes:  # the last partial accumulation is pushed, not lost
             assert self.state.pending is not None  # made by setup()
-            server.client.push(self.state.pending.numpy(), self.state.lr)
+            self.push(self.state.pending, self.state.lr)
         ctx.comm.barrier()
-        server.client.pull(flat.weights.numpy())
+        self.pull(flat.weights)
         ctx.comm.barrier()
         server.control(DONE)  # every worker holds the final weights: the dedicated servers may stop
         self.close()

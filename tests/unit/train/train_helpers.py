@@ -139,3 +139,11 @@ def peak_rss_mib(script: str, sizes: tuple[int, ...]) -> dict[int, float]:
         assert seen == 2 * rows
         peaks[rows] = peak_kib / 1024
     return peaks
+
+
+def signed_sgd(w: np.ndarray, g: np.ndarray, lr: float, state: dict) -> None:
+    """A custom parameter-server rule (``serverOptimizer="train_helpers:signed_sgd"``): signSGD, counting its
+    updates in ``state["n"]``."""
+    n = state.setdefault("n", np.zeros((), dtype=np.int64))
+    n += 1
+    w -= np.float32(lr) * np.sign(g)

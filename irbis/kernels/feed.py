@@ -46,19 +46,16 @@ FEED_PROCESSES_DOC = ("worker processes that decode and augment image rows besid
                       "cores; on a GPU, the task's CPUs less one), or a count (0: threads in the task's process)")
 
 
-def check_feed_processes(value: str) -> str | None:
-    """Why ``value`` is no feedProcesses value (None: it is one)."""
-    if value == "auto" or (value.isdigit() and int(value) >= 0):
-        return None
-    return f"feedProcesses must be 'auto' or a count of processes (0 or more), got {value!r}"
+def check_feed_processes(value: str) -> None:
+    """Raise ``ValueError`` where ``value`` is no feedProcesses value."""
+    if not (value == "auto" or (value.isdigit() and int(value) >= 0)):
+        raise ValueError(f"feedProcesses must be 'auto' or a count of processes (0 or more), got {value!r}")
 
 
 def feed_processes(value: str | int, device: str, cpus: int) -> int:
     """The worker processes ``value`` (a feedProcesses value) means for a task on ``device`` with ``cpus``."""
     text = str(value)
-    why = check_feed_processes(text)
-    if why:
-        raise ValueError(why)
+    check_feed_processes(text)
     if text != "auto":
         return int(text)
     return 0 if device == "cpu" else max(0, cpus - 1)

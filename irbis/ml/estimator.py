@@ -66,13 +66,8 @@ _log = logging.getLogger(__name__)
 _CALLABLE_PARAMS = ("network", "loss", "optimizer")
 
 
-def check_feed_processes_param(name: str, value: str) -> None:
-    """feedProcesses' check: :func:`irbis.kernels.feed.check_feed_processes`."""
-    why = check_feed_processes(value)
-    if why:
-        raise ParamValueError(name, value, "'auto' or a count of processes (0 or more)")
-
-
+check_feed_processes_param = parsed_by(check_feed_processes, "'auto' or a count of processes (0 or more)",
+                                       ("auto", "a count of processes"))
 check_augmentation = parsed_by(parse_augmentation, "a JSON list of augmentation ops",
                                ("a JSON list of augmentation ops",))
 

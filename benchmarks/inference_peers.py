@@ -81,7 +81,7 @@ def part_text_irbis(args: argparse.Namespace) -> dict:
 
     spark = get_spark("local[2]")
     spark.sparkContext.setLogLevel("ERROR")
-    read = spark.read.parquet(args.parquet)
+    read = spark.read.parquet(str(args.parquet))
     layouts = {"one Parquet file as read": read, "one Parquet file, repartition(2)": read.repartition(2)}
     rows = {}
     out = tempfile.mkdtemp(prefix="irbis-peers-out-")
@@ -107,7 +107,7 @@ def part_images_irbis(args: argparse.Namespace) -> dict:
     for split, conf in (("Spark's default file split", {}), ("tuned file split", TUNED_SPLIT)):
         spark = get_spark("local[2]", **{"spark.ui.enabled": "false", **conf})
         spark.sparkContext.setLogLevel("ERROR")
-        files = spark.read.format("binaryFile").load(args.folder).select("path", "content")
+        files = spark.read.format("binaryFile").load(str(args.folder)).select("path", "content")
         partitions = files.rdd.getNumPartitions()
         for precision in ("fp32", *(["bf16"] if native_bf16() else [])):
             stage = ImageFeaturizer(inputCol="content", outputCol="features", miniBatchSize=32, precision=precision)

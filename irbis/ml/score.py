@@ -2,13 +2,14 @@
 
 The input (a folder of images, Parquet or CSV files of texts or vectors, a folder of ``.txt`` files) is split
 once into *units*, groups of whole input files, and the plan is kept in ``OUTPUT/_irbis_score/plan`` (one
-line of JSON: each unit's files with their sizes and modification times). Each unit is then one Spark job that
-writes the fitted pipeline's output as one Parquet file in ``OUTPUT/unit=<k>/``: its task writes the file in a
-hidden ``_temporary`` folder and Spark's commit moves it into place in one rename, so that a unit's file is
-there whole or not at all, and its presence is the record that the unit is done. Several units run at once
-from driver threads, so that the cores stay busy while one unit's job starts or ends.
+line of JSON: each unit's files with their sizes and modification times). Each unit is then one Spark write
+of the fitted pipeline's output to ``OUTPUT/unit=<k>/``, committed all or nothing by Spark's own commit
+protocol (its tasks write in a hidden ``_temporary`` folder, the job's commit moves their files into place);
+once that write has returned, a marker ``OUTPUT/_irbis_score/done/unit=<k>/``, a second small write,
+records the unit as done. Several units run at once from driver threads, so that the cores stay busy while
+one unit's job starts or commits, and a unit's tasks share the cores when it runs alone.
 
-Run again with ``resume=True``, only the units without their file run: a unit whose job was cut short is
+Run again with ``resume=True``, only the units without a marker run: a unit whose write was cut short is
 written again over what it left (Spark's ``overwrite`` mode removes it first). Read as one Parquet dataset,
 ``OUTPUT`` then holds the rows of one complete run, no row twice and none missing, with the column ``unit``
 (the unit that scored the row) from the folder names. The ``_irbis_score`` folder is hidden from Spark's
@@ -40,12 +41,13 @@ INPUT_KINDS: dict[str, tuple[str, ...]] = {
     "csv": (".csv",),
     "text": (".txt",),
 }
-#: The folder of ``OUTPUT`` that holds the plan (hidden from Spark's readers).
+#: The folder of ``OUTPUT`` that holds the plan and the units' markers (hidden from Spark's readers).
 STATE = "_irbis_score"
 #: The version of the plan's layout.
 PLAN_FORMAT = "irbis-score/1"
-#: Units planned by default per unit that runs at once: a unit is one Spark job, whose start and commit cost
-#: about a second on a busy machine, so that units are few; more of them lose less when a run dies.
+#: Units planned by default per unit that runs at once: a unit is two Spark jobs (its rows, its marker),
+#: whose start and commit cost about a second on a busy machine, so that units are few; more of them lose
+#: less when a run dies.
 UNITS_PER_SLOT = 3
 #: Input bytes of a unit by default, at most: a large input is split into units of about this size.
 UNIT_BYTES = 256 * 2**20
@@ -131,8 +133,7 @@ def score(pipeline: Any, input: str, output: str, *, resume: bool = False, mode:
 
     Notes
     -----
-    A unit is a group of whole files (one large Parquet file is one unit), written as one file by one task:
-    the units that run at once share the cores. Images are read with
+    A unit is a group of whole files: one large Parquet file is one unit. Images are read with
     :func:`irbis.read_images` (files that cannot be decoded are left out, as ``irbis featurize`` does) and
     their ``image`` column is not written (``path`` names each one). The column types of a CSV input are
     inferred once, when the run is planned, and every unit is read with them.
@@ -230,9 +231,8 @@ def _read_plan(spark: Any, output: str) -> dict[str, Any] | None:
 
 
 def _done_units(spark: Any, output: str) -> set[int]:
-    """The units of ``output`` whose file is in place: their output was written whole (the file of a unit cut
-    short is in a hidden ``_temporary`` folder)."""
-    paths = _files(spark, output) or []
+    """The units of ``output`` with a marker: their output was written whole."""
+    paths = _files(spark, f"{output}/{STATE}/done") or []
     return {int(match.group(1)) for path in paths if (match := _UNIT.search(path))}
 
 
@@ -358,8 +358,9 @@ def _run_units(spark: Any, model: Any, plan: dict[str, Any], output: str, todo: 
 
     def run(unit: dict[str, Any]) -> int:
         k = unit["unit"]
-        frame = _written(model.transform(read(unit["files"])), plan)
-        frame.coalesce(1).write.mode("overwrite").parquet(f"{output}/unit={k:05d}")
+        _written(model.transform(read(unit["files"])), plan).write.mode("overwrite").parquet(
+            f"{output}/unit={k:05d}")
+        _write_text(spark, f"{output}/{STATE}/done/unit={k:05d}", json.dumps({"unit": k}))
         with lock:
             finished.append(k)
             bar.update(len(unit["files"]))

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from irbis.ml.score import score
+from irbis.ml.score import STATE, score
 
 pytestmark = pytest.mark.spark
 
@@ -63,8 +63,9 @@ def _same(got: dict[int, np.ndarray], expected: dict[int, np.ndarray]) -> None:
 
 
 def _done(output: str) -> set[int]:
-    """The units whose file is in place."""
-    return {int(p.name.split("=")[1]) for p in Path(output).glob("unit=*") if any(p.glob("part-*.parquet"))}
+    """The units with a marker (its file committed)."""
+    return {int(p.name.split("=")[1]) for p in (Path(output) / STATE / "done").glob("unit=*")
+            if any(p.glob("part-*"))}
 
 
 class Stop(RuntimeError):
@@ -101,10 +102,11 @@ def test_a_run_stopped_after_two_units_resumes_with_the_others_only(spark, pipel
         score(pipeline, data, out, filesPerUnit=1, concurrency=1, showProgress=False, spark=spark, afterUnit=die)
     done = _done(out)
     assert done == {0, 1}
-    # what a unit's job cut short leaves: its file not yet committed (here a copy of another unit's)
-    task = Path(out) / "unit=00004" / "_temporary" / "0" / "task_0"
-    task.mkdir(parents=True)
-    shutil.copy(next((Path(out) / "unit=00000").glob("part-*.parquet")), task / "part-00000.snappy.parquet")
+    # what a unit cut short in its job's commit leaves: some of its files moved into place (here a copy of
+    # another unit's), others still in _temporary, and no marker
+    (Path(out) / "unit=00004").mkdir()
+    part = next((Path(out) / "unit=00000").glob("part-*.parquet"))
+    shutil.copy(part, Path(out) / "unit=00004" / part.name)
     assert _done(out) == {0, 1}
     result = score(pipeline, data, out, resume=True, showProgress=False, spark=spark)
     assert (result.units, result.skipped) == (FILES, 2)

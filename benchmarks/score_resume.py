@@ -152,7 +152,7 @@ def compare(path: Path, ids: np.ndarray, y: np.ndarray) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--files", type=int, default=48)
-    parser.add_argument("--rows", type=int, default=480_000)
+    parser.add_argument("--rows", type=int, default=960_000)
     parser.add_argument("--quick", action="store_true", help="a tenth of the rows")
     parser.add_argument("--output", default=str(RESULTS / "score_resume.txt"))
     parser.add_argument("--part", help=argparse.SUPPRESS)

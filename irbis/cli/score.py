@@ -30,7 +30,7 @@ def add_parser(sub: Any) -> None:
     score.add_argument("--column", default="text", help="the column of a .txt file's text (--input-format text)")
     score.add_argument("--glob", help="only the file names that match this glob (default: those of the kind)")
     score.add_argument("--files-per-unit", type=int, help="input files per unit (default: split by size into "
-                       "max(16, 4 x concurrency) units)")
+                       "5 x concurrency units, or more of at most 256 MiB)")
     score.add_argument("--concurrency", type=int, help="units scored at once (default: the session's default "
                        "parallelism)")
     master_option(score)

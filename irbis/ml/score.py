@@ -48,7 +48,7 @@ PLAN_FORMAT = "irbis-score/1"
 #: Units planned by default per unit that runs at once: a unit is two Spark jobs (its rows, its marker),
 #: whose start and commit cost about a second on a busy machine, so that units are few; more of them lose
 #: less when a run dies.
-UNITS_PER_SLOT = 3
+UNITS_PER_SLOT = 5
 #: Input bytes of a unit by default, at most: a large input is split into units of about this size.
 UNIT_BYTES = 256 * 2**20
 _UNIT = re.compile(r"/unit=(\d+)/")
@@ -109,7 +109,7 @@ def score(pipeline: Any, input: str, output: str, *, resume: bool = False, mode:
     pathGlobFilter : str, optional
         Only read the file names that match this glob (e.g. ``"*.jpg"``); by default those of ``kind``.
     filesPerUnit : int, optional
-        The input files of a unit; by default the files are split by size into ``3 * concurrency`` units, or
+        The input files of a unit; by default the files are split by size into ``5 * concurrency`` units, or
         more of at most 256 MiB each (fewer where there are fewer files).
     concurrency : int, optional
         Units scored at once; the session's default parallelism by default.
@@ -158,31 +158,29 @@ def score(pipeline: Any, input: str, output: str, *, resume: bool = False, mode:
     if slots < 1:
         raise ValueError(f"concurrency must be at least 1, found {concurrency}")
 
-    plan = _read_plan(spark, output)
     if mode == "overwrite":
         remove_folder(spark, output, "mode='overwrite'")
-        plan = None
-    elif plan is None and _files(spark, output):
+    plan = None if mode == "overwrite" else _read_plan(spark, output)
+    if plan is None and mode != "overwrite" and _files(spark, output):
         raise ValueError(f"{output} already holds files that no run of irbis score planned: choose another "
                          "output, or replace it with --mode overwrite (mode='overwrite')")
-    elif plan is not None and not resume:
+    if plan is not None and not resume:
         raise ValueError(f"{output} already holds a run of irbis score: finish it with --resume (resume=True), "
                          "or start again with --mode overwrite (mode='overwrite')")
 
     if plan is None:
         kind, files = _list_input(spark, input, kind, pathGlobFilter)
         plan = _new_plan(spark, model, input, files, kind, column, pathGlobFilter, filesPerUnit or 0, slots)
+        first = _written(model.transform(_reader(spark, plan)(plan["units"][0]["files"])), plan)
+        if "unit" in first.columns:
+            raise ValueError("the pipeline writes a column 'unit', which names the output's unit folders: "
+                             "rename it (e.g. with a SQLTransformer) before scoring")
         _write_text(spark, f"{output}/{STATE}/plan", json.dumps(plan))
     else:
         _check_unchanged(plan, model, input, _list_input(spark, input, plan["kind"], plan["glob"])[1], output)
 
     done = _done_units(spark, output)
     todo = [unit for unit in plan["units"] if unit["unit"] not in done]
-    if todo:
-        columns = _written(model.transform(_reader(spark, plan)(todo[0]["files"])), plan)
-        if "unit" in columns.columns:
-            raise ValueError("the pipeline writes a column 'unit', which names the output's unit folders: "
-                             "rename it (e.g. with a SQLTransformer) before scoring")
     total = sum(len(unit["files"]) for unit in plan["units"])
     scored = _run_units(spark, model, plan, output, todo, slots, total, showProgress, afterUnit)
     return ScoreResult(output, len(plan["units"]), tuple(scored), len(plan["units"]) - len(todo),

@@ -148,6 +148,17 @@ def test_an_existing_output_is_refused_without_resume_and_replaced_with_overwrit
     assert len(_rows(spark, str(other))) == 2 * ROWS
 
 
+def test_a_pipeline_that_writes_a_column_unit_is_refused_before_a_plan_is_written(spark, tmp_path):
+    from pyspark.ml import PipelineModel
+    from pyspark.ml.feature import SQLTransformer
+
+    data = _write_input(tmp_path / "in", files=2)
+    clash = PipelineModel([SQLTransformer(statement="SELECT *, 1 AS unit FROM __THIS__")])
+    with pytest.raises(ValueError, match="column 'unit'"):
+        score(clash, data, str(tmp_path / "out"), showProgress=False, spark=spark)
+    assert not (tmp_path / "out").exists()
+
+
 @pytest.mark.classic_only(reason="the command runs on its own session from --master local[2]")
 def test_the_command_scores_a_saved_pipeline_and_refuses_an_existing_output(spark, pipeline, tmp_path, capsys):
     from irbis.cli import main

@@ -26,6 +26,8 @@ _EXPORTS: dict[str, str] = {
     "read_images": "irbis.spark.images",
     "read_images_stream": "irbis.spark.images",
     "ImageReadStats": "irbis.spark.images",
+    "score": "irbis.ml.score",
+    "ScoreResult": "irbis.ml.score",
     "tensor_bytes": "irbis.spark.tensors",
     "tensor_bytes_column": "irbis.spark.tensors",
     "vote_labels": "irbis.spark.targets",

@@ -5,12 +5,12 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
-from irbis.cli import classify, demo, embed, explain, featurize, models, pack, photos, serve, train
+from irbis.cli import classify, demo, embed, explain, featurize, models, pack, photos, score, serve, train
 from irbis.cli.common import Parser, plain_text
 from irbis.errors import MissingExtraError
 
 #: The sub-commands, in the order the help lists them; each module adds its parser (``add_parser``) and runs it.
-COMMANDS = (demo, featurize, embed, train, pack, photos, classify, explain, serve, models)
+COMMANDS = (demo, featurize, embed, score, train, pack, photos, classify, explain, serve, models)
 
 
 def build_parser() -> Parser:

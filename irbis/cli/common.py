@@ -161,18 +161,11 @@ def vectors_as(frame: Any, column: str, kind: str) -> Any:
 
 def text_frame(spark: Any, source: str, column: str) -> Any:
     """The texts of ``source``: a Parquet or CSV file (or folder of them) with a ``column``, or a folder of
-    ``.txt`` files (one text per file, with its ``path``)."""
-    lower = source.rstrip("/").lower()
-    if lower.endswith(".parquet"):
-        frame = spark.read.parquet(source)
-    elif lower.endswith(".csv"):
-        frame = (spark.read.option("header", True).option("multiLine", True).option("escape", '"')
-                 .option("inferSchema", True).csv(source))  # an integer id column stays an integer
-    else:
-        frame = (spark.read.format("binaryFile").option("pathGlobFilter", "*.txt").load(source)
-                 .selectExpr("path", f"content as `{column}`"))  # bytes: a file that is not UTF-8 is named
+    ``.txt`` files (one text per file, with its ``path``); see :func:`irbis.spark.tables.read_table`."""
+    from irbis.spark.tables import read_table, table_kind
+
+    frame = read_table(spark, source, table_kind(source), column)
     if column not in frame.columns:
         raise ValueError(f"{source} has no column {column!r} (its columns: {', '.join(frame.columns)}); "
                          "name the text column with --column")
     return frame
-

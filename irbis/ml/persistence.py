@@ -105,6 +105,24 @@ def load_network_files(folder: str) -> tuple[str | None, list[Any] | None]:
     return (str(saved[0]) if saved else None), (json.loads(summary.read_text()) if summary.exists() else None)
 
 
+def remove_folder(spark: Any, path: str, caller: str) -> None:
+    """Remove the folder ``path`` and what it holds, if it exists, on any storage Spark writes (through Spark's
+    Hadoop FileSystem, as PySpark's ``overwrite().save()`` does). A Spark Connect client cannot reach that file
+    system: there a local folder is removed here, and another path names what to do (``caller`` says who
+    asked)."""
+    from irbis.spark.session import is_connect
+
+    if not is_connect(spark):
+        writer = MLWriter()
+        writer.session(spark)
+        MLWriter._handleOverwrite(writer, path)
+    elif is_local_path(path):
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        raise ValueError(f"{caller} on Spark Connect removes local folders only: remove {path} first, then "
+                         "run again")
+
+
 class IrbisWriter(MLWriter):
     """Writes the JSON metadata, then lets the stage write its sidecar files (see the module doc)."""
 
@@ -116,15 +134,7 @@ class IrbisWriter(MLWriter):
         """Remove what ``path`` holds before ``overwrite().save(path)``. PySpark's own way goes through the
         JVM's file system, which a Spark Connect client cannot reach: there a local folder is removed here (the
         client writes a stage's local sidecar files itself), and another path names what to do."""
-        from irbis.spark.session import is_connect
-
-        if not is_connect(self.sparkSession):
-            super()._handleOverwrite(path)
-        elif is_local_path(path):
-            shutil.rmtree(path, ignore_errors=True)
-        else:
-            raise ValueError(f"overwrite() on Spark Connect removes local folders only: remove {path} first, "
-                             "then save")
+        remove_folder(self.sparkSession, path, "overwrite()")
 
     def saveImpl(self, path: str) -> None:  # noqa: N802 (PySpark's name)
         extra = self.instance._has_extra()

@@ -15,7 +15,7 @@ from irbis.models.architectures import ARCHITECTURES
 from irbis.train.optim import OPTIMIZERS
 from irbis.train.strategies import STRATEGIES, Downpour, SyncSGD
 
-COMMANDS = ["demo", "featurize", "embed", "train", "pack", "photos", "classify", "explain", "serve", "models"]
+COMMANDS = ["demo", "featurize", "embed", "score", "train", "pack", "photos", "classify", "explain", "serve", "models"]
 
 
 def help_of(capsys, *command: str) -> str:

@@ -39,7 +39,6 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
@@ -61,16 +60,11 @@ PACKAGES = ("torch", "pyspark", "sentence-transformers", "onnxruntime", "openvin
 
 
 def timed_runs(run: Any, repeats: int = REPEATS) -> dict[str, Any]:
-    """One untimed run, then ``repeats`` timed ones: their seconds."""
-    start = time.perf_counter()
-    run()
-    untimed = time.perf_counter() - start
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        run()
-        times.append(time.perf_counter() - start)
-    return {"untimed": untimed, "times": times}
+    """One untimed run, then ``repeats`` timed ones (``images.py``'s plain-loop timing): their seconds."""
+    from images import run_plain_loop
+
+    found = run_plain_loop(run, repeats)
+    return {"untimed": found["cold"], "times": found["times"]}
 
 
 # -- the Irbis parts, each in its own process -------------------------------------------------------------
@@ -131,7 +125,7 @@ def part_images_plain(args: argparse.Namespace) -> dict:
 
     files = sorted(Path(args.folder).glob("*.jpg"))
     result = images.plain_engine_runs(files, REPEATS)
-    return {"engine": result["engine"], "times": result["times"], "untimed": result["cold"]}
+    return {"engine": result["engine"], "times": result["times"], "untimed": result["cold"]}  # its timed_runs
 
 
 PARTS = {"text_irbis": part_text_irbis, "images_irbis": part_images_irbis, "text_plain": part_text_plain,

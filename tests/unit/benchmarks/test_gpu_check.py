@@ -39,7 +39,8 @@ def test_the_gpu_check_runs_on_the_cpu_without_spark(tmp_path):
                          for precision in ("fp32", "bf16") for path in ("plain PyTorch", "Irbis kernel (TorchModel")}
     assert {r["weights"] for r in result["rows"] if r.get("model") == "resnet50"} == {"random (none ship)"}
     tuning = [r for r in result["rows"] if r["part"] == "fine-tuning"]
-    assert [r["path"].split(",")[0] for r in tuning] == ["plain PyTorch", "Irbis loop (ImageClassifier's spec"]
+    assert [r["path"].split(",")[0] for r in tuning] == ["plain PyTorch", "Irbis loop (ImageClassifier's spec",
+                                                         "Irbis loop"]  # and with its feeding processes
     assert all(r["images_per_s"] > 0 for r in result["rows"] if "images_per_s" in r)
 
     names = {check["name"] for check in result["checks"]}

@@ -9,9 +9,9 @@ processes, at most ``depth`` jobs in flight (memory stays flat whatever the data
 in the order of the jobs, so that a seeded run makes the same batches with or without it.
 
 The processes start with ``spawn`` (a Spark Python worker has threads; forking it is unsafe) once per
-process and size, and are kept for the next epoch and the next task of the same Python worker; numpy
-arrays and torch tensors come back through shared memory (torch's multiprocessing reductions), not a copy
-through a pipe. An error in a job is raised in the consumer, with its message.
+process and size, and are kept for the next epoch and the next task of the same Python worker; a numpy
+array (as a torch tensor) or a torch tensor comes back through shared memory (torch's multiprocessing
+reductions), not a copy through a pipe. An error in a job is raised in the consumer, with its message.
 
 :func:`feed_processes` is the rule for how many: ``"auto"`` starts none on a CPU device (the processes would
 take the cores the step uses) and, on a GPU, one per CPU of the task but the one that drives the device.
@@ -33,7 +33,9 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
 from multiprocessing import get_context
-from typing import TypeVar
+from typing import Any, TypeVar
+
+import numpy as np
 
 __all__ = ["FEED_PROCESSES_DOC", "Feed", "check_feed_processes", "feed", "feed_processes"]
 
@@ -82,6 +84,28 @@ def _init_worker() -> None:
         pass
 
 
+class _Shared:
+    """A job's numpy result on its way back: as a torch tensor, which torch's reductions send through shared
+    memory (a numpy array would be pickled whole through the pipe)."""
+
+    def __init__(self, tensor: Any) -> None:
+        self.tensor = tensor
+
+
+def _run_shared(fn: Callable[[T], R], job: T) -> Any:
+    """``fn(job)`` in a worker, a numpy array wrapped for the trip back (see :class:`_Shared`)."""
+    out = fn(job)
+    if isinstance(out, np.ndarray) and out.dtype.kind in "biuf":
+        import torch
+
+        return _Shared(torch.from_numpy(np.ascontiguousarray(out)))
+    return out
+
+
+def _unwrap(out: Any) -> Any:
+    return out.tensor.numpy() if isinstance(out, _Shared) else out
+
+
 class Feed:
     """A pool of ``processes`` worker processes mapping a function over jobs in order, ``depth`` in flight."""
 
@@ -99,11 +123,11 @@ class Feed:
         jobs = iter(jobs)
         try:
             for job in jobs:
-                pending.append(self._pool.submit(fn, job))
+                pending.append(self._pool.submit(_run_shared, fn, job))
                 if len(pending) >= self.depth:
-                    yield pending.popleft().result()
+                    yield _unwrap(pending.popleft().result())
             while pending:
-                yield pending.popleft().result()
+                yield _unwrap(pending.popleft().result())
         finally:
             for future in pending:
                 future.cancel()

@@ -74,6 +74,8 @@ def mlp():
 
 
 def test_multi_label_from_votes_learns_as_plain_pytorch_and_predicts_probabilities(spark, data):
+    """The margin is measured: the plain loop scores 0.906-0.911 over four orders of the same rows, a two-worker
+    run 0.904; targets whose columns slip by one (the bug this guards) score 0.50."""
     x, votes, _ = data
     df = frame(spark, {"features": [Vectors.dense(r) for r in x[:N_TRAIN]], "votes": votes[:N_TRAIN].tolist()})
     df = df.withColumn("label", vote_labels("votes", "multi_label", min_votes=5))
@@ -85,7 +87,7 @@ def test_multi_label_from_votes_learns_as_plain_pytorch_and_predicts_probabiliti
     plain = plain_fit(mlp, torch.nn.functional.binary_cross_entropy_with_logits, [x[:N_TRAIN]], target[:N_TRAIN])
     with torch.no_grad():
         ref = ((plain(torch.as_tensor(x[N_TRAIN:])) > 0).numpy() == target[N_TRAIN:]).mean()
-    assert ref > 0.85 and acc >= ref - 0.01, (acc, ref)
+    assert ref > 0.85 and acc >= ref - 0.02, (acc, ref)
 
 
 def test_soft_targets_from_votes_learn_the_likeliest_class_as_plain_pytorch(spark, data):
@@ -147,6 +149,9 @@ def test_two_input_columns_learn_as_plain_pytorch_and_survive_save_and_load(spar
 
 @pytest.mark.slow  # the heaviest fit here (48 epochs for both to converge)
 def test_a_tensor_column_beside_a_vector_column_learns_as_plain_pytorch(spark, data):
+    """The margin is measured, not a run's luck: the plain loop itself scores 0.93-0.95 over four orders of
+    the same rows, a two-worker run of 32 rows each has taken 0.92, and a network that loses either input (the
+    wiring bug this guards) scores 0.54 (no patch) or 0.69 (no meta). 0.05 below the plain loop lies between."""
     x, _, _ = data
     rng = np.random.default_rng(1)
     patch = rng.normal(size=(len(x), 1, 4, 4)).astype(np.float32)
@@ -166,7 +171,7 @@ def test_a_tensor_column_beside_a_vector_column_learns_as_plain_pytorch(spark, d
     with torch.no_grad():
         ref = (plain(torch.as_tensor(patch[N_TRAIN:]), torch.as_tensor(meta[N_TRAIN:])).argmax(1).numpy()
                == label[N_TRAIN:]).mean()
-    assert ref > 0.8 and acc >= ref - 0.01, (acc, ref)
+    assert ref > 0.8 and acc >= ref - 0.05, (acc, ref)
 
 
 def test_multi_label_under_a_parameter_server_learns(spark, data):

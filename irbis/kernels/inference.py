@@ -565,6 +565,75 @@ class NetworkKernel:
         return result
 
 
+
+@dataclass(frozen=True)
+class ImageKernel:
+    """ImageFeaturizer's and ImageClassifierModel's kernel as a plain, picklable value: the network's source,
+    how it runs, how images become its batch, and which layer goes to which column; called on a dict of column
+    blocks, it gives the output blocks.
+
+    The images of ``column`` (structs or encoded files) are decoded and prepared with ``preprocessing``
+    (:func:`irbis.kernels.image.features.image_batch`, at ``max_pixels`` and ``fast_decode``) and run once
+    through the process's predictor of ``source`` and ``options`` (:func:`cached_predict_fn`), read at every
+    layer of ``layers`` (``(layer, column)``; ``""`` is the network's output) when ``several``, else at the
+    one layer the options name. With ``classes`` (the probability and prediction columns) the first output
+    is a classifier's logits, whose softmax and most likely index (a double) go to those columns too.
+    """
+
+    source: dict[str, Any]
+    column: str
+    preprocessing: Any
+    layers: tuple[tuple[str, str], ...]
+    options: dict[str, Any]
+    several: bool = False
+    error_col: str = ""
+    max_pixels: int | None = None
+    fast_decode: bool = False
+    classes: tuple[str, ...] = ()
+
+    @property
+    def files(self) -> tuple[str, ...]:
+        """The local file or folder the kernel reads (none for a network of the repository)."""
+        return (self.source["path"],) if "path" in self.source else ()
+
+    def relocated(self, paths: dict[str, str]) -> ImageKernel:
+        """This kernel reading its network at ``paths[path]`` (a copy shipped to this machine)."""
+        if "path" not in self.source:
+            return self
+        return replace(self, source=dict(self.source, path=paths.get(self.source["path"], self.source["path"])))
+
+    def convert(self, block: Any, raise_errors: bool = True) -> tuple[np.ndarray, np.ndarray, list[str | None]]:
+        """The network's batch of a column of images (values, valid, errors)."""
+        from irbis.kernels.image.features import image_batch
+
+        return image_batch(block, self.preprocessing, raise_errors, max_pixels=self.max_pixels,
+                           fast_decode=self.fast_decode)
+
+    def __call__(self, blocks: dict[str, Any]) -> dict[str, Any]:
+        from irbis.kernels.blocks import Tensor, flat_rows
+
+        batch, valid, errors = self.convert(blocks[self.column], not self.error_col)
+        found = cached_predict_fn(self.source, **self.options)(batch) if len(batch) else None
+        out: dict[str, Any] = {col: Tensor(flat_rows(found[layer] if self.several and found else found), valid)
+                               for layer, col in self.layers}
+        if self.classes:
+            out.update(class_outputs(out[self.layers[0][1]], *self.classes))
+        return {**out, self.error_col: errors} if self.error_col else out
+
+
+def class_outputs(raw: Any, probability_col: str, prediction_col: str) -> dict[str, Any]:
+    """A classifier's probability (the softmax of its logits ``raw``, a :class:`irbis.kernels.blocks.Tensor`)
+    and prediction (the index of the largest logit, a double; None where the row has no output) columns."""
+    from irbis.kernels.blocks import Tensor
+
+    logits = raw.values.astype(np.float64, copy=False).reshape(len(raw.values), -1)
+    shifted = np.exp(logits - logits.max(axis=1, keepdims=True)) if len(logits) else logits
+    prob = shifted / shifted.sum(axis=1, keepdims=True) if len(logits) else logits
+    pred = np.full(len(raw.valid), None, dtype=object)
+    pred[raw.valid] = logits.argmax(axis=1).astype(np.float64) if len(logits) else []
+    return {probability_col: Tensor(prob.astype(np.float32), raw.valid),
+            prediction_col: pred.tolist() if not raw.valid.all() else pred.astype(np.float64)}
+
 def _load_for_export(source: dict[str, Any], allow_pickle: bool, layer: Layers) -> nn.Module:
     import torch
 

@@ -10,12 +10,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import numpy as np
 from pyspark.ml.linalg import VectorUDT
 from pyspark.ml.param import TypeConverters
 from pyspark.sql.types import DataType, DoubleType, StringType
 
-from irbis.kernels.blocks import BatchFn, Tensor
+from irbis.kernels.blocks import BatchFn
 from irbis.ml.aliases import alias_mixin
 from irbis.ml.base import IrbisModel
 from irbis.ml.image_network import ImageNetworkStage
@@ -125,22 +124,7 @@ class ImageClassifierModel(_ClassifierModelNames, ImageNetworkStage, _Classifier
                 (self.getPredictionCol(), DoubleType())] + ([(err, StringType())] if err else [])
 
     def _make_batch_fn(self) -> BatchFn:
-        scores = super()._make_batch_fn()
-        raw_col, prob_col = self.getOrDefault(self.rawPredictionCol), self.getOrDefault(self.probabilityCol)
-        pred_col = self.getPredictionCol()
-
-        def run(blocks: dict[str, Any]) -> dict[str, Any]:
-            out = scores(blocks)
-            raw: Tensor = out[raw_col]
-            logits = raw.values.astype(np.float64, copy=False).reshape(len(raw.values), -1)
-            shifted = np.exp(logits - logits.max(axis=1, keepdims=True)) if len(logits) else logits
-            prob = shifted / shifted.sum(axis=1, keepdims=True) if len(logits) else logits
-            pred = np.full(len(raw.valid), None, dtype=object)
-            pred[raw.valid] = logits.argmax(axis=1).astype(np.float64) if len(logits) else []
-            return {**out, prob_col: Tensor(prob.astype(np.float32), raw.valid),
-                    pred_col: pred.tolist() if not raw.valid.all() else pred.astype(np.float64)}
-
-        return run
+        return self._kernel((self.getOrDefault(self.probabilityCol), self.getPredictionCol()))
 
     # -- persistence: the network's files and the training summary -----------------------------------
     def _has_extra(self) -> bool:

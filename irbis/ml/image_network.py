@@ -18,9 +18,9 @@ from pyspark.ml.param.shared import HasInputCol
 from pyspark.sql import DataFrame
 from pyspark.sql.types import BinaryType, DataType, StringType, StructType
 
-from irbis.kernels.blocks import BatchFn, Tensor, flat_rows
+from irbis.kernels.blocks import BatchFn
 from irbis.kernels.image.decode import DEFAULT_MAX_PIXELS
-from irbis.kernels.image.features import image_batch
+from irbis.kernels.inference import ImageKernel
 from irbis.ml.calibration_sample import HasCalibrationSample
 from irbis.ml.column_types import is_image_struct
 from irbis.ml.export_ahead_of_job import export_ahead_of_job
@@ -115,36 +115,19 @@ class ImageNetworkStage(KeywordInit, HasInputCol, _ImageDecodeParams, HasMiniBat
         return dict(output_layer=layer, device=self.getDevice(), precision=self.getPrecision(), engine=self.getEngine())
 
     def _make_batch_fn(self) -> BatchFn:
-        from irbis.kernels.inference import cached_predict_fn
+        return self._kernel()
 
-        source = self._source()
-        pairs, several = self.layer_columns(), self._several_layers()
+    def _kernel(self, classes: tuple[str, ...] = ()) -> ImageKernel:
+        """The stage's kernel (:class:`irbis.kernels.inference.ImageKernel`), a plain value the Spark runner
+        ships; ``classes`` (probability and prediction columns) for a classifier's head."""
         options = dict(self._network_options(), batch_size=self.getMiniBatchSize(),
                        calibration_data=self.getCalibrationData())
-        col, err_col = self.getInputCol(), self.getErrorCol()
-        convert, predict = self._converter(), cached_predict_fn(source, **options)
-
-        def run(blocks: dict[str, Any]) -> dict[str, Any]:
-            batch, valid, errors = convert(blocks[col], not err_col)
-            found = predict(batch) if len(batch) else None
-            outputs = {layer: found[layer] if several and found else found for layer, _ in pairs}
-            out = {c: Tensor(flat_rows(outputs[layer]), valid) for layer, c in pairs}
-            return {**out, err_col: errors} if err_col else out
-
-        return run
-
-    def _converter(self) -> Any:
-        """The input conversion of ``transform``: ``convert(block, raise_errors)`` gives (batch, valid, errors)."""
-        preprocessing = self._preprocessing()
-        limit, fast = self.getMaxPixels() or None, self.getFastDecode()
-
-        def convert(values: Any, raise_errors: bool) -> tuple[Any, Any, Any]:
-            return image_batch(values, preprocessing, raise_errors, max_pixels=limit, fast_decode=fast)
-
-        return convert
+        return ImageKernel(self._source(), self.getInputCol(), self._preprocessing(), tuple(self.layer_columns()),
+                           options, several=self._several_layers(), error_col=self.getErrorCol(),
+                           max_pixels=self.getMaxPixels() or None, fast_decode=self.getFastDecode(), classes=classes)
 
     def _network_rows(self, block: Any) -> np.ndarray:
-        return self._converter()(block, True)[0]
+        return self._kernel().convert(block)[0]
 
     # -- persistence: the calibration sample, when there is one -------------------------------------
     def _has_extra(self) -> bool:

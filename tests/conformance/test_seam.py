@@ -2,10 +2,13 @@
 
 The layering test reads imports; a closure defined in a stage and called by a kernel imports nothing, yet
 calls back up a layer. Here the calls themselves are traced (``sys.setprofile`` on every thread) while a
-batch of texts goes through ``TextEmbedder``, a batch of rows through ``TorchModel``, and a training run
+batch of texts goes through ``TextEmbedder``, a batch of rows through ``TorchModel``, a batch of image files
+through ``ImageFeaturizer``, and a training run
 through the workers' loop (``train_worker`` on threads, as each Spark task runs it): every call whose
 code lives in Irbis is checked against the nearest Irbis frame that made it, and a call from a lower
-layer into a higher one is a crossing. The checker is shown to catch a planted closure.
+layer into a higher one is a crossing. The checker is shown to catch a planted closure. On Spark, the
+runner (``irbis.spark``) calls what ``_make_batch_fn`` gives: the last test checks it is a plain value of the
+kernels' layer for every network stage, never a stage's closure.
 """
 
 from __future__ import annotations
@@ -23,6 +26,11 @@ import torch
 
 from test_layering import LAYERS
 
+#: Where torch calls a module's forward hooks. A kernel that reads an inner layer registers a hook on the
+#: network (``run_to_layer``) and torch calls it from within the network's forward pass, whose frames may be
+#: Irbis's own networks (``irbis.models``, the layer below the kernels): the network's code never names the
+#: hook, so the call is torch's on the kernel's behalf, not the network calling back up.
+TORCH_DISPATCH = "torch.nn.modules.module"
 RANK = {package: i for i, (_, packages) in enumerate(LAYERS) for package in packages}
 
 
@@ -52,6 +60,9 @@ def upward_calls(work: Callable[[], Any]) -> tuple[list[str], int]:
             return
         seen[0] += 1
         caller = frame.f_back
+        if caller is not None and caller.f_globals.get("__name__") == TORCH_DISPATCH and \
+                frame.f_code.co_name != "forward":
+            return  # a hook that a kernel registered on the network, called by torch (TORCH_DISPATCH)
         while caller is not None and layer(caller.f_globals.get("__name__", "")) is None:
             caller = caller.f_back  # through numpy, pandas, torch or the standard library
         if caller is None:
@@ -126,3 +137,37 @@ def test_a_training_run_of_the_workers_loop_never_calls_back_up(strategy: str) -
     assert results[0].history and results[0].state is not None
     assert seen > 300  # the loop, the rows, the strategy and the network at work on both threads
     assert crossings == []
+
+
+def test_a_batch_of_images_through_an_image_featurizer_never_calls_back_up() -> None:
+    import cv2
+
+    from irbis import ImageFeaturizer
+
+    rng = np.random.default_rng(0)
+    files = [cv2.imencode(".png", rng.integers(0, 256, (40, 60, 3), dtype=np.uint8))[1].tobytes(), b"not an image"]
+    stage = ImageFeaturizer(inputCol="content", outputCol="features", engine="torch", errorCol="error")
+    out: dict[str, pd.DataFrame] = {}
+    crossings, seen = upward_calls(lambda: out.setdefault("frame", stage.transform(pd.DataFrame({"content": files}))))
+    assert out["frame"]["features"][0].shape == (1280,) and out["frame"]["features"][1] is None
+    assert out["frame"]["error"][1]  # the bad file's reason
+    assert seen > 100
+    assert crossings == []
+
+
+def test_the_network_stages_kernels_are_plain_values_of_the_kernels_layer() -> None:
+    """What the Spark runner ships to the executors for each network stage: a value defined in
+    ``irbis.kernels``, which the standard pickle takes (a closure of a stage's method it cannot), so no
+    executor calls back into a stage."""
+    import pickle
+
+    from irbis import ImageFeaturizer, TextEmbedder, TorchModel
+
+    stages = [ImageFeaturizer(inputCol="content", outputCol="f"),
+              ImageFeaturizer(inputCol="content", outputLayers=["_blocks.3", "_blocks.12"], outputCols=["a", "b"]),
+              TextEmbedder(inputCol="text", outputCol="e"),
+              TorchModel.from_module(torch.nn.Linear(4, 3), inputCol="x", outputCol="y", inputShape=[4])]
+    for stage in stages:
+        kernel = stage._make_batch_fn()
+        assert type(kernel).__module__.startswith("irbis.kernels."), (type(stage).__name__, kernel)
+        assert type(pickle.loads(pickle.dumps(kernel))) is type(kernel)

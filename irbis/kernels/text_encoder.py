@@ -7,14 +7,16 @@ length-aware batches (:func:`irbis.kernels.sequences.run_by_length`) and returns
 
 Engines, as for images (:mod:`irbis.kernels.engines`, which loads them and holds the order ``auto`` tries for
 each input kind): eager ``torch``, or the network exported once per machine to ONNX with its batch and
-sequence axes dynamic and run by ``onnxruntime`` or ``openvino``. ``auto`` runs fp32 on eager torch first, on
-the CPU as on CUDA: on MiniLM over the drug reviews, with length-aware batches, eager torch (its fused
-attention, oneDNN's matrix products) ran ahead of ONNX Runtime in one thread, a Spark task's share, and within
-a sixth of OpenVINO, level in one run and behind in another (``benchmarks/text.py`` measures the engines side
-by side; ``benchmarks/results/text.txt``); OpenVINO first is the open question. For bf16 it tries OpenVINO on
-CPUs with bf16 instructions (ahead of torch's autocast there), for int8 ONNX Runtime's int8 OpenVINO runs the
-network as NNCF quantised it (its transformer preset, calibrated on sample texts:
-:func:`irbis.kernels.engines.quantize.nncf_transformer_path`), and ONNX Runtime its dynamic quantisation.
+sequence axes dynamic and run by ``onnxruntime`` or ``openvino``. ``auto`` runs fp32 on OpenVINO first on the
+CPU (on CUDA, eager torch), then eager torch, then ONNX Runtime. On MiniLM over the drug reviews OpenVINO ran
+level with eager torch in Irbis's runner on one thread on a CPU with AMX and on an
+AVX2-only one, where ``TextEmbedder`` too ran level (``benchmarks/results/text_engine_rule.txt``); on an AVX-512
+CPU without AMX the plain loop on two threads ran OpenVINO at twice torch's speed, ONNX Runtime between them
+(``benchmarks/results/inference_peers.json``). ``benchmarks/text_engine_rule.py`` measures the engines inside
+Irbis on the CPU at hand. For bf16 ``auto`` tries OpenVINO on CPUs with bf16 instructions (ahead of torch's
+autocast there); for int8, OpenVINO as NNCF quantised the network (its transformer preset, calibrated on
+sample texts: :func:`irbis.kernels.engines.quantize.nncf_transformer_path`), else ONNX Runtime's dynamic
+quantisation.
 
 Pure: no pyspark. Examples
 --------

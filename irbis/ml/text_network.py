@@ -176,9 +176,9 @@ class TextEmbedder(_TextStage, HasCalibrationSample, HasVectorOrArrayFormat,
     tokenBudget, miniBatchSize : int
         Padded tokens and texts per batch of the network.
     engine, precision, device : str
-        As :class:`TorchModel`'s; ``auto`` runs fp32 on eager torch, bf16 on OpenVINO where the CPU has bf16
-        instructions, int8 on OpenVINO as NNCF quantises it (else ONNX Runtime's dynamic int8)
-        (:data:`irbis.kernels.engines.AUTO_ORDER`).
+        As :class:`TorchModel`'s; ``auto`` runs fp32 on OpenVINO on the CPU (eager torch on CUDA), bf16 on
+        OpenVINO where the CPU has bf16 instructions, int8 on OpenVINO as NNCF quantises it (else ONNX
+        Runtime's dynamic int8) (:data:`irbis.kernels.engines.AUTO_ORDER`).
     calibrationData : str or DataFrame
         For int8 on OpenVINO: the texts that set the activation ranges, a folder of ``.txt`` files or a
         DataFrame with ``inputCol`` (256 texts sampled when set, saved with the stage); empty: paragraphs of

@@ -115,7 +115,7 @@ AUTO_ORDER: dict[tuple[str, str], tuple[str, ...]] = {
     ("tensor", "fp32"): ("onnxruntime", "openvino", "torch"),
     ("tensor", "bf16"): ("openvino", "torch"),
     ("tensor", "int8"): ("onnxruntime", "torch"),
-    ("text", "fp32"): ("torch", "openvino", "onnxruntime"),
+    ("text", "fp32"): ("openvino", "torch", "onnxruntime"),
     ("text", "bf16"): ("openvino", "torch"),
     ("text", "int8"): ("openvino", "onnxruntime"),
     ("onnx", "fp32"): ("onnxruntime", "openvino"),

@@ -1,4 +1,5 @@
-"""The ``irbis`` command line: ``irbis demo | featurize | train | classify | photos | explain | serve | models``."""
+"""The ``irbis`` command line: ``irbis demo | featurize | embed | score | train | pack | photos | classify | explain
+| serve | models``."""
 
 from __future__ import annotations
 

@@ -36,6 +36,10 @@ def test_the_commands_are_the_ones_the_top_help_names(capsys):
         assert command in text
     sub = next(a for a in build_parser()._actions if a.dest == "command")
     assert sorted(sub.choices) == sorted(COMMANDS)
+    import irbis.cli
+
+    listed = irbis.cli.__doc__.split("``irbis ", 1)[1].split("``", 1)[0].replace("\n", " ")
+    assert [c.strip() for c in listed.split("|")] == COMMANDS  # the description's list, in the help's order
 
 
 @pytest.mark.parametrize("command", [[]] + [[c] for c in COMMANDS])

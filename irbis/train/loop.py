@@ -437,7 +437,9 @@ def _epoch_record(run: _Run, epoch: int, sums: torch.Tensor, done: int, seconds:
     rec = {"epoch": epoch + 1, "loss": tl / max(tn, 1), "samplesPerSecond": dn / max(secs / run.ctx.world_size, 1e-9),
            "bytesPerStep": sent / run.ctx.world_size / max(run.steps_per_epoch, 1)}
     rec["validationLoss"] = vl / vn if vn else None
-    rec["accuracy"] = vc / vn if vn else None
+    # accuracy where the labels say what is right: class indices, or a vector loss's own rule; None for mse
+    counted = _label_dtype(run.spec) == np.int64 or (entry is not None and entry.correct is not None)
+    rec["accuracy"] = vc / vn if vn and counted else None
     auc = auc_from_histograms(stats[11:].reshape(2, AUC_BINS))
     if auc is not None:
         rec["auc"] = auc

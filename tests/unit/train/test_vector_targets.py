@@ -131,6 +131,24 @@ def test_multi_label_learns_on_the_thread_backend_under_sync_and_a_parameter_ser
     assert last["accuracy"] > 0.85  # the validation rows' share of per-class decisions right
 
 
+
+def test_a_regression_reports_no_accuracy_where_a_classifier_does():
+    """mse's targets say nothing of right and wrong: its records have accuracy None, not a 0.0 that reads as a
+    network that learned nothing; the validation loss still falls."""
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(300, 4)).astype(np.float32)
+    y = (x @ rng.normal(size=(4, 2))).astype(np.float32)
+    net = network_spec("mlp", {"in_features": 4, "hidden": 8, "out_features": 2})
+    spec = TrainSpec.of(network=net, epochs=3, batchSize=32, optimizer="adam", learningRate=1e-2, loss="mse",
+                        validationFraction=0.2)
+    history = run_threads(spec, shard_rows(x, y, 2))[0].history
+    assert [r["accuracy"] for r in history] == [None] * 3
+    assert history[-1]["validationLoss"] < history[0]["validationLoss"]
+    labels = (y[:, 0] > 0).astype(np.int64)
+    spec = TrainSpec.of(network=net, epochs=1, batchSize=32, optimizer="adam", learningRate=1e-2,
+                        validationFraction=0.2)
+    assert 0.0 <= run_threads(spec, shard_rows(x, labels, 2))[0].history[-1]["accuracy"] <= 1.0
+
 def test_vector_labels_travel_with_their_rows_through_a_spill_file():
     from irbis.train.rows import BatchPlan
     from irbis.train.stream import FEATURES, LABEL, InputFormat, SpilledShard, read_partition

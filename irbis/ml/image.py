@@ -14,7 +14,7 @@ Examples
 """
 from __future__ import annotations
 
-from typing import Any, Sequence, cast
+from typing import Any
 
 import pandas as pd
 from pyspark.ml.linalg import VectorUDT
@@ -30,16 +30,17 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from irbis.kernels.blocks import BatchFn, Images, stack_rows
+from irbis.kernels.blocks import BatchFn
 from irbis.kernels.image.batch import (
     AUGMENTATIONS,
     OUTPUT_FORMATS,
+    DecodeKernel,
+    TransformKernel,
+    UnrollKernel,
     augment_images,
-    transform_images,
-    unroll_images,
 )
 from irbis.kernels.image.chain import ImageChain
-from irbis.kernels.image.decode import DEFAULT_MAX_PIXELS, IMAGE_FIELDS, array_to_struct, decode_batch
+from irbis.kernels.image.decode import DEFAULT_MAX_PIXELS, IMAGE_FIELDS, array_to_struct
 from irbis.kernels.image.ops import THRESHOLD_TYPES
 from irbis.ml.base import IrbisTransformer
 from irbis.ml.column_types import is_image_struct
@@ -128,16 +129,8 @@ class ImageDecoder(_ImageStage, HasErrorCol, _DecoderParams):
                             f"(encoded image bytes), found {found.simpleString()}")
 
     def _make_batch_fn(self) -> BatchFn:
-        in_col, origin_col, out_col = self.getInputCol(), self.getOriginCol(), self.getOutputCol()
-        err_col, limit = self.getErrorCol(), self.getMaxPixels() or None
-
-        def decode(blocks: dict[str, Any]) -> dict[str, Any]:
-            images, errors = decode_batch(blocks[in_col], limit)
-            origins = blocks[origin_col] if origin_col else None
-            out = {out_col: Images.from_arrays(images, origins)}
-            return {**out, err_col: errors} if err_col else out
-
-        return decode
+        return DecodeKernel(self.getInputCol(), self.getOutputCol(), self.getOriginCol(), self.getErrorCol(),
+                            self.getMaxPixels() or None)
 
 
 #: OpenCV's integer threshold codes (SynapseML's threshold types) -> Irbis's names.
@@ -244,18 +237,8 @@ class ImageTransformer(ImageTransformerNames, _ImageStage, HasErrorCol, _Transfo
             _check_image_column(self, schema, self.getInputCol())
 
     def _make_batch_fn(self) -> BatchFn:
-        in_col, out_col, err_col = self.getInputCol(), self.getOutputCol(), self.getErrorCol()
-        chain, fmt = ImageChain(self.getOps()), self.getOutputFormat()
-
-        def transform(blocks: dict[str, Any]) -> dict[str, Any]:
-            images = blocks[in_col]
-            origins = cast(Sequence[str | None], images.origin) if isinstance(images, Images) else None
-            values, errors = transform_images(images, chain, fmt, not err_col, origins=origins)
-            out = {out_col: Images.from_arrays(values, origins) if fmt == "image"
-                   else stack_rows(values)}
-            return {**out, err_col: errors} if err_col else out
-
-        return transform
+        return TransformKernel(self.getInputCol(), self.getOutputCol(), ImageChain(self.getOps()),
+                               self.getOutputFormat(), self.getErrorCol())
 
 
 class UnrollImage(_ImageStage):
@@ -279,8 +262,7 @@ class UnrollImage(_ImageStage):
         _check_image_column(self, schema, self.getInputCol())
 
     def _make_batch_fn(self) -> BatchFn:
-        in_col, out_col = self.getInputCol(), self.getOutputCol()
-        return lambda blocks: {out_col: stack_rows(unroll_images(blocks[in_col]))}
+        return UnrollKernel(self.getInputCol(), self.getOutputCol())
 
 
 _AUGMENT_PARAMS: Any = table_mixin("HasAugmentParams", [

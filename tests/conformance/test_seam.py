@@ -155,15 +155,18 @@ def test_a_batch_of_images_through_an_image_featurizer_never_calls_back_up() -> 
     assert crossings == []
 
 
-def test_the_network_stages_kernels_are_plain_values_of_the_kernels_layer() -> None:
-    """What the Spark runner ships to the executors for each network stage: a value defined in
+def test_the_network_and_image_stages_kernels_are_plain_values_of_the_kernels_layer() -> None:
+    """What the Spark runner ships to the executors for each network and image stage: a value defined in
     ``irbis.kernels``, which the standard pickle takes (a closure of a stage's method it cannot), so no
     executor calls back into a stage."""
     import pickle
 
-    from irbis import ImageFeaturizer, TextEmbedder, TorchModel
+    from irbis import ImageDecoder, ImageFeaturizer, ImageTransformer, TextEmbedder, TorchModel, UnrollImage
 
-    stages = [ImageFeaturizer(inputCol="content", outputCol="f"),
+    stages = [ImageDecoder(inputCol="content", outputCol="image", errorCol="error"),
+              ImageTransformer(inputCol="image", outputCol="x").resize(8, 8),
+              UnrollImage(inputCol="image", outputCol="pixels"),
+              ImageFeaturizer(inputCol="content", outputCol="f"),
               ImageFeaturizer(inputCol="content", outputLayers=["_blocks.3", "_blocks.12"], outputCols=["a", "b"]),
               TextEmbedder(inputCol="text", outputCol="e"),
               TorchModel.from_module(torch.nn.Linear(4, 3), inputCol="x", outputCol="y", inputShape=[4])]

@@ -14,19 +14,22 @@ Examples
 """
 from __future__ import annotations
 
-from typing import Any, Sequence
+from dataclasses import dataclass
+from typing import Any, Sequence, cast
 
 import numpy as np
 
 from irbis.extras import optional
+from irbis.kernels.blocks import Images, stack_rows
 from irbis.kernels.image.chain import ImageChain
-from irbis.kernels.image.decode import DEFAULT_MAX_PIXELS, decode_image, struct_to_array
+from irbis.kernels.image.decode import DEFAULT_MAX_PIXELS, decode_batch, decode_image, struct_to_array
 from irbis.kernels.image.ops import ImageOpError, as_hwc, flip, to_chw
 
 cv2 = optional("cv2", "images")  # OpenCV, imported on first use
 
 __all__ = [
-    "AUGMENTATIONS", "OUTPUT_FORMATS", "augment_images", "pixels_of", "transform_images", "unroll_images",
+    "AUGMENTATIONS", "OUTPUT_FORMATS", "DecodeKernel", "TransformKernel", "UnrollKernel", "augment_images",
+    "pixels_of", "transform_images", "unroll_images",
 ]
 
 #: What :func:`transform_images` returns per image.
@@ -141,3 +144,55 @@ def _central_crop(img: np.ndarray, share: float) -> np.ndarray:
     ch, cw = max(int(round(h * share)), 1), max(int(round(w * share)), 1)
     y, x = (h - ch) // 2, (w - cw) // 2
     return as_hwc(cv2.resize(img[y:y + ch, x:x + cw], (w, h), interpolation=cv2.INTER_LINEAR))
+
+
+# -- the image stages' kernels: plain values the Spark runner ships (no closure over a stage) -------------
+@dataclass(frozen=True)
+class DecodeKernel:
+    """ImageDecoder's kernel: the encoded files of ``column`` decoded (at most ``max_pixels``) into
+    ``output`` as images, each with its ``origin_col`` value; a file that does not decode gets a null and,
+    with ``error_col``, its reason."""
+
+    column: str
+    output: str
+    origin_col: str = ""
+    error_col: str = ""
+    max_pixels: int | None = DEFAULT_MAX_PIXELS
+
+    def __call__(self, blocks: dict[str, Any]) -> dict[str, Any]:
+        images, errors = decode_batch(blocks[self.column], self.max_pixels)
+        origins = blocks[self.origin_col] if self.origin_col else None
+        out = {self.output: Images.from_arrays(images, origins)}
+        return {**out, self.error_col: errors} if self.error_col else out
+
+
+@dataclass(frozen=True)
+class TransformKernel:
+    """ImageTransformer's kernel: the images of ``column`` through ``chain``, into ``output`` as ``fmt`` says
+    (:data:`OUTPUT_FORMATS`); with ``error_col`` an image the chain refuses gets a null and its reason, else
+    the batch fails."""
+
+    column: str
+    output: str
+    chain: ImageChain
+    fmt: str = "image"
+    error_col: str = ""
+
+    def __call__(self, blocks: dict[str, Any]) -> dict[str, Any]:
+        images = blocks[self.column]
+        origins = cast(Sequence["str | None"], images.origin) if isinstance(images, Images) else None
+        values, errors = transform_images(images, self.chain, self.fmt, not self.error_col,
+                                          origins=origins)
+        out = {self.output: Images.from_arrays(values, origins) if self.fmt == "image" else stack_rows(values)}
+        return {**out, self.error_col: errors} if self.error_col else out
+
+
+@dataclass(frozen=True)
+class UnrollKernel:
+    """UnrollImage's kernel: each image of ``column`` as one flat row of doubles (CHW order) in ``output``."""
+
+    column: str
+    output: str
+
+    def __call__(self, blocks: dict[str, Any]) -> dict[str, Any]:
+        return {self.output: stack_rows(unroll_images(blocks[self.column]))}

@@ -459,8 +459,26 @@ def make_sequence_predict_fn(source: dict[str, Any], *, device: str = "cpu", pre
     return predict
 
 
+class _ShipsNetworkFile:
+    """What a kernel of a network ``source`` tells the Spark runner (:func:`irbis.spark.files.shipped_kernel`):
+    the network's local file or folder, and the kernel reading it where a shipped copy landed."""
+
+    source: dict[str, Any]
+
+    @property
+    def files(self) -> tuple[str, ...]:
+        """The local file or folder the kernel reads (none for a network of the repository)."""
+        return (self.source["path"],) if "path" in self.source else ()
+
+    def relocated(self, paths: dict[str, str]) -> Any:
+        """This kernel reading its network at ``paths[path]`` (a copy shipped to this machine)."""
+        if "path" not in self.source:
+            return self
+        return replace(self, source=dict(self.source, path=paths.get(self.source["path"], self.source["path"])))  # type: ignore[type-var]
+
+
 @dataclass(frozen=True)
-class NetworkKernel:
+class NetworkKernel(_ShipsNetworkFile):
     """TorchModel's kernel as a plain, picklable value: the network's source, how it runs, and the columns;
     called on a dict of column blocks, it gives the output blocks.
 
@@ -487,17 +505,6 @@ class NetworkKernel:
     sequence: dict[str, Any] | None = None
     columns: tuple[str, ...] = ()
     shapes: tuple[tuple[int, ...], ...] = ()
-
-    @property
-    def files(self) -> tuple[str, ...]:
-        """The local file or folder the kernel reads (none for a network of the repository)."""
-        return (self.source["path"],) if "path" in self.source else ()
-
-    def relocated(self, paths: dict[str, str]) -> NetworkKernel:
-        """This kernel reading its network at ``paths[path]`` (a copy shipped to this machine)."""
-        if "path" not in self.source:
-            return self
-        return replace(self, source=dict(self.source, path=paths.get(self.source["path"], self.source["path"])))
 
     def convert(self, block: Any, raise_errors: bool = True) -> tuple[np.ndarray, np.ndarray, list[str | None]]:
         """The network's batch of a column block (values, valid, errors): the rows' values (images decoded and
@@ -567,7 +574,7 @@ class NetworkKernel:
 
 
 @dataclass(frozen=True)
-class ImageKernel:
+class ImageKernel(_ShipsNetworkFile):
     """ImageFeaturizer's and ImageClassifierModel's kernel as a plain, picklable value: the network's source,
     how it runs, how images become its batch, and which layer goes to which column; called on a dict of column
     blocks, it gives the output blocks.
@@ -590,17 +597,6 @@ class ImageKernel:
     max_pixels: int | None = None
     fast_decode: bool = False
     classes: tuple[str, ...] = ()
-
-    @property
-    def files(self) -> tuple[str, ...]:
-        """The local file or folder the kernel reads (none for a network of the repository)."""
-        return (self.source["path"],) if "path" in self.source else ()
-
-    def relocated(self, paths: dict[str, str]) -> ImageKernel:
-        """This kernel reading its network at ``paths[path]`` (a copy shipped to this machine)."""
-        if "path" not in self.source:
-            return self
-        return replace(self, source=dict(self.source, path=paths.get(self.source["path"], self.source["path"])))
 
     def convert(self, block: Any, raise_errors: bool = True) -> tuple[np.ndarray, np.ndarray, list[str | None]]:
         """The network's batch of a column of images (values, valid, errors)."""

@@ -188,3 +188,19 @@ def test_the_network_kernel_is_a_value_that_names_its_files_and_reads_them_where
     with torch.no_grad():
         np.testing.assert_allclose(out["y"].values[:2], net.eval()(torch.from_numpy(x[:2])).numpy(), rtol=1e-5,
                                    atol=1e-6)
+
+
+def test_the_image_kernel_names_its_network_file_and_its_classifier_head_is_a_softmax(tmp_path):
+    from irbis.kernels.blocks import Tensor
+    from irbis.kernels.inference import ImageKernel, class_outputs
+
+    kernel = ImageKernel({"kind": "file", "path": "/fitted/net.pt2"}, "image", None, (("", "raw"),), {})
+    assert kernel.files == ("/fitted/net.pt2",)
+    landed = str(tmp_path / "net.pt2")
+    assert kernel.relocated({"/fitted/net.pt2": landed}).source["path"] == landed
+    assert ImageKernel({"kind": "repository", "name": "efficientnet_lite0"}, "image", None, (), {}).files == ()
+    logits = np.array([[1.0, 3.0, 2.0], [0.0, 0.0, 5.0]], np.float32)  # rows 0 and 2; row 1 has no output
+    out = class_outputs(Tensor(logits, np.array([True, False, True])), "probability", "prediction")
+    expected = torch.softmax(torch.from_numpy(logits), 1).numpy()
+    np.testing.assert_allclose(out["probability"].values, expected, rtol=1e-6)
+    assert out["prediction"] == [1.0, None, 2.0]

@@ -9,8 +9,8 @@ Two parts, each engine in a process of its own (so one engine's threads and memo
           partition), to Spark's ``noop`` sink, as a user runs it.
 
 Every figure is the best of ``REPEATS`` timed runs after one untimed run (the engine's export and load, Spark's
-start). The CPU decides the order: the machine line of the header names its model and matrix instructions, and
-:data:`irbis.kernels.engines.AUTO_ORDER` cites the runs this script made on each CPU it has met.
+start). The CPU decides the order: the results file names the CPU's model (and the header its matrix
+instructions), and :mod:`irbis.kernels.text_encoder` cites the runs behind the rule on each CPU it has met.
 
 Usage: ``python benchmarks/text_engine_rule.py [--engines torch openvino onnxruntime]``; writes
 ``results/text_engine_rule.txt`` (a run on another CPU: ``--out`` names another file).
@@ -75,10 +75,10 @@ def run_part(part: str, engine: str) -> float | str:
 
 
 def cpu_model() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines() if Path("/proc/cpuinfo").exists() else []:
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return "unknown CPU"
+    """The CPU's model name (Linux ``/proc/cpuinfo``)."""
+    info = Path("/proc/cpuinfo")
+    lines = info.read_text().splitlines() if info.exists() else []
+    return next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")), "unknown CPU")
 
 
 def main() -> None:
@@ -104,7 +104,7 @@ def main() -> None:
     for e in args.engines:
         cells = []
         for part in PARTS:
-            rate, base = rates[part, e], rates[part, "torch"] if "torch" in args.engines else None
+            rate, base = rates[part, e], rates.get((part, "torch"))
             numeric = isinstance(rate, float)
             cells += [f"{rate:.1f}" if numeric else rate,
                       f"{rate / base:.2f}x" if numeric and isinstance(base, float) else ""]

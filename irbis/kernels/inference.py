@@ -474,7 +474,8 @@ class _ShipsNetworkFile:
         """This kernel reading its network at ``paths[path]`` (a copy shipped to this machine)."""
         if "path" not in self.source:
             return self
-        return replace(self, source=dict(self.source, path=paths.get(self.source["path"], self.source["path"])))  # type: ignore[type-var]
+        path = paths.get(self.source["path"], self.source["path"])
+        return replace(self, source=dict(self.source, path=path))  # type: ignore[type-var]  # each user is a dataclass
 
 
 @dataclass(frozen=True)
@@ -572,7 +573,6 @@ class NetworkKernel(_ShipsNetworkFile):
         return result
 
 
-
 @dataclass(frozen=True)
 class ImageKernel(_ShipsNetworkFile):
     """ImageFeaturizer's and ImageClassifierModel's kernel as a plain, picklable value: the network's source,
@@ -621,14 +621,15 @@ def class_outputs(raw: Any, probability_col: str, prediction_col: str) -> dict[s
     """A classifier's probability (the softmax of its logits ``raw``, a :class:`irbis.kernels.blocks.Tensor`)
     and prediction (the index of the largest logit, a double; None where the row has no output) columns."""
     from irbis.kernels.blocks import Tensor
+    from irbis.kernels.sparkml.predictors import softmax
 
     logits = raw.values.astype(np.float64, copy=False).reshape(len(raw.values), -1)
-    shifted = np.exp(logits - logits.max(axis=1, keepdims=True)) if len(logits) else logits
-    prob = shifted / shifted.sum(axis=1, keepdims=True) if len(logits) else logits
+    prob = softmax(logits) if len(logits) else logits
     pred = np.full(len(raw.valid), None, dtype=object)
     pred[raw.valid] = logits.argmax(axis=1).astype(np.float64) if len(logits) else []
     return {probability_col: Tensor(prob.astype(np.float32), raw.valid),
             prediction_col: pred.tolist() if not raw.valid.all() else pred.astype(np.float64)}
+
 
 def _load_for_export(source: dict[str, Any], allow_pickle: bool, layer: Layers) -> nn.Module:
     import torch

@@ -9,9 +9,9 @@ Engines, as for images (:mod:`irbis.kernels.engines`, which loads them and holds
 each input kind): eager ``torch``, or the network exported once per machine to ONNX with its batch and
 sequence axes dynamic and run by ``onnxruntime`` or ``openvino``. ``auto`` runs fp32 on OpenVINO first on the
 CPU (on CUDA, eager torch), then eager torch, then ONNX Runtime. On MiniLM over the drug reviews OpenVINO ran
-level with eager torch in Irbis's runner on one thread on a CPU with AMX and on an
-AVX2-only one, where ``TextEmbedder`` too ran level (``benchmarks/results/text_engine_rule.txt``); on an AVX-512
-CPU without AMX the plain loop on two threads ran OpenVINO at twice torch's speed, ONNX Runtime between them
+level with eager torch in Irbis's runner on one thread on a CPU with AMX and on an AVX2-only one, where
+``TextEmbedder`` too ran level (``benchmarks/results/text_engine_rule.txt``); on an AVX-512 CPU without AMX
+the plain loop on two threads ran OpenVINO at twice torch's speed, ONNX Runtime between them
 (``benchmarks/results/inference_peers.json``). ``benchmarks/text_engine_rule.py`` measures the engines inside
 Irbis on the CPU at hand. For bf16 ``auto`` tries OpenVINO on CPUs with bf16 instructions (ahead of torch's
 autocast there); for int8, OpenVINO as NNCF quantised the network (its transformer preset, calibrated on

@@ -13,7 +13,7 @@ import re
 from typing import Any
 
 _ROLE = re.compile(r":[\w.:-]+:`~?([^`<]*?)\s*(?:<[^>]*>)?`")
-_LITERAL = re.compile(r"``(.+?)``|`([^`]+)`")
+_LITERAL = re.compile(r"``(.+?)``|`([^`]+)`", re.DOTALL)  # markup may wrap onto the next line
 
 #: Where ``irbis demo`` writes its report by default (``--text``: its text folder), and ``irbis photos`` its
 #: photographs.

@@ -1,6 +1,7 @@
 """Explanations (LIME): pure kernels, pictures, and the Spark stages.
 
-The kernels (:mod:`~irbis.explain.segment`, :mod:`~irbis.explain.fit`, :mod:`~irbis.explain.explanations`) and
+The kernels (:mod:`~irbis.explain.segment`, :mod:`~irbis.explain.fit`, :mod:`~irbis.explain.explanations`,
+and the stages' kernel, :mod:`~irbis.explain.explainer`) and
 the pictures (:mod:`~irbis.explain.plot`) import no Spark. The Spark stages built on them, ``ImageLIME``,
 ``TabularLIME`` and ``TabularLIMEModel``, are in :mod:`irbis.ml` (and ``irbis.ImageLIME``, ...): this
 package is pure and imports nothing above it.

@@ -17,7 +17,7 @@ Examples
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Sequence, Union
 
 import numpy as np
@@ -25,7 +25,7 @@ import numpy as np
 from irbis.errors import NoKernelError
 from irbis.kernels.blocks import BatchFn, run_steps
 
-__all__ = ["ANY_VALUE", "KINDS", "KernelChain", "LengthRule", "StageColumns", "StageKernel"]
+__all__ = ["ANY_VALUE", "KINDS", "ChainKernel", "KernelChain", "LengthRule", "StageColumns", "StageKernel"]
 
 
 #: Kinds of value an input column may hold, as a runtime without Spark sees them: a number, a vector
@@ -158,3 +158,43 @@ class KernelChain:
         """Run the kernels on ``blocks`` (:func:`~irbis.kernels.blocks.run_steps`); every block, inputs
         included."""
         return run_steps([(k.inputs, k.fn) for k in self.kernels()], blocks)
+
+
+@dataclass(frozen=True)
+class ChainKernel:
+    """A chain's kernels as one kernel value, which a runner ships like any other: each step's input
+    columns and batch function, in order, and the blocks it gives (``outputs``; every block, inputs
+    included, where empty). :attr:`files` are the steps' files, which :meth:`relocated` rewrites in each.
+
+    Examples
+    --------
+    >>> double = StageKernel(["x"], ["y"], lambda b: {"y": b["x"] * 2})
+    >>> ChainKernel.of(KernelChain([double]), ["y"])({"x": np.arange(3)})
+    {'y': array([0, 2, 4])}
+    """
+
+    steps: tuple[tuple[tuple[str, ...], BatchFn], ...]
+    outputs: tuple[str, ...] = ()
+
+    @classmethod
+    def of(cls, chain: KernelChain, outputs: Sequence[str] = ()) -> ChainKernel:
+        """The kernels of ``chain`` (:class:`~irbis.errors.NoKernelError` where a stage has none)."""
+        return cls(tuple((tuple(k.inputs), k.fn) for k in chain.kernels()), tuple(outputs))
+
+    @property
+    def files(self) -> tuple[str, ...]:
+        """The local files the steps read (each once)."""
+        return tuple(dict.fromkeys(f for _, fn in self.steps for f in getattr(fn, "files", ())))
+
+    def relocated(self, paths: dict[str, str]) -> ChainKernel:
+        """This chain with each step that reads files reading them at ``paths``."""
+        return replace(self, steps=tuple((columns, fn.relocated(paths) if getattr(fn, "files", ()) else fn)  # type: ignore[attr-defined]
+                                         for columns, fn in self.steps))
+
+    def run(self, blocks: dict[str, Any]) -> dict[str, Any]:
+        """Every block after the steps ran on ``blocks``, inputs included."""
+        return run_steps(self.steps, blocks)
+
+    def __call__(self, blocks: dict[str, Any]) -> dict[str, Any]:
+        out = self.run(blocks)
+        return {c: out[c] for c in self.outputs} if self.outputs else out

@@ -23,7 +23,7 @@ from pyspark.ml.util import DefaultParamsReader, DefaultParamsWriter, MLReader, 
 from pyspark.sql.types import DataType, StructType
 
 from irbis.kernels.blocks import BatchFn
-from irbis.kernels.chain import KernelChain
+from irbis.kernels.chain import ChainKernel, KernelChain
 from irbis.ml.base import IrbisTransformer, _StageMixin
 from irbis.ml.params import param_mixin
 from irbis.ml.persistence import load_local_stage
@@ -82,14 +82,7 @@ class FusedStages(IrbisTransformer, _FusedStagesParams):
         return dict(self._chain().inputs)
 
     def _make_batch_fn(self) -> BatchFn:
-        chain = KernelChain([s.kernel() for s in self.stages])
-        outputs = [n for n, _ in self._output_columns()]
-
-        def run(blocks: dict[str, Any]) -> dict[str, Any]:
-            blocks = chain.run(blocks)
-            return {c: blocks[c] for c in outputs}
-
-        return run
+        return ChainKernel.of(KernelChain([s.kernel() for s in self.stages]), [n for n, _ in self._output_columns()])
 
     def write(self) -> MLWriter:
         """A writer that saves the Params and each fused stage under ``<path>/stages``, as a

@@ -7,7 +7,8 @@ names are SynapseML's (``targetCol``, ``targetClasses``, ``numSamples``, ``cellS
 ``samplingFraction``, ``regularization``, ``metricsCol``).
 
 The model behind a stage is a scoring function over perturbed inputs. It runs inside the Spark task when
-every stage has a kernel (:func:`scoring_chain`, over :func:`irbis.ml.kernel_pipeline.model_chain`).
+every stage has a kernel (:func:`scoring_chain`, over :func:`irbis.ml.kernel_pipeline.model_chain`): the
+stage's kernel is then :class:`irbis.explain.explainer.LIMEKernel`, a plain value holding the model's kernels.
 ``EnsembleByKey`` is skipped: LIME scores single inputs, and a row alone in its group keeps its value, so
 the stage is the identity per row. Any other stage makes the model run as a Spark job per batch of
 perturbations instead (:func:`spark_score_fn`, over :class:`irbis.ml.kernel_pipeline.SparkBatches`).
@@ -20,7 +21,6 @@ from __future__ import annotations
 
 import logging
 import os
-from functools import partial
 from typing import Any, Callable
 
 import numpy as np
@@ -41,19 +41,18 @@ from pyspark.sql.types import (
 )
 
 from irbis.errors import NoKernelError, require_columns
-from irbis.explain.explanations import FeatureStats, check_num_samples, explain_image, explain_rows, explain_text
-from irbis.explain.segment import superpixels
-from irbis.kernels.blocks import BatchFn, Images, Prepared, Tensor, rows_in
-from irbis.kernels.chain import KernelChain
-from irbis.kernels.image.features import masked_inputs
+from irbis.explain.explainer import LIMEKernel, explain_block
+from irbis.explain.explanations import FeatureStats, check_num_samples
+from irbis.kernels.blocks import Tensor, rows_in
+from irbis.kernels.chain import ChainKernel, KernelChain
 from irbis.ml.base import IrbisEstimator, IrbisModel, IrbisTransformer
 from irbis.ml.ensemble_by_key import EnsembleByKey
 from irbis.ml.kernel_pipeline import SparkBatches, model_chain
 from irbis.ml.params import ColumnSetters, HasErrorCol, HasMiniBatchSize, Row, at_least, in_range, table_mixin
 from irbis.spark.columns import column as quoted
 
-__all__ = ["ImageLIME", "LIMEParams", "TabularLIME", "TabularLIMEModel", "TextLIME", "explain_tensor", "explain_texts",
-           "feature_stats", "local_score_fn", "scoring_chain", "spark_score_fn"]
+__all__ = ["ImageLIME", "LIMEParams", "TabularLIME", "TabularLIMEModel", "TextLIME", "feature_stats", "scoring_chain",
+           "spark_score_fn"]
 
 
 LOG = logging.getLogger("irbis.explain")
@@ -69,31 +68,6 @@ def check_target(chain: KernelChain, target_col: str) -> None:
     """The model must write ``target_col``; name what it writes otherwise."""
     if target_col not in chain.outputs:
         raise ValueError(f"the model does not produce targetCol {target_col!r}; it writes {chain.outputs}")
-
-
-def target_values(block: Any, column: str) -> np.ndarray:
-    """A target block (vectors or numbers, no nulls) as an (S, n) float array."""
-    if isinstance(block, Tensor):
-        if not block.valid.all():
-            raise ValueError(f"the model gave a null {column!r} for a perturbed input")
-        return np.asarray(block.values, np.float64).reshape(len(block.values), -1)
-    values = np.asarray([np.nan if v is None else v for v in block], np.float64)
-    return values.reshape(len(values), -1)
-
-
-def local_score_fn(chain: KernelChain, input_col: str, target_col: str) -> Callable[[Any], np.ndarray]:
-    """Score a block of perturbed ``input_col`` values through the chain's kernels; return ``target_col``."""
-    check_target(chain, target_col)
-    others = [c for c in chain.inputs if c != input_col]
-
-    def score(block: Any) -> np.ndarray:
-        if others:
-            raise ValueError(f"the model reads column {others[0]!r}, which LIME does not have: "
-                             f"it scores perturbed {input_col!r} values alone")
-        blocks = chain.run({input_col: block})
-        return target_values(blocks[target_col], target_col)
-
-    return score
 
 
 def spark_score_fn(model: Any, spark: Any, input_col: str, field: Any,
@@ -173,8 +147,8 @@ class LIMEParams(ColumnSetters, HasErrorCol, HasMiniBatchSize, HasSeed, HasLIMEP
         return cols + ([(self.getErrorCol(), StringType())] if self.getErrorCol() else [])
 
     # -- the model as a scoring function ---------------------------------------------------------
-    #: perturbed inputs (an array) -> the block that the model's first stage reads
-    _to_block: Callable[[np.ndarray], Any]
+    #: the kind of input the stage explains (a key of :data:`irbis.explain.explainer.EXPLAINERS`)
+    _kind: str
 
     def _settings(self) -> dict[str, Any]:
         """Plain values of the Params that the per-row work needs (what travels to the workers)."""
@@ -184,22 +158,23 @@ class LIMEParams(ColumnSetters, HasErrorCol, HasMiniBatchSize, HasSeed, HasLIMEP
                     num_samples=self.getNumSamples(), alpha=self.getOrDefault(self.regularization),
                     seed=self.getOrDefault(self.seed), batch_size=self.getMiniBatchSize())
 
-    def _explainer(self) -> Callable[[Any, Callable[[np.ndarray], np.ndarray]], dict[str, Any]]:
-        """A picklable ``(block, score) -> output blocks`` with the Params' values bound."""
-        raise NotImplementedError
+    def _stats(self) -> FeatureStats | None:
+        """The background data's statistics where the kind of input needs them (rows)."""
+        return None
 
-    def _local_score(self) -> Callable[[np.ndarray], np.ndarray]:
+    def _make_batch_fn(self) -> LIMEKernel:
         chain = scoring_chain(self.getModel())
         missing = [s.name for s in chain.missing]
         if missing:
             raise NoKernelError(missing, f"{type(self).__name__}: the model's stages {missing} have no kernel; "
                                          "explain a Spark DataFrame instead (a Spark job per batch of perturbations)")
-        score, to_block = local_score_fn(chain, self.getInputCol(), self.getTargetCol()), type(self)._to_block
-        return lambda batch: score(to_block(batch))
-
-    def _make_batch_fn(self) -> BatchFn:
-        score, explain, col = self._local_score(), self._explainer(), self.getInputCol()
-        return lambda blocks: explain(blocks[col], score)
+        column, target = self.getInputCol(), self.getTargetCol()
+        check_target(chain, target)
+        others = [c for c in chain.inputs if c != column]
+        if others:
+            raise ValueError(f"the model reads column {others[0]!r}, which LIME does not have: it scores "
+                             f"perturbed {column!r} values alone")
+        return LIMEKernel(self._kind, ChainKernel.of(chain, [target]), self._settings(), self._stats())
 
     # -- Spark ------------------------------------------------------------------------------------
     def _transform_spark(self, df: DataFrame) -> DataFrame:
@@ -236,7 +211,8 @@ def _explain_on_driver(stage: Any, df: DataFrame) -> DataFrame:
     score = spark_score_fn(stage.getModel(), df.sparkSession, col, df.schema[col], stage.getTargetCol())
     keyed = df.withColumn(key, F.monotonically_increasing_id()).cache()
     rows = keyed.select(key, stage._udf_input(df.schema[col])).collect()
-    out = stage._explainer()(rows_in([r[1] for r in rows], col), score) if rows else {}
+    out = (explain_block(stage._kind, rows_in([r[1] for r in rows], col), score, stage._settings(), stage._stats())
+           if rows else {})
     names = [n for n, _ in stage._output_columns()]
     results = [(r[0], *[_plain(out[n][i]) for n in names]) for i, r in enumerate(rows)]
     schema = StructType([StructField(key, LongType())] + [StructField(n, t) for n, t in stage._output_columns()])
@@ -281,44 +257,6 @@ def feature_stats(dataset: Any, column: str) -> FeatureStats:
         return FeatureStats(np.zeros(0), np.ones(0))
     return FeatureStats.from_data(block.values.reshape(len(block.values), -1))
 
-
-def explain_tensor(block: Any, score: Callable[[np.ndarray], np.ndarray], settings: dict[str, Any],
-                   stats: FeatureStats) -> dict[str, Any]:
-    """Explain the rows of a vector block; rows that are null or hold NaN get a reason instead.
-
-    ``settings`` holds the stage's Param values (see ``LIMEParams._settings`` in :mod:`irbis.ml.lime`).
-    """
-    col, err_col = settings["column"], settings["error"]
-    if not isinstance(block, Tensor) and all(v is None for v in block):  # a column of nulls only
-        block = Tensor(np.zeros((0, len(stats.mean))), np.zeros(len(block), bool))
-    if not isinstance(block, Tensor):
-        raise TypeError(f"TabularLIMEModel: column {col!r} must hold vectors, found {type(block).__name__}")
-    values = (block.values.reshape(len(block.values), -1).astype(np.float64) if len(block.values)
-              else np.zeros((0, len(stats.mean))))
-    if len(values) and values.shape[1] != len(stats.mean):
-        raise ValueError(f"TabularLIMEModel: column {col!r} holds vectors of {values.shape[1]} values, but "
-                         f"the background data had {len(stats.mean)}; fit on data like the rows to explain")
-    finite = np.isfinite(values).all(axis=1)
-    if not finite.all() and not err_col:
-        raise ValueError(f"TabularLIMEModel: column {col!r} has a row with NaN or infinite values")
-    weights, r2 = explain_rows(values[finite], score, stats, settings["targets"],
-                               num_samples=settings["num_samples"], alpha=settings["alpha"],
-                               seed=settings["seed"], batch_size=settings["batch_size"],
-                               target_name=settings["target_col"])
-    rows: list[Any] = [None] * len(block)
-    fits: list[Any] = [None] * len(block)
-    reasons: list[Any] = ["the row is null"] * len(block)
-    valid_at = np.flatnonzero(block.valid)
-    for k, i in enumerate(valid_at[finite]):
-        rows[i], fits[i], reasons[i] = weights[k].tolist(), r2[k].tolist(), None
-    for i in valid_at[~finite]:
-        reasons[i] = "the row has NaN or infinite values"
-    out = {settings["output"]: rows, settings["metrics"]: fits}
-    return {**out, err_col: reasons} if err_col else out
-
-
-def _rows_block(batch: np.ndarray) -> Tensor:
-    return Tensor(batch, np.ones(len(batch), bool))
 
 class TabularLIME(LIMEParams, IrbisEstimator):
     """Fit per-feature statistics on background data, to explain a model's predictions on table rows.
@@ -377,52 +315,17 @@ class TabularLIMEModel(LIMEParams, _STATS_PARAMS, IrbisModel):
                             f"found {found.simpleString()}")
         check_num_samples(self.getNumSamples(), len(self.getOrDefault(self.featureMeans)))
 
-    _to_block = staticmethod(_rows_block)
+    _kind = "rows"
 
-    def _make_batch_fn(self) -> BatchFn:
+    def _make_batch_fn(self) -> LIMEKernel:
         check_num_samples(self.getNumSamples(), len(self.getOrDefault(self.featureMeans)))
         return super()._make_batch_fn()
 
-    def _explainer(self) -> Callable[[Any, Callable[[np.ndarray], np.ndarray]], dict[str, Any]]:
-        return partial(explain_tensor, settings=self._settings(), stats=self.stats())
+    def _stats(self) -> FeatureStats:
+        return self.stats()
 
 
 TabularLIME._model_class = TabularLIMEModel  # the Model class that TabularLIME.fit returns
-
-
-def explain_texts(block: Any, score: Callable[[np.ndarray], np.ndarray], settings: dict[str, Any]) -> dict[str, Any]:
-    """Explain each text of a string block; a null text (or one without words) gets a reason instead."""
-    from irbis.kernels.text_encoder import decode_texts
-
-    texts, errors = decode_texts(block, settings["column"], "TextLIME")
-    weights: list[Any] = [None] * len(texts)
-    fits: list[Any] = [None] * len(texts)
-    words: list[Any] = [None] * len(texts)
-    reasons: list[Any] = list(errors)
-    for i, text in enumerate(texts):
-        if text is None:
-            continue
-        try:
-            found = explain_text(text, score, settings["targets"], num_samples=settings["num_samples"],
-                                 fraction=settings["fraction"], alpha=settings["alpha"], seed=settings["seed"],
-                                 batch_size=settings["batch_size"], target_name=settings["target_col"])
-        except ValueError as err:
-            if not settings["error"]:
-                raise
-            reasons[i] = str(err)
-            continue
-        weights[i], fits[i] = found.weights.tolist(), found.r2.tolist()
-        words[i] = [text[a:b] for a, b in found.segments]  # type: ignore[union-attr]  # a text's spans
-    if not settings["error"] and any(r and r != "null text" for r in reasons):
-        raise ValueError(next(r for r in reasons if r and r != "null text"))
-    out = {settings["output"]: weights, settings["metrics"]: fits}
-    if settings["tokens"]:
-        out[settings["tokens"]] = words
-    return {**out, settings["error"]: reasons} if settings["error"] else out
-
-
-def _texts_block(batch: np.ndarray) -> np.ndarray:
-    return np.asarray(batch, dtype=object)
 
 
 _TEXT_LIME_PARAMS: Any = table_mixin("HasTextLIMEParams", [
@@ -449,7 +352,7 @@ class TextLIME(LIMEParams, _TEXT_LIME_PARAMS, IrbisTransformer):
     """
 
     _accepts = frozenset({"string"})
-    _to_block = staticmethod(_texts_block)
+    _kind = "texts"
 
     _defaults = {"inputCol": "text", "outputCol": "weights", "numSamples": 1000}
 
@@ -470,13 +373,6 @@ class TextLIME(LIMEParams, _TEXT_LIME_PARAMS, IrbisTransformer):
     def _settings(self) -> dict[str, Any]:
         return dict(super()._settings(), fraction=self.getOrDefault(self.samplingFraction),
                     tokens=self.getOrDefault(self.tokensCol))
-
-    def _explainer(self) -> Callable[[Any, Callable[[np.ndarray], np.ndarray]], dict[str, Any]]:
-        return partial(explain_texts, settings=self._settings())
-
-
-def _images_block(batch: Any) -> Any:
-    return batch if isinstance(batch, Prepared) else Images.from_arrays(list(batch))
 
 
 def _network_input(model: Any, column: str) -> Any:
@@ -552,52 +448,12 @@ class ImageLIME(LIMEParams, _IMAGE_PARAMS, IrbisTransformer):
             raise TypeError(f"ImageLIME: input column {self.getInputCol()!r} must be an image struct, "
                             f"found {found.simpleString()}")
 
-    _to_block = staticmethod(_images_block)
+    _kind = "images"
 
-    def _explainer(self) -> Callable[[Any, Callable[[np.ndarray], np.ndarray]], dict[str, Any]]:
-        settings = dict(self._settings(), cell=int(round(self.getOrDefault(self.cellSize))),
-                        modifier=self.getOrDefault(self.modifier),
-                        fraction=self.getOrDefault(self.samplingFraction),
-                        superpixels=self.getOrDefault(self.superpixelCol),
-                        names=[n for n, _ in self._output_columns()],
-                        network_input=_network_input(self.getModel(), self.getInputCol()))
-        return partial(_explain_images, settings=settings)
-
-
-def _explain_images(block: Any, score: Callable[[np.ndarray], np.ndarray], settings: dict[str, Any]) -> dict[str, Any]:
-    """Explain each image of a block; a null or unusable image gets a reason (or raises without errorCol)."""
-    if not isinstance(block, Images) and all(v is None for v in block):  # a column of nulls only
-        block = Images.from_arrays([None] * len(block))
-    if not isinstance(block, Images):
-        raise TypeError(f"ImageLIME: column {settings['column']!r} must hold images")
-    n, names, err_col = settings["num_samples"], settings["names"], settings["error"]
-    out: dict[str, list[Any]] = {name: [] for name in names}
-    for i in range(len(block)):
-        try:
-            image = block.image(i)
-            if image is None:
-                raise ValueError("the image is null")
-            segments = superpixels(image, settings["cell"], settings["modifier"])
-            check_num_samples(n, int(segments.max()) + 1, "superpixels of this image")
-        except ValueError as err:
-            if not err_col and block.valid[i]:
-                raise ValueError(f"ImageLIME: column {settings['column']!r}: {err}") from err
-            _append(out, names, [None] * (len(names) - 1) + [str(err) if err_col else None])
-            continue
-        inputs = None
-        if settings["network_input"] is not None:  # mask the network's input, preprocessed once
-            masked = masked_inputs(image, segments, settings["network_input"])
-            inputs = lambda masks: Prepared(masked(masks))  # noqa: E731
-        found = explain_image(image, score, settings["targets"], num_samples=n, segments=segments,
-                              fraction=settings["fraction"], alpha=settings["alpha"], seed=settings["seed"],
-                              batch_size=settings["batch_size"], target_name=settings["target_col"],
-                              inputs=inputs)
-        values = [found.weights.tolist(), found.r2.tolist()]
-        values += [segments.reshape(-1)] if settings["superpixels"] else []
-        _append(out, names, values + ([None] if err_col else []))
-    return out
-
-
-def _append(out: dict[str, list[Any]], names: list[str], values: list[Any]) -> None:
-    for name, value in zip(names, values):
-        out[name].append(value)
+    def _settings(self) -> dict[str, Any]:
+        return dict(super()._settings(), cell=int(round(self.getOrDefault(self.cellSize))),
+                    modifier=self.getOrDefault(self.modifier),
+                    fraction=self.getOrDefault(self.samplingFraction),
+                    superpixels=self.getOrDefault(self.superpixelCol),
+                    names=[n for n, _ in self._output_columns()],
+                    network_input=_network_input(self.getModel(), self.getInputCol()))

@@ -155,22 +155,28 @@ def test_a_batch_of_images_through_an_image_featurizer_never_calls_back_up() -> 
     assert crossings == []
 
 
-def test_the_network_and_image_stages_kernels_are_plain_values_of_the_kernels_layer() -> None:
-    """What the Spark runner ships to the executors for each network and image stage: a value defined in
-    ``irbis.kernels``, which the standard pickle takes (a closure of a stage's method it cannot), so no
-    executor calls back into a stage."""
+def test_every_stage_kernel_is_a_plain_value_of_the_kernels_layer() -> None:
+    """What the Spark runner ships to the executors for every stage that has a kernel (each stage of the
+    conformance harness, an ImageFeaturizer at several layers and a fitted TabularLIMEModel beside them): a
+    value defined in the kernels layer (``irbis.kernels``, or ``irbis.explain`` for LIME), which the standard
+    pickle takes (a closure of a stage's method it cannot), so no executor calls back into a stage."""
     import pickle
 
-    from irbis import ImageDecoder, ImageFeaturizer, ImageTransformer, TextEmbedder, TorchModel, UnrollImage
+    from irbis import ImageFeaturizer, TabularLIMEModel
+    from stage_cases import STAGE_CASES, tiny_torch_model
 
-    stages = [ImageDecoder(inputCol="content", outputCol="image", errorCol="error"),
-              ImageTransformer(inputCol="image", outputCol="x").resize(8, 8),
-              UnrollImage(inputCol="image", outputCol="pixels"),
-              ImageFeaturizer(inputCol="content", outputCol="f"),
-              ImageFeaturizer(inputCol="content", outputLayers=["_blocks.3", "_blocks.12"], outputCols=["a", "b"]),
-              TextEmbedder(inputCol="text", outputCol="e"),
-              TorchModel.from_module(torch.nn.Linear(4, 3), inputCol="x", outputCol="y", inputShape=[4])]
+    stages = [case.make_stage() for case in STAGE_CASES.values()]
+    stages += [ImageFeaturizer(inputCol="content", outputLayers=["_blocks.3", "_blocks.12"], outputCols=["a", "b"]),
+               TabularLIMEModel(model=tiny_torch_model(), inputCol="vec", targetCol="scores", targetClasses=[0],
+                                numSamples=20, featureMeans=[0.0, 0.0], featureStds=[1.0, 1.0])]
+    checked = set()
     for stage in stages:
+        if not getattr(stage, "has_kernel", lambda: False)():
+            continue
         kernel = stage._make_batch_fn()
-        assert type(kernel).__module__.startswith("irbis.kernels."), (type(stage).__name__, kernel)
+        assert type(kernel).__module__.split(".")[:2] in (["irbis", "kernels"], ["irbis", "explain"]), \
+            (type(stage).__name__, kernel)
         assert type(pickle.loads(pickle.dumps(kernel))) is type(kernel)
+        checked.add(type(stage).__name__)
+    assert {"FusedStages", "ImageLIME", "TextLIME", "TabularLIMEModel", "ImageFeaturizer", "TextEmbedder",
+            "TorchModel", "ONNXModel", "ImageDecoder"} <= checked, checked

@@ -59,7 +59,7 @@ def test_explanations_agree_with_masking_the_full_size_image(name):
 
     net = ImageFeaturizer(inputCol="image", outputCol="logits", cutOutputLayers=0, engine="torch")
     lime = ImageLIME(model=net, targetCol="logits", targetClasses=[0], numSamples=300)
-    score, spec = lime._local_score(), _network_input(net, "image")
+    score, spec = lime._make_batch_fn().score, _network_input(net, "image")
     image = _photo(name, 1)
     logits = score([image])[0]
     targets = list(np.argsort(-logits)[:2])

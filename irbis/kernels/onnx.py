@@ -106,11 +106,10 @@ def _rows(values: np.ndarray, dtype: type | None = None) -> np.ndarray:
 
 def softmax_rows(values: np.ndarray) -> np.ndarray:
     """Softmax of each row of ``(N, ...)`` scores over all its elements, in float64."""
+    from irbis.kernels.sparkml.predictors import softmax
+
     rows = _rows(values, np.float64)
-    if not rows.size:
-        return rows
-    exp = np.exp(rows - rows.max(axis=1, keepdims=True))
-    return exp / exp.sum(axis=1, keepdims=True)
+    return softmax(rows) if rows.size else rows
 
 
 def argmax_rows(values: np.ndarray) -> np.ndarray:

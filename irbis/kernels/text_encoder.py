@@ -11,9 +11,9 @@ sequence axes dynamic and run by ``onnxruntime`` or ``openvino``. ``auto`` runs 
 CPU (on CUDA, eager torch), then eager torch, then ONNX Runtime. On MiniLM over the drug reviews OpenVINO ran
 level with eager torch in Irbis's runner on one thread on a CPU with AMX and on an AVX2-only one, where
 ``TextEmbedder`` too ran level (``benchmarks/results/text_engine_rule.txt``); on an AVX-512 CPU without AMX
-the plain loop on two threads ran OpenVINO at twice torch's speed, ONNX Runtime between them
-(``benchmarks/results/inference_peers.json``). ``benchmarks/text_engine_rule.py`` measures the engines inside
-Irbis on the CPU at hand. For bf16 ``auto`` tries OpenVINO on CPUs with bf16 instructions (ahead of torch's
+``TextEmbedder`` ran OpenVINO at twice torch's speed, ONNX Runtime between them
+(``benchmarks/results/text_engine_rule_avx512.txt``). ``benchmarks/text_engine_rule.py`` measures the engines
+inside Irbis on the CPU at hand. For bf16 ``auto`` tries OpenVINO on CPUs with bf16 instructions (ahead of torch's
 autocast there); for int8, OpenVINO as NNCF quantised the network (its transformer preset, calibrated on
 sample texts: :func:`irbis.kernels.engines.quantize.nncf_transformer_path`), else ONNX Runtime's dynamic
 quantisation.
@@ -443,15 +443,15 @@ class TextKernel:
 
     def _classes(self, batch: TextBatch) -> dict[str, Any]:
         from irbis.kernels.blocks import Tensor
+        from irbis.kernels.sparkml.predictors import softmax
 
         raw, prob, pred = (self.outputs.get(name, "") for name in TEXT_HEADS["classification"])
         logits = batch.values.astype(np.float64)
-        shifted = np.exp(logits - logits.max(axis=1, keepdims=True)) if len(logits) else logits
         out: dict[str, Any] = {}
         if raw:
             out[raw] = Tensor(logits, batch.valid)
         if prob:
-            out[prob] = Tensor(shifted / shifted.sum(axis=1, keepdims=True) if len(logits) else logits, batch.valid)
+            out[prob] = Tensor(softmax(logits) if len(logits) else logits, batch.valid)
         if pred:
             full = np.full(len(batch.valid), np.nan)
             full[batch.valid] = logits.argmax(axis=1) if len(logits) else []

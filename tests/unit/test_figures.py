@@ -19,8 +19,9 @@ Where a figure is quoted (the convention the pages follow, stated at the top of 
   script's measuring-code version (``benchmarks/provenance.py``): it is outdated when the script declares
   another ``MEASURING_CODE`` now (the measurement changed since the run), and must be made again.
 - **Superseded runs**: a results file is stale when a newer run of the same script (the script named on its
-  first line, ``# benchmarks/NAME.py``, dated ``YYYY-MM-DD HH:MM`` in its header) holds a table row with the
-  same label under the same ``## `` section; no stale file may be kept.
+  first line, ``# benchmarks/NAME.py``, dated ``YYYY-MM-DD HH:MM`` in its header) on the same kind of machine
+  (its header's ``# machine:`` cores and CPU instructions) holds a table row with the same label under the
+  same ``## `` section; no stale file may be kept. A run on another CPU is kept beside it.
 
 Which tokens count as figures (the extraction rule):
 
@@ -199,6 +200,13 @@ def header(text: str) -> tuple[str | None, str | None]:
     return (script.group(1) if script else None), (date.group(0).replace("T", " ") if date else None)
 
 
+def machine(text: str) -> str:
+    """The kind of machine a results file's header names: its cores and CPU instructions (``x86_64, 2 cores
+    (AVX-512, VNNI)``), the ``# machine:`` line up to the first ``;``; empty where the header has none."""
+    found = re.search(r"^# machine: ([^;\n]*)", text, re.M)
+    return found.group(1).strip() if found else ""
+
+
 def row_labels(text: str) -> set[tuple[str, str]]:
     """(section, first cell) of each markdown table body row of a results file."""
     labels, section = set(), ""
@@ -212,13 +220,13 @@ def row_labels(text: str) -> set[tuple[str, str]]:
 
 
 def stale_results_files(root: Path) -> list[Problem]:
-    """Each results file that a newer run of the same script supersedes: it holds a row (same section, same
-    label) that the newer run holds too."""
+    """Each results file that a newer run of the same script on the same kind of machine supersedes: it holds a
+    row (same section, same label) that the newer run holds too."""
     runs = []
     for name, text in results_files(root).items():
         script, date = header(text)
         if script and date:
-            runs.append((script, date, name, row_labels(text)))
+            runs.append(((script, machine(text)), date, name, row_labels(text)))
     return [Problem(f"{RESULTS.as_posix()}/{old}", f"superseded by {new} ({new_date} against {old_date}): "
                     f"{len(old_rows & new_rows)} rows run again there")
             for script, old_date, old, old_rows in runs for other, new_date, new, new_rows in runs
@@ -346,6 +354,19 @@ def test_a_planted_stale_results_file_fails_the_check(copy: Path):
 
     found = planted(stale_results_files, copy, plant)
     assert len(found) == 1 and found[0].startswith(f"{RESULTS.as_posix()}/explain_old.txt: superseded by explain.txt")
+
+
+def test_an_older_run_on_another_cpu_is_kept_beside_the_newer_one(copy: Path):
+    newest = (copy / RESULTS / "explain.txt").read_text()
+    script, date = header(newest)
+    kind = machine(newest)
+    assert kind and date
+
+    def plant(root: Path) -> None:
+        other = newest.replace(date, "2020-01-01 00:00", 1).replace(kind, "x86_64, 2 cores (AVX-512, AMX-BF16)", 1)
+        (root / RESULTS / "explain_other_cpu.txt").write_text(other)
+
+    assert planted(stale_results_files, copy, plant) == []
 
 
 def test_a_run_of_an_older_measuring_code_fails_the_check(copy: Path):

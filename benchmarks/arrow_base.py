@@ -248,7 +248,7 @@ def write_vectors(path: Path, n: int) -> None:
     import pyarrow.parquet as pq
     from skimage import data
 
-    from irbis.kernels.image.features import preprocess_rgb
+    from irbis.kernels.image.network_input import preprocess_rgb
     from irbis.models import get_entry
 
     spec, photos = get_entry(MODEL).preprocessing, [data.chelsea(), data.coffee(), data.astronaut(), data.rocket()]

@@ -107,7 +107,7 @@ def _table_explainer(x: np.ndarray, coef: np.ndarray, intercept: np.ndarray, sam
     """``run(rows)``: the lime package's explanations of table rows."""
     from lime.lime_tabular import LimeTabularExplainer
 
-    from irbis.kernels.sparkml.registry import logistic_regression
+    from irbis.kernels.sparkml.stage_kernels import logistic_regression
 
     explainer = LimeTabularExplainer(x, discretize_continuous=False, random_state=0)
     predict = lambda rows: logistic_regression(rows, coef, intercept)[1]  # noqa: E731

@@ -543,7 +543,7 @@ class JpegFiles:
 
     def __getitem__(self, i: int) -> tuple[np.ndarray, int]:
         from irbis.kernels.image.augment import augment_rgb
-        from irbis.kernels.image.features import load_rgb
+        from irbis.kernels.image.network_input import load_rgb
         from irbis.models.preprocess import Preprocessing
 
         fmt = self.spec.data.input_format
@@ -637,7 +637,7 @@ def text_part(report: Report, device: str, sizes: Sizes, model: str = "all_minil
     """A sentence encoder (the catalogue's MiniLM, or a Hugging Face-format folder) through the text runner
     (length-aware batches) against sentence-transformers."""
     from irbis.kernels.text_encoder import text_runner
-    from irbis.models.text import text_source
+    from irbis.models.text_networks import text_source
 
     source = text_source(model)
     texts = _reviews(max(64, sizes.images * 4))[0]
@@ -729,13 +729,13 @@ def text_tuning_part(report: Report, device: str, sizes: Sizes, model: str = "al
     import torch
 
     from irbis.kernels.text_encoder import text_tokens
-    from irbis.models.text import text_source
+    from irbis.models.text_networks import text_source
     from irbis.train.backends.local import run_threads
-    from irbis.train.data import Shard
     from irbis.train.finetune import head_name
     from irbis.train.loop import TrainSpec
     from irbis.train.networks import network_spec
     from irbis.train.text_finetune import TextFinetune
+    from irbis.train.worker_data import Shard
 
     source = text_source(model)
     texts, labels = _reviews(sizes.tune_texts)

@@ -92,7 +92,7 @@ def plain_features(files: list[Path], threads: int, batch: int = 32) -> None:
     import cv2
     import torch
 
-    from irbis.kernels.image.features import preprocess_rgb
+    from irbis.kernels.image.network_input import preprocess_rgb
     from irbis.models import ModelRepository, get_entry
 
     torch.set_num_threads(threads)
@@ -136,7 +136,7 @@ def plain_engine_runs(files: list[Path], repeats: int) -> dict:
     import cv2
     import torch
 
-    from irbis.kernels.image.features import preprocess_rgb
+    from irbis.kernels.image.network_input import preprocess_rgb
     from irbis.models import ModelRepository, get_entry
 
     cv2.setNumThreads(2)
@@ -246,7 +246,7 @@ def predict_batch_udf_features():
         import cv2
         import torch
 
-        from irbis.kernels.image.features import preprocess_rgb
+        from irbis.kernels.image.network_input import preprocess_rgb
         from irbis.models import ModelRepository, get_entry
 
         spec = get_entry("efficientnet_lite0").preprocessing

@@ -146,7 +146,7 @@ def baseline_app(threads: int, mode: str):
     from starlette.responses import JSONResponse, Response
     from starlette.routing import Route
 
-    from irbis.models.text import text_source
+    from irbis.models.text_networks import text_source
 
     torch.set_num_threads(threads)
     model = SentenceTransformer(text_source(MODEL)["folder"], device="cpu")

@@ -102,7 +102,7 @@ def worker_peaks() -> list[float]:
 
 
 def folder() -> str:
-    from irbis.models.text import text_source
+    from irbis.models.text_networks import text_source
 
     return text_source(MODEL)["folder"]
 
@@ -190,7 +190,7 @@ def part_plain(args: argparse.Namespace) -> dict:
 def export_onnx() -> str:
     """The same ONNX export Irbis uses (one file per machine), so both sides run the same graph."""
     from irbis.kernels.text_encoder import text_runner
-    from irbis.models.text import text_source
+    from irbis.models.text_networks import text_source
 
     runner = text_runner(text_source(MODEL), engine="onnxruntime")
     return str(runner._export())
@@ -235,7 +235,7 @@ def part_engines(args: argparse.Namespace) -> dict:
     precision: the evidence for ``engine="auto"``'s order."""
     from irbis.kernels.text_encoder import text_runner
     from irbis.kernels.threads import set_threads
-    from irbis.models.text import text_source
+    from irbis.models.text_networks import text_source
 
     set_threads(1)
     data = texts(args.copies)
@@ -263,7 +263,7 @@ def unpadded_encoder(runner: Any, attention: str) -> Any:
     import torch.nn.functional as F
 
     from irbis.kernels.sequences import length_batches
-    from irbis.models.text import load_text_module, text_card
+    from irbis.models.text_networks import load_text_module, text_card
 
     bert = load_text_module(runner.folder, text_card(MODEL)).model
     heads = bert.config.num_attention_heads
@@ -326,7 +326,7 @@ def part_unpadded(args: argparse.Namespace) -> dict:
 
     from irbis.kernels.text_encoder import text_runner
     from irbis.kernels.threads import set_threads
-    from irbis.models.text import text_source
+    from irbis.models.text_networks import text_source
 
     set_threads(1)
     data = texts(args.copies)
@@ -357,7 +357,7 @@ def part_calibration(args: argparse.Namespace) -> dict:
     from irbis.demo.reviews import drug_reviews
     from irbis.kernels.calibration import write_texts
     from irbis.kernels.engines import clear_cache
-    from irbis.models.text import text_source
+    from irbis.models.text_networks import text_source
 
     test = drug_reviews("test")["review"].tolist()
     source = text_source(MODEL)
@@ -428,7 +428,7 @@ def arrival_waste(data: list[str], batch: int) -> float:
     """Padded over real tokens when each partition's rows are cut in arrival order into ``batch`` rows
     (the rows reach predict_batch_udf in the order of the DataFrame: two partitions of a repartition)."""
     from irbis.kernels.text_encoder import text_tokens
-    from irbis.models.text import text_source
+    from irbis.models.text_networks import text_source
 
     ids, _ = text_tokens(text_source(MODEL), MAX_LENGTH).tokenize(data)
     lengths = np.array([len(r) for r in ids])
@@ -473,7 +473,7 @@ def part_irbis(args: argparse.Namespace) -> dict:
         if name == "fp32":  # before the workers load the other precisions' engines
             fp32_peak = max(worker_peaks(), default=float("nan"))
     from irbis.kernels.text_encoder import text_runner
-    from irbis.models.text import text_source
+    from irbis.models.text_networks import text_source
 
     for name, options in settings.items():
         engines[name] = text_runner(text_source(MODEL), engine="auto", precision=options.get("precision", "fp32"),

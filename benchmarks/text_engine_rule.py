@@ -39,7 +39,7 @@ PACKAGES = ("torch", "pyspark", "tokenizers", "onnxruntime", "openvino", "numpy"
 def part_runner(engine: str) -> float:
     from irbis.kernels.text_encoder import TEXT_TOKEN_BUDGET, text_runner
     from irbis.kernels.threads import set_threads
-    from irbis.models.text import text_source
+    from irbis.models.text_networks import text_source
 
     set_threads(1)
     data = texts(1)

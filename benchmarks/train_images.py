@@ -524,7 +524,7 @@ def clock() -> float:
 def test_batch(folder: str) -> tuple[np.ndarray, np.ndarray]:
     import cv2
 
-    from irbis.kernels.image.features import preprocess_rgb
+    from irbis.kernels.image.network_input import preprocess_rgb
     from irbis.models import get_entry
 
     spec = get_entry(BACKBONE).preprocessing

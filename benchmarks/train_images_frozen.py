@@ -53,7 +53,7 @@ def plain_frozen(folder: str, epochs: int, once: bool, state_path: str) -> dict:
     import cv2
     import torch
 
-    from irbis.kernels.image.features import preprocess_rgb
+    from irbis.kernels.image.network_input import preprocess_rgb
     from irbis.models import get_entry
     from irbis.train.finetune import frozen_suffix
 

@@ -131,7 +131,7 @@ def token_ids(texts: list[str]) -> tuple[list[np.ndarray], int]:
     added, truncated at MAX_LENGTH, no padding), and the padding id."""
     from tokenizers import Tokenizer
 
-    from irbis.models.text import text_source
+    from irbis.models.text_networks import text_source
 
     tok = Tokenizer.from_file(str(Path(text_source(BACKBONE)["folder"]) / "tokenizer.json"))
     pad_id = int(tok.padding["pad_id"]) if tok.padding else 0
@@ -177,7 +177,7 @@ def pad(ids: list[np.ndarray], labels: np.ndarray, rows: np.ndarray, pad_id: int
 
 # -- the network, the optimizer, the steps -----------------------------------------------------------------------
 def network(pretrained: bool = True):
-    from irbis.models.text import text_source
+    from irbis.models.text_networks import text_source
     from irbis.train.text_finetune import TextFinetune
 
     return TextFinetune(text_source(BACKBONE), NUM_CLASSES, seed=SEED, pretrained=pretrained, dropout=DROPOUT)()

@@ -39,7 +39,7 @@ _EXPORTS: dict[str, str] = {
     "get_entry": "irbis.models",
     "register_model": "irbis.models",
     "register_catalogue": "irbis.models",
-    "preprocess_rgb": "irbis.kernels.image.features",
+    "preprocess_rgb": "irbis.kernels.image.network_input",
     "plot_image_explanation": "irbis.explain",
     "plot_feature_weights": "irbis.explain",
     "ColumnNotFoundError": "irbis.errors",

@@ -16,7 +16,7 @@ LABELS = ("negative", "neutral", "positive")
 
 
 def _tokenizer_file() -> Path:
-    from irbis.models.text import TEXT_MODELS, text_folder
+    from irbis.models.text_networks import TEXT_MODELS, text_folder
 
     return text_folder(TEXT_MODELS["all_minilm_l6_v2"]) / "tokenizer.json"
 
@@ -45,7 +45,7 @@ def minilm_classifier() -> str:
     from safetensors.torch import load_file
     from transformers import BertConfig, BertForSequenceClassification
 
-    from irbis.models.text import TEXT_MODELS, text_folder
+    from irbis.models.text_networks import TEXT_MODELS, text_folder
 
     source = text_folder(TEXT_MODELS["all_minilm_l6_v2"])
     config = BertConfig.from_pretrained(str(source), num_labels=3, id2label=dict(enumerate(LABELS)),

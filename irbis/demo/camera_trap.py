@@ -36,8 +36,8 @@ from pyspark.sql import functions as F
 from irbis.demo.data import check_size
 from irbis.demo.dataset import check_labels, check_test_cameras, load_metadata, split_by_camera
 from irbis.demo.head import HEAD_GRID
+from irbis.demo.job_progress import spark_progress, timed
 from irbis.demo.ladder import KEYS, REG_GRID, camera_folds, feature_stages, fit_head, fit_lr, score_test_set
-from irbis.demo.progress import spark_progress, timed
 from irbis.demo.report import Scores, Step, format_table, score_variants, write_report
 from irbis.ml.image import ImageSetAugmenter
 from irbis.spark.images import read_images

@@ -26,8 +26,8 @@ import pandas as pd
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
+from irbis.demo.job_progress import spark_progress, timed
 from irbis.demo.ladder import camera_folds
-from irbis.demo.progress import spark_progress, timed
 from irbis.demo.report import Scores, Step, format_table, score_variants
 from irbis.demo.reviews import drug_reviews
 from irbis.demo.text_ladder import RUNGS, climb, majority_scores

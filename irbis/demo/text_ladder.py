@@ -101,7 +101,7 @@ def token_stages() -> list[Any]:
 
 def _vocabulary() -> int:
     """Rows of the LSTM's embedding table: the size of the encoder's WordPiece vocabulary."""
-    from irbis.models.text import text_card, text_folder
+    from irbis.models.text_networks import text_card, text_folder
 
     return int(json.loads((text_folder(text_card(ENCODER)) / "config.json").read_text())["vocab_size"])
 

@@ -16,7 +16,7 @@ from irbis.explain.explanations import FeatureStats, check_num_samples, explain_
 from irbis.explain.segment import superpixels
 from irbis.kernels.blocks import Images, Prepared, Tensor
 from irbis.kernels.chain import ChainKernel
-from irbis.kernels.image.features import masked_inputs
+from irbis.kernels.image.network_input import masked_inputs
 
 __all__ = ["EXPLAINERS", "LIMEKernel", "explain_block", "explain_images", "explain_tensor", "explain_texts",
            "target_values"]

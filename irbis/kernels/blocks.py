@@ -132,7 +132,7 @@ class Images:
 class Prepared:
     """Images already preprocessed into a network's input (N, C, H, W) float32, every row valid: what an
     image network stage runs on without preprocessing again (LIME's masked inputs,
-    :func:`irbis.kernels.image.features.masked_inputs`)."""
+    :func:`irbis.kernels.image.network_input.masked_inputs`)."""
 
     values: np.ndarray
 

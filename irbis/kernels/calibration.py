@@ -44,7 +44,7 @@ class Calibration:
 def random_crops(photos: list[np.ndarray], spec: Any, per_photo: int, seed: int) -> np.ndarray:
     """Random crops (60-100% of each side, half of them mirrored) of ``photos``, preprocessed by ``spec``."""
     from irbis.extras import load
-    from irbis.kernels.image.features import preprocess_rgb
+    from irbis.kernels.image.network_input import preprocess_rgb
 
     cv2 = load("cv2", "images")
     rng = np.random.default_rng(seed)
@@ -183,7 +183,7 @@ def calibration_files(folder: str, texts: bool = False) -> list[Path]:
 
 def _read(files: list[Path], spec: Any | None, shape: tuple[int, ...], folder: str) -> np.ndarray:
     from irbis.extras import load
-    from irbis.kernels.image.features import preprocess_rgb
+    from irbis.kernels.image.network_input import preprocess_rgb
 
     cv2 = load("cv2", "images")
     rows: list[np.ndarray] = []

@@ -511,7 +511,7 @@ class NetworkKernel(_ShipsNetworkFile):
         """The network's batch of a column block (values, valid, errors): the rows' values (images decoded and
         preprocessed), which rows they are, and why a non-null row has none (images only)."""
         from irbis.kernels.batching import network_batch
-        from irbis.kernels.image.features import image_batch
+        from irbis.kernels.image.network_input import image_batch
 
         if self.preprocessing is not None:
             return image_batch(block, self.preprocessing, raise_errors)
@@ -580,7 +580,7 @@ class ImageKernel(_ShipsNetworkFile):
     blocks, it gives the output blocks.
 
     The images of ``column`` (structs or encoded files) are decoded and prepared with ``preprocessing``
-    (:func:`irbis.kernels.image.features.image_batch`, at ``max_pixels`` and ``fast_decode``) and run once
+    (:func:`irbis.kernels.image.network_input.image_batch`, at ``max_pixels`` and ``fast_decode``) and run once
     through the process's predictor of ``source`` and ``options`` (:func:`cached_predict_fn`), read at every
     layer of ``layers`` (``(layer, column)``; ``""`` is the network's output) when ``several``, else at the
     one layer the options name. With ``classes`` (the probability and prediction columns) the first output
@@ -600,7 +600,7 @@ class ImageKernel(_ShipsNetworkFile):
 
     def convert(self, block: Any, raise_errors: bool = True) -> tuple[np.ndarray, np.ndarray, list[str | None]]:
         """The network's batch of a column of images (values, valid, errors)."""
-        from irbis.kernels.image.features import image_batch
+        from irbis.kernels.image.network_input import image_batch
 
         return image_batch(block, self.preprocessing, raise_errors, max_pixels=self.max_pixels,
                            fast_decode=self.fast_decode)

@@ -20,7 +20,7 @@ quantisation.
 
 Pure: no pyspark. Examples
 --------
->>> from irbis.models.text import text_source
+>>> from irbis.models.text_networks import text_source
 >>> runner = text_runner(text_source("all_minilm_l6_v2"), engine="torch")   # doctest: +SKIP
 >>> runner.encode(["a cat", "a dog"]).values.shape                            # doctest: +SKIP
 (2, 384)
@@ -42,7 +42,7 @@ from irbis.kernels.device import task_device
 from irbis.kernels.engines import ENGINES, EngineError, cached, candidates, export_lock_path, onnx_path
 from irbis.kernels.sequences import PadStats, run_by_length
 from irbis.kernels.threads import set_threads, task_threads
-from irbis.models.text import TextCard, TextModelError, card_from_source, check_tokenizer
+from irbis.models.text_networks import TextCard, TextModelError, card_from_source, check_tokenizer
 
 __all__ = ["CHARS_PER_TOKEN", "TEXT_HEADS", "TEXT_TOKEN_BUDGET", "TextBatch", "TextKernel", "TextRunner",
            "TextTokens", "check_reasons", "decode_texts", "text_runner", "text_tokens"]
@@ -156,7 +156,7 @@ class TextRunner:
     Parameters
     ----------
     source : dict
-        :func:`irbis.models.text.text_source` of the network (its card and folder).
+        :func:`irbis.models.text_networks.text_source` of the network (its card and folder).
     engine, precision, device : str
         As the network stages' Params: ``auto``/``torch``/``onnxruntime``/``openvino``; ``fp32``/
         ``bf16``/``int8``; ``cpu``/``cuda``/``auto``.
@@ -245,7 +245,7 @@ class TextRunner:
     def _torch(self, precision: str) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
         import torch
 
-        from irbis.models.text import load_text_module
+        from irbis.models.text_networks import load_text_module
 
         if precision == "int8":
             raise EngineError("engine='torch' runs text at fp32 or bf16; "
@@ -311,7 +311,7 @@ def write_text_onnx(folder: Path, card: TextCard, path: Path) -> None:
 
     from irbis.kernels.engines.export import _quiet
     from irbis.models.fetch import atomic_path
-    from irbis.models.text import load_text_module
+    from irbis.models.text_networks import load_text_module
 
     module = load_text_module(folder, card)
     ids = torch.ones((2, 16), dtype=torch.int64)
@@ -363,7 +363,7 @@ class TextKernel:
     network : str
         A text network of the catalogue or a Hugging Face-format folder.
     source : dict
-        :func:`irbis.models.text.text_source` of the network.
+        :func:`irbis.models.text_networks.text_source` of the network.
     column : str
         The text column (strings, or UTF-8 bytes).
     head : str
@@ -393,7 +393,7 @@ class TextKernel:
     @property
     def files(self) -> tuple[str, ...]:
         """The local paths the kernel reads: a folder of one's own (a catalogue network is found where it runs)."""
-        from irbis.models.text import TEXT_MODELS
+        from irbis.models.text_networks import TEXT_MODELS
 
         return () if self.network in TEXT_MODELS else (self.source["folder"],)
 
@@ -404,7 +404,7 @@ class TextKernel:
                           outputs=self.outputs, options=self.options, error_col=self.error_col, stage=self.stage)
 
     def _here(self) -> dict[str, Any]:
-        from irbis.models.text import TEXT_MODELS, text_source
+        from irbis.models.text_networks import TEXT_MODELS, text_source
 
         return text_source(self.network) if self.network in TEXT_MODELS else self.source
 

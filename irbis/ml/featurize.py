@@ -24,7 +24,7 @@ from pyspark.sql.types import (
 )
 
 from irbis.errors import require_columns
-from irbis.kernels.featurize import (
+from irbis.kernels.mixed_columns import (
     build_column_plan,
     column_stats,
     imputes,
@@ -109,7 +109,7 @@ class Featurize(IrbisEstimator, _FeaturizeParams):
     slot for columns that had missing values in training. With ``imputeMissing=False`` a missing
     number is left missing, as in SynapseML: ``vectorAssemblerHandleInvalid`` keeps its row with
     NaN in the slot (``keep``), drops the row (``skip``) or fails (``error``). The output vector carries
-    ``ml_attr`` metadata naming each slot. See :mod:`irbis.kernels.featurize`.
+    ``ml_attr`` metadata naming each slot. See :mod:`irbis.kernels.mixed_columns`.
 
     Bad input: a missing column raises ``ValueError``; a column of another type (arrays,
     maps, structs, binary) raises ``TypeError`` naming it; vectors of another size than in

@@ -39,8 +39,8 @@ from irbis.kernels.image.batch import (
     UnrollKernel,
     augment_images,
 )
-from irbis.kernels.image.chain import ImageChain
 from irbis.kernels.image.decode import DEFAULT_MAX_PIXELS, IMAGE_FIELDS, array_to_struct
+from irbis.kernels.image.op_chain import ImageChain
 from irbis.kernels.image.ops import THRESHOLD_TYPES
 from irbis.ml.base import IrbisTransformer
 from irbis.ml.column_types import is_image_struct
@@ -151,7 +151,7 @@ class ImageTransformer(ImageTransformerNames, _ImageStage, HasErrorCol, _Transfo
 
     Build the chain with the methods ``resize``, ``crop``, ``centerCrop``, ``flip``, ``blur``,
     ``threshold``, ``colorFormat`` and ``normalize`` (each returns the stage), or pass ``ops``, a
-    JSON list of :data:`irbis.kernels.image.chain.OPS` steps. ``outputFormat`` is ``"image"`` (an
+    JSON list of :data:`irbis.kernels.image.op_chain.OPS` steps. ``outputFormat`` is ``"image"`` (an
     image struct), ``"array"`` (array<float>, CHW) or ``"vector"`` (a Spark ML vector, CHW).
 
     Examples

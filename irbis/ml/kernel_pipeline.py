@@ -4,7 +4,7 @@ Every runtime that runs a fitted pipeline without a Spark job asks its stages fo
 
 * :func:`stage_kernel` gives a live stage's :class:`~irbis.kernels.chain.StageKernel`: an Irbis
   stage's own :meth:`~irbis.ml.base._StageMixin.kernel`, or the kernel of a fitted SparkML stage of
-  :data:`~irbis.kernels.sparkml.registry.SPARKML_KERNELS` (from its public attributes), with its outputs' Spark
+  :data:`~irbis.kernels.sparkml.stage_kernels.SPARKML_KERNELS` (from its public attributes), with its outputs' Spark
   types;
 * :func:`load_local` reads a saved stage or ``PipelineModel`` from a local folder with no JVM at all,
   through the stages' own readers (:meth:`irbis.ml.persistence.IrbisReader.local`) and SparkML's saved
@@ -37,7 +37,7 @@ from pyspark.sql.types import DataType, DoubleType, LongType, StringType, Struct
 
 from irbis.errors import NoKernelError
 from irbis.kernels.chain import ANY_VALUE, KernelChain, StageColumns, StageKernel
-from irbis.kernels.sparkml.registry import INPUT_KINDS, SPARKML_KERNELS, kernel_from_state, sparkml_kernel
+from irbis.kernels.sparkml.stage_kernels import INPUT_KINDS, SPARKML_KERNELS, kernel_from_state, sparkml_kernel
 from irbis.kernels.sparkml.state import StageState, read_metadata, read_stage
 from irbis.ml.persistence import load_local_stage
 
@@ -100,7 +100,7 @@ def saved_stages(path: str | os.PathLike) -> list[tuple[str, dict[str, Any]]]:
 
 def param_columns(cls: str, params: dict[str, Any], uid: str = "") -> StageColumns:
     """The columns a SparkML stage of class ``cls`` reads (with the kinds it declares in
-    :data:`~irbis.kernels.sparkml.registry.INPUT_KINDS`) and writes, from its column Params (set or default)."""
+    :data:`~irbis.kernels.sparkml.stage_kernels.INPUT_KINDS`) and writes, from its column Params (set or default)."""
     reads: dict[str, frozenset[str]] = {}
     for name in ("inputCols", "inputCol", "featuresCol"):
         if params.get(name) is not None:

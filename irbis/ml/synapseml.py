@@ -16,7 +16,7 @@ from typing import Any
 from pyspark.sql.types import DataType, FloatType
 
 from irbis.errors import ParamValueError
-from irbis.kernels.image.chain import ImageChain
+from irbis.kernels.image.op_chain import ImageChain
 from irbis.ml.aliases import Alias, alias_mixin, flag, one_of_any_case
 from irbis.models import default_cache_dir
 

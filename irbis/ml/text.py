@@ -16,7 +16,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, DataType, StringType, StructType
 
 from irbis.errors import require_columns
-from irbis.kernels.text import IdfState, TextSteps, apply_idf, fit_idf, text_vectors
+from irbis.kernels.text_features import IdfState, TextSteps, apply_idf, fit_idf, text_vectors
 from irbis.ml.base import IrbisEstimator, IrbisModel
 from irbis.ml.params import Row, at_least, one_of, table_mixin
 from irbis.ml.synapseml import TextFeaturizerNames, comma_list

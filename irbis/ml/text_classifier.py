@@ -43,7 +43,7 @@ _SAME_AS_IMAGES = ("numClasses", "freezeUntil", "backboneLearningRateFactor", "r
 
 def _check_backbone(name: str, value: Any) -> None:
     from irbis.errors import ParamValueError
-    from irbis.models.text import TextModelError, text_card
+    from irbis.models.text_networks import TextModelError, text_card
 
     try:
         card = text_card(value)
@@ -59,8 +59,9 @@ _check_backbone.allowed = ("a text encoder of the catalogue or a Hugging Face-fo
 _TEXT_CLASSIFIER_ROWS: list[Row] = (rows_named(_SHARED, TRAIN_PARAMS) + rows_named(_SAME_AS_IMAGES, _CLASSIFIER_ROWS)
                                    + rows_named(("maxLength", "tokenBudget"), _TEXT_ROWS, SHARED_PARAMS)) + [
     ("inputCol", "text column (string, or UTF-8 bytes as binary)", TypeConverters.toString, "text"),
-    ("backbone", "the pretrained text encoder: a text network of the catalogue (irbis.models.text.TEXT_MODELS) "
-                 "or a Hugging Face-format encoder folder (config.json, model.safetensors, tokenizer.json)",
+    ("backbone", "the pretrained text encoder: a text network of the catalogue "
+                 "(irbis.models.text_networks.TEXT_MODELS) or a Hugging Face-format encoder folder (config.json, "
+                 "model.safetensors, tokenizer.json)",
      TypeConverters.toString, "all_minilm_l6_v2", _check_backbone),
     ("dropout", "dropout before the new head (the architecture's classifier_dropout)", TypeConverters.toFloat, 0.1,
      in_range(0, 1, high_open=True)),
@@ -122,7 +123,7 @@ class TextClassifier(TextClassifierNames, IrbisEstimator,
     def _factory(self, source: dict[str, Any], pretrained: bool = True) -> Any:
         from functools import partial
 
-        from irbis.models.text import TEXT_MODELS
+        from irbis.models.text_networks import TEXT_MODELS
         from irbis.spark.files import localize, ship_file
         from irbis.train.text_finetune import TextFinetune
 
@@ -153,7 +154,7 @@ class TextClassifier(TextClassifierNames, IrbisEstimator,
         import torch
 
         from irbis.models import default_cache_dir
-        from irbis.models.text import text_source
+        from irbis.models.text_networks import text_source
         from irbis.spark.columns import column
         from irbis.train.text_finetune import write_classifier_folder
 

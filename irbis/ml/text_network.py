@@ -5,7 +5,7 @@ tokenizer, and runs the network on length-aware batches (:mod:`irbis.kernels.seq
 Arrow batch the texts are sorted by length, cut into batches of at most ``tokenBudget`` padded tokens
 and ``miniBatchSize`` texts, each padded to its own longest, and the outputs put back in the rows' order.
 
-The network is a text network of the catalogue (:data:`irbis.models.text.TEXT_MODELS`) or a Hugging
+The network is a text network of the catalogue (:data:`irbis.models.text_networks.TEXT_MODELS`) or a Hugging
 Face-format folder (``config.json``, safetensors weights, ``tokenizer.json``); a folder is saved beside
 the stage's Params and shipped to executors that do not share the driver's disk.
 """
@@ -50,7 +50,7 @@ from irbis.ml.params import (
     table_mixin,
 )
 from irbis.ml.synapseml import TEXT_EMBEDDER_ALIASES
-from irbis.models.text import DEFAULT_TEXT_MODEL
+from irbis.models.text_networks import DEFAULT_TEXT_MODEL
 from irbis.train.progress import SummaryAttribute
 
 __all__ = ["TextClassifierModel", "TextEmbedder", "TextTokenizer"]
@@ -93,12 +93,12 @@ class _TextStage(ColumnSetters, HasTextParams):
         return [(err, StringType())] if err else []
 
     def _source(self) -> dict[str, Any]:
-        from irbis.models.text import text_source
+        from irbis.models.text_networks import text_source
 
         return text_source(self.getNetwork())
 
     def _card(self) -> Any:
-        from irbis.models.text import text_card
+        from irbis.models.text_networks import text_card
 
         return text_card(self.getNetwork())
 
@@ -116,14 +116,14 @@ class _TextStage(ColumnSetters, HasTextParams):
 
     # -- persistence: a user's folder travels with the stage ----------------------------------------
     def _has_extra(self) -> bool:
-        from irbis.models.text import TEXT_MODELS
+        from irbis.models.text_networks import TEXT_MODELS
 
         return (self.getNetwork() not in TEXT_MODELS or getattr(self, "training_summary", None) is not None
                 or (self.hasParam("calibrationData") and bool(self.getCalibrationData())))
 
     def _save_extra(self, path: str) -> None:
         from irbis.ml.persistence import save_network_files
-        from irbis.models.text import TEXT_MODELS
+        from irbis.models.text_networks import TEXT_MODELS
 
         source = {} if self.getNetwork() in TEXT_MODELS else {"path": self._source()["folder"]}
         save_network_files(source, path, getattr(self, "training_summary", None))

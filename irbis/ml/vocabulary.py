@@ -34,8 +34,8 @@ class Term:
 VOCABULARY: tuple[Term, ...] = (
     Term("the network", "network",
          "the network the stage runs or trains whole: a catalogue name (irbis.models.MODELS, or "
-         "irbis.models.text.TEXT_MODELS for text stages), a model folder or file (for text, a Hugging Face-format "
-         "folder), or (on an estimator) a module factory",
+         "irbis.models.text_networks.TEXT_MODELS for text stages), a model folder or file (for text, a Hugging "
+         "Face-format folder), or (on an estimator) a module factory",
          ("modelPath", "model", "modelLocation", "networkPath", "modelName")),
     Term("the pretrained trunk", "backbone",
          "the catalogue model whose layers a classifier estimator keeps and puts a new head on (and whose "

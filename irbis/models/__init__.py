@@ -2,7 +2,7 @@
 and the repository.
 
 Imports torch, never pyspark, and nothing of Irbis above it: the pixels are preprocessed by
-:func:`irbis.kernels.image.features.preprocess_rgb`, which reads the catalogue's record. The names below
+:func:`irbis.kernels.image.network_input.preprocess_rgb`, which reads the catalogue's record. The names below
 are imported on first use (PEP 562), so a process that needs only the file helpers
 (:mod:`irbis.models.fetch`: the cache folder, locks, checksums), such as a Spark worker running an
 exported network, does not load torch.
@@ -31,7 +31,7 @@ __all__ = sorted(_SOURCES)
 def __getattr__(name: str) -> Any:
     if name == "preprocess_rgb":
         raise AttributeError("irbis.models.preprocess_rgb moved to the image kernels: import it from "
-                             "irbis.kernels.image.features (or use irbis.preprocess_rgb)")
+                             "irbis.kernels.image.network_input (or use irbis.preprocess_rgb)")
     if name not in _SOURCES:
         raise AttributeError(f"module 'irbis.models' has no attribute {name!r}")
     value = getattr(importlib.import_module(f"irbis.models.{_SOURCES[name]}"), name)

@@ -4,7 +4,7 @@ and the pixel vocabulary (colour formats, interpolations) that the image operati
 The reference preprocessing for ImageNet models: resize the shorter side to ``resize_to`` (keeping the
 aspect ratio, the longer side truncated as torchvision does), crop the centre ``input_size``, convert to
 the model's colour order, subtract ``mean`` and divide by ``std`` (0..255 units), and lay out as CHW.
-This module only describes it (plain data, no OpenCV); :func:`irbis.kernels.image.features.preprocess_rgb`
+This module only describes it (plain data, no OpenCV); :func:`irbis.kernels.image.network_input.preprocess_rgb`
 does it with the image operations of :mod:`irbis.kernels.image.ops`, the ones ``ImageTransformer`` uses,
 so a chain ``resize(resize_to, resize_to, keepAspectRatio=True)``, ``centerCrop``, ``colorFormat``,
 ``normalize`` gives exactly the same tensor as a catalogue entry.

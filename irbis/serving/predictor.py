@@ -3,7 +3,7 @@
 :func:`load_predictor` reads a saved ``PipelineModel`` (or one stage) with
 :func:`irbis.ml.kernel_pipeline.local_chain` and gives a :class:`Predictor`: the same
 :data:`~irbis.kernels.blocks.BatchFn` kernels that the stages run on Spark (Irbis stages'
-:meth:`kernel`, and the SparkML stages of :data:`~irbis.kernels.sparkml.registry.SPARKML_KERNELS`), run one after
+:meth:`kernel`, and the SparkML stages of :data:`~irbis.kernels.sparkml.stage_kernels.SPARKML_KERNELS`), run one after
 another by :class:`~irbis.kernels.chain.KernelChain`. A stage without a kernel is refused by name
 (:class:`irbis.errors.NoKernelError`), unless ``spark`` names a master: then the whole pipeline runs
 through an embedded Spark session (:class:`~irbis.serving.spark_predictor.SparkPredictor`), a slower path,

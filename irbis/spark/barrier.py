@@ -1,6 +1,6 @@
 """Spark barrier backend: one barrier stage, one task per rank, torch.distributed inside.
 
-:class:`SparkBarrierBackend` implements :class:`irbis.train.backends.base.Backend`
+:class:`SparkBarrierBackend` implements :class:`irbis.train.backends.backend.Backend`
 with public DataFrame APIs only, so it runs on classic and Spark Connect sessions:
 ``df.mapInArrow(fn, schema, barrier=True)`` hands each task its partition as Arrow
 record batches (no per-row Python objects), and every task joins a gloo (CPU) or
@@ -48,7 +48,7 @@ from irbis.errors import executor_import_error, from_record, to_record
 from irbis.spark.guard import on_executors
 from irbis.spark.resources import conf, driver_host, local_slots, master
 from irbis.spark.session import is_connect
-from irbis.train.backends.base import Backend, Rank, RankFn
+from irbis.train.backends.backend import Backend, Rank, RankFn
 from irbis.train.comm import StoreCommunicator, connect_store, init_torch_group, serve_store
 from irbis.train.loop import WorkerResult
 

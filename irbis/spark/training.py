@@ -21,10 +21,10 @@ from pyspark.sql.types import ArrayType, BinaryType, IntegerType, LongType, Nume
 
 from irbis.errors import NonFiniteLossError, require_columns, with_fields
 from irbis.spark.columns import column, is_image_struct
-from irbis.train.backends.base import Rank
-from irbis.train.data import Shard
+from irbis.train.backends.backend import Rank
 from irbis.train.loop import TrainSpec, WorkerResult
 from irbis.train.stream import FEATURES, LABEL, SpilledShard
+from irbis.train.worker_data import Shard
 
 
 def input_kind(df: DataFrame, features_col: str, binary_as: str = "tensor") -> str:

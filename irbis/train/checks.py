@@ -19,9 +19,9 @@ import numpy as np
 import torch
 
 from irbis.errors import with_fields
-from irbis.train.data import finite_rows
 from irbis.train.loop import TrainSpec
 from irbis.train.optim import loss_entry
+from irbis.train.worker_data import finite_rows
 
 PROFILE_KEYS = ("rows", "null_labels", "null_features", "min_len", "max_len", "min_label", "max_label",
                 "fractional_labels", "nonfinite_rows", "bad_images", "first_bad_image", "min_label_width",

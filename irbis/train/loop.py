@@ -25,7 +25,6 @@ from irbis.kernels.threads import default_threads
 from irbis.train import checkpoint as ckpt
 from irbis.train.auto_batch import AutoBatch, search_batch
 from irbis.train.batchnorm import average_buffers, recompute_batchnorm
-from irbis.train.data import Augment, Shard, drop_nonfinite, split_validation
 from irbis.train.evaluate import AUC_BINS, auc_from_histograms, evaluate
 from irbis.train.health import LossWatch, growth_warning, non_finite_error
 from irbis.train.networks import build_network
@@ -47,6 +46,7 @@ from irbis.train.ragged import RaggedRows, check_network, first_batch, forward, 
 from irbis.train.rows import BatchPlan, Rows, TensorRows
 from irbis.train.strategies import make_strategy
 from irbis.train.strategy import DistributedOptimizer, FlatParams, WorkerContext, embedding_tables
+from irbis.train.worker_data import Augment, Shard, drop_nonfinite, split_validation
 
 Report = Callable[[dict[str, Any]], None]
 
@@ -218,7 +218,7 @@ class _Run:
 def worker_rows(shard: Any, spec: Any, rank: int, model: torch.nn.Module) -> tuple[Rows, Rows, int]:
     """A worker's training and validation rows, and the rows left out under ``nan_policy="skip"``.
 
-    ``shard``: a :class:`~irbis.train.data.Shard` (dense, or of variable-length rows) or a
+    ``shard``: a :class:`~irbis.train.worker_data.Shard` (dense, or of variable-length rows) or a
     :class:`~irbis.train.stream.SpilledShard`; ``spec``: the run's :class:`~irbis.train.loop.TrainSpec`;
     ``model``: the network, whose ``input_kind`` variable-length batches take (checked on a first batch).
     The validation rows are a seeded share of the worker's (``validationFraction``)."""

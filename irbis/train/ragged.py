@@ -1,6 +1,6 @@
 """A worker's variable-length rows (token ids, or steps of float features) in length-bucketed batches.
 
-A :class:`~irbis.train.data.Shard` whose ``x`` is an object array of 1-d int64 arrays (or of 2-d float32
+A :class:`~irbis.train.worker_data.Shard` whose ``x`` is an object array of 1-d int64 arrays (or of 2-d float32
 ``(steps, features)`` arrays) holds ragged rows. :class:`RaggedRows` trains from them as
 :class:`~irbis.train.stream.StreamRows` does from a spill, with the same methods the loop calls:
 
@@ -39,8 +39,8 @@ import torch
 from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence
 
 from irbis.kernels.sequences import PadStats, length_batches, pad_rows, padded_length
-from irbis.train.data import finite_rows
 from irbis.train.rows import BatchedRows, BatchPlan
+from irbis.train.worker_data import finite_rows
 
 #: The rows of a chunk that length batches are cut from, in batches of the row cap: rows of alike length
 #: within a random chunk, each epoch's afresh (see the module docstring).

@@ -12,11 +12,11 @@ from typing import Any
 
 import torch
 
-from irbis.train.data import Shard
 from irbis.train.loop import Report, TrainSpec, WorkerResult, train_worker
 from irbis.train.networks import build_network
 from irbis.train.strategies import make_strategy
 from irbis.train.strategy import WorkerContext
+from irbis.train.worker_data import Shard
 
 
 def run_rank(spec: TrainSpec, num_workers: int, shard: Shard | None, comm: Any, rank: int, device: str = "cpu",

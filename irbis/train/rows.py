@@ -4,7 +4,7 @@ The loop reads rows through :class:`Rows` only, and asks for batches by a :class
 implement it (the two made a batch at a time share :class:`BatchedRows`):
 
 * :class:`TensorRows`: rows of one length held in memory as tensors on the run's device (a dense
-  :class:`~irbis.train.data.Shard`), batched by :func:`~irbis.train.data.epoch_batches`;
+  :class:`~irbis.train.worker_data.Shard`), batched by :func:`~irbis.train.worker_data.epoch_batches`;
 * :class:`~irbis.train.stream.StreamRows`: rows read back from a worker's spill file (images, data past
   the shuffle buffer, token ids past it);
 * :class:`~irbis.train.ragged.RaggedRows`: variable-length rows held in memory, in length batches.
@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from irbis.kernels.sequences import PadStats
-from irbis.train.data import (
+from irbis.train.worker_data import (
     Augment,
     BatchRounds,
     Shard,
@@ -44,7 +44,7 @@ class BatchPlan:
     """Which of a worker's batches to make, and how: ``steps`` batches a round of ``batch_size`` rows (rows cut
     by length: at most), of ``epoch``'s order drawn from ``seed`` and ``rank``, on ``device`` with labels of
     ``label_dtype``; from batch ``start`` on, for ``rounds`` rounds (the rounds past the first drawn afresh,
-    for workers that run free, see :class:`~irbis.train.data.BatchRounds`); each batch passed through
+    for workers that run free, see :class:`~irbis.train.worker_data.BatchRounds`); each batch passed through
     ``augment`` drawing from :meth:`rng`, and, for rows held as tensors, made on a thread when ``prefetch``;
     image rows read back from a spill decoded in ``feed_processes`` worker processes (0: the task's threads)."""
 
@@ -62,7 +62,8 @@ class BatchPlan:
     feed_processes: int = 0
 
     def rng(self, batch: int) -> np.random.Generator:
-        """The generator ``augment`` draws from for ``batch``: :func:`~irbis.train.data.batch_rng` of its place."""
+        """The generator ``augment`` draws from for ``batch``: :func:`~irbis.train.worker_data.batch_rng` of its
+        place."""
         return batch_rng(self.seed, self.rank, self.epoch, batch)
 
 
@@ -106,8 +107,8 @@ class Rows(Protocol):
 
 class TensorRows:
     """Rows of one length in memory: features ``x`` ``(n, *row shape)`` and labels ``y`` ``(n,)``, tensors on
-    the run's device. An epoch's batches are :class:`~irbis.train.data.BatchRounds` (round 0:
-    :func:`~irbis.train.data.epoch_batches`), augmented by :func:`~irbis.train.data.iterate`."""
+    the run's device. An epoch's batches are :class:`~irbis.train.worker_data.BatchRounds` (round 0:
+    :func:`~irbis.train.worker_data.epoch_batches`), augmented by :func:`~irbis.train.worker_data.iterate`."""
 
     stats: PadStats | None = None
 

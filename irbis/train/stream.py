@@ -1,7 +1,7 @@
 """A worker's rows streamed from disk: training on data larger than a worker's memory, and on images.
 
 A worker reads its partition's Arrow batches once (:func:`read_partition`). While they fit in
-``buffer_rows`` rows of numbers they stay in memory and become the dense :class:`~irbis.train.data.Shard`
+``buffer_rows`` rows of numbers they stay in memory and become the dense :class:`~irbis.train.worker_data.Shard`
 of small jobs; past that, and always for images, they are spilled as they arrive to a worker-local Arrow
 IPC file of fixed blocks (:class:`Spill`), and the worker trains from there (:class:`SpilledShard`):
 
@@ -10,7 +10,7 @@ IPC file of fixed blocks (:class:`Spill`), and the worker trains from there (:cl
 * each batch is read back from the file and decoded on the prefetch thread
   (:class:`InputFormat`): numbers as they are, tensor bytes with their dtype and shape, Spark image
   structs and encoded image files through the model's one image geometry
-  (:mod:`irbis.kernels.image.features`), with the augmentation of :mod:`irbis.kernels.image.augment`
+  (:mod:`irbis.kernels.image.network_input`), with the augmentation of :mod:`irbis.kernels.image.augment`
   drawn from a generator seeded by the run's seed, the worker, the epoch and the row;
 * the read pass profiles the rows for the checks (:mod:`irbis.train.checks`), and decodes each image
   once, so that a corrupt file is known (skipped and counted, or named) before the first step.
@@ -38,8 +38,8 @@ import pyarrow.compute as pc
 import torch
 
 from irbis.kernels.threads import for_each_row
-from irbis.train.data import Shard, finite_rows
 from irbis.train.rows import BatchedRows, BatchPlan
+from irbis.train.worker_data import Shard, finite_rows
 
 #: Column names of the training frame (see :func:`irbis.spark.training.training_frame`).
 FEATURES, LABEL = "__features", "__label"
@@ -97,7 +97,7 @@ class InputFormat:
             return column.flatten().to_numpy(zero_copy_only=False).astype(np.float32, copy=False).reshape(n, -1)
         from irbis.kernels.batching import network_batch
         from irbis.kernels.blocks import from_arrow
-        from irbis.kernels.image.features import preprocess_images
+        from irbis.kernels.image.network_input import preprocess_images
 
         spec = self._spec()
         values = from_arrow(column, FEATURES)
@@ -110,7 +110,7 @@ class InputFormat:
 
     def _augmented(self, values: Any, spec: Any, rngs: list[np.random.Generator]) -> np.ndarray:
         from irbis.kernels.image.augment import augment_rgb
-        from irbis.kernels.image.features import load_rgb
+        from irbis.kernels.image.network_input import load_rgb
 
         batch = np.empty((len(values), *spec.input_shape), np.float32)
 
@@ -127,7 +127,7 @@ class InputFormat:
     def check_row(self, value: Any) -> tuple[int, str | None]:
         """One row's feature length as the network will see it, and why it cannot be read (None: it can);
         images are decoded once here."""
-        from irbis.kernels.image.features import load_rgb
+        from irbis.kernels.image.network_input import load_rgb
 
         spec = self._spec()
         try:
@@ -378,7 +378,7 @@ class SpilledShard:
         return len(self.labels)
 
     def split(self, fraction: float, seed: int, nan_policy: str) -> tuple[StreamRows, StreamRows, int]:
-        """Training and validation rows (the same seeded split as :func:`~irbis.train.data.split_validation`),
+        """Training and validation rows (the same seeded split as :func:`~irbis.train.worker_data.split_validation`),
         without the rows to skip under ``nan_policy="skip"``; and how many were skipped."""
         n = len(self)
         keep = np.ones(n, bool)

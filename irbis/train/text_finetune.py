@@ -35,7 +35,7 @@ def classifier_config(folder: str | Path, num_classes: int, labels: list[str] | 
                       dropout: float | None = None) -> Any:
     """The encoder's ``config.json`` as a ``num_classes`` sequence classifier's (its architecture's
     ``...ForSequenceClassification``), with the label names (``"0"``, ``"1"``, ... when none are given)."""
-    from irbis.models.text import transformers_names
+    from irbis.models.text_networks import transformers_names
 
     (AutoConfig,) = transformers_names("AutoConfig")  # noqa: N806
     config = AutoConfig.from_pretrained(str(folder), local_files_only=True)
@@ -54,7 +54,7 @@ def classifier_config(folder: str | Path, num_classes: int, labels: list[str] | 
 @dataclass(frozen=True)
 class TextFinetune:
     """A picklable factory of the fine-tuning network: the encoder of ``source`` (a
-    :func:`irbis.models.text.text_source`; its folder found again on the worker by ``locate``) with a new
+    :func:`irbis.models.text_networks.text_source`; its folder found again on the worker by ``locate``) with a new
     ``num_classes`` head drawn from ``seed``, frozen up to the ``named_modules()`` layer ``freeze``
     (empty: every layer trains; :func:`irbis.train.finetune.freeze_until` names the valid layers)."""
 
@@ -69,7 +69,7 @@ class TextFinetune:
 
     def folder(self) -> Path:
         """The encoder's folder on this machine (the catalogue's checked, a user's found by ``locate``)."""
-        from irbis.models.text import TEXT_MODELS, text_source
+        from irbis.models.text_networks import TEXT_MODELS, text_source
 
         name = self.source["card"]["name"]
         if name in TEXT_MODELS:
@@ -77,7 +77,7 @@ class TextFinetune:
         return Path(self.locate() if self.locate is not None else self.source["folder"])
 
     def __call__(self) -> nn.Module:
-        from irbis.models.text import TextModelError, card_from_source, load_folder_weights, transformers_names
+        from irbis.models.text_networks import TextModelError, card_from_source, load_folder_weights, transformers_names
         from irbis.train.finetune import freeze_until
 
         (AutoModelForSequenceClassification,) = transformers_names("AutoModelForSequenceClassification")  # noqa: N806
@@ -106,7 +106,7 @@ class TextFinetune:
 
 def _classifier_network(model: nn.Module) -> nn.Module:
     """``model`` (a ``...ForSequenceClassification``) as ``(ids, mask) -> logits``, declaring padded input."""
-    from irbis.models.text import _text_network_class
+    from irbis.models.text_networks import _text_network_class
 
     net = _text_network_class()(model, "classification", "cls", False)
     net.input_kind = "padded"

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from irbis.kernels.image.features import preprocess_rgb
+from irbis.kernels.image.network_input import preprocess_rgb
 from irbis.models import MODELS, CatalogueEntry, layer_output_shapes, read_catalogue
 
 

@@ -155,11 +155,11 @@ def test_a_batch_of_images_through_an_image_featurizer_never_calls_back_up() -> 
     assert crossings == []
 
 
-def test_every_stage_kernel_is_a_plain_value_of_the_kernels_layer() -> None:
+def test_every_stage_kernel_is_a_plain_value_of_a_pure_layer() -> None:
     """What the Spark runner ships to the executors for every stage that has a kernel (each stage of the
     conformance harness, an ImageFeaturizer at several layers and a fitted TabularLIMEModel beside them): a
-    value defined in the kernels layer (``irbis.kernels``, or ``irbis.explain`` for LIME), which the standard
-    pickle takes (a closure of a stage's method it cannot), so no executor calls back into a stage."""
+    value defined in a pure layer below the stages (``irbis.kernels``, or ``irbis.explain`` for LIME), which the
+    standard pickle takes (a closure of a stage's method it cannot), so no executor calls back into a stage."""
     import pickle
 
     from irbis import ImageFeaturizer, TabularLIMEModel

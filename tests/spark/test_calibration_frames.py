@@ -19,7 +19,7 @@ from skimage import data as skdata
 from irbis import TorchModel
 from irbis.errors import ColumnNotFoundError
 from irbis.kernels.engines import ENGINES
-from irbis.kernels.image.features import preprocess_images
+from irbis.kernels.image.network_input import preprocess_images
 from irbis.ml.image_featurizer import ImageFeaturizer
 from irbis.models import build_model, get_entry
 from irbis.spark.images import read_images

@@ -162,7 +162,7 @@ def test_the_progress_bar_follows_the_jobs_of_its_block(spark, connect, remote, 
     job's four tasks wait until a report of their stage has reached the client (a handler of the test's own
     releases them); the final report then completes the bar. On classic the bar polls Spark's status tracker,
     and the test waits until it has seen the job end. Neither depends on how long the tasks take."""
-    from irbis.demo.progress import spark_progress
+    from irbis.demo.job_progress import spark_progress
 
     session = connect if remote else spark
     mode = connect_mode() if remote else contextlib.nullcontext()

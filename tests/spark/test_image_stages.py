@@ -8,8 +8,8 @@ import pytest
 from pyspark.ml import Pipeline, PipelineModel
 from skimage import data as skdata
 
-from irbis.kernels.image.chain import ImageChain
 from irbis.kernels.image.decode import array_to_struct, struct_to_array
+from irbis.kernels.image.op_chain import ImageChain
 from irbis.ml.image import ImageDecoder, ImageSetAugmenter, ImageTransformer, UnrollImage
 from irbis.ml.image_featurizer import ImageFeaturizer
 from irbis.spark.images import IMAGE_STRUCT

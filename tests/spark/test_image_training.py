@@ -108,7 +108,7 @@ def test_a_network_trained_on_images_is_a_torch_model_that_reads_images_as_train
     """TorchEstimator's one Model class, whatever the rows: trained on images with imagePreprocessing it is a
     TorchModel carrying that value, which decodes and preprocesses structs and files as the training did; a
     file it cannot read gets a null output and its reason in errorCol, and the value survives save/load."""
-    from irbis.kernels.image.features import preprocess_images
+    from irbis.kernels.image.network_input import preprocess_images
     from irbis.kernels.inference import make_torch_predict_fn, resolve_source
     from irbis.ml import TorchModel
     from irbis.models import preprocessing_for

@@ -14,7 +14,7 @@ from pyspark.sql.types import IntegerType, StructField, StructType
 
 from irbis.kernels.blocks import Tensor
 from irbis.kernels.image.decode import array_to_struct
-from irbis.kernels.sparkml.registry import sparkml_kernel
+from irbis.kernels.sparkml.stage_kernels import sparkml_kernel
 from irbis.ml import ImageLIME, TabularLIME, TabularLIMEModel
 from irbis.ml.torch_model import TorchModel
 from irbis.spark.images import IMAGE_STRUCT

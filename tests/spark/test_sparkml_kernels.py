@@ -11,7 +11,7 @@ from pyspark.ml.linalg import Vectors
 from sklearn.datasets import load_digits
 
 from irbis.kernels.blocks import Tensor, run_steps
-from irbis.kernels.sparkml.registry import NoKernelError, load_sparkml_kernel, sparkml_kernel
+from irbis.kernels.sparkml.stage_kernels import NoKernelError, load_sparkml_kernel, sparkml_kernel
 from irbis.kernels.sparkml.state import read_stage
 
 pytestmark = pytest.mark.spark

@@ -10,7 +10,7 @@ from pyspark.ml import Pipeline, PipelineModel
 from irbis.demo.reviews import drug_reviews
 from irbis.errors import ParamValueError
 from irbis.ml import TextClassifier, TextClassifierModel
-from irbis.models.text import text_source
+from irbis.models.text_networks import text_source
 from text_networks import tiny_text_network
 
 pytestmark = pytest.mark.spark

@@ -33,7 +33,7 @@ def reviews(spark):
 def test_embeddings_on_spark_equal_sentence_transformers(reviews):
     from sentence_transformers import SentenceTransformer
 
-    from irbis.models.text import text_source
+    from irbis.models.text_networks import text_source
 
     frame, df = reviews
     out = TextEmbedder(inputCol="review", outputCol="e", errorCol="why").transform(df).orderBy("id").collect()

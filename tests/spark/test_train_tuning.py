@@ -11,7 +11,7 @@ from pyspark.ml.linalg import Vectors
 
 from irbis.ml import TorchEstimator
 from irbis.ml.params import ParamValueError
-from irbis.train.data import epoch_batches
+from irbis.train.worker_data import epoch_batches
 
 pytestmark = pytest.mark.spark
 

@@ -12,7 +12,7 @@ import torch
 from skimage import data as skdata
 
 from irbis import ImageFeaturizer, TorchModel
-from irbis.kernels.image.features import preprocess_rgb
+from irbis.kernels.image.network_input import preprocess_rgb
 from irbis.models import (
     ModelRepository,
     build_model,

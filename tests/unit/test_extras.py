@@ -77,7 +77,8 @@ def test_a_module_of_an_extra_is_imported_on_first_use_and_pickles_as_its_name()
 def test_the_opencv_flags_written_as_values_are_opencvs():
     import cv2
 
-    from irbis.kernels.image import features, ops
+    from irbis.kernels.image import network_input as features
+    from irbis.kernels.image import ops
 
     assert ops.INTERPOLATIONS == {name: getattr(cv2, f"INTER_{flag}") for name, flag in [
         ("nearest", "NEAREST"), ("linear", "LINEAR"), ("bilinear", "LINEAR"), ("cubic", "CUBIC"),

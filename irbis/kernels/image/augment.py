@@ -1,6 +1,6 @@
 """Training-time image augmentation: random operations drawn per image from a seeded generator.
 
-An augmentation is a JSON list of op dicts, in the vocabulary of :class:`~irbis.kernels.image.chain.ImageChain`
+An augmentation is a JSON list of op dicts, in the vocabulary of :class:`~irbis.kernels.image.op_chain.ImageChain`
 (``{"op": name, argument: value, ...}``; ``flip`` takes the same ``flip_code``), each with an optional
 probability ``p`` (default 1)::
 
@@ -12,9 +12,9 @@ probability ``p`` (default 1)::
 
 How an image becomes a training input (:func:`augment_rgb`): the geometry first, at the network's input
 size (``random_resized_crop`` when the list has it, else the model's own resize and centre crop, the one
-geometry of :func:`~irbis.kernels.image.features.fit_geometry`), then the other ops in their order on the
+geometry of :func:`~irbis.kernels.image.network_input.fit_geometry`), then the other ops in their order on the
 small image, then the model's colour order and normalisation. Validation rows and inference get the
-geometry and normalisation alone, exactly as :func:`~irbis.kernels.image.features.preprocess_rgb`.
+geometry and normalisation alone, exactly as :func:`~irbis.kernels.image.network_input.preprocess_rgb`.
 
 ``grey`` is what infrared camera traps record at night: the photo in grey levels, kept as three equal
 channels, so that a network trained on daylight frames also sees night ones.
@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 
 from irbis.extras import optional
-from irbis.kernels.image.features import finish_rgb, fit_geometry
+from irbis.kernels.image.network_input import finish_rgb, fit_geometry
 from irbis.kernels.image.ops import as_hwc, flip
 from irbis.models.preprocess import Preprocessing
 

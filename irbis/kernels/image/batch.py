@@ -21,8 +21,8 @@ import numpy as np
 
 from irbis.extras import optional
 from irbis.kernels.blocks import Images, stack_rows
-from irbis.kernels.image.chain import ImageChain
 from irbis.kernels.image.decode import DEFAULT_MAX_PIXELS, decode_batch, decode_image, struct_to_array
+from irbis.kernels.image.op_chain import ImageChain
 from irbis.kernels.image.ops import ImageOpError, as_hwc, flip, to_chw
 
 cv2 = optional("cv2", "images")  # OpenCV, imported on first use

@@ -9,7 +9,7 @@ channels)`` ndarray; single-channel images keep their channel axis.
 
 The operations (resize, crop, flip, ...) live in :mod:`irbis.kernels.image.ops`
 and the chain that applies several of them in one pass in
-:mod:`irbis.kernels.image.chain`.
+:mod:`irbis.kernels.image.op_chain`.
 
 Examples
 --------

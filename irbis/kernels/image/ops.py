@@ -4,7 +4,7 @@ Every function takes an image with a channel axis and returns a new one with
 a channel axis (OpenCV drops the axis of single-channel images; we put it
 back).  Arguments are checked before OpenCV sees them; an operation that
 cannot apply raises :class:`ImageOpError` naming the operation, the image
-size and the arguments.  :class:`irbis.kernels.image.chain.ImageChain` applies
+size and the arguments.  :class:`irbis.kernels.image.op_chain.ImageChain` applies
 a JSON list of these operations in one pass.
 
 Examples

@@ -1,6 +1,6 @@
 """Local backends: ``N`` workers as threads (ThreadCommunicator) or processes (gloo).
 
-:class:`ThreadBackend` implements :class:`~irbis.train.backends.base.Backend`;
+:class:`ThreadBackend` implements :class:`~irbis.train.backends.backend.Backend`;
 :func:`run_threads` and :func:`run_processes` split the rows into ``N`` contiguous
 shards and run the same :func:`irbis.train.loop.train_worker` as the Spark backend.
 """
@@ -16,12 +16,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from irbis.train.backends.base import Backend, Rank, RankFn, raise_returned
+from irbis.train.backends.backend import Backend, Rank, RankFn, raise_returned
 from irbis.train.comm import StoreCommunicator, ThreadCommunicator, connect_store, init_torch_group, serve_store
-from irbis.train.data import Shard
 from irbis.train.loop import Report, TrainSpec, WorkerResult
 from irbis.train.roles import run_rank
 from irbis.train.strategies import make_strategy
+from irbis.train.worker_data import Shard
 
 
 def shard_rows(x: np.ndarray, y: np.ndarray, num_workers: int) -> list[Shard]:

@@ -17,7 +17,7 @@ The pieces:
 * :mod:`~irbis.train.ps.shard`: one shard's state (weights, optimizer state, version,
   last pulls, staleness histogram, counters);
 * :mod:`~irbis.train.ps.transport`: ZeroMQ server and client (processes, Spark tasks);
-* :mod:`~irbis.train.ps.local`: the in-process hub used when the workers are threads;
+* :mod:`~irbis.train.ps.in_process`: the in-process hub used when the workers are threads;
 * :mod:`~irbis.train.ps.dedicated`: a dedicated server's body (serve, save at each cut, stop);
 * :mod:`~irbis.train.ps.driver`: the shards of ``placement="driver"``, served by the driver
   process, under which the workers are ordinary tasks and one that dies is retried alone.
@@ -50,7 +50,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from irbis.train.ps.local import LocalClient, LocalHub
+from irbis.train.ps.in_process import LocalClient, LocalHub
 from irbis.train.ps.rules import default_shards, split_shards
 from irbis.train.ps.shard import SECRET_BYTES, STALENESS_BINS, ShardState
 

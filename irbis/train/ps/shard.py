@@ -1,7 +1,7 @@
 """One shard of the parameter server: weights, the server optimizer, versions, staleness, counters.
 
 Pure numpy (torch only for a checkpoint's tensors) and no I/O: the transports
-(:mod:`irbis.train.ps.transport` over ZeroMQ, :mod:`irbis.train.ps.local` in one process) only move
+(:mod:`irbis.train.ps.transport` over ZeroMQ, :mod:`irbis.train.ps.in_process` in one process) only move
 bytes to and from :meth:`ShardState.pull` and :meth:`ShardState.push`.
 
 Every applied update bumps :attr:`ShardState.version`; its staleness is the number of

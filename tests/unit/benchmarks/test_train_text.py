@@ -22,7 +22,7 @@ def reviews():
 
 def test_the_reviews_are_tokenized_as_the_encoder_does_truncated_at_max_length(reviews):
     from irbis.kernels.text_encoder import TextTokens
-    from irbis.models.text import text_source
+    from irbis.models.text_networks import text_source
 
     ids, _, _ = reviews
     tokens = TextTokens(text_source("all_minilm_l6_v2"), MAX_LENGTH)

@@ -7,8 +7,8 @@ from tqdm import tqdm
 
 from irbis.demo.camera_trap import _cv_fits
 from irbis.demo.head import HEAD_GRID, cross_validate_head
+from irbis.demo.job_progress import _Bar
 from irbis.demo.ladder import REG_GRID
-from irbis.demo.progress import _Bar
 
 
 def bar(images, steps=1):
@@ -58,7 +58,7 @@ def test_the_connect_handler_takes_reports_from_several_threads_at_once():
     import threading
     from types import SimpleNamespace
 
-    from irbis.demo.progress import _connect_progress
+    from irbis.demo.job_progress import _connect_progress
 
     handlers = []
     session = SimpleNamespace(registerProgressHandler=handlers.append, removeProgressHandler=handlers.remove)

@@ -18,7 +18,7 @@ from irbis.explain import (
     superpixels,
     weighted_ridge,
 )
-from irbis.kernels.sparkml.registry import logistic_regression
+from irbis.kernels.sparkml.stage_kernels import logistic_regression
 
 PNG = b"\x89PNG"
 

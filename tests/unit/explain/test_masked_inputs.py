@@ -1,5 +1,5 @@
 """ImageLIME builds the network's inputs for its masked samples from the image preprocessed once
-(:func:`irbis.kernels.image.features.masked_inputs`): the same inputs as preprocessing each masked
+(:func:`irbis.kernels.image.network_input.masked_inputs`): the same inputs as preprocessing each masked
 full-size image, up to the full path's rounding to 8 bits, and so the same explanations (rank correlation
 of the weights >= 0.95) on real photographs."""
 
@@ -12,7 +12,7 @@ from scipy.stats import spearmanr
 from irbis.explain.explanations import explain_image
 from irbis.explain.segment import mask_images, superpixel_masks, superpixels
 from irbis.kernels.blocks import Prepared
-from irbis.kernels.image.features import masked_inputs, preprocess_rgb, to_rgb8
+from irbis.kernels.image.network_input import masked_inputs, preprocess_rgb, to_rgb8
 from irbis.models.preprocess import Preprocessing
 
 

@@ -5,7 +5,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from irbis.kernels.featurize import (
+from irbis.kernels.mixed_columns import (
     build_column_plan,
     column_stats,
     infer_kind,

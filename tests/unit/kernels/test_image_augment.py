@@ -4,7 +4,7 @@ import pytest
 from skimage import data
 
 from irbis.kernels.image.augment import augment_rgb, parse_augmentation
-from irbis.kernels.image.features import preprocess_rgb
+from irbis.kernels.image.network_input import preprocess_rgb
 from irbis.models import get_entry
 
 SPEC = get_entry("efficientnet_lite0").preprocessing

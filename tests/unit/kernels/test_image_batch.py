@@ -7,9 +7,9 @@ import pytest
 from skimage import data as skdata
 
 from irbis.kernels.image.batch import augment_images, transform_images, unroll_images
-from irbis.kernels.image.chain import ImageChain
 from irbis.kernels.image.decode import array_to_struct
-from irbis.kernels.image.features import decode_flags, preprocess_images, preprocess_rgb, to_rgb8
+from irbis.kernels.image.network_input import decode_flags, preprocess_images, preprocess_rgb, to_rgb8
+from irbis.kernels.image.op_chain import ImageChain
 from irbis.kernels.image.ops import ImageOpError
 from irbis.models import get_entry
 

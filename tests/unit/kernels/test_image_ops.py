@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from skimage import data as skdata
 
-from irbis.kernels.image.chain import OPS, ImageChain
+from irbis.kernels.image.op_chain import OPS, ImageChain
 from irbis.kernels.image.ops import (
     ImageOpError,
     blur,
@@ -145,7 +145,7 @@ def test_every_op_keeps_channel_axis_on_grey_16_bit():
 @pytest.mark.parametrize("name", sorted(__import__("irbis.models", fromlist=["MODELS"]).MODELS))
 def test_image_chains_give_every_catalogue_entrys_tensor_exactly(name):
     """The chain a user would write from an entry equals the entry's own preprocessing, bit for bit."""
-    from irbis.kernels.image.features import preprocess_rgb
+    from irbis.kernels.image.network_input import preprocess_rgb
     from irbis.models import get_entry
 
     spec = get_entry(name).preprocessing

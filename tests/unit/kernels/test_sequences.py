@@ -65,7 +65,7 @@ def test_a_row_longer_than_the_budget_runs_alone():
 def test_sorting_wastes_far_less_than_arrival_order_on_real_reviews():
     from irbis.demo.reviews import drug_reviews
     from irbis.kernels.text_encoder import text_tokens
-    from irbis.models.text import text_source
+    from irbis.models.text_networks import text_source
 
     ids, _ = text_tokens(text_source("all_minilm_l6_v2"), 256).tokenize(drug_reviews()["review"].tolist())
     lengths = np.array([len(r) for r in ids])

@@ -6,7 +6,7 @@ import json
 import numpy as np
 import pytest
 
-from irbis.kernels.sparkml.registry import NoKernelError, kernel_from_state, load_sparkml_kernel
+from irbis.kernels.sparkml.stage_kernels import NoKernelError, kernel_from_state, load_sparkml_kernel
 from irbis.kernels.sparkml.state import StageState, _udt, read_stage
 from irbis.kernels.sparkml.trees import Tree
 

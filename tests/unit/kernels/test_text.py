@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from irbis.kernels.text import (
+from irbis.kernels.text_features import (
     TextSteps,
     apply_idf,
     documents_terms,

@@ -10,7 +10,7 @@ import pytest
 
 from irbis.demo.reviews import drug_reviews
 from irbis.kernels.text_encoder import decode_texts, text_runner, text_tokens
-from irbis.models.text import TextModelError, text_card, text_source
+from irbis.models.text_networks import TextModelError, text_card, text_source
 
 MINILM = "all_minilm_l6_v2"
 
@@ -118,7 +118,7 @@ def test_max_length_keeps_the_closing_special_token():
 def test_catalogue_card_and_checksums(tmp_path, monkeypatch):
     card = text_card(MINILM)
     assert (card.task, card.max_length, card.pooling, card.normalize, card.dim) == ("embedding", 256, "mean", True, 384)
-    import irbis.models.text as text
+    import irbis.models.text_networks as text
 
     bad = text.TextCard(**{**card.to_dict(), "name": "tampered", "labels": (),
                            "sha256": {**card.sha256, "config.json": "0" * 64}})

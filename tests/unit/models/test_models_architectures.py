@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch.nn import functional as F
 
-from irbis.kernels.image.features import preprocess_rgb
+from irbis.kernels.image.network_input import preprocess_rgb
 from irbis.models import build_model, get_entry
 from irbis.models.efficientnet_lite import SameConv2d
 

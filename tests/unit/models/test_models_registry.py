@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from irbis.cli import main
-from irbis.kernels.image.features import preprocess_rgb
+from irbis.kernels.image.network_input import preprocess_rgb
 from irbis.kernels.image.ops import ImageOpError, center_crop, resize
 from irbis.models import (
     MODELS,
@@ -151,5 +151,5 @@ def test_colour_orders_speak_the_image_operations_vocabulary():
     for other in ("L", "BGRA"):
         with pytest.raises(ValueError, match="color_order must be one of .*'GRAY'"):
             Preprocessing.from_dict({**gray, "color_order": other})
-    with pytest.raises(AttributeError, match="irbis.kernels.image.features"):
+    with pytest.raises(AttributeError, match="irbis.kernels.image.network_input"):
         __import__("irbis.models", fromlist=["x"]).preprocess_rgb

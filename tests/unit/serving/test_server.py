@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from irbis.kernels.chain import KernelChain, StageKernel
-from irbis.kernels.sparkml.registry import assemble_vectors
+from irbis.kernels.sparkml.stage_kernels import assemble_vectors
 from irbis.serving.app import ServeOptions, make_app
 from irbis.serving.predictor import Predictor
 from irbis.serving.server import BackgroundServer

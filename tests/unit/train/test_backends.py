@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from irbis.train.backends.base import Backend, Rank
+from irbis.train.backends.backend import Backend, Rank
 from irbis.train.backends.local import ThreadBackend
 
 

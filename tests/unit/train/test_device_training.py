@@ -15,10 +15,10 @@ import torch
 
 from irbis.models import build_model
 from irbis.train.backends.local import run_threads
-from irbis.train.data import Shard, epoch_batches
 from irbis.train.loop import TrainSpec, gpu_images
 from irbis.train.networks import network_spec
 from irbis.train.stream import FEATURES, LABEL, InputFormat, read_partition
+from irbis.train.worker_data import Shard, epoch_batches
 from train_helpers import token_task
 
 #: How far the device's losses and weights may be from the eager CPU reference: cuDNN's recurrences and the

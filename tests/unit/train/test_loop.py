@@ -10,9 +10,9 @@ from sklearn.datasets import load_digits
 
 from irbis.train import checkpoint as ckpt
 from irbis.train.backends.local import run_threads, shard_rows
-from irbis.train.data import Shard, batch_rng, epoch_batches, iterate, split_validation
 from irbis.train.loop import TrainSpec
 from irbis.train.networks import network_spec
+from irbis.train.worker_data import Shard, batch_rng, epoch_batches, iterate, split_validation
 
 
 @pytest.fixture(scope="module")

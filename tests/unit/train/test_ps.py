@@ -199,7 +199,7 @@ def test_a_late_backup_worker_catches_up_by_taking_decided_steps_without_computi
 
 
 def test_batch_rounds_continue_an_epoch_with_fresh_permutations():
-    from irbis.train.data import BatchRounds, epoch_batches
+    from irbis.train.worker_data import BatchRounds, epoch_batches
 
     rounds = BatchRounds(40, 16, 3, seed=0, rank=1, epoch=2, rounds=3)
     assert len(rounds) == 9

@@ -10,11 +10,11 @@ from sklearn.datasets import load_digits
 
 from irbis.train import checkpoint as ckpt
 from irbis.train.backends.local import run_threads, shard_rows
-from irbis.train.data import epoch_batches
 from irbis.train.loop import TrainSpec
 from irbis.train.networks import network_spec
 from irbis.train.optim import batch_scale, rate_factor, update_batch, warmup_factor
 from irbis.train.strategies import DCASGD, BlockMomentum, Downpour, MixedSync, ModelAveraging, OneBitSGD, SyncSGD
+from irbis.train.worker_data import epoch_batches
 from train_helpers import CrashOnce
 
 

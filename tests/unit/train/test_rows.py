@@ -6,12 +6,12 @@ import pyarrow as pa
 import pytest
 import torch
 
-from irbis.train.data import BatchRounds, Shard, batch_rng, epoch_batches, iterate
 from irbis.train.loop import TrainSpec, worker_rows
 from irbis.train.networks import network_spec
 from irbis.train.ragged import RaggedRows
 from irbis.train.rows import BatchPlan, Rows, TensorRows
 from irbis.train.stream import FEATURES, LABEL, InputFormat, StreamRows, read_partition
+from irbis.train.worker_data import BatchRounds, Shard, batch_rng, epoch_batches, iterate
 
 N = 300
 

@@ -14,12 +14,12 @@ from hypothesis import strategies as st
 from irbis.kernels.sequences import length_batches, padded_length
 from irbis.train.auto_batch import AutoBatch
 from irbis.train.backends.local import run_threads, shard_rows
-from irbis.train.data import Shard
 from irbis.train.loop import TrainSpec, step_autocast
 from irbis.train.networks import network_spec
 from irbis.train.ragged import RaggedRows, make_batch
 from irbis.train.rows import BatchPlan
 from irbis.train.stream import FEATURES, LABEL, InputFormat, SpilledShard, read_partition
+from irbis.train.worker_data import Shard
 from train_helpers import peak_rss_mib, token_task
 
 

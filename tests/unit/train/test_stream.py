@@ -6,9 +6,9 @@ import textwrap
 import numpy as np
 import pyarrow as pa
 
-from irbis.train.data import Shard
 from irbis.train.rows import BatchPlan
 from irbis.train.stream import FEATURES, LABEL, InputFormat, SpilledShard, read_partition
+from irbis.train.worker_data import Shard
 from train_helpers import peak_rss_mib
 
 

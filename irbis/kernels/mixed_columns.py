@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from irbis.kernels.text import term_index
+from irbis.kernels.text_features import term_index
 
 COLUMN_KINDS = ("numeric", "boolean", "categorical", "hashed", "vector", "date", "timestamp")
 DATE_PARTS = ("year", "month", "day", "weekday")

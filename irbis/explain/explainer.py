@@ -195,7 +195,7 @@ class LIMEKernel:
     def score(self, batch: Any) -> np.ndarray:
         """The target's values, ``(S, n)``, of a batch of perturbed inputs, through the model's kernels."""
         to_block, target = EXPLAINERS[self.kind][0], self.settings["target_col"]
-        return target_values(self.model.run({self.settings["column"]: to_block(batch)})[target], target)
+        return target_values(self.model({self.settings["column"]: to_block(batch)})[target], target)
 
     def __call__(self, blocks: dict[str, Any]) -> dict[str, Any]:
         return explain_block(self.kind, blocks[self.settings["column"]], self.score, self.settings, self.stats)

@@ -157,7 +157,7 @@ class KernelChain:
     def run(self, blocks: dict[str, Any]) -> dict[str, Any]:
         """Run the kernels on ``blocks`` (:func:`~irbis.kernels.blocks.run_steps`); every block, inputs
         included."""
-        return run_steps([(k.inputs, k.fn) for k in self.kernels()], blocks)
+        return ChainKernel.of(self).run(blocks)
 
 
 @dataclass(frozen=True)
@@ -188,8 +188,10 @@ class ChainKernel:
 
     def relocated(self, paths: dict[str, str]) -> ChainKernel:
         """This chain with each step that reads files reading them at ``paths``."""
-        return replace(self, steps=tuple((columns, fn.relocated(paths) if getattr(fn, "files", ()) else fn)  # type: ignore[attr-defined]
-                                         for columns, fn in self.steps))
+        def moved(fn: Any) -> Any:
+            return fn.relocated(paths) if getattr(fn, "files", ()) else fn
+
+        return replace(self, steps=tuple((columns, moved(fn)) for columns, fn in self.steps))
 
     def run(self, blocks: dict[str, Any]) -> dict[str, Any]:
         """Every block after the steps ran on ``blocks``, inputs included."""

@@ -624,7 +624,7 @@ def class_outputs(raw: Any, probability_col: str, prediction_col: str) -> dict[s
     from irbis.kernels.sparkml.predictors import softmax
 
     logits = raw.values.astype(np.float64, copy=False).reshape(len(raw.values), -1)
-    prob = softmax(logits) if len(logits) else logits
+    prob = softmax(logits)
     pred = np.full(len(raw.valid), None, dtype=object)
     pred[raw.valid] = logits.argmax(axis=1).astype(np.float64) if len(logits) else []
     return {probability_col: Tensor(prob.astype(np.float32), raw.valid),

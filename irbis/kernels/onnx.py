@@ -108,8 +108,7 @@ def softmax_rows(values: np.ndarray) -> np.ndarray:
     """Softmax of each row of ``(N, ...)`` scores over all its elements, in float64."""
     from irbis.kernels.sparkml.predictors import softmax
 
-    rows = _rows(values, np.float64)
-    return softmax(rows) if rows.size else rows
+    return softmax(_rows(values, np.float64))
 
 
 def argmax_rows(values: np.ndarray) -> np.ndarray:

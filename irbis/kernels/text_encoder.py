@@ -451,7 +451,7 @@ class TextKernel:
         if raw:
             out[raw] = Tensor(logits, batch.valid)
         if prob:
-            out[prob] = Tensor(softmax(logits) if len(logits) else logits, batch.valid)
+            out[prob] = Tensor(softmax(logits), batch.valid)
         if pred:
             full = np.full(len(batch.valid), np.nan)
             full[batch.valid] = logits.argmax(axis=1) if len(logits) else []

@@ -24,7 +24,9 @@ Scores = tuple[np.ndarray, np.ndarray, np.ndarray]
 
 # -- math -------------------------------------------------------------------------------------------
 def softmax(margins: np.ndarray) -> np.ndarray:
-    """Row-wise softmax, shifted by each row's largest margin as SparkML computes it."""
+    """Row-wise softmax, shifted by each row's largest margin as SparkML computes it; no rows give no rows."""
+    if not margins.size:
+        return margins
     shifted = np.exp(margins - margins.max(axis=1, keepdims=True))
     return shifted / shifted.sum(axis=1, keepdims=True)
 

@@ -15,6 +15,9 @@ os.environ.setdefault("OMP_NUM_THREADS", "2")
 
 
 CONNECT_PORT = free_port()
+#: The Java options of the JVMs the tests start (see :func:`pytest_configure`); the standalone cluster's
+#: executors take them too (``tests/cluster/cluster_checks.py``).
+TEST_JVM_OPTIONS = "-XX:TieredStopAtLevel=1"
 
 
 def pytest_addoption(parser):
@@ -31,6 +34,10 @@ def pytest_configure(config):
     config.addinivalue_line(
         "markers", "device: takes the device fixture (given automatically): runs on pytest --device, the CPU by "
                    "default; -m device selects them")
+    # Every JVM the run starts through spark-submit (the session's, the notebooks' drivers, the subprocess
+    # drivers) compiles with the client compiler only: the test jobs are many and small, and the server
+    # compiler's work on them cost more CPU than it saved (a third of a Spark test file's CPU time on 2 cores).
+    os.environ["SPARK_SUBMIT_OPTS"] = " ".join(filter(None, [os.environ.get("SPARK_SUBMIT_OPTS"), TEST_JVM_OPTIONS]))
     if config.getoption("--device") == "cuda":
         import torch
 

@@ -140,6 +140,8 @@ def session(master: str, python: str | None = None, environment: str | None = No
     return irbis.get_spark(master, app_name="irbis-cluster-checks", environment=environment,
                            **{"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2",
                               "spark.driver.memory": "1g", "spark.executor.memory": "1g",
+                              # the executors' JVMs are set as the tests' drivers are (tests/conftest.py)
+                              "spark.executor.extraJavaOptions": os.environ.get("SPARK_SUBMIT_OPTS", ""),
                               # wait for every core asked for: one (one executor) without irbis, else two
                               "spark.cores.max": "1" if one else "2",
                               "spark.scheduler.minRegisteredResourcesRatio": "1.0",

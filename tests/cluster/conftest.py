@@ -46,6 +46,7 @@ class App:
         self.out.mkdir(parents=True)
         env = process_env(self.home)
         env["PYSPARK_DRIVER_PYTHON"] = sys.executable
+        env["SPARK_SUBMIT_OPTS"] = os.environ.get("SPARK_SUBMIT_OPTS", "")  # the tests' JVM options
         self.log = self.home / "driver.log"
         self.t0 = time.perf_counter()
         with open(self.log, "wb") as sink:

@@ -618,17 +618,21 @@ class ImageKernel(_ShipsNetworkFile):
 
 
 def class_outputs(raw: Any, probability_col: str, prediction_col: str) -> dict[str, Any]:
-    """A classifier's probability (the softmax of its logits ``raw``, a :class:`irbis.kernels.blocks.Tensor`)
-    and prediction (the index of the largest logit, a double; None where the row has no output) columns."""
+    """A classifier's probability (the softmax of its logits ``raw``, a :class:`irbis.kernels.blocks.Tensor`,
+    in the logits' float type) and prediction (the index of the largest logit, a double; None where the row
+    has no output) columns; an empty name leaves its column out."""
     from irbis.kernels.blocks import Tensor
     from irbis.kernels.sparkml.predictors import softmax
 
     logits = raw.values.astype(np.float64, copy=False).reshape(len(raw.values), -1)
-    prob = softmax(logits)
-    pred = np.full(len(raw.valid), None, dtype=object)
-    pred[raw.valid] = logits.argmax(axis=1).astype(np.float64) if len(logits) else []
-    return {probability_col: Tensor(prob.astype(np.float32), raw.valid),
-            prediction_col: pred.tolist() if not raw.valid.all() else pred.astype(np.float64)}
+    out: dict[str, Any] = {}
+    if probability_col:
+        out[probability_col] = Tensor(softmax(logits).astype(raw.values.dtype, copy=False), raw.valid)
+    if prediction_col:
+        pred = np.full(len(raw.valid), None, dtype=object)
+        pred[raw.valid] = logits.argmax(axis=1).astype(np.float64) if len(logits) else []
+        out[prediction_col] = pred.tolist() if not raw.valid.all() else pred.astype(np.float64)
+    return out
 
 
 def _load_for_export(source: dict[str, Any], allow_pickle: bool, layer: Layers) -> nn.Module:

@@ -443,20 +443,11 @@ class TextKernel:
 
     def _classes(self, batch: TextBatch) -> dict[str, Any]:
         from irbis.kernels.blocks import Tensor
-        from irbis.kernels.sparkml.predictors import softmax
+        from irbis.kernels.inference import class_outputs
 
         raw, prob, pred = (self.outputs.get(name, "") for name in TEXT_HEADS["classification"])
-        logits = batch.values.astype(np.float64)
-        out: dict[str, Any] = {}
-        if raw:
-            out[raw] = Tensor(logits, batch.valid)
-        if prob:
-            out[prob] = Tensor(softmax(logits), batch.valid)
-        if pred:
-            full = np.full(len(batch.valid), np.nan)
-            full[batch.valid] = logits.argmax(axis=1) if len(logits) else []
-            out[pred] = [None if not v else float(x) for v, x in zip(batch.valid, full)]
-        return out
+        logits = Tensor(batch.values.astype(np.float64), batch.valid)
+        return {**({raw: logits} if raw else {}), **class_outputs(logits, prob, pred)}
 
     def _tokens(self, texts: list[str | None], errors: list[str | None]) -> dict[str, Any]:
         tokenizer = self.tokens()

@@ -150,8 +150,9 @@ class LIMEParams(ColumnSetters, HasErrorCol, HasMiniBatchSize, HasSeed, HasLIMEP
     #: the kind of input the stage explains (a key of :data:`irbis.explain.explainer.EXPLAINERS`)
     _kind: str
 
-    def _settings(self) -> dict[str, Any]:
-        """Plain values of the Params that the per-row work needs (what travels to the workers)."""
+    def _settings(self, chain: KernelChain | None = None) -> dict[str, Any]:
+        """Plain values of the Params that the per-row work needs (what travels to the workers); ``chain``:
+        the model's kernels where they score it, None where Spark jobs do."""
         return dict(column=self.getInputCol(), output=self.getOutputCol(),
                     metrics=self.getOrDefault(self.metricsCol), error=self.getErrorCol(),
                     targets=self.getTargetClasses(), target_col=self.getTargetCol(),
@@ -174,7 +175,7 @@ class LIMEParams(ColumnSetters, HasErrorCol, HasMiniBatchSize, HasSeed, HasLIMEP
         if others:
             raise ValueError(f"the model reads column {others[0]!r}, which LIME does not have: it scores "
                              f"perturbed {column!r} values alone")
-        return LIMEKernel(self._kind, ChainKernel.of(chain, [target]), self._settings(), self._stats())
+        return LIMEKernel(self._kind, ChainKernel.of(chain, [target]), self._settings(chain), self._stats())
 
     # -- Spark ------------------------------------------------------------------------------------
     def _transform_spark(self, df: DataFrame) -> DataFrame:
@@ -370,22 +371,22 @@ class TextLIME(LIMEParams, _TEXT_LIME_PARAMS, IrbisTransformer):
             raise TypeError(f"TextLIME: input column {self.getInputCol()!r} must hold text (string), found "
                             f"{found.simpleString()}")
 
-    def _settings(self) -> dict[str, Any]:
-        return dict(super()._settings(), fraction=self.getOrDefault(self.samplingFraction),
+    def _settings(self, chain: KernelChain | None = None) -> dict[str, Any]:
+        return dict(super()._settings(chain), fraction=self.getOrDefault(self.samplingFraction),
                     tokens=self.getOrDefault(self.tokensCol))
 
 
-def _network_input(model: Any, column: str) -> Any:
+def _network_input(model: Any, column: str, chain: KernelChain | None) -> Any:
     """The preprocessing of the model's first stage when it is an image network reading ``column``
-    (an :class:`~irbis.ml.image_network.ImageNetworkStage`: ImageFeaturizer, a fitted image classifier):
-    LIME then masks its preprocessed input instead of preprocessing every masked image. None otherwise."""
+    (an :class:`~irbis.ml.image_network.ImageNetworkStage`: ImageFeaturizer, a fitted image classifier) and
+    the model's kernels (``chain``) score it: LIME then masks its preprocessed input instead of
+    preprocessing every masked image. None otherwise (a model scored by Spark jobs takes the images)."""
     from irbis.ml.image_network import ImageNetworkStage
     from irbis.ml.kernel_pipeline import flatten
 
     stages = [s for s in flatten(model) if not isinstance(s, EnsembleByKey)]
     first = stages[0] if stages else None
-    # Only when every stage runs in the task: a model scored by Spark jobs takes the images themselves.
-    if isinstance(first, ImageNetworkStage) and first.getInputCol() == column and not scoring_chain(model).missing:
+    if isinstance(first, ImageNetworkStage) and first.getInputCol() == column and chain and not chain.missing:
         return first._preprocessing()
     return None
 
@@ -450,10 +451,10 @@ class ImageLIME(LIMEParams, _IMAGE_PARAMS, IrbisTransformer):
 
     _kind = "images"
 
-    def _settings(self) -> dict[str, Any]:
-        return dict(super()._settings(), cell=int(round(self.getOrDefault(self.cellSize))),
+    def _settings(self, chain: KernelChain | None = None) -> dict[str, Any]:
+        return dict(super()._settings(chain), cell=int(round(self.getOrDefault(self.cellSize))),
                     modifier=self.getOrDefault(self.modifier),
                     fraction=self.getOrDefault(self.samplingFraction),
                     superpixels=self.getOrDefault(self.superpixelCol),
                     names=[n for n, _ in self._output_columns()],
-                    network_input=_network_input(self.getModel(), self.getInputCol()))
+                    network_input=_network_input(self.getModel(), self.getInputCol(), chain))

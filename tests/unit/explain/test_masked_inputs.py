@@ -55,11 +55,13 @@ def test_explanations_agree_with_masking_the_full_size_image(name):
     """EfficientNet-Lite0's two most likely classes on a photograph, explained both ways from the same
     masks: the superpixels' weights rank alike (Spearman's rho >= 0.95)."""
     from irbis.ml.image_featurizer import ImageFeaturizer
-    from irbis.ml.lime import ImageLIME, _network_input
+    from irbis.ml.lime import ImageLIME
 
     net = ImageFeaturizer(inputCol="image", outputCol="logits", cutOutputLayers=0, engine="torch")
     lime = ImageLIME(model=net, targetCol="logits", targetClasses=[0], numSamples=300)
-    score, spec = lime._make_batch_fn().score, _network_input(net, "image")
+    kernel = lime._make_batch_fn()
+    score, spec = kernel.score, kernel.settings["network_input"]
+    assert spec is not None  # the network reads the image column in the task: LIME masks its input
     image = _photo(name, 1)
     logits = score([image])[0]
     targets = list(np.argsort(-logits)[:2])

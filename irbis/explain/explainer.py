@@ -33,12 +33,16 @@ def target_values(block: Any, column: str) -> np.ndarray:
 
 
 def explain_tensor(block: Any, score: Callable[[np.ndarray], np.ndarray], settings: dict[str, Any],
-                   stats: FeatureStats) -> dict[str, Any]:
+                   stats: FeatureStats | None) -> dict[str, Any]:
     """Explain the rows of a vector block; rows that are null or hold NaN get a reason instead.
 
-    ``settings`` holds the stage's Param values (``LIMEParams._settings`` in :mod:`irbis.ml.lime`).
+    ``settings`` holds the stage's Param values (``LIMEParams._settings`` in :mod:`irbis.ml.lime`);
+    ``stats``, the background data's, which perturbed rows are drawn from (a fitted TabularLIMEModel's).
     """
     col, err_col = settings["column"], settings["error"]
+    if stats is None:
+        raise ValueError("TabularLIMEModel: explaining rows needs the background data's statistics; fit "
+                         "TabularLIME on data like the rows to explain")
     if not isinstance(block, Tensor) and all(v is None for v in block):  # a column of nulls only
         block = Tensor(np.zeros((0, len(stats.mean))), np.zeros(len(block), bool))
     if not isinstance(block, Tensor):
@@ -72,8 +76,10 @@ def rows_block(batch: np.ndarray) -> Tensor:
     return Tensor(batch, np.ones(len(batch), bool))
 
 
-def explain_texts(block: Any, score: Callable[[np.ndarray], np.ndarray], settings: dict[str, Any]) -> dict[str, Any]:
-    """Explain each text of a string block; a null text (or one without words) gets a reason instead."""
+def explain_texts(block: Any, score: Callable[[np.ndarray], np.ndarray], settings: dict[str, Any],
+                  stats: FeatureStats | None = None) -> dict[str, Any]:
+    """Explain each text of a string block; a null text (or one without words) gets a reason instead.
+    Texts are perturbed by dropping words: ``stats`` (background statistics) play no part."""
     from irbis.kernels.text_encoder import decode_texts
 
     texts, errors = decode_texts(block, settings["column"], "TextLIME")
@@ -114,8 +120,10 @@ def images_block(batch: Any) -> Any:
     return batch if isinstance(batch, Prepared) else Images.from_arrays(list(batch))
 
 
-def explain_images(block: Any, score: Callable[[np.ndarray], np.ndarray], settings: dict[str, Any]) -> dict[str, Any]:
-    """Explain each image of a block; a null or unusable image gets a reason (or raises without errorCol)."""
+def explain_images(block: Any, score: Callable[[np.ndarray], np.ndarray], settings: dict[str, Any],
+                   stats: FeatureStats | None = None) -> dict[str, Any]:
+    """Explain each image of a block; a null or unusable image gets a reason (or raises without errorCol).
+    Images are perturbed by blacking out superpixels: ``stats`` (background statistics) play no part."""
     if not isinstance(block, Images) and all(v is None for v in block):  # a column of nulls only
         block = Images.from_arrays([None] * len(block))
     if not isinstance(block, Images):
@@ -167,8 +175,7 @@ def explain_block(kind: str, block: Any, score: Callable[[Any], np.ndarray], set
     """The output blocks of a block of ``kind`` rows (``rows``, ``texts`` or ``images``) explained with
     ``score``, a batch of perturbed inputs to an ``(S, n)`` array of the target's values; ``stats`` (the
     background data's) for rows."""
-    explain = EXPLAINERS[kind][1]
-    return explain(block, score, settings, stats) if kind == "rows" else explain(block, score, settings)
+    return EXPLAINERS[kind][1](block, score, settings, stats)
 
 
 @dataclass(frozen=True)

@@ -23,10 +23,13 @@ import socket
 import subprocess
 import time
 import urllib.request
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from irbis.spark.hosts import SimulatedHosts
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -96,10 +99,12 @@ class Standalone:
     procs: list[subprocess.Popen[Any]] = field(default_factory=list)
     status_url: str = ""
 
-    def start(self, name: str, args: list[str], env: Mapping[str, str]) -> subprocess.Popen[Any]:
-        """Start ``spark-class args`` in a process group of its own, logging to ``root/name.log``."""
+    def start(self, name: str, args: list[str], env: Mapping[str, str],
+              prefix: Sequence[str] = ()) -> subprocess.Popen[Any]:
+        """Start ``spark-class args`` in a process group of its own, logging to ``root/name.log``; ``prefix``
+        runs it elsewhere (a simulated host's ``ip netns exec``, :mod:`irbis.spark.hosts`)."""
         with open(self.root / f"{name}.log", "wb") as out:
-            proc = subprocess.Popen([str(Path(spark_home()) / "bin" / "spark-class"), *args], env=dict(env),
+            proc = subprocess.Popen([*prefix, str(Path(spark_home()) / "bin" / "spark-class"), *args], env=dict(env),
                                     stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
         self.procs.append(proc)
         return proc
@@ -164,10 +169,16 @@ class Standalone:
 
 
 def start_standalone(root: str | os.PathLike[str], workers: int = 2, cores: int = 1, memory: str = "2g",
-                     host: str = "127.0.0.1", wait: bool = True) -> Standalone:
+                     host: str = "127.0.0.1", wait: bool = True, hosts: SimulatedHosts | None = None) -> Standalone:
     """Start a master and ``workers`` workers of ``cores`` cores and ``memory`` each on ``host``, each process
     with its own folder under ``root``; return once the master listens (and, with ``wait``, once every
-    worker has registered). Stop it with :meth:`Standalone.stop` or a ``with`` block."""
+    worker has registered). Stop it with :meth:`Standalone.stop` or a ``with`` block.
+
+    With ``hosts`` (:class:`irbis.spark.hosts.SimulatedHosts`, open), the master runs on the driver's host
+    (``hosts.driver_address``) and worker ``i`` on simulated host ``i % hosts.count``: their traffic, and
+    their executors', crosses the hosts' links. A driver then binds to ``hosts.driver_address``."""
+    if hosts is not None:
+        host = hosts.driver_address
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
     port, ui, *worker_uis = free_ports(2 + workers, host)
@@ -180,10 +191,12 @@ def start_standalone(root: str | os.PathLike[str], workers: int = 2, cores: int 
                       {**process_env(root / "master", host), "SPARK_MASTER_OPTS": "-Dspark.master.rest.enabled=false"})
         for i in range(1, workers + 1):  # started at once: a worker retries until the master answers
             home = root / f"worker{i}"
-            cluster.start(f"worker{i}", ["org.apache.spark.deploy.worker.Worker", cluster.url, "--host", host,
+            where = hosts.address((i - 1) % hosts.count) if hosts is not None else host
+            cluster.start(f"worker{i}", ["org.apache.spark.deploy.worker.Worker", cluster.url, "--host", where,
                                          "--cores", str(cores), "--memory", memory, "--work-dir", str(home / "work"),
                                          "--webui-port", str(worker_uis[i - 1])],
-                          process_env(home, host, keep_pythonpath=False))
+                          process_env(home, where, keep_pythonpath=False),
+                          hosts.argv((i - 1) % hosts.count, []) if hosts is not None else ())
         cluster.wait_for_master()
         if wait:
             cluster.wait_for_workers(workers)

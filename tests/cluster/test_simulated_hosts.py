@@ -33,7 +33,8 @@ while True:
     n += len(b)
 print(n, n * 8 / (time.perf_counter() - t) / 1e6, flush=True)
 """
-SENDER = "import socket, sys; c = socket.create_connection((sys.argv[1], 9000), timeout=20); c.sendall(b'x' * int(sys.argv[2]))"
+SENDER = ("import socket, sys; c = socket.create_connection((sys.argv[1], 9000), timeout=20); "
+          "c.sendall(b'x' * int(sys.argv[2]))")
 CONNECT = "import socket, sys; socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=float(sys.argv[3]))"
 
 

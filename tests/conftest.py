@@ -6,6 +6,7 @@ import os
 
 import pytest
 
+from background import Background
 from connect_mode import connect_mode
 from irbis.spark.standalone import free_port
 
@@ -146,12 +147,40 @@ def camera_trap_run(tmp_path_factory):
     ``(notebook, seconds, folder)``, ``folder`` its working folder, where the notebook's ``run_demo`` wrote
     ``camera-trap-output``. The notebook's test checks what it shows, ``tests/spark/test_demo.py`` the demo's
     results and files (:func:`irbis.demo.camera_trap.load_demo`): the ladder is climbed once for both (so
-    ``-m "not notebooks"`` still runs this notebook when ``test_demo.py`` runs on the classic session)."""
+    ``-m "not notebooks"`` still runs this notebook when ``test_demo.py`` runs on the classic session).
+    Started at collection where the run holds such a test (:func:`pytest_collection_finish`): the notebook
+    has a kernel and a Spark driver of its own, so it runs beside the tests before them."""
+    if not _CAMERA_TRAP:
+        _CAMERA_TRAP.append(_camera_trap(tmp_path_factory))
+    return _CAMERA_TRAP[0].result(timeout_s=1800)
+
+
+def _camera_trap(tmp_path_factory) -> Background:
     from notebook_runner import NOTEBOOKS, run_notebook
 
     folder = tmp_path_factory.mktemp("camera_trap_notebook")
-    notebook, seconds = run_notebook(NOTEBOOKS / "camera_trap.py", folder)
-    return notebook, seconds, folder
+    return Background("camera-trap notebook", lambda: (*run_notebook(NOTEBOOKS / "camera_trap.py", folder), folder))
+
+
+#: The camera-trap notebook's run, started at collection (:func:`pytest_collection_finish`).
+_CAMERA_TRAP: list[Background] = []
+
+
+def _needs_camera_trap(item) -> bool:
+    """Whether ``item`` reads the camera-trap notebook's run: the demo's tests and the notebook's own."""
+    return item.nodeid.startswith("tests/spark/test_demo.py") or (
+        item.nodeid.startswith("tests/notebooks/") and getattr(item, "callspec", None) is not None
+        and item.callspec.params.get("name") == "camera_trap")
+
+
+def pytest_collection_finish(session):
+    """Start the camera-trap notebook as soon as the run is known to read it (not under ``--connect``, which
+    skips its readers)."""
+    config = session.config
+    if config.option.collectonly or on_connect(config) or _CAMERA_TRAP:
+        return
+    if any(_needs_camera_trap(item) and not item.get_closest_marker("skip") for item in session.items):
+        _CAMERA_TRAP.append(_camera_trap(config._tmp_path_factory))
 
 
 def uses_spark(item) -> bool:

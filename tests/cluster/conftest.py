@@ -14,12 +14,12 @@ import json
 import os
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
 import pytest
 
+from background import Background
 from irbis.spark.standalone import Standalone, kill_group, process_env, start_standalone
 
 HERE = Path(__file__).resolve().parent
@@ -152,31 +152,18 @@ def _build_pex(path: Path) -> str:
     return f"irbis pack: {packed.bytes / 2**20:.0f} MiB in {packed.seconds:.0f} s"
 
 
-class _Packing(threading.Thread):
-    """:func:`_build_pex` in a daemon thread (an interrupted run does not wait for it); :meth:`result` joins."""
+def pex_path() -> Path:
+    """Where this environment's PEX is kept (:func:`pack_cache`, named by :func:`environment_fingerprint`)."""
+    return pack_cache() / f"irbis-env-{environment_fingerprint()}.pex"
 
-    def __init__(self, path: Path) -> None:
-        super().__init__(name="irbis-pack", daemon=True)
-        self.path, self.message, self.error = path, "", None
-        self.start()
 
-    def run(self) -> None:
-        try:
-            self.message = _build_pex(self.path)
-        except BaseException as err:  # raised again in the test that needs the PEX
-            self.error = err
-
-    def result(self, timeout_s: float) -> str:
-        self.join(timeout_s)
-        if self.is_alive():
-            raise TimeoutError(f"irbis pack did not end within {timeout_s:.0f} s")
-        if self.error is not None:
-            raise self.error
-        return self.message
+def _packing() -> Background:
+    """:func:`_build_pex` of this environment's PEX, in a thread of its own."""
+    return Background("irbis pack", lambda: _build_pex(pex_path()))
 
 
 #: The pack started when the run collected a test that ships it (:func:`pytest_collection_finish`).
-_PACKING: list[_Packing] = []
+_PACKING: list[Background] = []
 
 
 def pytest_collection_finish(session):
@@ -187,7 +174,7 @@ def pytest_collection_finish(session):
                  for item in session.items)
     if needed and not session.config.option.collectonly and not session.config.getoption("--connect", False) \
             and not _PACKING:
-        _PACKING.append(_Packing(pack_cache() / f"irbis-env-{environment_fingerprint()}.pex"))
+        _PACKING.append(_packing())
 
 
 @pytest.fixture(scope="session")
@@ -196,9 +183,9 @@ def packed_env():
     :func:`pack_cache` under :func:`environment_fingerprint`: a later run of an unchanged environment and
     source tree reuses it instead of packing again. Started at collection, waited for here."""
     if not _PACKING:
-        _PACKING.append(_Packing(pack_cache() / f"irbis-env-{environment_fingerprint()}.pex"))
+        _PACKING.append(_packing())
     print(_PACKING[0].result(timeout_s=900))
-    return str(_PACKING[0].path)
+    return str(pex_path())
 
 
 @pytest.fixture(scope="module")

@@ -208,8 +208,9 @@ class SimulatedHosts:
         for proc in self.procs:
             if proc.poll() is None:
                 proc.kill()
-        for ns in self._made:
+        for i, ns in enumerate(self._made):
             _kill_namespace(ns)
+            _ip("link", "del", self._port(i), check=False)  # both ends: a namespace's own go only when it is freed
             _ip("netns", "del", ns, check=False)
         _ip("link", "del", self.bridge, check=False)
         for proc in self.procs:

@@ -624,7 +624,8 @@ def class_outputs(raw: Any, probability_col: str, prediction_col: str) -> dict[s
     from irbis.kernels.blocks import Tensor
     from irbis.kernels.sparkml.predictors import softmax
 
-    logits = raw.values.astype(np.float64, copy=False).reshape(len(raw.values), -1)
+    values = raw.values.astype(np.float64, copy=False)
+    logits = values.reshape(len(values), -1) if values.size else np.zeros((len(values), 0))  # no row: no shape
     out: dict[str, Any] = {}
     if probability_col:
         out[probability_col] = Tensor(softmax(logits).astype(raw.values.dtype, copy=False), raw.valid)

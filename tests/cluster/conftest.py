@@ -10,6 +10,7 @@ killed at the end of the run whatever the tests did.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
@@ -152,8 +153,10 @@ def _build_pex(path: Path) -> str:
     return f"irbis pack: {packed.bytes / 2**20:.0f} MiB in {packed.seconds:.0f} s"
 
 
+@functools.cache
 def pex_path() -> Path:
-    """Where this environment's PEX is kept (:func:`pack_cache`, named by :func:`environment_fingerprint`)."""
+    """Where this environment's PEX is kept (:func:`pack_cache`, named by :func:`environment_fingerprint`),
+    fixed when the run first asks, before the pack: packing may itself change what the fingerprint reads."""
     return pack_cache() / f"irbis-env-{environment_fingerprint()}.pex"
 
 

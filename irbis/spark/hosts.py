@@ -38,19 +38,30 @@ class HostsUnavailable(RuntimeError):
     """This machine cannot make simulated hosts (not root, or the kernel lacks what they need)."""
 
 
-def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    done = subprocess.run(["ip", *args], capture_output=True, text=True)
+def _run(argv: list[str], check: bool = True) -> subprocess.CompletedProcess[str]:
+    done = subprocess.run(argv, capture_output=True, text=True)
     if check and done.returncode:
-        raise RuntimeError(f"ip {' '.join(args)}: {done.stderr.strip()}")
+        raise RuntimeError(f"{' '.join(argv)}: {done.stderr.strip()}")
     return done
+
+
+def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    return _run(["ip", *args], check)
 
 
 def _tc(namespace: str | None, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    argv = ["ip", "netns", "exec", namespace, "tc", *args] if namespace else ["tc", *args]
-    done = subprocess.run(argv, capture_output=True, text=True)
-    if check and done.returncode:
-        raise RuntimeError(f"tc {' '.join(args)}: {done.stderr.strip()}")
-    return done
+    return _run(["ip", "netns", "exec", namespace, "tc", *args] if namespace else ["tc", *args], check)
+
+
+def _probe(name: str, *qdisc: str) -> None:
+    """Make a namespace ``name`` holding a veth pair, put the queue discipline ``qdisc`` on one end, and
+    remove it all; raises where a step fails."""
+    _ip("netns", "add", name)
+    try:
+        _ip("-n", name, "link", "add", "a0", "type", "veth", "peer", "name", "b0")
+        _tc(name, "qdisc", "add", "dev", "a0", "root", *qdisc)
+    finally:
+        _ip("netns", "del", name, check=False)
 
 
 def unavailable() -> str | None:
@@ -60,15 +71,8 @@ def unavailable() -> str | None:
         return "simulated hosts need root (network namespaces and tc)"
     if not shutil.which("ip") or not shutil.which("tc"):
         return "simulated hosts need iproute2 (the ip and tc commands)"
-    probe = f"{PREFIX}{os.getpid()}p"
     try:
-        _ip("netns", "add", probe)
-        try:
-            _ip("-n", probe, "link", "add", "a0", "type", "veth", "peer", "name", "b0")
-            _tc(probe, "qdisc", "add", "dev", "a0", "root", "tbf", "rate", "1gbit", "burst", "64kb",
-                "latency", "100ms")
-        finally:
-            _ip("netns", "del", probe, check=False)
+        _probe(f"{PREFIX}{os.getpid()}p", "tbf", "rate", "1gbit", "burst", "64kb", "latency", "100ms")
     except (RuntimeError, OSError) as err:
         return f"simulated hosts cannot be made on this machine: {err}"
     return None
@@ -76,16 +80,11 @@ def unavailable() -> str | None:
 
 def has_netem() -> bool:
     """Whether the kernel has the ``netem`` queue discipline (delay and loss on a link)."""
-    probe = f"{PREFIX}{os.getpid()}n"
     try:
-        _ip("netns", "add", probe)
-    except RuntimeError:
+        _probe(f"{PREFIX}{os.getpid()}n", "netem", "delay", "1ms")
+    except (RuntimeError, OSError):
         return False
-    try:
-        _ip("-n", probe, "link", "add", "a0", "type", "veth", "peer", "name", "b0")
-        return _tc(probe, "qdisc", "add", "dev", "a0", "root", "netem", "delay", "1ms", check=False).returncode == 0
-    finally:
-        _ip("netns", "del", probe, check=False)
+    return True
 
 
 def remove_stale() -> list[str]:

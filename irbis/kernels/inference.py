@@ -53,6 +53,7 @@ from irbis.kernels.engines import (
 )
 from irbis.kernels.engines.exported import Chain, ExportedNetwork, in_batches
 from irbis.kernels.threads import set_threads, task_threads  # noqa: F401  (re-exported)
+from irbis.models.fetch import cached_sha256
 
 if TYPE_CHECKING:
     import torch
@@ -96,16 +97,25 @@ def resolve_source(model_path: str, repository: ModelRepository | None = None) -
 
 
 def source_identity(source: dict[str, Any]) -> str:
-    """A short key that changes when the source or the files it points to change."""
-    parts = [json.dumps(source, sort_keys=True)]
+    """A short key of what ``source`` loads: its settings and the content of its files, not where they lie.
+
+    The ONNX exports are keyed by it, so the same weights at another path (a stage saved and loaded again, a
+    pipeline read back from storage) reuse the export the machine already has. Each file's sha256 is
+    computed once per process (:func:`irbis.models.fetch.cached_sha256`)."""
+    parts = [json.dumps({k: v for k, v in source.items() if k != "path"}, sort_keys=True)]
     if "path" in source:
         root = Path(source["path"])
-        files = sorted(root.rglob("*")) if root.is_dir() else [root]
+        files = sorted(f for f in root.rglob("*") if f.is_file()) if root.is_dir() else [root]
         for f in files:
             if f.is_file():
-                st = f.stat()
-                parts.append(f"{f.name}:{st.st_size}:{st.st_mtime_ns}")
+                parts.append(f"{f.relative_to(root).as_posix() if f != root else f.suffix}:{cached_sha256(f)}")
     return hashlib.sha256("|".join(parts).encode()).hexdigest()[:24]
+
+
+def process_key(source: dict[str, Any]) -> str:
+    """The key of ``source`` in a process's caches: :func:`source_identity` and the path, so a cached network
+    loads again (an export of a new input shape) from the files it was first read from."""
+    return f"{source_identity(source)}|{source.get('path', '')}"
 
 
 def load_network(source: dict[str, Any], allow_pickle: bool = False) -> nn.Module:
@@ -320,7 +330,7 @@ def make_torch_predict_fn(
 
     def getter(name: str) -> Callable[[], Any]:
         runner = exported_engine(name, precision)
-        parts = [identity, device, precision, allow_pickle] + ([] if runner is None else
+        parts = [process_key(source), device, precision, allow_pickle] + ([] if runner is None else
                                                                [name, output_layer, threads, calibration_data])
         key = hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:24]
         if runner is None:
@@ -362,7 +372,7 @@ class CachedPredictor:
 
     def __call__(self, x: np.ndarray) -> Any:
         if self._key is None:
-            self._key = json.dumps(["predict", source_identity(self.source), self.options], sort_keys=True,
+            self._key = json.dumps(["predict", process_key(self.source), self.options], sort_keys=True,
                                    default=str)
         key = f"{self._key}|{task_threads()}"
         return cached(key, lambda: make_torch_predict_fn(self.source, **self.options))(x)
@@ -427,7 +437,7 @@ def make_sequence_predict_fn(source: dict[str, Any], *, device: str = "cpu", pre
     """
     from irbis.kernels.sequences import check_row_output, input_kind, run_by_length
 
-    parts = [source_identity(source), device, precision, allow_pickle]
+    parts = [process_key(source), device, precision, allow_pickle]
     key = hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:24]
     network = cached(key, lambda: _Network(source, key, device, precision, allow_pickle))
     kind = input_kind(network.module)

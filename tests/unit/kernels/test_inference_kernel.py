@@ -204,3 +204,30 @@ def test_the_image_kernel_names_its_network_file_and_its_classifier_head_is_a_so
     expected = torch.softmax(torch.from_numpy(logits), 1).numpy()
     np.testing.assert_allclose(out["probability"].values, expected, rtol=1e-6)
     assert out["prediction"] == [1.0, None, 2.0]
+
+
+def test_a_networks_identity_is_its_files_content_not_their_path(mlp_bundle, tmp_path):
+    """The ONNX exports are keyed by source_identity: the same files copied elsewhere (a stage saved and
+    loaded again) keep the key, so the machine's export serves them; changed weights, a renamed file or
+    another kind of source change it."""
+    import shutil
+
+    from irbis.kernels.inference import process_key, source_identity
+
+    folder, net = mlp_bundle
+    copy = shutil.copytree(folder, tmp_path / "saved" / "network")
+    same = source_identity({"kind": "bundle", "path": str(folder)})
+    assert source_identity({"kind": "bundle", "path": str(copy)}) == same
+    assert source_identity({"kind": "exported", "path": str(copy)}) != same
+    assert process_key({"kind": "bundle", "path": str(copy)}) != process_key({"kind": "bundle", "path": str(folder)})
+    torch.save({k: v + 1 for k, v in net.state_dict().items()}, copy / "weights.pt")
+    changed = source_identity({"kind": "bundle", "path": str(copy)})
+    assert changed != same
+    (copy / "weights.pt").rename(copy / "other.pt")
+    assert source_identity({"kind": "bundle", "path": str(copy)}) not in (same, changed)
+    single = tmp_path / "a.pt2"
+    single.write_bytes(b"weights")
+    (tmp_path / "b").mkdir()
+    shutil.copy(single, tmp_path / "b" / "a.pt2")
+    assert source_identity({"kind": "exported", "path": str(single)}) == source_identity(
+        {"kind": "exported", "path": str(tmp_path / "b" / "a.pt2")})

@@ -21,6 +21,8 @@ from pathlib import Path
 
 import numpy as np
 
+from jvm_options import executor_jvm_options
+
 #: The estimator settings of the training checks, shared with the tests' local fits.
 MLP = json.dumps({"in_features": 64, "hidden": 64, "out_features": 10})
 FITS = {
@@ -140,8 +142,7 @@ def session(master: str, python: str | None = None, environment: str | None = No
     return irbis.get_spark(master, app_name="irbis-cluster-checks", environment=environment,
                            **{"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2",
                               "spark.driver.memory": "1g", "spark.executor.memory": "1g",
-                              # the executors' JVMs are set as the tests' drivers are (tests/conftest.py)
-                              "spark.executor.extraJavaOptions": os.environ.get("SPARK_SUBMIT_OPTS", ""),
+                              **executor_jvm_options(),
                               # wait for every core asked for: one (one executor) without irbis, else two
                               "spark.cores.max": "1" if one else "2",
                               "spark.scheduler.minRegisteredResourcesRatio": "1.0",

@@ -22,6 +22,7 @@ import pytest
 
 from background import Background
 from irbis.spark.standalone import Standalone, kill_group, process_env, start_standalone
+from jvm_options import with_test_jvm_options
 
 HERE = Path(__file__).resolve().parent
 CHECKS = HERE / "cluster_checks.py"
@@ -45,9 +46,8 @@ class App:
         self.cluster, self.home = cluster, cluster.root / name
         self.out = self.home / "out"
         self.out.mkdir(parents=True)
-        env = process_env(self.home)
+        env = with_test_jvm_options(process_env(self.home))
         env["PYSPARK_DRIVER_PYTHON"] = sys.executable
-        env["SPARK_SUBMIT_OPTS"] = os.environ.get("SPARK_SUBMIT_OPTS", "")  # the tests' JVM options
         self.log = self.home / "driver.log"
         self.t0 = time.perf_counter()
         with open(self.log, "wb") as sink:

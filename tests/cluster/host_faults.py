@@ -20,6 +20,8 @@ from pathlib import Path
 
 import numpy as np
 
+from jvm_options import executor_jvm_options
+
 #: The scored network: fixed weights, so that the test can compute every row's expected score.
 WEIGHTS = np.arange(24, dtype=np.float32).reshape(3, 8) / 24
 PARTITIONS = 16
@@ -51,7 +53,7 @@ def main(argv: list[str] | None = None) -> None:
     spark = irbis.get_spark(args.master, app_name="irbis-host-faults", **{
         "spark.driver.host": args.driver_host, "spark.ui.enabled": "false",
         "spark.driver.memory": "1g", "spark.executor.memory": "1g", "spark.cores.max": "2",
-        "spark.executor.extraJavaOptions": os.environ.get("SPARK_SUBMIT_OPTS", ""),
+        **executor_jvm_options(),
         "spark.scheduler.minRegisteredResourcesRatio": "1.0",
         "spark.scheduler.maxRegisteredResourcesWaitingTime": "120s",
         # a dead host answers nothing: its executor is declared lost after this, and its tasks run again

@@ -8,7 +8,6 @@ and each score right. The driver is ``host_faults.py``, a process of its own.
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import time
@@ -20,6 +19,7 @@ import pytest
 from irbis.spark import hosts as simulated
 from irbis.spark.hosts import SimulatedHosts
 from irbis.spark.standalone import kill_group, process_env, start_standalone
+from jvm_options import with_test_jvm_options
 
 WHY = simulated.unavailable()
 pytestmark = [pytest.mark.cluster, pytest.mark.slow, pytest.mark.skipif(WHY is not None, reason=WHY or "")]
@@ -35,8 +35,7 @@ def test_a_host_that_dies_mid_job_loses_no_row_and_scores_none_twice(tmp_path):
     rows, out = 480, tmp_path / "out"
     with SimulatedHosts(2) as hosts, \
             start_standalone(tmp_path / "cluster", workers=2, cores=1, memory="1g", hosts=hosts) as cluster:
-        env = process_env(tmp_path / "driver", hosts.driver_address)
-        env["SPARK_SUBMIT_OPTS"] = os.environ.get("SPARK_SUBMIT_OPTS", "")  # the tests' JVM options
+        env = with_test_jvm_options(process_env(tmp_path / "driver", hosts.driver_address))
         with open(tmp_path / "driver.log", "wb") as log:
             driver = subprocess.Popen([sys.executable, str(DRIVER), "--master", cluster.url, "--driver-host",
                                        hosts.driver_address, "--out", str(out), "--rows", str(rows)],

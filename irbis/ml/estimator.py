@@ -168,7 +168,8 @@ TRAIN_PARAMS: list[Row] = [
                    "retried alone, when the strategy places its shards on the driver)", T.toInt, 2, at_least(1)),
     ("strategy", "name in irbis.train.strategies.STRATEGIES", T.toString, "sync", one_of(*STRATEGIES)),
     ("strategyOptions", "JSON object of the strategy's options", T.toString, "{}"),
-    ("inputCol", "input column: a vector or an array of numbers, a Spark image struct (irbis.read_images), "
+    ("inputCol", "input column: a vector or an array of numbers, token ids (array<int>) or steps of features "
+                 "(array<array<float>>), their length varying per row, a Spark image struct (irbis.read_images), "
                     "or binary: encoded image files (binaryFile's content) when imagePreprocessing is set, else "
                     "tensor bytes of inputShape and inputDtype", T.toString, "features"),
     *rows_named(("inputCols", "inputShapes"), SHARED_PARAMS),
@@ -414,7 +415,7 @@ class TorchEstimator(IrbisEstimator, HasTrainParams):
         is the job's input shape (the preprocessing's for images, else ``spec.data.inputShape``). Raises naming
         the Param for a combination that cannot work."""
         from irbis.models import preprocessing_for
-        from irbis.spark.training import input_kind
+        from irbis.spark.training import check_step_widths, input_kind, steps_of_features
         from irbis.train.stream import InputFormat
 
         preprocessing = preprocessing_for(self.getImagePreprocessing())
@@ -437,6 +438,8 @@ class TorchEstimator(IrbisEstimator, HasTrainParams):
             raise ValueError(f"TorchEstimator: inputCol {col!r} is binary: set imagePreprocessing when it holds "
                              f"encoded image files, or inputShape (and inputDtype) when it holds tensor bytes")
         shape = list(preprocessing.input_shape) if preprocessing is not None else spec.data.inputShape
+        if kind == "sequence" and steps_of_features(dataset.schema[col].dataType):
+            shape = [check_step_widths(dataset, col)]  # each step's features: the network's check takes them
         return InputFormat(kind, shape, self.getInputDtype(),
                            None if preprocessing is None else preprocessing.to_dict(), augmentation)
 

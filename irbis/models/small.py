@@ -123,14 +123,20 @@ class LSTMClassifier(nn.Module):
 
 class GRUClassifier(nn.Module):
     """Token ids and their mask -> embedding -> GRU -> mean of the real steps' outputs -> linear
-    (``input_kind = "padded"``: ``module(ids, mask)``, ids padded with 0 on the right)."""
+    (``input_kind = "padded"``: ``module(ids, mask)``, ids padded with 0 on the right). With ``features``
+    (and no ``vocab_size``) the rows are steps of that many float features (a burst's frame features, a
+    sensor's readings), ``(B, T, features)``, which the GRU reads as they are."""
 
     input_kind = "padded"
 
-    def __init__(self, vocab_size: int, num_classes: int, embed: int = 16, hidden: int = 32) -> None:
+    def __init__(self, vocab_size: int, num_classes: int, embed: int = 16, hidden: int = 32,
+                 features: int = 0) -> None:
         super().__init__()
-        self.embed = nn.Embedding(vocab_size, embed, padding_idx=0)
-        self.rnn = nn.GRU(embed, hidden, batch_first=True)
+        if (vocab_size > 0) == (features > 0):
+            raise ValueError(f"GRUClassifier takes token ids (vocab_size) or steps of features (features), one "
+                             f"of them: found vocab_size={vocab_size}, features={features}")
+        self.embed = nn.Embedding(vocab_size, embed, padding_idx=0) if vocab_size else nn.Identity()
+        self.rnn = nn.GRU(embed if vocab_size else features, hidden, batch_first=True)
         self.head = nn.Linear(hidden, num_classes)
 
     def forward(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -145,7 +151,8 @@ def lstm_classifier(vocab_size: int, num_classes: int = 2, embed: int = 16, hidd
     return _seeded(seed, lambda: LSTMClassifier(vocab_size, num_classes, embed, hidden))
 
 
-def gru_classifier(vocab_size: int, num_classes: int = 2, embed: int = 16, hidden: int = 32,
-                   seed: int = 0) -> GRUClassifier:
-    """A seeded :class:`GRUClassifier` (padded ids and mask) over token ids below ``vocab_size``."""
-    return _seeded(seed, lambda: GRUClassifier(vocab_size, num_classes, embed, hidden))
+def gru_classifier(vocab_size: int = 0, num_classes: int = 2, embed: int = 16, hidden: int = 32,
+                   seed: int = 0, features: int = 0) -> GRUClassifier:
+    """A seeded :class:`GRUClassifier` (padded rows and mask) over token ids below ``vocab_size``, or over
+    steps of ``features`` float features."""
+    return _seeded(seed, lambda: GRUClassifier(vocab_size, num_classes, embed, hidden, features))

@@ -17,7 +17,7 @@ from typing import Any, Iterator
 import numpy as np
 import pyarrow as pa
 from pyspark.sql import DataFrame
-from pyspark.sql.types import ArrayType, BinaryType, IntegerType, LongType, NumericType
+from pyspark.sql.types import ArrayType, BinaryType, DataType, IntegerType, LongType, NumericType
 
 from irbis.errors import NonFiniteLossError, require_columns, with_fields
 from irbis.spark.columns import column, is_image_struct
@@ -27,15 +27,39 @@ from irbis.train.stream import FEATURES, LABEL, SpilledShard
 from irbis.train.worker_data import Shard
 
 
+def steps_of_features(dtype: DataType) -> bool:
+    """Whether a column type is ``array<array<number>>``: a sequence of steps of features (a burst's frame
+    features, a sensor's readings), their number free to vary per row."""
+    return (isinstance(dtype, ArrayType) and isinstance(dtype.elementType, ArrayType)
+            and isinstance(dtype.elementType.elementType, NumericType))
+
+
+def check_step_widths(df: DataFrame, features_col: str) -> int:
+    """The number of features of each step of ``features_col`` (steps of features; 0 when no row has a step);
+    ``ValueError`` naming the column and both widths where the steps do not all hold the same number. One
+    aggregation job; null steps are left to the workers, which skip or name their rows under ``nanPolicy``."""
+    from pyspark.sql import functions as F
+
+    widths = F.transform(F.filter(column(features_col), lambda s: s.isNotNull()), lambda s: F.size(s))
+    low, high = df.select(F.min(F.array_min(widths)), F.max(F.array_max(widths))).first() or (None, None)
+    if low is not None and low != high:
+        raise with_fields(ValueError(f"inputCol {features_col!r}: steps have different widths ({low} and {high} "
+                                     "values); every step of every row needs the same number of features"),
+                          column=features_col, expected=f"{high} values per step", found=low)
+    return int(high or 0)
+
+
 def input_kind(df: DataFrame, features_col: str, binary_as: str = "tensor") -> str:
     """The :data:`~irbis.train.stream.INPUT_KINDS` entry of a features column: ``sequence`` (an array of
-    integers, int or long: token ids, their number free to vary per row), ``vector`` (a vector or an array
-    of other numbers), ``image`` (a Spark image struct), or for a binary column ``binary_as`` (``tensor`` bytes
-    or ``encoded`` image files). Raises ``TypeError`` naming the column for anything else."""
+    integers, int or long: token ids; or an array of arrays of numbers: steps of features; their number free
+    to vary per row), ``vector`` (a vector or an array of other numbers), ``image`` (a Spark image struct), or
+    for a binary column ``binary_as`` (``tensor`` bytes or ``encoded`` image files). Raises ``TypeError``
+    naming the column for anything else."""
     from pyspark.ml.linalg import VectorUDT  # here, not at the top: the workers that import this module
     # to train need no pyspark.ml, whose import costs them seconds
     ftype = df.schema[features_col].dataType
-    if isinstance(ftype, ArrayType) and isinstance(ftype.elementType, (IntegerType, LongType)):
+    if (isinstance(ftype, ArrayType) and isinstance(ftype.elementType, (IntegerType, LongType))) \
+            or steps_of_features(ftype):
         return "sequence"
     if isinstance(ftype, VectorUDT) or (isinstance(ftype, ArrayType) and isinstance(ftype.elementType, NumericType)):
         return "vector"
@@ -44,7 +68,7 @@ def input_kind(df: DataFrame, features_col: str, binary_as: str = "tensor") -> s
     if isinstance(ftype, BinaryType):
         return binary_as
     raise with_fields(TypeError(f"inputCol {features_col!r} must be a vector or an array of numbers (of "
-                                f"integers: token ids), a Spark "
+                                f"integers: token ids), an array of arrays of numbers (steps of features), a Spark "
                                 f"image struct, or binary (encoded image files or tensor bytes), found "
                                 f"{ftype.simpleString()}"), column=features_col, expected="vector", found=str(ftype))
 
@@ -69,13 +93,14 @@ def column_kinds(df: DataFrame, columns: list[str]) -> dict[str, str]:
     included) or ``tensor`` (binary tensor bytes). Raises ``TypeError`` naming the columns for images and
     sequences of varying length, which take one column (``inputCol``)."""
     kinds = {c: input_kind(df, c) for c in columns}
-    kinds = {c: "vector" if k == "sequence" else k for c, k in kinds.items()}
+    kinds = {c: "vector" if k == "sequence" and not steps_of_features(df.schema[c].dataType) else k
+             for c, k in kinds.items()}
     if set(kinds.values()) <= {"vector", "tensor"}:
         return kinds
     found = ", ".join(f"{c!r}: {df.schema[c].dataType.simpleString()}" for c in columns)
     raise with_fields(TypeError(f"inputCols must each be a vector, an array of numbers or binary tensor bytes "
-                                f"(of inputDtype), found {found}; images and token ids take one column "
-                                "(inputCol)"), column=columns[0],
+                                f"(of inputDtype), found {found}; images, token ids and steps of features take "
+                                "one column (inputCol)"), column=columns[0],
                       expected="vectors/arrays of numbers, or tensor bytes", found=found)
 
 
@@ -159,7 +184,7 @@ def _features(df: DataFrame, features_col: str, binary_as: str, numbers: bool = 
     if kind == "vector" or (kind == "sequence" and numbers):
         return column(features_col).cast("array<float>")
     if kind == "sequence":
-        return column(features_col).cast("array<bigint>")
+        return column(features_col).cast("array<array<float>>" if steps_of_features(ftype) else "array<bigint>")
     return column(features_col)
 
 

@@ -92,7 +92,8 @@ def check_profile(p: dict[str, Any], spec: TrainSpec, features_col: str, label_c
     if p["null_features"] and sequences:
         if spec.data.nanPolicy != "skip":
             raise with_fields(ValueError(f"inputCol {features_col!r} has {p['null_features']} null or empty "
-                                         "sequences; drop them, or set nanPolicy='skip' to train without them"),
+                                         "sequences (or sequences holding a null or non-finite value); drop them, or "
+                                         "set nanPolicy='skip' to train without them"),
                               column=features_col, expected="no null or empty sequences", found=p["null_features"])
     elif p["null_features"]:
         raise with_fields(ValueError(f"inputCol {features_col!r} has {p['null_features']} null rows; "
@@ -166,7 +167,7 @@ def check_network(module: torch.nn.Module, spec: TrainSpec, n_features: int, max
     """Run the network on a zero batch (sequences: a batch of token ids as its input_kind takes them): input
     shape, and output width against the labels (``label_width``: the vector labels' width; 0: numbers)."""
     if spec.data.input_format is not None and spec.data.input_format.sequences:
-        out = _sequence_output(module, features_col)
+        out = _sequence_output(module, features_col, spec.data.input_format.shape)
     else:
         out = _zero_output(module, spec, n_features, features_col)
     _check_output(out, spec, max_label, label_col, min_label)
@@ -179,17 +180,20 @@ def check_network(module: torch.nn.Module, spec: TrainSpec, n_features: int, max
                               column=label_col, expected=label_width, found=list(out.shape[1:]))
 
 
-def _sequence_output(module: torch.nn.Module, features_col: str) -> torch.Tensor:
+def _sequence_output(module: torch.nn.Module, features_col: str, steps: list[int] | None) -> torch.Tensor:
+    """The network's output for two rows of token ids, or of steps of ``steps[0]`` features."""
     from irbis.kernels.sequences import input_kind
     from irbis.train.ragged import check_network, make_batch
 
     kind = input_kind(module)
-    xb, _ = make_batch([np.ones(5, np.int64), np.ones(3, np.int64)], kind)
+    rows = [np.ones((n, *steps), np.float32) if steps else np.ones(n, np.int64) for n in (5, 3)]
+    xb, _ = make_batch(rows, kind)
     was_training = module.training
     try:
         return check_network(module.eval(), xb, kind, 2)
     except ValueError as err:
-        raise with_fields(ValueError(f"inputCol {features_col!r} holds token ids: {err}"), column=features_col,
+        held = f"steps of {steps[0]} features" if steps else "token ids"
+        raise with_fields(ValueError(f"inputCol {features_col!r} holds {held}: {err}"), column=features_col,
                           expected=f"a network taking input_kind {kind!r}", found="variable-length rows") from None
     finally:
         module.train(was_training)

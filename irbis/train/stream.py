@@ -234,6 +234,8 @@ def read_partition(batches: Iterator[pa.RecordBatch], fmt: InputFormat, buffer_r
                     reasons.append(why)
         elif fmt.sequences:  # a null or empty row is named or skipped under nanPolicy, in the checks
             lens = pc.fill_null(pc.list_value_length(feats), 0).to_numpy(zero_copy_only=False)
+            if pa.types.is_list(feats.type.value_type):  # steps of features: a null or non-finite value too
+                lens = np.where([r is None for r in sequence_rows(feats)], 0, lens)
             null_features += int((lens == 0).sum())
             lengths.append(lens.astype(np.float64))
         else:
@@ -319,11 +321,19 @@ def stack_labels(batches: list[tuple[np.ndarray, np.ndarray | None]]) -> tuple[n
 
 def sequence_rows(column: pa.Array) -> np.ndarray:
     """A list column of token ids as an object array of 1-d int64 arrays (None for a null row), each a view
-    of the column's values cut at its offsets."""
+    of the column's values cut at its offsets; a column of steps of features (``array<array<float>>``, one
+    width, checked on the driver by :func:`irbis.spark.training.check_step_widths`) as 2-d float32
+    ``(steps, features)`` arrays, None for a row that holds a null or a non-finite value."""
     if isinstance(column, pa.ChunkedArray):
         column = column.combine_chunks()
     rows = np.empty(len(column), dtype=object)
     if not len(column):
+        return rows
+    if pa.types.is_list(column.type.value_type):
+        from irbis.kernels.blocks import ragged_rows
+
+        for i, row in enumerate(ragged_rows(column, FEATURES).rows):
+            rows[i] = None if row is None or not np.isfinite(row).all() else row.astype(np.float32, copy=False)
         return rows
     offsets = column.offsets.to_numpy()
     values = column.values.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)

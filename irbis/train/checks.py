@@ -180,7 +180,7 @@ def check_network(module: torch.nn.Module, spec: TrainSpec, n_features: int, max
                               column=label_col, expected=label_width, found=list(out.shape[1:]))
 
 
-def _sequence_output(module: torch.nn.Module, features_col: str, steps: list[int] | None) -> torch.Tensor:
+def _sequence_output(module: torch.nn.Module, features_col: str, steps: list[int] | None = None) -> torch.Tensor:
     """The network's output for two rows of token ids, or of steps of ``steps[0]`` features."""
     from irbis.kernels.sequences import input_kind
     from irbis.train.ragged import check_network, make_batch

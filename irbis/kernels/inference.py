@@ -105,17 +105,19 @@ def source_identity(source: dict[str, Any]) -> str:
     parts = [json.dumps({k: v for k, v in source.items() if k != "path"}, sort_keys=True)]
     if "path" in source:
         root = Path(source["path"])
-        files = sorted(f for f in root.rglob("*") if f.is_file()) if root.is_dir() else [root]
-        for f in files:
-            if f.is_file():
-                parts.append(f"{f.relative_to(root).as_posix() if f != root else f.suffix}:{cached_sha256(f)}")
+        if root.is_dir():
+            parts += [f"{f.relative_to(root).as_posix()}:{cached_sha256(f)}"
+                      for f in sorted(root.rglob("*")) if f.is_file()]
+        elif root.is_file():
+            parts.append(f"{root.suffix}:{cached_sha256(root)}")
     return hashlib.sha256("|".join(parts).encode()).hexdigest()[:24]
 
 
-def process_key(source: dict[str, Any]) -> str:
-    """The key of ``source`` in a process's caches: :func:`source_identity` and the path, so a cached network
-    loads again (an export of a new input shape) from the files it was first read from."""
-    return f"{source_identity(source)}|{source.get('path', '')}"
+def process_key(source: dict[str, Any], identity: str | None = None) -> str:
+    """The key of ``source`` in a process's caches: its :func:`source_identity` (``identity`` when known) and
+    its path, so a cached network loads again (an export of a new input shape) from the files it was first
+    read from."""
+    return f"{identity or source_identity(source)}|{source.get('path', '')}"
 
 
 def load_network(source: dict[str, Any], allow_pickle: bool = False) -> nn.Module:
@@ -326,11 +328,12 @@ def make_torch_predict_fn(
     (2, 1000)
     """
     identity, threads = source_identity(source), task_threads()
+    place = process_key(source, identity)
     device = task_device(device)  # this task's device (the one device rule): "cpu" or "cuda:N"
 
     def getter(name: str) -> Callable[[], Any]:
         runner = exported_engine(name, precision)
-        parts = [process_key(source), device, precision, allow_pickle] + ([] if runner is None else
+        parts = [place, device, precision, allow_pickle] + ([] if runner is None else
                                                                [name, output_layer, threads, calibration_data])
         key = hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:24]
         if runner is None:

@@ -415,7 +415,8 @@ class TorchEstimator(IrbisEstimator, HasTrainParams):
         is the job's input shape (the preprocessing's for images, else ``spec.data.inputShape``). Raises naming
         the Param for a combination that cannot work."""
         from irbis.models import preprocessing_for
-        from irbis.spark.training import check_step_widths, input_kind, steps_of_features
+        from irbis.spark.columns import steps_of_features
+        from irbis.spark.training import check_step_widths, input_kind
         from irbis.train.stream import InputFormat
 
         preprocessing = preprocessing_for(self.getImagePreprocessing())

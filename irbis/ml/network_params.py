@@ -33,6 +33,7 @@ from irbis.ml.params import (
     param_mixin,
 )
 from irbis.models import CatalogueEntry
+from irbis.spark.columns import steps_of_features
 
 __all__ = ["NetworkStageParams", "check_network_input", "check_sequence_input"]
 
@@ -98,9 +99,7 @@ def check_sequence_input(stage: str, column: str, dtype: DataType) -> None:
     """With ``variableLength=True``, accept ``array<int>`` (token ids) and ``array<array<number>>`` (steps x
     features); name the column and the Param otherwise."""
     ids = isinstance(dtype, ArrayType) and isinstance(dtype.elementType, IntegralType)
-    steps = (isinstance(dtype, ArrayType) and isinstance(dtype.elementType, ArrayType)
-             and isinstance(dtype.elementType.elementType, NumericType))
-    if not (ids or steps):
+    if not (ids or steps_of_features(dtype)):
         raise TypeError(f"{stage}: column {column!r} has type {dtype.simpleString()}, which is not a column of "
                         f"variable-length sequences; with variableLength=True it must hold array<int> (token "
                         f"ids) or array<array<float>> (steps x features); set variableLength=False for "

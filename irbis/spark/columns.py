@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pyspark.sql import Column
 from pyspark.sql import functions as F
-from pyspark.sql.types import DataType, StructType
+from pyspark.sql.types import ArrayType, DataType, NumericType, StructType
 
 from irbis.kernels.image.decode import IMAGE_FIELDS
 
@@ -36,4 +36,11 @@ def is_image_struct(dtype: DataType) -> bool:
     return isinstance(dtype, StructType) and not set(IMAGE_FIELDS) - set(dtype.names)
 
 
-__all__ = ["column", "is_image_struct", "quote"]
+def steps_of_features(dtype: DataType) -> bool:
+    """Whether ``dtype`` is ``array<array<number>>``: a sequence of steps of features (a burst's frame
+    features, a sensor's readings), their number free to vary per row."""
+    return (isinstance(dtype, ArrayType) and isinstance(dtype.elementType, ArrayType)
+            and isinstance(dtype.elementType.elementType, NumericType))
+
+
+__all__ = ["column", "is_image_struct", "quote", "steps_of_features"]

@@ -17,21 +17,14 @@ from typing import Any, Iterator
 import numpy as np
 import pyarrow as pa
 from pyspark.sql import DataFrame
-from pyspark.sql.types import ArrayType, BinaryType, DataType, IntegerType, LongType, NumericType
+from pyspark.sql.types import ArrayType, BinaryType, IntegerType, LongType, NumericType
 
 from irbis.errors import NonFiniteLossError, require_columns, with_fields
-from irbis.spark.columns import column, is_image_struct
+from irbis.spark.columns import column, is_image_struct, steps_of_features
 from irbis.train.backends.backend import Rank
 from irbis.train.loop import TrainSpec, WorkerResult
 from irbis.train.stream import FEATURES, LABEL, SpilledShard
 from irbis.train.worker_data import Shard
-
-
-def steps_of_features(dtype: DataType) -> bool:
-    """Whether a column type is ``array<array<number>>``: a sequence of steps of features (a burst's frame
-    features, a sensor's readings), their number free to vary per row."""
-    return (isinstance(dtype, ArrayType) and isinstance(dtype.elementType, ArrayType)
-            and isinstance(dtype.elementType.elementType, NumericType))
 
 
 def check_step_widths(df: DataFrame, features_col: str) -> int:
